@@ -1,0 +1,75 @@
+"""Every hook a diffugrpo plugin may implement.
+
+A plugin is a module named by an entry point in the ``diffugrpo`` group of its
+distribution's metadata::
+
+    # pyproject.toml of a third-party package
+    [project.entry-points.diffugrpo]
+    my_rewards = "my_pkg.rewards"
+
+and decorated with :data:`diffugrpo_plugin.hookimpl`::
+
+    from diffugrpo_plugin import hookimpl
+
+    @hookimpl
+    def diffugrpo_reward_functions():
+        return {"short": short_reward}
+
+After ``pip install my_pkg`` the names it returns are selectable in config and listed by
+``diffugrpo rewards list``; nothing in diffugrpo changes. Our own built-ins (rewards in
+``reward_plugins/``, maskers, samplers) are registered exactly this way.
+
+Each hook returns a mapping ``name -> object``. Names are global across plugins: the same
+name from two distributions is an error naming both, so prefix names if they are generic.
+The first line of each object's docstring is its one-line description in listings.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pluggy
+
+from diffugrpo_plugin import PROJECT_NAME
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+
+
+@hookspec
+def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None]]]:
+    """Reward functions, TRL convention.
+
+    Each function is called as ``fn(completions: list[str], **columns) -> list[float | None]``
+    where ``columns`` holds, for every dataset column of the rows being scored (for example
+    ``test_cases``), a list with one value per completion. It returns one value per
+    completion: a float, or ``None`` for "not applicable to this row" (excluded from the
+    component's mean and from the weighted total, never counted as zero).
+
+    A function must accept and ignore columns it does not use (take ``**kwargs``). It runs in
+    verl's reward workers, on CPU, and must not import torch. A function that raises is
+    reported and scored ``None`` for that batch; it never stops training.
+    """
+
+
+@hookspec
+def diffugrpo_maskers() -> dict[str, Callable[..., Any]]:
+    """Maskers: how a completion is noised to estimate its log-likelihood.
+
+    Each value is a factory called with the masker options from config
+    (``actor_rollout_ref.model.diffusion.masker_kwargs``) that returns an object with::
+
+        views(input_ids, completion_mask, mask_id, seeds) -> MaskedViews
+
+    See :class:`diffugrpo_plugin.masking.MaskedViews` for the contract (shapes, coefficient
+    rule) and ``examples/custom_masker/`` for a complete third-party masker.
+    """
+
+
+@hookspec
+def diffugrpo_samplers() -> dict[str, Callable[..., Any]]:
+    """Samplers: how a diffusion model turns masked completions into text.
+
+    Each value is a factory called with the sampler options from config that returns an
+    object with ``generate(model, prompt_ids, prompt_mask, ...)``; see
+    :mod:`diffugrpo_plugin.sampling` for the contract.
+    """
