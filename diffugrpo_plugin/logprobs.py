@@ -1,0 +1,159 @@
+"""Coupled per-token log-probabilities, computing the vocabulary projection only where used.
+
+Given a :class:`~diffugrpo_plugin.masking.MaskedViews` (``V`` noised copies and a
+coefficient per view and token), the estimate for token ``(b, l)`` is
+``sum_v coef[v, b, l] * log p(x[b, l] | noisy[v, b])``.
+
+The reference implementation runs the full vocabulary projection and a full-vocabulary
+log-softmax for every position of every view (``3 x B x L x V`` floats). Here the
+transformer body still runs on all ``V`` views (the attention needs every position), but a
+forward pre-hook on the output head keeps only the hidden rows whose coefficient is
+non-zero, so for the coupled masker the head sees ``2 x`` the completion tokens. The
+log-softmax is then taken in fp32 chunk by chunk under activation checkpointing, so no
+fp32 copy of the whole ``[rows, vocab]`` block is ever alive.
+
+The hook runs inside the model's own forward, so FSDP's parameter gathering is untouched.
+Plain torch; no verl.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+from diffugrpo_plugin.masking import MaskedViews
+from diffugrpo_plugin.models import DiffusionLM, position_ids_from_mask
+
+DEFAULT_CHUNK_ROWS = 1024
+
+
+@dataclass
+class TokenLogprobs:
+    """Per-token outputs of a coupled pass.
+
+    Attributes:
+        logp: the coupled log-likelihood estimate per token; 0 where no view scores it.  # [B, L]
+        entropy: entropy (nats) of view 0's predictive distribution at its scored tokens,
+            0 elsewhere; ``None`` unless asked for.  # [B, L]
+    """
+
+    logp: torch.Tensor
+    entropy: torch.Tensor | None = None
+
+
+def gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = False):
+    """``log softmax(logits)[target]`` in fp32 (and optionally the entropy) for rows of logits.
+
+    logits [R, V] any float dtype; targets [R] -> logp [R] fp32 (, entropy [R] fp32).
+    """
+    logits32 = logits.float()  # [R, V]
+    log_normaliser = torch.logsumexp(logits32, dim=-1)  # [R]
+    logp = logits32.gather(-1, targets[:, None]).squeeze(-1) - log_normaliser  # [R]
+    if not with_entropy:
+        return logp
+    probs = torch.softmax(logits32, dim=-1)  # [R, V]
+    entropy = log_normaliser - (probs * logits32).sum(-1)  # [R]
+    return logp, entropy
+
+
+def chunked_gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                             with_entropy: bool = False):
+    """:func:`gathered_logprob` over row chunks; under autograd each chunk is checkpointed so
+    only one chunk's fp32 copy is alive at a time (in forward and in backward)."""
+    logp_parts, entropy_parts = [], []
+    needs_grad = torch.is_grad_enabled() and logits.requires_grad
+    for start in range(0, logits.shape[0], chunk_rows):
+        chunk, chunk_targets = logits[start:start + chunk_rows], targets[start:start + chunk_rows]
+        if needs_grad:
+            result = checkpoint(gathered_logprob, chunk, chunk_targets, with_entropy, use_reentrant=False)
+        else:
+            result = gathered_logprob(chunk, chunk_targets, with_entropy)
+        if with_entropy:
+            logp_parts.append(result[0])
+            # entropy is a metric: never part of the graph
+            entropy_parts.append(result[1].detach())
+        else:
+            logp_parts.append(result)
+    logp = torch.cat(logp_parts) if logp_parts else logits.new_zeros(0, dtype=torch.float32)
+    if not with_entropy:
+        return logp
+    return logp, (torch.cat(entropy_parts) if entropy_parts else logp.detach().clone())
+
+
+@contextmanager
+def head_rows_only(head: torch.nn.Module, row_index: torch.Tensor):
+    """While active, the output head projects only ``hidden.flatten(0, 1)[row_index]``.
+
+    The model then returns logits shaped ``[1, R, V]`` for the selected rows.
+    """
+
+    def select_rows(_module, args):
+        hidden = args[0]  # [N, L, H]
+        selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, row_index)[None]  # [1, R, H]
+        return (selected, *args[1:])
+
+    handle = head.register_forward_pre_hook(select_rows)
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def coupled_token_logprobs(lm: DiffusionLM, views: MaskedViews, input_ids: torch.Tensor,
+                           attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
+                           with_entropy: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> TokenLogprobs:
+    """The coupled estimate of ``log p(x[b, l])`` for every token a view scores.
+
+    Args:
+        lm: the model behind the aligned-logits adapter.
+        views: noised views and coefficients, ``noisy``/``coef`` [V, B, L].
+        input_ids: the clean tokens (the targets).  # [B, L]
+        attention_mask: 1 on real tokens, 0 on padding.  # [B, L]
+        position_ids: defaults to ``cumsum(attention_mask) - 1``.  # [B, L]
+    Returns:
+        :class:`TokenLogprobs` with ``logp`` [B, L] (differentiable) and optional ``entropy`` [B, L].
+    """
+    num_views, batch, length = views.coef.shape
+    if position_ids is None:
+        position_ids = position_ids_from_mask(attention_mask)
+    coef = views.coef.to(input_ids.device)  # [V, B, L]
+    stacked_ids = views.noisy.reshape(num_views * batch, length)  # [V*B, L]
+    stacked_attention = attention_mask.repeat(num_views, 1)  # [V*B, L]
+    stacked_positions = position_ids.repeat(num_views, 1)  # [V*B, L]
+    targets = input_ids.repeat(num_views, 1)  # [V*B, L]
+
+    scored = coef.reshape(num_views * batch, length) != 0  # [V*B, L]
+    target_rows = scored.flatten().nonzero(as_tuple=True)[0]  # [R]
+    # A shifted model predicts token l from the output at l - 1.
+    hidden_rows = target_rows - 1 if lm.shift_logits else target_rows  # [R]
+    if lm.shift_logits and bool((target_rows % length == 0).any()):
+        raise ValueError("a scored token sits at position 0, which a shifted (Dream-style) model cannot predict; "
+                         "every completion needs at least one prompt token before it")
+
+    with head_rows_only(lm.output_head, hidden_rows):
+        out = lm.module(input_ids=stacked_ids, attention_mask=stacked_attention, position_ids=stacked_positions,
+                        use_cache=False)
+    row_logits = out.logits if hasattr(out, "logits") else out[0]
+    row_logits = row_logits.reshape(-1, row_logits.shape[-1])  # [R, V]
+    if row_logits.shape[0] != target_rows.numel():
+        raise RuntimeError(f"{type(lm.module).__name__} changed the head's output rows "
+                           f"({row_logits.shape[0]} != {target_rows.numel()}); it cannot use the row-selective path")
+
+    row_targets = targets.flatten().index_select(0, target_rows)  # [R]
+    result = chunked_gathered_logprob(row_logits, row_targets, chunk_rows, with_entropy)
+    row_logp, row_entropy = result if with_entropy else (result, None)
+
+    per_view = torch.zeros(num_views * batch * length, dtype=torch.float32, device=input_ids.device)
+    per_view = per_view.index_put((target_rows,), row_logp).view(num_views, batch, length)  # [V, B, L]
+    logp = (per_view * coef).sum(0)  # [B, L]
+
+    entropy = None
+    if with_entropy:
+        first_view_rows = target_rows < batch * length  # view 0 occupies the first B*L flat rows
+        entropy = torch.zeros(batch * length, dtype=torch.float32, device=input_ids.device)
+        entropy[target_rows[first_view_rows]] = row_entropy[first_view_rows]
+        entropy = entropy.view(batch, length)  # [B, L]
+    return TokenLogprobs(logp=logp, entropy=entropy)
