@@ -1,0 +1,116 @@
+"""Pure decoding math shared by the samplers: per-row random draws, token sampling,
+confidence scores, unmasking schedules and position choice. Plain torch, no model calls.
+
+Randomness always comes from one ``torch.Generator`` per row, drawn only for that row's own
+masked positions, so a row's samples never depend on the other rows of the batch.
+Packed tensors (``[M, ...]``) list the masked positions of every row, row after row, in
+position order: the order of ``tensor[masked]`` for a ``[b, W]`` boolean ``masked``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+def row_uniforms(generators: list[torch.Generator], sizes: list[int], trailing: tuple[int, ...] = (),
+                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Uniform [0, 1) draws, ``sizes[r]`` of them from ``generators[r]``, packed.  # [M, *trailing]"""
+    draws = [torch.rand((size, *trailing), generator=gen, dtype=dtype, device=device)
+             for gen, size in zip(generators, sizes)]
+    return torch.cat(draws, dim=0)
+
+
+def packed_to_rows(values: torch.Tensor, masked: torch.Tensor, fill: float) -> torch.Tensor:
+    """Scatter packed values back to their positions; other positions get ``fill``.  # [M] -> [b, W]"""
+    full = torch.full(masked.shape, fill, dtype=values.dtype, device=values.device)  # [b, W]
+    full[masked] = values
+    return full
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter: keep the most likely tokens up to the one whose cumulative probability
+    first exceeds ``top_p``; the rest get -inf.  # [M, V]
+
+    The most likely token always survives, so a row is never left empty.
+    """
+    sorted_logits, sorted_index = torch.sort(logits, dim=-1, descending=True)  # [M, V]
+    sorted_probs = torch.softmax(sorted_logits, dim=-1)  # [M, V]
+    # A token is dropped when the tokens ranked before it already exceed top_p (Dream's rule).
+    drop_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) > top_p  # [M, V]
+    drop = torch.zeros_like(drop_sorted).scatter(-1, sorted_index, drop_sorted)  # [M, V]
+    return logits.masked_fill(drop, -math.inf)
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep the ``top_k`` largest logits of every row; the rest get -inf.  # [M, V]"""
+    top_k = min(top_k, logits.shape[-1])
+    kth_largest = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # [M, 1]
+    return logits.masked_fill(logits < kth_largest, -math.inf)
+
+
+def sample_categorical(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Inverse-CDF sampling: the first token whose cumulative probability exceeds ``u * total``.  # [M, V], [M] -> [M]
+
+    The chosen token always has positive probability: the CDF rises at it.
+    """
+    cdf = probs.cumsum(dim=-1)  # [M, V]
+    total = cdf[:, -1]  # [M]
+    # Keep the target strictly below the total so float rounding of u * total never runs past the end.
+    targets = torch.minimum(uniforms * total, torch.nextafter(total, torch.zeros_like(total)))  # [M]
+    return torch.searchsorted(cdf, targets.unsqueeze(-1), right=True).squeeze(-1)
+
+
+def gumbel_argmax(logits: torch.Tensor, temperature: float, uniforms: torch.Tensor | None) -> torch.Tensor:
+    """LLaDA's Gumbel-max token choice in float64: ``argmax(exp(l) / (-log u) ** T)``.  # [M, V] -> [M]
+
+    Equal to ``argmax(l / T + Gumbel noise)``; ``temperature == 0`` is a plain argmax and
+    needs no ``uniforms`` (``[M, V]`` float64 otherwise).
+    """
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits64 = logits.to(torch.float64)  # [M, V]
+    # log of exp(l) / (-log u)^T; the log form avoids overflow of exp(l) without changing the argmax.
+    noisy = logits64 - temperature * torch.log(-torch.log(uniforms.clamp_min(torch.finfo(torch.float64).tiny)))
+    return noisy.argmax(dim=-1)
+
+
+def negative_entropy(probs: torch.Tensor) -> torch.Tensor:
+    """``sum p log p`` per row: 0 for a one-hot distribution, lower when spread out.  # [M, V] -> [M]"""
+    return (probs * torch.log(probs + 1e-10)).sum(dim=-1)
+
+
+def top1_margin(probs: torch.Tensor) -> torch.Tensor:
+    """Probability of the best token minus that of the second best.  # [M, V] -> [M]"""
+    top2 = torch.topk(probs, 2, dim=-1).values  # [M, 2]
+    return top2[:, 0] - top2[:, 1]
+
+
+def dream_transfer_count(num_masked: int, step: int, steps: int, timesteps: torch.Tensor) -> int:
+    """Tokens Dream unmasks at ``step``: ``int(m * (1 - s / t))``, and every remaining one at the last step.
+
+    ``timesteps`` is ``linspace(1, eps, steps + 1)`` in float32, as in Dream's reference, so the
+    rounding matches it (with ``steps == m`` the first step unmasks 0 tokens and the last 2).
+    """
+    if step == steps - 1:
+        return num_masked
+    t, s = timesteps[step], timesteps[step + 1]
+    return int(num_masked * (1 - s / t))
+
+
+def llada_transfer_count(num_masked: int, steps_left: int) -> int:
+    """Tokens LLaDA unmasks this step: ``ceil(m / steps_left)``.
+
+    For a block of ``M`` masks over ``S`` steps this reproduces LLaDA's precomputed schedule
+    (``M // S`` per step, one more in the first ``M % S`` steps) and adapts when a threshold
+    step unmasked extra tokens.
+    """
+    return -(-num_masked // steps_left)
+
+
+def top_k_mask(scores: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """The ``counts[r]`` highest-scoring positions of each row (ties: lower index first).  # [b, W], [b] -> [b, W]"""
+    order = torch.argsort(scores, dim=-1, descending=True, stable=True)  # [b, W]
+    ranks = torch.argsort(order, dim=-1)  # [b, W]: rank of each position
+    return ranks < counts.unsqueeze(-1)

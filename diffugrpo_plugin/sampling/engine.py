@@ -1,0 +1,220 @@
+"""The denoising loop every built-in sampler runs: batching, blocks, steps, seeds, EOS.
+
+A sampler family (Dream, LLaDA) supplies a :class:`StepRule`: how to propose a token and a
+score for every masked position, and which positions to unmask at a step. Everything else
+is shared here:
+
+* prompts are split into micro-batches; columns that are padding in every row of a
+  micro-batch are dropped, so a prompt gives the same result padded or not;
+* the completion is split into blocks of ``block_length`` tokens generated left to right
+  (one block = Dream's whole-sequence denoising), each with ``steps / num_blocks`` steps;
+* a step unmasks the positions the rule chooses and, with a ``threshold``, also every masked
+  position whose token probability exceeds it (so ``threshold=1.0`` changes nothing); a
+  block ends early once it has no masked position left;
+* each row draws from its own ``torch.Generator`` only while it still has masked positions,
+  so its samples do not depend on the other rows; the global RNG is never used;
+* once a finished block of a row contains EOS, the row stops: every later token would become
+  padding anyway. Finally everything after the first EOS becomes ``pad_token_id``.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+import torch
+
+from diffugrpo_plugin.models import DiffusionLM, position_ids_from_mask
+from diffugrpo_plugin.sampling.contract import GenerationOutput, SamplerOptionError
+from diffugrpo_plugin.sampling.decoding import packed_to_rows
+from diffugrpo_plugin.sampling.forward import build_forward
+
+
+class Proposal(NamedTuple):
+    """A rule's proposal for the masked positions of one step, packed.  # each [M]"""
+
+    tokens: torch.Tensor  # the token each position would take
+    scores: torch.Tensor  # the rule's ranking score (higher = unmask sooner)
+    token_probs: torch.Tensor  # the probability of that token, compared with the threshold
+
+
+class StepRule(Protocol):
+    """How one sampler family decodes a step; see :mod:`diffugrpo_plugin.sampling.dream`."""
+
+    def propose(self, masked_logits: torch.Tensor, sizes: list[int],
+                generators: list[torch.Generator]) -> Proposal:
+        """Tokens and scores for the packed masked positions (``sizes[r]`` of row ``r``).  # [M, V] -> [M]"""
+
+    def choose(self, scores: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
+               generators: list[torch.Generator]) -> torch.Tensor:
+        """Positions to unmask at ``step`` of ``steps`` in this block.  # [b, W], [b, W] -> [b, W] bool"""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The loop settings shared by every family (validated by the sampler options)."""
+
+    steps: int | None  # total denoising steps; None = one per generated token
+    block_length: int | None  # None = the whole completion is one block
+    threshold: float | None  # None = no confidence-threshold parallel decoding
+    kv_cache: bool
+    micro_batch_size: int | None  # None = the whole batch at once
+    cfg_scale: float = 0.0
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    num_blocks: int
+    block_length: int
+    steps_per_block: int
+
+
+def block_layout(max_new_tokens: int, plan: Plan) -> BlockLayout:
+    """Blocks and steps per block, or an error naming the option to change."""
+    block_length = plan.block_length or max_new_tokens
+    if max_new_tokens % block_length:
+        raise SamplerOptionError(f"max_new_tokens={max_new_tokens} is not a multiple of block_length={block_length}; "
+                                 f"choose a block_length that divides it")
+    num_blocks = max_new_tokens // block_length
+    steps = plan.steps or max_new_tokens
+    if steps % num_blocks:
+        raise SamplerOptionError(f"steps={steps} cannot be split equally over {num_blocks} blocks "
+                                 f"(max_new_tokens={max_new_tokens} / block_length={block_length}); "
+                                 f"use a multiple of {num_blocks}")
+    return BlockLayout(num_blocks, block_length, steps // num_blocks)
+
+
+def check_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int,
+                  seeds: list[int] | None) -> None:
+    """Reject inputs the loop cannot handle, naming what to fix."""
+    if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
+        raise ValueError(f"prompt_ids and prompt_mask must both be [batch, prompt_length]; got "
+                         f"{tuple(prompt_ids.shape)} and {tuple(prompt_mask.shape)}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
+    empty = (prompt_mask.sum(dim=1) == 0).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(f"prompt rows {empty} have no real token (prompt_mask all 0); every prompt needs one")
+    holes = (prompt_mask[:, 1:].long() < prompt_mask[:, :-1].long()).any(dim=1).nonzero().flatten().tolist()
+    if holes:
+        raise ValueError(f"prompt rows {holes} are not left-padded (a 0 in prompt_mask after a 1); pad prompts "
+                         f"on the left (tokenizer.padding_side = 'left')")
+    if seeds is not None and len(seeds) != prompt_ids.shape[0]:
+        raise ValueError(f"seeds has {len(seeds)} entries for {prompt_ids.shape[0]} prompts; give one seed per prompt")
+
+
+def resolve_seeds(seeds: list[int] | None, batch_size: int) -> list[int]:
+    """The given seeds as ints, or fresh ones from the OS (never from the global RNG)."""
+    if seeds is None:
+        return [secrets.randbits(63) for _ in range(batch_size)]
+    return [int(seed) for seed in seeds]
+
+
+def run(rule: StepRule, plan: Plan, model: DiffusionLM, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+        max_new_tokens: int, *, eos_token_id: int, pad_token_id: int, seeds: list[int] | None = None,
+        record_trace: bool = False) -> GenerationOutput:
+    """Generate ``max_new_tokens`` tokens after each left-padded prompt (see the contract)."""
+    check_prompts(prompt_ids, prompt_mask, max_new_tokens, seeds)
+    layout = block_layout(max_new_tokens, plan)
+    seeds = resolve_seeds(seeds, prompt_ids.shape[0])
+    generators = [torch.Generator(device=prompt_ids.device).manual_seed(seed) for seed in seeds]
+    chunk = plan.micro_batch_size or prompt_ids.shape[0]
+    module = model.module
+    was_training = module.training
+    module.eval()  # dropout would draw from the global RNG
+    try:
+        with torch.no_grad():
+            parts = [_generate_micro_batch(rule, plan, layout, model, prompt_ids[start:start + chunk],
+                                           prompt_mask[start:start + chunk], generators[start:start + chunk],
+                                           eos_token_id)
+                     for start in range(0, prompt_ids.shape[0], chunk)]
+    finally:
+        module.train(was_training)
+    completion = torch.cat([part.completion for part in parts])  # [B, N]
+    completion_ids, completion_mask = cut_after_eos(completion, eos_token_id, pad_token_id)
+    return GenerationOutput(
+        completion_ids=completion_ids,
+        completion_mask=completion_mask,
+        lengths=completion_mask.sum(dim=1),
+        steps=torch.cat([part.steps for part in parts]),
+        forwards=sum(part.forwards for part in parts),
+        seeds=seeds,
+        unmask_step=torch.cat([part.unmask_step for part in parts]) if record_trace else None,
+    )
+
+
+def cut_after_eos(completion: torch.Tensor, eos_token_id: int, pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep tokens up to and including the first EOS, pad the rest.  # [B, N] -> ([B, N], [B, N])"""
+    is_eos = completion == eos_token_id  # [B, N]
+    eos_before = is_eos.long().cumsum(dim=1) - is_eos.long()  # [B, N]: EOS strictly before each position
+    keep = eos_before == 0  # [B, N]
+    return completion.masked_fill(~keep, pad_token_id), keep.long()
+
+
+class _MicroBatchResult(NamedTuple):
+    completion: torch.Tensor  # [b, N]; still masked where the row stopped early
+    unmask_step: torch.Tensor  # [b, N]
+    steps: torch.Tensor  # [b]
+    forwards: int
+
+
+def _generate_micro_batch(rule: StepRule, plan: Plan, layout: BlockLayout, model: DiffusionLM,
+                          prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          generators: list[torch.Generator], eos_token_id: int) -> _MicroBatchResult:
+    first_real_column = int(prompt_mask.any(dim=0).long().argmax())
+    prompt_ids, prompt_mask = prompt_ids[:, first_real_column:], prompt_mask[:, first_real_column:]  # [b, P]
+    batch, prompt_length = prompt_ids.shape
+    new_tokens = layout.num_blocks * layout.block_length
+    mask_id = model.mask_token_id
+    device = prompt_ids.device
+    x = torch.cat([prompt_ids, torch.full((batch, new_tokens), mask_id, dtype=prompt_ids.dtype, device=device)],
+                  dim=1)  # [b, L]
+    attention_mask = torch.cat([prompt_mask.long(), torch.ones(batch, new_tokens, dtype=torch.long, device=device)],
+                               dim=1)  # [b, L]
+    position_ids = position_ids_from_mask(attention_mask)  # [b, L]
+    unmask_step = torch.full((batch, new_tokens), -1, dtype=torch.long, device=device)  # [b, N]
+    steps_taken = torch.zeros(batch, dtype=torch.long, device=device)  # [b]
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [b]: EOS inside a finished block
+    forward = build_forward(model, plan.kv_cache, plan.cfg_scale, prompt_length)
+    forwards = 0
+    for block in range(layout.num_blocks):
+        rows = (~finished).nonzero().flatten()  # [r]
+        if rows.numel() == 0:
+            break
+        start = prompt_length + block * layout.block_length
+        end = start + layout.block_length
+        x_rows, mask_rows, pos_rows = x[rows], attention_mask[rows], position_ids[rows]  # [r, L] each
+        for step in range(layout.steps_per_block):
+            masked = x_rows[:, start:end] == mask_id  # [r, W]
+            live = masked.any(dim=1).nonzero().flatten()  # [l]
+            if live.numel() == 0:
+                break
+            logits = forward(x_rows, mask_rows, pos_rows, start, end, fresh=step == 0).float()  # [r, W, V]
+            forwards += 1
+            logits[..., mask_id] = -math.inf  # a position must never "unmask" to the mask token
+            live_rows = rows[live]
+            tokens, chosen = _decide(rule, plan, logits[live], masked[live], step, layout.steps_per_block,
+                                     [generators[i] for i in live_rows.tolist()], mask_id)  # [l, W] each
+            window = x_rows[live, start:end]  # [l, W]
+            x_rows[live, start:end] = torch.where(chosen, tokens, window)
+            step_ids = steps_taken[live_rows].unsqueeze(1).expand_as(chosen)  # [l, W]
+            previous = unmask_step[live_rows, start - prompt_length:end - prompt_length]  # [l, W]
+            unmask_step[live_rows, start - prompt_length:end - prompt_length] = torch.where(chosen, step_ids, previous)
+            steps_taken[live_rows] += 1
+        x[rows] = x_rows
+        finished[rows] = (x_rows[:, prompt_length:end] == eos_token_id).any(dim=1)
+    return _MicroBatchResult(x[:, prompt_length:], unmask_step, steps_taken, forwards)
+
+
+def _decide(rule: StepRule, plan: Plan, logits: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
+            generators: list[torch.Generator], mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokens for the window and the positions to unmask now.  # [l, W, V], [l, W] -> ([l, W], [l, W])"""
+    sizes = masked.sum(dim=1).tolist()
+    proposal = rule.propose(logits[masked], sizes, generators)  # [M] each
+    chosen = rule.choose(packed_to_rows(proposal.scores, masked, -math.inf), masked, step, steps,
+                         generators) & masked  # [l, W]
+    if plan.threshold is not None:
+        chosen |= masked & (packed_to_rows(proposal.token_probs, masked, 0.0) > plan.threshold)
+    return packed_to_rows(proposal.tokens, masked, mask_id), chosen

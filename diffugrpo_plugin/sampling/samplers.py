@@ -1,0 +1,173 @@
+"""The built-in samplers as option objects: validated settings plus ``generate`` (no torch import).
+
+Each class is its own factory: ``DreamSampler(steps=64, alg="entropy")`` validates the options
+(a clear :class:`SamplerOptionError` naming the option otherwise) and its ``generate`` runs
+the shared loop of :mod:`diffugrpo_plugin.sampling.engine` with the family's step rule. The
+dataclass fields, with their ``help`` metadata, are the options ``diffugrpo generate --help``
+lists. Importing this module stays cheap because torch is imported only inside ``generate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from diffugrpo_plugin.sampling.contract import GenerationOutput, SamplerOptionError
+
+if TYPE_CHECKING:
+    import torch
+
+    from diffugrpo_plugin.models import DiffusionLM
+
+DREAM_ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
+LLADA_REMASKING = ("low_confidence", "random")
+
+
+def _option(default, help_text: str):
+    return field(default=default, metadata={"help": help_text})
+
+
+def _check(condition: bool, sampler: str, option: str, value, requirement: str) -> None:
+    if not condition:
+        raise SamplerOptionError(f"{sampler} sampler: option {option}={value!r} is invalid; {requirement}")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class _LoopOptions:
+    """Options every built-in sampler shares (the loop and the fast path)."""
+
+    steps: int | None = _option(None, "denoising steps in all, split equally over the blocks (default: one per "
+                                      "generated token)")
+    block_length: int | None = _option(None, "tokens per block, generated left to right; must divide "
+                                             "max_new_tokens (default: one block)")
+    temperature: float = _option(0.0, "token sampling temperature; 0 takes the most likely token")
+    threshold: float | None = _option(None, "fast path: also unmask every masked position whose token "
+                                            "probability exceeds this (1.0 changes nothing; default off)")
+    kv_cache: bool = _option(False, "fast path: Fast-dLLM block-wise prefix KV cache (approximate with "
+                                    "bidirectional attention; needs a model body that takes past_key_values)")
+    micro_batch_size: int | None = _option(None, "prompts generated together (default: the whole batch)")
+
+    sampler_name = "diffusion"
+
+    def __post_init__(self) -> None:
+        name = self.sampler_name
+        for option in ("steps", "block_length", "micro_batch_size"):
+            value = getattr(self, option)
+            _check(value is None or (_is_int(value) and value >= 1), name, option, value, "use an integer >= 1")
+        _check(_is_number(self.temperature) and self.temperature >= 0, name, "temperature", self.temperature,
+               "use a number >= 0")
+        _check(self.threshold is None or (_is_number(self.threshold) and 0 < self.threshold <= 1), name,
+               "threshold", self.threshold, "use a number in (0, 1] or leave it unset")
+        _check(isinstance(self.kv_cache, bool), name, "kv_cache", self.kv_cache, "use true or false")
+
+    def _plan(self, cfg_scale: float = 0.0):
+        from diffugrpo_plugin.sampling.engine import Plan
+
+        return Plan(steps=self.steps, block_length=self.block_length, threshold=self.threshold,
+                    kv_cache=self.kv_cache, micro_batch_size=self.micro_batch_size, cfg_scale=cfg_scale)
+
+
+@dataclass(frozen=True)
+class DreamSampler(_LoopOptions):
+    """Dream / DiffuCoder diffusion_generate: unmask int(m * (1 - s/t)) positions per step, ranked by alg."""
+
+    top_p: float | None = _option(None, "nucleus sampling: keep the most likely tokens up to this cumulative "
+                                        "probability")
+    top_k: int | None = _option(None, "keep only the k most likely tokens")
+    eps: float = _option(1e-3, "last timestep of linspace(1, eps, steps + 1)")
+    alg: str = _option("entropy", "position ranking: " + " / ".join(DREAM_ALGS))
+    alg_temp: float = _option(0.0, "0 unmasks the best-ranked positions; > 0 samples them from "
+                                   "softmax(score / alg_temp)")
+
+    sampler_name = "dream"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = self.sampler_name
+        _check(self.alg in DREAM_ALGS, name, "alg", self.alg, "choose one of " + ", ".join(DREAM_ALGS))
+        _check(self.top_p is None or (_is_number(self.top_p) and 0 < self.top_p <= 1), name, "top_p", self.top_p,
+               "use a number in (0, 1]")
+        _check(self.top_k is None or (_is_int(self.top_k) and self.top_k >= 1), name, "top_k", self.top_k,
+               "use an integer >= 1")
+        _check(_is_number(self.eps) and 0 <= self.eps < 1, name, "eps", self.eps, "use a number in [0, 1)")
+        _check(_is_number(self.alg_temp) and self.alg_temp >= 0, name, "alg_temp", self.alg_temp,
+               "use a number >= 0")
+
+    def generate(self, model: DiffusionLM, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                 max_new_tokens: int, *, eos_token_id: int, pad_token_id: int,
+                 seeds: list[int] | None = None, record_trace: bool = False) -> GenerationOutput:
+        from diffugrpo_plugin.sampling.dream import DreamRule
+        from diffugrpo_plugin.sampling.engine import run
+
+        rule = DreamRule(self.alg, self.temperature, self.top_p, self.top_k, self.eps, self.alg_temp)
+        return run(rule, self._plan(), model, prompt_ids, prompt_mask, max_new_tokens, eos_token_id=eos_token_id,
+                   pad_token_id=pad_token_id, seeds=seeds, record_trace=record_trace)
+
+
+@dataclass(frozen=True)
+class EntropySampler(DreamSampler):
+    """Dream sampler with alg=entropy: unmask the positions with the lowest entropy first (DiffuCoder's choice)."""
+
+    alg: str = field(default="entropy", init=False)
+    sampler_name = "entropy"
+
+
+@dataclass(frozen=True)
+class MaskGitPlusSampler(DreamSampler):
+    """Dream sampler with alg=maskgit_plus: unmask the positions whose proposed token is most likely first."""
+
+    alg: str = field(default="maskgit_plus", init=False)
+    sampler_name = "maskgit_plus"
+
+
+@dataclass(frozen=True)
+class TopKMarginSampler(DreamSampler):
+    """Dream sampler with alg=topk_margin: unmask the positions with the largest top-1 minus top-2 margin first."""
+
+    alg: str = field(default="topk_margin", init=False)
+    sampler_name = "topk_margin"
+
+
+@dataclass(frozen=True)
+class OriginSampler(DreamSampler):
+    """Dream sampler with alg=origin: unmask each masked position with probability 1 - s/t, in random order."""
+
+    alg: str = field(default="origin", init=False)
+    sampler_name = "origin"
+
+
+@dataclass(frozen=True)
+class LLaDASampler(_LoopOptions):
+    """LLaDA generate: block-wise semi-autoregressive, equal tokens per step, Gumbel-max in float64."""
+
+    remasking: str = _option("low_confidence", "which positions to unmask: " + " / ".join(LLADA_REMASKING))
+    cfg_scale: float = _option(0.0, "classifier-free guidance scale; > 0 adds an unconditional pass with the "
+                                    "prompt masked")
+
+    sampler_name = "llada"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = self.sampler_name
+        _check(self.remasking in LLADA_REMASKING, name, "remasking", self.remasking,
+               "choose one of " + ", ".join(LLADA_REMASKING))
+        _check(_is_number(self.cfg_scale) and self.cfg_scale >= 0, name, "cfg_scale", self.cfg_scale,
+               "use a number >= 0")
+
+    def generate(self, model: DiffusionLM, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                 max_new_tokens: int, *, eos_token_id: int, pad_token_id: int,
+                 seeds: list[int] | None = None, record_trace: bool = False) -> GenerationOutput:
+        from diffugrpo_plugin.sampling.engine import run
+        from diffugrpo_plugin.sampling.llada import LLaDARule
+
+        rule = LLaDARule(self.remasking, self.temperature)
+        return run(rule, self._plan(self.cfg_scale), model, prompt_ids, prompt_mask, max_new_tokens,
+                   eos_token_id=eos_token_id, pad_token_id=pad_token_id, seeds=seeds, record_trace=record_trace)

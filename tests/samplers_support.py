@@ -1,0 +1,67 @@
+"""Helpers for the sampler tests: a fake model with hand-crafted logits, prompt batches."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import torch
+
+from diffugrpo_plugin.models import DiffusionLM
+
+FAKE_VOCAB = 6
+FAKE_MASK = 5
+FAKE_EOS = 4
+FAKE_PAD = 0
+ABSENT = 1e-9  # probability given to tokens a crafted distribution leaves out
+
+
+def log_probs(*probs: float) -> list[float]:
+    """Logits of a distribution over the fake vocabulary: given tokens first, the rest absent."""
+    padded = list(probs) + [ABSENT] * (FAKE_VOCAB - len(probs))
+    return [math.log(p) for p in padded]
+
+
+class TableModel(torch.nn.Module):
+    """Logits looked up by position id in a table chosen by the row's first real prompt token.
+
+    ``tables[first_token][position]`` are the logits at that position; the same sequence with
+    its prompt masked (CFG's unconditional pass) uses ``tables[FAKE_MASK]``. The output does
+    not depend on the other tokens, so the right choice of every step is known by hand.
+    """
+
+    def __init__(self, tables: dict[int, list[list[float]]]):
+        super().__init__()
+        self.tables = {key: torch.tensor(rows, dtype=torch.float32) for key, rows in tables.items()}
+        self.calls = 0
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+        self.calls += 1
+        first_real = attention_mask.long().argmax(dim=1)  # [b]
+        keys = input_ids.gather(1, first_real.unsqueeze(1)).squeeze(1).tolist()
+        logits = torch.stack([self.tables[key][positions] for key, positions in zip(keys, position_ids)])
+        return SimpleNamespace(logits=logits)  # [b, L, V]
+
+
+def fake_lm(tables: dict[int, list[list[float]]]) -> DiffusionLM:
+    return DiffusionLM(TableModel(tables), mask_token_id=FAKE_MASK, shift_logits=False)
+
+
+def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids and mask for token lists.  # -> [B, P], [B, P]"""
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
+
+
+def single_thread():
+    """Generator for a module-scoped fixture: one intra-op thread while a test module runs.
+
+    The models here are tiny; on a shared 2-core machine two threads spin against other
+    processes and a forward takes ~50x longer than with one.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
