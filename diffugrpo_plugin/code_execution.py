@@ -1,0 +1,341 @@
+"""Judging generated code: extract it from a completion, read a row's tests, run them sandboxed.
+
+Public API (the ``code`` reward and the evaluation command both use it):
+
+* :func:`extract_code` -- the first or last fenced Python block of a completion.
+* :func:`tests_from_row` -- a :class:`TestSpec` from a dataset row, in one of three formats:
+  assert strings (``test_cases`` as in DiffuCoder/AceCode, MBPP ``test_list`` with
+  ``test_setup_code`` / sanitized-MBPP ``test_imports``), HumanEval (``test`` + ``entry_point``,
+  which runs ``check(entry_point)``), or stdin/stdout pairs (``inputs`` + ``outputs``, or
+  ``test_cases`` given as ``[{"input": ..., "output": ...}]``) compared on the whole output.
+* :func:`run_tests` / :func:`run_tests_many` -- one :class:`TestOutcome` per test, each test its
+  own sandboxed process with its own deadline, so one test that hangs fails only itself.
+* :func:`reference_from_row` -- the row's reference solution, for rewards that compare to it.
+
+Runs of the same code on the same tests are cached per process (bounded), so ``code``,
+``efficiency`` and ``maintainability`` in one step share a single sandbox run. No torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import enum
+import json
+import re
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from diffugrpo_plugin.sandbox import Job, JobResult, Sandbox, SandboxError, shared_sandbox
+
+SIGXCPU = 24
+CACHE_SIZE = 4096
+BLOCK_CHOICES = ("first", "last")
+_FENCED_PYTHON = re.compile(r"```(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+class Outcome(str, enum.Enum):
+    """The verdict of one test."""
+
+    PASSED = "PASSED"
+    FAILED = "FAILED"  # assertion failed or wrong output
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    TIME_LIMIT_EXCEEDED = "TIME_LIMIT_EXCEEDED"
+    MEMORY_LIMIT_EXCEEDED = "MEMORY_LIMIT_EXCEEDED"
+    SYNTAX_ERROR = "SYNTAX_ERROR"
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """One test's verdict with what the sandbox measured for it (zero when it did not run)."""
+
+    __test__ = False  # not a pytest class
+
+    index: int
+    outcome: Outcome
+    detail: str = ""
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    memory_kb: int = 0  # peak resident memory above the bare interpreter
+    instructions: int | None = None  # user-space instructions, where the CPU exposes a counter
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is Outcome.PASSED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "outcome": self.outcome.value, "detail": self.detail, "cpu_s": self.cpu_s,
+                "wall_s": self.wall_s, "memory_kb": self.memory_kb, "instructions": self.instructions}
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """A row's tests in one of three kinds: ``asserts``, ``check`` (HumanEval) or ``stdio``.
+
+    ``prelude`` runs before the candidate (imports), ``setup`` after it (MBPP's
+    ``test_setup_code`` builds objects from the candidate's classes), then the test itself.
+    """
+
+    __test__ = False
+
+    kind: str
+    asserts: tuple[str, ...] = ()
+    check_source: str = ""
+    entry_point: str = ""
+    stdio: tuple[tuple[str, str], ...] = ()
+    prelude: str = ""
+    setup: str = ""
+
+    def __len__(self) -> int:
+        if self.kind == "asserts":
+            return len(self.asserts)
+        if self.kind == "check":
+            return 1
+        return len(self.stdio)
+
+    def sources(self, code: str) -> list[tuple[str, str]]:
+        """(program source, stdin) per test: what one sandboxed process runs for each test."""
+        head = "\n".join(part for part in (self.prelude, code, self.setup) if part)
+        if self.kind == "asserts":
+            return [(f"{head}\n{test}\n", "") for test in self.asserts]
+        if self.kind == "check":
+            return [(f"{head}\n\n{self.check_source}\n\ncheck({self.entry_point})\n", "")]
+        return [(head, stdin) for stdin, _ in self.stdio]
+
+
+def extract_code(text: str, block: str = "first") -> str | None:
+    """The content of the first or last fenced ```python block of ``text``; None if there is none.
+
+    ``first`` is DiffuCoder's choice, ``last`` open-r1's (a model that drafts then corrects
+    itself is judged on its final answer).
+    """
+    if block not in BLOCK_CHOICES:
+        raise ValueError(f"code block must be one of {BLOCK_CHOICES}, got {block!r}")
+    blocks = _FENCED_PYTHON.findall(text or "")
+    if not blocks:
+        return None
+    return blocks[0] if block == "first" else blocks[-1]
+
+
+def parses(code: str) -> bool:
+    """Whether ``code`` is valid Python syntax (parsed only, never executed)."""
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _as_list(value: Any, column: str) -> list:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"column {column!r} is a string that is not a JSON list: {exc}") from None
+    if hasattr(value, "tolist"):  # numpy arrays from parquet/DataProto
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"column {column!r} must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+def _strings(values: list, column: str) -> tuple[str, ...]:
+    for position, value in enumerate(values):
+        if not isinstance(value, str):
+            raise ValueError(f"column {column!r} item {position} must be a string, got {type(value).__name__}")
+    return tuple(values)
+
+
+def _joined(value: Any, column: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return "\n".join(_strings(_as_list(value, column), column))
+
+
+def _stdio_pairs(inputs: list, outputs: list, column: str) -> tuple[tuple[str, str], ...]:
+    if len(inputs) != len(outputs):
+        raise ValueError(f"{column}: {len(inputs)} inputs but {len(outputs)} outputs")
+    return tuple(zip(_strings(inputs, f"{column} inputs"), _strings(outputs, f"{column} outputs")))
+
+
+def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
+    """The tests of a dataset row, or None when it has none (the ``code`` reward is then None).
+
+    Columns read, first match wins: ``test_cases`` (assert strings, or stdin/stdout dicts with
+    ``input``/``output``); ``test_list`` (MBPP) with ``test_setup_code`` and ``test_imports``;
+    ``test`` + ``entry_point`` (HumanEval); ``inputs`` + ``outputs`` (stdin/stdout).
+    Raises ValueError naming the column when a present column is malformed.
+    """
+    prelude = _joined(row.get("test_imports"), "test_imports")
+    setup = _joined(row.get("test_setup_code"), "test_setup_code")
+    for column in ("test_cases", "test_list"):
+        if row.get(column) is None:
+            continue
+        values = _as_list(row[column], column)
+        if values and all(isinstance(value, Mapping) for value in values):
+            try:
+                pairs = _stdio_pairs([v["input"] for v in values], [v["output"] for v in values], column)
+            except KeyError as exc:
+                raise ValueError(f"column {column!r}: stdin/stdout test is missing key {exc}") from None
+            return TestSpec(kind="stdio", stdio=pairs, prelude=prelude) if pairs else None
+        asserts = _strings(values, column)
+        return TestSpec(kind="asserts", asserts=asserts, prelude=prelude, setup=setup) if asserts else None
+    if row.get("test") is not None:
+        entry_point = row.get("entry_point")
+        if not isinstance(entry_point, str) or not entry_point.isidentifier():
+            raise ValueError(f"column 'test' (HumanEval style) needs an 'entry_point' naming the function, "
+                             f"got {entry_point!r}")
+        return TestSpec(kind="check", check_source=str(row["test"]), entry_point=entry_point,
+                        prelude=prelude, setup=setup)
+    if row.get("inputs") is not None or row.get("outputs") is not None:
+        if row.get("inputs") is None or row.get("outputs") is None:
+            raise ValueError("stdin/stdout tests need both 'inputs' and 'outputs' columns")
+        pairs = _stdio_pairs(_as_list(row["inputs"], "inputs"), _as_list(row["outputs"], "outputs"), "inputs/outputs")
+        return TestSpec(kind="stdio", stdio=pairs, prelude=prelude) if pairs else None
+    return None
+
+
+def reference_from_row(row: Mapping[str, Any]) -> str | None:
+    """The row's reference solution: ``reference_solution``, else HumanEval's ``prompt`` +
+    ``canonical_solution``, else MBPP's ``code`` (only on rows with ``test_list``)."""
+    if isinstance(row.get("reference_solution"), str) and row["reference_solution"].strip():
+        return row["reference_solution"]
+    if isinstance(row.get("canonical_solution"), str) and isinstance(row.get("prompt"), str):
+        return row["prompt"] + row["canonical_solution"]
+    if isinstance(row.get("code"), str) and row.get("test_list") is not None:
+        return row["code"]
+    return None
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    """Whole-output comparison: equal line by line after trailing whitespace, ignoring trailing
+    blank lines. A prefix of the expected output does not match (unlike open-r1's zip)."""
+    def lines(text: str) -> list[str]:
+        stripped = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+        while stripped and not stripped[-1]:
+            stripped.pop()
+        return stripped
+    return lines(actual) == lines(expected)
+
+
+def _memory_exhausted(result: JobResult) -> bool:
+    return result.exception == "MemoryError" or (
+        result.status == "signal" and ("MemoryError" in result.stderr_tail or "Cannot allocate" in result.stderr_tail))
+
+
+def judge(result: JobResult, spec: TestSpec, index: int) -> TestOutcome:
+    """Turns what happened to test ``index``'s process into its verdict."""
+    measured = {"cpu_s": result.cpu_s, "wall_s": result.wall_s, "memory_kb": result.memory_kb,
+                "instructions": result.instructions}
+    status = result.status
+    if status == "setup_error":
+        raise SandboxError(f"the sandbox could not prepare a test: {result.message}")
+    if _memory_exhausted(result):
+        outcome, detail = Outcome.MEMORY_LIMIT_EXCEEDED, "memory limit exceeded"
+    elif status == "timeout" or (status == "signal" and result.signal == SIGXCPU):
+        outcome, detail = Outcome.TIME_LIMIT_EXCEEDED, "time limit exceeded"
+    elif status == "exception" and result.exception == "SyntaxError":
+        outcome, detail = Outcome.SYNTAX_ERROR, result.message
+    elif status == "exception" and result.exception == "AssertionError" and spec.kind != "stdio":
+        outcome, detail = Outcome.FAILED, "assertion failed" + (f": {result.message}" if result.message else "")
+    elif status == "exception":
+        outcome, detail = Outcome.RUNTIME_ERROR, f"{result.exception}: {result.message}"
+    elif status == "signal":
+        outcome, detail = Outcome.RUNTIME_ERROR, f"killed by signal {result.signal}"
+    elif status in ("vanished", "not_run"):
+        outcome, detail = Outcome.RUNTIME_ERROR, "exited without finishing the test" if status == "vanished" else "not run"
+    elif status == "exit" and (spec.kind != "stdio" or result.exit_code not in (0, None)):
+        outcome, detail = Outcome.RUNTIME_ERROR, f"exited with code {result.exit_code} before the test finished"
+    elif spec.kind != "stdio":
+        outcome, detail = Outcome.PASSED, ""
+    elif result.stdout_truncated:
+        outcome, detail = Outcome.FAILED, "output longer than the capture limit"
+    elif outputs_match(result.stdout, spec.stdio[index][1]):
+        outcome, detail = Outcome.PASSED, ""
+    else:
+        outcome, detail = Outcome.FAILED, "wrong output"
+    return TestOutcome(index=index, outcome=outcome, detail=detail, **measured)
+
+
+def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None) -> list[TestOutcome]:
+    if not parses(code):
+        return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
+    jobs = [Job(source=source, stdin=stdin, timeout_s=timeout_s) for source, stdin in spec.sources(code)]
+    results = sandbox.run(jobs)
+    return [judge(result, spec, index) for index, result in enumerate(results)]
+
+
+class _RunCache:
+    """Bounded LRU of finished runs plus the runs in flight, so equal requests run once."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.lock = threading.Lock()
+        self.entries: collections.OrderedDict[tuple, Future] = collections.OrderedDict()
+
+    def get_or_run(self, key: tuple, run) -> list[TestOutcome]:
+        with self.lock:
+            future = self.entries.get(key)
+            owner = future is None
+            if owner:
+                future = Future()
+                self.entries[key] = future
+                while len(self.entries) > self.size:
+                    self.entries.popitem(last=False)
+            else:
+                self.entries.move_to_end(key)
+        if owner:
+            try:
+                future.set_result(run())
+            except BaseException as exc:
+                with self.lock:
+                    self.entries.pop(key, None)  # failures are not cached: the next call retries
+                future.set_exception(exc)
+        return future.result()
+
+
+_cache = _RunCache(CACHE_SIZE)
+
+
+def run_tests(code: str, spec: TestSpec, sandbox: Sandbox | None = None,
+              timeout_s: float | None = None) -> list[TestOutcome]:
+    """Runs every test of ``spec`` against ``code``; one outcome per test, in order.
+
+    Code that does not parse gets SYNTAX_ERROR for every test without being run. ``timeout_s``
+    overrides the sandbox's per-test limit. Raises :class:`SandboxError` (never a verdict) when
+    the sandbox itself fails.
+    """
+    sandbox = sandbox or shared_sandbox()
+    key = (code, spec, timeout_s, sandbox.config)
+    return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s))
+
+
+def run_tests_many(items: Sequence[tuple[str, TestSpec]], sandbox: Sandbox | None = None,
+                   timeout_s: float | None = None) -> list[list[TestOutcome] | SandboxError]:
+    """:func:`run_tests` for many (code, spec) pairs, up to the sandbox's concurrency at once.
+
+    A pair whose sandbox failed yields its :class:`SandboxError` in place of outcomes.
+    """
+    sandbox = sandbox or shared_sandbox()
+
+    def one(item: tuple[str, TestSpec]) -> list[TestOutcome] | SandboxError:
+        try:
+            return run_tests(item[0], item[1], sandbox, timeout_s)
+        except SandboxError as exc:
+            return exc
+
+    if len(items) <= 1:
+        return [one(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(len(items), sandbox.config.max_concurrency)) as pool:
+        return list(pool.map(one, items))
+
+
+def pass_rate(outcomes: Sequence[TestOutcome]) -> float | None:
+    """Fraction of tests passed; None when there are no tests (not a division by zero)."""
+    if not outcomes:
+        return None
+    return sum(outcome.passed for outcome in outcomes) / len(outcomes)

@@ -1,0 +1,130 @@
+"""The verl reward manager ``diffugrpo``: scores one rollout with the configured reward plugins.
+
+verl (0.9.1, ``verl.experimental.reward_loop``) creates it in every reward worker with the full
+trainer config and calls :meth:`run_single` once per completion. It decodes the response, reads
+the row's columns, runs every component of ``config.diffugrpo.rewards`` (see
+:mod:`diffugrpo_plugin.rewards`) in a worker thread under a per-completion deadline, and returns::
+
+    {"reward_score": total, "reward_extra_info": {"reward/<name>": value, ...}}
+
+so verl stores each component next to the batch (and logs them in validation). A component that
+does not apply (None) is reported as NaN, because verl stacks these values into numpy arrays.
+
+Columns the reward functions receive, for this row (later sources win on a clash):
+
+1. every top-level non-tensor field of the row that is not verl bookkeeping (``data_source``,
+   ``test_cases``, ... when the data preparer put them there);
+2. ``ground_truth`` = ``reward_model["ground_truth"]`` when present;
+3. every key of the ``extra_info`` dict (where the data preparer puts ``test_cases``, ``test``,
+   ``entry_point``, ``inputs``/``outputs``, ``reference_solution``, ...).
+
+Import is light (no verl); :func:`register` imports verl and registers the class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Mapping
+
+from diffugrpo_plugin.rewards import RewardSpec
+
+logger = logging.getLogger("diffugrpo.reward_manager")
+
+MANAGER_NAME = "diffugrpo"
+EXTRA_INFO_PREFIX = "reward/"
+NOT_APPLICABLE = math.nan
+VERL_BOOKKEEPING = frozenset({"reward_model", "extra_info", "raw_prompt", "raw_prompt_ids", "tools_kwargs",
+                              "interaction_kwargs", "index", "uid", "tool_extra_fields", "__num_turns__",
+                              "reward_scores", "multi_modal_data", "multi_modal_inputs", "agent_name",
+                              "prompt_len", "response_len"})
+
+_manager_class: type | None = None
+
+
+def rewards_config(config: Any) -> Mapping[str, Any]:
+    """``config.diffugrpo.rewards`` of the full trainer config, or an error saying what is missing."""
+    diffugrpo = config.get("diffugrpo") if hasattr(config, "get") else None
+    rewards = diffugrpo.get("rewards") if diffugrpo is not None else None
+    if rewards is None:
+        raise ValueError("reward manager 'diffugrpo' needs config.diffugrpo.rewards (e.g. "
+                         "+diffugrpo.rewards.reward_funcs=[code,code_format] "
+                         "+diffugrpo.rewards.reward_weights=[2.0,0.5])")
+    return rewards
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars/arrays and OmegaConf nodes to plain Python, so reward functions see JSON-like data."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, Mapping) or (hasattr(value, "items") and hasattr(value, "keys")):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def row_columns(non_tensor: Mapping[str, Any]) -> dict[str, Any]:
+    """The dataset columns of one row (see the module docstring for the order)."""
+    columns = {key: _plain(value) for key, value in non_tensor.items() if key not in VERL_BOOKKEEPING}
+    reward_model = _plain(non_tensor.get("reward_model"))
+    if isinstance(reward_model, Mapping) and reward_model.get("ground_truth") is not None:
+        columns["ground_truth"] = reward_model["ground_truth"]
+    extra_info = _plain(non_tensor.get("extra_info"))
+    if isinstance(extra_info, Mapping):
+        columns.update(extra_info)
+    return columns
+
+
+def extra_info(values: Mapping[str, float | None]) -> dict[str, float]:
+    """Per-component values for verl's ``reward_extra_info`` (None becomes NaN)."""
+    return {f"{EXTRA_INFO_PREFIX}{name}": NOT_APPLICABLE if value is None else float(value)
+            for name, value in values.items()}
+
+
+def _build_manager_class(base: type) -> type:
+    class DiffugrpoRewardManager(base):
+        """Scores a completion with the reward plugins selected in ``config.diffugrpo.rewards``."""
+
+        executor: ThreadPoolExecutor | None = None
+
+        def __init__(self, config, tokenizer, compute_score=None, reward_router_address=None,
+                     reward_model_tokenizer=None, **kwargs):
+            super().__init__(config, tokenizer, compute_score)
+            self.spec = RewardSpec.from_config(rewards_config(config))
+            if DiffugrpoRewardManager.executor is None:
+                # One pool per process; the sandbox's own slots cap how many sandboxes run at once.
+                DiffugrpoRewardManager.executor = ThreadPoolExecutor(
+                    max_workers=self.spec.sandbox_config.max_concurrency + 2, thread_name_prefix="diffugrpo-reward")
+
+        async def run_single(self, data) -> dict:
+            item = data[-1:][0]  # multi-turn outputs: the last sequence carries the answer
+            response_ids = item.batch["responses"]
+            valid_length = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
+            text = await self.loop.run_in_executor(
+                None, lambda: self.tokenizer.decode(response_ids[:valid_length], skip_special_tokens=True))
+            columns = {name: [value] for name, value in row_columns(item.non_tensor_batch).items()}
+            step = data.meta_info.get("global_steps") if data.meta_info else None
+            try:
+                values = await asyncio.wait_for(
+                    self.loop.run_in_executor(self.executor, lambda: self.spec.score([text], columns, step)[0]),
+                    timeout=self.spec.sample_deadline_s)
+            except asyncio.TimeoutError:
+                logger.error("diffugrpo rewards: a completion took longer than sample_deadline_s=%.0f s; "
+                             "every component scores None for it", self.spec.sample_deadline_s)
+                values = {name: None for name in self.spec.names}
+            return {"reward_score": self.spec.total(values), "reward_extra_info": extra_info(values)}
+
+    DiffugrpoRewardManager.__module__ = __name__
+    return DiffugrpoRewardManager
+
+
+def register() -> type:
+    """Registers the ``diffugrpo`` reward manager in verl's reward-loop registry (idempotent)."""
+    global _manager_class
+    from verl.experimental.reward_loop.reward_manager import register as register_manager
+    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
+
+    if _manager_class is None:
+        _manager_class = _build_manager_class(RewardManagerBase)
+    return register_manager(MANAGER_NAME)(_manager_class)

@@ -1,0 +1,368 @@
+"""Reward selection and weighting: which reward functions run, with which options, and how
+their values combine into one scalar per completion.
+
+Config (``config.diffugrpo.rewards``; every key optional except ``reward_funcs``)::
+
+    reward_funcs: [code, code_format]      # the seeds' spelling ...
+    reward_weights: [2.0, 0.5]             # ... one weight per name (default 1.0 each)
+    # or: reward_funcs: {code: 2.0, code_format: 0.5}
+    reward_kwargs: {code: {timeout_s: 5}}  # options: keyword-only parameters of that function
+    aggregation: fixed                     # fixed | gated | group_normalized
+    gate_reward: code                      # gated: quality terms count only when this is 1.0
+    quality_rewards: [efficiency, maintainability, comments]
+    code_block: first                      # first (DiffuCoder) | last (open-r1)
+    sample_deadline_s: 300                 # reward manager: per-completion backstop
+    sandbox: {max_concurrency: 8, timeout_s: 5, memory_mb: 1024, ...}   # see SandboxConfig
+
+Names resolve through the ``diffugrpo`` entry points (:func:`diffugrpo_plugin.plugins.lookup`),
+so a reward from another installed package is selected exactly like a built-in.
+
+``None`` means "not applicable to this row": it is left out of a component's mean and out of
+the weighted total (the total is ``sum(weight * value)`` over the components that apply, as
+TRL's ``nansum``), never counted as zero. A reward function that raises never stops training:
+the failure is logged loudly (once per function per step) and that call scores ``None``.
+
+Aggregation modes:
+
+* ``fixed`` -- weighted sum (DiffuCoder: ``2.0 * code + 0.5 * code_format``).
+* ``gated`` -- as ``fixed``, but quality terms (``quality_rewards``) count only for completions
+  whose ``gate_reward`` is 1.0 (all tests pass), so style cannot be traded for correctness.
+* ``group_normalized`` -- GDPO-style: every component is standardised within its prompt group
+  before weighting (:func:`group_normalized_totals`), so a component with a large raw spread
+  cannot drown the others. It needs the groups, so the advantage estimator applies it; the
+  per-completion total reported to verl is the ``fixed`` one.
+
+Why there is no learned weight network (GRPO4CodeGen's ``RewardWeightNet``): its weights are
+trained to maximise the weighted reward itself, a target every weighting reaches equally well
+up to scale, so its only stable solution is equal weights; it adds parameters and noise without
+adding information. Group normalisation addresses the actual problem it aimed at (components
+on different scales) with no parameters.
+
+No torch here: reward workers run on CPU.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Mapping, Sequence
+
+from diffugrpo_plugin import plugins
+from diffugrpo_plugin.code_execution import BLOCK_CHOICES
+from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig, shared_sandbox
+
+logger = logging.getLogger("diffugrpo.rewards")
+
+AGGREGATIONS = ("fixed", "gated", "group_normalized")
+DEFAULT_QUALITY_REWARDS = ("efficiency", "maintainability", "comments")
+INJECTED_OPTIONS = ("sandbox", "code_block")
+CONFIG_KEYS = ("reward_funcs", "reward_weights", "reward_kwargs", "aggregation", "gate_reward",
+               "quality_rewards", "code_block", "sample_deadline_s", "sandbox")
+SMOKE_TEST_REWARDS = ("constant",)
+PASS_TOLERANCE = 1e-9
+CRASH_LOG_WINDOW_S = 60.0
+
+
+class RewardConfigError(ValueError):
+    """The rewards config names something unknown or gives a value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class RewardComponent:
+    """One selected reward: its function, weight, options and where it came from."""
+
+    name: str
+    weight: float
+    fn: Callable[..., list]
+    distribution: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _check_weight(name: str, weight: Any) -> float:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+        raise RewardConfigError(f"weight of reward '{name}' must be a number, got {weight!r}")
+    if not math.isfinite(weight) or weight < 0:
+        raise RewardConfigError(f"weight of reward '{name}' must be a finite number >= 0, got {weight!r}")
+    return float(weight)
+
+
+def parse_weights(reward_funcs: Any, reward_weights: Any = None) -> dict[str, float]:
+    """Names and weights from either spelling; errors name what to fix.
+
+    ``reward_funcs: [a, b]`` with ``reward_weights: [wa, wb]`` (default 1.0 each), or
+    ``reward_funcs: {a: wa, b: wb}``.
+    """
+    if reward_funcs is None or (hasattr(reward_funcs, "__len__") and len(reward_funcs) == 0):
+        raise RewardConfigError("rewards config needs reward_funcs, e.g. reward_funcs: [code, code_format] "
+                                "with reward_weights: [2.0, 0.5], or reward_funcs: {code: 2.0, code_format: 0.5}")
+    if isinstance(reward_funcs, Mapping):
+        if reward_weights is not None:
+            raise RewardConfigError("reward_funcs is a mapping of name -> weight, so reward_weights must not "
+                                    "also be given")
+        return {str(name): _check_weight(str(name), weight) for name, weight in reward_funcs.items()}
+    if isinstance(reward_funcs, str) or not isinstance(reward_funcs, Sequence):
+        raise RewardConfigError(f"reward_funcs must be a list of names or a mapping name -> weight, "
+                                f"got {reward_funcs!r}")
+    names = [str(name) for name in reward_funcs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise RewardConfigError(f"reward_funcs lists {duplicates} more than once")
+    if reward_weights is None:
+        return {name: 1.0 for name in names}
+    if isinstance(reward_weights, (str, Mapping)) or not isinstance(reward_weights, Sequence):
+        raise RewardConfigError(f"reward_weights must be a list of numbers, got {reward_weights!r}")
+    if len(reward_weights) != len(names):
+        raise RewardConfigError(f"reward_funcs has {len(names)} names {names} but reward_weights has "
+                                f"{len(reward_weights)} values {list(reward_weights)}; give one weight per name")
+    return {name: _check_weight(name, weight) for name, weight in zip(names, reward_weights)}
+
+
+def keyword_options(fn: Callable) -> set[str]:
+    """The options a reward function accepts: its keyword-only parameters."""
+    return {name for name, parameter in inspect.signature(fn).parameters.items()
+            if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def _check_options(name: str, fn: Callable, options: Any) -> dict[str, Any]:
+    if not isinstance(options, Mapping):
+        raise RewardConfigError(f"reward_kwargs.{name} must be a mapping of option -> value, got {options!r}")
+    accepted = keyword_options(fn) - {"sandbox"}
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise RewardConfigError(f"reward '{name}' has no option(s) {unknown}; its options are "
+                                f"{sorted(accepted) or 'none'}")
+    return dict(options)
+
+
+def _as_plain(value: Any) -> Any:
+    """OmegaConf nodes to plain containers, without importing omegaconf here."""
+    if hasattr(value, "items") and not isinstance(value, dict):
+        return {key: _as_plain(item) for key, item in value.items()}
+    if isinstance(value, Mapping):
+        return {key: _as_plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
+        return [_as_plain(item) for item in value]
+    return value
+
+
+def _warn_smoke_test(name: str) -> None:
+    message = (f"reward '{name}' is for smoke tests only: it ignores the completions and teaches the "
+               f"model nothing. Do not train with it.")
+    logger.warning(message)
+    print(f"[diffugrpo.rewards] WARNING: {message}", file=sys.stderr, flush=True)
+
+
+class _CrashLog:
+    """Logs the first failure of each reward per step (or per minute when no step is known)."""
+
+    def __init__(self):
+        self.seen: set[tuple[str, Hashable]] = set()
+        self.counts: dict[str, int] = {}
+
+    def report(self, component: RewardComponent, step: Hashable | None, exc: BaseException) -> None:
+        self.counts[component.name] = self.counts.get(component.name, 0) + 1
+        window = step if step is not None else ("minute", int(time.monotonic() // CRASH_LOG_WINDOW_S))
+        if (component.name, window) in self.seen:
+            return
+        self.seen.add((component.name, window))
+        logger.error(
+            "reward '%s' (%s) failed and scored None for this call; later failures in this step are "
+            "counted, not logged:\n%s", component.name, component.distribution,
+            "".join(traceback.format_exception(exc)),
+        )
+
+
+def _validated(values: Any, count: int, name: str) -> list[float | None]:
+    if not isinstance(values, (list, tuple)) or len(values) != count:
+        raise TypeError(f"reward '{name}' must return a list of {count} values (one per completion), "
+                        f"got {type(values).__name__} of length {len(values) if hasattr(values, '__len__') else '?'}")
+    cleaned: list[float | None] = []
+    for value in values:
+        if value is None:
+            cleaned.append(None)
+        elif isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value):
+            raise TypeError(f"reward '{name}' returned {value!r}; values must be finite numbers or None")
+        else:
+            cleaned.append(None if math.isnan(value) else float(value))
+    return cleaned
+
+
+@dataclass
+class RewardSpec:
+    """The selected rewards and how they combine; build it with :meth:`from_config`."""
+
+    components: tuple[RewardComponent, ...]
+    aggregation: str = "fixed"
+    gate_reward: str = "code"
+    quality_rewards: frozenset[str] = frozenset(DEFAULT_QUALITY_REWARDS)
+    code_block: str = "first"
+    sample_deadline_s: float = 300.0
+    sandbox_config: SandboxConfig = field(default_factory=SandboxConfig)
+    crash_log: _CrashLog = field(default_factory=_CrashLog)
+
+    @classmethod
+    def from_config(cls, mapping: Mapping[str, Any] | None) -> "RewardSpec":
+        """Validates ``config.diffugrpo.rewards`` and resolves every name to an installed reward."""
+        config = _as_plain(mapping or {})
+        unknown = sorted(set(config) - set(CONFIG_KEYS))
+        if unknown:
+            raise RewardConfigError(f"unknown rewards option(s) {unknown}; known options: {list(CONFIG_KEYS)}")
+        weights = parse_weights(config.get("reward_funcs"), config.get("reward_weights"))
+        reward_kwargs = config.get("reward_kwargs") or {}
+        if not isinstance(reward_kwargs, Mapping):
+            raise RewardConfigError(f"reward_kwargs must map reward names to options, got {reward_kwargs!r}")
+        strangers = sorted(set(reward_kwargs) - set(weights))
+        if strangers:
+            raise RewardConfigError(f"reward_kwargs gives options for {strangers}, which reward_funcs does not "
+                                    f"select (selected: {list(weights)})")
+        components = []
+        for name, weight in weights.items():
+            registration = plugins.lookup("reward", name)  # unknown name -> lists known names + providers
+            options = _check_options(name, registration.obj, reward_kwargs.get(name) or {})
+            components.append(RewardComponent(name, weight, registration.obj, registration.distribution, options))
+            if name in SMOKE_TEST_REWARDS:
+                _warn_smoke_test(name)
+        aggregation = config.get("aggregation", "fixed")
+        if aggregation not in AGGREGATIONS:
+            raise RewardConfigError(f"unknown aggregation {aggregation!r}; choose one of {list(AGGREGATIONS)}")
+        gate_reward = config.get("gate_reward", "code")
+        if aggregation == "gated" and gate_reward not in weights:
+            raise RewardConfigError(f"aggregation 'gated' needs its gate_reward '{gate_reward}' among reward_funcs "
+                                    f"{list(weights)}")
+        code_block = config.get("code_block", "first")
+        if code_block not in BLOCK_CHOICES:
+            raise RewardConfigError(f"code_block must be one of {list(BLOCK_CHOICES)}, got {code_block!r}")
+        deadline = config.get("sample_deadline_s", 300.0)
+        if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0:
+            raise RewardConfigError(f"sample_deadline_s must be a positive number of seconds, got {deadline!r}")
+        try:
+            sandbox_config = SandboxConfig.from_mapping(config.get("sandbox"))
+        except ValueError as exc:
+            raise RewardConfigError(f"rewards.sandbox: {exc}") from None
+        if any("sandbox" in keyword_options(component.fn) for component in components):
+            shared_sandbox(sandbox_config)  # no bubblewrap: fail now, loudly, not as None rewards later
+        quality = config.get("quality_rewards", DEFAULT_QUALITY_REWARDS)
+        return cls(components=tuple(components), aggregation=aggregation, gate_reward=gate_reward,
+                   quality_rewards=frozenset(map(str, quality)), code_block=code_block,
+                   sample_deadline_s=float(deadline), sandbox_config=sandbox_config)
+
+    @property
+    def names(self) -> list[str]:
+        return [component.name for component in self.components]
+
+    @property
+    def weights(self) -> dict[str, float]:
+        return {component.name: component.weight for component in self.components}
+
+    def sandbox(self) -> Sandbox:
+        return shared_sandbox(self.sandbox_config)
+
+    def _call(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list],
+              step: Hashable | None) -> list[float | None]:
+        accepted = keyword_options(component.fn)
+        injected: dict[str, Any] = {}
+        if "code_block" in accepted:
+            injected["code_block"] = self.code_block
+        try:
+            if "sandbox" in accepted:
+                injected["sandbox"] = self.sandbox()
+            kwargs = {**{k: v for k, v in columns.items() if k != "completions"}, **injected,
+                      **component.options}
+            return _validated(component.fn(completions, **kwargs), len(completions), component.name)
+        except Exception as exc:  # noqa: BLE001 - a reward must never stop training
+            self.crash_log.report(component, step, exc)
+            return [None] * len(completions)
+
+    def score(self, completions: list[str], columns: Mapping[str, list],
+              step: Hashable | None = None) -> list[dict[str, float | None]]:
+        """Every component's value for every completion: one ``{name: value}`` per completion.
+
+        ``columns`` maps each dataset column to a list with one value per completion.
+        """
+        per_component = {component.name: self._call(component, completions, columns, step)
+                         for component in self.components}
+        return [{name: values[index] for name, values in per_component.items()}
+                for index in range(len(completions))]
+
+    def total(self, values: Mapping[str, float | None]) -> float:
+        """The scalar reward of one completion under this spec's aggregation.
+
+        ``group_normalized`` needs the whole group; per completion it falls back to ``fixed``.
+        """
+        if self.aggregation == "gated":
+            return gated_total(values, self.weights, self.gate_reward, self.quality_rewards)
+        return weighted_total(values, self.weights)
+
+
+def weighted_total(values: Mapping[str, float | None], weights: Mapping[str, float]) -> float:
+    """``sum(weight * value)`` over the components that apply (None left out, as TRL's nansum)."""
+    return float(sum(weights[name] * value for name, value in values.items() if value is not None))
+
+
+def gated_total(values: Mapping[str, float | None], weights: Mapping[str, float], gate_reward: str,
+                quality_rewards: frozenset[str] | set[str]) -> float:
+    """:func:`weighted_total` where quality terms count only when ``gate_reward`` is 1.0."""
+    gate = values.get(gate_reward)
+    passed = gate is not None and gate >= 1.0 - PASS_TOLERANCE
+    kept = {name: value for name, value in values.items() if passed or name not in quality_rewards}
+    return weighted_total(kept, weights)
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    mean = sum(values) / len(values)
+    if len(values) < 2:
+        return mean, 0.0
+    variance = sum((value - mean) ** 2 for value in values) / (len(values) - 1)
+    return mean, math.sqrt(variance)
+
+
+def normalize_by_group(samples: Sequence[Mapping[str, float | None]], group_ids: Sequence[Hashable],
+                       eps: float = 1e-6) -> list[dict[str, float | None]]:
+    """Standardises each component within each group: ``(x - mean) / (std + eps)``.
+
+    ``samples[i]`` holds completion i's components, ``group_ids[i]`` its prompt group (verl's
+    ``uid``). Mean and std (unbiased, as verl's GRPO) use the group's non-None values only; None
+    stays None. A component with one value in its group, or no spread, normalises to 0.0.
+    """
+    if len(samples) != len(group_ids):
+        raise ValueError(f"{len(samples)} samples but {len(group_ids)} group ids")
+    members: dict[Hashable, list[int]] = {}
+    for index, group in enumerate(group_ids):
+        members.setdefault(group, []).append(index)
+    normalized: list[dict[str, float | None]] = [dict(sample) for sample in samples]
+    names = {name for sample in samples for name in sample}
+    for indices in members.values():
+        for name in names:
+            present = [i for i in indices if samples[i].get(name) is not None]
+            if not present:
+                continue
+            mean, std = _mean_std([samples[i][name] for i in present])
+            for i in present:
+                normalized[i][name] = (samples[i][name] - mean) / (std + eps)
+    return normalized
+
+
+def group_normalized_totals(samples: Sequence[Mapping[str, float | None]], group_ids: Sequence[Hashable],
+                            weights: Mapping[str, float], eps: float = 1e-6) -> list[float]:
+    """GDPO-style totals: normalise every component within its group, then weight and sum."""
+    return [weighted_total(sample, weights) for sample in normalize_by_group(samples, group_ids, eps)]
+
+
+def step_metrics(samples: Sequence[Mapping[str, float | None]], totals: Sequence[float],
+                 prefix: str = "reward") -> dict[str, float]:
+    """Per-step logging values: each component's mean (over applicable values) and fraction of
+    None, and the mean weighted total. NaN counts as None (verl's arrays carry None as NaN)."""
+    metrics: dict[str, float] = {}
+    names = sorted({name for sample in samples for name in sample})
+    for name in names:
+        values = [sample.get(name) for sample in samples]
+        present = [value for value in values if value is not None and not math.isnan(value)]
+        metrics[f"{prefix}/{name}/mean"] = sum(present) / len(present) if present else math.nan
+        metrics[f"{prefix}/{name}/none_fraction"] = 1.0 - len(present) / len(values) if values else math.nan
+    metrics[f"{prefix}/total/mean"] = sum(totals) / len(totals) if totals else math.nan
+    return metrics

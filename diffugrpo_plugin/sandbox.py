@@ -1,0 +1,403 @@
+"""Runs untrusted Python in a bubblewrap sandbox, one forked and limited process per job.
+
+Isolation (see ``docs`` in the README text and ``sandbox_launcher.py`` for the in-sandbox half):
+
+* ``bwrap`` with new PID, network, IPC, UTS and cgroup namespaces (plus a user namespace when
+  not root): no network, the job sees only its own processes, every process dies with the
+  sandbox. Read-only ``/usr`` (and the interpreter's prefix), a fresh size-capped tmpfs for
+  ``/tmp`` and for the work dir ``/work``; nothing of the host is writable.
+* As root, all capabilities are dropped except the three the launcher needs, and each job runs
+  under its own unprivileged uid (one uid per concurrency slot, so the per-uid process limit
+  holds and a job cannot signal or read the launcher). A user namespace is deliberately NOT
+  used in root mode: it would map the job's uid back to host root, which the kernel exempts
+  from the process-count limit.
+* rlimits per job (address space, CPU seconds, process count, file size, open files, no core),
+  a wall-clock deadline per job enforced inside, and a deadline for the whole sandbox enforced
+  here, so the caller never blocks forever. Captured output is capped.
+
+No bubblewrap means untrusted code does not run: :class:`SandboxUnavailable` says how to install
+it. Only an explicit opt-in (environment ``DIFFUGRPO_UNSAFE_NO_SANDBOX=1`` or config
+``allow_unsandboxed_fallback_i_understand_the_risk: true``) runs jobs with rlimits alone.
+
+This module imports no torch and nothing from diffugrpo beyond the standard library.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+logger = logging.getLogger("diffugrpo.sandbox")
+
+UNSAFE_ENV_VAR = "DIFFUGRPO_UNSAFE_NO_SANDBOX"
+FALLBACK_CONFIG_KEY = "allow_unsandboxed_fallback_i_understand_the_risk"
+LAUNCHER_PATH = Path(__file__).with_name("sandbox_launcher.py")
+LAUNCHER_IN_SANDBOX = "/opt/diffugrpo/launcher.py"
+WORK_DIR = "/work"
+SCRATCH_DIR = "/run/diffugrpo"
+PER_JOB_OVERHEAD_S = 0.5
+INSTALL_HINT = "Install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or your distribution's package."
+SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "LANG": "C.UTF-8",
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot create namespaces here, and no unsafe fallback was allowed."""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the job): a harness problem, never scored as the job's fault."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits and options of one :class:`Sandbox`; every field can come from a config mapping."""
+
+    timeout_s: float = 5.0  # wall clock per job (a test); the CPU limit is this rounded up plus one
+    memory_mb: int = 1024  # address space per job
+    max_processes: int = 32  # per job's uid, threads included
+    max_file_size_mb: float = 16.0  # any single file the job writes
+    max_output_bytes: int = 1 << 20  # captured stdout per job
+    max_open_files: int = 64
+    max_concurrency: int = max(1, os.cpu_count() or 1)  # sandboxes running at once in this process
+    tmpfs_mb: int = 128  # size of each of /tmp and /work inside the sandbox
+    startup_timeout_s: float = 20.0  # slack for starting the sandbox, added to the whole-run deadline
+    python_executable: str | None = None  # defaults to the harness's own interpreter
+    site_packages: bool = True  # whether jobs can import the interpreter's installed packages
+    count_instructions: bool = True  # where the CPU and kernel offer a user-space counter
+    extra_ro_binds: tuple[str, ...] = ()  # more host paths visible read-only inside
+    uid_base: int | None = None  # root mode: jobs run as uid_base + slot (default derived from the pid)
+    allow_unsandboxed_fallback_i_understand_the_risk: bool = False
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None) -> "SandboxConfig":
+        """Builds a config from a plain mapping, naming any unknown key or bad value."""
+        mapping = dict(mapping or {})
+        fields = {field.name: field for field in dataclasses.fields(cls)}
+        unknown = sorted(set(mapping) - set(fields))
+        if unknown:
+            raise ValueError(f"unknown sandbox option(s) {unknown}; known options: {sorted(fields)}")
+        values: dict[str, Any] = {}
+        for name, value in mapping.items():
+            default = getattr(cls, name)
+            if name == "extra_ro_binds":
+                value = tuple(str(path) for path in (value or ()))
+            elif isinstance(default, bool):
+                if not isinstance(value, bool):
+                    raise ValueError(f"sandbox option {name} must be true or false, got {value!r}")
+            elif isinstance(default, (int, float)) or name == "uid_base":
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                          or not math.isfinite(value) or value <= 0):
+                    raise ValueError(f"sandbox option {name} must be a positive number, got {value!r}")
+                if isinstance(default, int) and value is not None:
+                    value = int(value)
+            values[name] = value
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One program to run: Python source, its stdin, and an optional per-job wall-clock limit."""
+
+    source: str
+    stdin: str = ""
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What happened to one job, measured inside the sandbox.
+
+    ``status``: ``ok`` (ran to the end), ``exception`` (``exception`` names it; ``SyntaxError``
+    included), ``exit`` (``SystemExit`` with ``exit_code``), ``signal`` (killed by ``signal``),
+    ``timeout`` (wall-clock limit), ``vanished`` (exited without reporting, e.g. ``os._exit``),
+    ``setup_error`` (the launcher could not prepare the job), ``not_run`` (the sandbox ended
+    before reaching it).
+    """
+
+    status: str
+    exception: str | None = None
+    message: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: str = ""
+    stdout_truncated: bool = False
+    stderr_tail: str = ""
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    peak_rss_kb: int = 0
+    baseline_rss_kb: int = 0
+    instructions: int | None = None
+
+    @property
+    def memory_kb(self) -> int:
+        """Peak resident memory the job added on top of the forked interpreter it started from."""
+        return max(0, self.peak_rss_kb - self.baseline_rss_kb)
+
+    @classmethod
+    def from_report(cls, report: Mapping[str, Any]) -> "JobResult":
+        known = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in report.items() if key in known})
+
+
+def unsafe_fallback_requested(config: SandboxConfig) -> bool:
+    return config.allow_unsandboxed_fallback_i_understand_the_risk or os.environ.get(UNSAFE_ENV_VAR) == "1"
+
+
+@dataclass(frozen=True)
+class InterpreterLayout:
+    """Where an interpreter lives: the prefixes to bind read-only and its site-packages dirs."""
+
+    prefixes: tuple[str, ...]
+    site_dirs: tuple[str, ...]
+
+
+_LAYOUT_PROBE = ("import json, sys, sysconfig; paths = sysconfig.get_paths(); "
+                 "print(json.dumps([[sys.prefix, sys.base_prefix], [paths['purelib'], paths['platlib']]]))")
+
+
+def interpreter_layout(executable: str) -> InterpreterLayout:
+    """Asks ``executable`` (isolated mode, so no user site) where it lives."""
+    probe = subprocess.run([executable, "-I", "-c", _LAYOUT_PROBE], capture_output=True, text=True,
+                           timeout=60, check=True)
+    prefixes, site_dirs = json.loads(probe.stdout)
+    return InterpreterLayout(
+        prefixes=tuple(sorted({os.path.realpath(prefix) for prefix in prefixes})),
+        site_dirs=tuple(dict.fromkeys(site_dirs)),
+    )
+
+
+def _system_dir_args() -> list[str]:
+    """Read-only views of the host's system directories, keeping merged-/usr symlinks as symlinks."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(name):
+            args += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            args += ["--ro-bind", name, name]
+    if os.path.exists("/etc/ld.so.cache"):  # the dynamic loader finds multiarch libraries through it
+        args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    return args
+
+
+def _ro_bind_args(paths: Sequence[str]) -> list[str]:
+    """Read-only binds, with every ancestor created world-traversable first.
+
+    Without this bwrap copies restrictive host modes (``/root`` is 0700), and a job's
+    unprivileged uid could not reach an interpreter installed under ``/root``.
+    """
+    args: list[str] = []
+    created: set[str] = set()
+    for path in paths:
+        ancestors = list(Path(path).parents)[::-1][1:]  # without "/"
+        for ancestor in map(str, ancestors):
+            if ancestor not in created and not ancestor.startswith("/usr"):
+                created.add(ancestor)
+                args += ["--perms", "0755", "--dir", ancestor]
+        args += ["--ro-bind", path, path]
+    return args
+
+
+class Sandbox:
+    """Runs batches of :class:`Job` in isolated sandboxes, at most ``max_concurrency`` at once.
+
+    Thread-safe: share one instance per process and call :meth:`run` from many threads.
+    """
+
+    def __init__(self, config: SandboxConfig | None = None):
+        self.config = config or SandboxConfig()
+        self.bwrap = shutil.which("bwrap")
+        if self.bwrap is None and not unsafe_fallback_requested(self.config):
+            raise SandboxUnavailable(
+                "bubblewrap (`bwrap`) is not installed, so untrusted generated code will not run. "
+                f"{INSTALL_HINT} Only if you accept running model-written code on this machine with "
+                f"rlimits alone, set {UNSAFE_ENV_VAR}=1 or the sandbox option {FALLBACK_CONFIG_KEY}: true."
+            )
+        if self.bwrap is None:
+            message = ("UNSAFE: bubblewrap is missing and the unsandboxed fallback was explicitly allowed: "
+                       "model-written code runs on this machine with rlimits only (no namespaces, "
+                       "no filesystem isolation, network reachable).")
+            logger.warning(message)
+            print(f"[diffugrpo.sandbox] WARNING: {message}", file=sys.stderr, flush=True)
+        self.python = os.path.realpath(self.config.python_executable or sys.executable)
+        self.is_root = os.geteuid() == 0
+        self._slots: queue.Queue[int] = queue.Queue()
+        for slot in range(self.config.max_concurrency):
+            self._slots.put(slot)
+        uid_base = self.config.uid_base or 100_000 + (os.getpid() % 100_000) * 64
+        self._uid_base = uid_base
+        self._layout: InterpreterLayout | None = None
+        self._layout_lock = threading.Lock()
+
+    @property
+    def isolated(self) -> bool:
+        """True when jobs run under bubblewrap (False only in the explicit unsafe fallback)."""
+        return self.bwrap is not None
+
+    def run(self, jobs: Sequence[Job]) -> list[JobResult]:
+        """Runs ``jobs`` one after another in one fresh sandbox; one result per job, in order.
+
+        Blocks at most the sum of the jobs' timeouts plus a fixed slack. Raises
+        :class:`SandboxError` when the sandbox itself cannot start.
+        """
+        if not jobs:
+            return []
+        slot = self._slots.get()
+        try:
+            return self._run_in_slot(list(jobs), slot)
+        finally:
+            self._slots.put(slot)
+
+    def _job_payload(self, job: Job) -> dict[str, Any]:
+        timeout_s = job.timeout_s if job.timeout_s is not None else self.config.timeout_s
+        return {"source": job.source, "stdin": job.stdin, "timeout_s": timeout_s,
+                "cpu_s": int(math.ceil(timeout_s)) + 1}
+
+    def _payload(self, jobs: list[Job], slot: int, work_dir: str, scratch_dir: str) -> dict[str, Any]:
+        config = self.config
+        uid = self._uid_base + slot
+        return {
+            "namespaced": self.isolated,
+            "drop_to": [uid, uid] if self.is_root else None,
+            "limits": {
+                "address_space_bytes": config.memory_mb << 20,
+                "processes": self._process_limit(),
+                "file_size_bytes": int(config.max_file_size_mb * (1 << 20)),
+                "open_files": config.max_open_files,
+            },
+            "max_output_bytes": config.max_output_bytes,
+            "count_instructions": config.count_instructions,
+            "sys_path": list(self.layout.site_dirs) if config.site_packages else [],
+            "work_dir": work_dir,
+            "scratch_dir": scratch_dir,
+            "jobs": [self._job_payload(job) for job in jobs],
+        }
+
+    def _process_limit(self) -> int | None:
+        """RLIMIT_NPROC for a job, or None where the kernel would count the wrong processes.
+
+        Root mode: counted per job uid, which only that sandbox uses. Non-root under bwrap:
+        counted per uid inside the sandbox's own user namespace (the launcher and bwrap's init
+        live there too, hence the two extra). Non-root without bwrap: the count would include
+        every process the user owns, so no limit can be set that is both safe and usable.
+        """
+        if self.is_root:
+            return self.config.max_processes
+        return self.config.max_processes + 2 if self.isolated else None
+
+    def _interpreter_args(self) -> list[str]:
+        # -S skips site's .pth processing (tens of ms per start); installed packages are
+        # offered through sys_path instead (see _payload).
+        return [self.python, "-I", "-S"]
+
+    @property
+    def layout(self) -> InterpreterLayout:
+        with self._layout_lock:
+            if self._layout is None:
+                self._layout = interpreter_layout(self.python)
+            return self._layout
+
+    def _bwrap_argv(self) -> list[str]:
+        tmpfs_bytes = str(self.config.tmpfs_mb << 20)
+        argv = [self.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
+        if not self.is_root:
+            argv.append("--unshare-user")
+        for key, value in SANDBOX_ENV.items():
+            argv += ["--setenv", key, value]
+        argv += _system_dir_args()
+        argv += _ro_bind_args([path for path in [*self.layout.prefixes, *self.config.extra_ro_binds]
+                               if not path.startswith("/usr/")])
+        argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", "/tmp",
+                 "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", WORK_DIR,
+                 "--perms", "0700", "--size", tmpfs_bytes, "--tmpfs", SCRATCH_DIR,
+                 "--ro-bind", str(LAUNCHER_PATH), LAUNCHER_IN_SANDBOX,
+                 "--chdir", WORK_DIR]
+        if self.is_root:
+            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                     "--cap-add", "CAP_KILL"]
+        return [*argv, "--", *self._interpreter_args(), LAUNCHER_IN_SANDBOX]
+
+    def _deadline_s(self, payload: dict[str, Any]) -> float:
+        jobs_s = sum(job["timeout_s"] + PER_JOB_OVERHEAD_S for job in payload["jobs"])
+        return jobs_s + self.config.startup_timeout_s
+
+    def _run_in_slot(self, jobs: list[Job], slot: int) -> list[JobResult]:
+        if self.isolated:
+            payload = self._payload(jobs, slot, WORK_DIR, SCRATCH_DIR)
+            return self._launch(self._bwrap_argv(), payload, cwd=None)
+        with tempfile.TemporaryDirectory(prefix="diffugrpo-unsafe-") as host_dir:
+            work_dir, scratch_dir = os.path.join(host_dir, "work"), os.path.join(host_dir, "scratch")
+            os.mkdir(work_dir, 0o777)
+            os.chmod(work_dir, 0o777)  # the job's unprivileged uid must be able to write there
+            os.mkdir(scratch_dir, 0o700)
+            payload = self._payload(jobs, slot, work_dir, scratch_dir)
+            argv = [*self._interpreter_args(), str(LAUNCHER_PATH)]
+            return self._launch(argv, payload, cwd=work_dir)
+
+    def _launch(self, argv: list[str], payload: dict[str, Any], cwd: str | None) -> list[JobResult]:
+        env = SANDBOX_ENV if self.isolated else {**SANDBOX_ENV, "HOME": cwd or WORK_DIR}
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   cwd=cwd, env=dict(env), start_new_session=True)
+        timed_out = False
+        try:
+            stdout, stderr = process.communicate(json.dumps(payload).encode(), timeout=self._deadline_s(payload))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(process)
+            stdout, stderr = process.communicate()
+        results = _parse_reports(stdout, len(payload["jobs"]))
+        if not timed_out and process.returncode != 0 and all(result is None for result in results):
+            raise SandboxError(
+                f"the sandbox failed to start (exit code {process.returncode}): "
+                f"{stderr.decode(errors='replace').strip()[-2000:]}. If bwrap reports a namespace or "
+                "permission error, this machine forbids the namespaces bubblewrap needs."
+            )
+        missing = "timeout" if timed_out else "not_run"
+        return [result or JobResult(status=missing) for result in results]
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
+def _parse_reports(stdout: bytes, count: int) -> list[JobResult | None]:
+    results: list[JobResult | None] = [None] * count
+    for line in stdout.splitlines():
+        try:
+            report = json.loads(line)
+            index = int(report["index"])
+        except (ValueError, KeyError, TypeError):
+            continue
+        if 0 <= index < count:
+            results[index] = JobResult.from_report(report)
+    return results
+
+
+_shared: dict[SandboxConfig, Sandbox] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_sandbox(config: SandboxConfig | None = None) -> Sandbox:
+    """One :class:`Sandbox` per distinct config per process, so its concurrency cap is process-wide."""
+    config = config or SandboxConfig()
+    with _shared_lock:
+        if config not in _shared:
+            _shared[config] = Sandbox(config)
+        return _shared[config]

@@ -1,0 +1,306 @@
+"""The in-sandbox half of :mod:`diffugrpo_plugin.sandbox`: runs each job in a forked, limited child.
+
+This file is executed as a script by the sandbox's own Python interpreter (it imports only the
+standard library and nothing from diffugrpo, which is not visible inside the sandbox). It reads
+one JSON payload on stdin and writes one JSON line per job on stdout.
+
+Why a launcher rather than ``preexec_fn``: limits must be set between ``fork`` and running the
+untrusted code, and ``preexec_fn`` is not thread-safe in the harness. Why fork per job rather
+than a fresh interpreter per job: a fork of a warm interpreter costs about a millisecond, a new
+interpreter tens of milliseconds, and every job still gets its own process, limits and deadline.
+
+Privilege layout (root mode): the launcher stays uid 0 inside the sandbox but holds only
+CAP_SETUID, CAP_SETGID and CAP_KILL; each job's child sets its limits, then drops to the
+unprivileged uid it is given before any untrusted code runs. The job therefore cannot signal,
+trace or read the launcher, and cannot write to the report pipe (which it closes). Time, memory
+and instructions are measured here, inside the PID namespace, because the harness's own
+``wait4`` no longer describes the job once a namespace sits between them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ctypes
+import io
+import json
+import os
+import resource
+import select
+import signal
+import sys
+import time
+
+STATUS_READ_CAP = 65536
+STDERR_TAIL_CHARS = 2000
+MESSAGE_CHARS = 500
+SWEEP_PATIENCE_S = 1.0
+
+PR_SET_DUMPABLE = 4
+PERF_EVENT_OPEN_SYSCALL = {"x86_64": 298, "aarch64": 241}
+PERF_ATTR_SIZE = 64
+PERF_FLAG_INHERIT = 1 << 1
+PERF_FLAG_EXCLUDE_KERNEL = 1 << 5
+PERF_FLAG_EXCLUDE_HV = 1 << 6
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _make_undumpable(libc) -> None:
+    # Blocks ptrace and /proc/<launcher>/fd|mem access by same-uid processes (non-root mode).
+    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def _open_instruction_counter(libc) -> int | None:
+    """A user-space instruction counter on this process, inherited by every job it forks.
+
+    A job's counts are added to this counter when the job exits, so the job never holds the
+    descriptor and cannot tamper with it. Returns None where the kernel or the CPU does not
+    offer the counter (virtual machines often do not).
+    """
+    number = PERF_EVENT_OPEN_SYSCALL.get(os.uname().machine)
+    if number is None:
+        return None
+    attr = bytearray(PERF_ATTR_SIZE)
+    # type=PERF_TYPE_HARDWARE(0), size, config=PERF_COUNT_HW_INSTRUCTIONS(1), then flags at offset 40.
+    attr[0:4] = (0).to_bytes(4, "little")
+    attr[4:8] = PERF_ATTR_SIZE.to_bytes(4, "little")
+    attr[8:16] = (1).to_bytes(8, "little")
+    flags = PERF_FLAG_INHERIT | PERF_FLAG_EXCLUDE_KERNEL | PERF_FLAG_EXCLUDE_HV
+    attr[40:48] = flags.to_bytes(8, "little")
+    buffer = (ctypes.c_char * PERF_ATTR_SIZE).from_buffer(attr)
+    libc.syscall.restype = ctypes.c_long
+    fd = libc.syscall(ctypes.c_long(number), buffer, ctypes.c_int(0), ctypes.c_int(-1),
+                      ctypes.c_int(-1), ctypes.c_ulong(0))
+    return fd if fd >= 0 else None
+
+
+def _read_counter(fd: int | None) -> int | None:
+    if fd is None:
+        return None
+    try:
+        return int.from_bytes(os.read(fd, 8), "little")
+    except OSError:
+        return None
+
+
+def _set_limits(limits: dict, cpu_s: int) -> None:
+    """Soft and hard limits alike, so the job cannot raise them back."""
+    pairs = {
+        resource.RLIMIT_AS: limits["address_space_bytes"],
+        resource.RLIMIT_CPU: cpu_s,
+        resource.RLIMIT_NPROC: limits["processes"],
+        resource.RLIMIT_FSIZE: limits["file_size_bytes"],
+        resource.RLIMIT_NOFILE: limits["open_files"],
+        resource.RLIMIT_CORE: 0,
+    }
+    for which, value in pairs.items():
+        if value is None:
+            continue
+        hard = value + 1 if which == resource.RLIMIT_CPU else value
+        resource.setrlimit(which, (value, hard))
+
+
+def _child(job: dict, payload: dict, paths: dict, status_w: int) -> None:
+    """Runs in the forked child: isolate, limit, drop privileges, run the source, report, exit."""
+    try:
+        os.setsid()  # own process group, so a timeout can kill the job's whole group
+        stdin_fd = os.open(paths["stdin"], os.O_RDONLY)
+        create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+        stdout_fd = os.open(paths["stdout"], create, 0o600)
+        stderr_fd = os.open(paths["stderr"], create, 0o600)
+        for target, fd in ((0, stdin_fd), (1, stdout_fd), (2, stderr_fd)):
+            os.dup2(fd, target)
+        os.closerange(3, status_w)
+        os.closerange(status_w + 1, 65536)
+        _set_limits(payload["limits"], job["cpu_s"])
+        if payload.get("drop_to"):
+            uid, gid = payload["drop_to"]
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+        os.chdir(payload["work_dir"])
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace",
+                                      line_buffering=True)
+        sys.argv = ["solution.py"]
+    except BaseException as exc:  # noqa: BLE001 - setup failure is reported, never run untrusted code then
+        failure = {"status": "setup_error", "message": repr(exc)[:MESSAGE_CHARS], "pid": os.getpid()}
+        os.write(status_w, (json.dumps(failure) + "\n").encode())
+        os._exit(70)
+    report = _execute(job["source"])
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - a full disk or closed fd is the job's own problem
+            pass
+    try:
+        # Tagged with the pid: processes the job forked inherit this pipe and may report too.
+        os.write(status_w, (json.dumps({**report, "pid": os.getpid()}) + "\n").encode()[:STATUS_READ_CAP])
+    finally:
+        os._exit(0)
+
+
+def _execute(source: str) -> dict:
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    try:
+        exec(compile(source, "solution.py", "exec"), namespace)  # noqa: S102 - this is the sandboxed job
+    except SyntaxError as exc:
+        return {"status": "exception", "exception": "SyntaxError", "message": str(exc)[:MESSAGE_CHARS]}
+    except SystemExit as exc:
+        code = exc.code
+        return {"status": "exit", "exit_code": code if isinstance(code, int) or code is None else 1}
+    except BaseException as exc:  # noqa: BLE001 - every failure of the job is reported
+        try:
+            message = str(exc)[:MESSAGE_CHARS]
+        except BaseException:  # noqa: BLE001 - a hostile __str__
+            message = "<unprintable>"
+        return {"status": "exception", "exception": type(exc).__name__, "message": message}
+    return {"status": "ok"}
+
+
+def _wait_with_deadline(pid: int, timeout_s: float) -> bool:
+    """True when the child exited by itself before the deadline."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(max(0.0, timeout_s) * 1000))
+    finally:
+        os.close(pidfd)
+
+
+def _sweep_namespace() -> None:
+    """Kill every process in this PID namespace except its init (pid 1) and the launcher."""
+    me = os.getpid()
+    deadline = time.monotonic() + SWEEP_PATIENCE_S
+    while True:
+        others = [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) not in (1, me)]
+        if not others or time.monotonic() > deadline:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.002)
+
+
+def _read_capped(path: str, limit: int, tail: bool = False) -> tuple[str, bool]:
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            if tail and size > limit:
+                handle.seek(size - limit)
+            data = handle.read(limit)
+        os.unlink(path)
+    except OSError:
+        return "", False
+    return data.decode("utf-8", errors="replace"), size > limit
+
+
+def _read_status(status_r: int, pid: int) -> dict | None:
+    """The status line the job's own process wrote (not one written by a process it forked)."""
+    os.set_blocking(status_r, False)
+    chunks, total = [], 0
+    try:
+        while total < STATUS_READ_CAP:
+            chunk = os.read(status_r, STATUS_READ_CAP - total)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except BlockingIOError:
+        pass
+    for line in b"".join(chunks).splitlines():
+        try:
+            status = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(status, dict) and status.get("pid") == pid:
+            status.pop("pid")
+            return status
+    return None
+
+
+def run_job(index: int, job: dict, payload: dict, counter_fd: int | None, baseline: dict) -> dict:
+    """Runs one job in a forked child under its limits; returns its report (see JobResult)."""
+    scratch = payload["scratch_dir"]
+    paths = {name: os.path.join(scratch, f"job{index}.{name}") for name in ("stdin", "stdout", "stderr")}
+    with open(paths["stdin"], "w", encoding="utf-8") as handle:
+        handle.write(job.get("stdin") or "")
+    status_r, status_w = os.pipe()
+    sys.stdout.flush()
+    instructions_before = _read_counter(counter_fd)
+    started = time.monotonic()
+    pid = os.fork()
+    if pid == 0:
+        os.close(status_r)
+        _child(job, payload, paths, status_w)
+    os.close(status_w)
+    finished = _wait_with_deadline(pid, job["timeout_s"])
+    if not finished:
+        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass
+    _, wait_status, usage = os.wait4(pid, 0)
+    wall_s = time.monotonic() - started
+    status = _read_status(status_r, pid)
+    os.close(status_r)
+    if payload["namespaced"]:
+        _sweep_namespace()
+    else:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    instructions_after = _read_counter(counter_fd)
+    stdout, stdout_truncated = _read_capped(paths["stdout"], payload["max_output_bytes"])
+    stderr_tail, _ = _read_capped(paths["stderr"], STDERR_TAIL_CHARS, tail=True)
+    os.unlink(paths["stdin"])
+    if not finished:
+        status = {"status": "timeout"}
+    elif os.WIFSIGNALED(wait_status):
+        status = {"status": "signal", "signal": os.WTERMSIG(wait_status)}
+    elif status is None:
+        # Exited without reporting: os._exit, or the job wrote garbage into its own status pipe.
+        status = {"status": "vanished", "exit_code": os.WEXITSTATUS(wait_status)}
+    instructions = None
+    if instructions_before is not None and instructions_after is not None:
+        instructions = max(0, instructions_after - instructions_before - baseline.get("instructions", 0))
+    return {
+        "index": index,
+        **status,
+        "stdout": stdout,
+        "stdout_truncated": stdout_truncated,
+        "stderr_tail": stderr_tail,
+        "cpu_s": usage.ru_utime + usage.ru_stime,
+        "wall_s": wall_s,
+        "peak_rss_kb": usage.ru_maxrss,
+        "baseline_rss_kb": baseline.get("peak_rss_kb", 0),
+        "instructions": instructions,
+    }
+
+
+def main() -> int:
+    payload = json.loads(sys.stdin.buffer.read())
+    sys.path.extend(payload.get("sys_path", []))
+    libc = _libc()
+    _make_undumpable(libc)
+    counter_fd = _open_instruction_counter(libc) if payload.get("count_instructions") else None
+    # An empty job measures what the forked interpreter itself costs; reports subtract it.
+    calibration = run_job(-1, {"source": "", "timeout_s": 10.0, "cpu_s": 11}, payload, counter_fd, {})
+    baseline = {"peak_rss_kb": calibration["peak_rss_kb"], "instructions": calibration["instructions"] or 0}
+    for index, job in enumerate(payload["jobs"]):
+        result = run_job(index, job, payload, counter_fd, baseline)
+        sys.stdout.write(json.dumps(result) + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

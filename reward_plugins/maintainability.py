@@ -1,0 +1,87 @@
+"""The ``maintainability`` reward: radon's maintainability index and lizard's cyclomatic
+complexity, relative to the reference solution when the row has one, gated on correctness.
+
+Zero unless every test passes; None when the row has no tests. Empty or trivial code (fewer
+than ``min_statements`` statements besides docstrings and ``pass``) earns 0.0: radon gives
+empty code an index of 100, which would reward writing nothing. The reward is the mean of::
+
+    index      = min(1, MI / reference MI)        or MI / 100 without a reference
+    complexity = min(1, reference CC / CC)         or min(1, 5 / CC) without one (radon grade A)
+
+where CC is the mean cyclomatic complexity of the functions (1 for straight-line code).
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from diffugrpo_plugin import hookimpl
+from diffugrpo_plugin.code_execution import parses, reference_from_row
+from diffugrpo_plugin.sandbox import Sandbox
+from reward_plugins import all_tests_passed, rows_of
+from reward_plugins.code import code_outcomes
+
+GOOD_COMPLEXITY = 5.0
+
+
+def meaningful_statements(code: str) -> int:
+    """Statements that do something: not docstrings, bare constants or ``pass``."""
+    count = 0
+    for node in ast.walk(ast.parse(code)):
+        if not isinstance(node, ast.stmt) or isinstance(node, ast.Pass):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue
+        count += 1
+    return count
+
+
+def maintainability_index(code: str) -> float:
+    from radon.metrics import mi_visit
+
+    return float(mi_visit(code, multi=True))
+
+
+def mean_complexity(code: str) -> float:
+    import lizard
+
+    functions = lizard.analyze_file.analyze_source_code("candidate.py", code).function_list
+    if not functions:
+        return 1.0
+    return sum(function.cyclomatic_complexity for function in functions) / len(functions)
+
+
+def maintainability_score(code: str, reference: str | None, min_statements: int = 2) -> float:
+    """The score of code already known to be correct (see module docstring)."""
+    if meaningful_statements(code) < min_statements:
+        return 0.0
+    index, complexity = maintainability_index(code), mean_complexity(code)
+    if reference is not None and parses(reference) and meaningful_statements(reference) >= min_statements:
+        index_score = min(1.0, index / max(maintainability_index(reference), 1.0))
+        complexity_score = min(1.0, mean_complexity(reference) / complexity)
+    else:
+        index_score = index / 100.0
+        complexity_score = min(1.0, GOOD_COMPLEXITY / complexity)
+    return 0.5 * index_score + 0.5 * complexity_score
+
+
+def maintainability_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
+                           timeout_s: float | None = None, sandbox: Sandbox | None = None,
+                           min_statements: int = 2, **columns: Any) -> list[float | None]:
+    """Radon MI and lizard CC vs the reference; 0 unless all tests pass or for trivial code."""
+    judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
+                           timeout_s=timeout_s, sandbox=sandbox)
+    scores: list[float | None] = []
+    for row, (spec, code, outcomes) in zip(rows_of(columns, len(completions)), judged):
+        passed = all_tests_passed(spec, code, outcomes)
+        if passed is None or not passed:
+            scores.append(None if passed is None else 0.0)
+        else:
+            scores.append(maintainability_score(code, reference_from_row(row), min_statements))
+    return scores
+
+
+@hookimpl
+def diffugrpo_reward_functions():
+    return {"maintainability": maintainability_reward}
