@@ -1,0 +1,218 @@
+"""``diffugrpo generate``: complete prompts with a diffusion sampler and show how it denoised them.
+
+Prompts come from ``--prompt`` (repeatable) or a JSONL file (one ``{"prompt": ...}`` per
+line); the model is a checkpoint path or, by default, the tiny built-in Dream-style model.
+``--help`` lists every installed sampler with its options, read from the plugin registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+from typing import Any
+
+DEFAULT_SAMPLER = "entropy"
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "generate", add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        help="complete prompts with a diffusion sampler (optionally showing the unmasking order)",
+        description="Complete prompts with a masked diffusion LM and one of the installed samplers.",
+    )
+    parser.add_argument("-h", "--help", action=_HelpWithSamplers, nargs=0,
+                        help="show this help, with every installed sampler and its options, and exit")
+    parser.add_argument("--model", default=None,
+                        help="checkpoint directory or hub id (default: the tiny built-in Dream-style model)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--prompt", action="append", default=[], metavar="TEXT",
+                        help="a prompt; repeat for a batch")
+    source.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line with a "prompt" string')
+    parser.add_argument("--sampler", default=DEFAULT_SAMPLER, help=f"sampler name (default: {DEFAULT_SAMPLER})")
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a sampler option, VALUE read as JSON when it parses (steps=64, kv_cache=true), "
+                             "else as text; repeatable")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="completion length (default: 64)")
+    parser.add_argument("--seed", type=int, default=0, help="prompt i is sampled with seed SEED + i (default: 0)")
+    parser.add_argument("--no-chat-template", action="store_true",
+                        help="feed prompts as they are instead of through the tokenizer's chat template")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    parser.add_argument("--trace", action="store_true",
+                        help="show each completion coloured by the step that unmasked each token")
+    parser.add_argument("--trace-html", metavar="PATH", help="write the trace as an HTML page with a step slider")
+    parser.add_argument("--trace-png", metavar="PATH", help="write the trace as a heatmap picture")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per completion")
+    parser.set_defaults(func=run)
+    return parser
+
+
+class _HelpWithSamplers(argparse.Action):
+    """``--help`` that lists the installed samplers; the registry is read only when help is asked for."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.epilog = sampler_listing()
+        parser.print_help()
+        parser.exit()
+
+
+def sampler_listing(width: int = 100) -> str:
+    """Every registered sampler, its description and provider, and its options with defaults."""
+    from diffugrpo_plugin.plugins import PluginError, registrations
+    from diffugrpo_plugin.sampling import sampler_options
+
+    try:
+        registered = registrations("sampler")
+    except PluginError as exc:
+        return f"samplers: the plugin registry could not be read: {exc}"
+    if not registered:
+        return "samplers: none installed (is diffugrpo installed? `pip install -e .`)"
+    lines = ["samplers (choose with --sampler NAME, set options with -o NAME=VALUE):"]
+    for name, registration in sorted(registered.items()):
+        lines.append(f"  {name}: {registration.description}  [{registration.distribution}]")
+        for option in sampler_options(registration.obj):
+            head = f"      {option.name}={json.dumps(option.default)}"
+            help_lines = textwrap.wrap(option.help, width - 34) or [""]
+            lines.append(f"{head:<34}{help_lines[0]}".rstrip())
+            lines.extend(" " * 34 + more for more in help_lines[1:])
+    return "\n".join(lines)
+
+
+def parse_options(items: list[str]) -> dict[str, Any]:
+    """``["steps=64", "alg=entropy"]`` -> ``{"steps": 64, "alg": "entropy"}`` (JSON values, else text)."""
+    options: dict[str, Any] = {}
+    for item in items:
+        name, separator, value = item.partition("=")
+        if not separator or not name.strip():
+            raise ValueError(f"sampler option '{item}' must look like NAME=VALUE, e.g. -o steps=64")
+        try:
+            options[name.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            options[name.strip()] = value
+    return options
+
+
+def read_prompts_jsonl(path: str) -> list[str]:
+    """The ``prompt`` of every non-empty line of a JSONL file, or an error naming the line."""
+    prompts = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
+            if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
+                raise ValueError(f'{path}:{number}: needs a "prompt" field holding a string')
+            prompts.append(record["prompt"])
+    if not prompts:
+        raise ValueError(f"{path}: holds no prompt")
+    return prompts
+
+
+def run(args: argparse.Namespace) -> int:
+    from diffugrpo_plugin.models import ModelConfigError
+    from diffugrpo_plugin.plugins import PluginError
+    from diffugrpo_plugin.sampling import SamplerOptionError, build_sampler
+
+    try:
+        prompts = read_prompts_jsonl(args.prompts) if args.prompts else list(args.prompt)
+        if not prompts:
+            raise ValueError("no prompt given: use --prompt TEXT (repeatable) or --prompts FILE.jsonl")
+        sampler = build_sampler(args.sampler, **parse_options(args.option))
+        lm, tokenizer = _load(args.model, args.device)
+        results = _generate(sampler, lm, tokenizer, prompts, args)
+    except (ValueError, OSError, PluginError, SamplerOptionError, ModelConfigError) as exc:
+        print(f"diffugrpo generate: error: {exc}", file=sys.stderr)
+        return 2
+    _report(results, args)
+    return 0
+
+
+def _load(model_path: str | None, device: str | None):
+    import torch
+    from transformers import AutoTokenizer
+
+    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+
+    if model_path is None:
+        from diffugrpo_plugin.tiny import default_tiny_model_path
+
+        model_path = default_tiny_model_path()
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    module = load_pretrained(model_path).to(device)
+    return DiffusionLM.wrap(module, tokenizer), tokenizer
+
+
+def _encode(tokenizer, prompts: list[str], chat_template: bool, device):
+    """Left-padded prompt ids and mask, through the chat template unless disabled.  # -> [B, P], [B, P]"""
+    import torch
+
+    if chat_template:
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"the tokenizer of {tokenizer.name_or_path} has no chat template; "
+                             f"pass --no-chat-template to use the prompts as they are")
+        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                 add_generation_prompt=True) for prompt in prompts]
+    encoded = [tokenizer.encode(prompt, add_special_tokens=False) for prompt in prompts]
+    pad = _pad_id(tokenizer)
+    width = max(len(ids) for ids in encoded)
+    ids = torch.tensor([[pad] * (width - len(row)) + row for row in encoded], device=device)
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in encoded], device=device)
+    return prompts, ids, mask
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _generate(sampler, lm, tokenizer, prompts: list[str], args) -> list[dict[str, Any]]:
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"the tokenizer of {tokenizer.name_or_path} has no EOS token; generation needs one")
+    device = next(lm.module.parameters()).device
+    texts, ids, mask = _encode(tokenizer, prompts, not args.no_chat_template, device)
+    want_trace = bool(args.trace or args.trace_html or args.trace_png)
+    out = sampler.generate(lm, ids, mask, args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                           pad_token_id=_pad_id(tokenizer), seeds=[args.seed + i for i in range(len(prompts))],
+                           record_trace=want_trace)
+    results = []
+    for row, prompt in enumerate(prompts):
+        length = int(out.lengths[row])
+        completion_ids = out.completion_ids[row, :length].tolist()
+        result = {
+            "prompt": prompt,
+            "model_input": texts[row],
+            "completion": tokenizer.decode(completion_ids, skip_special_tokens=True),
+            "completion_ids": completion_ids,
+            "length": length,
+            "steps": int(out.steps[row]),
+            "seed": out.seeds[row],
+        }
+        if want_trace:
+            result["unmask_step"] = out.unmask_step[row, :length].tolist()
+            result["tokens"] = [tokenizer.decode([token]) for token in completion_ids]
+        results.append(result)
+    return results
+
+
+def _report(results: list[dict[str, Any]], args) -> None:
+    from diffugrpo_plugin.sampling.trace import TraceRow, render_ansi, render_html, render_png
+
+    rows = [TraceRow(r["model_input"], r["tokens"], r["unmask_step"], r["steps"]) for r in results if "tokens" in r]
+    if args.trace_html:
+        with open(args.trace_html, "w", encoding="utf-8") as handle:
+            handle.write(render_html(rows))
+    if args.trace_png:
+        render_png(rows, args.trace_png)
+    if args.json:
+        for result in results:
+            print(json.dumps(result, ensure_ascii=False))
+    elif args.trace:
+        print(render_ansi(rows))
+    else:
+        for index, result in enumerate(results):
+            print(f"=== completion {index + 1} ({result['length']} tokens, {result['steps']} steps, "
+                  f"seed {result['seed']}) ===\n{result['completion']}")

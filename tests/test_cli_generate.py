@@ -1,0 +1,98 @@
+"""``diffugrpo generate`` on a small checkpoint built in the test."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from diffugrpo_plugin.cli import generate
+from samplers_support import single_thread
+
+_one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from diffugrpo_plugin.tiny import TinySpec, save_tiny_model
+
+    spec = TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64,
+                    max_positions=256)
+    return str(save_tiny_model(tmp_path_factory.mktemp("tiny"), spec))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="diffugrpo")
+    generate.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["generate", *argv])
+    return args.func(args)
+
+
+def test_help_lists_every_sampler_and_its_options(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    text = capsys.readouterr().out
+    for name in ("dream", "entropy", "maskgit_plus", "topk_margin", "origin", "llada"):
+        assert f"  {name}: " in text
+    for option in ("steps=null", "block_length=null", "threshold=null", "kv_cache=false", "alg=\"entropy\"",
+                   "alg_temp=0.0", "remasking=\"low_confidence\"", "cfg_scale=0.0", "micro_batch_size=null"):
+        assert option in text, option
+
+
+def test_json_output_is_reproducible_per_seed(checkpoint, capsys):
+    argv = ["--model", checkpoint, "--prompt", "def add(a, b):", "--prompt", "Sort a list.", "--sampler", "dream",
+            "-o", "temperature=1.0", "-o", "alg=maskgit_plus", "--max-new-tokens", "8", "--seed", "5", "--json"]
+    assert main(argv) == 0
+    first = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert main(argv) == 0
+    again = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert first == again
+    assert [row["seed"] for row in first] == [5, 6]
+    assert [row["prompt"] for row in first] == ["def add(a, b):", "Sort a list."]
+    assert first[0]["model_input"].startswith("<|im_start|>system") and first[0]["model_input"].endswith(
+        "<|im_start|>assistant\n")
+    for row in first:
+        assert 1 <= row["length"] == len(row["completion_ids"]) <= 8 and row["steps"] == 8
+
+
+def test_trace_renders_terminal_html_and_png(checkpoint, tmp_path, capsys):
+    html_path, png_path = tmp_path / "trace.html", tmp_path / "trace.png"
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "x = 1"}) + "\n\n")
+    argv = ["--model", checkpoint, "--prompts", str(prompts), "--sampler", "llada", "-o", "block_length=4",
+            "--max-new-tokens", "8", "--no-chat-template", "--trace", "--trace-html", str(html_path),
+            "--trace-png", str(png_path)]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("\x1b[2mx = 1\x1b[0m") and "\x1b[48;2;" in out
+    assert 'data-step="0"' in html_path.read_text()
+    assert png_path.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt", "x", "--sampler", "nope"], "unknown sampler 'nope'"),
+    (["--prompt", "x", "-o", "steps"], "must look like NAME=VALUE"),
+    (["--prompt", "x", "-o", "stesp=3"], "has no option stesp"),
+    (["--prompt", "x", "--sampler", "dream", "-o", "alg=greedy"], "alg='greedy' is invalid"),
+    ([], "no prompt given"),
+])
+def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_jsonl_names_the_line(tmp_path, capsys):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"prompt": "ok"}\n{"text": "no prompt"}\n')
+    assert main(["--prompts", str(path)]) == 2
+    assert f"{path}:2: needs a \"prompt\" field" in capsys.readouterr().err
+    path.write_text('{"prompt": "ok"}\nnot json\n')
+    assert main(["--prompts", str(path)]) == 2
+    assert f"{path}:2: not valid JSON" in capsys.readouterr().err
+
+
+def test_option_values_are_read_as_json_then_text():
+    assert generate.parse_options(["steps=64", "kv_cache=true", "alg=entropy", "threshold=0.9", "top_k=null"]) == {
+        "steps": 64, "kv_cache": True, "alg": "entropy", "threshold": 0.9, "top_k": None}
