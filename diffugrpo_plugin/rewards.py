@@ -343,7 +343,7 @@ def normalize_by_group(samples: Sequence[Mapping[str, float | None]], group_ids:
                 continue
             mean, std = _mean_std([samples[i][name] for i in present])
             for i in present:
-                normalized[i][name] = (samples[i][name] - mean) / (std + eps)
+                normalized[i][name] = 0.0 if std == 0 else (samples[i][name] - mean) / (std + eps)
     return normalized
 
 

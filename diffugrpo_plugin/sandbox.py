@@ -341,8 +341,9 @@ class Sandbox:
             return self._launch(self._bwrap_argv(), payload, cwd=None)
         with tempfile.TemporaryDirectory(prefix="diffugrpo-unsafe-") as host_dir:
             work_dir, scratch_dir = os.path.join(host_dir, "work"), os.path.join(host_dir, "scratch")
-            os.mkdir(work_dir, 0o777)
-            os.chmod(work_dir, 0o777)  # the job's unprivileged uid must be able to write there
+            os.chmod(host_dir, 0o711)  # the job's unprivileged uid must reach its work dir ...
+            os.mkdir(work_dir)
+            os.chmod(work_dir, 0o777)  # ... and write there
             os.mkdir(scratch_dir, 0o700)
             payload = self._payload(jobs, slot, work_dir, scratch_dir)
             argv = [*self._interpreter_args(), str(LAUNCHER_PATH)]

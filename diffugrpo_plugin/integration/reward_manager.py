@@ -98,16 +98,17 @@ def _build_manager_class(base: type) -> type:
                     max_workers=self.spec.sandbox_config.max_concurrency + 2, thread_name_prefix="diffugrpo-reward")
 
         async def run_single(self, data) -> dict:
+            loop = asyncio.get_running_loop()
             item = data[-1:][0]  # multi-turn outputs: the last sequence carries the answer
             response_ids = item.batch["responses"]
             valid_length = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
-            text = await self.loop.run_in_executor(
+            text = await loop.run_in_executor(
                 None, lambda: self.tokenizer.decode(response_ids[:valid_length], skip_special_tokens=True))
             columns = {name: [value] for name, value in row_columns(item.non_tensor_batch).items()}
             step = data.meta_info.get("global_steps") if data.meta_info else None
             try:
                 values = await asyncio.wait_for(
-                    self.loop.run_in_executor(self.executor, lambda: self.spec.score([text], columns, step)[0]),
+                    loop.run_in_executor(self.executor, lambda: self.spec.score([text], columns, step)[0]),
                     timeout=self.spec.sample_deadline_s)
             except asyncio.TimeoutError:
                 logger.error("diffugrpo rewards: a completion took longer than sample_deadline_s=%.0f s; "

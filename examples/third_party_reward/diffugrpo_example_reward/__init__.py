@@ -1,0 +1,1 @@
+"""An example third-party diffugrpo reward package (see ``rewards.py``)."""

@@ -1,0 +1,89 @@
+"""``diffugrpo rewards list`` and ``diffugrpo rewards score``, through a parser holding only the
+rewards sub-command (the router imports sub-commands other parts own)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from diffugrpo_plugin.cli import rewards as rewards_cli
+from reward_support import TEST_UID_BASE, require_bwrap
+
+CORRECT = "```python\ndef add(a, b):\n    return a + b\n```\n"
+HALF = "Try:\n```python\ndef add(a, b):\n    return 3\n```\n"
+ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="diffugrpo")
+    rewards_cli.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+@pytest.fixture(autouse=True)
+def isolated_uids(monkeypatch):
+    require_bwrap()
+    original = rewards_cli.rewards_config
+    monkeypatch.setattr(rewards_cli, "rewards_config", lambda args: {
+        **original(args), "sandbox": {**original(args)["sandbox"], "uid_base": TEST_UID_BASE}})
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
+    return str(path)
+
+
+def test_list_shows_name_distribution_and_description(capsys):
+    assert run_cli(["rewards", "list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["NAME", "DISTRIBUTION", "DESCRIPTION"]
+    code_line = next(line for line in lines if line.startswith("code "))
+    assert "diffugrpo 0.1.0" in code_line and "Pass rate of the row's tests" in code_line
+    assert {line.split()[0] for line in lines[1:]} >= {"code", "code_format", "syntax", "efficiency",
+                                                        "maintainability", "comments", "constant"}
+
+
+def test_score_writes_one_object_per_line_in_order(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "in.jsonl", [
+        {"completion": CORRECT, "test_cases": ADD_TESTS},
+        {"completion": HALF, "test_cases": ADD_TESTS},
+        {"completion": "no code", "test_cases": []},
+    ])
+    assert run_cli(["rewards", "score", path]) == 0
+    first, second, third = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert first["rewards"] == {"code": 1.0, "code_format": 1.0} and first["total"] == 2.5
+    assert [t["outcome"] for t in first["tests"]] == ["PASSED", "PASSED"]
+    assert second["rewards"] == {"code": 0.5, "code_format": 1.0} and second["total"] == 1.5
+    assert [t["outcome"] for t in second["tests"]] == ["PASSED", "FAILED"]
+    assert third == {"total": 0.0, "rewards": {"code": None, "code_format": 0.0}, "tests": None}
+
+
+def test_score_with_chosen_rewards_and_weights(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"completion": CORRECT, "test_cases": ADD_TESTS}])
+    assert run_cli(["rewards", "score", path, "--reward", "syntax=3", "--reward", "code_format"]) == 0
+    [line] = capsys.readouterr().out.splitlines()
+    assert json.loads(line) == {"total": 4.0, "rewards": {"syntax": 1.0, "code_format": 1.0}}
+
+
+@pytest.mark.parametrize("lines, message", [
+    (['{"completion": "x"}', "{not json"], "in.jsonl:2: not valid JSON"),
+    (['{"completion": "x"}', "", "[1, 2]"], "in.jsonl:3: expected a JSON object, got list"),
+    (['{"prompt": "x"}'], "in.jsonl:1: needs a string field 'completion'"),
+])
+def test_malformed_line_names_its_line_number(tmp_path, capsys, lines, message):
+    path = write_jsonl(tmp_path / "in.jsonl", lines)
+    assert run_cli(["rewards", "score", path]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and captured.out == ""
+
+
+def test_unknown_reward_and_bad_weight(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"completion": CORRECT}])
+    assert run_cli(["rewards", "score", path, "--reward", "cod=1"]) == 2
+    assert "unknown reward 'cod'. Known rewards:" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        run_cli(["rewards", "score", path, "--reward", "code=lots"])
+    assert "weight of 'code' must be a number, got 'lots'" in capsys.readouterr().err

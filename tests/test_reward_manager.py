@@ -1,0 +1,129 @@
+"""The ``diffugrpo`` verl reward manager, driven through ``run_single`` on hand-built DataProtos
+with a byte-level tokenizer built in the test (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from diffugrpo_plugin.integration import reward_manager
+from diffugrpo_plugin.integration.reward_manager import extra_info, row_columns
+from reward_support import TEST_UID_BASE, require_bwrap
+
+PROMPT_LENGTH, RESPONSE_LENGTH = 8, 160
+CORRECT = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
+WRONG = "```python\ndef add(a, b):\n    return a - b\n```\n"
+ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    vocab = {char: index for index, char in enumerate(alphabet)}
+    vocab.update({"<pad>": len(vocab), "<eos>": len(vocab) + 1})
+    byte_level = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    byte_level.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    byte_level.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(tokenizer_object=byte_level, pad_token="<pad>", eos_token="<eos>")
+
+
+@pytest.fixture(scope="module")
+def manager_class():
+    require_bwrap()
+    return reward_manager.register()
+
+
+def _config(**rewards):
+    settings = {"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5],
+                "sandbox": {"timeout_s": 2.0, "memory_mb": 256, "max_concurrency": 2, "uid_base": TEST_UID_BASE}}
+    settings.update(rewards)
+    return OmegaConf.create({"diffugrpo": {"rewards": settings}, "trainer": {"experiment_name": "test"}})
+
+
+def _row(tokenizer, response: str, extra: dict, **top_level) -> "DataProto":
+    """One verl row: left-padded prompt, right-padded response, non-tensor columns as verl stores them."""
+    from verl import DataProto
+
+    response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    assert len(response_ids) <= RESPONSE_LENGTH
+    prompt_ids = tokenizer("add?", add_special_tokens=False)["input_ids"]
+    prompts = torch.full((1, PROMPT_LENGTH), tokenizer.pad_token_id)
+    prompts[0, PROMPT_LENGTH - len(prompt_ids):] = torch.tensor(prompt_ids)
+    responses = torch.full((1, RESPONSE_LENGTH), tokenizer.pad_token_id)
+    responses[0, :len(response_ids)] = torch.tensor(response_ids)
+    attention_mask = torch.zeros((1, PROMPT_LENGTH + RESPONSE_LENGTH), dtype=torch.long)
+    attention_mask[0, PROMPT_LENGTH - len(prompt_ids):PROMPT_LENGTH + len(response_ids)] = 1
+    non_tensors = {"data_source": np.array(["unit"], dtype=object),
+                   "reward_model": np.array([{"ground_truth": "", "style": "rule"}], dtype=object),
+                   "extra_info": np.array([extra], dtype=object),
+                   **{key: np.array([value], dtype=object) for key, value in top_level.items()}}
+    return DataProto.from_dict(tensors={"prompts": prompts, "responses": responses, "attention_mask": attention_mask},
+                               non_tensors=non_tensors, meta_info={"global_steps": 3})
+
+
+def _score(manager_class, tokenizer, data, config=None):
+    async def main():
+        manager = manager_class(config or _config(), tokenizer, compute_score=None)
+        return await manager.run_single(data)
+
+    return asyncio.run(main())
+
+
+def test_registered_in_verls_reward_loop_registry(manager_class):
+    from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
+    from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
+
+    assert get_reward_manager_cls("diffugrpo") is manager_class
+    assert issubclass(manager_class, RewardManagerBase)
+    assert reward_manager.register() is manager_class  # a second import of the plugin is harmless
+
+
+def test_correct_completion_gets_the_weighted_total(manager_class, tokenizer):
+    result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"test_cases": ADD_TESTS}))
+    assert result == {"reward_score": 2.0 * 1.0 + 0.5 * 1.0,
+                      "reward_extra_info": {"reward/code": 1.0, "reward/code_format": 1.0}}
+
+
+def test_wrong_completion_and_tests_given_as_a_top_level_column(manager_class, tokenizer):
+    result = _score(manager_class, tokenizer, _row(tokenizer, WRONG, {}, test_cases=ADD_TESTS))
+    assert result["reward_extra_info"] == {"reward/code": 0.0, "reward/code_format": 1.0}
+    assert result["reward_score"] == 0.5
+
+
+def test_not_applicable_is_nan_in_extra_info_and_left_out_of_the_total(manager_class, tokenizer):
+    result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"note": "no tests here"}))
+    assert math.isnan(result["reward_extra_info"]["reward/code"])
+    assert result["reward_score"] == 0.5
+
+
+def test_a_completion_past_its_deadline_scores_none_without_blocking(manager_class, tokenizer):
+    slow = "```python\nimport time\ndef add(a, b):\n    time.sleep(1.5)\n    return a + b\n```\n"
+    config = _config(sample_deadline_s=0.3)
+    result = _score(manager_class, tokenizer, _row(tokenizer, slow, {"test_cases": ADD_TESTS}), config)
+    assert all(math.isnan(value) for value in result["reward_extra_info"].values())
+    assert result["reward_score"] == 0.0
+
+
+def test_missing_rewards_config_says_what_to_add(manager_class, tokenizer):
+    with pytest.raises(ValueError, match=r"needs config\.diffugrpo\.rewards"):
+        _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {}), OmegaConf.create({"trainer": {}}))
+
+
+def test_row_columns_order_and_sources():
+    non_tensor = {"data_source": "mbpp", "uid": "u1", "test_cases": ["a"],
+                  "reward_model": {"ground_truth": "gt"}, "extra_info": {"test_cases": ["b"], "entry_point": "f"}}
+    assert row_columns(non_tensor) == {"data_source": "mbpp", "test_cases": ["b"], "ground_truth": "gt",
+                                       "entry_point": "f"}
+
+
+def test_extra_info_uses_nan_for_none():
+    values = extra_info({"code": None, "syntax": 1})
+    assert math.isnan(values["reward/code"]) and values["reward/syntax"] == 1.0

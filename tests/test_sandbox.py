@@ -1,0 +1,217 @@
+"""The bubblewrap sandbox: isolation facts seen from inside, limits, statuses, measurements,
+deadlines, concurrency slots and the refusal to run without bubblewrap."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from diffugrpo_plugin import sandbox as sandbox_module
+from diffugrpo_plugin.sandbox import Job, Sandbox, SandboxConfig, SandboxUnavailable
+from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, tight_sandbox
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def box() -> Sandbox:
+    return tight_sandbox()
+
+
+def _inside(box: Sandbox, source: str, **job) -> dict:
+    """Runs ``source`` (which prints one JSON object) in the sandbox and returns that object."""
+    result = box.run([Job(source, **job)])[0]
+    assert result.status == "ok", result
+    return json.loads(result.stdout)
+
+
+def test_job_runs_unprivileged_in_its_own_namespaces(box, tmp_path):
+    host_file = tmp_path / "host_only.txt"
+    host_file.write_text("visible?")
+    facts = _inside(box, f"""
+import json, os, socket
+status = dict(line.split(':', 1) for line in open('/proc/self/status'))
+print(json.dumps({{
+    "uid": os.getuid(), "cap_eff": status['CapEff'].strip(),
+    "pids": sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),
+    "interfaces": [name for _, name in socket.if_nameindex()],
+    "host_file_visible": os.path.exists({str(host_file)!r}),
+    "env": sorted(os.environ), "cwd": os.getcwd(),
+}}))
+""")
+    if os.geteuid() == 0:
+        assert facts["uid"] >= TEST_UID_BASE and facts["cap_eff"] == "0000000000000000"
+    assert len(facts["pids"]) <= 4  # bwrap's init, the launcher, this job: nothing of the host
+    assert facts["interfaces"] == ["lo"]
+    assert not facts["host_file_visible"]
+    assert facts["env"] == sorted(["HOME", "LANG", "PATH", "PWD", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED"])
+    assert facts["cwd"] == "/work"
+
+
+def test_system_dirs_are_read_only_and_work_dir_is_writable(box):
+    facts = _inside(box, """
+import json
+def try_write(path):
+    try:
+        open(path, 'w').write('x')
+        return 'written'
+    except OSError as exc:
+        return exc.__class__.__name__ + ':' + str(exc.errno)
+print(json.dumps({"usr": try_write('/usr/evil'), "work": try_write('/work/ok'), "tmp": try_write('/tmp/ok')}))
+""")
+    assert facts["usr"].endswith(":30") or facts["usr"].startswith("PermissionError")  # EROFS or EACCES
+    assert facts["work"] == "written" and facts["tmp"] == "written"
+
+
+def test_limits_are_set_hard_inside_the_job(box):
+    limits = _inside(box, """
+import json, resource
+names = ['RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_NPROC', 'RLIMIT_FSIZE', 'RLIMIT_NOFILE', 'RLIMIT_CORE']
+print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
+""", timeout_s=1.5)
+    assert limits["RLIMIT_AS"] == [256 << 20, 256 << 20]
+    assert limits["RLIMIT_CPU"] == [3, 4]  # ceil(1.5) + 1 soft, one more hard
+    assert limits["RLIMIT_FSIZE"] == [1 << 20, 1 << 20]
+    assert limits["RLIMIT_NOFILE"] == [64, 64]
+    assert limits["RLIMIT_CORE"] == [0, 0]
+    assert limits["RLIMIT_NPROC"][0] == (16 if os.geteuid() == 0 else 18)
+
+
+@pytest.mark.parametrize("source, status, detail", [
+    ("print('hi')", "ok", {"stdout": "hi\n"}),
+    ("raise ValueError('bad')", "exception", {"exception": "ValueError", "message": "bad"}),
+    ("def f(:\n  pass", "exception", {"exception": "SyntaxError"}),
+    ("import sys; sys.exit(3)", "exit", {"exit_code": 3}),
+    ("import os; os._exit(0)", "vanished", {"exit_code": 0}),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "signal", {"signal": 11}),
+    ("while True: pass", "timeout", {}),
+])
+def test_statuses(box, source, status, detail):
+    result = box.run([Job(source, timeout_s=0.5)])[0]
+    assert result.status == status
+    for key, value in detail.items():
+        assert getattr(result, key) == value
+
+
+def test_a_job_that_times_out_does_not_stop_the_next_ones(box):
+    results = box.run([Job("import time; time.sleep(5)", timeout_s=0.3), Job("print(6 * 7)")])
+    assert [r.status for r in results] == ["timeout", "ok"]
+    assert results[1].stdout == "42\n"
+
+
+def test_stdin_is_fed_and_output_is_capped(box):
+    echoed, flood = box.run([Job("print(input()[::-1])", stdin="abc\n"), Job("while True: print('y' * 999)")])
+    assert echoed.stdout == "cba\n"
+    assert flood.status == "exception" and flood.exception == "OSError"  # file size limit hit
+    assert flood.stdout_truncated and len(flood.stdout) == 20_000
+
+
+def test_time_and_memory_are_measured_inside_the_sandbox(box):
+    idle, busy, big = box.run([
+        Job("x = 1"),
+        Job("import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"),
+        Job("block = bytearray(100 * 2**20)\nblock[::4096] = b'x' * len(block[::4096])"),
+    ])
+    assert idle.cpu_s < 0.1 and idle.memory_kb < 5_000
+    assert busy.cpu_s >= 0.25
+    assert 95_000 <= big.memory_kb <= 130_000  # the 100 MiB it touched, not the interpreter's own
+
+
+def test_whole_run_deadline_kills_the_sandbox(box, monkeypatch):
+    """If the launcher itself stalls, the caller still gets an answer at the run's deadline."""
+    monkeypatch.setattr(Sandbox, "_deadline_s", lambda self, payload: 1.0)
+    started = time.monotonic()
+    results = box.run([Job("import time; time.sleep(30)", timeout_s=30)])
+    assert time.monotonic() - started < 10
+    assert results[0].status == "timeout"
+    assert bwrap_children() == []
+
+
+def test_concurrent_runs_use_separate_uids(box):
+    if os.geteuid() != 0:
+        pytest.fail("the uid-per-slot layout is the root mode; run this suite as root, as CI does")
+    uids: list[int] = []
+    barrier = threading.Barrier(2)
+
+    def one():
+        barrier.wait()
+        uids.append(int(box.run([Job("import os, time; print(os.getuid()); time.sleep(0.5)")])[0].stdout))
+
+    threads = [threading.Thread(target=one) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(uids) == [TEST_UID_BASE, TEST_UID_BASE + 1]
+    assert processes_with_uids(TEST_UID_BASE, TEST_UID_BASE + 64) == []
+
+
+def test_without_bubblewrap_untrusted_code_does_not_run(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv(sandbox_module.UNSAFE_ENV_VAR, raising=False)
+    with pytest.raises(SandboxUnavailable, match=r"apt-get install -y bubblewrap.*DIFFUGRPO_UNSAFE_NO_SANDBOX=1"):
+        Sandbox(SandboxConfig())
+
+
+def test_explicit_unsafe_fallback_runs_with_rlimits_only(monkeypatch, capsys):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv(sandbox_module.UNSAFE_ENV_VAR, "1")
+    box = Sandbox(SandboxConfig(timeout_s=1.0, memory_mb=256, uid_base=TEST_UID_BASE + 128))
+    assert not box.isolated
+    assert "UNSAFE" in capsys.readouterr().err
+    ok, slow = box.run([Job("import os; print(os.getcwd() != '/work')"), Job("while True: pass", timeout_s=0.3)])
+    assert (ok.status, ok.stdout, slow.status) == ("ok", "True\n", "timeout")
+
+
+def test_config_option_also_allows_the_fallback(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.delenv(sandbox_module.UNSAFE_ENV_VAR, raising=False)
+    config = SandboxConfig.from_mapping({sandbox_module.FALLBACK_CONFIG_KEY: True})
+    assert not Sandbox(config).isolated
+
+
+def test_config_errors_name_the_option():
+    with pytest.raises(ValueError, match=r"unknown sandbox option\(s\) \['memroy_mb'\].*memory_mb"):
+        SandboxConfig.from_mapping({"memroy_mb": 10})
+    with pytest.raises(ValueError, match="timeout_s must be a positive number"):
+        SandboxConfig.from_mapping({"timeout_s": -1})
+    with pytest.raises(ValueError, match="site_packages must be true or false"):
+        SandboxConfig.from_mapping({"site_packages": "yes"})
+    assert SandboxConfig.from_mapping({"memory_mb": 512.0, "extra_ro_binds": ["/opt"]}) == \
+        SandboxConfig(memory_mb=512, extra_ro_binds=("/opt",))
+
+
+def test_non_root_mode_under_a_user_namespace():
+    """As an ordinary user: bwrap makes a user namespace, limits still hold (run as nobody with the
+    system interpreter, which that user can read)."""
+    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3") or shutil.which("setpriv") is None:
+        pytest.fail("this test switches to the 'nobody' user: it needs root, setpriv and /usr/bin/python3")
+    script = f"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("sb", {str(REPO / 'diffugrpo_plugin' / 'sandbox.py')!r})
+sb = importlib.util.module_from_spec(spec); sys.modules["sb"] = sb; spec.loader.exec_module(sb)
+box = sb.Sandbox(sb.SandboxConfig(python_executable="/usr/bin/python3", timeout_s=2, max_processes=8))
+results = box.run([sb.Job("import os; print(os.getuid())"), sb.Job("import os\\nwhile True: os.fork()"),
+                   sb.Job("print('still fine')")])
+print(json.dumps([[r.status, r.exception, r.stdout] for r in results]))
+"""
+    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-"],
+                          input=script, capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [["ok", None, "65534\n"], ["exception", "BlockingIOError", ""],
+                                       ["ok", None, "still fine\n"]]
+
+
+def test_sandbox_module_imports_no_torch():
+    code = ("import sys; import diffugrpo_plugin.sandbox, diffugrpo_plugin.code_execution; "
+            "print('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.stdout.strip() == "False", done.stderr
