@@ -249,30 +249,33 @@ def _array_records(text: str, name: str) -> Iterator[Record]:
         position = end
 
 
-_MISSING = object()
+def _is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
-def field(record: Record, name: str, kind: str = "str", optional: bool = False) -> Any:
-    """``record.data[name]`` checked against ``kind``: str | id | str_list | nonempty_str_list | list.
+FIELD_KINDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "str": ("a string", lambda value: isinstance(value, str)),
+    "id": ("a string or an integer", lambda value: isinstance(value, (str, int)) and not isinstance(value, bool)),
+    "list": ("a list", lambda value: isinstance(value, list)),
+    "str_list": ("a list of strings", _is_str_list),
+    "nonempty_str_list": ("a non-empty list of strings", lambda value: bool(value) and _is_str_list(value)),
+}
+"""Field kinds :func:`checked_field` accepts: kind -> (what the error says is expected, check)."""
+
+
+def checked_field(record: Record, name: str, kind: str = "str", optional: bool = False) -> Any:
+    """``record.data[name]`` checked against one of :data:`FIELD_KINDS`.
 
     A missing (or null) required field raises ``DataError("<file> line N: missing field 'name'")``.
     ``id`` accepts a string or an integer and returns a string.
     """
-    value = record.data.get(name, _MISSING)
-    if value is _MISSING or value is None:
+    value = record.data.get(name)
+    if value is None:
         if optional:
             return None
         raise DataError(f"{record.where}: missing field '{name}'")
-    expected = {"str": "a string", "id": "a string or an integer", "list": "a list",
-                "str_list": "a list of strings", "nonempty_str_list": "a non-empty list of strings"}[kind]
-    ok = {
-        "str": isinstance(value, str),
-        "id": isinstance(value, (str, int)) and not isinstance(value, bool),
-        "list": isinstance(value, list),
-        "str_list": isinstance(value, list) and all(isinstance(v, str) for v in value),
-        "nonempty_str_list": isinstance(value, list) and bool(value) and all(isinstance(v, str) for v in value),
-    }[kind]
-    if not ok:
+    expected, check = FIELD_KINDS[kind]
+    if not check(value):
         got = "an empty list" if value == [] else type(value).__name__
         raise DataError(f"{record.where}: field '{name}' must be {expected}, got {got}")
     return str(value) if kind == "id" else value
@@ -304,7 +307,7 @@ def mbpp_problems(path: str | os.PathLike | None = None, split: str = "train",
     records = read_records(path) if path is not None else _mbpp_hub_records(hub_config)
     problems = []
     for record in records:
-        task_id = field(record, "task_id", "id")
+        task_id = checked_field(record, "task_id", "id")
         if not task_id.isdigit():
             raise DataError(f"{record.where}: field 'task_id' must be an integer, got '{task_id}'")
         try:
@@ -320,15 +323,15 @@ def mbpp_problems(path: str | os.PathLike | None = None, split: str = "train",
 def _mbpp_problem(record: Record, task_id: str) -> Problem:
     # The original file names the question 'text'; the sanitized subset names it 'prompt'.
     question_field = "prompt" if "prompt" in record.data and "text" not in record.data else "text"
-    setup = field(record, "test_setup_code", optional=True)
-    imports = field(record, "test_imports", "str_list", optional=True)
+    setup = checked_field(record, "test_setup_code", optional=True)
+    imports = checked_field(record, "test_imports", "str_list", optional=True)
     return Problem(
         task_id=task_id,
-        question=field(record, question_field),
-        test_cases=field(record, "test_list", "nonempty_str_list"),
+        question=checked_field(record, question_field),
+        test_cases=checked_field(record, "test_list", "nonempty_str_list"),
         test_setup_code=setup or None,
         test_imports=imports or None,
-        reference_solution=field(record, "code"),
+        reference_solution=checked_field(record, "code"),
     )
 
 
@@ -362,16 +365,16 @@ def humaneval_problems(path: str | os.PathLike | None = None, split: str = "test
         path = HUMAN_EVAL
     problems = []
     for record in read_records(path):
-        prompt = field(record, "prompt")
-        test = field(record, "test")
-        entry_point = field(record, "entry_point")
+        prompt = checked_field(record, "prompt")
+        test = checked_field(record, "test")
+        entry_point = checked_field(record, "entry_point")
         problems.append(Problem(
-            task_id=field(record, "task_id", "id"),
+            task_id=checked_field(record, "task_id", "id"),
             question=f"{HUMANEVAL_INSTRUCTION}\n```python\n{prompt.rstrip()}\n```\n",
             test_cases=[_check_call(test, entry_point)],
             test=test,
             entry_point=entry_point,
-            reference_solution=prompt + field(record, "canonical_solution"),
+            reference_solution=prompt + checked_field(record, "canonical_solution"),
         ))
     return problems
 
@@ -393,9 +396,9 @@ def acecode_problems(path: str | os.PathLike, difficulty: str | None = None,
     problems = []
     for number, record in enumerate(records, start=1):
         problem = Problem(
-            task_id=field(record, "id", "id", optional=True) or f"{Path(path).stem}/{number}",
-            question=field(record, "question"),
-            test_cases=field(record, "test_cases", "nonempty_str_list"),
+            task_id=checked_field(record, "id", "id", optional=True) or f"{Path(path).stem}/{number}",
+            question=checked_field(record, "question"),
+            test_cases=checked_field(record, "test_cases", "nonempty_str_list"),
             reference_solution=_best_completion(record, require_pass=True),
         )
         problems.append(problem)
@@ -406,7 +409,7 @@ def acecode_problems(path: str | os.PathLike, difficulty: str | None = None,
 
 
 def _inferences(record: Record) -> list[dict[str, Any]]:
-    inferences = field(record, "inferences", "list")
+    inferences = checked_field(record, "inferences", "list")
     for number, item in enumerate(inferences):
         if not isinstance(item, dict) or not isinstance(item.get("pass_rate"), (int, float)):
             raise DataError(f"{record.where}: inferences[{number}] needs a numeric 'pass_rate'")
@@ -436,13 +439,7 @@ def difficulty_filter(records: list[Record], difficulty: str) -> list[Record]:
     import numpy as np
 
     _check_split(difficulty, ("easy", "medium", "hard"), "AceCode difficulty")
-    rates = []
-    for record in records:
-        rated = [item["pass_rate"] for item in _inferences(record) if item.get("model_name") in ACECODE_RATED_MODELS]
-        if not rated:
-            raise DataError(f"{record.where}: --difficulty needs pass rates from {list(ACECODE_RATED_MODELS)} "
-                            f"in 'inferences'; this problem has none. Drop --difficulty for unrated data.")
-        rates.append(rated)
+    rates = [_rated_pass_rates(record) for record in records]
     means = np.array([np.mean(r) for r in rates])
     stds = np.array([np.std(r) for r in rates])
     if difficulty == "hard":
@@ -451,7 +448,15 @@ def difficulty_filter(records: list[Record], difficulty: str) -> list[Record]:
         keep = (means >= np.percentile(means, 25)) & (means <= np.percentile(means, 75))
     else:
         keep = means >= np.percentile(means, 75)
-    return [record for record, kept in zip(records, keep) if kept]
+    return [record for record, kept in zip(records, keep, strict=True) if kept]
+
+
+def _rated_pass_rates(record: Record) -> list[float]:
+    rated = [item["pass_rate"] for item in _inferences(record) if item.get("model_name") in ACECODE_RATED_MODELS]
+    if not rated:
+        raise DataError(f"{record.where}: --difficulty needs pass rates from {list(ACECODE_RATED_MODELS)} "
+                        f"in 'inferences'; this problem has none. Drop --difficulty for unrated data.")
+    return rated
 
 
 def signature_variant(record: Record) -> str | None:
@@ -460,7 +465,7 @@ def signature_variant(record: Record) -> str | None:
     Only for questions that do not address the reader ("you") and whose best completion starts
     with a ``def`` line; otherwise ``None``.
     """
-    question = field(record, "question")
+    question = checked_field(record, "question")
     best = _best_completion(record, require_pass=False)
     if "you" in question.lower() or best is None:
         return None
@@ -477,22 +482,22 @@ def leetcode_problems(path: str | os.PathLike) -> list[Problem]:
     """LeetCodeDataset rows (``test`` + ``entry_point`` checks, ``prompt`` as setup code)."""
     problems = []
     for record in read_records(path):
-        test = field(record, "test")
-        entry_point = field(record, "entry_point")
-        question = field(record, "query", optional=True)
+        test = checked_field(record, "test")
+        entry_point = checked_field(record, "entry_point")
+        question = checked_field(record, "query", optional=True)
         if question is None:
             if "problem_description" not in record.data:
                 raise DataError(f"{record.where}: missing field 'query' (or 'problem_description' + 'starter_code')")
-            starter = field(record, "starter_code")
-            question = f"{field(record, 'problem_description')}\n```python\n{starter.rstrip()}\n```\n"
+            starter = checked_field(record, "starter_code")
+            question = f"{checked_field(record, 'problem_description')}\n```python\n{starter.rstrip()}\n```\n"
         problems.append(Problem(
-            task_id=field(record, "task_id", "id"),
+            task_id=checked_field(record, "task_id", "id"),
             question=question,
             test_cases=[_check_call(test, entry_point)],
-            test_setup_code=field(record, "prompt", optional=True) or None,
+            test_setup_code=checked_field(record, "prompt", optional=True) or None,
             test=test,
             entry_point=entry_point,
-            reference_solution=field(record, "completion", optional=True),
+            reference_solution=checked_field(record, "completion", optional=True),
         ))
     return problems
 
@@ -514,25 +519,37 @@ def jsonl_problems(path: str | os.PathLike, prompt_field: str = "prompt", tests_
                         "--inputs-field and --outputs-field (stdin/stdout pairs)")
     problems = []
     for number, record in enumerate(read_records(path), start=1):
-        tests = None
-        if tests_field is not None:
-            raw = record.data.get(tests_field)
-            tests = [raw] if isinstance(raw, str) else field(record, tests_field, "nonempty_str_list")
-        inputs = field(record, inputs_field, "nonempty_str_list") if inputs_field else None
-        outputs = field(record, outputs_field, "nonempty_str_list") if outputs_field else None
-        if inputs is not None and outputs is not None and len(inputs) != len(outputs):
-            raise DataError(f"{record.where}: '{inputs_field}' has {len(inputs)} entries but "
-                            f"'{outputs_field}' has {len(outputs)}")
+        inputs, outputs = _stdio_pairs(record, inputs_field, outputs_field)
         problems.append(Problem(
-            task_id=field(record, id_field, "id") if id_field else str(number),
-            question=field(record, prompt_field),
-            test_cases=tests,
-            test_setup_code=field(record, setup_field, optional=True) if setup_field else None,
+            task_id=_column(record, id_field, "id") or str(number),
+            question=checked_field(record, prompt_field),
+            test_cases=_assert_tests(record, tests_field),
+            test_setup_code=_column(record, setup_field, optional=True),
             inputs=inputs,
             outputs=outputs,
-            reference_solution=field(record, solution_field, optional=True) if solution_field else None,
+            reference_solution=_column(record, solution_field, optional=True),
         ))
     return problems
+
+
+def _column(record: Record, name: str | None, kind: str = "str", optional: bool = False) -> Any:
+    """A user-named column; when the user named none, the problem has no such field."""
+    return None if name is None else checked_field(record, name, kind, optional)
+
+
+def _assert_tests(record: Record, tests_field: str | None) -> list[str] | None:
+    raw = record.data.get(tests_field) if tests_field is not None else None
+    return [raw] if isinstance(raw, str) else _column(record, tests_field, "nonempty_str_list")
+
+
+def _stdio_pairs(record: Record, inputs_field: str | None,
+                 outputs_field: str | None) -> tuple[list[str] | None, list[str] | None]:
+    inputs = _column(record, inputs_field, "nonempty_str_list")
+    outputs = _column(record, outputs_field, "nonempty_str_list")
+    if inputs is not None and outputs is not None and len(inputs) != len(outputs):
+        raise DataError(f"{record.where}: '{inputs_field}' has {len(inputs)} entries but "
+                        f"'{outputs_field}' has {len(outputs)}")
+    return inputs, outputs
 
 
 # --------------------------------------------------------------------------- synthetic family

@@ -123,7 +123,7 @@ def tiny_config(spec: TinySpec, tokenizer: Any):
 
 
 def build_tiny_model(spec: TinySpec = TinySpec(), tokenizer: Any = None) -> torch.nn.Module:
-    """A freshly initialised tiny model (float32, eval mode off). Same spec, same weights.
+    """A freshly initialised tiny model in float32. Same spec (and tokenizer), same weights.
 
     Initialisation draws from a forked RNG seeded with ``spec.seed``: the caller's global
     RNG state is left untouched.

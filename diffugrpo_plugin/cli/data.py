@@ -2,10 +2,12 @@
 
 Examples::
 
-    diffugrpo data prepare --source mbpp --input ../shared/data/mbpp/mbpp.jsonl --split train,validation --output data/mbpp
+    diffugrpo data prepare --source mbpp --input ../shared/data/mbpp/mbpp.jsonl \
+        --split train,validation --output data/mbpp
     diffugrpo data prepare --source humaneval --output data/humaneval
     diffugrpo data prepare --source acecode --input acecode.jsonl --difficulty hard --output data/acecode_hard
-    diffugrpo data prepare --source jsonl --input mine.jsonl --prompt-field question --tests-field asserts --output data/mine
+    diffugrpo data prepare --source jsonl --input mine.jsonl --prompt-field question \
+        --tests-field asserts --output data/mine
     diffugrpo data prepare --source synthetic --output data/synthetic
 
 Each split becomes ``OUTPUT/{split}.parquet``; the row format is documented in
