@@ -33,6 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from diffugrpo_plugin import hookimpl
@@ -163,6 +164,22 @@ class FullyMaskedMasker:
 def make_d1(p_mask_prompt: float = 0.15) -> FullyMaskedMasker:
     """d1 (diffu-GRPO): one view with the completion fully masked and prompt tokens masked at p_mask_prompt."""
     return FullyMaskedMasker(p_mask_prompt)
+
+
+def mask_seed_table(base_seed: int, step: int, num_samples: int, num_iterations: int,
+                    random_masking: bool = True) -> torch.Tensor:
+    """Mask seeds for one training step: row ``b``, column ``k`` seeds sample ``b``'s mask in iteration ``k``.
+
+    With ``random_masking`` every (step, sample, iteration) gets its own seed, derived from
+    ``base_seed`` so a run (and its resumption) is reproducible. Without it every entry is
+    ``base_seed``: the reference's fixed masks (``random_masking=False``).  # -> [num_samples, num_iterations] int64
+    """
+    if not random_masking:
+        return torch.full((num_samples, num_iterations), int(base_seed), dtype=torch.int64)
+    sequence = np.random.SeedSequence([int(base_seed), int(step)])
+    words = sequence.generate_state(num_samples * num_iterations * 2, dtype=np.uint32).astype(np.uint64)
+    seeds = ((words[0::2] << np.uint64(31)) ^ words[1::2]) & np.uint64(2**62 - 1)
+    return torch.from_numpy(seeds.astype(np.int64)).view(num_samples, num_iterations)
 
 
 @hookimpl

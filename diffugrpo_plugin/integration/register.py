@@ -1,9 +1,22 @@
 """The ``verl.plugins`` entry point: registers diffugrpo with verl on ``import verl``.
 
-verl imports this module in the driver and in every Ray worker, and swallows any
-exception at DEBUG level. So a failure here is reported loudly (stderr and the logging
-error channel) before it propagates, and remembered so ``diffugrpo_plugin.main`` can stop
+verl imports this module in the driver and in every Ray worker, and swallows any exception at
+DEBUG level. So a failure here is reported loudly (stderr and the logging error channel) before
+it propagates, and remembered in :data:`registration_error` so ``diffugrpo_plugin.main`` can stop
 with the real cause instead of an obscure "unknown advantage estimator" later.
+
+What it registers, each in verl's own registry:
+
+==========================  ===============================================================
+CPU platform                ``PlatformRegistry`` "cpu" (only chosen when no accelerator)
+advantage estimator         ``coupled_grpo`` (``algorithm.adv_estimator``)
+policy loss                 ``coupled_grpo`` (``actor.policy_loss.loss_mode``)
+training engine             ``EngineRegistry`` model_type ``diffusion_lm``, fsdp/fsdp2, cuda/npu/cpu
+rollout                     ``diffusion`` in both rollout registries
+V1 trainer                  ``diffugrpo`` (``trainer.v1.trainer_mode``)
+config resolvers            ``diffugrpo.*`` OmegaConf resolvers used by our config
+``verl.trainer.main``       the command users were promised (see :mod:`.entrypoint`)
+==========================  ===============================================================
 """
 
 from __future__ import annotations
@@ -18,7 +31,15 @@ registration_error: BaseException | None = None
 
 
 def _register_all() -> None:
-    pass
+    from diffugrpo_plugin.integration import algorithm, entrypoint, platform, resolvers, rollout
+
+    assert platform.PlatformCPU  # registered by its decorator on import
+    algorithm.register()
+    rollout.register()
+    resolvers.register()
+    entrypoint.install_verl_trainer_main_alias()
+    # the engine and trainer register through verl decorators when imported
+    from diffugrpo_plugin.integration import engine, trainer  # noqa: F401
 
 
 try:

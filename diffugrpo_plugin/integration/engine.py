@@ -1,0 +1,151 @@
+"""verl training engine for masked diffusion LMs: verl's FSDP/FSDP2 engine with coupled log-probs.
+
+Registered for ``model_type="diffusion_lm"`` (``actor_rollout_ref.model.model_type``) with the
+fsdp and fsdp2 backends on cuda, npu and cpu. Only the forward changes: instead of
+autoregressive log-probs, :meth:`forward_step` computes the coupled estimate of each response
+token's log-probability (:func:`diffugrpo_plugin.logprobs.coupled_token_logprobs`) and hands it
+to verl in verl's own layout, so verl's ``ppo_loss``, KL, entropy and metrics work unchanged.
+
+Masks come from a per-sample ``mask_seed`` the trainer writes into the batch
+(:mod:`diffugrpo_plugin.integration.trainer`), so the old-policy, reference and update passes of
+a sample use identical masks, while different samples and steps get different ones.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+
+import torch
+from tensordict import TensorDict
+
+from verl.utils import tensordict_utils as tu
+from verl.utils.device import get_device_id, get_device_name
+from verl.workers.config import HFModelConfig
+from verl.workers.engine.base import EngineRegistry
+from verl.workers.engine.fsdp import transformer_impl
+from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
+from verl.workers.engine.utils import detach_tree
+
+from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
+from diffugrpo_plugin.models import DiffusionLM
+from diffugrpo_plugin.plugins import lookup
+
+MODEL_TYPE = "diffusion_lm"
+MASK_SEED_FIELD = "mask_seed"
+
+
+@dataclass
+class DiffusionModelConfig(HFModelConfig):
+    """verl's model config plus the diffusion settings (``actor_rollout_ref.model.diffusion``).
+
+    Keys of ``diffusion``: ``masker`` (name, default ``coupled``), ``masker_kwargs`` (e.g.
+    ``t_range``, ``p_mask_prompt``), ``mask_token_id`` / ``logits_shift`` (override what the
+    model config says), ``chunk_rows`` (rows per fp32 log-softmax chunk).
+    """
+
+    diffusion: dict = field(default_factory=dict)
+
+
+@contextmanager
+def _host_memory_offload_on_cpu():
+    """FSDP2 gives forward-only (reference) modules ``CPUOffloadPolicy(pin_memory=True)``; pinning needs
+    an accelerator. On a CPU host the parameters already live in host memory, so build it unpinned."""
+    if get_device_name() != "cpu":
+        yield
+        return
+    original = transformer_impl.CPUOffloadPolicy
+    transformer_impl.CPUOffloadPolicy = lambda **kwargs: original(**{**kwargs, "pin_memory": False})
+    try:
+        yield
+    finally:
+        transformer_impl.CPUOffloadPolicy = original
+
+
+def _padded(nested: torch.Tensor, length: int, value: int = 0) -> torch.Tensor:
+    """Right-pad a jagged nested tensor to ``[B, length]``."""
+    return torch.nested.to_padded_tensor(nested, padding=value, output_size=(nested.size(0), length))
+
+
+def _nested(padded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """The first ``lengths[b]`` entries of each row, as a jagged nested tensor.  # [B, L] -> [B, j]"""
+    return torch.nested.as_nested_tensor([row[:n] for row, n in zip(padded, lengths.tolist())], layout=torch.jagged)
+
+
+@EngineRegistry.register(model_type=MODEL_TYPE, backend=["fsdp", "fsdp2"], device=["cuda", "npu", "cpu"])
+class DiffusionLMEngine(FSDPEngineWithLMHead):
+    """FSDP/FSDP2 engine whose log-probs are coupled masked-diffusion estimates."""
+
+    def _diffusion_settings(self) -> dict:
+        return dict(getattr(self.model_config, "diffusion", None) or {})
+
+    @functools.cached_property
+    def _masker(self):
+        settings = self._diffusion_settings()
+        factory = lookup("masker", settings.get("masker", "coupled")).obj
+        return factory(**dict(settings.get("masker_kwargs") or {}))
+
+    def _build_module(self):
+        # verl loads by model_type; ours loads exactly like a language model (AutoModelForCausalLM, or
+        # AutoModel for trust_remote_code checkpoints that register only that, such as Dream).
+        object.__setattr__(self.model_config, "model_type", "language_model")
+        try:
+            return super()._build_module()
+        finally:
+            object.__setattr__(self.model_config, "model_type", MODEL_TYPE)
+
+    def _build_fsdp_module(self, module):
+        with _host_memory_offload_on_cpu():
+            return super()._build_fsdp_module(module)
+
+    def _diffusion_lm(self) -> DiffusionLM:
+        settings = self._diffusion_settings()
+        return DiffusionLM.wrap(self.module, tokenizer=self.model_config.tokenizer,
+                                mask_token_id=settings.get("mask_token_id"),
+                                logits_shift=settings.get("logits_shift"))
+
+    def forward_step(self, micro_batch: TensorDict, loss_function, forward_only):
+        micro_batch = micro_batch.to(get_device_id())
+        if MASK_SEED_FIELD not in micro_batch.keys():
+            raise KeyError(f"the batch has no '{MASK_SEED_FIELD}' field: diffusion log-probs need one mask seed per "
+                           f"sample. Use the diffugrpo trainer (trainer.v1.trainer_mode=diffugrpo, set by "
+                           f"algorithm=coupled_grpo), which writes it.")
+        input_ids = micro_batch["input_ids"]  # nested [B, j]
+        seq_lens = input_ids.offsets().diff()  # [B]
+        prompt_lens = micro_batch["prompts"].offsets().diff()  # [B]
+        max_len = int(seq_lens.max())
+        ids = _padded(input_ids, max_len)  # [B, L]
+        positions = _padded(micro_batch["position_ids"], max_len)  # [B, L]
+        columns = torch.arange(max_len, device=ids.device)[None]  # [1, L]
+        attention = columns < seq_lens[:, None]  # [B, L]
+        response_mask = _padded(micro_batch["response_mask"], max_len)  # [B, L], response-relative
+        completion = torch.zeros_like(attention)
+        response_cols = columns - prompt_lens[:, None]  # [B, L], index into the response
+        in_response = (response_cols >= 0) & attention
+        completion[in_response] = response_mask.gather(1, response_cols.clamp(min=0))[in_response].bool()
+        prompt = attention & (columns < prompt_lens[:, None])
+
+        calculate_entropy = tu.get_non_tensor_data(data=micro_batch, key="calculate_entropy", default=False)
+        settings = self._diffusion_settings()
+        lm = self._diffusion_lm()
+        views = self._masker.views(ids, completion, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt)
+
+        autocast_dtype = getattr(self, "_autocast_dtype", torch.bfloat16)
+        autocast_ctx = (nullcontext() if autocast_dtype == torch.float32
+                        else torch.autocast(device_type=get_device_name(), dtype=autocast_dtype))
+        with autocast_ctx:
+            out = coupled_token_logprobs(lm, views, ids, attention.long(), positions, with_entropy=calculate_entropy,
+                                         chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)))
+            # verl reads the log-prob of token p at index p - 1 (its autoregressive layout)
+            model_output = {"log_probs": _nested(torch.roll(out.logp, shifts=-1, dims=1), seq_lens)}
+            if calculate_entropy:
+                model_output["entropy"] = _nested(torch.roll(out.entropy, shifts=-1, dims=1), seq_lens)
+
+            if loss_function is not None:
+                loss, metrics = loss_function(model_output=model_output, data=micro_batch,
+                                              dp_group=self.get_data_parallel_group())
+            else:
+                assert forward_only, "forward_only must be True when loss_function is None"
+                loss, metrics = torch.tensor(1.0, device=get_device_name()), {}
+        return loss, {"model_output": detach_tree(model_output), "loss": loss.detach().item(), "metrics": metrics}

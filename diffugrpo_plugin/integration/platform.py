@@ -1,0 +1,193 @@
+"""A CPU platform for verl, chosen automatically on hosts without an accelerator.
+
+verl 0.9.1 ships no CPU platform: on a CPU-only host it falls back to "nvidia" and fails in
+``init_device_mesh`` / NCCL. This platform makes verl's own FSDP2 engine, Ray worker groups
+and checkpointing run on CPU with gloo. It is probed after verl's built-in platforms, so
+any host where CUDA, ROCm or an NPU is detected keeps verl's platform untouched.
+
+Ray still schedules trainer workers on a resource called "GPU" (verl hard-codes
+``use_gpu=True`` in its resource pools); on CPU those are *logical* GPUs that our config
+declares to ``ray.init`` (see ``diffugrpo_plugin/config``), one per trainer process.
+"""
+
+from __future__ import annotations
+
+import shutil
+from types import ModuleType
+from typing import Any, Optional
+
+import torch
+
+from verl.plugin.platform.platform_base import PlatformBase
+from verl.plugin.platform.platform_manager import PlatformRegistry
+
+
+def accelerator_present() -> bool:
+    """True when CUDA/ROCm/an NPU is usable here or its management tool is installed."""
+    if torch.cuda.is_available() or shutil.which("nvidia-smi") or shutil.which("rocm-smi"):
+        return True
+    npu = getattr(torch, "npu", None)
+    return bool(npu is not None and npu.is_available())
+
+
+class CPUDeviceModule(ModuleType):
+    """The subset of the ``torch.cuda`` API verl calls, answered for host memory.
+
+    Memory statistics are reported as 0 (host memory is tracked by verl's
+    ``perf/cpu_memory_used_gb`` metric instead); synchronisation and cache calls are no-ops.
+    """
+
+    def __init__(self):
+        super().__init__("diffugrpo_cpu_device")
+
+    @staticmethod
+    def is_available() -> bool:
+        return True
+
+    @staticmethod
+    def device_count() -> int:
+        return 1
+
+    @staticmethod
+    def current_device() -> str:
+        return "cpu"
+
+    @staticmethod
+    def set_device(_device: Any) -> None:
+        return None
+
+    @staticmethod
+    def get_device_name(_device: Any = None) -> str:
+        return "CPU"
+
+    @staticmethod
+    def synchronize(_device: Any = None) -> None:
+        return None
+
+    @staticmethod
+    def empty_cache() -> None:
+        return None
+
+    @staticmethod
+    def ipc_collect() -> None:
+        return None
+
+    @staticmethod
+    def memory_allocated(_device: Any = None) -> int:
+        return 0
+
+    memory_reserved = max_memory_allocated = max_memory_reserved = memory_allocated
+
+    @staticmethod
+    def mem_get_info(_device: Any = None) -> tuple[int, int]:
+        import psutil
+
+        memory = psutil.virtual_memory()
+        return memory.available, memory.total
+
+    @staticmethod
+    def set_per_process_memory_fraction(_fraction: float, _device: Any = None) -> None:
+        return None
+
+    @staticmethod
+    def get_rng_state(_device: Any = None) -> torch.Tensor:
+        return torch.get_rng_state()
+
+    @staticmethod
+    def set_rng_state(state: torch.Tensor, _device: Any = None) -> None:
+        torch.set_rng_state(state)
+
+    @staticmethod
+    def manual_seed(seed: int) -> None:
+        torch.manual_seed(seed)
+
+    manual_seed_all = manual_seed
+
+    def __getattr__(self, name: str):
+        # streams, events and anything else torch.cpu models (no-op stream objects)
+        return getattr(torch.cpu, name)
+
+
+@PlatformRegistry.register(platform="cpu")
+class PlatformCPU(PlatformBase):
+    """Host CPU with gloo collectives; selected only when no accelerator is present."""
+
+    _device_module = CPUDeviceModule()
+
+    @property
+    def device_name(self) -> str:
+        return "cpu"
+
+    @property
+    def vendor_name(self) -> str:
+        return "cpu"
+
+    @property
+    def device_module(self) -> ModuleType:
+        return self._device_module
+
+    def is_available(self) -> bool:
+        return True
+
+    def is_platform_available(self, use_smi_check: bool = False) -> bool:
+        return not accelerator_present()
+
+    def current_device(self) -> str:
+        return "cpu"
+
+    def device_count(self) -> int:
+        return 1
+
+    def set_device(self, device_index: int) -> None:
+        return None
+
+    def synchronize(self, device_index: Optional[int] = None) -> None:
+        return None
+
+    def manual_seed(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def manual_seed_all(self, seed: int) -> None:
+        torch.manual_seed(seed)
+
+    def set_allocator_settings(self, settings: str) -> None:
+        return None
+
+    def empty_cache(self) -> None:
+        return None
+
+    def get_device_capability(self, device_index: int = 0) -> tuple[Optional[int], Optional[int]]:
+        return None, None
+
+    def communication_backend_name(self) -> str:
+        return "gloo"
+
+    def visible_devices_envvar(self) -> str:
+        # Ray sets this for its logical "GPU" resource; it has no effect on CPU work.
+        return "CUDA_VISIBLE_DEVICES"
+
+    def ray_resource_name(self) -> str:
+        return "GPU"
+
+    def ray_resource_options(self, num_gpus: float) -> dict[str, Any]:
+        return {"num_gpus": num_gpus}
+
+    def ray_noset_envvars(self) -> list[str]:
+        return []
+
+    def is_ipc_supported(self) -> bool:
+        return False
+
+    def nvtx_range(self, msg: str):
+        from contextlib import nullcontext
+
+        return nullcontext()
+
+    def profiler_start(self) -> None:
+        return None
+
+    def profiler_stop(self) -> None:
+        return None
+
+    def cudart(self) -> Any:
+        return None

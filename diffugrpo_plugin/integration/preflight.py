@@ -1,0 +1,117 @@
+"""Configuration checks that run before Ray starts, each failing with one message naming the fix.
+
+Covers what users most often get wrong: a model path that does not exist, a tokenizer without a
+mask token, dataset files missing or lacking the columns the rewards need, batch sizes that do not
+divide, unknown sampler / masker / reward names, bad reward weights.
+"""
+
+from __future__ import annotations
+
+import os
+
+from omegaconf import DictConfig, OmegaConf
+
+from diffugrpo_plugin.plugins import PluginError, lookup
+
+
+class ConfigError(ValueError):
+    """A configuration mistake the user can fix; the message says how."""
+
+
+def _check_plugins(config: DictConfig) -> None:
+    diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
+    engine_kwargs = (config.actor_rollout_ref.rollout.get("engine_kwargs", {}) or {}).get("diffusion", {}) or {}
+    try:
+        masker = lookup("masker", diffusion.get("masker", "coupled")).obj
+        masker(**dict(diffusion.get("masker_kwargs") or {}))
+        from diffugrpo_plugin.sampling import build_sampler
+
+        settings = dict(engine_kwargs)
+        build_sampler(settings.pop("sampler", "entropy"), **settings)
+    except (PluginError, ValueError, TypeError) as error:
+        raise ConfigError(str(error)) from None
+
+
+def _check_rewards(config: DictConfig) -> None:
+    from diffugrpo_plugin.rewards import RewardSpec
+
+    node = OmegaConf.select(config, "diffugrpo.rewards")
+    if node is None:
+        raise ConfigError("no reward configuration: set diffugrpo.rewards.reward_funcs (e.g. [code, code_format]) "
+                          "and diffugrpo.rewards.reward_weights")
+    try:
+        RewardSpec.from_config(OmegaConf.to_container(node, resolve=True))
+    except (PluginError, ValueError, TypeError) as error:
+        raise ConfigError(str(error)) from None
+
+
+def _check_model(config: DictConfig) -> None:
+    from diffugrpo_plugin.models import ModelConfigError, resolve_mask_token_id
+
+    path = str(config.actor_rollout_ref.model.path)
+    expanded = os.path.expanduser(path)
+    if not os.path.exists(expanded):
+        if path.count("/") == 1 and not path.startswith((".", "/", "~")):
+            return  # a hub id: checked when it is downloaded
+        raise ConfigError(f"actor_rollout_ref.model.path '{path}' does not exist. Point it at a checkpoint directory "
+                          f"or a hub id such as apple/DiffuCoder-7B-Instruct.")
+    from transformers import AutoConfig, AutoTokenizer
+
+    trust = bool(config.actor_rollout_ref.model.get("trust_remote_code", False))
+    tokenizer_path = config.actor_rollout_ref.model.get("tokenizer_path") or expanded
+    model_config = AutoConfig.from_pretrained(expanded, trust_remote_code=trust)
+    tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(str(tokenizer_path)), trust_remote_code=trust)
+    diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
+    try:
+        resolve_mask_token_id(model_config, tokenizer, diffusion.get("mask_token_id"))
+    except ModelConfigError as error:
+        raise ConfigError(str(error)) from None
+
+
+def _check_data(config: DictConfig) -> None:
+    import pyarrow.parquet as pq
+
+    prompt_key = config.data.get("prompt_key", "prompt")
+    for key in ("train_files", "val_files"):
+        files = config.data.get(key)
+        for path in [files] if isinstance(files, str) else list(files or []):
+            expanded = os.path.expanduser(str(path))
+            if not os.path.exists(expanded):
+                raise ConfigError(f"data.{key}: '{path}' does not exist. Prepare data with "
+                                  f"`diffugrpo data prepare --source mbpp ...` (see README).")
+            columns = set(pq.read_schema(expanded).names)
+            missing = [c for c in (prompt_key, "data_source", "reward_model", "extra_info") if c not in columns]
+            if missing:
+                raise ConfigError(f"data.{key}: '{path}' lacks column(s) {missing} (has {sorted(columns)}). "
+                                  f"Files from `diffugrpo data prepare` have them; set data.prompt_key if your "
+                                  f"prompt column has another name.")
+
+
+def _check_batch_sizes(config: DictConfig) -> None:
+    rollout, actor, trainer = config.actor_rollout_ref.rollout, config.actor_rollout_ref.actor, config.trainer
+    generations = int(rollout.n)
+    workers = int(trainer.n_gpus_per_node) * int(trainer.nnodes)
+    train_batch, mini_batch = int(config.data.train_batch_size), int(actor.ppo_mini_batch_size)
+    if generations < 2:
+        raise ConfigError(f"actor_rollout_ref.rollout.n (num_generations) is {generations}; the leave-one-out "
+                          f"advantage needs at least 2 completions per prompt")
+    if train_batch % mini_batch:
+        raise ConfigError(f"data.train_batch_size ({train_batch} prompts) must be a multiple of "
+                          f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini_batch} prompts)")
+    samples_per_update = mini_batch * generations
+    if samples_per_update % workers:
+        raise ConfigError(f"each update takes ppo_mini_batch_size x n = {samples_per_update} completions, which does "
+                          f"not split over {workers} workers (trainer.n_gpus_per_node x trainer.nnodes)")
+    micro = actor.get("ppo_micro_batch_size_per_gpu")
+    if micro and (samples_per_update // workers) % int(micro):
+        raise ConfigError(f"each worker gets {samples_per_update // workers} completions per update, not a multiple "
+                          f"of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})")
+
+
+def check_config(config: DictConfig) -> None:
+    """Raise :class:`ConfigError` for the first problem found."""
+    _check_batch_sizes(config)
+    _check_plugins(config)
+    _check_rewards(config)
+    _check_model(config)
+    _check_data(config)

@@ -1,0 +1,253 @@
+"""The ``diffusion`` rollout: verl's rollout interface served by our diffusion samplers.
+
+No inference engine generates with LLaDA/Dream/DiffuCoder, so ``actor_rollout_ref.rollout.name=diffusion``
+registers three small pieces in verl's two rollout registries:
+
+* :class:`DiffusionRollout` (``BaseRollout``): lives in each trainer worker process (hybrid
+  engine, colocated with the actor). It keeps an unsharded copy of the policy on the worker's
+  device, receives every weight update verl pushes after a training step, and runs the sampler.
+* :class:`DiffusionServer`: a light Ray actor with verl's token-in/token-out ``generate``. It
+  gathers the requests that arrive together (verl's agent loop sends one per sample) and hands
+  them to its worker's :class:`DiffusionRollout` as one batch.
+* :class:`DiffusionReplica` (``RolloutReplica``): one server per trainer worker, so generation is
+  data-parallel across workers.
+
+Why not a separate rollout engine process: the sampler is plain torch on the same device as the
+actor, so running it inside the worker shares the device, needs no weight transfer across
+processes, and follows every update (``test_rollout`` changes the actor's weights and sees the
+rollout change). Sampler settings come from ``actor_rollout_ref.rollout.engine_kwargs.diffusion``.
+
+Seeds: request ``j`` for a given prompt at step ``s`` on replica ``r`` samples with a seed derived
+from (``rollout.seed``, ``s``, ``r``, the prompt's tokens, ``j``), so a run is reproducible and the
+global RNG is never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from typing import Any, Generator
+
+import ray
+import torch
+
+from verl.utils.device import get_device_name
+from verl.workers.rollout.base import BaseRollout
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+
+from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+from diffugrpo_plugin.plugins import lookup
+from diffugrpo_plugin.sampling import build_sampler, sampler_options
+
+logger = logging.getLogger("diffugrpo.rollout")
+
+NAME = "diffusion"
+DEFAULT_SAMPLER = "entropy"
+BATCH_WINDOW_S = 0.02
+
+_local_rollout: "DiffusionRollout | None" = None
+
+
+def _request_seed(base: int, step: int, replica: int, prompt_ids: list[int], occurrence: int) -> int:
+    digest = hashlib.blake2b(repr((base, step, replica, tuple(prompt_ids), occurrence)).encode(), digest_size=8)
+    return int.from_bytes(digest.digest(), "little") & (2**62 - 1)
+
+
+class DiffusionRollout(BaseRollout):
+    """Per-worker rollout: an unsharded policy copy plus a diffusion sampler."""
+
+    def __init__(self, config, model_config, device_mesh, *args, **kwargs):
+        super().__init__(config, model_config, device_mesh)
+        settings = dict((self.config.engine_kwargs or {}).get(NAME, {}) or {})
+        self.sampler_name = settings.pop("sampler", DEFAULT_SAMPLER)
+        self.sampler_settings = settings
+        build_sampler(self.sampler_name, **self.sampler_settings)  # fail at start-up on a bad option
+        self.request_options = {o.name for o in sampler_options(lookup("sampler", self.sampler_name).obj)} & {
+            "temperature", "top_p", "top_k"}
+        self.device = torch.device(get_device_name())
+        dtype = getattr(torch, str(self.config.dtype)) if isinstance(self.config.dtype, str) else self.config.dtype
+        module = load_pretrained(self.model_config.local_path, dtype=dtype,
+                                 trust_remote_code=self.model_config.trust_remote_code,
+                                 attn_implementation=self._attn_implementation())
+        diffusion = dict(getattr(self.model_config, "diffusion", None) or {})
+        self.lm = DiffusionLM.wrap(module.to(self.device).eval(), tokenizer=self.model_config.tokenizer,
+                                   mask_token_id=diffusion.get("mask_token_id"),
+                                   logits_shift=diffusion.get("logits_shift"))
+        self.tokenizer = self.model_config.tokenizer
+        self.global_steps = 0
+        self.replica_rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        self._occurrences: dict[tuple[int, tuple[int, ...]], int] = {}
+        global _local_rollout
+        _local_rollout = self
+
+    def _attn_implementation(self) -> str | None:
+        override = dict(self.model_config.override_config or {})
+        return override.get("attn_implementation")
+
+    async def resume(self, tags: list[str]):
+        if "weights" in tags and self.device.type != "cpu":
+            self.lm.module.to(self.device)
+
+    async def release(self):
+        if self.device.type != "cpu":
+            self.lm.module.to("cpu")
+            torch.cuda.empty_cache()
+
+    async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None],
+                             wire_format: str = "named_tensors", **kwargs):
+        if wire_format != "named_tensors":
+            raise NotImplementedError(f"the diffusion rollout takes full named tensors, not '{wire_format}'; "
+                                      f"use actor_rollout_ref.rollout.checkpoint_engine.backend=naive")
+        # state_dict keys include both names of tied weights (embeddings / lm_head)
+        targets = self.lm.module.state_dict(keep_vars=True)
+        updated = set()
+        with torch.no_grad():
+            for name, tensor in weights:
+                target = targets.get(name)
+                if target is None:
+                    raise KeyError(f"weight '{name}' from the trainer has no counterpart in the rollout model "
+                                   f"({type(self.lm.module).__name__})")
+                target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+                updated.add(id(target))
+        stale = [n for n, p in self.lm.module.named_parameters() if id(p) not in updated]
+        if stale:
+            raise RuntimeError(f"weight update left {len(stale)} rollout parameters stale, e.g. {stale[:3]}")
+        if kwargs.get("global_steps") is not None:
+            self.global_steps = int(kwargs["global_steps"])
+
+    def _sampler(self, sampling_params: dict[str, Any]):
+        """The configured sampler with the request's temperature / top-p / top-k where it takes them."""
+        accepted = self.request_options
+        options = dict(self.sampler_settings)
+        temperature = sampling_params.get("temperature")
+        top_p, top_k = sampling_params.get("top_p"), sampling_params.get("top_k")
+        if temperature is not None and "temperature" in accepted:
+            options["temperature"] = float(temperature)
+        if "top_p" in accepted:
+            options["top_p"] = None if top_p is None or float(top_p) >= 1.0 else float(top_p)
+        if "top_k" in accepted:
+            options["top_k"] = None if top_k is None or int(top_k) <= 0 else int(top_k)
+        return build_sampler(self.sampler_name, **options)
+
+    def _seed_for(self, prompt_ids: list[int]) -> int:
+        key = (self.global_steps, tuple(prompt_ids))
+        occurrence = self._occurrences.get(key, 0)
+        self._occurrences = {k: v for k, v in self._occurrences.items() if k[0] == self.global_steps}
+        self._occurrences[key] = occurrence + 1
+        return _request_seed(int(self.config.seed), self.global_steps, self.replica_rank, prompt_ids, occurrence)
+
+    @torch.no_grad()
+    def generate_batch(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Generate one completion per request (``prompt_ids``, ``sampling_params``); same order out."""
+        results: list[dict[str, Any] | None] = [None] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        for i, request in enumerate(requests):
+            params = request["sampling_params"]
+            groups.setdefault((params.get("temperature"), params.get("top_p"), params.get("top_k")), []).append(i)
+        for indices in groups.values():
+            sampler = self._sampler(requests[indices[0]]["sampling_params"])
+            prompts = [list(requests[i]["prompt_ids"]) for i in indices]
+            seeds = [self._seed_for(p) for p in prompts]
+            width = max(len(p) for p in prompts)
+            pad = self.tokenizer.pad_token_id
+            prompt_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+            prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+            out = sampler.generate(self.lm, prompt_ids, prompt_mask, int(self.config.response_length),
+                                   eos_token_id=self.tokenizer.eos_token_id, pad_token_id=pad, seeds=seeds)
+            for row, i in enumerate(indices):
+                length = int(out.lengths[row])
+                results[i] = {"token_ids": out.completion_ids[row, :length].tolist(), "global_steps": self.global_steps}
+        return results
+
+
+def _generate_in_worker(_worker_actor, requests):
+    if _local_rollout is None:
+        raise RuntimeError("no diffusion rollout in this worker process; is actor_rollout_ref.rollout.name=diffusion?")
+    return _local_rollout.generate_batch(requests)
+
+
+class DiffusionServer:
+    """Token-in/token-out server for one worker: batches concurrent requests into one sampler call."""
+
+    def __init__(self, worker: ray.actor.ActorHandle, batch_window_s: float = BATCH_WINDOW_S):
+        self.worker = worker
+        self.batch_window_s = batch_window_s
+        self.pending: list[tuple[dict[str, Any], asyncio.Future]] = []
+        self.flush_task: asyncio.Task | None = None
+
+    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
+                       image_data=None, video_data=None, **kwargs) -> TokenOutput:
+        if image_data or video_data:
+            raise ValueError("the diffusion rollout generates text only; this request carries images/video")
+        future = asyncio.get_running_loop().create_future()
+        self.pending.append(({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)}, future))
+        if self.flush_task is None or self.flush_task.done():
+            self.flush_task = asyncio.create_task(self._flush_after_window())
+        result = await future
+        return TokenOutput(token_ids=result["token_ids"], log_probs=None, stop_reason="completed",
+                           extra_fields={"global_steps": result["global_steps"]})
+
+    async def _flush_after_window(self):
+        # keep draining: requests that arrive while a batch is generating form the next batch
+        while self.pending:
+            await asyncio.sleep(self.batch_window_s)
+            batch, self.pending = self.pending, []
+            try:
+                results = await self.worker.__ray_call__.remote(_generate_in_worker,
+                                                                [request for request, _ in batch])
+            except Exception as exc:  # every waiting request learns why
+                for _, future in batch:
+                    future.set_exception(exc)
+                continue
+            for (_, future), result in zip(batch, results):
+                future.set_result(result)
+
+    # verl's replica control surface: the policy copy lives in the worker, so these are no-ops here.
+    async def wake_up(self): ...
+
+    async def sleep(self): ...
+
+    async def clear_kv_cache(self): ...
+
+    async def release_kv_cache(self): ...
+
+    async def resume_kv_cache(self): ...
+
+    async def abort_all_requests(self, reject_request: bool = False): ...
+
+    async def resume_generation(self): ...
+
+    async def start_profile(self, **kwargs): ...
+
+    async def stop_profile(self): ...
+
+
+class DiffusionReplica(RolloutReplica):
+    """One :class:`DiffusionServer` per trainer worker (rollout tensor parallel size must be 1)."""
+
+    async def launch_servers(self):
+        if self.world_size != 1:
+            raise ValueError(f"the diffusion rollout runs one sampler per trainer worker; set "
+                             f"actor_rollout_ref.rollout.tensor_model_parallel_size=1 (and data/pipeline parallel "
+                             f"sizes 1); got a rollout world size of {self.world_size}")
+        worker = self.workers[0]
+        node_id = await worker.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
+        server = ray.remote(DiffusionServer).options(
+            name=f"diffusion_server_{self.replica_rank}{self.name_suffix}",
+            num_cpus=0,
+            max_concurrency=self.max_concurrency,
+            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id,
+                                                                                             soft=False),
+        ).remote(worker)
+        self.servers = [server]
+        self._server_handle = server
+        self._server_address = f"diffusion://replica-{self.replica_rank}"
+
+
+def register() -> None:
+    from verl.workers.rollout.base import _ROLLOUT_REGISTRY
+    from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+    _ROLLOUT_REGISTRY[(NAME, "async")] = f"{__name__}.DiffusionRollout"
+    RolloutReplicaRegistry.register(NAME, lambda: DiffusionReplica)

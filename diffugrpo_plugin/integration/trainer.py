@@ -1,0 +1,134 @@
+"""The ``diffugrpo`` V1 trainer: verl's synchronous PPO trainer with coupled-GRPO's mask schedule.
+
+Registered with ``verl.trainer.ppo.v1.register_trainer`` and selected by
+``trainer.v1.trainer_mode=diffugrpo`` (``algorithm=coupled_grpo`` sets it). What it adds:
+
+* **Mask seeds.** Each step, every sample gets ``num_iterations`` mask seeds
+  (``actor.ppo_epochs`` is DiffuCoder's ``num_iterations``), written into the batch once, so the
+  old-policy, reference and update passes of a sample use the same masks.
+* **One old/reference log-prob pass per iteration**, each with that iteration's masks, and an
+  update that runs iteration ``k`` with mask ``k`` (the reference's intent; it re-used masks per
+  micro-batch by mistake). The worker expands the batch iteration-major, so with
+  ``actor.shuffle=False`` the update order is the reference's.
+* **CPU support.** Workers start their process group with plain gloo on CPU hosts (verl asks for
+  ``cpu:gloo,cpu:gloo`` otherwise), and the replay buffer polls without verl's 2 s sleep.
+"""
+
+from __future__ import annotations
+
+import ray
+import torch
+from omegaconf import open_dict
+from tensordict import TensorDict
+
+from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
+from verl.trainer.ppo.v1.trainer_base import register_trainer
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+from verl.utils.device import get_device_name
+from verl.utils.distributed import initialize_global_process_group_ray
+from verl.utils.profiler import DistProfiler
+from verl.workers.engine_workers import ActorRolloutRefWorker
+
+from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD
+from diffugrpo_plugin.masking import mask_seed_table
+
+TRAINER_MODE = "diffugrpo"
+REPLAY_POLL_INTERVAL_S = 0.05
+
+
+def iteration_field(name: str, iteration: int) -> str:
+    return f"{name}_iter{iteration}"
+
+
+def expand_iterations(data: TensorDict, iterations: int) -> TensorDict:
+    """Repeat a batch once per iteration, iteration-major, giving copy ``k`` mask seed ``k`` and the
+    old/reference log-probs computed with that mask.  # [B, ...] -> [K*B, ...]"""
+    batch = data.batch_size[0]
+    expanded = tu.index_select_tensor_dict(data, torch.arange(batch).repeat(iterations))
+    expanded[MASK_SEED_FIELD] = torch.cat([data[iteration_field(MASK_SEED_FIELD, k)] for k in range(iterations)])
+    for name in ("old_log_probs", "ref_log_prob"):
+        if iteration_field(name, 0) in data.keys():
+            expanded[name] = tu.concat_nested_tensors([data[iteration_field(name, k)] for k in range(iterations)])
+    return expanded
+
+
+class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
+    """verl's hybrid worker, with a gloo process group on CPU and per-iteration masks in the update."""
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        if get_device_name() == "cpu":
+            initialize_global_process_group_ray(backend="gloo")
+        return super().init_model()
+
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    @DistProfiler.annotate(color="red", role="actor_update", scheduled=True)
+    def update_actor(self, data: TensorDict) -> TensorDict:
+        iterations = int(tu.get(data, key="epochs", default=1))
+        if iterations > 1:
+            data = expand_iterations(data, iterations)
+            tu.assign_non_tensor(data, epochs=1)
+        output = self.actor.train_mini_batch(data=data)
+        return output.cpu() if output is not None else None
+
+
+@register_trainer(TRAINER_MODE)
+class DiffuGRPOTrainer(PPOTrainerSync):
+    """Synchronous coupled-GRPO trainer (colocated diffusion rollout, hybrid engine)."""
+
+    def __init__(self, config):
+        # verl switches to asynchronous behaviour for any trainer_mode other than "sync".
+        with open_dict(config):
+            config.trainer.v1.trainer_mode = "sync"
+        super().__init__(config)
+        diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
+        self.num_iterations = int(config.actor_rollout_ref.actor.ppo_epochs)
+        self.mask_seed_base = int(diffusion.get("mask_seed", 42))
+        self.random_masking = bool(diffusion.get("random_masking", True))
+
+    def _build_replay_buffer(self):
+        replay_buffer = super()._build_replay_buffer()
+        replay_buffer.poll_interval = REPLAY_POLL_INTERVAL_S
+        return replay_buffer
+
+    def _init_resource_pool_mgr(self):
+        super()._init_resource_pool_mgr()
+        for role, remote_cls in list(self.role_worker_mapping.items()):
+            if getattr(remote_cls, "__ray_actor_class__", None) is ActorRolloutRefWorker:
+                self.role_worker_mapping[role] = ray.remote(DiffusionActorRolloutRefWorker)
+
+    def _put(self, batch, fields: dict) -> None:
+        import transfer_queue as tq
+
+        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                        fields=TensorDict(fields, batch_size=len(batch)))
+
+    def _get(self, batch, fields: list[str]) -> TensorDict:
+        import transfer_queue as tq
+
+        return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+
+    def _compute_old_log_prob(self, batch, metrics):
+        seeds = mask_seed_table(self.mask_seed_base, self.global_steps, len(batch), self.num_iterations,
+                                self.random_masking)  # [B, K]
+        self._put(batch, {iteration_field(MASK_SEED_FIELD, k): seeds[:, k].contiguous()
+                          for k in range(self.num_iterations)})
+        return self._per_iteration(batch, metrics, super()._compute_old_log_prob, "old_log_probs")
+
+    def _compute_ref_log_prob(self, batch, metrics):
+        return self._per_iteration(batch, metrics, super()._compute_ref_log_prob, "ref_log_prob")
+
+    def _per_iteration(self, batch, metrics, compute, output_field: str):
+        """Run ``compute`` once per iteration with that iteration's masks and keep each result."""
+        for k in range(self.num_iterations):
+            seed_field = iteration_field(MASK_SEED_FIELD, k)
+            self._put(batch, {MASK_SEED_FIELD: self._get(batch, [seed_field])[seed_field]})
+            batch = compute(batch, metrics)
+            result = self._get(batch, [output_field])[output_field]
+            self._put(batch, {iteration_field(output_field, k): result})
+        if self.num_iterations > 1:
+            # verl's own uses of old/ref log-probs (metrics, rollout correction) see iteration 0
+            self._put(batch, {output_field: self._get(batch, [iteration_field(output_field, 0)])[
+                iteration_field(output_field, 0)]})
+        return batch
