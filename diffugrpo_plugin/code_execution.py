@@ -302,20 +302,22 @@ _cache = _RunCache(CACHE_SIZE)
 
 
 def run_tests(code: str, spec: TestSpec, sandbox: Sandbox | None = None,
-              timeout_s: float | None = None) -> list[TestOutcome]:
+              timeout_s: float | None = None, cache: bool = True) -> list[TestOutcome]:
     """Runs every test of ``spec`` against ``code``; one outcome per test, in order.
 
     Code that does not parse gets SYNTAX_ERROR for every test without being run. ``timeout_s``
-    overrides the sandbox's per-test limit. Raises :class:`SandboxError` (never a verdict) when
-    the sandbox itself fails.
+    overrides the sandbox's per-test limit; ``cache=False`` forces a fresh run (benchmarks).
+    Raises :class:`SandboxError` (never a verdict) when the sandbox itself fails.
     """
     sandbox = sandbox or shared_sandbox()
+    if not cache:
+        return _run_uncached(code, spec, sandbox, timeout_s)
     key = (code, spec, timeout_s, sandbox.config)
     return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s))
 
 
 def run_tests_many(items: Sequence[tuple[str, TestSpec]], sandbox: Sandbox | None = None,
-                   timeout_s: float | None = None) -> list[list[TestOutcome] | SandboxError]:
+                   timeout_s: float | None = None, cache: bool = True) -> list[list[TestOutcome] | SandboxError]:
     """:func:`run_tests` for many (code, spec) pairs, up to the sandbox's concurrency at once.
 
     A pair whose sandbox failed yields its :class:`SandboxError` in place of outcomes.
@@ -324,7 +326,7 @@ def run_tests_many(items: Sequence[tuple[str, TestSpec]], sandbox: Sandbox | Non
 
     def one(item: tuple[str, TestSpec]) -> list[TestOutcome] | SandboxError:
         try:
-            return run_tests(item[0], item[1], sandbox, timeout_s)
+            return run_tests(item[0], item[1], sandbox, timeout_s, cache)
         except SandboxError as exc:
             return exc
 

@@ -245,7 +245,8 @@ class RewardSpec:
         except ValueError as exc:
             raise RewardConfigError(f"rewards.sandbox: {exc}") from None
         if any("sandbox" in keyword_options(component.fn) for component in components):
-            shared_sandbox(sandbox_config)  # no bubblewrap: fail now, loudly, not as None rewards later
+            # No bubblewrap, or one that cannot work here: fail now, loudly, not as None rewards later.
+            shared_sandbox(sandbox_config).check()
         quality = config.get("quality_rewards", DEFAULT_QUALITY_REWARDS)
         return cls(components=tuple(components), aggregation=aggregation, gate_reward=gate_reward,
                    quality_rewards=frozenset(map(str, quality)), code_block=code_block,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import marshal
 import math
 import os
 import queue
@@ -48,6 +49,7 @@ LAUNCHER_IN_SANDBOX = "/opt/diffugrpo/launcher.py"
 WORK_DIR = "/work"
 SCRATCH_DIR = "/run/diffugrpo"
 PER_JOB_OVERHEAD_S = 0.5
+MARSHAL_VERSION = 4  # the launcher speaks marshal: built in, so it costs nothing to import
 INSTALL_HINT = "Install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or your distribution's package."
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "LANG": "C.UTF-8",
                "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
@@ -170,9 +172,13 @@ _LAYOUT_PROBE = ("import json, sys, sysconfig; paths = sysconfig.get_paths(); "
 
 def interpreter_layout(executable: str) -> InterpreterLayout:
     """Asks ``executable`` (isolated mode, so no user site) where it lives."""
-    probe = subprocess.run([executable, "-I", "-c", _LAYOUT_PROBE], capture_output=True, text=True,
-                           timeout=60, check=True)
-    prefixes, site_dirs = json.loads(probe.stdout)
+    try:
+        probe = subprocess.run([executable, "-I", "-c", _LAYOUT_PROBE], capture_output=True, text=True,
+                               timeout=60, check=True)
+        prefixes, site_dirs = json.loads(probe.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise SandboxError(f"cannot use {executable!r} as the sandbox's Python interpreter "
+                           f"(sandbox option python_executable): {exc}") from None
     return InterpreterLayout(
         prefixes=tuple(sorted({os.path.realpath(prefix) for prefix in prefixes})),
         site_dirs=tuple(dict.fromkeys(site_dirs)),
@@ -238,8 +244,18 @@ class Sandbox:
             self._slots.put(slot)
         uid_base = self.config.uid_base or 100_000 + (os.getpid() % 100_000) * 64
         self._uid_base = uid_base
+        self._checked = False
         self._layout: InterpreterLayout | None = None
         self._layout_lock = threading.Lock()
+
+    def check(self) -> None:
+        """Runs one trivial job; raises :class:`SandboxError` with bwrap's own words if it cannot."""
+        if self._checked:
+            return
+        result = self.run([Job("print('ok')", timeout_s=self.config.startup_timeout_s)])[0]
+        if result.status != "ok" or result.stdout != "ok\n":
+            raise SandboxError(f"the sandbox runs but a trivial job did not succeed: {result}")
+        self._checked = True
 
     @property
     def isolated(self) -> bool:
@@ -355,7 +371,8 @@ class Sandbox:
                                    cwd=cwd, env=dict(env), start_new_session=True)
         timed_out = False
         try:
-            stdout, stderr = process.communicate(json.dumps(payload).encode(), timeout=self._deadline_s(payload))
+            stdout, stderr = process.communicate(marshal.dumps(payload, MARSHAL_VERSION),
+                                                 timeout=self._deadline_s(payload))
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(process)
@@ -379,13 +396,17 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def _parse_reports(stdout: bytes, count: int) -> list[JobResult | None]:
+    """The launcher's length-prefixed marshal frames; a frame cut short by a kill is dropped."""
     results: list[JobResult | None] = [None] * count
-    for line in stdout.splitlines():
-        try:
-            report = json.loads(line)
-            index = int(report["index"])
-        except (ValueError, KeyError, TypeError):
-            continue
+    offset = 0
+    while offset + 8 <= len(stdout):
+        size = int.from_bytes(stdout[offset:offset + 8], "little")
+        frame = stdout[offset + 8:offset + 8 + size]
+        offset += 8 + size
+        if len(frame) < size:
+            break
+        report = marshal.loads(frame)
+        index = report.get("index", -1) if isinstance(report, dict) else -1
         if 0 <= index < count:
             results[index] = JobResult.from_report(report)
     return results

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from diffugrpo_plugin import sandbox as sandbox_module
-from diffugrpo_plugin.sandbox import Job, Sandbox, SandboxConfig, SandboxUnavailable
+from diffugrpo_plugin.sandbox import Job, Sandbox, SandboxConfig, SandboxError, SandboxUnavailable
 from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, tight_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,6 +176,19 @@ def test_config_option_also_allows_the_fallback(monkeypatch):
     monkeypatch.delenv(sandbox_module.UNSAFE_ENV_VAR, raising=False)
     config = SandboxConfig.from_mapping({sandbox_module.FALLBACK_CONFIG_KEY: True})
     assert not Sandbox(config).isolated
+
+
+def test_a_sandbox_that_cannot_start_is_a_harness_error_not_a_verdict(box, monkeypatch):
+    broken = tight_sandbox()
+    real_argv = Sandbox._bwrap_argv
+    monkeypatch.setattr(Sandbox, "_bwrap_argv", lambda self: [real_argv(self)[0], "--no-such-option"])
+    with pytest.raises(SandboxError, match="the sandbox failed to start.*no-such-option"):
+        broken.check()
+
+
+def test_unusable_interpreter_is_named():
+    with pytest.raises(SandboxError, match="cannot use '/nonexistent/python'.*python_executable"):
+        tight_sandbox(python_executable="/nonexistent/python").check()
 
 
 def test_config_errors_name_the_option():

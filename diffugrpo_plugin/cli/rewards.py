@@ -123,7 +123,7 @@ def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def score_command(args: argparse.Namespace) -> int:
     from diffugrpo_plugin.plugins import PluginError
     from diffugrpo_plugin.rewards import RewardConfigError, RewardSpec
-    from diffugrpo_plugin.sandbox import SandboxUnavailable
+    from diffugrpo_plugin.sandbox import SandboxError, SandboxUnavailable
 
     try:
         spec = RewardSpec.from_config(rewards_config(args))
@@ -133,7 +133,7 @@ def score_command(args: argparse.Namespace) -> int:
             for output in score_rows(spec, chunk):
                 sys.stdout.write(json.dumps(output) + "\n")
             sys.stdout.flush()
-    except (InputError, RewardConfigError, PluginError, SandboxUnavailable, OSError) as exc:
+    except (InputError, RewardConfigError, PluginError, SandboxUnavailable, SandboxError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

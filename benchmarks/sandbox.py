@@ -1,0 +1,110 @@
+"""Tests/s of the sandboxed test runner against the seeds' way of running tests.
+
+Baseline (as the seeds' example does it): one plain ``python -c "<code>\\n<test>"`` subprocess
+per test, one after another, pass = exit code 0; no isolation beyond a timeout. Ours: every
+completion's tests in one bubblewrap sandbox, each test in its own forked, limited,
+unprivileged process, completions running ``--concurrency`` at once (also shown at 1, to
+separate the two effects). The batch is MBPP problems (test split, 3 asserts each): their
+reference solutions plus wrong variants, so verdicts include failures and errors; the script
+asserts that both methods give the same verdict for every test. Times are medians over
+``--repeats`` runs of the whole batch, measured in the same process on the same machine.
+
+    python benchmarks/sandbox.py                     # 32 completions x 3 tests, 3 repeats
+    python benchmarks/sandbox.py --completions 64 --repeats 5 --concurrency 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from diffugrpo_plugin.code_execution import TestSpec, run_tests_many, tests_from_row
+from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig
+
+MBPP = "/work/shared/data/mbpp/mbpp.jsonl"
+TIMEOUT_S = 10.0
+
+
+def batch(count: int) -> list[tuple[str, TestSpec]]:
+    """``count`` (code, tests) pairs: MBPP reference solutions, every third one broken."""
+    with open(MBPP) as handle:
+        rows = [json.loads(line) for line in handle]
+    rows = [row for row in rows if 11 <= row["task_id"] <= 510 and not row["test_setup_code"]]
+    pairs = []
+    for index, row in enumerate(rows[:count]):
+        code = row["code"]
+        if index % 3 == 2:
+            code += "\nimport builtins\nbuiltins.len = lambda x: -1\n"  # breaks most, not all, tests
+        pairs.append((code, tests_from_row(row)))
+    return pairs
+
+
+def baseline(pairs: list[tuple[str, TestSpec]]) -> list[list[bool]]:
+    verdicts = []
+    for code, spec in pairs:
+        row = []
+        for source, _ in spec.sources(code):
+            try:
+                done = subprocess.run([sys.executable, "-c", source], capture_output=True, timeout=TIMEOUT_S)
+                row.append(done.returncode == 0)
+            except subprocess.TimeoutExpired:
+                row.append(False)
+        verdicts.append(row)
+    return verdicts
+
+
+def sandboxed(pairs: list[tuple[str, TestSpec]], box: Sandbox) -> list[list[bool]]:
+    results = run_tests_many(pairs, box, cache=False)
+    return [[outcome.passed for outcome in outcomes] for outcomes in results]
+
+
+def timed(run, repeats: int) -> tuple[float, list[list[bool]]]:
+    durations, verdicts = [], None
+    for _ in range(repeats):
+        started = time.perf_counter()
+        verdicts = run()
+        durations.append(time.perf_counter() - started)
+    return statistics.median(durations), verdicts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--completions", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 2)
+    args = parser.parse_args()
+
+    pairs = batch(args.completions)
+    tests = sum(len(spec) for _, spec in pairs)
+    methods = {
+        "baseline: plain subprocess per test, sequential": lambda: baseline(pairs),
+        "sandbox, 1 at a time": lambda: sandboxed(pairs, Sandbox(SandboxConfig(timeout_s=TIMEOUT_S,
+                                                                                max_concurrency=1))),
+        f"sandbox, {args.concurrency} at a time": lambda: sandboxed(
+            pairs, Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=args.concurrency))),
+    }
+    rows, reference = [], None
+    for label, run in methods.items():
+        seconds, verdicts = timed(run, args.repeats)
+        if reference is None:
+            reference = verdicts
+        assert verdicts == reference, f"{label}: verdicts differ from the baseline's"
+        rows.append((label, seconds))
+    passed = sum(map(sum, reference))
+    print(f"{len(pairs)} completions x 3 tests = {tests} tests ({passed} pass), {os.cpu_count()} cores, "
+          f"median of {args.repeats}; verdicts identical across methods\n")
+    print("| method | isolated | median s | tests/s | vs baseline |")
+    print("|---|---|---|---|---|")
+    base_seconds = rows[0][1]
+    for label, seconds in rows:
+        isolated = "no" if label.startswith("baseline") else "yes (bwrap)"
+        print(f"| {label} | {isolated} | {seconds:.2f} | {tests / seconds:.1f} | {base_seconds / seconds:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
