@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import MASK_ID, build_tiny_module
+from samplers_support import fake_lm, left_pad, log_probs, single_thread
+
 from diffugrpo_plugin.models import DiffusionLM, ModelConfigError
 from diffugrpo_plugin.sampling.forward import FullForward, PrefixCachedForward
 from diffugrpo_plugin.sampling.samplers import (
@@ -16,7 +17,6 @@ from diffugrpo_plugin.sampling.samplers import (
     OriginSampler,
     TopKMarginSampler,
 )
-from samplers_support import single_thread, fake_lm, left_pad, log_probs
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 

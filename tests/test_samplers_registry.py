@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from diffugrpo_plugin.plugins import PluginError, registrations
 from diffugrpo_plugin.sampling import SamplerOptionError, build_sampler, sampler_options
@@ -65,7 +65,6 @@ def test_bad_option_values_are_named(factory, options, message):
 
 def test_layout_errors_name_the_option():
     import torch
-
     from samplers_support import FAKE_EOS, FAKE_PAD, fake_lm, log_probs
 
     lm = fake_lm({1: [log_probs(0.5, 0.5)] * 9})
@@ -80,7 +79,6 @@ def test_layout_errors_name_the_option():
 
 def test_bad_prompts_are_named():
     import torch
-
     from samplers_support import FAKE_EOS, FAKE_PAD, fake_lm, log_probs
 
     lm = fake_lm({1: [log_probs(0.5, 0.5)] * 5})

@@ -7,6 +7,7 @@ from collections import Counter
 
 import pytest
 import torch
+from samplers_support import FAKE_EOS, FAKE_MASK, FAKE_PAD, fake_lm, log_probs, single_thread
 
 from diffugrpo_plugin.sampling.decoding import (
     dream_transfer_count,
@@ -25,7 +26,6 @@ from diffugrpo_plugin.sampling.samplers import (
     OriginSampler,
     TopKMarginSampler,
 )
-from samplers_support import single_thread, FAKE_EOS, FAKE_MASK, FAKE_PAD, fake_lm, log_probs
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 

@@ -33,7 +33,7 @@ def test_colour_scale_runs_from_first_to_last_anchor():
 
 def test_ansi_colours_every_token_by_its_step():
     text = render_ansi([ROW])
-    coloured = re.findall(r"\x1b\[48;2;(\d+);(\d+);(\d+)m\x1b\[38;2;\d+;\d+;\d+m(.*?)\x1b\[0m", text, flags=re.S)
+    coloured = re.findall(r"\x1b\[48;2;(\d+);(\d+);(\d+)m\x1b\[38;2;\d+;\d+;\d+m(.*?)\x1b\[0m", text, flags=re.DOTALL)
     assert [token for *_, token in coloured] == ["def", " f", "<x>", "\u21b5\n"]
     assert [tuple(map(int, rgb)) for *rgb, _ in coloured] == [SCALE[-1], SCALE[0], SCALE[2], UNDECIDED]
     assert text.startswith("\x1b[2mQ: \x1b[0m") and "unmask step: 0" in text

@@ -58,7 +58,7 @@ class _HelpWithSamplers(argparse.Action):
 
 
 def sampler_listing(width: int = 100) -> str:
-    """Every registered sampler, its description and provider, and its options with defaults."""
+    """Every registered sampler with its description, provider and options (shared ones listed once)."""
     from diffugrpo_plugin.plugins import PluginError, registrations
     from diffugrpo_plugin.sampling import sampler_options
 
@@ -68,15 +68,26 @@ def sampler_listing(width: int = 100) -> str:
         return f"samplers: the plugin registry could not be read: {exc}"
     if not registered:
         return "samplers: none installed (is diffugrpo installed? `pip install -e .`)"
+    options = {name: sampler_options(registration.obj) for name, registration in sorted(registered.items())}
+    shared = set.intersection(*(set(found) for found in options.values()))
     lines = ["samplers (choose with --sampler NAME, set options with -o NAME=VALUE):"]
-    for name, registration in sorted(registered.items()):
-        lines.append(f"  {name}: {registration.description}  [{registration.distribution}]")
-        for option in sampler_options(registration.obj):
-            head = f"      {option.name}={json.dumps(option.default)}"
-            help_lines = textwrap.wrap(option.help, width - 34) or [""]
-            lines.append(f"{head:<34}{help_lines[0]}".rstrip())
-            lines.extend(" " * 34 + more for more in help_lines[1:])
+    for name, found in options.items():
+        lines.append(f"  {name}: {registered[name].description}  [{registered[name].distribution}]")
+        lines.extend(_option_lines([option for option in found if option not in shared], width))
+    if shared:
+        lines.append("options every sampler above takes:")
+        lines.extend(_option_lines([option for option in next(iter(options.values())) if option in shared], width))
     return "\n".join(lines)
+
+
+def _option_lines(options, width: int) -> list[str]:
+    lines = []
+    for option in options:
+        head = f"      {option.name}={json.dumps(option.default)}"
+        help_lines = textwrap.wrap(option.help, width - 34) or [""]
+        lines.append(f"{head:<34}{help_lines[0]}".rstrip())
+        lines.extend(" " * 34 + more for more in help_lines[1:])
+    return lines
 
 
 def parse_options(items: list[str]) -> dict[str, Any]:
@@ -199,14 +210,10 @@ def _generate(sampler, lm, tokenizer, prompts: list[str], args) -> list[dict[str
 
 
 def _report(results: list[dict[str, Any]], args) -> None:
-    from diffugrpo_plugin.sampling.trace import TraceRow, render_ansi, render_html, render_png
+    from diffugrpo_plugin.sampling.trace import TraceRow, render_ansi
 
     rows = [TraceRow(r["model_input"], r["tokens"], r["unmask_step"], r["steps"]) for r in results if "tokens" in r]
-    if args.trace_html:
-        with open(args.trace_html, "w", encoding="utf-8") as handle:
-            handle.write(render_html(rows))
-    if args.trace_png:
-        render_png(rows, args.trace_png)
+    _write_trace_files(rows, args.trace_html, args.trace_png)
     if args.json:
         for result in results:
             print(json.dumps(result, ensure_ascii=False))
@@ -216,3 +223,13 @@ def _report(results: list[dict[str, Any]], args) -> None:
         for index, result in enumerate(results):
             print(f"=== completion {index + 1} ({result['length']} tokens, {result['steps']} steps, "
                   f"seed {result['seed']}) ===\n{result['completion']}")
+
+
+def _write_trace_files(rows, html_path: str | None, png_path: str | None) -> None:
+    from diffugrpo_plugin.sampling.trace import render_html, render_png
+
+    if html_path:
+        with open(html_path, "w", encoding="utf-8") as handle:
+            handle.write(render_html(rows))
+    if png_path:
+        render_png(rows, png_path)

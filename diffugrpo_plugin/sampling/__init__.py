@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 from diffugrpo_plugin.sampling.contract import GenerationOutput, Sampler, SamplerOptionError
 
-__all__ = ["GenerationOutput", "Sampler", "SamplerOptionError", "OptionInfo", "build_sampler", "sampler_options"]
+__all__ = ["GenerationOutput", "OptionInfo", "Sampler", "SamplerOptionError", "build_sampler", "sampler_options"]
 
 
 class OptionInfo(NamedTuple):

@@ -19,6 +19,7 @@ is shared here:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import secrets
 from dataclasses import dataclass
@@ -121,19 +122,30 @@ def run(rule: StepRule, plan: Plan, model: DiffusionLM, prompt_ids: torch.Tensor
     seeds = resolve_seeds(seeds, prompt_ids.shape[0])
     generators = [torch.Generator(device=prompt_ids.device).manual_seed(seed) for seed in seeds]
     chunk = plan.micro_batch_size or prompt_ids.shape[0]
-    module = model.module
+    with _eval_mode(model.module), torch.no_grad():
+        parts = [_generate_micro_batch(rule, plan, layout, model, prompt_ids[start:start + chunk],
+                                       prompt_mask[start:start + chunk], generators[start:start + chunk],
+                                       eos_token_id)
+                 for start in range(0, prompt_ids.shape[0], chunk)]
+    return _merge(parts, seeds, eos_token_id, pad_token_id, record_trace)
+
+
+@contextlib.contextmanager
+def _eval_mode(module: torch.nn.Module):
+    """Eval mode while generating (dropout would draw from the global RNG), then the previous mode."""
     was_training = module.training
-    module.eval()  # dropout would draw from the global RNG
+    module.eval()
     try:
-        with torch.no_grad():
-            parts = [_generate_micro_batch(rule, plan, layout, model, prompt_ids[start:start + chunk],
-                                           prompt_mask[start:start + chunk], generators[start:start + chunk],
-                                           eos_token_id)
-                     for start in range(0, prompt_ids.shape[0], chunk)]
+        yield
     finally:
         module.train(was_training)
-    completion = torch.cat([part.completion for part in parts])  # [B, N]
-    completion_ids, completion_mask = cut_after_eos(completion, eos_token_id, pad_token_id)
+
+
+def _merge(parts: list[_MicroBatchResult], seeds: list[int], eos_token_id: int, pad_token_id: int,
+           record_trace: bool) -> GenerationOutput:
+    """One output for all micro-batches, with everything after the first EOS padded."""
+    completion_ids, completion_mask = cut_after_eos(torch.cat([part.completion for part in parts]),
+                                                    eos_token_id, pad_token_id)  # [B, N] each
     return GenerationOutput(
         completion_ids=completion_ids,
         completion_mask=completion_mask,
@@ -160,52 +172,76 @@ class _MicroBatchResult(NamedTuple):
     forwards: int
 
 
-def _generate_micro_batch(rule: StepRule, plan: Plan, layout: BlockLayout, model: DiffusionLM,
-                          prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                          generators: list[torch.Generator], eos_token_id: int) -> _MicroBatchResult:
+@dataclass
+class _Canvas:
+    """A micro-batch being denoised: prompt + completion tokens, and what each row has done."""
+
+    x: torch.Tensor  # [b, L]: prompt, then completion (mask tokens until decided)
+    attention_mask: torch.Tensor  # [b, L]
+    position_ids: torch.Tensor  # [b, L]
+    prompt_length: int
+    unmask_step: torch.Tensor  # [b, N]: step at which each completion token was decided, -1 if never
+    steps_taken: torch.Tensor  # [b]: steps each row has taken part in
+
+
+def _canvas(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, new_tokens: int, mask_id: int) -> _Canvas:
+    """Prompts (minus columns that are padding in every row) followed by ``new_tokens`` masks."""
     first_real_column = int(prompt_mask.any(dim=0).long().argmax())
     prompt_ids, prompt_mask = prompt_ids[:, first_real_column:], prompt_mask[:, first_real_column:]  # [b, P]
-    batch, prompt_length = prompt_ids.shape
-    new_tokens = layout.num_blocks * layout.block_length
-    mask_id = model.mask_token_id
-    device = prompt_ids.device
+    batch, device = prompt_ids.shape[0], prompt_ids.device
     x = torch.cat([prompt_ids, torch.full((batch, new_tokens), mask_id, dtype=prompt_ids.dtype, device=device)],
                   dim=1)  # [b, L]
     attention_mask = torch.cat([prompt_mask.long(), torch.ones(batch, new_tokens, dtype=torch.long, device=device)],
                                dim=1)  # [b, L]
-    position_ids = position_ids_from_mask(attention_mask)  # [b, L]
-    unmask_step = torch.full((batch, new_tokens), -1, dtype=torch.long, device=device)  # [b, N]
-    steps_taken = torch.zeros(batch, dtype=torch.long, device=device)  # [b]
-    finished = torch.zeros(batch, dtype=torch.bool, device=device)  # [b]: EOS inside a finished block
-    forward = build_forward(model, plan.kv_cache, plan.cfg_scale, prompt_length)
+    return _Canvas(x=x, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask),
+                   prompt_length=prompt_ids.shape[1],
+                   unmask_step=torch.full((batch, new_tokens), -1, dtype=torch.long, device=device),
+                   steps_taken=torch.zeros(batch, dtype=torch.long, device=device))
+
+
+def _generate_micro_batch(rule: StepRule, plan: Plan, layout: BlockLayout, model: DiffusionLM,
+                          prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          generators: list[torch.Generator], eos_token_id: int) -> _MicroBatchResult:
+    canvas = _canvas(prompt_ids, prompt_mask, layout.num_blocks * layout.block_length, model.mask_token_id)
+    forward = build_forward(model, plan.kv_cache, plan.cfg_scale, canvas.prompt_length)
+    finished = torch.zeros(canvas.x.shape[0], dtype=torch.bool, device=canvas.x.device)  # [b]: EOS in a done block
     forwards = 0
     for block in range(layout.num_blocks):
         rows = (~finished).nonzero().flatten()  # [r]
         if rows.numel() == 0:
             break
-        start = prompt_length + block * layout.block_length
+        start = canvas.prompt_length + block * layout.block_length
         end = start + layout.block_length
-        x_rows, mask_rows, pos_rows = x[rows], attention_mask[rows], position_ids[rows]  # [r, L] each
-        for step in range(layout.steps_per_block):
-            masked = x_rows[:, start:end] == mask_id  # [r, W]
-            live = masked.any(dim=1).nonzero().flatten()  # [l]
-            if live.numel() == 0:
-                break
-            logits = forward(x_rows, mask_rows, pos_rows, start, end, fresh=step == 0).float()  # [r, W, V]
-            forwards += 1
-            logits[..., mask_id] = -math.inf  # a position must never "unmask" to the mask token
-            live_rows = rows[live]
-            tokens, chosen = _decide(rule, plan, logits[live], masked[live], step, layout.steps_per_block,
-                                     [generators[i] for i in live_rows.tolist()], mask_id)  # [l, W] each
-            window = x_rows[live, start:end]  # [l, W]
-            x_rows[live, start:end] = torch.where(chosen, tokens, window)
-            step_ids = steps_taken[live_rows].unsqueeze(1).expand_as(chosen)  # [l, W]
-            previous = unmask_step[live_rows, start - prompt_length:end - prompt_length]  # [l, W]
-            unmask_step[live_rows, start - prompt_length:end - prompt_length] = torch.where(chosen, step_ids, previous)
-            steps_taken[live_rows] += 1
-        x[rows] = x_rows
-        finished[rows] = (x_rows[:, prompt_length:end] == eos_token_id).any(dim=1)
-    return _MicroBatchResult(x[:, prompt_length:], unmask_step, steps_taken, forwards)
+        forwards += _denoise_block(rule, plan, layout.steps_per_block, forward, canvas, rows, start, end,
+                                   generators, model.mask_token_id)
+        finished[rows] = (canvas.x[rows, canvas.prompt_length:end] == eos_token_id).any(dim=1)
+    return _MicroBatchResult(canvas.x[:, canvas.prompt_length:], canvas.unmask_step, canvas.steps_taken, forwards)
+
+
+def _denoise_block(rule: StepRule, plan: Plan, steps: int, forward, canvas: _Canvas, rows: torch.Tensor,
+                   start: int, end: int, generators: list[torch.Generator], mask_id: int) -> int:
+    """Unmask positions ``start:end`` of ``rows`` step by step; returns the number of forwards."""
+    x, attention_mask, position_ids = canvas.x[rows], canvas.attention_mask[rows], canvas.position_ids[rows]  # [r, L]
+    in_completion = slice(start - canvas.prompt_length, end - canvas.prompt_length)
+    forwards = 0
+    for step in range(steps):
+        masked = x[:, start:end] == mask_id  # [r, W]
+        live = masked.any(dim=1).nonzero().flatten()  # [l]: rows with something left to decide
+        if live.numel() == 0:
+            break
+        logits = forward(x, attention_mask, position_ids, start, end, fresh=step == 0).float()  # [r, W, V]
+        forwards += 1
+        logits[..., mask_id] = -math.inf  # a position must never "unmask" to the mask token
+        live_rows = rows[live]  # [l]: indices into the micro-batch
+        tokens, chosen = _decide(rule, plan, logits[live], masked[live], step, steps,
+                                 [generators[i] for i in live_rows.tolist()], mask_id)  # [l, W] each
+        x[live, start:end] = torch.where(chosen, tokens, x[live, start:end])
+        decided_at = canvas.unmask_step[live_rows, in_completion]  # [l, W]
+        canvas.unmask_step[live_rows, in_completion] = torch.where(
+            chosen, canvas.steps_taken[live_rows].unsqueeze(1), decided_at)
+        canvas.steps_taken[live_rows] += 1
+    canvas.x[rows] = x
+    return forwards
 
 
 def _decide(rule: StepRule, plan: Plan, logits: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
