@@ -3,14 +3,14 @@
 Baseline (as the seeds' example does it): one plain ``python -c "<code>\\n<test>"`` subprocess
 per test, one after another, pass = exit code 0; no isolation beyond a timeout. Ours: every
 completion's tests in one bubblewrap sandbox, each test in its own forked, limited,
-unprivileged process, completions running ``--concurrency`` at once (also shown at 1, to
-separate the two effects). The batch is MBPP problems (test split, 3 asserts each): their
+unprivileged process, completions running 1, ``cores`` and ``2 x cores`` sandboxes at once
+(``--concurrency`` to choose), to separate the fork-per-test effect from the concurrency one. The batch is MBPP problems (test split, 3 asserts each): their
 reference solutions plus wrong variants, so verdicts include failures and errors; the script
 asserts that both methods give the same verdict for every test. Times are medians over
 ``--repeats`` runs of the whole batch, measured in the same process on the same machine.
 
     python benchmarks/sandbox.py                     # 32 completions x 3 tests, 3 repeats
-    python benchmarks/sandbox.py --completions 64 --repeats 5 --concurrency 4
+    python benchmarks/sandbox.py --completions 64 --repeats 5 --concurrency 1 8
 """
 
 from __future__ import annotations
@@ -76,18 +76,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--completions", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 2)
+    cores = os.cpu_count() or 2
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, cores, 2 * cores])
     args = parser.parse_args()
 
     pairs = batch(args.completions)
     tests = sum(len(spec) for _, spec in pairs)
-    methods = {
-        "baseline: plain subprocess per test, sequential": lambda: baseline(pairs),
-        "sandbox, 1 at a time": lambda: sandboxed(pairs, Sandbox(SandboxConfig(timeout_s=TIMEOUT_S,
-                                                                                max_concurrency=1))),
-        f"sandbox, {args.concurrency} at a time": lambda: sandboxed(
-            pairs, Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=args.concurrency))),
-    }
+    methods = {"baseline: plain subprocess per test, sequential": lambda: baseline(pairs)}
+    for concurrency in args.concurrency:
+        box = Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=concurrency))
+        methods[f"sandbox, {concurrency} at a time"] = lambda box=box: sandboxed(pairs, box)
     rows, reference = [], None
     for label, run in methods.items():
         seconds, verdicts = timed(run, args.repeats)

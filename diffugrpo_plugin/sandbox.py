@@ -25,6 +25,8 @@ This module imports no torch and nothing from diffugrpo beyond the standard libr
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import json
 import logging
 import marshal
@@ -185,6 +187,24 @@ def interpreter_layout(executable: str) -> InterpreterLayout:
     )
 
 
+@functools.lru_cache(maxsize=1)
+def instruction_counter_available() -> bool:
+    """Whether this machine offers the user-space instruction counter the launcher would open
+    (virtual machines often do not); asked once, so sandboxes skip the attempt when it cannot work."""
+    # Loaded by path: this module stays usable on its own, outside the diffugrpo package.
+    spec = importlib.util.spec_from_file_location("diffugrpo_sandbox_launcher", LAUNCHER_PATH)
+    sandbox_launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sandbox_launcher)
+    try:
+        fd = sandbox_launcher.open_instruction_counter(sandbox_launcher.load_libc())
+    except OSError:
+        return False
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
 def _system_dir_args() -> list[str]:
     """Read-only views of the host's system directories, keeping merged-/usr symlinks as symlinks."""
     args = ["--ro-bind", "/usr", "/usr"]
@@ -294,7 +314,7 @@ class Sandbox:
                 "open_files": config.max_open_files,
             },
             "max_output_bytes": config.max_output_bytes,
-            "count_instructions": config.count_instructions,
+            "count_instructions": config.count_instructions and instruction_counter_available(),
             "sys_path": list(self.layout.site_dirs) if config.site_packages else [],
             "work_dir": work_dir,
             "scratch_dir": scratch_dir,

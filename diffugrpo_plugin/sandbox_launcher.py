@@ -23,7 +23,6 @@ and instructions are measured here, inside the PID namespace, because the harnes
 from __future__ import annotations
 
 import builtins
-import ctypes
 import io
 import marshal
 import os
@@ -48,7 +47,9 @@ PERF_FLAG_EXCLUDE_KERNEL = 1 << 5
 PERF_FLAG_EXCLUDE_HV = 1 << 6
 
 
-def _libc():
+def load_libc():
+    import ctypes
+
     return ctypes.CDLL(None, use_errno=True)
 
 
@@ -57,13 +58,15 @@ def _make_undumpable(libc) -> None:
     libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-def _open_instruction_counter(libc) -> int | None:
+def open_instruction_counter(libc) -> int | None:
     """A user-space instruction counter on this process, inherited by every job it forks.
 
     A job's counts are added to this counter when the job exits, so the job never holds the
     descriptor and cannot tamper with it. Returns None where the kernel or the CPU does not
     offer the counter (virtual machines often do not).
     """
+    import ctypes
+
     number = PERF_EVENT_OPEN_SYSCALL.get(os.uname().machine)
     if number is None:
         return None
@@ -307,9 +310,13 @@ def run_job(index: int, job: dict, payload: dict, counter_fd: int | None, baseli
 def main() -> int:
     payload = marshal.loads(sys.stdin.buffer.read())
     sys.path.extend(payload.get("sys_path", []))
-    libc = _libc()
-    _make_undumpable(libc)
-    counter_fd = _open_instruction_counter(libc) if payload.get("count_instructions") else None
+    counter_fd = None
+    if payload["drop_to"] is None or payload.get("count_instructions"):  # ctypes costs start-up time
+        libc = load_libc()
+        if payload["drop_to"] is None:  # jobs share our uid: keep them out of our memory and fds
+            _make_undumpable(libc)
+        if payload.get("count_instructions"):
+            counter_fd = open_instruction_counter(libc)
     # An empty job measures what the forked interpreter itself costs; reports subtract it.
     calibration = run_job(-1, {"source": "", "timeout_s": 10.0, "cpu_s": 11}, payload, counter_fd, {})
     baseline = {"peak_rss_kb": calibration["peak_rss_kb"], "instructions": calibration["instructions"] or 0}

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from diffugrpo_plugin import sandbox as sandbox_module
-from diffugrpo_plugin.sandbox import Job, Sandbox, SandboxConfig, SandboxError, SandboxUnavailable
+from diffugrpo_plugin.sandbox import (Job, Sandbox, SandboxConfig, SandboxError, SandboxUnavailable,
+                                      instruction_counter_available)
 from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, tight_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
@@ -122,6 +123,10 @@ def test_time_and_memory_are_measured_inside_the_sandbox(box):
     ])
     assert idle.cpu_s < 0.1 and idle.memory_kb < 5_000
     assert busy.cpu_s >= 0.25
+    if instruction_counter_available():
+        assert busy.instructions > 10_000_000
+    else:  # no PMU exposed (virtual machines, this CI box): reported as unknown, never as zero
+        assert busy.instructions is None
     assert 95_000 <= big.memory_kb <= 130_000  # the 100 MiB it touched, not the interpreter's own
 
 
