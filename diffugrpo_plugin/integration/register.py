@@ -14,6 +14,7 @@ policy loss                 ``coupled_grpo`` (``actor.policy_loss.loss_mode``)
 training engine             ``EngineRegistry`` model_type ``diffusion_lm``, fsdp/fsdp2, cuda/npu/cpu
 rollout                     ``diffusion`` in both rollout registries
 V1 trainer                  ``diffugrpo`` (``trainer.v1.trainer_mode``)
+reward manager              ``diffugrpo`` (``reward.reward_manager.name``)
 config resolvers            ``diffugrpo.*`` OmegaConf resolvers used by our config
 ``verl.trainer.main``       the command users were promised (see :mod:`.entrypoint`)
 ==========================  ===============================================================
@@ -31,11 +32,12 @@ registration_error: BaseException | None = None
 
 
 def _register_all() -> None:
-    from diffugrpo_plugin.integration import algorithm, entrypoint, platform, resolvers, rollout
+    from diffugrpo_plugin.integration import algorithm, entrypoint, platform, resolvers, reward_manager, rollout
 
     assert platform.PlatformCPU  # registered by its decorator on import
     algorithm.register()
     rollout.register()
+    reward_manager.register()
     resolvers.register()
     entrypoint.install_verl_trainer_main_alias()
     # the engine and trainer register through verl decorators when imported
