@@ -7,7 +7,8 @@ unprivileged process, completions running 1, ``cores`` and ``2 x cores`` sandbox
 (``--concurrency`` to choose), to separate the fork-per-test effect from the concurrency one. The batch is MBPP problems (test split, 3 asserts each): their
 reference solutions plus wrong variants, so verdicts include failures and errors; the script
 asserts that both methods give the same verdict for every test. Times are medians over
-``--repeats`` runs of the whole batch, measured in the same process on the same machine.
+``--repeats`` runs of the whole batch, measured in the same process on the same machine, the
+methods taking turns within each repeat.
 
     python benchmarks/sandbox.py                     # 32 completions x 3 tests, 3 repeats
     python benchmarks/sandbox.py --completions 64 --repeats 5 --concurrency 1 8
@@ -63,13 +64,18 @@ def sandboxed(pairs: list[tuple[str, TestSpec]], box: Sandbox) -> list[list[bool
     return [[outcome.passed for outcome in outcomes] for outcomes in results]
 
 
-def timed(run, repeats: int) -> tuple[float, list[list[bool]]]:
-    durations, verdicts = [], None
-    for _ in range(repeats):
-        started = time.perf_counter()
-        verdicts = run()
-        durations.append(time.perf_counter() - started)
-    return statistics.median(durations), verdicts
+def interleaved_medians(methods: dict, repeats: int) -> dict[str, tuple[float, list[list[bool]]]]:
+    """Median seconds and the verdicts of each method; the methods take turns within every repeat
+    (in rotating order), so a change in the machine's load hits all of them alike."""
+    durations: dict[str, list[float]] = {label: [] for label in methods}
+    verdicts: dict[str, list[list[bool]]] = {}
+    labels = list(methods)
+    for repeat in range(repeats):
+        for label in labels[repeat % len(labels):] + labels[:repeat % len(labels)]:
+            started = time.perf_counter()
+            verdicts[label] = methods[label]()
+            durations[label].append(time.perf_counter() - started)
+    return {label: (statistics.median(durations[label]), verdicts[label]) for label in labels}
 
 
 def main() -> None:
@@ -86,13 +92,11 @@ def main() -> None:
     for concurrency in args.concurrency:
         box = Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=concurrency))
         methods[f"sandbox, {concurrency} at a time"] = lambda box=box: sandboxed(pairs, box)
-    rows, reference = [], None
-    for label, run in methods.items():
-        seconds, verdicts = timed(run, args.repeats)
-        if reference is None:
-            reference = verdicts
+    measured = interleaved_medians(methods, args.repeats)
+    reference = measured[next(iter(methods))][1]
+    for label, (_, verdicts) in measured.items():
         assert verdicts == reference, f"{label}: verdicts differ from the baseline's"
-        rows.append((label, seconds))
+    rows = [(label, seconds) for label, (seconds, _) in measured.items()]
     passed = sum(map(sum, reference))
     print(f"{len(pairs)} completions x 3 tests = {tests} tests ({passed} pass), {os.cpu_count()} cores, "
           f"median of {args.repeats}; verdicts identical across methods\n")

@@ -76,7 +76,7 @@ class SandboxConfig:
     max_output_bytes: int = 1 << 20  # captured stdout per job
     max_open_files: int = 64
     max_concurrency: int = max(1, os.cpu_count() or 1)  # sandboxes running at once in this process
-    tmpfs_mb: int = 128  # size of each of /tmp and /work inside the sandbox
+    tmpfs_mb: int = 64  # size of each of /tmp and /work inside the sandbox (memory-backed)
     startup_timeout_s: float = 20.0  # slack for starting the sandbox, added to the whole-run deadline
     python_executable: str | None = None  # defaults to the harness's own interpreter
     site_packages: bool = True  # whether jobs can import the interpreter's installed packages
