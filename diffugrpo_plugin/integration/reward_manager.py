@@ -35,6 +35,7 @@ logger = logging.getLogger("diffugrpo.reward_manager")
 
 MANAGER_NAME = "diffugrpo"
 EXTRA_INFO_PREFIX = "reward/"
+SECONDS_KEY = f"{EXTRA_INFO_PREFIX}seconds"  # wall time spent scoring the completion (a timing, not a component)
 NOT_APPLICABLE = math.nan
 VERL_BOOKKEEPING = frozenset({"reward_model", "extra_info", "raw_prompt", "raw_prompt_ids", "tools_kwargs",
                               "interaction_kwargs", "index", "uid", "tool_extra_fields", "__num_turns__",
@@ -106,6 +107,7 @@ def _build_manager_class(base: type) -> type:
                 None, lambda: self.tokenizer.decode(response_ids[:valid_length], skip_special_tokens=True))
             columns = {name: [value] for name, value in row_columns(item.non_tensor_batch).items()}
             step = data.meta_info.get("global_steps") if data.meta_info else None
+            started = loop.time()
             try:
                 values = await asyncio.wait_for(
                     loop.run_in_executor(self.executor, lambda: self.spec.score([text], columns, step)[0]),
@@ -114,7 +116,8 @@ def _build_manager_class(base: type) -> type:
                 logger.error("diffugrpo rewards: a completion took longer than sample_deadline_s=%.0f s; "
                              "every component scores None for it", self.spec.sample_deadline_s)
                 values = {name: None for name in self.spec.names}
-            return {"reward_score": self.spec.total(values), "reward_extra_info": extra_info(values)}
+            info = {**extra_info(values), SECONDS_KEY: loop.time() - started}
+            return {"reward_score": self.spec.total(values), "reward_extra_info": info}
 
     DiffugrpoRewardManager.__module__ = __name__
     return DiffugrpoRewardManager

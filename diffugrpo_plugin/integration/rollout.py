@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from typing import Any, Generator
 
 import ray
@@ -78,6 +79,7 @@ class DiffusionRollout(BaseRollout):
         self.global_steps = 0
         self.replica_rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self._occurrences: dict[tuple[int, tuple[int, ...]], int] = {}
+        self._batches = 0
         global _local_rollout
         _local_rollout = self
 
@@ -140,6 +142,7 @@ class DiffusionRollout(BaseRollout):
     @torch.no_grad()
     def generate_batch(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Generate one completion per request (``prompt_ids``, ``sampling_params``); same order out."""
+        started = time.perf_counter()
         results: list[dict[str, Any] | None] = [None] * len(requests)
         groups: dict[tuple, list[int]] = {}
         for i, request in enumerate(requests):
@@ -158,6 +161,10 @@ class DiffusionRollout(BaseRollout):
             for row, i in enumerate(indices):
                 length = int(out.lengths[row])
                 results[i] = {"token_ids": out.completion_ids[row, :length].tolist(), "global_steps": self.global_steps}
+        self._batches += 1
+        for result in results:
+            result["generation_batch"] = f"{self.replica_rank}:{self._batches}"
+            result["generation_seconds"] = time.perf_counter() - started
         return results
 
 
@@ -186,7 +193,8 @@ class DiffusionServer:
             self.flush_task = asyncio.create_task(self._flush_after_window())
         result = await future
         return TokenOutput(token_ids=result["token_ids"], log_probs=None, stop_reason="completed",
-                           extra_fields={"global_steps": result["global_steps"]})
+                           extra_fields={key: result[key] for key in ("global_steps", "generation_batch",
+                                                                      "generation_seconds")})
 
     async def _flush_after_window(self):
         # keep draining: requests that arrive while a batch is generating form the next batch

@@ -10,15 +10,21 @@ Registered with ``verl.trainer.ppo.v1.register_trainer`` and selected by
   update that runs iteration ``k`` with mask ``k`` (the reference's intent; it re-used masks per
   micro-batch by mistake). The worker expands the batch iteration-major, so with
   ``actor.shuffle=False`` the update order is the reference's.
+* **Reward components in the step metrics**: ``reward/<name>/mean``, ``reward/<name>/none_fraction``,
+  ``reward/total/mean``, and the time split of rollout into sampling and reward scoring.
+* **Group-normalised rewards** (``diffugrpo.rewards.aggregation=group_normalized``): each component
+  is standardised within its prompt group before weighting (GDPO-style), which needs the groups.
 * **CPU support.** Workers start their process group with plain gloo on CPU hosts (verl asks for
   ``cpu:gloo,cpu:gloo`` otherwise), and the replay buffer polls without verl's 2 s sleep.
 """
 
 from __future__ import annotations
 
+import math
+
 import ray
 import torch
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 from tensordict import TensorDict
 
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
@@ -31,7 +37,9 @@ from verl.utils.profiler import DistProfiler
 from verl.workers.engine_workers import ActorRolloutRefWorker
 
 from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD
+from diffugrpo_plugin.integration.reward_manager import EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.masking import mask_seed_table
+from diffugrpo_plugin.rewards import RewardSpec, group_normalized_totals, step_metrics
 
 TRAINER_MODE = "diffugrpo"
 REPLAY_POLL_INTERVAL_S = 0.05
@@ -86,6 +94,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.num_iterations = int(config.actor_rollout_ref.actor.ppo_epochs)
         self.mask_seed_base = int(diffusion.get("mask_seed", 42))
         self.random_masking = bool(diffusion.get("random_masking", True))
+        self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
 
     def _build_replay_buffer(self):
         replay_buffer = super()._build_replay_buffer()
@@ -132,3 +141,41 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             self._put(batch, {output_field: self._get(batch, [iteration_field(output_field, 0)])[
                 iteration_field(output_field, 0)]})
         return batch
+
+    def _reward_components(self, batch) -> tuple[list[dict[str, float | None]], list]:
+        """Each sample's reward components (None where not applicable) and its group id."""
+        data = self._get(batch, ["extra_fields", "uid"])
+        samples = []
+        for extra in list(data["extra_fields"]):
+            info = (extra or {}).get("reward_extra_info", {}) or {}
+            samples.append({key[len(EXTRA_INFO_PREFIX):]: None if math.isnan(value) else float(value)
+                            for key, value in info.items()
+                            if key.startswith(EXTRA_INFO_PREFIX) and key != SECONDS_KEY})
+        return samples, list(data["uid"])
+
+    def _compute_advantage(self, batch, metrics):
+        if self.reward_spec.aggregation == "group_normalized":
+            samples, groups = self._reward_components(batch)
+            totals = group_normalized_totals(samples, groups, self.reward_spec.weights)
+            rm_scores = self._get(batch, ["rm_scores"])["rm_scores"]  # nested [B, j]
+            rewritten = []
+            for row, total in zip(rm_scores.unbind(), totals):
+                outcome = torch.zeros_like(row)
+                outcome[-1] = total  # verl's convention: the sequence reward sits on the last token
+                rewritten.append(outcome)
+            self._put(batch, {"rm_scores": torch.nested.as_nested_tensor(rewritten, layout=torch.jagged)})
+        return super()._compute_advantage(batch, metrics)
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        samples, _ = self._reward_components(batch)
+        data = self._get(batch, ["rm_scores", "extra_fields"])
+        totals = [float(row.sum()) for row in data["rm_scores"].unbind()]
+        metrics.update(step_metrics([samples[i] for i in real], [totals[i] for i in real]))
+        extras = list(data["extra_fields"])
+        reward_seconds = [(extras[i] or {}).get("reward_extra_info", {}).get(SECONDS_KEY, 0.0) for i in real]
+        sampling = {(extras[i] or {}).get("generation_batch"): (extras[i] or {}).get("generation_seconds", 0.0)
+                    for i in real}
+        metrics["timing_s/rollout_sampling"] = float(sum(sampling.values()))
+        metrics["timing_s/reward_scoring"] = float(sum(reward_seconds))
+        super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
