@@ -70,11 +70,16 @@ def _row(tokenizer, response: str, extra: dict, **top_level) -> "DataProto":
 
 
 def _score(manager_class, tokenizer, data, config=None):
+    """run_single's result, with the scoring wall time (not a component) checked and set aside."""
     async def main():
         manager = manager_class(config or _config(), tokenizer, compute_score=None)
         return await manager.run_single(data)
 
-    return asyncio.run(main())
+    result = asyncio.run(main())
+    seconds = result["reward_extra_info"].pop(reward_manager.SECONDS_KEY)
+    assert 0.0 <= seconds < 60.0
+    result["seconds"] = seconds
+    return result
 
 
 def test_registered_in_verls_reward_loop_registry(manager_class):
@@ -88,8 +93,8 @@ def test_registered_in_verls_reward_loop_registry(manager_class):
 
 def test_correct_completion_gets_the_weighted_total(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"test_cases": ADD_TESTS}))
-    assert result == {"reward_score": 2.0 * 1.0 + 0.5 * 1.0,
-                      "reward_extra_info": {"reward/code": 1.0, "reward/code_format": 1.0}}
+    assert result["reward_score"] == 2.0 * 1.0 + 0.5 * 1.0
+    assert result["reward_extra_info"] == {"reward/code": 1.0, "reward/code_format": 1.0}
 
 
 def test_wrong_completion_and_tests_given_as_a_top_level_column(manager_class, tokenizer):
@@ -110,6 +115,7 @@ def test_a_completion_past_its_deadline_scores_none_without_blocking(manager_cla
     result = _score(manager_class, tokenizer, _row(tokenizer, slow, {"test_cases": ADD_TESTS}), config)
     assert all(math.isnan(value) for value in result["reward_extra_info"].values())
     assert result["reward_score"] == 0.0
+    assert 0.3 <= result["seconds"] < 1.5  # gave up at the deadline instead of waiting for the sandbox
 
 
 def test_missing_rewards_config_says_what_to_add(manager_class, tokenizer):
