@@ -162,6 +162,33 @@ def _stdio_pairs(inputs: list, outputs: list, column: str) -> tuple[tuple[str, s
     return tuple(zip(_strings(inputs, f"{column} inputs"), _strings(outputs, f"{column} outputs")))
 
 
+def _list_tests(values: list, column: str, prelude: str, setup: str) -> TestSpec | None:
+    """A list column: stdin/stdout dicts, or assert strings."""
+    if values and all(isinstance(value, Mapping) for value in values):
+        try:
+            pairs = _stdio_pairs([v["input"] for v in values], [v["output"] for v in values], column)
+        except KeyError as exc:
+            raise ValueError(f"column {column!r}: stdin/stdout test is missing key {exc}") from None
+        return TestSpec(kind="stdio", stdio=pairs, prelude=prelude) if pairs else None
+    asserts = _strings(values, column)
+    return TestSpec(kind="asserts", asserts=asserts, prelude=prelude, setup=setup) if asserts else None
+
+
+def _check_tests(row: Mapping[str, Any], prelude: str, setup: str) -> TestSpec:
+    entry_point = row.get("entry_point")
+    if not isinstance(entry_point, str) or not entry_point.isidentifier():
+        raise ValueError(f"column 'test' (HumanEval style) needs an 'entry_point' naming the function, "
+                         f"got {entry_point!r}")
+    return TestSpec(kind="check", check_source=str(row["test"]), entry_point=entry_point, prelude=prelude, setup=setup)
+
+
+def _stdio_tests(row: Mapping[str, Any], prelude: str) -> TestSpec | None:
+    if row.get("inputs") is None or row.get("outputs") is None:
+        raise ValueError("stdin/stdout tests need both 'inputs' and 'outputs' columns")
+    pairs = _stdio_pairs(_as_list(row["inputs"], "inputs"), _as_list(row["outputs"], "outputs"), "inputs/outputs")
+    return TestSpec(kind="stdio", stdio=pairs, prelude=prelude) if pairs else None
+
+
 def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
     """The tests of a dataset row, or None when it has none (the ``code`` reward is then None).
 
@@ -173,29 +200,12 @@ def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
     prelude = _joined(row.get("test_imports"), "test_imports")
     setup = _joined(row.get("test_setup_code"), "test_setup_code")
     for column in ("test_cases", "test_list"):
-        if row.get(column) is None:
-            continue
-        values = _as_list(row[column], column)
-        if values and all(isinstance(value, Mapping) for value in values):
-            try:
-                pairs = _stdio_pairs([v["input"] for v in values], [v["output"] for v in values], column)
-            except KeyError as exc:
-                raise ValueError(f"column {column!r}: stdin/stdout test is missing key {exc}") from None
-            return TestSpec(kind="stdio", stdio=pairs, prelude=prelude) if pairs else None
-        asserts = _strings(values, column)
-        return TestSpec(kind="asserts", asserts=asserts, prelude=prelude, setup=setup) if asserts else None
+        if row.get(column) is not None:
+            return _list_tests(_as_list(row[column], column), column, prelude, setup)
     if row.get("test") is not None:
-        entry_point = row.get("entry_point")
-        if not isinstance(entry_point, str) or not entry_point.isidentifier():
-            raise ValueError(f"column 'test' (HumanEval style) needs an 'entry_point' naming the function, "
-                             f"got {entry_point!r}")
-        return TestSpec(kind="check", check_source=str(row["test"]), entry_point=entry_point,
-                        prelude=prelude, setup=setup)
+        return _check_tests(row, prelude, setup)
     if row.get("inputs") is not None or row.get("outputs") is not None:
-        if row.get("inputs") is None or row.get("outputs") is None:
-            raise ValueError("stdin/stdout tests need both 'inputs' and 'outputs' columns")
-        pairs = _stdio_pairs(_as_list(row["inputs"], "inputs"), _as_list(row["outputs"], "outputs"), "inputs/outputs")
-        return TestSpec(kind="stdio", stdio=pairs, prelude=prelude) if pairs else None
+        return _stdio_tests(row, prelude)
     return None
 
 
@@ -227,38 +237,49 @@ def _memory_exhausted(result: JobResult) -> bool:
         result.status == "signal" and ("MemoryError" in result.stderr_tail or "Cannot allocate" in result.stderr_tail))
 
 
+def _failure(result: JobResult, spec: TestSpec) -> tuple[Outcome, str] | None:
+    """The verdict of a run that did not finish normally; None when it did."""
+    status = result.status
+    if _memory_exhausted(result):
+        return Outcome.MEMORY_LIMIT_EXCEEDED, "memory limit exceeded"
+    if status == "timeout" or (status == "signal" and result.signal == SIGXCPU):
+        return Outcome.TIME_LIMIT_EXCEEDED, "time limit exceeded"
+    if status == "exception" and result.exception == "SyntaxError":
+        return Outcome.SYNTAX_ERROR, result.message
+    if status == "exception" and result.exception == "AssertionError" and spec.kind != "stdio":
+        return Outcome.FAILED, "assertion failed" + (f": {result.message}" if result.message else "")
+    if status == "exception":
+        return Outcome.RUNTIME_ERROR, f"{result.exception}: {result.message}"
+    if status == "signal":
+        return Outcome.RUNTIME_ERROR, f"killed by signal {result.signal}"
+    if status == "vanished":
+        return Outcome.RUNTIME_ERROR, "exited without finishing the test"
+    if status == "not_run":
+        return Outcome.RUNTIME_ERROR, "not run: the sandbox stopped before this test"
+    # sys.exit() is how a stdin/stdout program may end; in an assert test it skips the asserts.
+    if status == "exit" and (spec.kind != "stdio" or result.exit_code not in (0, None)):
+        return Outcome.RUNTIME_ERROR, f"exited with code {result.exit_code} before the test finished"
+    return None
+
+
+def _output_verdict(result: JobResult, expected: str) -> tuple[Outcome, str]:
+    if result.stdout_truncated:
+        return Outcome.FAILED, "output longer than the capture limit"
+    if outputs_match(result.stdout, expected):
+        return Outcome.PASSED, ""
+    return Outcome.FAILED, "wrong output"
+
+
 def judge(result: JobResult, spec: TestSpec, index: int) -> TestOutcome:
     """Turns what happened to test ``index``'s process into its verdict."""
-    measured = {"cpu_s": result.cpu_s, "wall_s": result.wall_s, "memory_kb": result.memory_kb,
-                "instructions": result.instructions}
-    status = result.status
-    if status == "setup_error":
+    if result.status == "setup_error":
         raise SandboxError(f"the sandbox could not prepare a test: {result.message}")
-    if _memory_exhausted(result):
-        outcome, detail = Outcome.MEMORY_LIMIT_EXCEEDED, "memory limit exceeded"
-    elif status == "timeout" or (status == "signal" and result.signal == SIGXCPU):
-        outcome, detail = Outcome.TIME_LIMIT_EXCEEDED, "time limit exceeded"
-    elif status == "exception" and result.exception == "SyntaxError":
-        outcome, detail = Outcome.SYNTAX_ERROR, result.message
-    elif status == "exception" and result.exception == "AssertionError" and spec.kind != "stdio":
-        outcome, detail = Outcome.FAILED, "assertion failed" + (f": {result.message}" if result.message else "")
-    elif status == "exception":
-        outcome, detail = Outcome.RUNTIME_ERROR, f"{result.exception}: {result.message}"
-    elif status == "signal":
-        outcome, detail = Outcome.RUNTIME_ERROR, f"killed by signal {result.signal}"
-    elif status in ("vanished", "not_run"):
-        outcome, detail = Outcome.RUNTIME_ERROR, "exited without finishing the test" if status == "vanished" else "not run"
-    elif status == "exit" and (spec.kind != "stdio" or result.exit_code not in (0, None)):
-        outcome, detail = Outcome.RUNTIME_ERROR, f"exited with code {result.exit_code} before the test finished"
-    elif spec.kind != "stdio":
-        outcome, detail = Outcome.PASSED, ""
-    elif result.stdout_truncated:
-        outcome, detail = Outcome.FAILED, "output longer than the capture limit"
-    elif outputs_match(result.stdout, spec.stdio[index][1]):
-        outcome, detail = Outcome.PASSED, ""
-    else:
-        outcome, detail = Outcome.FAILED, "wrong output"
-    return TestOutcome(index=index, outcome=outcome, detail=detail, **measured)
+    verdict = _failure(result, spec)
+    if verdict is None:
+        verdict = _output_verdict(result, spec.stdio[index][1]) if spec.kind == "stdio" else (Outcome.PASSED, "")
+    outcome, detail = verdict
+    return TestOutcome(index=index, outcome=outcome, detail=detail, cpu_s=result.cpu_s, wall_s=result.wall_s,
+                       memory_kb=result.memory_kb, instructions=result.instructions)
 
 
 def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None) -> list[TestOutcome]:

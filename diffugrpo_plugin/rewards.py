@@ -91,23 +91,7 @@ def _check_weight(name: str, weight: Any) -> float:
     return float(weight)
 
 
-def parse_weights(reward_funcs: Any, reward_weights: Any = None) -> dict[str, float]:
-    """Names and weights from either spelling; errors name what to fix.
-
-    ``reward_funcs: [a, b]`` with ``reward_weights: [wa, wb]`` (default 1.0 each), or
-    ``reward_funcs: {a: wa, b: wb}``.
-    """
-    if reward_funcs is None or (hasattr(reward_funcs, "__len__") and len(reward_funcs) == 0):
-        raise RewardConfigError("rewards config needs reward_funcs, e.g. reward_funcs: [code, code_format] "
-                                "with reward_weights: [2.0, 0.5], or reward_funcs: {code: 2.0, code_format: 0.5}")
-    if isinstance(reward_funcs, Mapping):
-        if reward_weights is not None:
-            raise RewardConfigError("reward_funcs is a mapping of name -> weight, so reward_weights must not "
-                                    "also be given")
-        return {str(name): _check_weight(str(name), weight) for name, weight in reward_funcs.items()}
-    if isinstance(reward_funcs, str) or not isinstance(reward_funcs, Sequence):
-        raise RewardConfigError(f"reward_funcs must be a list of names or a mapping name -> weight, "
-                                f"got {reward_funcs!r}")
+def _list_weights(reward_funcs: Sequence, reward_weights: Any) -> dict[str, float]:
     names = [str(name) for name in reward_funcs]
     duplicates = sorted({name for name in names if names.count(name) > 1})
     if duplicates:
@@ -120,6 +104,26 @@ def parse_weights(reward_funcs: Any, reward_weights: Any = None) -> dict[str, fl
         raise RewardConfigError(f"reward_funcs has {len(names)} names {names} but reward_weights has "
                                 f"{len(reward_weights)} values {list(reward_weights)}; give one weight per name")
     return {name: _check_weight(name, weight) for name, weight in zip(names, reward_weights)}
+
+
+def parse_weights(reward_funcs: Any, reward_weights: Any = None) -> dict[str, float]:
+    """Names and weights from either spelling; errors name what to fix.
+
+    ``reward_funcs: [a, b]`` with ``reward_weights: [wa, wb]`` (default 1.0 each), or
+    ``reward_funcs: {a: wa, b: wb}``.
+    """
+    if not reward_funcs:
+        raise RewardConfigError("rewards config needs reward_funcs, e.g. reward_funcs: [code, code_format] "
+                                "with reward_weights: [2.0, 0.5], or reward_funcs: {code: 2.0, code_format: 0.5}")
+    if isinstance(reward_funcs, Mapping):
+        if reward_weights is not None:
+            raise RewardConfigError("reward_funcs is a mapping of name -> weight, so reward_weights must not "
+                                    "also be given")
+        return {str(name): _check_weight(str(name), weight) for name, weight in reward_funcs.items()}
+    if isinstance(reward_funcs, str) or not isinstance(reward_funcs, Sequence):
+        raise RewardConfigError(f"reward_funcs must be a list of names or a mapping name -> weight, "
+                                f"got {reward_funcs!r}")
+    return _list_weights(reward_funcs, reward_weights)
 
 
 def keyword_options(fn: Callable) -> set[str]:
@@ -137,6 +141,37 @@ def _check_options(name: str, fn: Callable, options: Any) -> dict[str, Any]:
         raise RewardConfigError(f"reward '{name}' has no option(s) {unknown}; its options are "
                                 f"{sorted(accepted) or 'none'}")
     return dict(options)
+
+
+def _reward_kwargs(reward_kwargs: Any, weights: Mapping[str, float]) -> Mapping[str, Any]:
+    reward_kwargs = reward_kwargs or {}
+    if not isinstance(reward_kwargs, Mapping):
+        raise RewardConfigError(f"reward_kwargs must map reward names to options, got {reward_kwargs!r}")
+    strangers = sorted(set(reward_kwargs) - set(weights))
+    if strangers:
+        raise RewardConfigError(f"reward_kwargs gives options for {strangers}, which reward_funcs does not "
+                                f"select (selected: {list(weights)})")
+    return reward_kwargs
+
+
+def _resolve(weights: Mapping[str, float], reward_kwargs: Mapping[str, Any]) -> tuple[RewardComponent, ...]:
+    """Each selected name as an installed reward (an unknown name lists the known ones and their
+    providers), with its checked options."""
+    components = []
+    for name, weight in weights.items():
+        registration = plugins.lookup("reward", name)
+        options = _check_options(name, registration.obj, reward_kwargs.get(name) or {})
+        components.append(RewardComponent(name, weight, registration.obj, registration.distribution, options))
+        if name in SMOKE_TEST_REWARDS:
+            _warn_smoke_test(name)
+    return tuple(components)
+
+
+def _choice(config: Mapping[str, Any], key: str, choices: Sequence[str], default: str) -> str:
+    value = config.get(key, default)
+    if value not in choices:
+        raise RewardConfigError(f"{key} must be one of {list(choices)}, got {value!r}")
+    return value
 
 
 def _as_plain(value: Any) -> Any:
@@ -213,30 +248,12 @@ class RewardSpec:
         if unknown:
             raise RewardConfigError(f"unknown rewards option(s) {unknown}; known options: {list(CONFIG_KEYS)}")
         weights = parse_weights(config.get("reward_funcs"), config.get("reward_weights"))
-        reward_kwargs = config.get("reward_kwargs") or {}
-        if not isinstance(reward_kwargs, Mapping):
-            raise RewardConfigError(f"reward_kwargs must map reward names to options, got {reward_kwargs!r}")
-        strangers = sorted(set(reward_kwargs) - set(weights))
-        if strangers:
-            raise RewardConfigError(f"reward_kwargs gives options for {strangers}, which reward_funcs does not "
-                                    f"select (selected: {list(weights)})")
-        components = []
-        for name, weight in weights.items():
-            registration = plugins.lookup("reward", name)  # unknown name -> lists known names + providers
-            options = _check_options(name, registration.obj, reward_kwargs.get(name) or {})
-            components.append(RewardComponent(name, weight, registration.obj, registration.distribution, options))
-            if name in SMOKE_TEST_REWARDS:
-                _warn_smoke_test(name)
-        aggregation = config.get("aggregation", "fixed")
-        if aggregation not in AGGREGATIONS:
-            raise RewardConfigError(f"unknown aggregation {aggregation!r}; choose one of {list(AGGREGATIONS)}")
+        components = _resolve(weights, _reward_kwargs(config.get("reward_kwargs"), weights))
+        aggregation = _choice(config, "aggregation", AGGREGATIONS, "fixed")
         gate_reward = config.get("gate_reward", "code")
         if aggregation == "gated" and gate_reward not in weights:
             raise RewardConfigError(f"aggregation 'gated' needs its gate_reward '{gate_reward}' among reward_funcs "
                                     f"{list(weights)}")
-        code_block = config.get("code_block", "first")
-        if code_block not in BLOCK_CHOICES:
-            raise RewardConfigError(f"code_block must be one of {list(BLOCK_CHOICES)}, got {code_block!r}")
         deadline = config.get("sample_deadline_s", 300.0)
         if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0:
             raise RewardConfigError(f"sample_deadline_s must be a positive number of seconds, got {deadline!r}")
@@ -248,8 +265,9 @@ class RewardSpec:
             # No bubblewrap, or one that cannot work here: fail now, loudly, not as None rewards later.
             shared_sandbox(sandbox_config).check()
         quality = config.get("quality_rewards", DEFAULT_QUALITY_REWARDS)
-        return cls(components=tuple(components), aggregation=aggregation, gate_reward=gate_reward,
-                   quality_rewards=frozenset(map(str, quality)), code_block=code_block,
+        return cls(components=components, aggregation=aggregation, gate_reward=gate_reward,
+                   quality_rewards=frozenset(map(str, quality)),
+                   code_block=_choice(config, "code_block", BLOCK_CHOICES, "first"),
                    sample_deadline_s=float(deadline), sandbox_config=sandbox_config)
 
     @property

@@ -1,6 +1,6 @@
 """Runs untrusted Python in a bubblewrap sandbox, one forked and limited process per job.
 
-Isolation (see ``docs`` in the README text and ``sandbox_launcher.py`` for the in-sandbox half):
+Isolation (the in-sandbox half is ``sandbox_launcher.py``):
 
 * ``bwrap`` with new PID, network, IPC, UTS and cgroup namespaces (plus a user namespace when
   not root): no network, the job sees only its own processes, every process dies with the
@@ -14,6 +14,14 @@ Isolation (see ``docs`` in the README text and ``sandbox_launcher.py`` for the i
 * rlimits per job (address space, CPU seconds, process count, file size, open files, no core),
   a wall-clock deadline per job enforced inside, and a deadline for the whole sandbox enforced
   here, so the caller never blocks forever. Captured output is capped.
+
+Not root: bwrap adds a user namespace, jobs keep the user's uid (the per-uid process limit is
+then counted inside that namespace), and the launcher makes itself non-dumpable so a job cannot
+trace it or reach its file descriptors.
+
+What it does not stop: a job's code runs in the same process as that job's own verdict, so
+code written to fool the harness (an object whose ``__eq__`` is always true, a forged status
+line) can pass its own tests. It cannot affect other tests, other completions or the host.
 
 No bubblewrap means untrusted code does not run: :class:`SandboxUnavailable` says how to install
 it. Only an explicit opt-in (environment ``DIFFUGRPO_UNSAFE_NO_SANDBOX=1`` or config
@@ -89,26 +97,28 @@ class SandboxConfig:
     def from_mapping(cls, mapping: Mapping[str, Any] | None) -> "SandboxConfig":
         """Builds a config from a plain mapping, naming any unknown key or bad value."""
         mapping = dict(mapping or {})
-        fields = {field.name: field for field in dataclasses.fields(cls)}
-        unknown = sorted(set(mapping) - set(fields))
+        known = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(mapping) - set(known))
         if unknown:
-            raise ValueError(f"unknown sandbox option(s) {unknown}; known options: {sorted(fields)}")
-        values: dict[str, Any] = {}
-        for name, value in mapping.items():
-            default = getattr(cls, name)
-            if name == "extra_ro_binds":
-                value = tuple(str(path) for path in (value or ()))
-            elif isinstance(default, bool):
-                if not isinstance(value, bool):
-                    raise ValueError(f"sandbox option {name} must be true or false, got {value!r}")
-            elif isinstance(default, (int, float)) or name == "uid_base":
-                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                          or not math.isfinite(value) or value <= 0):
-                    raise ValueError(f"sandbox option {name} must be a positive number, got {value!r}")
-                if isinstance(default, int) and value is not None:
-                    value = int(value)
-            values[name] = value
-        return cls(**values)
+            raise ValueError(f"unknown sandbox option(s) {unknown}; known options: {sorted(known)}")
+        return cls(**{name: _coerce(name, value, getattr(cls, name)) for name, value in mapping.items()})
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """One sandbox option, checked against the type of its default."""
+    if name == "extra_ro_binds":
+        return tuple(str(path) for path in (value or ()))
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"sandbox option {name} must be true or false, got {value!r}")
+        return value
+    if not isinstance(default, (int, float)) and name != "uid_base":
+        return value
+    if value is None and name == "uid_base":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"sandbox option {name} must be a positive number, got {value!r}")
+    return int(value) if isinstance(default, int) or name == "uid_base" else float(value)
 
 
 @dataclass(frozen=True)
@@ -425,7 +435,10 @@ def _parse_reports(stdout: bytes, count: int) -> list[JobResult | None]:
         offset += 8 + size
         if len(frame) < size:
             break
-        report = marshal.loads(frame)
+        try:
+            report = marshal.loads(frame)
+        except (ValueError, EOFError, TypeError):
+            break
         index = report.get("index", -1) if isinstance(report, dict) else -1
         if 0 <= index < count:
             results[index] = JobResult.from_report(report)

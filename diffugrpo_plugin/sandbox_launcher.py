@@ -217,39 +217,81 @@ def _read_capped(path: str, limit: int, tail: bool = False) -> tuple[str, bool]:
     return data.decode("utf-8", errors="replace"), size > limit
 
 
-def _read_status(status_r: int, pid: int) -> dict | None:
-    """The status line the job's own process wrote (not one written by a process it forked)."""
-    os.set_blocking(status_r, False)
+def _drain(fd: int) -> bytes:
+    """What is already in the pipe, up to the cap, without waiting for writers still alive."""
+    os.set_blocking(fd, False)
     chunks, total = [], 0
     try:
         while total < STATUS_READ_CAP:
-            chunk = os.read(status_r, STATUS_READ_CAP - total)
+            chunk = os.read(fd, STATUS_READ_CAP - total)
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
     except BlockingIOError:
         pass
-    for line in b"".join(chunks).decode("utf-8", errors="replace").splitlines():
-        fields = line.split("\t", 4)
-        if len(fields) != 5 or fields[0] != str(pid) or fields[1] not in JOB_STATUSES:
-            continue
-        _, status, exception, exit_code, message = fields
-        parsed = {"status": status, "message": message}
-        if exception:
-            parsed["exception"] = exception
-        if exit_code.lstrip("-").isdigit():
-            parsed["exit_code"] = int(exit_code)
-        elif status == "exit":
-            parsed["exit_code"] = None
-        return parsed
+    return b"".join(chunks)
+
+
+def _parse_status_line(line: str) -> dict | None:
+    fields = line.split("\t", 4)
+    if len(fields) != 5 or fields[1] not in JOB_STATUSES:
+        return None
+    _, status, exception, exit_code, message = fields
+    parsed = {"status": status, "message": message}
+    if exception:
+        parsed["exception"] = exception
+    if exit_code.lstrip("-").isdigit():
+        parsed["exit_code"] = int(exit_code)
+    return parsed
+
+
+def _read_status(status_r: int, pid: int) -> dict | None:
+    """The status line the job's own process wrote (not one written by a process it forked)."""
+    for line in _drain(status_r).decode("utf-8", errors="replace").splitlines():
+        if line.split("\t", 1)[0] == str(pid):
+            parsed = _parse_status_line(line)
+            if parsed is not None:
+                return parsed
     return None
+
+
+def _kill_quietly(kill, target: int) -> None:
+    try:
+        kill(target, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _clean_up_after(pid: int, namespaced: bool) -> None:
+    """Remove whatever the job left running: everything in our own PID namespace, or (unsafe
+    fallback, where that would be the whole host) the job's process group."""
+    if namespaced:
+        _sweep_namespace()
+    else:
+        _kill_quietly(os.killpg, pid)
+
+
+def _final_status(finished: bool, wait_status: int, reported: dict | None) -> dict:
+    if not finished:
+        return {"status": "timeout"}
+    if os.WIFSIGNALED(wait_status):
+        return {"status": "signal", "signal": os.WTERMSIG(wait_status)}
+    if reported is None:
+        # Exited without reporting: os._exit, or the job wrote garbage into its own status pipe.
+        return {"status": "vanished", "exit_code": os.WEXITSTATUS(wait_status)}
+    return reported
+
+
+def _instructions(before: int | None, after: int | None, baseline: dict) -> int | None:
+    if before is None or after is None:
+        return None
+    return max(0, after - before - baseline.get("instructions", 0))
 
 
 def run_job(index: int, job: dict, payload: dict, counter_fd: int | None, baseline: dict) -> dict:
     """Runs one job in a forked child under its limits; returns its report (see JobResult)."""
-    scratch = payload["scratch_dir"]
-    paths = {name: os.path.join(scratch, f"job{index}.{name}") for name in ("stdin", "stdout", "stderr")}
+    paths = {name: os.path.join(payload["scratch_dir"], f"job{index}.{name}") for name in ("stdin", "stdout", "stderr")}
     with open(paths["stdin"], "w", encoding="utf-8") as handle:
         handle.write(job.get("stdin") or "")
     status_r, status_w = os.pipe()
@@ -263,39 +305,20 @@ def run_job(index: int, job: dict, payload: dict, counter_fd: int | None, baseli
     os.close(status_w)
     finished = _wait_with_deadline(pid, job["timeout_s"])
     if not finished:
-        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-            try:
-                kill()
-            except (ProcessLookupError, PermissionError):
-                pass
+        _kill_quietly(os.killpg, pid)
+        _kill_quietly(os.kill, pid)  # in case it had not yet made its own process group
     _, wait_status, usage = os.wait4(pid, 0)
     wall_s = time.monotonic() - started
-    status = _read_status(status_r, pid)
+    reported = _read_status(status_r, pid)
     os.close(status_r)
-    if payload["namespaced"]:
-        _sweep_namespace()
-    else:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-    instructions_after = _read_counter(counter_fd)
+    _clean_up_after(pid, payload["namespaced"])
+    instructions = _instructions(instructions_before, _read_counter(counter_fd), baseline)
     stdout, stdout_truncated = _read_capped(paths["stdout"], payload["max_output_bytes"])
     stderr_tail, _ = _read_capped(paths["stderr"], STDERR_TAIL_CHARS, tail=True)
     os.unlink(paths["stdin"])
-    if not finished:
-        status = {"status": "timeout"}
-    elif os.WIFSIGNALED(wait_status):
-        status = {"status": "signal", "signal": os.WTERMSIG(wait_status)}
-    elif status is None:
-        # Exited without reporting: os._exit, or the job wrote garbage into its own status pipe.
-        status = {"status": "vanished", "exit_code": os.WEXITSTATUS(wait_status)}
-    instructions = None
-    if instructions_before is not None and instructions_after is not None:
-        instructions = max(0, instructions_after - instructions_before - baseline.get("instructions", 0))
     return {
         "index": index,
-        **status,
+        **_final_status(finished, wait_status, reported),
         "stdout": stdout,
         "stdout_truncated": stdout_truncated,
         "stderr_tail": stderr_tail,
