@@ -16,7 +16,7 @@ Sources (each reader checks its input and names the file, line and field at faul
 * ``leetcode``: LeetCodeDataset JSONL, the format GRPO4CodeGen trains on. Read: ``task_id``,
   ``query`` (or ``problem_description`` + ``starter_code``), ``test`` (a ``check(candidate)``
   function), ``entry_point`` (e.g. ``Solution().twoSum``), ``prompt`` (the imports and helper
-  classes the solution and tests need; kept as ``test_setup_code``), optional ``completion``
+  classes the solution and tests need; kept as ``test_imports``), optional ``completion``
   (reference solution) and ``question_id``. Other fields (``input_output``, GRPO4CodeGen's
   ``unittests``, ...) are ignored: ``test`` already holds every case.
 * ``jsonl``: any JSONL with a prompt column and tests; column names are options.
@@ -49,9 +49,10 @@ from different sources concatenate)::
                    inputs: [str] | None, outputs: [str] | None, reference_solution: str | None}
 
 ``None`` means "this source has no such field". The test spec in ``ground_truth`` holds the
-non-``None`` test fields of ``extra_info``. How a code reward runs a completion ``code``:
-``test_setup_code`` and ``test_imports`` go before ``code``; each ``test_cases[i]`` runs after
-it, one program per case. HumanEval / LeetCode rows also carry ``test`` + ``entry_point`` and
+non-``None`` test fields of ``extra_info``. How a code reward runs a completion ``code``,
+one program per ``test_cases[i]``: ``test_imports`` (joined by newlines), ``code``,
+``test_setup_code`` (after the code: MBPP's builds objects from the candidate's classes),
+then the case. HumanEval / LeetCode rows also carry ``test`` + ``entry_point`` and
 one equivalent case ``test + "\\ncheck(entry_point)"`` (all asserts pass or none count).
 ``inputs`` / ``outputs`` are stdin / expected stdout pairs.
 
@@ -490,11 +491,12 @@ def leetcode_problems(path: str | os.PathLike) -> list[Problem]:
                 raise DataError(f"{record.where}: missing field 'query' (or 'problem_description' + 'starter_code')")
             starter = checked_field(record, "starter_code")
             question = f"{checked_field(record, 'problem_description')}\n```python\n{starter.rstrip()}\n```\n"
+        prefix = checked_field(record, "prompt", optional=True)
         problems.append(Problem(
             task_id=checked_field(record, "task_id", "id"),
             question=question,
             test_cases=[_check_call(test, entry_point)],
-            test_setup_code=checked_field(record, "prompt", optional=True) or None,
+            test_imports=[prefix] if prefix else None,
             test=test,
             entry_point=entry_point,
             reference_solution=checked_field(record, "completion", optional=True),

@@ -287,12 +287,12 @@ LEETCODE_ROW = {
 }
 
 
-def test_leetcode_rows_run_the_check_function_after_the_setup_prefix(tmp_path):
+def test_leetcode_rows_run_the_check_function_after_the_import_prefix(tmp_path):
     path = write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW])
     [problem] = data.leetcode_problems(path)
     assert problem.task_id == "two-sum" and problem.question == LEETCODE_ROW["query"]
     assert problem.test_cases == [LEETCODE_ROW["test"] + "\ncheck(Solution().twoSum)"]
-    assert problem.test_setup_code == "from typing import *\n"
+    assert problem.test_imports == ["from typing import *\n"] and problem.test_setup_code is None
     assert problem.reference_solution == LEETCODE_ROW["completion"]
     assert data.build_prompt(problem.question, problem.test_cases) == LEETCODE_ROW["query"]
 
@@ -470,3 +470,38 @@ def test_default_data_is_generated_once_into_the_cache(monkeypatch, tmp_path):
 def test_problem_test_spec_drops_absent_fields():
     problem = Problem(task_id="1", question="q", test_cases=["assert 1"], test_setup_code="import os")
     assert problem.test_spec() == {"test_cases": ["assert 1"], "test_setup_code": "import os"}
+
+
+# --------------------------------------------------------------------------- contract with the code reward
+
+
+def reward_columns(rows: list[dict]) -> dict[str, list]:
+    """The reward's view of rows: one list per extra_info column, as verl hands them over."""
+    return {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
+
+
+def test_code_reward_passes_every_reference_and_no_stub(tmp_path):
+    """Our rows feed the ``code`` reward as intended: references score 1.0, a stub 0.0 (sandboxed)."""
+    from reward_plugins.code import code_reward
+
+    mbpp_rows = data.prepare("mbpp", "all", mbpp_file("mbpp.jsonl"))
+    with_setup = [row for row in mbpp_rows if row["extra_info"]["test_setup_code"]]  # setup runs after the code
+    sanitized = data.prepare("mbpp", "validation", mbpp_file("sanitized-mbpp.json"))
+    with_imports = [row for row in data.prepare("mbpp", "all", mbpp_file("sanitized-mbpp.json"))
+                    if row["extra_info"]["test_imports"]][:10]
+    leetcode = data.prepare("leetcode", "train", write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW]))
+    groups = {
+        "synthetic": data.prepare("synthetic", "validation"),
+        "mbpp": mbpp_rows[600:640] + with_setup,
+        "sanitized": sanitized + with_imports,
+        "humaneval": data.prepare("humaneval", "test", limit=15),
+        "leetcode": leetcode,
+    }
+    for name, rows in groups.items():
+        columns = reward_columns(rows)
+        references = [data.format_completion(row["extra_info"]["reference_solution"]) for row in rows]
+        scores = code_reward(references, **columns)
+        failing = [(row["extra_info"]["task_id"], s) for row, s in zip(rows, scores, strict=True) if s != 1.0]
+        assert not failing, f"{name}: references that do not pass their own tests: {failing}"
+        stub_scores = code_reward([data.format_completion("def nothing():\n    pass")] * len(rows), **columns)
+        assert set(stub_scores) == {0.0}, name
