@@ -58,7 +58,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     """
     for name, value in (("n", n), ("c", c), ("k", k)):
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"pass@k needs integer {name}, got {value!r}")
+            raise TypeError(f"pass@k needs integer {name}, got {value!r}")
     if k < 1:
         raise ValueError(f"pass@k needs k >= 1, got k={k}")
     if not 0 <= c <= n:
@@ -125,14 +125,18 @@ def problems_from_rows(rows: Iterable[Mapping[str, Any]], where: str = "rows") -
     return problems
 
 
-def _problem_from_row(row: Mapping[str, Any], where: str, number: int) -> EvalProblem:
-    messages = row.get("prompt")
-    if hasattr(messages, "tolist"):  # numpy arrays from pandas
-        messages = messages.tolist()
-    if not isinstance(messages, (list, tuple)) or not messages or not all(
-            isinstance(message, Mapping) and isinstance(message.get("content"), str) for message in messages):
+def _chat_messages(value: Any, where: str) -> tuple[dict[str, str], ...]:
+    if hasattr(value, "tolist"):  # numpy arrays from pandas
+        value = value.tolist()
+    if not isinstance(value, (list, tuple)) or not value or not all(
+            isinstance(message, Mapping) and isinstance(message.get("content"), str) for message in value):
         raise EvaluationError(f"{where}: field 'prompt' must be a non-empty chat list "
-                              f"[{{'role': ..., 'content': ...}}], got {type(messages).__name__}")
+                              f"[{{'role': ..., 'content': ...}}], got {type(value).__name__}")
+    return tuple({"role": str(m.get("role", "user")), "content": m["content"]} for m in value)
+
+
+def _problem_from_row(row: Mapping[str, Any], where: str, number: int) -> EvalProblem:
+    messages = _chat_messages(row.get("prompt"), where)
     data_source = row.get("data_source")
     if not isinstance(data_source, str):
         raise EvaluationError(f"{where}: missing field 'data_source' (a string)")
@@ -143,7 +147,7 @@ def _problem_from_row(row: Mapping[str, Any], where: str, number: int) -> EvalPr
     return EvalProblem(
         task_id=str(task_id) if task_id is not None else f"{data_source}/{number}",
         data_source=data_source,
-        messages=tuple({"role": str(m.get("role", "user")), "content": m["content"]} for m in messages),
+        messages=messages,
         columns={**extra_info, "data_source": data_source},
     )
 
@@ -168,28 +172,32 @@ def load_problems(dataset: str, split: str | None = None, path: str | os.PathLik
 
     ``limit`` keeps the first ``limit`` problems.
     """
-    from diffugrpo_plugin.data import DataError, prepare
-
     if dataset not in DATASETS:
         raise EvaluationError(f"unknown dataset '{dataset}'. Known datasets: {', '.join(DATASETS)}.")
     if limit is not None and limit < 1:
         raise EvaluationError(f"--limit must be at least 1, got {limit}")
-    if dataset == "parquet":
-        if path is None:
-            raise EvaluationError("--dataset parquet needs --data path/to/file.parquet")
-        if split is not None:
-            raise EvaluationError("--split applies to humaneval and mbpp; a parquet file holds one split already")
-        rows = read_parquet_rows(path)
-        where = Path(path).name
-    else:
-        try:
-            rows = prepare(dataset, split or DEFAULT_SPLITS[dataset], path)
-        except DataError as exc:
-            raise EvaluationError(str(exc)) from None
-        where = dataset
+    rows, where = _parquet_rows(path, split) if dataset == "parquet" else _prepared_rows(dataset, split, path)
     if not rows:
         raise EvaluationError(f"{where} holds no problem to evaluate (check --split and --data)")
     return problems_from_rows(rows[:limit] if limit else rows, where)
+
+
+def _parquet_rows(path: str | os.PathLike | None, split: str | None) -> tuple[list[dict[str, Any]], str]:
+    if path is None:
+        raise EvaluationError("--dataset parquet needs --data path/to/file.parquet")
+    if split is not None:
+        raise EvaluationError("--split applies to humaneval and mbpp; a parquet file holds one split already")
+    return read_parquet_rows(path), Path(path).name
+
+
+def _prepared_rows(dataset: str, split: str | None,
+                   path: str | os.PathLike | None) -> tuple[list[dict[str, Any]], str]:
+    from diffugrpo_plugin.data import DataError, prepare
+
+    try:
+        return prepare(dataset, split or DEFAULT_SPLITS[dataset], path), dataset
+    except DataError as exc:
+        raise EvaluationError(str(exc)) from None
 
 
 # --------------------------------------------------------------------------- completions
@@ -209,21 +217,20 @@ def read_completions_jsonl(path: str | os.PathLike, problems: Sequence[EvalProbl
     Several lines may share a task_id (n samples of one problem). A malformed line, or a
     task_id that is not among ``problems``, is an error naming the line.
     """
-    known = {problem.task_id for problem in problems}
-    completions: dict[str, list[Completion]] = {}
     try:
-        handle = open(path, encoding="utf-8")
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
         raise EvaluationError(f"cannot read completions file {path}: {exc.strerror}") from None
-    with handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            task_id, text = _completion_line(line, f"{path}:{number}")
-            if task_id not in known:
-                raise EvaluationError(f"{path}:{number}: unknown task_id {task_id!r}: not among the {len(known)} "
-                                      f"problems loaded (check --dataset, --split, --data and --limit)")
-            completions.setdefault(task_id, []).append(Completion(text))
+    known = {problem.task_id for problem in problems}
+    completions: dict[str, list[Completion]] = {}
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        task_id, text = _completion_line(line, f"{path}:{number}")
+        if task_id not in known:
+            raise EvaluationError(f"{path}:{number}: unknown task_id {task_id!r}: not among the {len(known)} "
+                                  f"problems loaded (check --dataset, --split, --data and --limit)")
+        completions.setdefault(task_id, []).append(Completion(text))
     if not completions:
         raise EvaluationError(f"{path} holds no completion")
     return completions
@@ -273,6 +280,16 @@ def left_padded(token_lists: Sequence[Sequence[int]], pad_id: int, device: Any =
     return ids, mask
 
 
+def encode_prompts(tokenizer: Any, problems: Sequence[EvalProblem], max_new_tokens: int, max_positions: int | None,
+                   chat_template: bool = True) -> list[list[int]]:
+    """Token ids of every problem's prompt; an error lists the prompts that leave no room for
+    ``max_new_tokens`` within ``max_positions`` (the model's context, None: unbounded)."""
+    prompt_ids = [tokenizer.encode(text, add_special_tokens=False)
+                  for text in prompt_texts(tokenizer, problems, chat_template)]
+    _check_lengths(prompt_ids, problems, max_new_tokens, max_positions)
+    return prompt_ids
+
+
 def _check_lengths(prompt_ids: Sequence[Sequence[int]], problems: Sequence[EvalProblem], max_new_tokens: int,
                    max_positions: int | None) -> None:
     if max_positions is None:
@@ -297,35 +314,44 @@ def generate_completions(sampler: Any, lm: Any, tokenizer: Any, problems: Sequen
     decoded up to their EOS without special tokens, as the training reward manager does.
     ``progress(done, total)`` is called after every batch.
     """
-    import torch
+    _check_generation_args(tokenizer, n, batch_size, max_new_tokens)
+    max_positions = getattr(getattr(lm.module, "config", None), "max_position_embeddings", None)
+    prompt_ids = encode_prompts(tokenizer, problems, max_new_tokens, max_positions, chat_template)
+    requests = [(prompt_ids[index], problem.task_id, sample_seed(seed, problem.task_id, sample))
+                for index, problem in enumerate(problems) for sample in range(n)]
+    completions: dict[str, list[Completion]] = {problem.task_id: [] for problem in problems}
+    for start in range(0, len(requests), batch_size):
+        batch = requests[start:start + batch_size]
+        texts = _generate_batch(sampler, lm, tokenizer, [ids for ids, _, _ in batch], [s for _, _, s in batch],
+                                max_new_tokens)
+        for (_, task_id, row_seed), text in zip(batch, texts):
+            completions[task_id].append(Completion(text, row_seed))
+        if progress is not None:
+            progress(min(start + batch_size, len(requests)), len(requests))
+    return completions
 
-    if n < 1 or batch_size < 1 or max_new_tokens < 1:
+
+def _check_generation_args(tokenizer: Any, n: int, batch_size: int, max_new_tokens: int) -> None:
+    if min(n, batch_size, max_new_tokens) < 1:
         raise EvaluationError(f"n, batch_size and max_new_tokens must be at least 1, got n={n}, "
                               f"batch_size={batch_size}, max_new_tokens={max_new_tokens}")
     if tokenizer.eos_token_id is None:
         raise EvaluationError(f"the tokenizer of {tokenizer.name_or_path} has no EOS token; generation needs one")
+
+
+def _generate_batch(sampler: Any, lm: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], seeds: list[int],
+                    max_new_tokens: int) -> list[str]:
+    """One sampler call; each completion decoded up to its EOS without special tokens."""
+    import torch
+
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    prompt_ids = [tokenizer.encode(text, add_special_tokens=False)
-                  for text in prompt_texts(tokenizer, problems, chat_template)]
-    config = getattr(lm.module, "config", None)
-    _check_lengths(prompt_ids, problems, max_new_tokens, getattr(config, "max_position_embeddings", None))
-    requests = [(index, sample) for index in range(len(problems)) for sample in range(n)]
     device = next(lm.module.parameters()).device
-    completions: dict[str, list[Completion]] = {problem.task_id: [] for problem in problems}
-    for start in range(0, len(requests), batch_size):
-        batch = requests[start:start + batch_size]
-        seeds = [sample_seed(seed, problems[index].task_id, sample) for index, sample in batch]
-        ids, mask = left_padded([prompt_ids[index] for index, _ in batch], pad_id, device)  # [b, P], [b, P]
-        with torch.no_grad():
-            out = sampler.generate(lm, ids, mask, max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                                   pad_token_id=pad_id, seeds=seeds)
-        for row, ((index, _), row_seed) in enumerate(zip(batch, seeds)):
-            tokens = out.completion_ids[row, :int(out.lengths[row])].tolist()
-            text = tokenizer.decode(tokens, skip_special_tokens=True)
-            completions[problems[index].task_id].append(Completion(text, row_seed))
-        if progress is not None:
-            progress(min(start + batch_size, len(requests)), len(requests))
-    return completions
+    ids, mask = left_padded(prompt_ids, pad_id, device)  # [b, P], [b, P]
+    with torch.no_grad():
+        out = sampler.generate(lm, ids, mask, max_new_tokens, eos_token_id=tokenizer.eos_token_id,
+                               pad_token_id=pad_id, seeds=seeds)
+    return [tokenizer.decode(out.completion_ids[row, :int(out.lengths[row])].tolist(), skip_special_tokens=True)
+            for row in range(len(seeds))]
 
 
 # --------------------------------------------------------------------------- judging
@@ -384,19 +410,26 @@ def judge_completions(problems: Sequence[EvalProblem], completions: Mapping[str,
     if not judged:
         raise EvaluationError("no completion belongs to any of the problems loaded")
     specs = {problem.task_id: problem.tests() for problem in judged}
-    items = [(problem, completion, candidate_code(completion.text, code_block, require_format))
+    items = [(problem.task_id, completion, candidate_code(completion.text, code_block, require_format))
              for problem in judged for completion in completions[problem.task_id]]
-    runnable = [(code, specs[problem.task_id]) for problem, _, code in items if code is not None]
-    runs = iter(run_tests_many(runnable, sandbox, timeout_s))
-    verdicts: dict[str, list[Verdict]] = {problem.task_id: [] for problem in judged}
-    for problem, completion, code in items:
-        outcomes = next(runs) if code is not None else []
-        if isinstance(outcomes, SandboxError):
-            raise EvaluationError(f"the sandbox failed while judging task {problem.task_id}: {outcomes}. "
-                                  f"This is a harness fault, not the completion's; no score is reported.")
-        verdicts[problem.task_id].append(Verdict(completion, code, tuple(outcomes)))
+    runnable = [(code, specs[task_id]) for task_id, _, code in items if code is not None]
+    verdicts = _verdicts(items, run_tests_many(runnable, sandbox, timeout_s))
     return [ProblemResult(problem.task_id, problem.data_source, tuple(verdicts[problem.task_id]))
             for problem in judged]
+
+
+def _verdicts(items: Sequence[tuple[str, Completion, str | None]],
+              runs: Sequence[list[TestOutcome] | SandboxError]) -> dict[str, list[Verdict]]:
+    """Verdicts by task_id from (task_id, completion, code) items and the runs of those with code."""
+    pending = iter(runs)
+    verdicts: dict[str, list[Verdict]] = {}
+    for task_id, completion, code in items:
+        outcomes = next(pending) if code is not None else []
+        if isinstance(outcomes, SandboxError):
+            raise EvaluationError(f"the sandbox failed while judging task {task_id}: {outcomes}. "
+                                  f"This is a harness fault, not the completion's; no score is reported.")
+        verdicts.setdefault(task_id, []).append(Verdict(completion, code, tuple(outcomes)))
+    return verdicts
 
 
 # --------------------------------------------------------------------------- summary
@@ -444,9 +477,13 @@ def format_table(summary: Mapping[str, Any]) -> str:
     rows = [[name, str(group["num_problems"]), str(group["num_completions"]),
              *(f"{group[metric]:.4f}" for metric in metrics)] for name, group in groups]
     widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
-    lines = ["  ".join(cell.ljust(width) if column == 0 else cell.rjust(width)
-                       for column, (cell, width) in enumerate(zip(row, widths))) for row in [header, *rows]]
+    lines = [_table_line(row, widths) for row in [header, *rows]]
     return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def _table_line(cells: Sequence[str], widths: Sequence[int]) -> str:
+    """The first column left-aligned (names), the others right-aligned (numbers)."""
+    return "  ".join([cells[0].ljust(widths[0]), *(cell.rjust(width) for cell, width in zip(cells[1:], widths[1:]))])
 
 
 # --------------------------------------------------------------------------- output files

@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 EVENT_FILE_GLOB = "events.out.tfevents.*"
 TOTAL_REWARD_TAGS = ("critic/score/mean", "reward/total/mean")
@@ -51,8 +51,8 @@ class Series:
 
 @dataclass(frozen=True)
 class Panel:
-    """One axes: lines (tag, legend label), an optional (low, high) band, and a fixed 0-1 range
-    for rates so that their level reads at a glance."""
+    """One axes: lines (tag, legend label), an optional (low, high) band, and for rates a fixed
+    0-1 range (when the values keep to it) so that their level reads at a glance."""
 
     title: str
     ylabel: str
@@ -109,21 +109,22 @@ def read_scalars(event_dir: str | os.PathLike) -> dict[str, Series]:
 # --------------------------------------------------------------------------- choosing figures
 
 
+def reward_components(tags: Iterable[str], stat: str) -> list[str]:
+    """Names of the reward components (``total`` excluded) that logged ``reward/<name>/<stat>``."""
+    matches = (_COMPONENT_TAG.match(tag) for tag in tags)
+    return sorted({m["name"] for m in matches if m and m["stat"] == stat and m["name"] != "total"})
+
+
 def _reward_figures(tags: set[str]) -> list[FigureSpec]:
-    components: dict[str, set[str]] = {}
-    for tag in tags:
-        match = _COMPONENT_TAG.match(tag)
-        if match and match["name"] != "total":
-            components.setdefault(match["name"], set()).add(match["stat"])
     figures = []
     totals = tuple((tag, tag) for tag in TOTAL_REWARD_TAGS if tag in tags)
-    means = sorted(name for name, stats in components.items() if "mean" in stats)
+    means = reward_components(tags, "mean")
     panels = [Panel("total reward", "reward", totals)] if totals else []
     panels += [Panel(f"reward component: {name}", "mean reward", ((f"reward/{name}/mean", name),)) for name in means]
     if panels:
         figures.append(FigureSpec("rewards", "Rewards over training (mean over the batch's completions)",
                                   tuple(panels)))
-    none_fractions = sorted(name for name, stats in components.items() if "none_fraction" in stats)
+    none_fractions = reward_components(tags, "none_fraction")
     if none_fractions:
         lines = tuple((f"reward/{name}/none_fraction", name) for name in none_fractions)
         figures.append(FigureSpec("reward_none_fraction", "Completions a reward did not apply to",
@@ -195,18 +196,25 @@ def _draw_line(axes, series: Series, label: str, color: str) -> None:
               label=f"{label} (mean of last {window})")
 
 
+def _within_unit_range(series: Iterable[Series]) -> bool:
+    """Whether every finite value lies in [0, 1] (a rate named like one may still be a count)."""
+    return all(0.0 <= value <= 1.0 for one in series for value in one.values if math.isfinite(value))
+
+
+def _draw_band(axes, low: Series, high: Series) -> None:
+    if low.steps == high.steps:  # min and max logged at the same steps, as verl does
+        axes.fill_between(low.steps, low.values, high.values, color="C0", alpha=0.15, label="min-max")
+
+
 def _draw_panel(axes, panel: Panel, scalars: Mapping[str, Series]) -> None:
-    colors = [f"C{index}" for index in range(10)]
     if panel.band is not None:
-        low, high = (scalars[tag] for tag in panel.band)
-        if low.steps == high.steps:
-            axes.fill_between(low.steps, low.values, high.values, color="C0", alpha=0.15, label="min-max")
+        _draw_band(axes, *(scalars[tag] for tag in panel.band))
     for index, (tag, label) in enumerate(panel.lines):
-        _draw_line(axes, scalars[tag], label, colors[index % len(colors)])
+        _draw_line(axes, scalars[tag], label, f"C{index % 10}")
     axes.set_title(panel.title, fontsize=10)
     axes.set_xlabel("training step")
     axes.set_ylabel(panel.ylabel)
-    if panel.unit_range:
+    if panel.unit_range and _within_unit_range(scalars[tag] for tag, _ in panel.lines):
         axes.set_ylim(-0.03, 1.03)
     axes.grid(True, alpha=0.3)
     if len(panel.lines) > 1 or panel.band is not None or len(scalars[panel.lines[0][0]].values) >= SMOOTH_FROM_POINTS:

@@ -91,11 +91,17 @@ def test_pass_at_k_keeps_precision_near_zero():
     (3, 4, 1, "0 <= c <= n"),
     (3, -1, 1, "0 <= c <= n"),
     (3, 1, 0, "k >= 1"),
-    (3.0, 1, 1, "integer n"),
 ])
 def test_pass_at_k_rejects_impossible_inputs(n, c, k, message):
     with pytest.raises(ValueError, match=message):
         pass_at_k(n, c, k)
+
+
+def test_pass_at_k_takes_only_integers():
+    with pytest.raises(TypeError, match="integer n"):
+        pass_at_k(3.0, 1, 1)
+    with pytest.raises(TypeError, match="integer c"):
+        pass_at_k(3, True, 1)
 
 
 def test_parse_ks_sorts_and_deduplicates_and_names_bad_entries():

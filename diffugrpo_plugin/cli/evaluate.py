@@ -30,12 +30,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser = subparsers.add_parser(
         "eval", formatter_class=argparse.RawDescriptionHelpFormatter,
         help="pass@k on HumanEval, MBPP or a prepared parquet, judged in the sandbox",
-        description="Generate completions with a diffusion sampler (or read them from a file), run each one's "
-                    "code against its problem's tests in the sandbox, and report pass@k with the unbiased "
-                    "estimator.",
+        description="Generate completions with a diffusion sampler (or read them from a file), run each\n"
+                    "one's code against its problem's tests in the sandbox, and report pass@k with the\n"
+                    "unbiased estimator.",
         epilog="Samplers and their options: see `diffugrpo generate --help`.\n"
-               "Code is extracted as in training: by default only a completion ending in one ```python block "
-               "(DiffuCoder's format) offers code.",
+               "Code is extracted as in training: by default only a completion ending in one\n"
+               "```python block (DiffuCoder's format) offers code.",
     )
     data = parser.add_argument_group("problems")
     data.add_argument("--dataset", required=True, choices=("humaneval", "mbpp", "parquet"))
