@@ -187,3 +187,19 @@ def test_bad_generation_options_name_the_fix(tmp_path, capsys, argv, message):
     assert run_cli([*argv, "--limit", "1", "--out", str(tmp_path / "o")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_a_prepared_parquet_is_scored_per_data_source(tmp_path, capsys):
+    from diffugrpo_plugin.data import write_parquet
+
+    rows = prepare("synthetic", "validation", limit=6)
+    parquet = write_parquet(rows, tmp_path / "validation.parquet")
+    answers = [{"task_id": row["extra_info"]["task_id"],
+                "completion": format_completion(row["extra_info"]["reference_solution"])} for row in rows[:3]]
+    answers += [{"task_id": row["extra_info"]["task_id"], "completion": format_completion("x = 1")} for row in rows[3:]]
+    completions = write_jsonl(tmp_path / "c.jsonl", answers)
+    assert run_cli(["--dataset", "parquet", "--data", str(parquet), "--completions", completions,
+                    "--out", str(tmp_path / "out"), "--json"]) == 0
+    summary = json_summary(capsys)
+    assert summary["pass@1"] == 0.5
+    assert summary["by_data_source"]["synthetic"]["num_problems"] == 6
