@@ -90,6 +90,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a "
                                                                 "shared machine)")
+    parser.add_argument("--device", default="cpu", help="torch device (cpu by default; e.g. cuda for a real "
+                                                           "checkpoint)")
     parser.add_argument("--mbpp", default=MBPP)
     return parser.parse_args()
 
@@ -115,6 +117,8 @@ def measure(configs: list[Config], sampler_name: str, lm, ids, mask, new_tokens:
             wall, cpu = time.perf_counter(), time.process_time()
             measurement.output = sampler.generate(lm, ids, mask, new_tokens, eos_token_id=eos, pad_token_id=pad,
                                                   seeds=seeds)
+            if ids.is_cuda:
+                torch.cuda.synchronize()
             measurement.wall.append(time.perf_counter() - wall)
             measurement.cpu.append(time.process_time() - cpu)
     return measurements
@@ -146,8 +150,8 @@ def main() -> None:
 
         args.model = default_tiny_model_path(family="llada" if args.sampler == "llada" else "dream")
     tokenizer = AutoTokenizer.from_pretrained(args.model)
-    lm = DiffusionLM.wrap(load_pretrained(args.model).eval(), tokenizer)
-    ids, mask = encode(tokenizer, mbpp_prompts(tokenizer, args.prompts, args.mbpp))
+    lm = DiffusionLM.wrap(load_pretrained(args.model).eval().to(args.device), tokenizer)
+    ids, mask = (t.to(args.device) for t in encode(tokenizer, mbpp_prompts(tokenizer, args.prompts, args.mbpp)))
     print(f"model {args.model}\n{args.prompts} MBPP prompts (mean {mask.sum(1).float().mean():.0f} tokens), "
           f"{args.new_tokens} new tokens each, greedy '{args.sampler}' sampler, {args.threads} thread(s), "
           f"median of {args.repeats} runs\n")
