@@ -166,7 +166,7 @@ def load_pretrained(path: str, dtype: torch.dtype = torch.float32, trust_remote_
         raise ModelConfigError(f"model path '{path}' does not exist. Point actor_rollout_ref.model.path at a "
                                f"checkpoint directory or a hub id such as apple/DiffuCoder-7B-Instruct.")
     path = expanded if os.path.exists(expanded) else path
-    kwargs: dict[str, Any] = {"torch_dtype": dtype, "trust_remote_code": trust_remote_code}
+    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": trust_remote_code}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+# The tiny test models spin with several threads on a loaded 2-core machine.
+torch.set_num_threads(1)
+
 VOCAB = 64
 MASK_ID = 63
 
@@ -30,3 +33,28 @@ def tiny_lm(request):
     from diffugrpo_plugin.models import DiffusionLM
 
     return DiffusionLM.wrap(build_tiny_module(request.param))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory) -> str:
+    """A small Dream-style checkpoint with our tokenizer, saved once per test session."""
+    from diffugrpo_plugin.tiny import TinySpec, save_tiny_model
+
+    spec = TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
+    return str(save_tiny_model(tmp_path_factory.mktemp("tiny") / "dream", spec))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray instance for every test that needs workers (start-up costs seconds)."""
+    import os
+
+    import ray
+
+    # workers unpickle functions defined in test modules, so they need this folder on their path
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    python_path = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH", "")) if p)
+    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
+             runtime_env={"env_vars": {"PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}})
+    yield
+    ray.shutdown()

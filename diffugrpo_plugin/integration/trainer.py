@@ -34,7 +34,7 @@ from verl.utils import tensordict_utils as tu
 from verl.utils.device import get_device_name
 from verl.utils.distributed import initialize_global_process_group_ray
 from verl.utils.profiler import DistProfiler
-from verl.workers.engine_workers import ActorRolloutRefWorker
+from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD
 from diffugrpo_plugin.integration.reward_manager import EXTRA_INFO_PREFIX, SECONDS_KEY
@@ -61,13 +61,27 @@ def expand_iterations(data: TensorDict, iterations: int) -> TensorDict:
     return expanded
 
 
+def _gloo_process_group_on_cpu() -> None:
+    """verl asks torch for ``cpu:gloo,<device>:<backend>``, i.e. ``cpu:gloo,cpu:gloo`` on a CPU host, which torch
+    rejects; start the group with plain gloo first (verl then finds it initialised)."""
+    if get_device_name() == "cpu":
+        initialize_global_process_group_ray(backend="gloo")
+
+
+class DiffusionTrainingWorker(TrainingWorker):
+    """verl's standalone training worker (SFT, tests), with a gloo process group on CPU hosts."""
+
+    def __init__(self, config):
+        _gloo_process_group_on_cpu()
+        super().__init__(config)
+
+
 class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
     """verl's hybrid worker, with a gloo process group on CPU and per-iteration masks in the update."""
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
-        if get_device_name() == "cpu":
-            initialize_global_process_group_ray(backend="gloo")
+        _gloo_process_group_on_cpu()
         return super().init_model()
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
