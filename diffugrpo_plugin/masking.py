@@ -23,9 +23,13 @@ Built-in maskers (registered through the ``diffugrpo_maskers`` hook, like a plug
   one of the pair. ``t ~ U(t_min, t_max)``, per sample.
 * ``pair``: only the complementary pair, weights ``1/t`` and ``1/(1-t)``.
 * ``d1``: one view, completion fully masked (weight 1), with d1's random prompt masking.
+* ``sft`` (LLaDA's SFT noising): one view; ``t ~ U(eps, 1)`` per sample, each completion token
+  masked iff ``r < t`` (probability ``t``), weight ``1/t`` on masked tokens. The masked
+  diffusion loss is then ``-sum(coef * logp)``; the prompt is never masked.
 
-All accept ``p_mask_prompt``: mask each prompt token with that probability (one draw per
-sample, shared by its views). Off (0) by default: the prompt is never masked.
+``coupled``, ``pair`` and ``d1`` accept ``p_mask_prompt``: mask each prompt token with that
+probability (one draw per sample, shared by its views). Off (0) by default: the prompt is
+never masked.
 """
 
 from __future__ import annotations
@@ -166,6 +170,30 @@ def make_d1(p_mask_prompt: float = 0.15) -> FullyMaskedMasker:
     return FullyMaskedMasker(p_mask_prompt)
 
 
+class SFTMasker:
+    """LLaDA's SFT noising: one view, completion tokens masked at a per-sample rate ``t``, weight ``1/t``."""
+
+    def __init__(self, eps: float = 1e-3):
+        if not 0.0 < float(eps) < 1.0:
+            raise ValueError(f"eps must be in (0, 1): t ~ U(eps, 1) and masked tokens weigh 1/t; got {eps}")
+        self.eps = float(eps)
+
+    def views(self, input_ids, completion_mask, mask_id, seeds, prompt_mask=None) -> MaskedViews:
+        _check_inputs(input_ids, completion_mask, seeds)
+        completion = completion_mask.bool()
+        # U(eps, 1): the same draw as LLaDA's p_mask = (1 - eps) * U(0, 1) + eps
+        t, r, _ = _draw_per_sample(completion, seeds, (self.eps, 1.0), None, 0.0)
+        masked = completion & (r < t[:, None])  # [B, L]
+        noisy = torch.where(masked, mask_id, input_ids)[None]  # [1, B, L]
+        coef = (masked / t[:, None]).to(torch.float32)[None]  # [1, B, L]
+        return MaskedViews(noisy=noisy, coef=coef)
+
+
+def make_sft(eps: float = 1e-3) -> SFTMasker:
+    """Masked-diffusion SFT (LLaDA): one view, t ~ U(eps, 1) per sample, tokens masked with probability t, weight 1/t."""
+    return SFTMasker(eps)
+
+
 def mask_seed_table(base_seed: int, step: int, num_samples: int, num_iterations: int,
                     random_masking: bool = True) -> torch.Tensor:
     """Mask seeds for one training step: row ``b``, column ``k`` seeds sample ``b``'s mask in iteration ``k``.
@@ -184,4 +212,4 @@ def mask_seed_table(base_seed: int, step: int, num_samples: int, num_iterations:
 
 @hookimpl
 def diffugrpo_maskers():
-    return {"coupled": make_coupled, "pair": make_pair, "d1": make_d1}
+    return {"coupled": make_coupled, "pair": make_pair, "d1": make_d1, "sft": make_sft}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from diffugrpo_plugin.masking import make_coupled, make_d1, make_pair
+from diffugrpo_plugin.masking import make_coupled, make_d1, make_pair, make_sft
 from diffugrpo_plugin.plugins import lookup, registrations
 
 MASK = 99
@@ -25,7 +25,8 @@ def left_padded_batch():
 
 def test_builtin_maskers_are_registered_through_the_plugin_hook():
     assert lookup("masker", "coupled").obj is make_coupled
-    assert {"coupled", "pair", "d1"} <= set(registrations("masker"))
+    assert lookup("masker", "sft").obj is make_sft
+    assert {"coupled", "pair", "d1", "sft"} <= set(registrations("masker"))
 
 
 def test_coupled_views_are_complementary_and_leave_prompt_and_padding_alone():
@@ -125,7 +126,7 @@ def test_a_samples_mask_does_not_depend_on_padding_or_batch_neighbours():
 def test_masking_never_touches_global_rng_state():
     input_ids, _, completion, prompt = left_padded_batch()
     torch_state, py_state, np_state = torch.get_rng_state(), random.getstate(), np.random.get_state()
-    for factory in (make_coupled, make_pair, make_d1):
+    for factory in (make_coupled, make_pair, make_d1, make_sft):
         factory().views(input_ids, completion, MASK, torch.tensor([1, 2]), prompt)
     assert torch.equal(torch.get_rng_state(), torch_state)
     assert random.getstate() == py_state
@@ -140,3 +141,82 @@ def test_bad_options_and_inputs_say_what_to_fix():
     input_ids, _, completion, _ = left_padded_batch()
     with pytest.raises(ValueError, match="one integer per row"):
         make_coupled().views(input_ids, completion, MASK, torch.tensor([1]))
+
+
+# --------------------------------------------------------------------------- sft (LLaDA's SFT noising)
+
+
+def test_sft_view_matches_the_documented_draws_by_hand():
+    # The module docstring fixes the draw order: per row, one uniform for t, then one per completion
+    # token in order. Redo those draws here and build the expected mask and weights from the formula.
+    input_ids, _, completion, prompt = left_padded_batch()
+    eps = 1e-3
+    seeds = [5, 6]
+    views = make_sft(eps=eps).views(input_ids, completion, MASK, torch.tensor(seeds), prompt)
+    assert views.num_views == 1 and views.noisy.shape == (1, 2, 10)
+    for b, seed in enumerate(seeds):
+        generator = torch.Generator().manual_seed(seed)
+        u = torch.rand((), generator=generator, dtype=torch.float64).item()
+        t = eps + (1 - eps) * u
+        r = torch.rand(5, generator=generator, dtype=torch.float64)  # the 5 completion tokens
+        expected_masked = torch.zeros(10, dtype=torch.bool)
+        expected_masked[5:] = r < t
+        assert torch.equal(views.noisy[0, b] == MASK, expected_masked)
+        expected_coef = torch.where(expected_masked, 1.0 / t, 0.0).float()
+        assert torch.allclose(views.coef[0, b], expected_coef)
+        assert torch.equal(views.noisy[0, b][~expected_masked], input_ids[b][~expected_masked])
+
+
+def test_sft_masks_only_completion_tokens_each_weighted_one_over_t():
+    input_ids, _, completion, prompt = left_padded_batch()
+    masker = make_sft()
+    for s in range(50):
+        views = masker.views(input_ids, completion, MASK, torch.tensor([s, s + 100]), prompt)
+        masked = views.noisy[0] == MASK  # [B, L]
+        assert not masked[~completion].any()  # prompt and padding are never masked
+        assert (views.coef[0][~masked] == 0).all()
+        for b in range(2):
+            weights = views.coef[0, b][masked[b]]
+            if weights.numel():
+                # one t per sample: every masked token weighs the same 1/t, with t in [eps, 1)
+                assert torch.all(weights == weights[0])
+                assert 1.0 < weights[0].item() <= 1e3
+
+
+def test_sft_mask_rate_is_t_and_the_weighted_mask_is_unbiased():
+    # t ~ U(eps, 1): the masked fraction averages (1 + eps) / 2; E[1{r < t} / t] = 1 for every token.
+    completion = torch.ones(1, 40, dtype=torch.bool)
+    input_ids = torch.arange(40)[None]
+    masker = make_sft(eps=0.1)  # bounded weights (<= 10) keep the Monte Carlo error small
+    samples = 4000
+    rates, weight_sums, ts = [], torch.zeros(40, dtype=torch.float64), []
+    for s in range(samples):
+        views = masker.views(input_ids, completion, MASK, torch.tensor([s]))
+        masked = views.noisy[0, 0] == MASK
+        rates.append(masked.float().mean().item())
+        weight_sums += views.coef[0, 0].double()
+        if masked.any():
+            ts.append(1.0 / views.coef[0, 0][masked][0].item())
+    assert np.mean(rates) == pytest.approx((1 + 0.1) / 2, abs=0.015)
+    assert torch.allclose(weight_sums / samples, torch.ones(40, dtype=torch.float64), atol=0.1)
+    assert min(ts) >= 0.1 and max(ts) < 1.0
+    # t is uniform on [0.1, 1): its quartiles sit at 0.325, 0.55, 0.775
+    assert np.quantile(ts, [0.25, 0.5, 0.75]) == pytest.approx([0.325, 0.55, 0.775], abs=0.03)
+
+
+def test_sft_masks_are_reproducible_and_per_sample():
+    input_ids, _, completion, _ = left_padded_batch()
+    masker = make_sft()
+    a = masker.views(input_ids, completion, MASK, torch.tensor([10, 11]))
+    b = masker.views(input_ids, completion, MASK, torch.tensor([10, 11]))
+    assert torch.equal(a.noisy, b.noisy) and torch.equal(a.coef, b.coef)
+    assert any(not torch.equal(a.coef, masker.views(input_ids, completion, MASK, torch.tensor([s, s + 1])).coef)
+               for s in range(20, 25))
+    alone = masker.views(input_ids[:1, 2:], completion[:1, 2:], MASK, torch.tensor([10]))
+    assert torch.equal(a.noisy[:, 0, 2:], alone.noisy[:, 0]) and torch.equal(a.coef[:, 0, 2:], alone.coef[:, 0])
+
+
+def test_sft_bad_eps_says_what_to_fix():
+    for eps in (0.0, 1.0, -0.5):
+        with pytest.raises(ValueError, match="eps must be in"):
+            make_sft(eps=eps)
