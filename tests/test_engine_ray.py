@@ -129,3 +129,52 @@ def test_engine_on_two_workers_matches_the_formula_and_trains(tiny_model_path):
                               responses)
     # one step of gradient ascent on the mean log-prob raises it
     assert sum(float(a.mean()) for a in after) > sum(float(g.mean()) for g in got)
+
+
+def coupled_grpo_actor_config():
+    """The actor config `algorithm=coupled_grpo` composes (verl's dataclass)."""
+    from hydra import compose, initialize_config_module
+
+    from verl.utils.config import omega_conf_to_dataclass
+
+    with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
+        config = compose(config_name="diffugrpo")
+    return omega_conf_to_dataclass(config.actor_rollout_ref.actor)
+
+
+def ppo_batch(prompts, responses, seeds, old, ref):
+    from verl.utils import tensordict_utils as tu
+
+    data = tensordict_for(prompts, responses, seeds, micro_batch=1)
+    data["old_log_probs"] = nested([o + 0.05 for o in old])  # a policy that moved a little
+    data["ref_log_prob"] = nested([r - 0.1 for r in ref])
+    data["advantages"] = nested([torch.full((len(r),), a) for r, a in zip(responses, (1.0, -1.0, 0.5, -0.5))])
+    tu.assign_non_tensor(data, global_batch_size=len(prompts),
+                         global_token_num=[len(p) + len(r) for p, r in zip(prompts, responses)])
+    return data
+
+
+def test_two_workers_take_the_same_step_as_one(tiny_model_path):
+    from functools import partial
+
+    from verl.workers.utils.losses import ppo_loss
+
+    prompts, responses, seeds = make_batch(vocab=64)
+    loss_fn = partial(ppo_loss, config=coupled_grpo_actor_config())
+    results = {}
+    for workers in (1, 2):
+        group = build_worker_group(tiny_model_path, workers=workers)
+        start = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
+        group.set_loss_fn(loss_fn)
+        metrics = group.train_batch(ppo_batch(prompts, responses, seeds, start, start)).get()["metrics"]
+        after = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
+        results[workers] = (metrics["loss"], metrics["grad_norm"], after)
+        for worker in group.workers:
+            import ray
+
+            ray.kill(worker)
+    (loss1, grad1, after1), (loss2, grad2, after2) = results[1], results[2]
+    assert loss1 == pytest.approx(loss2, rel=1e-4, abs=1e-6)
+    assert grad1 == pytest.approx(grad2, rel=1e-4)
+    for a, b in zip(after1, after2):
+        assert torch.allclose(a, b, atol=1e-5)

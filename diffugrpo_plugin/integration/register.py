@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
+import warnings
 
 logger = logging.getLogger("diffugrpo")
 
@@ -40,8 +41,11 @@ def _register_all() -> None:
     reward_manager.register()
     resolvers.register()
     entrypoint.install_verl_trainer_main_alias()
-    # the engine and trainer register through verl decorators when imported
-    from diffugrpo_plugin.integration import engine, trainer  # noqa: F401
+    # The engine and trainer register through verl decorators when imported. Importing verl's engine
+    # package warns once per optional backend it lacks (megatron, veomni, ...), none of which we use.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
+        from diffugrpo_plugin.integration import engine, trainer  # noqa: F401
 
 
 try:
