@@ -79,3 +79,4 @@ def test_beta_without_reference_is_a_clear_error():
         coupled_grpo_loss(x, x, None, torch.ones(1), torch.ones(1, 1), beta=0.01)
     loss, _ = coupled_grpo_loss(x, x, None, torch.ones(1), torch.ones(1, 1), beta=0.0)
     assert loss.item() == pytest.approx(-1.0)
+

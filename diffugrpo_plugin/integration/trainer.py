@@ -14,6 +14,8 @@ Registered with ``verl.trainer.ppo.v1.register_trainer`` and selected by
   ``reward/total/mean``, and the time split of rollout into sampling and reward scoring.
 * **Group-normalised rewards** (``diffugrpo.rewards.aggregation=group_normalized``): each component
   is standardised within its prompt group before weighting (GDPO-style), which needs the groups.
+* **Reference syncing** (``diffugrpo.ref_sync``): every ``steps`` steps the reference model becomes
+  ``alpha * policy + (1 - alpha) * reference`` (TRL's ``sync_ref_model``; DiffuCoder: 64 steps, 0.6).
 * **CPU support.** Workers start their process group with plain gloo on CPU hosts (verl asks for
   ``cpu:gloo,cpu:gloo`` otherwise), and the replay buffer polls without verl's 2 s sleep.
 """
@@ -61,6 +63,22 @@ def expand_iterations(data: TensorDict, iterations: int) -> TensorDict:
     return expanded
 
 
+def mix_into_reference(reference: torch.nn.Module, policy: torch.nn.Module, alpha: float) -> None:
+    """``ref <- alpha * policy + (1 - alpha) * ref`` parameter by parameter (TRL's SyncRefModelCallback).
+
+    Works shard by shard on FSDP2 modules: actor and reference are sharded identically in verl's hybrid worker.
+    """
+    policy_params = dict(policy.named_parameters())
+    with torch.no_grad():
+        for name, ref_param in reference.named_parameters():
+            if name not in policy_params:
+                raise KeyError(f"reference parameter '{name}' has no policy counterpart")
+            ref_local = ref_param.to_local() if hasattr(ref_param, "to_local") else ref_param.data
+            policy_param = policy_params[name]
+            policy_local = policy_param.to_local() if hasattr(policy_param, "to_local") else policy_param.data
+            ref_local.mul_(1.0 - alpha).add_(policy_local.to(ref_local.device, ref_local.dtype), alpha=alpha)
+
+
 def _gloo_process_group_on_cpu() -> None:
     """verl asks torch for ``cpu:gloo,<device>:<backend>``, i.e. ``cpu:gloo,cpu:gloo`` on a CPU host, which torch
     rejects; start the group with plain gloo first (verl then finds it initialised)."""
@@ -83,6 +101,13 @@ class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
     def init_model(self):
         _gloo_process_group_on_cpu()
         return super().init_model()
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def sync_reference(self, alpha: float) -> None:
+        if self.ref is None or self.actor is None:
+            raise RuntimeError("diffugrpo.ref_sync needs the reference model in the actor's worker "
+                               "(actor_rollout_ref.hybrid_engine=true, no LoRA)")
+        mix_into_reference(self.ref.engine.module, self.actor.engine.module, float(alpha))
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     @DistProfiler.annotate(color="red", role="actor_update", scheduled=True)
@@ -108,7 +133,17 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.num_iterations = int(config.actor_rollout_ref.actor.ppo_epochs)
         self.mask_seed_base = int(diffusion.get("mask_seed", 42))
         self.random_masking = bool(diffusion.get("random_masking", True))
+        ref_sync = config.get("diffugrpo", {}).get("ref_sync", {}) or {}
+        self.ref_sync_steps = int(ref_sync.get("steps", 0)) if ref_sync.get("enable", False) else 0
+        self.ref_sync_alpha = float(ref_sync.get("alpha", 0.6))
+        if self.ref_sync_steps and not 0.0 < self.ref_sync_alpha <= 1.0:
+            raise ValueError(f"diffugrpo.ref_sync.alpha must be in (0, 1], got {self.ref_sync_alpha}")
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
+
+    def on_step_end(self):
+        super().on_step_end()
+        if self.ref_sync_steps and self.use_reference_policy and self.global_steps % self.ref_sync_steps == 0:
+            self.actor_rollout_wg.sync_reference(self.ref_sync_alpha)
 
     def _build_replay_buffer(self):
         replay_buffer = super()._build_replay_buffer()

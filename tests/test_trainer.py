@@ -1,0 +1,38 @@
+"""Pieces of the diffugrpo trainer that need no Ray: iteration expansion, reference syncing."""
+
+import torch
+from tensordict import TensorDict
+
+from diffugrpo_plugin.integration.trainer import expand_iterations, iteration_field, mix_into_reference
+
+
+def nested(rows):
+    return torch.nested.as_nested_tensor([torch.tensor(r, dtype=torch.float32) for r in rows], layout=torch.jagged)
+
+
+def test_update_batch_is_expanded_iteration_major_with_each_iterations_masks_and_log_probs():
+    data = TensorDict({
+        "responses": nested([[1, 2], [3, 4, 5]]),
+        iteration_field("mask_seed", 0): torch.tensor([10, 11]),
+        iteration_field("mask_seed", 1): torch.tensor([20, 21]),
+        iteration_field("old_log_probs", 0): nested([[-1, -1], [-2, -2, -2]]),
+        iteration_field("old_log_probs", 1): nested([[-3, -3], [-4, -4, -4]]),
+        iteration_field("ref_log_prob", 0): nested([[-5, -5], [-6, -6, -6]]),
+        iteration_field("ref_log_prob", 1): nested([[-7, -7], [-8, -8, -8]]),
+    }, batch_size=2)
+    expanded = expand_iterations(data, 2)
+    assert expanded.batch_size[0] == 4
+    assert expanded["mask_seed"].tolist() == [10, 11, 20, 21]
+    assert [row.tolist() for row in expanded["responses"].unbind()] == [[1, 2], [3, 4, 5]] * 2
+    assert [row[0].item() for row in expanded["old_log_probs"].unbind()] == [-1, -2, -3, -4]
+    assert [row[0].item() for row in expanded["ref_log_prob"].unbind()] == [-5, -6, -7, -8]
+
+
+def test_reference_sync_mixes_parameters_by_the_formula():
+    torch.manual_seed(0)
+    policy, reference = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    before = {n: p.detach().clone() for n, p in reference.named_parameters()}
+    mix_into_reference(reference, policy, alpha=0.6)
+    for name, param in reference.named_parameters():
+        expected = 0.6 * dict(policy.named_parameters())[name].detach() + 0.4 * before[name]
+        assert torch.allclose(param, expected)
