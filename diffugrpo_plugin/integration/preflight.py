@@ -96,7 +96,8 @@ def _check_batch_sizes(config: DictConfig) -> None:
         raise ConfigError(f"actor_rollout_ref.rollout.n (num_generations) is {generations}; the leave-one-out "
                           f"advantage needs at least 2 completions per prompt")
     if train_batch % mini_batch:
-        raise ConfigError(f"data.train_batch_size ({train_batch} prompts) must be a multiple of "
+        raise ConfigError(f"data.train_batch_size ({train_batch} prompts, i.e. {train_batch * generations} completions "
+                          f"with num_generations n={generations}) must be a multiple of "
                           f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini_batch} prompts)")
     samples_per_update = mini_batch * generations
     if samples_per_update % workers:
@@ -104,7 +105,8 @@ def _check_batch_sizes(config: DictConfig) -> None:
                           f"not split over {workers} workers (trainer.n_gpus_per_node x trainer.nnodes)")
     micro = actor.get("ppo_micro_batch_size_per_gpu")
     if micro and (samples_per_update // workers) % int(micro):
-        raise ConfigError(f"each worker gets {samples_per_update // workers} completions per update, not a multiple "
+        raise ConfigError(f"each worker gets {samples_per_update // workers} completions per update "
+                          f"(ppo_mini_batch_size {mini_batch} x n {generations} / {workers} workers), not a multiple "
                           f"of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})")
 
 

@@ -39,6 +39,7 @@ from verl.utils.profiler import DistProfiler
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD
+from diffugrpo_plugin.integration.preflight import check_config
 from diffugrpo_plugin.integration.reward_manager import EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.masking import mask_seed_table
 from diffugrpo_plugin.rewards import RewardSpec, group_normalized_totals, step_metrics
@@ -125,6 +126,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
     """Synchronous coupled-GRPO trainer (colocated diffusion rollout, hybrid engine)."""
 
     def __init__(self, config):
+        # Our entry points check before Ray starts; verl's main_ppo reaches us first here.
+        check_config(config)
         # verl switches to asynchronous behaviour for any trainer_mode other than "sync".
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"

@@ -1,0 +1,80 @@
+"""Bad configuration stops before Ray starts, with one message naming the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hydra import compose, initialize_config_module
+
+from diffugrpo_plugin.integration.preflight import ConfigError, check_config
+
+
+def composed(*overrides: str):
+    with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
+        return compose(config_name="diffugrpo", overrides=list(overrides))
+
+
+@pytest.fixture
+def valid(tiny_model_path, tmp_path):
+    from diffugrpo_plugin.data import prepare_to_parquet
+
+    prepare_to_parquet("synthetic", ["train", "validation"], tmp_path / "data")
+    return [f"actor_rollout_ref.model.path={tiny_model_path}", f"data.train_files={tmp_path}/data/train.parquet",
+            f"data.val_files={tmp_path}/data/validation.parquet"]
+
+
+def test_a_valid_configuration_passes(valid):
+    check_config(composed(*valid))
+
+
+@pytest.mark.parametrize("override, message", [
+    ("actor_rollout_ref.model.path=/no/such/model", "does not exist"),
+    ("actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=bogus", "unknown sampler 'bogus'. Known samplers:"),
+    ("+actor_rollout_ref.rollout.engine_kwargs.diffusion.stepz=3", "no option stepz"),
+    ("actor_rollout_ref.model.diffusion.masker=bogus", "unknown masker 'bogus'. Known maskers: coupled"),
+    ("diffugrpo.rewards.reward_funcs=[code,bogus]", "unknown reward 'bogus'. Known rewards: code"),
+    ("diffugrpo.rewards.reward_weights=[2.0]", "reward_weights"),
+    ("data.train_batch_size=5", "must be a multiple of actor_rollout_ref.actor.ppo_mini_batch_size"),
+    ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "not a multiple of"),
+    ("actor_rollout_ref.rollout.n=1", "at least 2 completions per prompt"),
+    ("data.train_files=/no/such/train.parquet", "data.train_files: '/no/such/train.parquet' does not exist"),
+])
+def test_each_mistake_names_its_fix(valid, override, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):
+        check_config(composed(*valid, override))
+
+
+def test_missing_dataset_columns_are_named(valid, tmp_path):
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"question": ["x"], "data_source": ["d"]}), bad)
+    with pytest.raises(ConfigError, match=r"lacks column\(s\) \['prompt', 'reward_model', 'extra_info'\]"):
+        check_config(composed(*valid, f"data.train_files={bad}"))
+
+
+def test_a_tokenizer_without_mask_token_is_refused(tmp_path):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from diffugrpo_plugin.tiny import TinySpec, save_tiny_model
+
+    path = save_tiny_model(tmp_path / "nomask", TinySpec(hidden_size=32, num_layers=1, num_heads=4,
+                                                         num_kv_heads=2, intermediate_size=64))
+    config = AutoConfig.from_pretrained(path)
+    del config.mask_token_id
+    config.save_pretrained(path)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer.mask_token = None
+    tokenizer.save_pretrained(path)
+    with pytest.raises(ConfigError, match="no mask token id"):
+        check_config(composed(f"actor_rollout_ref.model.path={path}"))
+
+
+def test_the_command_line_stops_before_ray_starts():
+    result = subprocess.run([sys.executable, "-m", "diffugrpo_plugin.main", "actor_rollout_ref.model.path=/no/model"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert "diffugrpo: configuration error: actor_rollout_ref.model.path '/no/model' does not exist" in result.stderr
+    assert "Ray" not in result.stdout + result.stderr and "Traceback" not in result.stderr
