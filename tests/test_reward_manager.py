@@ -94,18 +94,20 @@ def test_registered_in_verls_reward_loop_registry(manager_class):
 def test_correct_completion_gets_the_weighted_total(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"test_cases": ADD_TESTS}))
     assert result["reward_score"] == 2.0 * 1.0 + 0.5 * 1.0
-    assert result["reward_extra_info"] == {"reward/code": 1.0, "reward/code_format": 1.0}
+    # "acc" (all tests passed) is what verl's validation reports as pass@1 per data source
+    assert result["reward_extra_info"] == {"reward/code": 1.0, "reward/code_format": 1.0, "acc": 1.0}
 
 
 def test_wrong_completion_and_tests_given_as_a_top_level_column(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, WRONG, {}, test_cases=ADD_TESTS))
-    assert result["reward_extra_info"] == {"reward/code": 0.0, "reward/code_format": 1.0}
+    assert result["reward_extra_info"] == {"reward/code": 0.0, "reward/code_format": 1.0, "acc": 0.0}
     assert result["reward_score"] == 0.5
 
 
 def test_not_applicable_is_nan_in_extra_info_and_left_out_of_the_total(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"note": "no tests here"}))
     assert math.isnan(result["reward_extra_info"]["reward/code"])
+    assert math.isnan(result["reward_extra_info"]["acc"])
     assert result["reward_score"] == 0.5
 
 

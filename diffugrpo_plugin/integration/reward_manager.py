@@ -29,12 +29,13 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
-from diffugrpo_plugin.rewards import RewardSpec
+from diffugrpo_plugin.rewards import PASS_TOLERANCE, RewardSpec
 
 logger = logging.getLogger("diffugrpo.reward_manager")
 
 MANAGER_NAME = "diffugrpo"
 EXTRA_INFO_PREFIX = "reward/"
+PASSED_KEY = "acc"  # verl's validation reports it as val-core/<data_source>/acc/mean@<n>: pass@1 per data source
 SECONDS_KEY = f"{EXTRA_INFO_PREFIX}seconds"  # wall time spent scoring the completion (a timing, not a component)
 NOT_APPLICABLE = math.nan
 VERL_BOOKKEEPING = frozenset({"reward_model", "extra_info", "raw_prompt", "raw_prompt_ids", "tools_kwargs",
@@ -77,6 +78,13 @@ def row_columns(non_tensor: Mapping[str, Any]) -> dict[str, Any]:
     return columns
 
 
+def passed_all_tests(code_reward: float | None) -> float:
+    """1.0 when the ``code`` reward (a test pass rate) is full, 0.0 otherwise, NaN where it does not apply."""
+    if code_reward is None:
+        return NOT_APPLICABLE
+    return 1.0 if code_reward >= 1.0 - PASS_TOLERANCE else 0.0
+
+
 def extra_info(values: Mapping[str, float | None]) -> dict[str, float]:
     """Per-component values for verl's ``reward_extra_info`` (None becomes NaN)."""
     return {f"{EXTRA_INFO_PREFIX}{name}": NOT_APPLICABLE if value is None else float(value)
@@ -117,6 +125,8 @@ def _build_manager_class(base: type) -> type:
                              "every component scores None for it", self.spec.sample_deadline_s)
                 values = {name: None for name in self.spec.names}
             info = {**extra_info(values), SECONDS_KEY: loop.time() - started}
+            if "code" in values:
+                info[PASSED_KEY] = passed_all_tests(values["code"])
             return {"reward_score": self.spec.total(values), "reward_extra_info": info}
 
     DiffugrpoRewardManager.__module__ = __name__
