@@ -9,8 +9,10 @@ log-softmax for every position of every view (``3 x B x L x V`` floats). Here th
 transformer body still runs on all ``V`` views (the attention needs every position), but a
 forward pre-hook on the output head keeps only the hidden rows whose coefficient is
 non-zero, so for the coupled masker the head sees ``2 x`` the completion tokens. The
-log-softmax is then taken in fp32 chunk by chunk under activation checkpointing, so no
-fp32 copy of the whole ``[rows, vocab]`` block is ever alive.
+log-softmax is then taken in fp32 chunk by chunk, and its backward writes the gradient
+straight into one buffer the size of the selected logits: beside the head's output, the
+pass never holds more than that buffer and one fp32 chunk (see
+``benchmarks/coupled_logprob.py`` for the measured effect).
 
 The hook runs inside the model's own forward, so FSDP's parameter gathering is untouched.
 Plain torch; no verl.
@@ -22,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch.utils.checkpoint import checkpoint
+from torch.autograd.function import once_differentiable
 
 from diffugrpo_plugin.masking import MaskedViews
 from diffugrpo_plugin.models import DiffusionLM, position_ids_from_mask
@@ -59,28 +61,77 @@ def gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, with_entropy: 
     return logp, entropy
 
 
+def _row_chunks(num_rows: int, chunk_rows: int) -> list[slice]:
+    return [slice(start, start + chunk_rows) for start in range(0, num_rows, chunk_rows)]
+
+
+def _chunked_forward(logits: torch.Tensor, targets: torch.Tensor, chunk_rows: int, with_entropy: bool):
+    """Per-row ``logp``, ``log_normaliser`` and (optionally) ``entropy``, all fp32, one chunk at a time.
+
+    logits [R, V]; targets [R] -> logp [R], log_normaliser [R], entropy [R] or None.
+    """
+    num_rows = logits.shape[0]
+    logp = torch.empty(num_rows, dtype=torch.float32, device=logits.device)  # [R]
+    log_normaliser = torch.empty_like(logp)  # [R]
+    entropy = torch.empty_like(logp) if with_entropy else None  # [R]
+    for rows in _row_chunks(num_rows, chunk_rows):
+        chunk = logits[rows].float()  # [r, V]
+        log_normaliser[rows] = torch.logsumexp(chunk, dim=-1)
+        logp[rows] = chunk.gather(-1, targets[rows, None]).squeeze(-1) - log_normaliser[rows]
+        if with_entropy:
+            entropy[rows] = log_normaliser[rows] - (torch.softmax(chunk, dim=-1) * chunk).sum(-1)
+    return logp, log_normaliser, entropy
+
+
+class _ChunkedTargetLogprob(torch.autograd.Function):
+    """``log softmax(logits)[target]`` per row with a hand-written, chunked backward.
+
+    Autograd through ``logsumexp`` and ``gather`` would hold several ``[R, V]`` temporaries
+    (the gather's zero-filled gradient, the softmax, their sum); here the gradient
+    ``g * (onehot(target) - softmax(logits))`` is written chunk by chunk into one buffer.
+    """
+
+    @staticmethod
+    def forward(ctx, logits, targets, chunk_rows, with_entropy):
+        logp, log_normaliser, entropy = _chunked_forward(logits, targets, chunk_rows, with_entropy)
+        ctx.save_for_backward(logits, targets, log_normaliser)
+        ctx.chunk_rows = chunk_rows
+        if entropy is not None:
+            ctx.mark_non_differentiable(entropy)  # a metric: never part of the graph
+        return logp, entropy
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_logp, _grad_entropy):
+        logits, targets, log_normaliser = ctx.saved_tensors
+        grad = torch.empty(logits.shape, dtype=logits.dtype, device=logits.device)  # [R, V]
+        # fp32 logits: work in the buffer itself; others: in an fp32 chunk, cast in at the end
+        in_place = grad.dtype == torch.float32
+        for rows in _row_chunks(logits.shape[0], ctx.chunk_rows):
+            chunk_grad = torch.sub(logits[rows].float(), log_normaliser[rows, None],
+                                   out=grad[rows] if in_place else None)  # [r, V]
+            upstream = grad_logp[rows, None].float()  # [r, 1]
+            chunk_grad.exp_().mul_(-upstream)  # -g * softmax
+            chunk_grad.scatter_add_(-1, targets[rows, None], upstream)  # +g at the target
+            if not in_place:
+                grad[rows] = chunk_grad
+        return grad, None, None, None
+
+
 def chunked_gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                              with_entropy: bool = False):
-    """:func:`gathered_logprob` over row chunks; under autograd each chunk is checkpointed so
-    only one chunk's fp32 copy is alive at a time (in forward and in backward)."""
-    logp_parts, entropy_parts = [], []
-    needs_grad = torch.is_grad_enabled() and logits.requires_grad
-    for start in range(0, logits.shape[0], chunk_rows):
-        chunk, chunk_targets = logits[start:start + chunk_rows], targets[start:start + chunk_rows]
-        if needs_grad:
-            result = checkpoint(gathered_logprob, chunk, chunk_targets, with_entropy, use_reentrant=False)
-        else:
-            result = gathered_logprob(chunk, chunk_targets, with_entropy)
-        if with_entropy:
-            logp_parts.append(result[0])
-            # entropy is a metric: never part of the graph
-            entropy_parts.append(result[1].detach())
-        else:
-            logp_parts.append(result)
-    logp = torch.cat(logp_parts) if logp_parts else logits.new_zeros(0, dtype=torch.float32)
-    if not with_entropy:
-        return logp
-    return logp, (torch.cat(entropy_parts) if entropy_parts else logp.detach().clone())
+    """:func:`gathered_logprob` over row chunks: no fp32 copy of more than one chunk is alive, and
+    the backward needs a single gradient buffer shaped like ``logits``.
+
+    logits [R, V]; targets [R] -> logp [R] fp32 (differentiable) (, entropy [R] fp32, detached).
+    """
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows}")
+    if torch.is_grad_enabled() and logits.requires_grad:
+        logp, entropy = _ChunkedTargetLogprob.apply(logits, targets, chunk_rows, with_entropy)
+    else:
+        logp, _, entropy = _chunked_forward(logits.detach(), targets, chunk_rows, with_entropy)
+    return (logp, entropy) if with_entropy else logp
 
 
 @contextmanager

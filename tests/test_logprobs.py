@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import MASK_ID, build_tiny_module
-from diffugrpo_plugin.logprobs import coupled_token_logprobs, gathered_logprob
+from diffugrpo_plugin.logprobs import chunked_gathered_logprob, coupled_token_logprobs, gathered_logprob
 from diffugrpo_plugin.masking import make_coupled, make_d1
 from diffugrpo_plugin.models import DiffusionLM, ModelConfigError, align_logits, position_ids_from_mask
 
@@ -125,3 +125,38 @@ def test_shifted_model_refuses_a_completion_at_position_zero():
     views = make_d1(p_mask_prompt=0.0).views(ids, completion, MASK_ID, torch.tensor([1]))
     with pytest.raises(ValueError, match="position 0"):
         coupled_token_logprobs(lm, views, ids, torch.ones_like(ids))
+
+
+def test_chunked_gradient_by_hand_is_upstream_times_onehot_minus_softmax():
+    # softmax([0, ln 2, 0]) = [1/4, 1/2, 1/4]; d logp[target=1] / d logits = onehot - softmax
+    logits = torch.tensor([[0.0, math.log(2.0), 0.0], [0.0, 0.0, 0.0]], requires_grad=True)
+    logp = chunked_gathered_logprob(logits, torch.tensor([1, 2]), chunk_rows=1)
+    assert logp.tolist() == pytest.approx([math.log(0.5), math.log(1 / 3)], abs=1e-6)
+    (logp * torch.tensor([1.0, -3.0])).sum().backward()  # upstream gradients 1 and -3
+    assert logits.grad[0].tolist() == pytest.approx([-0.25, 0.5, -0.25], abs=1e-6)
+    assert logits.grad[1].tolist() == pytest.approx([1.0, 1.0, -2.0], abs=1e-6)  # -3 * ([0, 0, 1] - 1/3)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 2, 5, 64])
+def test_chunked_values_and_gradients_equal_full_log_softmax_for_any_chunking(chunk_rows):
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 11, generator=generator, dtype=torch.float64, requires_grad=True)
+    targets, upstream = torch.tensor([0, 10, 3, 3, 7]), torch.randn(5, generator=generator, dtype=torch.float64)
+    expected = torch.log_softmax(logits, -1).gather(-1, targets[:, None]).squeeze(-1)  # [5]
+    (expected_grad,) = torch.autograd.grad((expected * upstream).sum(), logits)
+    logp, entropy = chunked_gathered_logprob(logits, targets, chunk_rows, with_entropy=True)
+    (grad,) = torch.autograd.grad((logp * upstream).sum(), logits)
+    assert logp.dtype == torch.float32 and torch.allclose(logp.double(), expected, atol=1e-6)
+    assert torch.allclose(grad, expected_grad, atol=1e-6)
+    probs = torch.softmax(logits.detach(), -1)
+    assert not entropy.requires_grad  # a metric, never part of the graph
+    assert torch.allclose(entropy.double(), -(probs * probs.log()).sum(-1), atol=1e-6)
+
+
+def test_chunked_gradient_keeps_bf16_logits_dtype():
+    logits = torch.tensor([[0.0, math.log(2.0), 0.0]], dtype=torch.bfloat16, requires_grad=True)
+    chunked_gathered_logprob(logits, torch.tensor([1])).backward()
+    assert logits.grad.dtype == torch.bfloat16
+    assert logits.grad[0].float().tolist() == pytest.approx([-0.25, 0.5, -0.25], abs=1e-2)
+    with pytest.raises(ValueError, match="chunk_rows"):
+        chunked_gathered_logprob(logits, torch.tensor([1]), chunk_rows=0)
