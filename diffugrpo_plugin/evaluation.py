@@ -270,16 +270,6 @@ def prompt_texts(tokenizer: Any, problems: Sequence[EvalProblem], chat_template:
                                           add_generation_prompt=True) for problem in problems]
 
 
-def left_padded(token_lists: Sequence[Sequence[int]], pad_id: int, device: Any = None):
-    """Left-padded ids and attention mask of token lists, as samplers take them.  # -> [B, P], [B, P]"""
-    import torch
-
-    width = max(len(tokens) for tokens in token_lists)
-    ids = torch.tensor([[pad_id] * (width - len(t)) + list(t) for t in token_lists], device=device)  # [B, P]
-    mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in token_lists], device=device)  # [B, P]
-    return ids, mask
-
-
 def encode_prompts(tokenizer: Any, problems: Sequence[EvalProblem], max_new_tokens: int, max_positions: int | None,
                    chat_template: bool = True) -> list[list[int]]:
     """Token ids of every problem's prompt; an error lists the prompts that leave no room for
@@ -344,9 +334,11 @@ def _generate_batch(sampler: Any, lm: Any, tokenizer: Any, prompt_ids: Sequence[
     """One sampler call; each completion decoded up to its EOS without special tokens."""
     import torch
 
+    from diffugrpo_plugin.sampling import left_pad
+
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(lm.module.parameters()).device
-    ids, mask = left_padded(prompt_ids, pad_id, device)  # [b, P], [b, P]
+    ids, mask = left_pad(prompt_ids, pad_id, device)  # [b, P], [b, P]
     with torch.no_grad():
         out = sampler.generate(lm, ids, mask, max_new_tokens, eos_token_id=tokenizer.eos_token_id,
                                pad_token_id=pad_id, seeds=seeds)

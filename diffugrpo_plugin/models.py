@@ -177,3 +177,14 @@ def load_pretrained(path: str, dtype: torch.dtype = torch.float32, trust_remote_
         except ValueError:
             pass
     return AutoModel.from_pretrained(path, **kwargs)
+
+
+def load_diffusion_lm(path: str, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
+                      trust_remote_code: bool = True) -> tuple[DiffusionLM, Any]:
+    """A checkpoint ready to sample from: the wrapped model in eval mode on ``device`` and its tokenizer."""
+    from transformers import AutoTokenizer
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+    module = load_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code).to(device).eval()
+    return DiffusionLM.wrap(module, tokenizer), tokenizer

@@ -47,14 +47,6 @@ def fake_lm(tables: dict[int, list[list[float]]]) -> DiffusionLM:
     return DiffusionLM(TableModel(tables), mask_token_id=FAKE_MASK, shift_logits=False)
 
 
-def left_pad(prompts: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids and mask for token lists.  # -> [B, P], [B, P]"""
-    width = max(len(p) for p in prompts)
-    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    return ids, mask
-
-
 def single_thread():
     """Generator for a module-scoped fixture: one intra-op thread while a test module runs.
 

@@ -151,7 +151,7 @@ def _sampler_options(args: argparse.Namespace) -> dict[str, Any]:
 def _generate(args: argparse.Namespace, problems, ks: list[int]):
     """Completions of every problem, and the settings that produced them (for the summary)."""
     from diffugrpo_plugin import evaluation
-    from diffugrpo_plugin.cli.generate import _load
+    from diffugrpo_plugin.cli.generate import load_model
     from diffugrpo_plugin.sampling import build_sampler
 
     chosen = {name: getattr(args, name) if getattr(args, name) is not None else default
@@ -164,7 +164,7 @@ def _generate(args: argparse.Namespace, problems, ks: list[int]):
     if chosen["n"] > 1 and getattr(sampler, "temperature", None) == 0:
         print("diffugrpo eval: note: temperature 0 makes every sample of a prompt identical; "
               "use -o temperature=... for pass@k with k > 1", file=sys.stderr)
-    lm, tokenizer = _load(args.model, args.device)
+    lm, tokenizer = load_model(args.model, args.device)
     completions = evaluation.generate_completions(
         sampler, lm, tokenizer, problems, chosen["n"], chosen["max_new_tokens"], seed=chosen["seed"],
         batch_size=chosen["batch_size"], chat_template=not args.no_chat_template, progress=_progress)

@@ -133,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         if not prompts:
             raise ValueError("no prompt given: use --prompt TEXT (repeatable) or --prompts FILE.jsonl")
         sampler = build_sampler(args.sampler, **parse_options(args.option))
-        lm, tokenizer = _load(args.model, args.device)
+        lm, tokenizer = load_model(args.model, args.device)
         results = _generate(sampler, lm, tokenizer, prompts, args)
     except (ValueError, OSError, PluginError, SamplerOptionError, ModelConfigError) as exc:
         print(f"diffugrpo generate: error: {exc}", file=sys.stderr)
@@ -142,37 +142,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(model_path: str | None, device: str | None):
-    import torch
-    from transformers import AutoTokenizer
-
-    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+def load_model(model_path: str | None, device: str | None):
+    """The model to sample from (the tiny built-in when no path is given) and its tokenizer."""
+    from diffugrpo_plugin.models import load_diffusion_lm
 
     if model_path is None:
         from diffugrpo_plugin.tiny import default_tiny_model_path
 
         model_path = default_tiny_model_path()
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    module = load_pretrained(model_path).to(device)
-    return DiffusionLM.wrap(module, tokenizer), tokenizer
+    return load_diffusion_lm(model_path, device)
 
 
 def _encode(tokenizer, prompts: list[str], chat_template: bool, device):
     """Left-padded prompt ids and mask, through the chat template unless disabled.  # -> [B, P], [B, P]"""
-    import torch
-
     if chat_template:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(f"the tokenizer of {tokenizer.name_or_path} has no chat template; "
                              f"pass --no-chat-template to use the prompts as they are")
         prompts = [tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                                  add_generation_prompt=True) for prompt in prompts]
+    from diffugrpo_plugin.sampling import left_pad
+
     encoded = [tokenizer.encode(prompt, add_special_tokens=False) for prompt in prompts]
-    pad = _pad_id(tokenizer)
-    width = max(len(ids) for ids in encoded)
-    ids = torch.tensor([[pad] * (width - len(row)) + row for row in encoded], device=device)
-    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in encoded], device=device)
+    ids, mask = left_pad(encoded, _pad_id(tokenizer), device)
     return prompts, ids, mask
 
 

@@ -39,7 +39,7 @@ from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from diffugrpo_plugin.models import DiffusionLM, load_pretrained
 from diffugrpo_plugin.plugins import lookup
-from diffugrpo_plugin.sampling import build_sampler, sampler_options
+from diffugrpo_plugin.sampling import build_sampler, left_pad, sampler_options
 
 logger = logging.getLogger("diffugrpo.rollout")
 
@@ -152,10 +152,8 @@ class DiffusionRollout(BaseRollout):
             sampler = self._sampler(requests[indices[0]]["sampling_params"])
             prompts = [list(requests[i]["prompt_ids"]) for i in indices]
             seeds = [self._seed_for(p) for p in prompts]
-            width = max(len(p) for p in prompts)
             pad = self.tokenizer.pad_token_id
-            prompt_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
-            prompt_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+            prompt_ids, prompt_mask = left_pad(prompts, pad, self.device)
             out = sampler.generate(self.lm, prompt_ids, prompt_mask, int(self.config.response_length),
                                    eos_token_id=self.tokenizer.eos_token_id, pad_token_id=pad, seeds=seeds)
             for row, i in enumerate(indices):

@@ -74,3 +74,13 @@ def build_sampler(name: str, **options: Any) -> Sampler:
             raise SamplerOptionError(f"sampler '{name}' has no option {', '.join(unknown)}; "
                                      f"its options are: {', '.join(known) or 'none'}")
     return factory(**options)
+
+
+def left_pad(token_lists, pad_id: int, device=None):
+    """Prompts as samplers take them: left-padded ids and their attention mask.  # -> [B, P], [B, P]"""
+    import torch
+
+    width = max(len(tokens) for tokens in token_lists)
+    ids = torch.tensor([[pad_id] * (width - len(t)) + list(t) for t in token_lists], device=device)  # [B, P]
+    mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in token_lists], device=device)  # [B, P]
+    return ids, mask
