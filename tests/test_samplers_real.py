@@ -7,9 +7,8 @@ import torch
 from conftest import MASK_ID, build_tiny_module
 from samplers_support import fake_lm, log_probs, single_thread
 
-from diffugrpo_plugin.sampling import left_pad
-
 from diffugrpo_plugin.models import DiffusionLM, ModelConfigError
+from diffugrpo_plugin.sampling import left_pad
 from diffugrpo_plugin.sampling.forward import FullForward, PrefixCachedForward
 from diffugrpo_plugin.sampling.samplers import (
     DreamSampler,
