@@ -1,0 +1,1 @@
+"""An example third-party diffugrpo masker package (see ``stratified.py``)."""
