@@ -41,6 +41,7 @@ def test_a_valid_configuration_passes(valid):
     ("data.train_batch_size=5", "must be a multiple of actor_rollout_ref.actor.ppo_mini_batch_size"),
     ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "not a multiple of"),
     ("actor_rollout_ref.rollout.n=1", "at least 2 completions per prompt"),
+    ("actor_rollout_ref.actor.strategy=megatron", "the diffusion_lm engine exists for fsdp and fsdp2 only"),
     ("data.train_files=/no/such/train.parquet", "data.train_files: '/no/such/train.parquet' does not exist"),
 ])
 def test_each_mistake_names_its_fix(valid, override, message):

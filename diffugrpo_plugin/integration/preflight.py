@@ -110,8 +110,21 @@ def _check_batch_sizes(config: DictConfig) -> None:
                           f"of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})")
 
 
+SUPPORTED_STRATEGIES = ("fsdp", "fsdp2")
+
+
+def _check_strategy(config: DictConfig) -> None:
+    for role in ("actor", "ref"):
+        strategy = config.actor_rollout_ref[role].get("strategy")
+        if strategy not in SUPPORTED_STRATEGIES:
+            raise ConfigError(f"actor_rollout_ref.{role}.strategy={strategy}: the diffusion_lm engine exists for "
+                              f"{' and '.join(SUPPORTED_STRATEGIES)} only (Megatron's engine computes autoregressive "
+                              f"log-probs inside its pipeline schedule and has no diffusion counterpart yet); use fsdp2")
+
+
 def check_config(config: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first problem found."""
+    _check_strategy(config)
     _check_batch_sizes(config)
     _check_plugins(config)
     _check_rewards(config)
