@@ -29,8 +29,8 @@ of 64 KiB or more with its own mapping (``MALLOC_MMAP_THRESHOLD_``), so freed te
 to the OS and RSS follows live tensor bytes. Reported: medians over the repeats; ratios are
 the baseline's median over ours (higher is better in both ratio columns).
 
-    python benchmarks/coupled_logprob.py                      # vocab 32k and 150k, ~2-3 min on 2 cores
-    python benchmarks/coupled_logprob.py --vocabs 150000 --batch 8 --completion 256 --repeats 5
+    python benchmarks/coupled_logprob.py                      # vocab 32k and 150k, about 2 min on 2 cores
+    python benchmarks/coupled_logprob.py --vocabs 150000 --batch 4 --no-forward  # a bigger batch, training only
 """
 
 from __future__ import annotations
@@ -286,7 +286,7 @@ def print_table(settings: Settings, measurements: list[Measurement], check: dict
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--vocabs", type=int, nargs="+", default=[32000, 150000])
-    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--prompt", type=int, default=64)
     parser.add_argument("--completion", type=int, default=128)
     parser.add_argument("--hidden", type=int, default=64)
