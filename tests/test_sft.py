@@ -1,0 +1,204 @@
+"""Masked-diffusion SFT: data layout, LLaDA's loss by hand, schedule, a short run that learns, and a
+checkpoint the RL side loads."""
+
+import json
+import math
+import random
+
+import numpy as np
+import pytest
+import torch
+from conftest import MASK_ID, VOCAB, build_tiny_module
+
+from diffugrpo_plugin import sft
+from diffugrpo_plugin.data import prepare, write_parquet
+from diffugrpo_plugin.masking import make_sft
+from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+
+EOS = 0
+PAD = 0
+
+
+def small_batch():
+    # two prompts (3 and 5 tokens) and targets of 2 and 4 tokens (EOS included), completion length 6
+    examples = [sft.Example(prompt_ids=(11, 12, 13), target_ids=(21, EOS)),
+                sft.Example(prompt_ids=(14, 15, 16, 17, 18), target_ids=(31, 32, 33, EOS))]
+    return examples, sft.collate(examples, completion_length=6, pad_id=PAD, eos_id=EOS)
+
+
+def test_collate_left_pads_prompts_and_fills_the_completion_with_eos():
+    _, batch = small_batch()
+    assert batch.input_ids.tolist() == [[PAD, PAD, 11, 12, 13, 21, EOS, EOS, EOS, EOS, EOS],
+                                        [14, 15, 16, 17, 18, 31, 32, 33, EOS, EOS, EOS]]
+    assert batch.attention_mask.tolist() == [[0, 0] + [1] * 9, [1] * 11]
+    assert batch.completion_mask.tolist() == [[False] * 5 + [True] * 6] * 2
+
+
+def test_loss_with_uniform_predictions_is_log_vocab_times_the_weighted_mask_count():
+    # A model whose head is zero predicts uniformly: log p = -log V for every token, so
+    # loss_b = sum_l coef[b, l] * log V / C and the loss is their mean.
+    _, batch = small_batch()
+    module = build_tiny_module("dream")
+    torch.nn.init.zeros_(module.lm_head.weight)
+    lm = DiffusionLM.wrap(module)
+    seeds = torch.tensor([3, 4])
+    masker = make_sft(eps=0.2)
+    views = masker.views(batch.input_ids, batch.completion_mask, MASK_ID, seeds)
+    weighted_counts = views.coef[0].sum(dim=1)  # [B]: (number masked) / t per sample
+    expected = (weighted_counts * math.log(VOCAB) / 6).mean()
+    loss = sft.masked_diffusion_loss(lm, batch, seeds, masker)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-5)
+
+
+@pytest.mark.parametrize("style", ["dream", "llada"])
+def test_loss_equals_the_formula_on_full_logits(style):
+    # The row-selective path against the plain formula: full logits of the noised input, log-softmax,
+    # the clean token's log-prob at masked positions times 1/t, summed, over C, averaged.
+    _, batch = small_batch()
+    lm = DiffusionLM.wrap(build_tiny_module(style, seed=1))
+    seeds = torch.tensor([7, 8])
+    masker = make_sft()
+    views = masker.views(batch.input_ids, batch.completion_mask, MASK_ID, seeds)
+    with torch.no_grad():
+        logits = lm.logits(views.noisy[0], batch.attention_mask)  # [B, L, V], logits[:, i] scores token i
+        logp = torch.log_softmax(logits.double(), -1).gather(-1, batch.input_ids[..., None])[..., 0]  # [B, L]
+        expected = (-(views.coef[0].double() * logp).sum(1) / 6).mean()
+        loss = sft.masked_diffusion_loss(lm, batch, seeds, masker)
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-4)
+
+
+def test_examples_end_with_the_closing_fence_then_eos_and_skip_what_does_not_fit(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    rows = prepare("synthetic", "train")[:3]
+    loaded = sft.examples_from_rows(rows, tokenizer, completion_length=48, max_prompt_length=160)
+    assert len(loaded.examples) == 3
+    example = loaded.examples[0]
+    assert example.target_ids[-1] == tokenizer.eos_token_id
+    text = tokenizer.decode(example.target_ids, skip_special_tokens=True)
+    assert text == f"```python\n{rows[0]['extra_info']['reference_solution']}\n```\n"  # what code_format needs
+    prompt = tokenizer.decode(example.prompt_ids)
+    assert prompt.endswith("<|im_start|>assistant\n") and rows[0]["prompt"][0]["content"] in prompt
+
+    short = sft.examples_from_rows(rows, tokenizer, completion_length=5, max_prompt_length=160)
+    assert (len(short.examples), short.overlong_targets) == (0, 3)
+    with pytest.raises(sft.SFTError, match="row 2: missing field 'extra_info.reference_solution'"):
+        broken = [rows[0], {**rows[1], "extra_info": {**rows[1]["extra_info"], "reference_solution": None}}]
+        sft.examples_from_rows(broken, tokenizer, 48, 160)
+
+
+def test_learning_rate_warms_up_then_follows_the_cosine():
+    config = sft.SFTConfig(train_files=("x",), output_dir="y", steps=110, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    assert sft.learning_rate(0, config) == pytest.approx(1e-4)
+    assert sft.learning_rate(9, config) == pytest.approx(1e-3)
+    assert sft.learning_rate(10, config) == pytest.approx(1e-3)
+    assert sft.learning_rate(60, config) == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half way: cos = 0
+    assert sft.learning_rate(110, config) == pytest.approx(1e-4)
+
+
+def test_batch_order_is_seeded_full_and_balanced():
+    order = sft.batch_order(num_examples=5, batch_size=3, steps=10, seed=1)
+    assert order == sft.batch_order(5, 3, 10, seed=1) and order != sft.batch_order(5, 3, 10, seed=2)
+    assert all(len(batch) == 3 for batch in order)
+    flat = [i for batch in order for i in batch]
+    assert all(sorted(flat[e * 5:(e + 1) * 5]) == list(range(5)) for e in range(6))  # each epoch a permutation
+
+
+def test_bad_settings_and_files_name_the_fix(tmp_path):
+    with pytest.raises(sft.SFTError, match="steps=0"):
+        sft.SFTConfig(train_files=("x",), output_dir="y", steps=0)
+    with pytest.raises(sft.SFTError, match="no training data"):
+        sft.SFTConfig(train_files=(), output_dir="y")
+    with pytest.raises(sft.SFTError, match="does not exist"):
+        sft.read_rows(tmp_path / "missing.parquet")
+
+
+def test_sft_never_touches_the_global_rng(tiny_model_path, tmp_path):
+    data = write_parquet(prepare("synthetic", "train")[:8], tmp_path / "train.parquet")
+    states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
+    sft.train(sft.SFTConfig(train_files=(str(data),), output_dir=str(tmp_path / "out"), model_path=tiny_model_path,
+                            steps=2, batch_size=4, log_every=1), echo=lambda line: None)
+    assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1]
+    assert np.array_equal(np.random.get_state()[1], states[2])
+
+
+def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_model_path, tmp_path):
+    from diffugrpo_plugin.integration.engine import DiffusionModelConfig
+
+    train_file = write_parquet(prepare("synthetic", "train"), tmp_path / "train.parquet")
+    val_file = write_parquet(prepare("synthetic", "validation"), tmp_path / "validation.parquet")
+    config = sft.SFTConfig(train_files=(str(train_file),), val_files=(str(val_file),), output_dir=str(tmp_path / "ckpt"),
+                           model_path=tiny_model_path, steps=40, batch_size=8, lr=3e-3, warmup_steps=5, log_every=10,
+                           tensorboard_dir=str(tmp_path / "tb"))
+    module, tokenizer = sft.load_model_and_tokenizer(tiny_model_path)
+    val_examples = sft.load_examples(config.val_files, tokenizer, 48, 160).examples
+    before = sft.validation_loss(DiffusionLM.wrap(module, tokenizer), val_examples, config, tokenizer.pad_token_id,
+                                 tokenizer.eos_token_id, make_sft())
+    result = sft.train(config, echo=lambda line: None)
+    after = result.val_losses[-1][1]
+    assert after < 0.6 * before, (before, after)  # random init: ~log V per weighted token
+    assert result.train_losses[-1][1] < result.train_losses[0][1]
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
+
+    # The RL side: verl's model config (as the engine builds it) and the rollout's loader accept the checkpoint.
+    model_config = DiffusionModelConfig(path=config.output_dir, model_type="diffusion_lm", use_remove_padding=False,
+                                        override_config={"attn_implementation": "sdpa"}, diffusion={"masker": "coupled"})
+    reloaded = DiffusionLM.wrap(load_pretrained(model_config.local_path).eval(), tokenizer=model_config.tokenizer)
+    assert reloaded.shift_logits and reloaded.mask_token_id == tokenizer.mask_token_id
+    reloaded_val = sft.validation_loss(reloaded, val_examples, config, tokenizer.pad_token_id, tokenizer.eos_token_id,
+                                       make_sft())
+    assert reloaded_val == pytest.approx(after, rel=1e-5)
+    assert json.loads((tmp_path / "ckpt" / "sft_config.json").read_text())["steps"] == 40
+
+
+# --------------------------------------------------------------------------- the warm-started default model
+
+
+def test_warm_start_fine_tunes_the_random_model_once_into_the_cache(monkeypatch, tmp_path):
+    from safetensors.torch import load_file
+
+    from diffugrpo_plugin import tiny
+
+    monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
+    spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
+    recipe = tiny.WarmStart(steps=3, batch_size=2, warmup_steps=1)
+    path = tiny.warm_model_path(spec, recipe)
+    assert path.startswith(str(tmp_path)) and recipe.cache_suffix in path and spec.cache_name in path
+    saved = json.loads((tmp_path / path / "sft_config.json").read_text())
+    assert (saved["steps"], saved["batch_size"], saved["lr"]) == (3, 2, recipe.lr)
+    assert saved["model_path"] == tiny.tiny_model_path(spec)
+    warm = load_file(f"{path}/model.safetensors")
+    random_init = load_file(f"{tiny.tiny_model_path(spec)}/model.safetensors")
+    assert any(not torch.equal(warm[name], random_init[name]) for name in random_init)
+    modified = (tmp_path / path / "model.safetensors").stat().st_mtime_ns
+    assert tiny.warm_model_path(spec, recipe) == path  # cached: not fine-tuned again
+    assert (tmp_path / path / "model.safetensors").stat().st_mtime_ns == modified
+
+
+def test_the_rl_default_model_is_the_warm_started_one(monkeypatch):
+    from diffugrpo_plugin import tiny
+    from diffugrpo_plugin.integration import resolvers
+
+    monkeypatch.setattr(tiny, "default_warm_model_path", lambda: "/cache/warm")
+    assert resolvers.default_model() == "/cache/warm"
+
+
+@pytest.mark.slow
+def test_default_warm_model_writes_formatted_code_and_sometimes_passes():
+    # Builds the real default (about two minutes on 2 cores, once per machine) and samples like the rollout.
+    from transformers import AutoTokenizer
+
+    from diffugrpo_plugin import evaluation, tiny
+    from diffugrpo_plugin.data import default_data_paths
+    from diffugrpo_plugin.sampling import build_sampler
+
+    path = tiny.default_warm_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    lm = DiffusionLM.wrap(load_pretrained(path).eval(), tokenizer)
+    problems = evaluation.load_problems("parquet", path=default_data_paths()[0], limit=48)
+    sampler = build_sampler("entropy", steps=32, temperature=1.0, top_p=0.95)
+    completions = evaluation.generate_completions(sampler, lm, tokenizer, problems, 4, 48, seed=0, batch_size=32)
+    summary = evaluation.summarize(evaluation.judge_completions(problems, completions), [1])
+    assert summary["code_extracted_rate"] > 0.6, summary  # well formatted (and parses) most of the time
+    assert summary["test_pass_rate"] > 0.0, summary  # and sometimes right, so GRPO groups differ
