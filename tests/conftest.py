@@ -1,9 +1,49 @@
-"""Shared test fixtures: tiny randomly initialised bidirectional models built in code."""
+"""Shared test helpers: tiny models built in code, the offline MBPP copy, example packages, Ray."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+
 import pytest
 import torch
+
+REPO = Path(__file__).resolve().parents[1]
+MBPP_DIR = Path(os.environ.get("DIFFUGRPO_MBPP_DIR", REPO.parent / "shared/data/mbpp"))
+
+
+def mbpp_file(name: str) -> Path:
+    """A file of the team's offline MBPP copy, read in place; a clear failure when it is missing."""
+    path = MBPP_DIR / name
+    if not path.is_file():
+        pytest.fail(f"MBPP data is expected at {path} (the team's offline copy, read in place); "
+                    f"point DIFFUGRPO_MBPP_DIR at the folder holding mbpp.jsonl and sanitized-mbpp.json")
+    return path
+
+
+def pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
+
+
+@contextmanager
+def installed_example(folder: str, distribution: str, scratch: Path):
+    """pip-install ``examples/<folder>`` (a third-party package) for the duration, then uninstall it.
+
+    Plugin discovery is cached per process: check the installed package in a fresh subprocess.
+    """
+    source = scratch / folder
+    shutil.copytree(REPO / "examples" / folder, source)  # the build writes egg-info beside the sources
+    done = pip("install", "--no-deps", "--no-build-isolation", "-q", str(source))
+    assert done.returncode == 0, done.stderr
+    try:
+        yield
+    finally:
+        removed = pip("uninstall", "-y", "-q", distribution)
+        assert removed.returncode == 0, removed.stderr
 
 # The tiny test models spin with several threads on a loaded 2-core machine.
 torch.set_num_threads(1)
@@ -14,7 +54,12 @@ MASK_ID = 63
 
 def build_tiny_module(style: str, vocab: int = VOCAB, seed: int = 0, tie: bool = False) -> torch.nn.Module:
     """A 2-layer bidirectional HF model: ``dream`` = Qwen2 (shifted logits), ``llada`` = Llama (unshifted)."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
 
     config_cls, model_cls = (Qwen2Config, Qwen2ForCausalLM) if style == "dream" else (LlamaConfig, LlamaForCausalLM)
     config = config_cls(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,

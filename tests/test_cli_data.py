@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import mbpp_file
 
 from diffugrpo_plugin.cli import data as cli_data
 from diffugrpo_plugin.data import synthetic_problems
-
-MBPP_DIR = Path(os.environ.get("DIFFUGRPO_MBPP_DIR", Path(__file__).resolve().parents[1].parent / "shared/data/mbpp"))
-
-
-def mbpp_file(name: str) -> Path:
-    path = MBPP_DIR / name
-    if not path.is_file():
-        pytest.fail(f"MBPP data is expected at {path} (the team's offline copy, read in place); "
-                    f"point DIFFUGRPO_MBPP_DIR at the folder holding mbpp.jsonl and sanitized-mbpp.json")
-    return path
 
 
 def run(*argv: str) -> int:

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
-
-from conftest import MASK_ID, build_tiny_module
+from conftest import MASK_ID, build_tiny_module, installed_example
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "custom_masker"
@@ -172,19 +170,11 @@ def coupled_pass_report() -> dict:
             "scored_per_view": (views.coef != 0).sum((1, 2)).tolist()}
 
 
-def pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args], check=False, capture_output=True, text=True, timeout=300)
-
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    source = tmp_path_factory.mktemp("example") / "custom_masker"
-    shutil.copytree(EXAMPLE, source)  # the build writes egg-info next to the sources: keep the repo clean
-    done = pip("install", "--no-deps", "--no-build-isolation", "-q", str(source))
-    assert done.returncode == 0, done.stderr
-    yield
-    removed = pip("uninstall", "-y", "-q", DISTRIBUTION)
-    assert removed.returncode == 0, removed.stderr
+    with installed_example(EXAMPLE.name, DISTRIBUTION, tmp_path_factory.mktemp("example")):
+        yield
 
 
 def in_fresh_process(function_name: str) -> dict:

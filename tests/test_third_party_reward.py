@@ -5,31 +5,23 @@ diffugrpo. Discovery is cached per process, so the checks run in fresh subproces
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import installed_example
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "third_party_reward"
 DISTRIBUTION = "diffugrpo-example-reward"
 
 
-def pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, timeout=300)
-
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
-    source = tmp_path_factory.mktemp("example") / "third_party_reward"
-    shutil.copytree(EXAMPLE, source)  # the build writes egg-info next to the sources: keep the repo clean
-    done = pip("install", "--no-deps", "--no-build-isolation", "-q", str(source))
-    assert done.returncode == 0, done.stderr
-    yield
-    removed = pip("uninstall", "-y", "-q", DISTRIBUTION)
-    assert removed.returncode == 0, removed.stderr
+    with installed_example(EXAMPLE.name, DISTRIBUTION, tmp_path_factory.mktemp("example")):
+        yield
 
 
 def in_fresh_process(code: str) -> str:

@@ -6,21 +6,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from conftest import mbpp_file
 
 from diffugrpo_plugin import tokenizer as tk
-
-MBPP_DIR = Path(os.environ.get("DIFFUGRPO_MBPP_DIR", Path(__file__).resolve().parents[1].parent / "shared/data/mbpp"))
-
-
-def mbpp_file(name: str) -> Path:
-    path = MBPP_DIR / name
-    if not path.is_file():
-        pytest.fail(f"MBPP data is expected at {path} (the team's offline copy, read in place); "
-                    f"point DIFFUGRPO_MBPP_DIR at the folder holding mbpp.jsonl and sanitized-mbpp.json")
-    return path
 
 
 @pytest.fixture(scope="module")
