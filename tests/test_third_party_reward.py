@@ -17,7 +17,6 @@ EXAMPLE = REPO / "examples" / "third_party_reward"
 DISTRIBUTION = "diffugrpo-example-reward"
 
 
-
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     with installed_example(EXAMPLE.name, DISTRIBUTION, tmp_path_factory.mktemp("example")):
