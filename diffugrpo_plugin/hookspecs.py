@@ -48,6 +48,12 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None]]]
     A function must accept and ignore columns it does not use (take ``**kwargs``). It runs in
     verl's reward workers, on CPU, and must not import torch. A function that raises is
     reported and scored ``None`` for that batch; it never stops training.
+
+    Its options are its keyword-only parameters, set per reward in config
+    (``diffugrpo.rewards.reward_kwargs.<name>``); an unknown option is an error listing the
+    accepted ones. Two keyword-only parameters are filled in by diffugrpo when declared:
+    ``sandbox`` (the shared bubblewrap :class:`~diffugrpo_plugin.sandbox.Sandbox`: run any model
+    code through it, never in-process) and ``code_block`` (``"first"`` or ``"last"`` fenced block).
     """
 
 
