@@ -7,10 +7,10 @@ on alone and together: confidence-threshold parallel decoding, the block-wise pr
 (which needs blocks). For every configuration the table gives the median tokens/s over the
 repeats, the ratio to the baseline's median, the model forwards per completion, how many of
 its tokens agree with the baseline's (greedy, so the differences come from the sampler alone)
-and the mean ``code_format`` reward when that reward plugin is installed.
+and the mean task reward (DiffuCoder's: code x2.0 + code_format x0.5, tests run in the sandbox).
 
-    python benchmarks/sampler.py                 # the default tiny Dream-style model, MBPP prompts
-    python benchmarks/sampler.py --model PATH --prompts 8 --new-tokens 256 --repeats 3
+    python benchmarks/sampler.py                 # warm-started tiny Dream-style model, synthetic tasks
+    python benchmarks/sampler.py --model PATH --tasks mbpp --prompts 8 --new-tokens 256 --repeats 3
     python benchmarks/sampler.py --sampler llada  # the default tiny LLaDA-style model
 """
 
@@ -32,49 +32,47 @@ class Config:
     options: dict
 
 
-def configurations(block_length: int, threshold: float, reference_block_length: int | None) -> list[Config]:
-    """The baseline, then each fast-path part on top of it, then all of them."""
+def configurations(new_tokens: int, block_length: int, threshold: float,
+                   reference_block_length: int | None) -> list[Config]:
+    """The baseline, then each fast-path part on top of it, then combinations."""
     reference = {"block_length": reference_block_length} if reference_block_length else {}
+    whole = {"block_length": reference_block_length or new_tokens}
     blocks = {"block_length": block_length}
     return [
         Config("plain (reference)", reference),
         Config(f"threshold {threshold}", {**reference, "threshold": threshold}),
+        Config("prefix cache (reference blocks)", {**whole, "kv_cache": True}),
+        Config(f"prefix cache + threshold {threshold}", {**whole, "kv_cache": True, "threshold": threshold}),
         Config(f"blocks of {block_length}", blocks),
-        Config("blocks + prefix cache", {**blocks, "kv_cache": True}),
-        Config("fast: blocks + cache + threshold", {**blocks, "kv_cache": True, "threshold": threshold}),
+        Config(f"blocks of {block_length} + prefix cache", {**blocks, "kv_cache": True}),
+        Config("blocks + cache + threshold", {**blocks, "kv_cache": True, "threshold": threshold}),
     ]
 
 
-def mbpp_prompts(tokenizer, count: int, path: str) -> list[str]:
-    from diffugrpo_plugin.data import build_prompt, mbpp_problems
+def task_rows(tasks: str, count: int, mbpp_path: str) -> list[dict]:
+    """Prepared rows (prompt + test columns): the synthetic validation tasks or MBPP test problems."""
+    from diffugrpo_plugin.data import prepare
 
-    problems = mbpp_problems(path, split="test")[:count]
-    return [tokenizer.apply_chat_template([{"role": "user", "content": build_prompt(p.question, p.test_cases)}],
-                                          tokenize=False, add_generation_prompt=True) for p in problems]
+    if tasks == "synthetic":
+        return prepare("synthetic", "validation")[:count]
+    return prepare("mbpp", "test", mbpp_path)[:count]
+
+
+def task_reward(rows: list[dict]):
+    """DiffuCoder's task reward (code x2.0 + code_format x0.5, tests in the sandbox) of each completion."""
+    from diffugrpo_plugin.rewards import RewardSpec
+
+    spec = RewardSpec.from_config({"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]})
+    columns = {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
+
+    def reward(texts: list[str]) -> list[float]:
+        return [spec.total(values) for values in spec.score(texts, columns)]
+
+    return reward
 
 
 def pad_id(tokenizer) -> int:
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-
-
-def encode(tokenizer, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids and mask.  # -> [B, P], [B, P]"""
-    rows = [tokenizer.encode(text, add_special_tokens=False) for text in texts]
-    width = max(len(row) for row in rows)
-    pad = pad_id(tokenizer)
-    ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows])
-    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])
-    return ids, mask
-
-
-def format_reward():
-    """The ``code_format`` reward function, or None when that plugin is not installed."""
-    from diffugrpo_plugin.plugins import PluginError, lookup
-
-    try:
-        return lookup("reward", "code_format").obj
-    except PluginError:
-        return None
 
 
 def parse_args() -> argparse.Namespace:
@@ -83,15 +81,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sampler", default="entropy", help="a registered sampler (default: entropy)")
     parser.add_argument("--reference-block-length", type=int, default=None,
                         help="block length of the baseline (LLaDA's reference uses blocks; default: one block)")
-    parser.add_argument("--prompts", type=int, default=4)
-    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--prompts", type=int, default=36)
+    parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
-    parser.add_argument("--threshold", type=float, default=0.9)
+    parser.add_argument("--threshold", type=float, default=0.99)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a "
                                                                 "shared machine)")
     parser.add_argument("--device", default="cpu", help="torch device (cpu by default; e.g. cuda for a real "
                                                            "checkpoint)")
+    parser.add_argument("--tasks", choices=["synthetic", "mbpp"], default="synthetic",
+                        help="prompts and tests: the synthetic validation tasks the warm-started model was trained "
+                             "for (default), or MBPP test problems")
     parser.add_argument("--mbpp", default=MBPP)
     return parser.parse_args()
 
@@ -127,35 +128,38 @@ def measure(configs: list[Config], sampler_name: str, lm, ids, mask, new_tokens:
 def print_table(measurements: list[Measurement], generated: int, texts_of, reward) -> None:
     baseline = measurements[0]
     header = (f"{'configuration':<36}{'tokens/s':>10}{'x plain':>9}{'x plain cpu':>13}{'forwards':>10}"
-              f"{'agree':>8}{'code_format':>13}")
+              f"{'agree':>8}{'reward':>9}")
     print(header + "\n" + "-" * len(header))
     for m in measurements:
         wall, cpu = statistics.median(m.wall), statistics.median(m.cpu)
         agreement = (m.output.completion_ids == baseline.output.completion_ids).float().mean().item()
-        reward_text = f"{statistics.mean(s or 0.0 for s in reward(texts_of(m.output))):.3f}" if reward else "n/a"
+        reward_text = f"{statistics.mean(reward(texts_of(m.output))):.3f}"
         print(f"{m.config.label:<36}{generated / wall:>10.1f}{statistics.median(baseline.wall) / wall:>9.2f}"
               f"{statistics.median(baseline.cpu) / cpu:>13.2f}{m.output.forwards:>10d}{agreement:>8.1%}"
-              f"{reward_text:>13}")
+              f"{reward_text:>9}")
 
 
 def main() -> None:
     args = parse_args()
-    from transformers import AutoTokenizer
-
-    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.models import load_diffusion_lm
+    from diffugrpo_plugin.sampling import left_pad
+    from diffugrpo_plugin.tiny import TinySpec, default_tiny_model_path, warm_model_path
 
     torch.set_num_threads(args.threads)
     if args.model is None:
-        from diffugrpo_plugin.tiny import default_tiny_model_path
-
-        args.model = default_tiny_model_path(family="llada" if args.sampler == "llada" else "dream")
-    tokenizer = AutoTokenizer.from_pretrained(args.model)
-    lm = DiffusionLM.wrap(load_pretrained(args.model).eval().to(args.device), tokenizer)
-    ids, mask = (t.to(args.device) for t in encode(tokenizer, mbpp_prompts(tokenizer, args.prompts, args.mbpp)))
-    print(f"model {args.model}\n{args.prompts} MBPP prompts (mean {mask.sum(1).float().mean():.0f} tokens), "
+        # the warm-started model writes code for the synthetic tasks, so the reward column means something
+        args.model = (default_tiny_model_path(family="llada") if args.sampler == "llada"
+                      else warm_model_path(TinySpec()))
+    lm, tokenizer = load_diffusion_lm(args.model, args.device)
+    rows = task_rows(args.tasks, args.prompts, args.mbpp)
+    prompts = [tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True)
+               for row in rows]
+    ids, mask = left_pad([tokenizer.encode(text, add_special_tokens=False) for text in prompts], pad_id(tokenizer),
+                         args.device)
+    print(f"model {args.model}\n{len(rows)} {args.tasks} prompts (mean {mask.sum(1).float().mean():.0f} tokens), "
           f"{args.new_tokens} new tokens each, greedy '{args.sampler}' sampler, {args.threads} thread(s), "
           f"median of {args.repeats} runs\n")
-    configs = configurations(args.block_length, args.threshold, args.reference_block_length)
+    configs = configurations(args.new_tokens, args.block_length, args.threshold, args.reference_block_length)
     measurements = measure(configs, args.sampler, lm, ids, mask, args.new_tokens, tokenizer.eos_token_id,
                            pad_id(tokenizer), args.repeats)
 
@@ -164,7 +168,7 @@ def main() -> None:
                 for row, length in zip(output.completion_ids.tolist(), output.lengths.tolist())]
 
     # Every position is decided or known to be padding, so all of them count as generated.
-    print_table(measurements, args.prompts * args.new_tokens, texts_of, format_reward())
+    print_table(measurements, len(rows) * args.new_tokens, texts_of, task_reward(rows))
 
 
 if __name__ == "__main__":
