@@ -36,7 +36,7 @@ logger = logging.getLogger("diffugrpo.reward_manager")
 MANAGER_NAME = "diffugrpo"
 EXTRA_INFO_PREFIX = "reward/"
 PASSED_KEY = "acc"  # verl's validation reports it as val-core/<data_source>/acc/mean@<n>: pass@1 per data source
-SECONDS_KEY = f"{EXTRA_INFO_PREFIX}seconds"  # wall time spent scoring the completion (a timing, not a component)
+SECONDS_KEY = "scoring_seconds"  # wall time spent scoring the completion: a timing, not a component
 NOT_APPLICABLE = math.nan
 VERL_BOOKKEEPING = frozenset({"reward_model", "extra_info", "raw_prompt", "raw_prompt_ids", "tools_kwargs",
                               "interaction_kwargs", "index", "uid", "tool_extra_fields", "__num_turns__",

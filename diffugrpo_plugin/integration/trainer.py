@@ -202,7 +202,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             info = (extra or {}).get("reward_extra_info", {}) or {}
             samples.append({key[len(EXTRA_INFO_PREFIX):]: None if math.isnan(value) else float(value)
                             for key, value in info.items()
-                            if key.startswith(EXTRA_INFO_PREFIX) and key != SECONDS_KEY})
+                            if key.startswith(EXTRA_INFO_PREFIX)})
         return samples, list(data["uid"])
 
     def _compute_advantage(self, batch, metrics):
