@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 import torch
-from conftest import MASK_ID, VOCAB, build_tiny_module
+from conftest import MASK_ID, VOCAB, build_tiny_module, mbpp_file
 
 from diffugrpo_plugin import sft
 from diffugrpo_plugin.data import prepare, write_parquet
@@ -126,9 +126,13 @@ def test_sft_never_touches_the_global_rng(tiny_model_path, tmp_path):
 def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_model_path, tmp_path):
     from diffugrpo_plugin.integration.engine import DiffusionModelConfig
 
-    train_file = write_parquet(prepare("synthetic", "train"), tmp_path / "train.parquet")
-    val_file = write_parquet(prepare("synthetic", "validation"), tmp_path / "validation.parquet")
-    config = sft.SFTConfig(train_files=(str(train_file),), val_files=(str(val_file),), output_dir=str(tmp_path / "ckpt"),
+    # the demo's data: MBPP train (601-974) and the synthetic family; held out: their validation splits
+    mbpp = mbpp_file("mbpp.jsonl")
+    train_files = (str(write_parquet(prepare("mbpp", "train", mbpp), tmp_path / "mbpp_train.parquet")),
+                   str(write_parquet(prepare("synthetic", "train"), tmp_path / "train.parquet")))
+    val_files = (str(write_parquet(prepare("mbpp", "validation", mbpp), tmp_path / "mbpp_val.parquet")),
+                 str(write_parquet(prepare("synthetic", "validation"), tmp_path / "validation.parquet")))
+    config = sft.SFTConfig(train_files=train_files, val_files=val_files, output_dir=str(tmp_path / "ckpt"),
                            model_path=tiny_model_path, steps=40, batch_size=8, lr=3e-3, warmup_steps=5, log_every=10,
                            tensorboard_dir=str(tmp_path / "tb"))
     module, tokenizer = sft.load_model_and_tokenizer(tiny_model_path)
@@ -137,7 +141,7 @@ def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_mo
                                  tokenizer.eos_token_id, make_sft())
     result = sft.train(config, echo=lambda line: None)
     after = result.val_losses[-1][1]
-    assert after < 0.6 * before, (before, after)  # random init: ~log V per weighted token
+    assert after < 0.7 * before, (before, after)  # random init: ~log V per weighted token
     assert result.train_losses[-1][1] < result.train_losses[0][1]
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
