@@ -25,6 +25,11 @@ def make_batch(vocab: int):
     return prompts, responses, torch.tensor([11, 12, 13, 14])
 
 
+def loss_masks(responses, padded_tail=(0, 3, 0, 2)):
+    """Response masks where the last ``padded_tail[i]`` tokens of sample i follow its EOS (canvas padding)."""
+    return [torch.tensor([1] * (len(r) - tail) + [0] * tail) for r, tail in zip(responses, padded_tail)]
+
+
 def tensordict_for(prompts, responses, seeds, micro_batch: int):
     from tensordict import TensorDict
 
@@ -35,8 +40,8 @@ def tensordict_for(prompts, responses, seeds, micro_batch: int):
         "position_ids": nested([torch.arange(len(p) + len(r)) for p, r in zip(prompts, responses)]),
         "prompts": nested(prompts),
         "responses": nested(responses),
-        "response_mask": nested([torch.ones(len(r), dtype=torch.long) for r in responses]),
-        "loss_mask": nested([torch.ones(len(r), dtype=torch.long) for r in responses]),
+        "response_mask": nested(loss_masks(responses)),
+        "loss_mask": nested(loss_masks(responses)),
         "mask_seed": seeds,
     }, batch_size=len(prompts))
     tu.assign_non_tensor(data, use_remove_padding=False, use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch,
@@ -45,14 +50,17 @@ def tensordict_for(prompts, responses, seeds, micro_batch: int):
 
 
 def direct_response_logprobs(model_path, prompts, responses, seeds):
-    """Per response token: sum over views of coef * log_softmax(full logits)[token], one sample at a time."""
+    """Per response token: sum over views of coef * log_softmax(full logits)[token], one sample at a time.
+
+    The views noise the whole response canvas (padding after the EOS included, as generated); only the
+    tokens the loss counts are scored, the rest get 0."""
     from diffugrpo_plugin.masking import make_coupled
     from diffugrpo_plugin.models import DiffusionLM, load_pretrained
 
     lm = DiffusionLM.wrap(load_pretrained(model_path).eval())
     masker = make_coupled()
     results = []
-    for prompt, response, seed in zip(prompts, responses, seeds):
+    for prompt, response, seed, scored in zip(prompts, responses, seeds, loss_masks(responses)):
         ids = torch.cat([prompt, response])[None]
         completion = torch.zeros_like(ids, dtype=torch.bool)
         completion[0, len(prompt):] = True
@@ -63,7 +71,7 @@ def direct_response_logprobs(model_path, prompts, responses, seeds):
                 raw = lm.module(input_ids=views.noisy[v], attention_mask=torch.ones_like(ids)).logits
                 raw = torch.cat([raw[:, :1], raw[:, :-1]], 1) if lm.shift_logits else raw
                 total += views.coef[v] * torch.log_softmax(raw.float(), -1).gather(-1, ids[..., None]).squeeze(-1)
-        results.append(total[0, len(prompt):])
+        results.append(total[0, len(prompt):] * scored)
     return results
 
 

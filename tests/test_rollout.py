@@ -39,6 +39,8 @@ def perturbed_weights(module, scale):
 def test_greedy_generation_follows_every_weight_update(rollout):
     batch = requests(rollout, ["def add(a, b):", "Write a function"], temperature=0.0)
     before = [r["token_ids"] for r in rollout.generate_batch(batch)]
+    # the whole canvas comes back (padding after the EOS included): the model trains in the context it sampled in
+    assert [len(tokens) for tokens in before] == [rollout.config.response_length] * 2
     original = {name: tensor.clone() for name, tensor in rollout.lm.module.state_dict().items()}
 
     asyncio.run(rollout.update_weights(perturbed_weights(rollout.lm.module, 1.0), global_steps=1))

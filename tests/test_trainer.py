@@ -36,3 +36,12 @@ def test_reference_sync_mixes_parameters_by_the_formula():
     for name, param in reference.named_parameters():
         expected = 0.6 * dict(policy.named_parameters())[name].detach() + 0.4 * before[name]
         assert torch.allclose(param, expected)
+
+
+def test_loss_mask_stops_after_the_first_eos():
+    from diffugrpo_plugin.integration.agent_loop import mask_after_first_eos
+
+    eos = 0
+    assert mask_after_first_eos([5, 6, eos, eos, eos], [1] * 5, eos) == [1, 1, 1, 0, 0]
+    assert mask_after_first_eos([5, 6, 7], [1] * 3, eos) == [1, 1, 1]  # no EOS: the whole canvas counts
+    assert mask_after_first_eos([eos, 4, eos], [1] * 3, eos) == [1, 0, 0]

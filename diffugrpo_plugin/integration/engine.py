@@ -120,16 +120,19 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         columns = torch.arange(max_len, device=ids.device)[None]  # [1, L]
         attention = columns < seq_lens[:, None]  # [B, L]
         response_mask = _padded(micro_batch["response_mask"], max_len)  # [B, L], response-relative
-        completion = torch.zeros_like(attention)
         response_cols = columns - prompt_lens[:, None]  # [B, L], index into the response
-        in_response = (response_cols >= 0) & attention
-        completion[in_response] = response_mask.gather(1, response_cols.clamp(min=0))[in_response].bool()
+        in_response = (response_cols >= 0) & attention  # [B, L]: the generation canvas
+        scored = torch.zeros_like(attention)  # [B, L]: canvas tokens that count (up to the first EOS)
+        scored[in_response] = response_mask.gather(1, response_cols.clamp(min=0))[in_response].bool()
         prompt = attention & (columns < prompt_lens[:, None])
 
         calculate_entropy = tu.get_non_tensor_data(data=micro_batch, key="calculate_entropy", default=False)
         settings = self._diffusion_settings()
         lm = self._diffusion_lm()
-        views = self._masker.views(ids, completion, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt)
+        # Noise the whole canvas, padding after the EOS included, as the model generated it; score only
+        # the tokens the loss counts.
+        views = self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt)
+        views.coef = views.coef * scored.to(views.coef.device)
 
         autocast_dtype = getattr(self, "_autocast_dtype", torch.bfloat16)
         autocast_ctx = (nullcontext() if autocast_dtype == torch.float32

@@ -157,8 +157,8 @@ class DiffusionRollout(BaseRollout):
             out = sampler.generate(self.lm, prompt_ids, prompt_mask, int(self.config.response_length),
                                    eos_token_id=self.tokenizer.eos_token_id, pad_token_id=pad, seeds=seeds)
             for row, i in enumerate(indices):
-                length = int(out.lengths[row])
-                results[i] = {"token_ids": out.completion_ids[row, :length].tolist(), "global_steps": self.global_steps}
+                # the whole canvas, padding after the first EOS included (see agent_loop.py)
+                results[i] = {"token_ids": out.completion_ids[row].tolist(), "global_steps": self.global_steps}
         self._batches += 1
         for result in results:
             result["generation_batch"] = f"{self.replica_rank}:{self._batches}"
@@ -255,5 +255,10 @@ def register() -> None:
     from verl.workers.rollout.base import _ROLLOUT_REGISTRY
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+    from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
+
+    from diffugrpo_plugin.integration.agent_loop import NAME as AGENT_LOOP, DiffusionAgentLoop
+
     _ROLLOUT_REGISTRY[(NAME, "async")] = f"{__name__}.DiffusionRollout"
     RolloutReplicaRegistry.register(NAME, lambda: DiffusionReplica)
+    register_agent_loop(AGENT_LOOP)(DiffusionAgentLoop)

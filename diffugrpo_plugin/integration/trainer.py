@@ -231,3 +231,14 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         metrics["timing_s/rollout_sampling"] = float(sum(sampling.values()))
         metrics["timing_s/reward_scoring"] = float(sum(reward_seconds))
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
+        metrics.update(self._completion_length_metrics(batch, real))
+
+    def _completion_length_metrics(self, batch, real: list[int]) -> dict[str, float]:
+        """Completion lengths up to the first EOS. verl measures the response, which for a diffusion
+        rollout is the whole canvas; ``clip_ratio`` is the share of completions with no EOS in it."""
+        data = self._get(batch, ["response_mask", "responses"])
+        lengths = torch.tensor([float(row.sum()) for row in data["response_mask"].unbind()])[real]  # [B]
+        canvas = torch.tensor([float(row.numel()) for row in data["responses"].unbind()])[real]  # [B]
+        return {"response_length/mean": lengths.mean().item(), "response_length/max": lengths.max().item(),
+                "response_length/min": lengths.min().item(),
+                "response_length/clip_ratio": (lengths >= canvas).float().mean().item()}
