@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 
 import numpy as np
 import pytest
@@ -13,7 +14,7 @@ from omegaconf import OmegaConf
 
 from diffugrpo_plugin.integration import reward_manager
 from diffugrpo_plugin.integration.reward_manager import extra_info, row_columns
-from reward_support import TEST_UID_BASE, require_bwrap
+from reward_support import TEST_UID_BASE, processes_with_uids, require_bwrap
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 8, 160
 CORRECT = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
@@ -118,6 +119,12 @@ def test_a_completion_past_its_deadline_scores_none_without_blocking(manager_cla
     assert all(math.isnan(value) for value in result["reward_extra_info"].values())
     assert result["reward_score"] == 0.0
     assert 0.3 <= result["seconds"] < 1.5  # gave up at the deadline instead of waiting for the sandbox
+    # The abandoned job still ends by itself within the sandbox's own limits (2 tests x (1.5 s + overhead)),
+    # leaving no process behind.
+    give_up_at = time.monotonic() + 20.0
+    while processes_with_uids(TEST_UID_BASE, TEST_UID_BASE + 64) and time.monotonic() < give_up_at:
+        time.sleep(0.1)
+    assert processes_with_uids(TEST_UID_BASE, TEST_UID_BASE + 64) == []
 
 
 def test_missing_rewards_config_says_what_to_add(manager_class, tokenizer):
