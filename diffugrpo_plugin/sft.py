@@ -4,8 +4,8 @@ Each prepared row (see :mod:`diffugrpo_plugin.data`) becomes one example: the pr
 the tokenizer's chat template with the assistant turn opened (exactly what the RL rollout and
 ``diffugrpo eval`` feed the model), then the target ``format_completion(reference_solution)``
 followed by EOS, right-padded with EOS to a fixed ``completion_length``. Learning the EOS run
-is how a diffusion model learns to stop: the sampler fills a fixed number of masked positions
-and the rollout cuts the completion at its first EOS.
+is how a diffusion model learns to stop: the sampler fills a fixed canvas of masked positions,
+and the RL loss (like the reward) ends at the completion's first EOS.
 
 The target has **no** ``<|im_end|>`` before the EOS. The rollout stops at EOS only, and the
 reward decodes the response with special tokens skipped, so an ``<|im_end|>`` would be
