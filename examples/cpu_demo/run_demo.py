@@ -1,0 +1,357 @@
+"""The CPU demo: masked SFT, then coupled-GRPO, then held-out evaluation of a tiny Dream-style model, per seed.
+
+    python examples/cpu_demo/run_demo.py                       # seeds 0 1 2 into runs/cpu_demo
+    python examples/cpu_demo/run_demo.py --seeds 0 --smoke     # wiring check: a few steps of each stage
+
+What one seed does, into ``OUT/seed<S>/`` (a stage whose output exists is not run again, so an
+interrupted demo picks up where it stopped):
+
+1. ``sft/``: masked-diffusion SFT (:mod:`diffugrpo_plugin.sft`, LLaDA's loss) of the randomly
+   initialised tiny Dream-style model on **MBPP train** (task_ids 601-974) **plus the synthetic
+   train split** (generated one-line function problems with asserts, the task family a model this
+   small can learn to pass). Targets longer than ``--response-length`` tokens are left out.
+2. ``eval_sft.json``: the held-out evaluation of the SFT checkpoint (below).
+3. ``rl/``: coupled-GRPO with ``python -m diffugrpo_plugin.main`` and command-line overrides only:
+   start from ``sft/``, train on the MBPP train + synthetic train prompts. TensorBoard scalars in
+   ``rl/tb``, the log in ``rl/train.log``, the final policy as an HF checkpoint.
+4. ``eval_rl.json``: the same evaluation of the RL policy; ``plots/``: ``diffugrpo plot`` of the run.
+
+Held-out evaluation: MBPP validation (task_ids 511-600) and the synthetic validation split (no
+function in common with train). ``--eval-n`` completions per problem, sampled exactly like the
+rollout (entropy sampler, same steps, temperature, top-p, length), with per-(task, sample) seeds
+that are the same before and after RL (a paired comparison). Each completion is scored by the
+training reward itself (``code`` x2.0 + ``code_format`` x0.5, DiffuCoder's weights, through
+:class:`~diffugrpo_plugin.rewards.RewardSpec`) and judged for pass@1 by
+:mod:`diffugrpo_plugin.evaluation` (sandboxed; a completion passes when all its tests pass).
+
+At the end ``OUT/results.md`` holds the per-seed table and the mean and standard deviation
+over seeds, and ``OUT/figures/`` the summary figure plus each seed's training reward curves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_MBPP = REPO.parent / "shared" / "data" / "mbpp" / "mbpp.jsonl"
+REWARD_CONFIG = {"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]}
+COMPONENTS = ("total", "code", "code_format", "pass@1")
+SOURCES = ("mbpp", "synthetic", "all")
+
+
+@dataclass(frozen=True)
+class DemoData:
+    """Prepared parquet files: the RL/SFT training files and the held-out ones by data source."""
+
+    train: tuple[str, ...]
+    held_out: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every knob of one demo run (the command-line options)."""
+
+    out: Path
+    mbpp: Path
+    response_length: int
+    sft_steps: int
+    sft_lr: float
+    rl_steps: int
+    rl_lr: float
+    rl_n: int
+    rl_batch: int
+    rl_mini_batch: int
+    rl_epochs: int
+    temperature: float
+    sampler_steps: int
+    eval_n: int
+    eval_limit: int | None
+    rl_overrides: tuple[str, ...]
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def prepare_data(settings: Settings) -> DemoData:
+    """MBPP train/validation from the local file and the synthetic splits, as parquet under OUT/data."""
+    from diffugrpo_plugin.data import prepare_to_parquet
+
+    directory = settings.out / "data"
+    if not (directory / "mbpp" / "validation.parquet").is_file():
+        prepare_to_parquet("mbpp", ("train", "validation"), directory / "mbpp", input_path=settings.mbpp)
+    if not (directory / "synthetic" / "validation.parquet").is_file():
+        prepare_to_parquet("synthetic", ("train", "validation"), directory / "synthetic")
+    return DemoData(train=(str(directory / "mbpp" / "train.parquet"), str(directory / "synthetic" / "train.parquet")),
+                    held_out={"mbpp": str(directory / "mbpp" / "validation.parquet"),
+                              "synthetic": str(directory / "synthetic" / "validation.parquet")})
+
+
+def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> float:
+    """Masked SFT of the random tiny model into ``directory``; returns the wall time in seconds."""
+    from diffugrpo_plugin.sft import SFTConfig, train
+
+    if (directory / "sft_config.json").is_file():
+        return json.loads((directory / "timing.json").read_text())["seconds"]
+    result = train(SFTConfig(train_files=data.train, output_dir=str(directory), steps=settings.sft_steps,
+                             lr=settings.sft_lr, warmup_steps=min(30, settings.sft_steps),
+                             completion_length=settings.response_length, seed=seed,
+                             log_every=max(1, settings.sft_steps // 10), tensorboard_dir=str(directory / "tb")),
+                   echo=lambda line: print(f"[seed {seed}] {line}", flush=True))
+    (directory / "timing.json").write_text(json.dumps({"seconds": result.seconds}))
+    return result.seconds
+
+
+def rl_command(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, seed: int) -> list[str]:
+    """``python -m diffugrpo_plugin.main`` with the demo's overrides (the coupled_grpo defaults otherwise)."""
+    steps = settings.rl_steps
+    return [sys.executable, "-m", "diffugrpo_plugin.main",
+            f"actor_rollout_ref.model.path={sft_dir}",
+            f"data.train_files=[{','.join(data.train)}]",
+            f"data.val_files=[{','.join(data.held_out.values())}]",
+            f"data.max_response_length={settings.response_length}",
+            f"data.train_batch_size={settings.rl_batch}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={settings.rl_mini_batch}",
+            f"actor_rollout_ref.actor.ppo_epochs={settings.rl_epochs}",
+            f"data.seed={seed}",
+            f"actor_rollout_ref.rollout.seed={seed}",
+            f"actor_rollout_ref.model.diffusion.mask_seed={seed}",
+            f"actor_rollout_ref.rollout.n={settings.rl_n}",
+            f"actor_rollout_ref.rollout.temperature={settings.temperature}",
+            f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={settings.sampler_steps}",
+            f"actor_rollout_ref.actor.optim.lr={settings.rl_lr}",
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,extra,hf_model]",
+            f"trainer.total_training_steps={steps}",
+            f"trainer.save_freq={steps}",
+            "trainer.test_freq=-1",
+            "trainer.val_before_train=false",
+            f"trainer.experiment_name=cpu_demo_seed{seed}",
+            f"trainer.default_local_dir={rl_dir / 'ckpt'}",
+            *settings.rl_overrides]
+
+
+def run_rl(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, seed: int) -> tuple[Path, float]:
+    """Coupled-GRPO from the SFT checkpoint; returns the final policy's HF checkpoint and the wall time."""
+    policy = rl_dir / "ckpt" / f"global_step_{settings.rl_steps}" / "actor" / "huggingface"
+    if (policy / "model.safetensors").is_file():
+        return policy, json.loads((rl_dir / "timing.json").read_text())["seconds"]
+    rl_dir.mkdir(parents=True, exist_ok=True)
+    command = rl_command(settings, data, sft_dir, rl_dir, seed)
+    (rl_dir / "command.txt").write_text(" ".join(command) + "\n")
+    started = time.perf_counter()
+    with open(rl_dir / "train.log", "w") as log:
+        result = subprocess.run(command, cwd=rl_dir, stdout=log, stderr=subprocess.STDOUT, check=False,
+                                env={**os.environ, "TENSORBOARD_DIR": str(rl_dir / "tb")})
+    seconds = time.perf_counter() - started
+    if result.returncode != 0 or not (policy / "model.safetensors").is_file():
+        raise SystemExit(f"[seed {seed}] the RL job failed (exit {result.returncode}); see {rl_dir / 'train.log'}")
+    (rl_dir / "timing.json").write_text(json.dumps({"seconds": seconds}))
+    return policy, seconds
+
+
+def plot_rl(rl_dir: Path, plots_dir: Path) -> None:
+    """The run's figures through the documented command, ``diffugrpo plot``."""
+    command = "import sys; from diffugrpo_plugin.cli import main; sys.exit(main())"  # the `diffugrpo` script
+    subprocess.run([sys.executable, "-c", command, "plot", str(rl_dir / "tb"), "--out", str(plots_dir)],
+                   check=True, stdout=subprocess.DEVNULL)
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate(settings: Settings, data: DemoData, model_path: Path, seed: int, path: Path) -> dict[str, Any]:
+    """Held-out rewards (each component and the total) and pass@1 per data source, saved to ``path``."""
+    if path.is_file():
+        return json.loads(path.read_text())
+    from transformers import AutoTokenizer
+
+    from diffugrpo_plugin import evaluation
+    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.sampling import build_sampler
+
+    started = time.perf_counter()
+    problems = [problem for source, file in data.held_out.items()
+                for problem in evaluation.load_problems("parquet", path=file, limit=settings.eval_limit)]
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    lm = DiffusionLM.wrap(load_pretrained(str(model_path)).eval(), tokenizer)
+    sampler = build_sampler("entropy", steps=settings.sampler_steps, temperature=settings.temperature, top_p=0.95)
+    completions = evaluation.generate_completions(sampler, lm, tokenizer, problems, settings.eval_n,
+                                                  settings.response_length, seed=seed, batch_size=32)
+    results = evaluation.judge_completions(problems, completions)
+    summary = evaluation.summarize(results, [1])
+    report = reward_report(problems, completions, summary)
+    report["seconds"] = time.perf_counter() - started
+    evaluation.write_outputs(path.with_suffix(""), results, summary)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def reward_report(problems, completions, summary: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Mean of each reward component and of the weighted total per data source (and ``all``), plus pass@1."""
+    from diffugrpo_plugin.rewards import RewardSpec
+
+    spec = RewardSpec.from_config(REWARD_CONFIG)
+    per_source: dict[str, list[dict[str, float]]] = {}
+    for problem in problems:
+        texts = [completion.text for completion in completions[problem.task_id]]
+        columns = {name: [value] * len(texts) for name, value in problem.columns.items()}
+        for values in spec.score(texts, columns):
+            if None in values.values():  # code and code_format apply to every row: None means a reward failed
+                raise SystemExit(f"a reward did not score task {problem.task_id}: {values}; see the log above")
+            per_source.setdefault(problem.data_source, []).append({**values, "total": spec.total(values)})
+    per_source["all"] = [row for rows in list(per_source.values()) for row in rows]
+    report = {}
+    for source, rows in per_source.items():
+        pass_at_1 = summary["pass@1"] if source == "all" else summary["by_data_source"][source]["pass@1"]
+        report[source] = {name: statistics.fmean(row[name] for row in rows) for name in ("total", "code", "code_format")}
+        report[source]["pass@1"] = pass_at_1
+    return report
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def mean_and_spread(values: list[float], sign: str = "") -> str:
+    """``mean ± sample standard deviation`` (just the value for one seed); ``sign="+"`` shows the sign."""
+    if len(values) == 1:
+        return f"{values[0]:{sign}.3f}"
+    return f"{statistics.fmean(values):{sign}.3f} ± {statistics.stdev(values):.3f}"
+
+
+def results_table(runs: dict[int, dict[str, Any]]) -> str:
+    """Markdown: per seed and metric the SFT and RL values and the change, then mean ± std over seeds."""
+    lines = ["| seed | data | metric | after SFT | after RL | change |", "|---|---|---|---|---|---|"]
+    for seed, run in sorted(runs.items()):
+        for source in SOURCES:
+            for metric in COMPONENTS:
+                before, after = run["sft"][source][metric], run["rl"][source][metric]
+                lines.append(f"| {seed} | {source} | {metric} | {before:.3f} | {after:.3f} | {after - before:+.3f} |")
+    lines += ["", f"Mean ± standard deviation over {len(runs)} seed(s):", "",
+              "| data | metric | after SFT | after RL | change |", "|---|---|---|---|---|"]
+    for source in SOURCES:
+        for metric in COMPONENTS:
+            before = [run["sft"][source][metric] for run in runs.values()]
+            after = [run["rl"][source][metric] for run in runs.values()]
+            change = [a - b for a, b in zip(after, before)]
+            lines.append(f"| {source} | {metric} | {mean_and_spread(before)} | {mean_and_spread(after)} | "
+                         f"{mean_and_spread(change, '+')} |")
+    lines += ["", "Wall time per seed (s, 2 CPU cores):", "", "| seed | SFT | eval SFT | RL | eval RL | total |",
+              "|---|---|---|---|---|---|"]
+    for seed, run in sorted(runs.items()):
+        times = [run["sft_seconds"], run["sft"]["seconds"], run["rl_seconds"], run["rl"]["seconds"]]
+        lines.append(f"| {seed} | " + " | ".join(f"{t:.0f}" for t in times) + f" | {sum(times):.0f} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary_figure(runs: dict[int, dict[str, Any]], path: Path) -> None:
+    """Held-out reward components after SFT and after RL, one panel per data source, one dot per seed."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(12, 3.6), dpi=100)
+    for column, source in enumerate(SOURCES):
+        axes = figure.add_subplot(1, len(SOURCES), column + 1)
+        for index, metric in enumerate(COMPONENTS):
+            for offset, stage, color in ((-0.17, "sft", "tab:gray"), (0.17, "rl", "tab:blue")):
+                values = [run[stage][source][metric] for run in runs.values()]
+                axes.bar(index + offset, statistics.fmean(values), width=0.32, color=color,
+                         label=("after SFT" if stage == "sft" else "after RL") if index == 0 else None)
+                axes.scatter([index + offset] * len(values), values, color="black", s=8, zorder=3)
+        axes.set_xticks(range(len(COMPONENTS)), ["total", "code x1", "format x1", "pass@1"])
+        axes.set_title(f"held-out {source}")
+        axes.grid(axis="y", alpha=0.3)
+        if column == 0:
+            axes.set_ylabel("mean over completions")
+            axes.legend(loc="upper left", fontsize=8)
+    figure.suptitle(f"CPU demo: held-out reward before and after coupled-GRPO ({len(runs)} seeds; bars: mean, "
+                    f"dots: seeds)")
+    figure.tight_layout()
+    figure.savefig(path)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def run_seed(settings: Settings, data: DemoData, seed: int) -> dict[str, Any]:
+    directory = settings.out / f"seed{seed}"
+    sft_dir, rl_dir = directory / "sft", directory / "rl"
+    sft_seconds = run_sft(settings, data, seed, sft_dir)
+    before = evaluate(settings, data, sft_dir, seed, directory / "eval_sft.json")
+    print(f"[seed {seed}] after SFT: {json.dumps(before['all'])}", flush=True)
+    policy, rl_seconds = run_rl(settings, data, sft_dir, rl_dir, seed)
+    after = evaluate(settings, data, policy, seed, directory / "eval_rl.json")
+    print(f"[seed {seed}] after RL: {json.dumps(after['all'])}", flush=True)
+    plot_rl(rl_dir, directory / "plots")
+    return {"sft": before, "rl": after, "sft_seconds": sft_seconds, "rl_seconds": rl_seconds}
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--out", type=Path, default=Path("runs/cpu_demo"))
+    parser.add_argument("--mbpp", type=Path, default=DEFAULT_MBPP, help=f"mbpp.jsonl (default: {DEFAULT_MBPP})")
+    parser.add_argument("--response-length", type=int, default=48,
+                        help="SFT target length = rollout and evaluation length (tokens); they must agree")
+    parser.add_argument("--sft-steps", type=int, default=3000)
+    parser.add_argument("--sft-lr", type=float, default=2e-3)
+    parser.add_argument("--rl-steps", type=int, default=40)
+    parser.add_argument("--rl-lr", type=float, default=1e-4)
+    parser.add_argument("--rl-n", type=int, default=8, help="completions per prompt (GRPO group size)")
+    parser.add_argument("--rl-batch", type=int, default=4, help="prompts per RL step")
+    parser.add_argument("--rl-mini-batch", type=int, default=4, help="prompts per policy update")
+    parser.add_argument("--rl-epochs", type=int, default=2,
+                        help="passes over each step's rollouts, each with fresh masks (DiffuCoder's num_iterations)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="rollout and evaluation temperature")
+    parser.add_argument("--sampler-steps", type=int, default=32, help="denoising steps (rollout and evaluation)")
+    parser.add_argument("--eval-n", type=int, default=4, help="held-out completions per problem")
+    parser.add_argument("--eval-limit", type=int, default=None, help="held-out problems per data source (all)")
+    parser.add_argument("--rl-override", action="append", default=[], metavar="KEY=VALUE",
+                        help="any further verl/diffugrpo override for the RL job; repeatable")
+    parser.add_argument("--smoke", action="store_true",
+                        help="check the wiring only: 20 SFT steps, 2 RL steps, 4 held-out problems per source")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.sft_steps, args.rl_steps, args.eval_n, args.eval_limit = 20, 2, 1, 4
+    settings = Settings(out=args.out.resolve(), mbpp=args.mbpp, response_length=args.response_length,
+                        sft_steps=args.sft_steps, sft_lr=args.sft_lr, rl_steps=args.rl_steps, rl_lr=args.rl_lr,
+                        rl_n=args.rl_n, rl_batch=args.rl_batch, rl_mini_batch=args.rl_mini_batch,
+                        rl_epochs=args.rl_epochs, temperature=args.temperature,
+                        sampler_steps=args.sampler_steps, eval_n=args.eval_n, eval_limit=args.eval_limit,
+                        rl_overrides=tuple(args.rl_override))
+    return settings, args.seeds
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    torch.set_num_threads(1)  # tiny models; several threads spin against each other on a busy 2-core host
+    settings, seeds = parse_args(argv)
+    if not settings.mbpp.is_file():
+        print(f"run_demo: MBPP file {settings.mbpp} does not exist; pass --mbpp path/to/mbpp.jsonl", file=sys.stderr)
+        return 2
+    settings.out.mkdir(parents=True, exist_ok=True)
+    data = prepare_data(settings)
+    runs = {seed: run_seed(settings, data, seed) for seed in seeds}
+    figures = settings.out / "figures"
+    figures.mkdir(exist_ok=True)
+    summary_figure(runs, figures / "held_out_rewards.png")
+    for seed in seeds:
+        shutil.copy(settings.out / f"seed{seed}" / "plots" / "rewards.png", figures / f"seed{seed}_train_rewards.png")
+    (settings.out / "results.json").write_text(json.dumps(runs, indent=2) + "\n")
+    table = results_table(runs)
+    (settings.out / "results.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
