@@ -53,7 +53,8 @@ ATTACKS = {
 
 @pytest.fixture(scope="module")
 def box():
-    return tight_sandbox()
+    # 2 s, not 1: a refused connection must not read as a time-out on a loaded host
+    return tight_sandbox(timeout_s=2.0)
 
 
 @pytest.fixture

@@ -116,11 +116,13 @@ def test_stdin_is_fed_and_output_is_capped(box):
 
 
 def test_time_and_memory_are_measured_inside_the_sandbox(box):
+    # generous wall-clock limits: on a loaded host the 0.3 s CPU spin needs far more wall time
     idle, busy, big = box.run([
-        Job("x = 1"),
-        Job("import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass"),
-        Job("block = bytearray(100 * 2**20)\nblock[::4096] = b'x' * len(block[::4096])"),
+        Job("x = 1", timeout_s=10.0),
+        Job("import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass", timeout_s=10.0),
+        Job("block = bytearray(100 * 2**20)\nblock[::4096] = b'x' * len(block[::4096])", timeout_s=10.0),
     ])
+    assert [job.status for job in (idle, busy, big)] == ["ok"] * 3, (idle, busy, big)
     assert idle.cpu_s < 0.1 and idle.memory_kb < 5_000
     assert busy.cpu_s >= 0.25
     if instruction_counter_available():

