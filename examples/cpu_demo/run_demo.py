@@ -159,10 +159,10 @@ def run_rl(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, seed
 
 
 def plot_rl(rl_dir: Path, plots_dir: Path) -> None:
-    """The run's figures through the documented command, ``diffugrpo plot``."""
-    command = "import sys; from diffugrpo_plugin.cli import main; sys.exit(main())"  # the `diffugrpo` script
-    subprocess.run([sys.executable, "-c", command, "plot", str(rl_dir / "tb"), "--out", str(plots_dir)],
-                   check=True, stdout=subprocess.DEVNULL)
+    """The run's figures, as ``diffugrpo plot`` draws them."""
+    from diffugrpo_plugin.plotting import plot_run
+
+    plot_run(rl_dir / "tb", plots_dir)
 
 
 # --------------------------------------------------------------------------- evaluation
@@ -172,17 +172,14 @@ def evaluate(settings: Settings, data: DemoData, model_path: Path, seed: int, pa
     """Held-out rewards (each component and the total) and pass@1 per data source, saved to ``path``."""
     if path.is_file():
         return json.loads(path.read_text())
-    from transformers import AutoTokenizer
-
     from diffugrpo_plugin import evaluation
-    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.models import load_diffusion_lm
     from diffugrpo_plugin.sampling import build_sampler
 
     started = time.perf_counter()
     problems = [problem for source, file in data.held_out.items()
                 for problem in evaluation.load_problems("parquet", path=file, limit=settings.eval_limit)]
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    lm = DiffusionLM.wrap(load_pretrained(str(model_path)).eval(), tokenizer)
+    lm, tokenizer = load_diffusion_lm(str(model_path), "cpu")
     sampler = build_sampler("entropy", steps=settings.sampler_steps, temperature=settings.temperature, top_p=0.95)
     completions = evaluation.generate_completions(sampler, lm, tokenizer, problems, settings.eval_n,
                                                   settings.response_length, seed=seed, batch_size=32)
