@@ -14,15 +14,18 @@ DEMO = REPO / "examples" / "cpu_demo" / "run_demo.py"
 
 
 @pytest.mark.slow
-def test_demo_smoke_run_produces_every_artefact(tmp_path):
+@pytest.mark.parametrize("fast_sampler", [False, True], ids=["plain-sampler", "fast-sampler"])
+def test_demo_smoke_run_produces_every_artefact(tmp_path, fast_sampler):
     result = subprocess.run([sys.executable, str(DEMO), "--seeds", "0", "--smoke", "--out", str(tmp_path),
-                             "--mbpp", str(mbpp_file("mbpp.jsonl"))], capture_output=True, text=True, timeout=900,
-                            check=False)
+                             "--mbpp", str(mbpp_file("mbpp.jsonl")), *([] if fast_sampler else ["--plain-sampler"])],
+                            capture_output=True, text=True, timeout=900, check=False)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     seed = tmp_path / "seed0"
     assert (seed / "sft" / "model.safetensors").is_file() and (seed / "sft" / "sft_config.json").is_file()
     assert (seed / "rl" / "ckpt" / "global_step_2" / "actor" / "huggingface" / "model.safetensors").is_file()
-    assert f"actor_rollout_ref.model.path={seed / 'sft'}" in (seed / "rl" / "command.txt").read_text()
+    command = (seed / "rl" / "command.txt").read_text()
+    assert f"actor_rollout_ref.model.path={seed / 'sft'}" in command
+    assert ("actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=true" in command) == fast_sampler
     for stage in ("sft", "rl"):
         report = json.loads((seed / f"eval_{stage}.json").read_text())
         for source in ("mbpp", "synthetic", "all"):
