@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 from pathlib import Path
 
 import pytest
+from conftest import mbpp_file
 from reward_support import require_bwrap
 from samplers_support import single_thread
 
 from diffugrpo_plugin.cli import evaluate
 from diffugrpo_plugin.data import format_completion, prepare
 
-MBPP_DIR = Path(os.environ.get("DIFFUGRPO_MBPP_DIR", Path(__file__).resolve().parents[1].parent / "shared/data/mbpp"))
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 
@@ -105,17 +104,14 @@ def test_several_completions_per_task_give_pass_at_k(tmp_path, capsys):
 
 
 def mbpp_references(split: str, limit: int | None) -> list[dict]:
-    path = MBPP_DIR / "mbpp.jsonl"
-    if not path.is_file():
-        pytest.fail(f"MBPP data is expected at {path}; point DIFFUGRPO_MBPP_DIR at the folder holding mbpp.jsonl")
-    rows = prepare("mbpp", split, path, limit=limit)
+    rows = prepare("mbpp", split, mbpp_file("mbpp.jsonl"), limit=limit)
     return [{"task_id": int(row["extra_info"]["task_id"]),
              "completion": format_completion(row["extra_info"]["reference_solution"])} for row in rows]
 
 
 def check_mbpp_references_pass(tmp_path, capsys, limit: int | None) -> None:
     completions = write_jsonl(tmp_path / "references.jsonl", mbpp_references("validation", limit))
-    argv = ["--dataset", "mbpp", "--data", str(MBPP_DIR / "mbpp.jsonl"), "--split", "validation",
+    argv = ["--dataset", "mbpp", "--data", str(mbpp_file("mbpp.jsonl")), "--split", "validation",
             "--completions", completions, "--out", str(tmp_path / "out"), "--json"]
     assert run_cli(argv + (["--limit", str(limit)] if limit else [])) == 0
     summary = json_summary(capsys)

@@ -6,11 +6,10 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import os
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
+from conftest import mbpp_file
 from reward_support import require_bwrap
 from samplers_support import single_thread
 
@@ -26,20 +25,11 @@ from diffugrpo_plugin.evaluation import (
     pass_at_k,
 )
 
-MBPP_DIR = Path(os.environ.get("DIFFUGRPO_MBPP_DIR", Path(__file__).resolve().parents[1].parent / "shared/data/mbpp"))
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(-1, 1) == 0"]
 CORRECT = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
 WRONG = "```python\ndef add(a, b):\n    return a * b + 1 if a == 2 else a + b\n```\n"  # fails only add(2, 2)
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
-
-
-def mbpp_file() -> Path:
-    path = MBPP_DIR / "mbpp.jsonl"
-    if not path.is_file():
-        pytest.fail(f"MBPP data is expected at {path} (the team's offline copy, read in place); "
-                    f"point DIFFUGRPO_MBPP_DIR at the folder holding mbpp.jsonl")
-    return path
 
 
 def add_problem(task_id: str = "add", data_source: str = "toy") -> EvalProblem:
@@ -199,7 +189,7 @@ def test_a_sandbox_failure_is_an_error_not_a_score(monkeypatch):
 
 
 def test_problems_from_prepared_rows_keep_the_columns_the_code_reward_reads():
-    rows = prepare("mbpp", "validation", mbpp_file(), limit=2)
+    rows = prepare("mbpp", "validation", mbpp_file("mbpp.jsonl"), limit=2)
     problems = evaluation.problems_from_rows(rows)
     assert [p.task_id for p in problems] == ["511", "512"]
     assert problems[0].columns["test_cases"] == rows[0]["extra_info"]["test_cases"]
@@ -209,7 +199,7 @@ def test_problems_from_prepared_rows_keep_the_columns_the_code_reward_reads():
 
 
 def test_bad_rows_are_named():
-    good = prepare("mbpp", "validation", mbpp_file(), limit=1)[0]
+    good = prepare("mbpp", "validation", mbpp_file("mbpp.jsonl"), limit=1)[0]
     with pytest.raises(EvaluationError, match="rows row 1: field 'prompt' must be a non-empty chat list"):
         evaluation.problems_from_rows([{**good, "prompt": "just text"}])
     with pytest.raises(EvaluationError, match="rows row 1: missing field 'extra_info'"):
@@ -221,7 +211,7 @@ def test_bad_rows_are_named():
 def test_load_problems_from_each_dataset(tmp_path):
     assert [p.task_id for p in evaluation.load_problems("humaneval", limit=3)] == [
         "HumanEval/0", "HumanEval/1", "HumanEval/2"]
-    mbpp = evaluation.load_problems("mbpp", "validation", mbpp_file())
+    mbpp = evaluation.load_problems("mbpp", "validation", mbpp_file("mbpp.jsonl"))
     assert len(mbpp) == 90 and mbpp[0].task_id == "511" and mbpp[-1].task_id == "600"
     parquet = write_parquet(prepare("synthetic", "validation", limit=4), tmp_path / "validation.parquet")
     from_parquet = evaluation.load_problems("parquet", path=parquet)
@@ -338,8 +328,8 @@ def test_generation_refuses_prompts_longer_than_the_model_context(tiny):
 
 def test_mbpp_reference_solutions_pass():
     require_bwrap()
-    problems = evaluation.load_problems("mbpp", "validation", mbpp_file(), limit=10)
-    rows = {r["extra_info"]["task_id"]: r for r in prepare("mbpp", "validation", mbpp_file(), limit=10)}
+    problems = evaluation.load_problems("mbpp", "validation", mbpp_file("mbpp.jsonl"), limit=10)
+    rows = {r["extra_info"]["task_id"]: r for r in prepare("mbpp", "validation", mbpp_file("mbpp.jsonl"), limit=10)}
     references = {p.task_id: [Completion(format_completion(rows[p.task_id]["extra_info"]["reference_solution"]))]
                   for p in problems}
     summary = evaluation.summarize(evaluation.judge_completions(problems, references))
