@@ -20,10 +20,10 @@ interrupted demo picks up where it stopped):
 Held-out evaluation: MBPP validation (task_ids 511-600) and the synthetic validation split (no
 function in common with train). ``--eval-n`` completions per problem, sampled exactly like the
 rollout (entropy sampler with its fast path, same steps, temperature, top-p, length), with
-per-(task, sample) seeds that are the same before and after RL (a paired comparison). Each completion is scored by the
-training reward itself (``code`` x2.0 + ``code_format`` x0.5, DiffuCoder's weights, through
-:class:`~diffugrpo_plugin.rewards.RewardSpec`) and judged for pass@1 by
-:mod:`diffugrpo_plugin.evaluation` (sandboxed; a completion passes when all its tests pass).
+per-(task, sample) seeds that are the same before and after RL (a paired comparison). Each
+completion is scored by the training reward itself (``code`` x2.0 + ``code_format`` x0.5,
+DiffuCoder's weights, through :class:`~diffugrpo_plugin.rewards.RewardSpec`) and judged for pass@1
+by :mod:`diffugrpo_plugin.evaluation` (sandboxed; a completion passes when all its tests pass).
 
 At the end ``OUT/results.md`` holds the per-seed table and the mean and standard deviation
 over seeds, and ``OUT/figures/`` the summary figure plus each seed's training reward curves.
@@ -48,6 +48,7 @@ DEFAULT_MBPP = REPO.parent / "shared" / "data" / "mbpp" / "mbpp.jsonl"
 REWARD_CONFIG = {"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]}
 COMPONENTS = ("total", "code", "code_format", "pass@1")
 SOURCES = ("mbpp", "synthetic", "all")
+FAST_PATH = {"kv_cache": True, "threshold": 0.99}  # the sampler options behind the default (not --plain-sampler)
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,8 @@ class Settings:
 
     @property
     def sampler_fast_path(self) -> dict[str, Any]:
-        """The sampler's fast-path options (prompt KV cache + 0.99 threshold) unless ``--plain-sampler``."""
-        return {"kv_cache": True, "threshold": 0.99} if self.fast_sampler else {}
+        """The sampler options of rollout and evaluation: :data:`FAST_PATH` unless ``--plain-sampler``."""
+        return FAST_PATH if self.fast_sampler else {}
 
 
 # --------------------------------------------------------------------------- stages
