@@ -84,6 +84,14 @@ def test_synthetic_default_writes_train_and_validation(tmp_path):
         [p.task_id for p in synthetic_problems("validation", seed=2)]
 
 
+def test_synthetic_wide_family_option(tmp_path):
+    assert run("--source", "synthetic", "--family", "wide", "--validation-fraction", "0.02",
+               "--output", str(tmp_path)) == 0
+    assert [r["extra_info"]["task_id"] for r in rows(tmp_path / "validation.parquet")] == \
+        [p.task_id for p in synthetic_problems("validation", validation_fraction=0.02, family="wide")]
+    assert len(rows(tmp_path / "train.parquet")) == 4060
+
+
 def test_help_lists_the_sources_and_options(capsys):
     with pytest.raises(SystemExit) as exit_info:
         run("--help")

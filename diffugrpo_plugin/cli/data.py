@@ -9,6 +9,7 @@ Examples::
     diffugrpo data prepare --source jsonl --input mine.jsonl --prompt-field question \
         --tests-field asserts --output data/mine
     diffugrpo data prepare --source synthetic --output data/synthetic
+    diffugrpo data prepare --source synthetic --family wide --validation-fraction 0.02 --output data/wide
 
 Each split becomes ``OUTPUT/{split}.parquet``; the row format is documented in
 :mod:`diffugrpo_plugin.data`.
@@ -68,6 +69,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     synthetic = prepare.add_argument_group("synthetic")
     synthetic.add_argument("--seed", type=int, default=0)
     synthetic.add_argument("--validation-fraction", type=float, default=0.15)
+    synthetic.add_argument("--family", default="small", choices=["small", "wide"],
+                           help="small: 227 problems (the default job's data); "
+                                "wide: constants up to 999 (the CPU demo's)")
     prepare.set_defaults(func=run_prepare)
 
 
@@ -83,7 +87,7 @@ def source_options(args: argparse.Namespace) -> dict:
                 "id_field": args.id_field, "setup_field": args.setup_field,
                 "inputs_field": args.inputs_field, "outputs_field": args.outputs_field}
     if args.source == "synthetic":
-        return {"seed": args.seed, "validation_fraction": args.validation_fraction}
+        return {"seed": args.seed, "validation_fraction": args.validation_fraction, "family": args.family}
     return {}
 
 
