@@ -25,6 +25,7 @@ def test_demo_smoke_run_produces_every_artefact(tmp_path, fast_sampler):
     assert (seed / "rl" / "ckpt" / "global_step_2" / "actor" / "huggingface" / "model.safetensors").is_file()
     command = (seed / "rl" / "command.txt").read_text()
     assert f"actor_rollout_ref.model.path={seed / 'sft'}" in command
+    assert f"{tmp_path / 'data' / 'synthetic-wide' / 'train.parquet'}" in command  # the demo's default family
     assert ("actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=true" in command) == fast_sampler
     for stage in ("sft", "rl"):
         report = json.loads((seed / f"eval_{stage}.json").read_text())

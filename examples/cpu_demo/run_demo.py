@@ -49,6 +49,8 @@ REWARD_CONFIG = {"reward_funcs": ["code", "code_format"], "reward_weights": [2.0
 COMPONENTS = ("total", "code", "code_format", "pass@1")
 SOURCES = ("mbpp", "synthetic", "all")
 FAST_PATH = {"kv_cache": True, "threshold": 0.99}  # the sampler options behind the default (not --plain-sampler)
+# held-out share of each synthetic template's functions: about 90 held-out tasks either way, like MBPP validation
+SYNTHETIC_VALIDATION_FRACTION = {"small": 0.15, "wide": 0.02}
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class Settings:
     eval_n: int
     eval_limit: int | None
     fast_sampler: bool
+    synthetic_family: str
+    threads: int
     rl_overrides: tuple[str, ...]
 
     @property
@@ -97,11 +101,13 @@ def prepare_data(settings: Settings) -> DemoData:
     directory = settings.out / "data"
     if not (directory / "mbpp" / "validation.parquet").is_file():
         prepare_to_parquet("mbpp", ("train", "validation"), directory / "mbpp", input_path=settings.mbpp)
-    if not (directory / "synthetic" / "validation.parquet").is_file():
-        prepare_to_parquet("synthetic", ("train", "validation"), directory / "synthetic")
-    return DemoData(train=(str(directory / "mbpp" / "train.parquet"), str(directory / "synthetic" / "train.parquet")),
+    synthetic = directory / f"synthetic-{settings.synthetic_family}"
+    if not (synthetic / "validation.parquet").is_file():
+        prepare_to_parquet("synthetic", ("train", "validation"), synthetic, family=settings.synthetic_family,
+                           validation_fraction=SYNTHETIC_VALIDATION_FRACTION[settings.synthetic_family])
+    return DemoData(train=(str(directory / "mbpp" / "train.parquet"), str(synthetic / "train.parquet")),
                     held_out={"mbpp": str(directory / "mbpp" / "validation.parquet"),
-                              "synthetic": str(directory / "synthetic" / "validation.parquet")})
+                              "synthetic": str(synthetic / "validation.parquet")})
 
 
 def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> float:
@@ -112,7 +118,7 @@ def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> f
         return json.loads((directory / "timing.json").read_text())["seconds"]
     result = train(SFTConfig(train_files=data.train, output_dir=str(directory), steps=settings.sft_steps,
                              lr=settings.sft_lr, warmup_steps=min(30, settings.sft_steps),
-                             completion_length=settings.response_length, seed=seed,
+                             completion_length=settings.response_length, seed=seed, threads=settings.threads,
                              log_every=max(1, settings.sft_steps // 10), tensorboard_dir=str(directory / "tb")),
                    echo=lambda line: print(f"[seed {seed}] {line}", flush=True))
     (directory / "timing.json").write_text(json.dumps({"seconds": result.seconds}))
@@ -309,7 +315,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
     parser.add_argument("--mbpp", type=Path, default=DEFAULT_MBPP, help=f"mbpp.jsonl (default: {DEFAULT_MBPP})")
     parser.add_argument("--response-length", type=int, default=48,
                         help="SFT target length = rollout and evaluation length (tokens); they must agree")
-    parser.add_argument("--sft-steps", type=int, default=3000)
+    parser.add_argument("--sft-steps", type=int, default=8000)
     parser.add_argument("--sft-lr", type=float, default=2e-3)
     parser.add_argument("--rl-steps", type=int, default=40)
     parser.add_argument("--rl-lr", type=float, default=1e-4)
@@ -322,6 +328,10 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
     parser.add_argument("--sampler-steps", type=int, default=32, help="denoising steps (rollout and evaluation)")
     parser.add_argument("--eval-n", type=int, default=4, help="held-out completions per problem")
     parser.add_argument("--eval-limit", type=int, default=None, help="held-out problems per data source (all)")
+    parser.add_argument("--synthetic-family", default="wide", choices=["small", "wide"],
+                        help="wide: constants up to 999 (4060 train functions); small: the default job's 191")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads of SFT and evaluation (1 when seeds run side by side)")
     parser.add_argument("--plain-sampler", action="store_true",
                         help="rollout and evaluation with the reference's plain sampler instead of the fast path "
                              "(prompt KV cache, threshold 0.99; ~3x faster sampling)")
@@ -337,15 +347,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
                         rl_n=args.rl_n, rl_batch=args.rl_batch, rl_mini_batch=args.rl_mini_batch,
                         rl_epochs=args.rl_epochs, temperature=args.temperature,
                         sampler_steps=args.sampler_steps, eval_n=args.eval_n, eval_limit=args.eval_limit,
-                        fast_sampler=not args.plain_sampler, rl_overrides=tuple(args.rl_override))
+                        fast_sampler=not args.plain_sampler, synthetic_family=args.synthetic_family,
+                        threads=args.threads, rl_overrides=tuple(args.rl_override))
     return settings, args.seeds
 
 
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    torch.set_num_threads(1)  # tiny models; several threads spin against each other on a busy 2-core host
     settings, seeds = parse_args(argv)
+    torch.set_num_threads(settings.threads)
     if not settings.mbpp.is_file():
         print(f"run_demo: MBPP file {settings.mbpp} does not exist; pass --mbpp path/to/mbpp.jsonl", file=sys.stderr)
         return 2
