@@ -22,7 +22,8 @@ Sources (each reader checks its input and names the file, line and field at faul
 * ``jsonl``: any JSONL with a prompt column and tests; column names are options.
 * ``synthetic``: a generated family of one-line function-writing problems with assert tests
   (``add_7(x)``, ``repeat_3(s)``, ``first_2(items)``, ...), deterministic by seed; train and
-  validation share no problem. The demo's learnable task family.
+  validation share no problem. The learnable task family for tiny models: ``small`` (the default
+  job's data) or ``wide`` (constants up to 999, the CPU demo's).
 
 Prompt template (DiffuCoder's ``make_conversation``): the user message is::
 

@@ -10,7 +10,9 @@ interrupted demo picks up where it stopped):
 1. ``sft/``: masked-diffusion SFT (:mod:`diffugrpo_plugin.sft`, LLaDA's loss) of the randomly
    initialised tiny Dream-style model on **MBPP train** (task_ids 601-974) **plus the synthetic
    train split** (generated one-line function problems with asserts, the task family a model this
-   small can learn to pass). Targets longer than ``--response-length`` tokens are left out.
+   small can learn to pass; by default the ``wide`` family, whose 4,060 train functions cannot be
+   memorised, so passing held-out ones means copying the constant from the question). Targets
+   longer than ``--response-length`` tokens are left out.
 2. ``eval_sft.json``: the held-out evaluation of the SFT checkpoint (below).
 3. ``rl/``: coupled-GRPO with ``python -m diffugrpo_plugin.main`` and command-line overrides only:
    start from ``sft/``, train on the MBPP train + synthetic train prompts. TensorBoard scalars in
