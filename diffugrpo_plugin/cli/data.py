@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from diffugrpo_plugin.data import SYNTHETIC_FAMILIES
+
 DEFAULT_SPLITS = {"mbpp": "train", "humaneval": "test", "synthetic": "train,validation",
                   "acecode": "train", "leetcode": "train", "jsonl": "train"}
 
@@ -69,7 +71,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     synthetic = prepare.add_argument_group("synthetic")
     synthetic.add_argument("--seed", type=int, default=0)
     synthetic.add_argument("--validation-fraction", type=float, default=0.15)
-    synthetic.add_argument("--family", default="small", choices=["small", "wide"],
+    synthetic.add_argument("--family", default="small", choices=list(SYNTHETIC_FAMILIES),
                            help="small: 227 problems (the default job's data); "
                                 "wide: constants up to 999 (the CPU demo's)")
     prepare.set_defaults(func=run_prepare)

@@ -330,7 +330,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
     parser.add_argument("--sampler-steps", type=int, default=32, help="denoising steps (rollout and evaluation)")
     parser.add_argument("--eval-n", type=int, default=4, help="held-out completions per problem")
     parser.add_argument("--eval-limit", type=int, default=None, help="held-out problems per data source (all)")
-    parser.add_argument("--synthetic-family", default="wide", choices=["small", "wide"],
+    parser.add_argument("--synthetic-family", default="wide", choices=list(SYNTHETIC_VALIDATION_FRACTION),
                         help="wide: constants up to 999 (4060 train functions); small: the default job's 191")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads of SFT and evaluation (1 when seeds run side by side)")
