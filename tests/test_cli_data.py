@@ -89,7 +89,7 @@ def test_synthetic_wide_family_option(tmp_path):
                "--output", str(tmp_path)) == 0
     assert [r["extra_info"]["task_id"] for r in rows(tmp_path / "validation.parquet")] == \
         [p.task_id for p in synthetic_problems("validation", validation_fraction=0.02, family="wide")]
-    assert len(rows(tmp_path / "train.parquet")) == 4060
+    assert len(rows(tmp_path / "train.parquet")) == 4021
 
 
 def test_help_lists_the_sources_and_options(capsys):

@@ -362,9 +362,9 @@ def test_synthetic_splits_share_no_problem_and_cover_every_template(family):
 def test_wide_synthetic_family_has_three_digit_constants_and_a_small_held_out_split():
     train = data.synthetic_problems("train", family="wide", validation_fraction=0.02)
     validation = data.synthetic_problems("validation", family="wide", validation_fraction=0.02)
-    # add/sub/mul 1-999 (mul from 2), greater_than 0-999: 999 + 999 + 998 + 1000; is_multiple_of 2-99: 98;
+    # add/sub/mul 1-999 (mul from 2), greater_than 0-999: 999 + 999 + 998 + 1000; is_multiple_of 2-60: 59;
     # repeat 2-9, first 1-9, last 1-9, count a-z: 8 + 9 + 9 + 26; ceil(2%) of each is held out
-    assert len(train) + len(validation) == 999 + 999 + 998 + 98 + 8 + 9 + 9 + 1000 + 26
+    assert len(train) + len(validation) == 999 + 999 + 998 + 59 + 8 + 9 + 9 + 1000 + 26
     assert len(validation) == 20 + 20 + 20 + 2 + 1 + 1 + 1 + 20 + 1
     constants = [int(m.group(1)) for p in train if (m := re.fullmatch(r"synthetic/add_(\d+)", p.task_id))]
     assert max(constants) == 999 and sum(k >= 100 for k in constants) > 800
