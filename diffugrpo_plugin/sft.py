@@ -287,6 +287,7 @@ class SFTResult:
     val_losses: list[tuple[int, float]]
     seconds: float
     num_examples: int
+    steps_done: int = 0
 
 
 class _Scalars:
@@ -349,13 +350,19 @@ def load_model_and_tokenizer(model_path: str | None):
     return load_pretrained(model_path).train(), tokenizer
 
 
-def train(config: SFTConfig, echo: Callable[[str], None] = print) -> SFTResult:
-    """Run SFT and save the checkpoint into ``config.output_dir``."""
+StopRule = Callable[[int, DiffusionLM, Any], bool]
+"""``(steps_done, lm, tokenizer) -> stop now?``: called after every step with the model in eval mode
+and gradients off, e.g. to stop once sampled completions start passing tests (the CPU demo)."""
+
+
+def train(config: SFTConfig, echo: Callable[[str], None] = print, stop_when: StopRule | None = None) -> SFTResult:
+    """Run SFT (``config.steps`` steps, fewer when ``stop_when`` says so) and save the checkpoint into
+    ``config.output_dir``; the learning-rate schedule is always the one of ``config.steps``."""
     previous_threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
     try:
-        return _train(config, echo)
+        return _train(config, echo, stop_when)
     finally:
         torch.set_num_threads(previous_threads)
 
@@ -370,7 +377,7 @@ def _load_data(config: SFTConfig, tokenizer: Any, echo: Callable[[str], None]) -
     return loaded.examples, val
 
 
-def _train(config: SFTConfig, echo: Callable[[str], None]) -> SFTResult:
+def _train(config: SFTConfig, echo: Callable[[str], None], stop_when: StopRule | None) -> SFTResult:
     started = time.perf_counter()
     module, tokenizer = load_model_and_tokenizer(config.model_path)
     examples, val = _load_data(config, tokenizer, echo)
@@ -396,20 +403,35 @@ def _train(config: SFTConfig, echo: Callable[[str], None]) -> SFTResult:
             result.val_losses.append((done, learner.validation_loss(val, config)))
             scalars.add(done, {"val/loss": result.val_losses[-1][1]})
             echo(f"sft: step {done} validation loss {result.val_losses[-1][1]:.4f}")
+        if stop_when is not None and _asks_to_stop(stop_when, done, learner.lm, tokenizer):
+            echo(f"sft: stopped after step {done} of {config.steps}")
+            break
+    result.steps_done = done
     scalars.close()
-    save_checkpoint(module, tokenizer, config)
+    save_checkpoint(module, tokenizer, config, done)
     result.seconds = time.perf_counter() - started
     echo(f"sft: saved {config.output_dir} after {result.seconds:.0f} s")
     return result
 
 
-def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig) -> Path:
-    """An HF checkpoint the RL job loads (``actor_rollout_ref.model.path``), plus the run's settings."""
+def _asks_to_stop(stop_when: StopRule, done: int, lm: DiffusionLM, tokenizer: Any) -> bool:
+    lm.module.eval()
+    try:
+        with torch.no_grad():
+            return stop_when(done, lm, tokenizer)
+    finally:
+        lm.module.train()
+
+
+def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig, steps_done: int) -> Path:
+    """An HF checkpoint the RL job loads (``actor_rollout_ref.model.path``), plus the run's settings
+    and how many steps it ran."""
     output = Path(config.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     module.save_pretrained(output)
     tokenizer.save_pretrained(output)
     settings = {name: value for name, value in asdict(config).items() if name != "output_dir"}  # may be a staging dir
+    settings["steps_done"] = steps_done
     (output / "sft_config.json").write_text(json.dumps(settings, indent=2) + "\n")
     return output
 

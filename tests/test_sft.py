@@ -123,6 +123,24 @@ def test_sft_never_touches_the_global_rng(tiny_model_path, tmp_path):
     assert np.array_equal(np.random.get_state()[1], states[2])
 
 
+def test_a_stop_rule_ends_training_early_and_the_checkpoint_says_where(tiny_model_path, tmp_path):
+    data = write_parquet(prepare("synthetic", "train")[:8], tmp_path / "train.parquet")
+    seen = []
+
+    def stop_after_three(done, lm, tokenizer):
+        seen.append((done, lm.module.training, torch.is_grad_enabled(), tokenizer.eos_token_id is not None))
+        return done == 3
+
+    config = sft.SFTConfig(train_files=(str(data),), output_dir=str(tmp_path / "out"), model_path=tiny_model_path,
+                           steps=10, batch_size=4, log_every=1)
+    result = sft.train(config, echo=lambda line: None, stop_when=stop_after_three)
+    # asked after every step, with the model in eval mode and no autograd
+    assert seen == [(1, False, False, True), (2, False, False, True), (3, False, False, True)]
+    assert result.steps_done == 3 and [step for step, _ in result.train_losses] == [1, 2, 3]
+    saved = json.loads((tmp_path / "out" / "sft_config.json").read_text())
+    assert saved["steps"] == 10 and saved["steps_done"] == 3
+
+
 def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_model_path, tmp_path):
     from diffugrpo_plugin.integration.engine import DiffusionModelConfig
 
@@ -153,7 +171,8 @@ def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_mo
     reloaded_val = sft.validation_loss(reloaded, val_examples, config, tokenizer.pad_token_id, tokenizer.eos_token_id,
                                        make_sft())
     assert reloaded_val == pytest.approx(after, rel=1e-5)
-    assert json.loads((tmp_path / "ckpt" / "sft_config.json").read_text())["steps"] == 40
+    saved = json.loads((tmp_path / "ckpt" / "sft_config.json").read_text())
+    assert saved["steps"] == saved["steps_done"] == result.steps_done == 40
 
 
 # --------------------------------------------------------------------------- the warm-started default model
