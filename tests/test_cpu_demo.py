@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, mbpp_file
 
@@ -22,6 +23,14 @@ def test_demo_smoke_run_produces_every_artefact(tmp_path, fast_sampler):
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     seed = tmp_path / "seed0"
     assert (seed / "sft" / "model.safetensors").is_file() and (seed / "sft" / "sft_config.json").is_file()
+    # SFT was checked at steps 10 and 20 on held-apart train functions; 20 random-init steps pass nothing
+    sft_record = json.loads((seed / "sft" / "timing.json").read_text())
+    assert sft_record["steps"] == 20 and [check["step"] for check in sft_record["checks"]] == [10, 20]
+    assert all(check["pass@1"] == 0.0 for check in sft_record["checks"])
+    synthetic = tmp_path / "data" / "synthetic-wide"
+    check_ids, train_ids = (set(pq.read_table(synthetic / name, columns=["extra_info"]).column(0).combine_chunks()
+                                .field("task_id").to_pylist()) for name in ("sft_check.parquet", "train.parquet"))
+    assert len(check_ids) == 96 and len(train_ids) == 3925 and not check_ids & train_ids
     assert (seed / "rl" / "ckpt" / "global_step_2" / "actor" / "huggingface" / "model.safetensors").is_file()
     command = (seed / "rl" / "command.txt").read_text()
     assert f"actor_rollout_ref.model.path={seed / 'sft'}" in command

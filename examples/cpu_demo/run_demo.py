@@ -12,7 +12,12 @@ interrupted demo picks up where it stopped):
    train split** (generated one-line function problems with asserts, the task family a model this
    small can learn to pass; by default the ``wide`` family, whose 4,060 train functions cannot be
    memorised, so passing held-out ones means copying the constant from the question). Targets
-   longer than ``--response-length`` tokens are left out.
+   longer than ``--response-length`` tokens are left out. SFT stops early, at the first check
+   where sampled completions of the **SFT check split** (96 synthetic train functions that SFT and
+   RL never train on) pass at ``--sft-stop-pass`` or more: RL needs a start that passes some tests
+   (a group with no passing completion has no test signal) and fails others (headroom). Without the
+   stop, copying is learned in a sudden drop of the loss whose timing varies by seed, and a fixed
+   step count leaves some seeds passing nothing and others nearly everything.
 2. ``eval_sft.json``: the held-out evaluation of the SFT checkpoint (below).
 3. ``rl/``: coupled-GRPO with ``python -m diffugrpo_plugin.main`` and command-line overrides only:
    start from ``sft/``, train on the MBPP train + synthetic train prompts. TensorBoard scalars in
@@ -53,6 +58,7 @@ SOURCES = ("mbpp", "synthetic", "all")
 FAST_PATH = {"kv_cache": True, "threshold": 0.99}  # the sampler options behind the default (not --plain-sampler)
 # held-out share of each synthetic template's functions: about 90 held-out tasks either way, like MBPP validation
 SYNTHETIC_VALIDATION_FRACTION = {"small": 0.15, "wide": 0.02}
+SFT_CHECK_PROBLEMS = 96  # synthetic train functions set aside to decide when SFT stops
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,7 @@ class DemoData:
     """Prepared parquet files: the RL/SFT training files and the held-out ones by data source."""
 
     train: tuple[str, ...]
+    sft_check: str
     held_out: dict[str, str]
 
 
@@ -72,6 +79,10 @@ class Settings:
     response_length: int
     sft_steps: int
     sft_lr: float
+    sft_stop_pass: float
+    sft_check_from: int
+    sft_check_every: int
+    sft_check_problems: int
     rl_steps: int
     rl_lr: float
     rl_n: int
@@ -92,39 +103,85 @@ class Settings:
         """The sampler options of rollout and evaluation: :data:`FAST_PATH` unless ``--plain-sampler``."""
         return FAST_PATH if self.fast_sampler else {}
 
+    def sampler(self):
+        """The rollout's sampler, for evaluation and the SFT checks: entropy, same steps, temperature, top-p."""
+        from diffugrpo_plugin.sampling import build_sampler
+
+        return build_sampler("entropy", steps=self.sampler_steps, temperature=self.temperature, top_p=0.95,
+                             **self.sampler_fast_path)
+
 
 # --------------------------------------------------------------------------- stages
 
 
 def prepare_data(settings: Settings) -> DemoData:
-    """MBPP train/validation from the local file and the synthetic splits, as parquet under OUT/data."""
-    from diffugrpo_plugin.data import prepare_to_parquet
+    """MBPP train/validation from the local file and the synthetic splits, as parquet under OUT/data; the
+    synthetic train split loses every k-th row to ``sft_check.parquet`` (``SFT_CHECK_PROBLEMS`` rows spread
+    over the templates)."""
+    from diffugrpo_plugin.data import prepare, prepare_to_parquet, write_parquet
 
     directory = settings.out / "data"
     if not (directory / "mbpp" / "validation.parquet").is_file():
         prepare_to_parquet("mbpp", ("train", "validation"), directory / "mbpp", input_path=settings.mbpp)
     synthetic = directory / f"synthetic-{settings.synthetic_family}"
+    options = {"family": settings.synthetic_family,
+               "validation_fraction": SYNTHETIC_VALIDATION_FRACTION[settings.synthetic_family]}
     if not (synthetic / "validation.parquet").is_file():
-        prepare_to_parquet("synthetic", ("train", "validation"), synthetic, family=settings.synthetic_family,
-                           validation_fraction=SYNTHETIC_VALIDATION_FRACTION[settings.synthetic_family])
+        rows = prepare("synthetic", "train", **options)
+        every = len(rows) // SFT_CHECK_PROBLEMS
+        check = set(range(0, every * SFT_CHECK_PROBLEMS, every))
+        write_parquet([row for index, row in enumerate(rows) if index in check], synthetic / "sft_check.parquet")
+        write_parquet([row for index, row in enumerate(rows) if index not in check], synthetic / "train.parquet")
+        prepare_to_parquet("synthetic", ("validation",), synthetic, **options)
     return DemoData(train=(str(directory / "mbpp" / "train.parquet"), str(synthetic / "train.parquet")),
+                    sft_check=str(synthetic / "sft_check.parquet"),
                     held_out={"mbpp": str(directory / "mbpp" / "validation.parquet"),
                               "synthetic": str(synthetic / "validation.parquet")})
 
 
-def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> float:
-    """Masked SFT of the random tiny model into ``directory``; returns the wall time in seconds."""
+def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> dict[str, Any]:
+    """Masked SFT of the random tiny model into ``directory``, stopped by :func:`sft_stop_rule`; returns
+    the wall time in seconds, the steps run and the checks made (also saved as ``sft/timing.json``)."""
     from diffugrpo_plugin.sft import SFTConfig, train
 
     if (directory / "sft_config.json").is_file():
-        return json.loads((directory / "timing.json").read_text())["seconds"]
+        return json.loads((directory / "timing.json").read_text())
+    echo = lambda line: print(f"[seed {seed}] {line}", flush=True)  # noqa: E731
+    checks: list[dict[str, float]] = []
     result = train(SFTConfig(train_files=data.train, output_dir=str(directory), steps=settings.sft_steps,
                              lr=settings.sft_lr, warmup_steps=min(30, settings.sft_steps),
                              completion_length=settings.response_length, seed=seed, threads=settings.threads,
-                             log_every=max(1, settings.sft_steps // 10), tensorboard_dir=str(directory / "tb")),
-                   echo=lambda line: print(f"[seed {seed}] {line}", flush=True))
-    (directory / "timing.json").write_text(json.dumps({"seconds": result.seconds}))
-    return result.seconds
+                             log_every=max(1, settings.sft_steps // 20), tensorboard_dir=str(directory / "tb")),
+                   echo=echo, stop_when=sft_stop_rule(settings, data.sft_check, seed, checks, echo))
+    record = {"seconds": result.seconds, "steps": result.steps_done, "checks": checks}
+    (directory / "timing.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def sft_stop_rule(settings: Settings, check_file: str, seed: int, checks: list[dict[str, float]], echo):
+    """From step ``sft_check_from`` on, every ``sft_check_every`` steps: one completion per SFT check
+    problem, sampled like the rollout and judged in the sandbox; stop once pass@1 >= ``sft_stop_pass``.
+    Each check is appended to ``checks``. None (train every step) when ``sft_stop_pass`` is 0."""
+    if settings.sft_stop_pass <= 0:
+        return None
+    from diffugrpo_plugin import evaluation
+
+    problems = evaluation.load_problems("parquet", path=check_file, limit=settings.sft_check_problems)
+    sampler = settings.sampler()
+
+    def enough_pass(done: int, lm, tokenizer) -> bool:
+        if done < settings.sft_check_from or done % settings.sft_check_every:
+            return False
+        started = time.perf_counter()
+        completions = evaluation.generate_completions(sampler, lm, tokenizer, problems, 1, settings.response_length,
+                                                      seed=seed, batch_size=32)
+        pass_at_1 = evaluation.summarize(evaluation.judge_completions(problems, completions), [1])["pass@1"]
+        checks.append({"step": done, "pass@1": pass_at_1, "seconds": time.perf_counter() - started})
+        echo(f"sft check: step {done} pass@1 {pass_at_1:.3f} on {len(problems)} check problems "
+             f"(stop at {settings.sft_stop_pass})")
+        return pass_at_1 >= settings.sft_stop_pass
+
+    return enough_pass
 
 
 def rl_command(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, seed: int) -> list[str]:
@@ -192,15 +249,12 @@ def evaluate(settings: Settings, data: DemoData, model_path: Path, seed: int, pa
         return json.loads(path.read_text())
     from diffugrpo_plugin import evaluation
     from diffugrpo_plugin.models import load_diffusion_lm
-    from diffugrpo_plugin.sampling import build_sampler
 
     started = time.perf_counter()
     problems = [problem for source, file in data.held_out.items()
                 for problem in evaluation.load_problems("parquet", path=file, limit=settings.eval_limit)]
     lm, tokenizer = load_diffusion_lm(str(model_path), "cpu")
-    sampler = build_sampler("entropy", steps=settings.sampler_steps, temperature=settings.temperature, top_p=0.95,
-                            **settings.sampler_fast_path)
-    completions = evaluation.generate_completions(sampler, lm, tokenizer, problems, settings.eval_n,
+    completions = evaluation.generate_completions(settings.sampler(), lm, tokenizer, problems, settings.eval_n,
                                                   settings.response_length, seed=seed, batch_size=32)
     results = evaluation.judge_completions(problems, completions)
     summary = evaluation.summarize(results, [1])
@@ -260,11 +314,14 @@ def results_table(runs: dict[int, dict[str, Any]]) -> str:
             change = [a - b for a, b in zip(after, before)]
             lines.append(f"| {source} | {metric} | {mean_and_spread(before)} | {mean_and_spread(after)} | "
                          f"{mean_and_spread(change, '+')} |")
-    lines += ["", "Wall time per seed (s, 2 CPU cores):", "", "| seed | SFT | eval SFT | RL | eval RL | total |",
-              "|---|---|---|---|---|---|"]
+    lines += ["", "SFT steps run and wall time per seed (s, 2 CPU cores; SFT includes its checks):", "",
+              "| seed | SFT steps | last check pass@1 | SFT | eval SFT | RL | eval RL | total |",
+              "|---|---|---|---|---|---|---|---|"]
     for seed, run in sorted(runs.items()):
         times = [run["sft_seconds"], run["sft"]["seconds"], run["rl_seconds"], run["rl"]["seconds"]]
-        lines.append(f"| {seed} | " + " | ".join(f"{t:.0f}" for t in times) + f" | {sum(times):.0f} |")
+        last_check = f"{run['sft_checks'][-1]['pass@1']:.3f}" if run["sft_checks"] else "-"
+        lines.append(f"| {seed} | {run['sft_steps']} | {last_check} | " + " | ".join(f"{t:.0f}" for t in times)
+                     + f" | {sum(times):.0f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -299,14 +356,15 @@ def summary_figure(runs: dict[int, dict[str, Any]], path: Path) -> None:
 def run_seed(settings: Settings, data: DemoData, seed: int) -> dict[str, Any]:
     directory = settings.out / f"seed{seed}"
     sft_dir, rl_dir = directory / "sft", directory / "rl"
-    sft_seconds = run_sft(settings, data, seed, sft_dir)
+    sft = run_sft(settings, data, seed, sft_dir)
     before = evaluate(settings, data, sft_dir, seed, directory / "eval_sft.json")
     print(f"[seed {seed}] after SFT: {json.dumps(before['all'])}", flush=True)
     policy, rl_seconds = run_rl(settings, data, sft_dir, rl_dir, seed)
     after = evaluate(settings, data, policy, seed, directory / "eval_rl.json")
     print(f"[seed {seed}] after RL: {json.dumps(after['all'])}", flush=True)
     plot_rl(rl_dir, directory / "plots")
-    return {"sft": before, "rl": after, "sft_seconds": sft_seconds, "rl_seconds": rl_seconds}
+    return {"sft": before, "rl": after, "sft_seconds": sft["seconds"], "sft_steps": sft["steps"],
+            "sft_checks": sft["checks"], "rl_seconds": rl_seconds}
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
@@ -317,8 +375,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
     parser.add_argument("--mbpp", type=Path, default=DEFAULT_MBPP, help=f"mbpp.jsonl (default: {DEFAULT_MBPP})")
     parser.add_argument("--response-length", type=int, default=48,
                         help="SFT target length = rollout and evaluation length (tokens); they must agree")
-    parser.add_argument("--sft-steps", type=int, default=8000)
-    parser.add_argument("--sft-lr", type=float, default=2e-3)
+    parser.add_argument("--sft-steps", type=int, default=12000,
+                        help="most SFT steps (the learning-rate schedule's length); the stop rule may end it earlier")
+    parser.add_argument("--sft-lr", type=float, default=1e-3)
+    parser.add_argument("--sft-stop-pass", type=float, default=0.25,
+                        help="stop SFT at the first check whose pass@1 on the SFT check split reaches this (0: never)")
+    parser.add_argument("--sft-check-from", type=int, default=2000, help="first SFT step that is checked")
+    parser.add_argument("--sft-check-every", type=int, default=250, help="SFT steps between checks")
     parser.add_argument("--rl-steps", type=int, default=40)
     parser.add_argument("--rl-lr", type=float, default=1e-4)
     parser.add_argument("--rl-n", type=int, default=8, help="completions per prompt (GRPO group size)")
@@ -331,7 +394,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
     parser.add_argument("--eval-n", type=int, default=4, help="held-out completions per problem")
     parser.add_argument("--eval-limit", type=int, default=None, help="held-out problems per data source (all)")
     parser.add_argument("--synthetic-family", default="wide", choices=list(SYNTHETIC_VALIDATION_FRACTION),
-                        help="wide: constants up to 999 (4060 train functions); small: the default job's 191")
+                        help="wide: constants up to 999 (3925 train functions); small: the default job's 191")
     parser.add_argument("--threads", type=int, default=2,
                         help="torch threads of SFT and evaluation (1 when seeds run side by side)")
     parser.add_argument("--plain-sampler", action="store_true",
@@ -340,12 +403,17 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
     parser.add_argument("--rl-override", action="append", default=[], metavar="KEY=VALUE",
                         help="any further verl/diffugrpo override for the RL job; repeatable")
     parser.add_argument("--smoke", action="store_true",
-                        help="check the wiring only: 20 SFT steps, 2 RL steps, 4 held-out problems per source")
+                        help="check the wiring only: 20 SFT steps (checked at 10 and 20 on 4 problems), 2 RL steps, "
+                             "4 held-out problems per source")
     args = parser.parse_args(argv)
     if args.smoke:
         args.sft_steps, args.rl_steps, args.eval_n, args.eval_limit = 20, 2, 1, 4
+        args.sft_check_from, args.sft_check_every = 10, 10
     settings = Settings(out=args.out.resolve(), mbpp=args.mbpp, response_length=args.response_length,
-                        sft_steps=args.sft_steps, sft_lr=args.sft_lr, rl_steps=args.rl_steps, rl_lr=args.rl_lr,
+                        sft_steps=args.sft_steps, sft_lr=args.sft_lr, sft_stop_pass=args.sft_stop_pass,
+                        sft_check_from=args.sft_check_from, sft_check_every=args.sft_check_every,
+                        sft_check_problems=4 if args.smoke else SFT_CHECK_PROBLEMS,
+                        rl_steps=args.rl_steps, rl_lr=args.rl_lr,
                         rl_n=args.rl_n, rl_batch=args.rl_batch, rl_mini_batch=args.rl_mini_batch,
                         rl_epochs=args.rl_epochs, temperature=args.temperature,
                         sampler_steps=args.sampler_steps, eval_n=args.eval_n, eval_limit=args.eval_limit,
