@@ -47,4 +47,5 @@ def test_demo_smoke_run_produces_every_artefact(tmp_path, fast_sampler):
     assert (seed / "plots" / "rewards.png").is_file()
     assert (tmp_path / "figures" / "held_out_rewards.png").is_file()
     table = (tmp_path / "results.md").read_text()
-    assert "| 0 | synthetic | pass@1 |" in table and "Wall time per seed" in table
+    assert "| 0 | synthetic | pass@1 |" in table and "wall time per seed" in table
+    assert "| 0 | 20 | 0.000 |" in table  # seed, SFT steps run, pass@1 of its last check
