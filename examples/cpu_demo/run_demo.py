@@ -10,7 +10,7 @@ interrupted demo picks up where it stopped):
 1. ``sft/``: masked-diffusion SFT (:mod:`diffugrpo_plugin.sft`, LLaDA's loss) of the randomly
    initialised tiny Dream-style model on **MBPP train** (task_ids 601-974) **plus the synthetic
    train split** (generated one-line function problems with asserts, the task family a model this
-   small can learn to pass; by default the ``wide`` family, whose 4,060 train functions cannot be
+   small can learn to pass; by default the ``wide`` family, whose 3,925 train functions cannot be
    memorised, so passing held-out ones means copying the constant from the question). Targets
    longer than ``--response-length`` tokens are left out. SFT stops early, at the first check
    where sampled completions of the **SFT check split** (96 synthetic train functions that SFT and
@@ -126,7 +126,7 @@ def prepare_data(settings: Settings) -> DemoData:
     synthetic = directory / f"synthetic-{settings.synthetic_family}"
     options = {"family": settings.synthetic_family,
                "validation_fraction": SYNTHETIC_VALIDATION_FRACTION[settings.synthetic_family]}
-    if not (synthetic / "validation.parquet").is_file():
+    if not (synthetic / "sft_check.parquet").is_file():  # also rebuilds data from before the check split
         rows = prepare("synthetic", "train", **options)
         every = len(rows) // SFT_CHECK_PROBLEMS
         check = set(range(0, every * SFT_CHECK_PROBLEMS, every))
