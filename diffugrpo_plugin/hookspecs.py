@@ -72,6 +72,31 @@ def diffugrpo_maskers() -> dict[str, Callable[..., Any]]:
 
 
 @hookspec
+def diffugrpo_model_families() -> dict[str, Any]:
+    """Model families: how a kind of diffusion LM is called, aligned, projected and masked.
+
+    Each value is a :class:`diffugrpo_plugin.families.ModelFamily` (a frozen dataclass; build
+    yours with it). Its fields say:
+
+    * ``call(module, input_ids [B, L], attention_mask [B, L] 0/1, position_ids [B, L]) -> logits
+      [B, L, V]``: the keyword arguments the network takes (mask form, positions or none);
+    * ``logits_shift``: True when the output at ``i - 1`` scores token ``i``;
+    * ``final_norm``: dotted path of the module whose output is the final hidden states (the
+      row-selective log-prob pass hooks its output, so the head projects only scored rows);
+      ``head`` / ``embedding``: where the vocabulary weight lives (``head=None``: tied, no module);
+    * ``mask_token_names`` / ``default_mask_token_id`` / ``config_mask_token_id``: how to find
+      the mask id when ``actor_rollout_ref.model.diffusion.mask_token_id`` is not set;
+    * ``model_types`` / ``code_files`` / ``architectures``: the ``config.json`` values that select
+      the family (``actor_rollout_ref.model.diffusion.family`` overrides detection);
+    * ``native`` / ``native_unsupported``: an implementation that loads the checkpoint without
+      remote code, and the settings it cannot run (optional).
+
+    ``diffugrpo check-model PATH`` shows what a checkpoint resolves to. The built-ins (``dream``
+    / ``diffucoder``, ``llada``, ``bidirectional``) are in :mod:`diffugrpo_plugin.families`.
+    """
+
+
+@hookspec
 def diffugrpo_samplers() -> dict[str, Callable[..., Any]]:
     """Samplers: how a diffusion model turns masked completions into text.
 

@@ -1,76 +1,38 @@
-"""Model adapters: one call that turns any supported masked diffusion LM into aligned logits.
+"""A checkpoint as a diffusion LM: loaded natively or through its own code, called through its family.
 
-Two families exist and differ in one convention:
+:class:`DiffusionLM` puts every family (:mod:`diffugrpo_plugin.families`) behind one convention:
+``logits[:, i]`` scores token ``i``, left padding is invisible to real tokens (the attention
+mask and positions are built in the family's form), and the mask token id is resolved with an
+error that says what to set. :func:`load_pretrained` picks how to build the network: our native
+Dream/LLaDA classes when the family has one (no remote code), the checkpoint's own code when
+asked (``implementation="remote"``, ``trust_remote_code``), a stock transformers class otherwise.
 
-* **Dream-style** (Dream, DiffuCoder): the network is a Qwen2 decoder run bidirectionally and
-  keeps the autoregressive head alignment, so the output at position ``i - 1`` predicts the
-  token at position ``i`` ("shifted logits").
-* **LLaDA-style** (LLaDA): the output at position ``i`` predicts the token at position ``i``.
-
-:class:`DiffusionLM` hides that difference: ``logits[:, i]`` always scores token ``i``. It
-always passes the attention mask and position ids (``cumsum(mask) - 1``) so left padding
-never leaks into real tokens, and it resolves the mask token id with a clear error.
-
-Real checkpoints load through transformers (Dream/LLaDA ship ``trust_remote_code`` code that
-registers ``AutoModel`` only); the tiny local models are stock ``Qwen2ForCausalLM`` /
-``LlamaForCausalLM`` with ``config.is_causal = False``. Plain torch + transformers; no verl.
+Plain torch + transformers; no verl.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-# model_type (config.json) -> logits are shifted (Dream-style)
-KNOWN_SHIFT = {"dream": True, "llada": False, "llada_moe": False, "llama": False, "qwen2": True}
+from diffugrpo_plugin.families import (
+    IMPLEMENTATIONS,
+    ModelConfigError,
+    ModelFamily,
+    detect_family,
+    family_named,
+    final_hidden_rows,
+    is_remote_code,
+    position_ids_from_mask,
+    unwrap,
+)
+from diffugrpo_plugin.native import register_with_transformers
 
-
-class ModelConfigError(ValueError):
-    """The model (or its tokenizer) lacks something diffusion training needs."""
-
-
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that skip left padding: ``cumsum(mask) - 1``, clamped at 0 on pads.  # [B, L]"""
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-
-
-def resolve_logits_shift(config: Any, override: bool | None = None) -> bool:
-    """Whether position ``i - 1`` predicts token ``i`` for this model.
-
-    Order: explicit ``override``; the ``diffusion_logits_shift`` attribute our tiny
-    checkpoints carry; the model type (Dream/DiffuCoder shift, LLaDA does not).
-    """
-    if override is not None:
-        return bool(override)
-    explicit = getattr(config, "diffusion_logits_shift", None)
-    if explicit is not None:
-        return bool(explicit)
-    model_type = str(getattr(config, "model_type", "")).lower()
-    if model_type in KNOWN_SHIFT:
-        return KNOWN_SHIFT[model_type]
-    raise ModelConfigError(
-        f"cannot tell whether model_type '{model_type}' is Dream-style (shifted logits) or LLaDA-style "
-        f"(unshifted). Set actor_rollout_ref.model.diffusion.logits_shift=true (Dream/DiffuCoder) or "
-        f"false (LLaDA). Known model types: {sorted(KNOWN_SHIFT)}."
-    )
-
-
-def resolve_mask_token_id(config: Any = None, tokenizer: Any = None, override: int | None = None) -> int:
-    """The id of the mask token: explicit override, then the model config, then the tokenizer."""
-    if override is not None:
-        return int(override)
-    for source in (config, tokenizer):
-        value = getattr(source, "mask_token_id", None) if source is not None else None
-        if value is not None:
-            return int(value)
-    name = getattr(tokenizer, "name_or_path", None) or getattr(config, "_name_or_path", "the model")
-    raise ModelConfigError(
-        f"no mask token id: neither the model config nor the tokenizer of {name} defines mask_token_id. "
-        f"Masked diffusion needs one: add a mask token to the tokenizer (e.g. '<|mask|>') or set "
-        f"actor_rollout_ref.model.diffusion.mask_token_id=<id>."
-    )
+__all__ = ["DiffusionLM", "LoadPlan", "ModelConfigError", "align_logits", "load_diffusion_lm", "load_model_config",
+           "load_pretrained", "plan_loading", "position_ids_from_mask", "read_model_config", "resolve_mask_token"]
 
 
 def align_logits(logits: torch.Tensor, shift: bool) -> torch.Tensor:
@@ -84,107 +46,202 @@ def align_logits(logits: torch.Tensor, shift: bool) -> torch.Tensor:
     return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
 
 
+def resolve_mask_token(family: ModelFamily, config: Any = None, tokenizer: Any = None,
+                       override: int | None = None) -> tuple[int, str]:
+    """The mask token id and where it came from, in this order: the override, the model config, the
+    tokenizer's ``mask_token``, a family token name in the tokenizer, the family's published id."""
+    if override is not None:
+        return int(override), "set in config (diffusion.mask_token_id)"
+    from_config = family.config_mask_token_id(config) if config is not None else None
+    if from_config is not None:
+        return int(from_config), "model config (mask_token_id)"
+    if getattr(tokenizer, "mask_token_id", None) is not None:
+        return int(tokenizer.mask_token_id), f"tokenizer mask_token {tokenizer.mask_token!r}"
+    vocabulary = tokenizer.get_vocab() if tokenizer is not None else {}
+    for name in family.mask_token_names:
+        if name in vocabulary:
+            return int(vocabulary[name]), f"tokenizer token {name!r}"
+    vocab_size = getattr(config, "vocab_size", None)
+    if family.default_mask_token_id is not None and (vocab_size is None or family.default_mask_token_id < vocab_size):
+        return family.default_mask_token_id, f"the {family.name} family's published mask id"
+    name = getattr(tokenizer, "name_or_path", None) or getattr(config, "_name_or_path", None) or "the model"
+    raise ModelConfigError(
+        f"no mask token id for {name}: neither the model config nor the tokenizer defines mask_token_id "
+        f"(tried tokens {', '.join(family.mask_token_names)}). Masked diffusion needs one: add a mask token to "
+        f"the tokenizer or set actor_rollout_ref.model.diffusion.mask_token_id=<id>.")
+
+
 @dataclass
 class DiffusionLM:
     """A masked diffusion LM behind one convention: ``logits[:, i]`` scores token ``i``.
 
-    ``module`` may be a plain HF model or an FSDP-wrapped one; only ``module(...)`` is called.
+    ``module`` may be a plain model or an FSDP-wrapped one; it is only ever called whole, so FSDP
+    gathers its parameters as usual.
     """
 
     module: torch.nn.Module
     mask_token_id: int
     shift_logits: bool
+    family: ModelFamily
 
     @classmethod
     def wrap(cls, module: torch.nn.Module, tokenizer: Any = None, mask_token_id: int | None = None,
-             logits_shift: bool | None = None) -> "DiffusionLM":
-        config = getattr(module, "config", None)
-        return cls(
-            module=module,
-            mask_token_id=resolve_mask_token_id(config, tokenizer, mask_token_id),
-            shift_logits=resolve_logits_shift(config, logits_shift),
-        )
-
-    def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                      position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Final hidden states aligned like :meth:`logits` (before the vocabulary projection).  # [B, L, H]"""
-        if position_ids is None:
-            position_ids = position_ids_from_mask(attention_mask)
-        backbone = backbone_of(self.module)
-        out = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-        hidden = out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-        return align_logits(hidden, self.shift_logits)
+             logits_shift: bool | None = None, family: str | None = None) -> "DiffusionLM":
+        """Wrap a loaded model, detecting its family from its config unless ``family`` names one."""
+        config = unwrap(module).config
+        found = family_named(family) if family else detect_family(config.to_dict())
+        shift = logits_shift if logits_shift is not None else found.logits_shift_of(config)
+        if shift is None:
+            raise ModelConfigError(
+                f"cannot tell whether {type(unwrap(module)).__name__} (family {found.name}) shifts its logits: set "
+                f"actor_rollout_ref.model.diffusion.logits_shift=true (the output at i-1 predicts token i, as in "
+                f"Dream) or false (as in LLaDA), or diffusion_logits_shift in its config.json.")
+        mask_id, _ = resolve_mask_token(found, config, tokenizer, mask_token_id)
+        return cls(module=module, mask_token_id=mask_id, shift_logits=bool(shift), family=found)
 
     def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                position_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Aligned logits for every position.  # [B, L] -> [B, L, V]"""
         if position_ids is None:
             position_ids = position_ids_from_mask(attention_mask)
-        out = self.module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          use_cache=False)
-        logits = out.logits if hasattr(out, "logits") else out[0]
-        return align_logits(logits, self.shift_logits)
+        return align_logits(self.family.call(self.module, input_ids, attention_mask, position_ids), self.shift_logits)
+
+    def scored_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                      token_rows: torch.Tensor) -> torch.Tensor:
+        """Logits that score the tokens at flat indices ``token_rows`` of ``input_ids.flatten()``.  # [R, V]
+
+        Only those rows go through the vocabulary projection (see
+        :func:`~diffugrpo_plugin.families.final_hidden_rows`); a shifted model reads each token's
+        logits from the position before it, so no scored token may sit at position 0.
+        """
+        hidden_rows = token_rows - 1 if self.shift_logits else token_rows  # [R]
+        if self.shift_logits and bool((token_rows % input_ids.shape[1] == 0).any()):
+            raise ValueError("a scored token sits at position 0, which a shifted (Dream-style) model cannot predict; "
+                             "every completion needs at least one prompt token before it")
+        with final_hidden_rows(self.family, self.module, hidden_rows):
+            logits = self.family.call(self.module, input_ids, attention_mask, position_ids)
+        logits = logits.reshape(-1, logits.shape[-1])  # [R, V]
+        if logits.shape[0] != token_rows.numel():
+            raise RuntimeError(f"{type(unwrap(self.module)).__name__} changed the projected rows ({logits.shape[0]} "
+                               f"!= {token_rows.numel()}); its family's final_norm '{self.family.final_norm}' is not "
+                               f"the last step before the vocabulary head")
+        return logits
+
+    def head_weight(self) -> torch.Tensor:
+        """The vocabulary projection's weight, tied or not.  # [V, H]"""
+        return self.family.head_weight(self.module)
+
+    def supports_prefix_cache(self) -> bool:
+        """Whether the model's own forward fills a transformers ``Cache`` (native and stock classes do)."""
+        return self.family.takes_cache(self.module)
+
+
+def read_model_config(path: str) -> dict:
+    """The ``config.json`` of a local checkpoint or hub id, as a dict (no model code is run)."""
+    from transformers import PretrainedConfig
+
+    config, _ = PretrainedConfig.get_config_dict(path)
+    return config
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """How a checkpoint becomes a network: ``native`` (our class), ``remote`` (its own code) or ``stock``."""
+
+    family: ModelFamily
+    implementation: str
+    model_class: type | None = None  # the native class, for "native"
 
     @property
-    def output_head(self) -> torch.nn.Module:
-        return output_head_of(self.module)
+    def trust_remote_code(self) -> bool:
+        return self.implementation == "remote"
 
 
-def backbone_of(module: torch.nn.Module) -> torch.nn.Module:
-    """The transformer body that returns hidden states (``model.model`` for HF causal LMs)."""
-    inner = getattr(module, "_fsdp_wrapped_module", module)
-    for name in ("model", "transformer"):
-        body = getattr(inner, name, None)
-        if isinstance(body, torch.nn.Module):
-            return body
-    raise ModelConfigError(f"{type(inner).__name__} has no .model/.transformer body to take hidden states from")
+def plan_loading(config: dict, family: str | None = None, implementation: str = "auto",
+                 trust_remote_code: bool = False) -> LoadPlan:
+    """Choose how to build the network for a ``config.json`` dict; errors say which key to set.
 
-
-def output_head_of(module: torch.nn.Module) -> torch.nn.Module:
-    """The vocabulary projection (``lm_head``) of an HF causal LM."""
-    inner = getattr(module, "_fsdp_wrapped_module", module)
-    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
-    if head is None:
-        raise ModelConfigError(f"{type(inner).__name__} exposes no output embeddings (lm_head)")
-    return head
-
-
-def load_pretrained(path: str, dtype: torch.dtype = torch.float32, trust_remote_code: bool = True,
-                    attn_implementation: str | None = None) -> torch.nn.Module:
-    """Load a diffusion LM checkpoint from a local path or hub id.
-
-    Tries ``AutoModelForCausalLM`` (our tiny models, LLaDA) then ``AutoModel`` (Dream and
-    DiffuCoder register only that). Raises a message naming the path when it does not exist.
+    ``auto`` takes our native class when the family has one that runs these settings, the
+    checkpoint's own code otherwise (which needs ``trust_remote_code``).
     """
-    import os
+    if implementation not in IMPLEMENTATIONS:
+        raise ModelConfigError(f"unknown implementation '{implementation}' (actor_rollout_ref.model.diffusion."
+                               f"implementation); choose one of {', '.join(IMPLEMENTATIONS)}")
+    found = detect_family(config, family)
+    has_code = bool(config.get("auto_map"))
+    unsupported = found.native_unsupported(config) if found.native else []
+    if found.native and implementation != "remote" and not unsupported:
+        return LoadPlan(found, "native", found.native()[1])
+    if implementation == "native":
+        why = (f"these settings need its published code: {', '.join(unsupported)}" if unsupported
+               else f"the {found.name} family has no native implementation")
+        raise ModelConfigError(f"implementation=native cannot load this checkpoint: {why}. Use implementation=auto.")
+    if not has_code:
+        if found.native or implementation == "remote":
+            raise ModelConfigError(f"the checkpoint's config.json has no auto_map, so there is no remote code to run "
+                                   f"(implementation={implementation}); "
+                                   + (f"its settings need it: {', '.join(unsupported)}" if unsupported else
+                                      "use implementation=auto"))
+        return LoadPlan(found, "stock")
+    if not trust_remote_code:
+        reason = f"its settings need the published code ({', '.join(unsupported)})" if unsupported else (
+            "implementation=remote asks for its own code" if implementation == "remote" else
+            f"the {found.name} family has no native implementation")
+        raise ModelConfigError(f"this checkpoint must run its own modeling code: {reason}. Set "
+                               f"actor_rollout_ref.model.trust_remote_code=true (CLI: --trust-remote-code) if you "
+                               f"trust the code shipped with it.")
+    return LoadPlan(found, "remote")
 
-    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM
 
+def load_model_config(path: str, plan: LoadPlan):
+    """The config object the planned implementation builds from (no weights are read)."""
+    from transformers import AutoConfig
+
+    register_with_transformers()
+    if plan.implementation == "native":
+        return plan.model_class.config_class.from_pretrained(path)
+    return AutoConfig.from_pretrained(path, trust_remote_code=plan.trust_remote_code)
+
+
+def load_pretrained(path: str, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
+                    attn_implementation: str | None = None, family: str | None = None,
+                    implementation: str = "auto") -> torch.nn.Module:
+    """Load a diffusion LM checkpoint from a local path or hub id, as :func:`plan_loading` decides."""
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    register_with_transformers()
     expanded = os.path.expanduser(path)
     is_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
     if not os.path.exists(expanded) and not is_hub_id:
         raise ModelConfigError(f"model path '{path}' does not exist. Point actor_rollout_ref.model.path at a "
                                f"checkpoint directory or a hub id such as apple/DiffuCoder-7B-Instruct.")
     path = expanded if os.path.exists(expanded) else path
-    kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": trust_remote_code}
+    config = read_model_config(path)
+    plan = plan_loading(config, family, implementation, trust_remote_code)
+    kwargs: dict[str, Any] = {"dtype": dtype}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-    auto_map = getattr(config, "auto_map", None) or {}
-    if "AutoModelForCausalLM" in auto_map or not auto_map:
-        try:
-            return AutoModelForCausalLM.from_pretrained(path, **kwargs)
-        except ValueError:
-            pass
-    return AutoModel.from_pretrained(path, **kwargs)
+    if plan.implementation == "native":
+        return plan.model_class.from_pretrained(path, **kwargs)
+    if plan.implementation == "remote":
+        auto_class = AutoModelForCausalLM if "AutoModelForCausalLM" in config["auto_map"] else AutoModel
+        module = auto_class.from_pretrained(path, trust_remote_code=True, **kwargs)
+        if not is_remote_code(module):
+            raise ModelConfigError(f"implementation=remote loaded {type(module).__name__}, a class of this "
+                                   f"installation rather than the checkpoint's own code")
+        return module
+    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 
 
 def load_diffusion_lm(path: str, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
-                      trust_remote_code: bool = True) -> tuple[DiffusionLM, Any]:
+                      trust_remote_code: bool = False, family: str | None = None,
+                      implementation: str = "auto") -> tuple[DiffusionLM, Any]:
     """A checkpoint ready to sample from: the wrapped model in eval mode on ``device`` and its tokenizer."""
     from transformers import AutoTokenizer
 
+    register_with_transformers()  # Dream's tokenizer files name a tokenizer class only our registration knows
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    module = load_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code).to(device).eval()
-    return DiffusionLM.wrap(module, tokenizer), tokenizer
+    module = load_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, family=family,
+                             implementation=implementation).to(device).eval()
+    return DiffusionLM.wrap(module, tokenizer, family=family), tokenizer

@@ -23,6 +23,7 @@ HOOK_FOR_KIND = {
     "reward": "diffugrpo_reward_functions",
     "masker": "diffugrpo_maskers",
     "sampler": "diffugrpo_samplers",
+    "model_family": "diffugrpo_model_families",
 }
 
 
@@ -35,7 +36,7 @@ class Registration:
     """One named object a plugin provides."""
 
     name: str
-    kind: str  # "reward" | "masker" | "sampler"
+    kind: str  # "reward" | "masker" | "sampler" | "model_family"
     obj: Any
     plugin: str  # entry-point name
     distribution: str  # the installed distribution that declared the entry point
@@ -93,7 +94,7 @@ def plugin_manager() -> tuple[pluggy.PluginManager, dict[str, str]]:
 
 
 def registrations(kind: str) -> dict[str, Registration]:
-    """All objects of one kind (``reward``, ``masker``, ``sampler``) by name.
+    """All objects of one kind (``reward``, ``masker``, ``sampler``, ``model_family``) by name.
 
     Raises :class:`PluginError` when two plugins register the same name (naming both) or a
     hook returns something other than a mapping of names to objects.

@@ -1,0 +1,351 @@
+"""Model families: how each kind of diffusion LM is called, aligned, projected and masked.
+
+A checkpoint's family is read from its ``config.json`` (``model_type``, the ``auto_map`` code
+files, ``architectures``); ``actor_rollout_ref.model.diffusion.family`` overrides it. A family says:
+
+* **calling convention**: the keyword arguments its network takes. Our native Dream/LLaDA
+  classes and stock transformers models take a 2D padding mask and ``position_ids``. Dream's
+  published code takes ``"full"`` or a 4D boolean mask (query and key both real); LLaDA's takes
+  no ``position_ids`` at all (positions are ``0..L-1``) and a 2D mask it turns into a bias.
+* **logit shift**: Dream's output at ``i - 1`` predicts token ``i``; LLaDA's output at ``i`` does.
+* **head**: where the final hidden states are (``final_norm``'s output) and what projects them
+  (a module, or for a tied LLaDA the token embedding's weight and no module at all).
+* **mask token**: which id is ``[MASK]`` when the config does not say (LLaDA's is 126336,
+  ``<|mdm_mask|>``, and its config object reports a meaningless default of 50256).
+* **native implementation**: our own class that loads the published weights without remote code.
+
+Built-ins: ``dream`` (alias ``diffucoder``), ``llada`` and ``bidirectional`` (a stock transformers
+model run with ``is_causal: false``, like our tiny models). Third parties add families through
+the ``diffugrpo_model_families`` hook (:mod:`diffugrpo_plugin.hookspecs`). Plain torch +
+transformers; no verl.
+"""
+
+from __future__ import annotations
+
+import inspect
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from diffugrpo_plugin import hookimpl
+
+IMPLEMENTATIONS = ("auto", "native", "remote")
+LLADA_MASK_TOKEN_ID = 126336  # `<|mdm_mask|>`; LLaDA's generate.py hard-codes it, its config does not carry it
+
+
+class ModelConfigError(ValueError):
+    """The model (or its tokenizer) lacks something diffusion training needs; the message says what to set."""
+
+
+def unwrap(module: torch.nn.Module) -> torch.nn.Module:
+    """The model inside an FSDP1 wrapper (FSDP2 keeps the module itself)."""
+    return getattr(module, "_fsdp_wrapped_module", module)
+
+
+def is_remote_code(module: torch.nn.Module) -> bool:
+    """Whether the model's class came from a checkpoint's own code (``trust_remote_code``)."""
+    return any(cls.__module__.startswith("transformers_modules") for cls in type(unwrap(module)).__mro__)
+
+
+def _find(module: torch.nn.Module, path: str) -> torch.nn.Module | None:
+    found = unwrap(module)
+    for name in path.split("."):
+        found = getattr(found, name, None)
+        if found is None:
+            return None
+    return found
+
+
+def submodule(module: torch.nn.Module, path: str) -> torch.nn.Module:
+    """``module.a.b`` for ``path="a.b"``, or an error naming the model and the missing attribute."""
+    found = _find(module, path)
+    if found is None:
+        raise ModelConfigError(f"{type(unwrap(module)).__name__} has no '{path}': its layout does not match the "
+                               f"family it was detected as. Set actor_rollout_ref.model.diffusion.family to the "
+                               f"right one.")
+    return found
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding: ``cumsum(mask) - 1``, clamped at 0 on pads.  # [B, L]"""
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Calling conventions: (module, input_ids [B, L], attention_mask [B, L] 0/1, position_ids [B, L]) -> logits
+# ---------------------------------------------------------------------------------------------
+
+
+def _logits_of(out: Any) -> torch.Tensor:
+    return out.logits if hasattr(out, "logits") else out[0]
+
+
+def call_with_padding_mask(module, input_ids, attention_mask, position_ids) -> torch.Tensor:
+    """Stock transformers and our native classes: 2D mask, explicit positions, no cache."""
+    return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             use_cache=False))
+
+
+def dream_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor | str:
+    """Dream's own mask form: ``"full"`` without padding, else a 4D boolean ``[B, 1, L, L]``.
+
+    Real queries see real keys only, as in Dream's generation code; a padded query sees itself,
+    where Dream's code leaves it no key at all (NaN in some SDPA kernels, which the next layer's
+    attention would mix into real rows).
+    """
+    real = attention_mask.bool()  # [B, L]
+    if bool(real.all()):
+        return "full"
+    allowed = real[:, None, :, None] & real[:, None, None, :]  # [B, 1, L, L]
+    diagonal = torch.eye(real.shape[1], dtype=torch.bool, device=real.device)[None, None]  # [1, 1, L, L]
+    return allowed | (diagonal & ~real[:, None, :, None])
+
+
+def call_dream_published(module, input_ids, attention_mask, position_ids) -> torch.Tensor:
+    """Dream's published code: the mask as built by :func:`dream_attention_mask`, positions over real tokens."""
+    if is_remote_code(module):
+        return _logits_of(module(input_ids=input_ids, attention_mask=dream_attention_mask(attention_mask),
+                                 position_ids=position_ids))
+    return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
+
+
+def call_llada_published(module, input_ids, attention_mask, position_ids) -> torch.Tensor:
+    """LLaDA's published code: no ``position_ids`` parameter (positions are ``0..L-1``, which with left
+    padding shifts every real token equally: RoPE attention depends on differences only), and a 2D mask."""
+    if is_remote_code(module):
+        padded = not bool(attention_mask.bool().all())
+        return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask if padded else None))
+    return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# The family record
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """What differs between diffusion-LM families (see the module docstring).
+
+    Attributes:
+        name: the family's name in config and listings.
+        description: one line for listings and ``diffugrpo check-model``.
+        model_types: ``config.json`` ``model_type`` values that select it (compared case-insensitively).
+        code_files: ``auto_map`` module names (``"modeling_dream"``) that select it.
+        architectures: ``config.json`` ``architectures`` entries that select it.
+        logits_shift: True when the output at ``i - 1`` scores token ``i``; None to read the
+            config's ``diffusion_logits_shift`` (the ``bidirectional`` family).
+        call: ``call(module, input_ids, attention_mask, position_ids) -> logits`` [B, L, V].
+        attention_convention: how ``call`` presents attention and positions, in words.
+        final_norm: dotted path of the module whose output is the final hidden states.
+        head: dotted path of the vocabulary head module; None when the head is the tied
+            ``embedding`` weight with no module of its own.
+        embedding: dotted path of the token embedding.
+        mask_token_names: tokenizer tokens that are the mask token, tried when neither the
+            config nor the tokenizer names ``mask_token_id``.
+        default_mask_token_id: the family's published mask id, the last resort.
+        config_mask_token_id: the mask id a loaded config states, or None.
+        native: returns our implementation's ``(config_class, model_class)``; None when there is none.
+        native_unsupported: ``config.json`` dict -> settings the native class cannot run.
+        remote_prefix_cache: whether the published code's forward fills a transformers ``Cache``.
+    """
+
+    name: str
+    description: str
+    call: Callable[..., torch.Tensor]
+    attention_convention: str
+    final_norm: str
+    head: str | None
+    embedding: str
+    logits_shift: bool | None
+    model_types: tuple[str, ...] = ()
+    code_files: tuple[str, ...] = ()
+    architectures: tuple[str, ...] = ()
+    mask_token_names: tuple[str, ...] = ("<|mask|>",)
+    default_mask_token_id: int | None = None
+    config_mask_token_id: Callable[[Any], int | None] = field(default=lambda config: getattr(config, "mask_token_id",
+                                                                                             None))
+    native: Callable[[], tuple[type, type]] | None = None
+    native_unsupported: Callable[[dict], list[str]] = field(default=lambda config: [])
+    remote_prefix_cache: bool = False
+
+    def matches(self, config: dict) -> bool:
+        """Whether a ``config.json`` dict names this family."""
+        model_type = str(config.get("model_type") or "").lower()
+        code = {str(ref).split(".")[0].split("--")[-1] for ref in (config.get("auto_map") or {}).values()
+                if isinstance(ref, str)}
+        return (model_type in {t.lower() for t in self.model_types} or bool(code & set(self.code_files))
+                or bool(set(config.get("architectures") or ()) & set(self.architectures)))
+
+    def head_weight(self, module: torch.nn.Module) -> torch.Tensor:
+        """The vocabulary projection's weight: the head module's, or the embedding's when the head has
+        no module of its own (a tied LLaDA).  # [V, H]"""
+        head = _find(module, self.head) if self.head else None
+        return (head if head is not None else submodule(module, self.embedding)).weight
+
+    def head_is_tied(self, module: torch.nn.Module) -> bool:
+        return self.head_weight(module) is submodule(module, self.embedding).weight
+
+    def logits_shift_of(self, config: Any) -> bool | None:
+        if self.logits_shift is not None:
+            return self.logits_shift
+        value = getattr(config, "diffusion_logits_shift", None)
+        return None if value is None else bool(value)
+
+    def takes_cache(self, module: torch.nn.Module) -> bool:
+        """Whether the model's forward fills a transformers ``Cache`` (for the sampler's prefix cache)."""
+        if is_remote_code(module) and not self.remote_prefix_cache:
+            return False
+        return "past_key_values" in inspect.signature(unwrap(module).forward).parameters
+
+
+BIDIRECTIONAL = ModelFamily(
+    name="bidirectional",
+    description="a stock transformers model run with is_causal: false (our tiny models)",
+    call=call_with_padding_mask,
+    attention_convention="2D padding mask + position_ids (cumsum of the mask - 1)",
+    final_norm="model.norm",
+    head="lm_head",
+    embedding="model.embed_tokens",
+    logits_shift=None,
+    mask_token_names=(),  # a stock model states its mask id (config or tokenizer) or is told it
+)
+
+
+def _dream_native():
+    from diffugrpo_plugin.native.dream import DreamConfig, DreamModel
+
+    return DreamConfig, DreamModel
+
+
+def _llada_native():
+    from diffugrpo_plugin.native.llada import LLaDAConfig, LLaDAModelLM
+
+    return LLaDAConfig, LLaDAModelLM
+
+
+def _llada_unsupported(config: dict) -> list[str]:
+    from diffugrpo_plugin.native.llada import unsupported_settings
+
+    return unsupported_settings(config)
+
+
+DREAM = ModelFamily(
+    name="dream",
+    description="Dream / DiffuCoder: Qwen2 body, bidirectional, shifted logits",
+    call=call_dream_published,
+    attention_convention=('native: 2D padding mask + position_ids; published code: "full" or a 4D boolean '
+                          'mask (query and key real) + position_ids'),
+    final_norm="model.norm",
+    head="lm_head",
+    embedding="model.embed_tokens",
+    logits_shift=True,
+    model_types=("Dream",),
+    code_files=("modeling_dream",),
+    architectures=("DreamModel",),
+    native=_dream_native,
+)
+
+LLADA = ModelFamily(
+    name="llada",
+    description="LLaDA: Llama-style body with its own weight names, bidirectional, unshifted logits",
+    call=call_llada_published,
+    attention_convention=("native: 2D padding mask + position_ids; published code: 2D mask only, "
+                          "no position_ids (positions 0..L-1)"),
+    final_norm="model.transformer.ln_f",
+    head="model.transformer.ff_out",
+    embedding="model.transformer.wte",
+    logits_shift=False,
+    model_types=("llada",),
+    code_files=("modeling_llada",),
+    architectures=("LLaDAModelLM",),
+    mask_token_names=("<|mdm_mask|>", "<|mask|>"),
+    default_mask_token_id=LLADA_MASK_TOKEN_ID,
+    # LLaDA's published config class fills an absent mask_token_id with OLMo's 50256: trust only a stated one
+    config_mask_token_id=lambda config: config.to_diff_dict().get("mask_token_id"),
+    native=_llada_native,
+    native_unsupported=_llada_unsupported,
+)
+
+
+@hookimpl
+def diffugrpo_model_families() -> dict[str, ModelFamily]:
+    """The built-in families (registered through the same entry point a third party uses)."""
+    return {"dream": DREAM, "diffucoder": DREAM, "llada": LLADA, "bidirectional": BIDIRECTIONAL}
+
+
+# ---------------------------------------------------------------------------------------------
+# Detection and resolution
+# ---------------------------------------------------------------------------------------------
+
+SELECT_HINT = ("Set actor_rollout_ref.model.diffusion.family=<name> (CLI: --family), or register a family for "
+               "your model through the diffugrpo_model_families hook (diffugrpo_plugin/hookspecs.py)")
+
+
+def known_families() -> dict[str, ModelFamily]:
+    from diffugrpo_plugin.plugins import registrations
+
+    return {name: registration.obj for name, registration in registrations("model_family").items()}
+
+
+def _names_by_family(families: dict[str, ModelFamily]) -> list[tuple[ModelFamily, list[str]]]:
+    """Each family once, with every name it is registered under (``dream / diffucoder``)."""
+    grouped: dict[int, tuple[ModelFamily, list[str]]] = {}
+    for name, family in families.items():
+        grouped.setdefault(id(family), (family, []))[1].append(name)
+    return list(grouped.values())
+
+
+def family_named(name: str) -> ModelFamily:
+    """The registered family ``name``, or an error listing the known ones."""
+    from diffugrpo_plugin.plugins import PluginError, lookup
+
+    try:
+        return lookup("model_family", name).obj
+    except PluginError as error:
+        raise ModelConfigError(str(error)) from error
+
+
+def detect_family(config: dict, override: str | None = None) -> ModelFamily:
+    """The family a ``config.json`` dict belongs to (``override`` wins), or an error naming what to set."""
+    if override:
+        return family_named(override)
+    families = known_families()
+    found = {family.name: family for family in families.values() if family is not BIDIRECTIONAL and family.matches(config)}
+    if len(found) == 1:
+        return next(iter(found.values()))
+    if len(found) > 1:
+        raise ModelConfigError(f"the model config matches several families ({', '.join(sorted(found))}). "
+                               f"{SELECT_HINT}.")
+    if config.get("is_causal") is False:
+        return BIDIRECTIONAL
+    listing = "; ".join(f"{' / '.join(names)}: {family.description}" for family, names in _names_by_family(families))
+    causal = (" It has causal attention (no is_causal: false), so it looks like an autoregressive model; a stock "
+              "transformers model trained as a masked diffusion LM needs is_causal: false in its config.json."
+              if not config.get("auto_map") else "")
+    raise ModelConfigError(
+        f"cannot tell which diffusion-LM family this model is: model_type={config.get('model_type')!r}, "
+        f"architectures={config.get('architectures')}, auto_map={sorted((config.get('auto_map') or {}).values())}."
+        f"{causal} Known families: {listing}. {SELECT_HINT}.")
+
+
+@contextmanager
+def final_hidden_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.Tensor):
+    """While active, the model's final hidden states are only ``hidden.flatten(0, 1)[rows]``.
+
+    Hooked on the output of ``family.final_norm``, inside the model's own forward (so FSDP's
+    parameter gathering is untouched): whatever projects the hidden states (a head module, or a
+    tied embedding weight with no module) then projects only those rows, and the model returns
+    logits shaped ``[1, R, V]``.
+    """
+
+    def keep_rows(_module, _args, hidden):
+        return hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows)[None]  # [1, R, H]
+
+    handle = submodule(module, family.final_norm).register_forward_hook(keep_rows)
+    try:
+        yield
+    finally:
+        handle.remove()
