@@ -6,21 +6,19 @@ coefficient per view and token), the estimate for token ``(b, l)`` is
 
 The reference implementation runs the full vocabulary projection and a full-vocabulary
 log-softmax for every position of every view (``3 x B x L x V`` floats). Here the
-transformer body still runs on all ``V`` views (the attention needs every position), but a
-forward pre-hook on the output head keeps only the hidden rows whose coefficient is
-non-zero, so for the coupled masker the head sees ``2 x`` the completion tokens. The
-log-softmax is then taken in fp32 chunk by chunk, and its backward writes the gradient
-straight into one buffer the size of the selected logits: beside the head's output, the
-pass never holds more than that buffer and one fp32 chunk (see
-``benchmarks/coupled_logprob.py`` for the measured effect).
+transformer body still runs on all ``V`` views (the attention needs every position), but only
+the hidden rows whose coefficient is non-zero reach the vocabulary projection
+(:meth:`~diffugrpo_plugin.models.DiffusionLM.scored_logits`), so for the coupled masker the
+head sees ``2 x`` the completion tokens. The log-softmax is then taken in fp32 chunk by
+chunk, and its backward writes the gradient straight into one buffer the size of the
+selected logits: beside the head's output, the pass never holds more than that buffer and
+one fp32 chunk (see ``benchmarks/coupled_logprob.py`` for the measured effect).
 
-The hook runs inside the model's own forward, so FSDP's parameter gathering is untouched.
 Plain torch; no verl.
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -134,25 +132,6 @@ def chunked_gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, chunk_
     return (logp, entropy) if with_entropy else logp
 
 
-@contextmanager
-def head_rows_only(head: torch.nn.Module, row_index: torch.Tensor):
-    """While active, the output head projects only ``hidden.flatten(0, 1)[row_index]``.
-
-    The model then returns logits shaped ``[1, R, V]`` for the selected rows.
-    """
-
-    def select_rows(_module, args):
-        hidden = args[0]  # [N, L, H]
-        selected = hidden.reshape(-1, hidden.shape[-1]).index_select(0, row_index)[None]  # [1, R, H]
-        return (selected, *args[1:])
-
-    handle = head.register_forward_pre_hook(select_rows)
-    try:
-        yield
-    finally:
-        handle.remove()
-
-
 def coupled_token_logprobs(lm: DiffusionLM, views: MaskedViews, input_ids: torch.Tensor,
                            attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
                            with_entropy: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> TokenLogprobs:
@@ -178,20 +157,7 @@ def coupled_token_logprobs(lm: DiffusionLM, views: MaskedViews, input_ids: torch
 
     scored = coef.reshape(num_views * batch, length) != 0  # [V*B, L]
     target_rows = scored.flatten().nonzero(as_tuple=True)[0]  # [R]
-    # A shifted model predicts token l from the output at l - 1.
-    hidden_rows = target_rows - 1 if lm.shift_logits else target_rows  # [R]
-    if lm.shift_logits and bool((target_rows % length == 0).any()):
-        raise ValueError("a scored token sits at position 0, which a shifted (Dream-style) model cannot predict; "
-                         "every completion needs at least one prompt token before it")
-
-    with head_rows_only(lm.output_head, hidden_rows):
-        out = lm.module(input_ids=stacked_ids, attention_mask=stacked_attention, position_ids=stacked_positions,
-                        use_cache=False)
-    row_logits = out.logits if hasattr(out, "logits") else out[0]
-    row_logits = row_logits.reshape(-1, row_logits.shape[-1])  # [R, V]
-    if row_logits.shape[0] != target_rows.numel():
-        raise RuntimeError(f"{type(lm.module).__name__} changed the head's output rows "
-                           f"({row_logits.shape[0]} != {target_rows.numel()}); it cannot use the row-selective path")
+    row_logits = lm.scored_logits(stacked_ids, stacked_attention, stacked_positions, target_rows)  # [R, V]
 
     row_targets = targets.flatten().index_select(0, target_rows)  # [R]
     result = chunked_gathered_logprob(row_logits, row_targets, chunk_rows, with_entropy)

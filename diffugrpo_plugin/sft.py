@@ -66,7 +66,9 @@ class SFTError(ValueError):
 class SFTConfig:
     """Everything one SFT run depends on (also written next to the checkpoint as ``sft_config.json``).
 
-    ``model_path`` None: the tiny built-in Dream-style model (random init). ``completion_length``
+    ``model_path`` None: the tiny built-in Dream-style model (random init); ``family``,
+    ``implementation`` and ``trust_remote_code`` choose how it loads (see
+    :func:`diffugrpo_plugin.models.plan_loading`). ``completion_length``
     counts the target's tokens and its EOS padding; longer targets (and prompts longer than
     ``max_prompt_length``) are left out and counted. The learning rate warms up linearly over
     ``warmup_steps`` then follows a cosine down to ``min_lr_ratio * lr``. ``threads``: torch
@@ -77,6 +79,9 @@ class SFTConfig:
     train_files: tuple[str, ...]
     output_dir: str
     model_path: str | None = None
+    family: str | None = None
+    implementation: str = "auto"
+    trust_remote_code: bool = False
     val_files: tuple[str, ...] = ()
     steps: int = 1000
     batch_size: int = 8
@@ -336,18 +341,19 @@ class _Learner:
         return validation_loss(self.lm, examples, config, self.pad_id, self.eos_id, self.masker)
 
 
-def load_model_and_tokenizer(model_path: str | None):
-    """The model to fine-tune (float32, train mode) and its tokenizer; None: the tiny built-in Dream-style one."""
-    from transformers import AutoTokenizer
+def load_model_and_tokenizer(config: SFTConfig) -> tuple[DiffusionLM, Any]:
+    """The model to fine-tune (float32, train mode) and its tokenizer; no path: the tiny built-in Dream-style one."""
+    from diffugrpo_plugin.models import load_diffusion_lm
 
-    from diffugrpo_plugin.models import load_pretrained
-
+    model_path = config.model_path
     if model_path is None:
         from diffugrpo_plugin.tiny import default_tiny_model_path
 
         model_path = default_tiny_model_path()
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    return load_pretrained(model_path).train(), tokenizer
+    lm, tokenizer = load_diffusion_lm(model_path, "cpu", trust_remote_code=config.trust_remote_code,
+                                      family=config.family, implementation=config.implementation)
+    lm.module.train()
+    return lm, tokenizer
 
 
 StopRule = Callable[[int, DiffusionLM, Any], bool]
@@ -379,10 +385,11 @@ def _load_data(config: SFTConfig, tokenizer: Any, echo: Callable[[str], None]) -
 
 def _train(config: SFTConfig, echo: Callable[[str], None], stop_when: StopRule | None) -> SFTResult:
     started = time.perf_counter()
-    module, tokenizer = load_model_and_tokenizer(config.model_path)
+    lm, tokenizer = load_model_and_tokenizer(config)
     examples, val = _load_data(config, tokenizer, echo)
-    learner = _Learner(lm=DiffusionLM.wrap(module, tokenizer), masker=make_sft(config.eps),
-                       optimizer=torch.optim.AdamW(module.parameters(), lr=config.lr, weight_decay=config.weight_decay),
+    learner = _Learner(lm=lm, masker=make_sft(config.eps),
+                       optimizer=torch.optim.AdamW(lm.module.parameters(), lr=config.lr,
+                                                   weight_decay=config.weight_decay),
                        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
                        eos_id=tokenizer.eos_token_id)
     scalars = _Scalars(config.tensorboard_dir)
@@ -408,7 +415,7 @@ def _train(config: SFTConfig, echo: Callable[[str], None], stop_when: StopRule |
             break
     result.steps_done = done
     scalars.close()
-    save_checkpoint(module, tokenizer, config, done)
+    save_checkpoint(lm.module, tokenizer, config, done)
     result.seconds = time.perf_counter() - started
     echo(f"sft: saved {config.output_dir} after {result.seconds:.0f} s")
     return result
@@ -451,6 +458,10 @@ def parse_args(argv: Sequence[str] | None = None) -> SFTConfig:
     parser.add_argument("--output-dir", required=True, help="where the checkpoint is written")
     parser.add_argument("--model", dest="model_path", default=None,
                         help="checkpoint to start from (default: the tiny built-in Dream-style model)")
+    parser.add_argument("--family", default=None, help="model family (default: detected from its config.json)")
+    parser.add_argument("--implementation", choices=("auto", "native", "remote"), default="auto",
+                        help="auto: our native Dream/LLaDA classes when they fit, else the checkpoint's own code")
+    parser.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
     for name in ("steps", "batch_size", "warmup_steps", "max_prompt_length", "completion_length", "seed",
                  "log_every", "eval_every", "val_masks", "threads"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name],

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
+from diffugrpo_plugin.families import BIDIRECTIONAL
 from diffugrpo_plugin.models import DiffusionLM
 
 FAKE_VOCAB = 6
@@ -44,7 +45,7 @@ class TableModel(torch.nn.Module):
 
 
 def fake_lm(tables: dict[int, list[list[float]]]) -> DiffusionLM:
-    return DiffusionLM(TableModel(tables), mask_token_id=FAKE_MASK, shift_logits=False)
+    return DiffusionLM(TableModel(tables), mask_token_id=FAKE_MASK, shift_logits=False, family=BIDIRECTIONAL)
 
 
 def single_thread():

@@ -153,10 +153,9 @@ def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_mo
     config = sft.SFTConfig(train_files=train_files, val_files=val_files, output_dir=str(tmp_path / "ckpt"),
                            model_path=tiny_model_path, steps=40, batch_size=8, lr=3e-3, warmup_steps=5, log_every=10,
                            tensorboard_dir=str(tmp_path / "tb"))
-    module, tokenizer = sft.load_model_and_tokenizer(tiny_model_path)
+    lm, tokenizer = sft.load_model_and_tokenizer(config)
     val_examples = sft.load_examples(config.val_files, tokenizer, 48, 160).examples
-    before = sft.validation_loss(DiffusionLM.wrap(module, tokenizer), val_examples, config, tokenizer.pad_token_id,
-                                 tokenizer.eos_token_id, make_sft())
+    before = sft.validation_loss(lm, val_examples, config, tokenizer.pad_token_id, tokenizer.eos_token_id, make_sft())
     result = sft.train(config, echo=lambda line: None)
     after = result.val_losses[-1][1]
     assert after < 0.7 * before, (before, after)  # random init: ~log V per weighted token

@@ -20,9 +20,10 @@ import time
 from typing import Any
 
 from diffugrpo_plugin.cli.generate import DEFAULT_SAMPLER
+from diffugrpo_plugin.cli.model_flags import add_model_flags, load_model
 
-GENERATION_ONLY = ("model", "sampler", "option", "steps", "n", "max_new_tokens", "seed", "batch_size", "device",
-                   "no_chat_template")
+GENERATION_ONLY = ("model", "family", "implementation", "trust_remote_code", "sampler", "option", "steps", "n",
+                   "max_new_tokens", "seed", "batch_size", "device", "no_chat_template")
 DEFAULTS = {"sampler": DEFAULT_SAMPLER, "n": 1, "max_new_tokens": 256, "seed": 0, "batch_size": 16}
 
 
@@ -51,8 +52,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                            '"completion": "<raw model text>"}, several per task allowed')
 
     generation = parser.add_argument_group("generation (not with --completions)")
-    generation.add_argument("--model", default=None,
-                            help="checkpoint directory or hub id (default: the tiny built-in Dream-style model)")
+    add_model_flags(generation)
     generation.add_argument("--sampler", default=None, help=f"sampler name (default: {DEFAULT_SAMPLER})")
     generation.add_argument("-o", "--option", action="append", default=None, metavar="NAME=VALUE",
                             help="a sampler option, VALUE read as JSON when it parses (temperature=0.2); repeatable")
@@ -62,7 +62,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     generation.add_argument("--seed", type=int, default=None,
                             help="base seed; each (task, sample) gets its own seed derived from it (default: 0)")
     generation.add_argument("--batch-size", type=int, default=None, help="prompts per sampler call (default: 16)")
-    generation.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     generation.add_argument("--no-chat-template", action="store_true", default=None,
                             help="feed the user messages as they are instead of through the chat template")
 
@@ -151,7 +150,6 @@ def _sampler_options(args: argparse.Namespace) -> dict[str, Any]:
 def _generate(args: argparse.Namespace, problems, ks: list[int]):
     """Completions of every problem, and the settings that produced them (for the summary)."""
     from diffugrpo_plugin import evaluation
-    from diffugrpo_plugin.cli.generate import load_model
     from diffugrpo_plugin.sampling import build_sampler
 
     chosen = {name: getattr(args, name) if getattr(args, name) is not None else default
@@ -164,7 +162,7 @@ def _generate(args: argparse.Namespace, problems, ks: list[int]):
     if chosen["n"] > 1 and getattr(sampler, "temperature", None) == 0:
         print("diffugrpo eval: note: temperature 0 makes every sample of a prompt identical; "
               "use -o temperature=... for pass@k with k > 1", file=sys.stderr)
-    lm, tokenizer = load_model(args.model, args.device)
+    lm, tokenizer = load_model(args)
     completions = evaluation.generate_completions(
         sampler, lm, tokenizer, problems, chosen["n"], chosen["max_new_tokens"], seed=chosen["seed"],
         batch_size=chosen["batch_size"], chat_template=not args.no_chat_template, progress=_progress)

@@ -13,6 +13,8 @@ import sys
 import textwrap
 from typing import Any
 
+from diffugrpo_plugin.cli.model_flags import add_model_flags, load_model
+
 DEFAULT_SAMPLER = "entropy"
 
 
@@ -24,8 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     parser.add_argument("-h", "--help", action=_HelpWithSamplers, nargs=0,
                         help="show this help, with every installed sampler and its options, and exit")
-    parser.add_argument("--model", default=None,
-                        help="checkpoint directory or hub id (default: the tiny built-in Dream-style model)")
+    add_model_flags(parser.add_argument_group("model"))
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--prompt", action="append", default=[], metavar="TEXT",
                         help="a prompt; repeat for a batch")
@@ -38,7 +39,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--seed", type=int, default=0, help="prompt i is sampled with seed SEED + i (default: 0)")
     parser.add_argument("--no-chat-template", action="store_true",
                         help="feed prompts as they are instead of through the tokenizer's chat template")
-    parser.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
     parser.add_argument("--trace", action="store_true",
                         help="show each completion coloured by the step that unmasked each token")
     parser.add_argument("--trace-html", metavar="PATH", help="write the trace as an HTML page with a step slider")
@@ -133,24 +133,13 @@ def run(args: argparse.Namespace) -> int:
         if not prompts:
             raise ValueError("no prompt given: use --prompt TEXT (repeatable) or --prompts FILE.jsonl")
         sampler = build_sampler(args.sampler, **parse_options(args.option))
-        lm, tokenizer = load_model(args.model, args.device)
+        lm, tokenizer = load_model(args)
         results = _generate(sampler, lm, tokenizer, prompts, args)
     except (ValueError, OSError, PluginError, SamplerOptionError, ModelConfigError) as exc:
         print(f"diffugrpo generate: error: {exc}", file=sys.stderr)
         return 2
     _report(results, args)
     return 0
-
-
-def load_model(model_path: str | None, device: str | None):
-    """The model to sample from (the tiny built-in when no path is given) and its tokenizer."""
-    from diffugrpo_plugin.models import load_diffusion_lm
-
-    if model_path is None:
-        from diffugrpo_plugin.tiny import default_tiny_model_path
-
-        model_path = default_tiny_model_path()
-    return load_diffusion_lm(model_path, device)
 
 
 def _encode(tokenizer, prompts: list[str], chat_template: bool, device):

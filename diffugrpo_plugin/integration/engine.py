@@ -29,7 +29,7 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.utils import detach_tree
 
 from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
-from diffugrpo_plugin.models import DiffusionLM
+from diffugrpo_plugin.models import DiffusionLM, plan_loading, read_model_config
 from diffugrpo_plugin.plugins import lookup
 
 MODEL_TYPE = "diffusion_lm"
@@ -40,9 +40,12 @@ MASK_SEED_FIELD = "mask_seed"
 class DiffusionModelConfig(HFModelConfig):
     """verl's model config plus the diffusion settings (``actor_rollout_ref.model.diffusion``).
 
-    Keys of ``diffusion``: ``masker`` (name, default ``coupled``), ``masker_kwargs`` (e.g.
-    ``t_range``, ``p_mask_prompt``), ``mask_token_id`` / ``logits_shift`` (override what the
-    model config says), ``chunk_rows`` (rows per fp32 log-softmax chunk).
+    Keys of ``diffusion``: ``family`` (``dream``, ``llada``, ``bidirectional`` or a plugin's;
+    default: detected from the checkpoint's config), ``implementation`` (``auto`` / ``native`` /
+    ``remote``, see :func:`diffugrpo_plugin.models.plan_loading`), ``masker`` (name, default
+    ``coupled``), ``masker_kwargs`` (e.g. ``t_range``, ``p_mask_prompt``), ``mask_token_id`` /
+    ``logits_shift`` (override what the family and model config say), ``chunk_rows`` (rows per
+    fp32 log-softmax chunk).
     """
 
     diffusion: dict = field(default_factory=dict)
@@ -61,6 +64,14 @@ def _host_memory_offload_on_cpu():
         yield
     finally:
         transformer_impl.CPUOffloadPolicy = original
+
+
+def _as_native_config(config, model_class):
+    """``config`` as our native class's config: it already is one unless verl loaded the checkpoint's own
+    config class (``trust_remote_code=true``); the attention implementation verl chose carries over."""
+    if isinstance(config, model_class.config_class):
+        return config
+    return model_class.config_class.from_dict(config.to_dict(), attn_implementation=config._attn_implementation)
 
 
 def _padded(nested: torch.Tensor, length: int, value: int = 0) -> torch.Tensor:
@@ -87,13 +98,22 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         return factory(**dict(settings.get("masker_kwargs") or {}))
 
     def _build_module(self):
-        # verl loads by model_type; ours loads exactly like a language model (AutoModelForCausalLM, or
-        # AutoModel for trust_remote_code checkpoints that register only that, such as Dream).
-        object.__setattr__(self.model_config, "model_type", "language_model")
+        # verl builds by model_type; ours loads through transformers' auto classes like a language model,
+        # with the implementation our family resolution picks (native Dream/LLaDA: no remote code).
+        settings = self._diffusion_settings()
+        plan = plan_loading(read_model_config(self.model_config.local_path), settings.get("family"),
+                            settings.get("implementation") or "auto", self.model_config.trust_remote_code)
+        if plan.implementation == "native":
+            self.model_config.hf_config = _as_native_config(self.model_config.hf_config, plan.model_class)
+        replaced = {"model_type": "language_model", "trust_remote_code": plan.trust_remote_code}
+        original = {key: getattr(self.model_config, key) for key in replaced}
+        for key, value in replaced.items():
+            object.__setattr__(self.model_config, key, value)
         try:
             return super()._build_module()
         finally:
-            object.__setattr__(self.model_config, "model_type", MODEL_TYPE)
+            for key, value in original.items():
+                object.__setattr__(self.model_config, key, value)
 
     def _build_fsdp_module(self, module):
         with _host_memory_offload_on_cpu():
@@ -103,7 +123,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         settings = self._diffusion_settings()
         return DiffusionLM.wrap(self.module, tokenizer=self.model_config.tokenizer,
                                 mask_token_id=settings.get("mask_token_id"),
-                                logits_shift=settings.get("logits_shift"))
+                                logits_shift=settings.get("logits_shift"), family=settings.get("family"))
 
     def forward_step(self, micro_batch: TensorDict, loss_function, forward_only):
         micro_batch = micro_batch.to(get_device_id())

@@ -46,24 +46,27 @@ def _check_rewards(config: DictConfig) -> None:
 
 
 def _check_model(config: DictConfig) -> None:
-    from diffugrpo_plugin.models import ModelConfigError, resolve_mask_token_id
+    from diffugrpo_plugin.models import ModelConfigError, load_model_config, plan_loading, read_model_config
+    from diffugrpo_plugin.models import resolve_mask_token
 
-    path = str(config.actor_rollout_ref.model.path)
+    model = config.actor_rollout_ref.model
+    path = str(model.path)
     expanded = os.path.expanduser(path)
     if not os.path.exists(expanded):
         if path.count("/") == 1 and not path.startswith((".", "/", "~")):
             return  # a hub id: checked when it is downloaded
         raise ConfigError(f"actor_rollout_ref.model.path '{path}' does not exist. Point it at a checkpoint directory "
                           f"or a hub id such as apple/DiffuCoder-7B-Instruct.")
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoTokenizer
 
-    trust = bool(config.actor_rollout_ref.model.get("trust_remote_code", False))
-    tokenizer_path = config.actor_rollout_ref.model.get("tokenizer_path") or expanded
-    model_config = AutoConfig.from_pretrained(expanded, trust_remote_code=trust)
-    tokenizer = AutoTokenizer.from_pretrained(os.path.expanduser(str(tokenizer_path)), trust_remote_code=trust)
-    diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
+    trust = bool(model.get("trust_remote_code", False))
+    diffusion = model.get("diffusion", {}) or {}
+    tokenizer_path = os.path.expanduser(str(model.get("tokenizer_path") or expanded))
     try:
-        resolve_mask_token_id(model_config, tokenizer, diffusion.get("mask_token_id"))
+        plan = plan_loading(read_model_config(expanded), diffusion.get("family"),
+                            diffusion.get("implementation") or "auto", trust)
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=trust)
+        resolve_mask_token(plan.family, load_model_config(expanded, plan), tokenizer, diffusion.get("mask_token_id"))
     except ModelConfigError as error:
         raise ConfigError(str(error)) from None
 

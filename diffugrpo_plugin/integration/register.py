@@ -16,6 +16,7 @@ rollout                     ``diffusion`` in both rollout registries
 V1 trainer                  ``diffugrpo`` (``trainer.v1.trainer_mode``)
 reward manager              ``diffugrpo`` (``reward.reward_manager.name``)
 config resolvers            ``diffugrpo.*`` OmegaConf resolvers used by our config
+Dream / LLaDA model types   transformers' auto classes, our native implementations (no remote code)
 ``verl.trainer.main``       the command users were promised (see :mod:`.entrypoint`)
 ==========================  ===============================================================
 """
@@ -34,8 +35,10 @@ registration_error: BaseException | None = None
 
 def _register_all() -> None:
     from diffugrpo_plugin.integration import algorithm, entrypoint, platform, resolvers, reward_manager, rollout
+    from diffugrpo_plugin.native import register_with_transformers
 
     assert platform.PlatformCPU  # registered by its decorator on import
+    register_with_transformers()  # verl's model config and engine load through AutoConfig / AutoModel
     algorithm.register()
     rollout.register()
     reward_manager.register()

@@ -68,13 +68,14 @@ class DiffusionRollout(BaseRollout):
             "temperature", "top_p", "top_k"}
         self.device = torch.device(get_device_name())
         dtype = getattr(torch, str(self.config.dtype)) if isinstance(self.config.dtype, str) else self.config.dtype
+        diffusion = dict(getattr(self.model_config, "diffusion", None) or {})
         module = load_pretrained(self.model_config.local_path, dtype=dtype,
                                  trust_remote_code=self.model_config.trust_remote_code,
-                                 attn_implementation=self._attn_implementation())
-        diffusion = dict(getattr(self.model_config, "diffusion", None) or {})
+                                 attn_implementation=self._attn_implementation(), family=diffusion.get("family"),
+                                 implementation=diffusion.get("implementation") or "auto")
         self.lm = DiffusionLM.wrap(module.to(self.device).eval(), tokenizer=self.model_config.tokenizer,
                                    mask_token_id=diffusion.get("mask_token_id"),
-                                   logits_shift=diffusion.get("logits_shift"))
+                                   logits_shift=diffusion.get("logits_shift"), family=diffusion.get("family"))
         self.tokenizer = self.model_config.tokenizer
         self.global_steps = 0
         self.replica_rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0

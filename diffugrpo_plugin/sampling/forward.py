@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from diffugrpo_plugin.models import DiffusionLM, ModelConfigError, backbone_of, output_head_of
+from diffugrpo_plugin.families import final_hidden_rows, unwrap
+from diffugrpo_plugin.models import DiffusionLM, ModelConfigError
 
 
 class FullForward:
@@ -36,62 +37,52 @@ class FullForward:
 class PrefixCachedForward:
     """Block-wise prefix KV cache (approximate under bidirectional attention, see module doc).
 
-    Needs a transformers model whose body (``model.model``) accepts ``past_key_values`` and
-    fills a :class:`~transformers.DynamicCache`, such as stock ``Qwen2ForCausalLM`` /
-    ``LlamaForCausalLM`` with ``config.is_causal = False``. Only the window's hidden states go
-    through the vocabulary projection.
+    Needs a model whose forward fills a transformers ``Cache``: our native Dream/LLaDA classes and
+    stock transformers models do; the families' published code does not. Only the window's
+    hidden states go through the vocabulary projection.
     """
 
     def __init__(self, model: DiffusionLM):
         self.model = model
-        try:
-            self.backbone = backbone_of(model.module)
-            self.head = output_head_of(model.module)
-        except ModelConfigError as exc:
-            raise self._unsupported(str(exc)) from exc
+        if not model.supports_prefix_cache():
+            raise self._unsupported("its forward takes no transformers Cache (past_key_values)")
         self.cache = None
         self.cached_length = 0
 
     def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                  window_start: int, window_end: int, fresh: bool) -> torch.Tensor:
-        # Token i is scored by the output at i - shift, so the re-run part starts one earlier for shifted models.
-        query_start = window_start - int(self.model.shift_logits)
-        width = window_end - window_start
-        if fresh or self.cache is None:
-            hidden = self._refill(x, attention_mask, position_ids, query_start)  # [b, L, H]
-            window_hidden = hidden[:, query_start:query_start + width]  # [b, W, H]
-        else:
-            hidden = self.backbone(input_ids=x[:, query_start:], attention_mask=attention_mask,
-                                   position_ids=position_ids[:, query_start:], past_key_values=self.cache,
-                                   use_cache=True).last_hidden_state  # [b, L - query_start, H]
-            # The cache grows in place with every call: cut it back to the prefix.
-            self.cache.crop(self.cached_length)
-            window_hidden = hidden[:, :width]  # [b, W, H]
-        return self.head(window_hidden)  # [b, W, V]
-
-    def _refill(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                prefix_length: int) -> torch.Tensor:
-        """Run the whole sequence, keep the keys/values of its first ``prefix_length`` tokens.  # [b, L, H]"""
         from transformers import DynamicCache
 
-        cache = DynamicCache(config=self.model.module.config)
-        try:
-            out = self.backbone(input_ids=x, attention_mask=attention_mask, position_ids=position_ids,
-                                past_key_values=cache, use_cache=True)
-        except TypeError as exc:
-            raise self._unsupported(f"its forward rejected past_key_values ({exc})") from exc
-        if cache.get_seq_length() != x.shape[1]:
-            raise self._unsupported("its forward did not fill the DynamicCache it was given")
-        cache.crop(prefix_length)
-        self.cache, self.cached_length = cache, prefix_length
-        return out.last_hidden_state
+        # Token i is scored by the output at i - shift, so the re-run part starts one earlier for shifted models.
+        query_start = window_start - int(self.model.shift_logits)
+        batch, length, width = x.shape[0], x.shape[1], window_end - window_start
+        if fresh or self.cache is None:
+            # Run the whole sequence, keep the keys/values of everything before the re-run part.
+            self.cache = DynamicCache(config=unwrap(self.model.module).config)
+            first_input = 0
+        else:
+            first_input = query_start
+        run_length = length - first_input
+        offset = query_start - first_input  # where the window's predicting rows start in this run
+        rows = (torch.arange(batch, device=x.device)[:, None] * run_length + offset
+                + torch.arange(width, device=x.device)[None]).flatten()  # [b * W]
+        with final_hidden_rows(self.model.family, self.model.module, rows):
+            out = self.model.module(input_ids=x[:, first_input:], attention_mask=attention_mask,
+                                    position_ids=position_ids[:, first_input:], past_key_values=self.cache,
+                                    use_cache=True)
+        if self.cache.get_seq_length() != length:
+            raise self._unsupported("its forward did not fill the Cache it was given")
+        # The cache grows in place with every call: cut it back to the prefix.
+        self.cache.crop(query_start)
+        self.cached_length = query_start
+        return out.logits.view(batch, width, -1)  # [b, W, V]
 
     def _unsupported(self, why: str) -> ModelConfigError:
-        name = type(self.model.module).__name__
+        name = type(unwrap(self.model.module)).__name__
         return ModelConfigError(
-            f"kv_cache=true cannot be used with {name}: {why}. The prefix cache needs a transformers model "
-            f"whose body takes past_key_values (stock Qwen2ForCausalLM / LlamaForCausalLM with "
-            f"config.is_causal=False); set the sampler option kv_cache=false for this model."
+            f"kv_cache=true cannot be used with {name}: {why}. The prefix cache needs our native Dream/LLaDA "
+            f"classes (actor_rollout_ref.model.diffusion.implementation=auto or native) or a stock transformers "
+            f"model; otherwise set the sampler option kv_cache=false."
         )
 
 
