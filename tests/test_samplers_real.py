@@ -40,7 +40,8 @@ def lm_for(style: str, causal: bool = False) -> DiffusionLM:
         for weight in module.parameters():
             if weight.dim() == 2:
                 weight.copy_(torch.randn(weight.shape, generator=generator) * 0.5)
-    return DiffusionLM.wrap(module)
+    # a causal variant is no diffusion LM by its config: name the calling convention explicitly
+    return DiffusionLM.wrap(module, family="bidirectional")
 
 
 @pytest.fixture(scope="module")
@@ -182,15 +183,31 @@ def test_prefix_cache_refuses_a_model_without_cache_support():
         LLaDASampler(kv_cache=True).generate(lm, ids, torch.ones_like(ids), 2, eos_token_id=4, pad_token_id=0)
 
 
+def padded_after_eos(tokens: list[int]) -> list[int]:
+    """What every sampler returns: the tokens up to and including the first EOS, then padding."""
+    if EOS not in tokens:
+        return tokens
+    end = tokens.index(EOS) + 1
+    return tokens[:end] + [PAD] * (len(tokens) - end)
+
+
 def reference_dream_greedy(lm: DiffusionLM, prompt: list[int], new_tokens: int, steps: int, alg: str,
-                           eps: float = 1e-3) -> list[int]:
-    """Dream's diffusion_generate loop for one unpadded prompt at temperature 0, written out plainly."""
+                           top_k: int | None = None, suppress_mask: bool = False, eps: float = 1e-3) -> list[int]:
+    """Dream's diffusion_generate loop for one unpadded prompt at temperature 0, written out plainly.
+
+    As in Dream's code: top-k filtering before the softmax (it shapes the confidence even at
+    temperature 0), and nothing stops a position from taking the mask token itself.
+    """
     x = torch.tensor([prompt + [lm.mask_token_id] * new_tokens])
     timesteps = torch.linspace(1, eps, steps + 1)
     for i in range(steps):
         is_masked = x[0] == lm.mask_token_id
         logits = lm.logits(x, torch.ones_like(x))[0]
-        logits[:, lm.mask_token_id] = float("-inf")
+        if suppress_mask:
+            logits[:, lm.mask_token_id] = float("-inf")
+        if top_k is not None:
+            kth = logits.topk(top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, torch.finfo(logits.dtype).min)
         probs = torch.softmax(logits[is_masked], dim=-1)
         confidence, best = probs.max(dim=-1)
         if alg == "topk_margin":
@@ -206,37 +223,58 @@ def reference_dream_greedy(lm: DiffusionLM, prompt: list[int], new_tokens: int, 
         proposal[is_masked] = best
         for position in scores.topk(count).indices.tolist() if count else []:
             x[0, position] = proposal[position]
-    return x[0, len(prompt):].tolist()
+    return padded_after_eos(x[0, len(prompt):].tolist())
 
 
 def reference_llada_greedy(lm: DiffusionLM, prompt: list[int], new_tokens: int, steps: int,
-                           block_length: int) -> list[int]:
-    """LLaDA's generate for one prompt at temperature 0, low-confidence remasking, written out plainly."""
+                           block_length: int, suppress_mask: bool = False) -> list[int]:
+    """LLaDA's generate for one prompt at temperature 0, low-confidence remasking, written out plainly.
+
+    Each block's share per step is fixed when the block starts; every masked position before the
+    block's end is a candidate, so a position an earlier block decided as the mask token can be
+    decided again.
+    """
     x = torch.tensor([prompt + [lm.mask_token_id] * new_tokens])
     blocks = new_tokens // block_length
     steps_per_block = steps // blocks
     for block in range(blocks):
         start = len(prompt) + block * block_length
-        base, extra = divmod(block_length, steps_per_block)
+        block_masks = int((x[0, start:start + block_length] == lm.mask_token_id).sum())
+        base, extra = divmod(block_masks, steps_per_block)
         schedule = [base + (1 if i < extra else 0) for i in range(steps_per_block)]
         for count in schedule:
             logits = lm.logits(x, torch.ones_like(x))[0].double()
-            logits[:, lm.mask_token_id] = float("-inf")
+            if suppress_mask:
+                logits[:, lm.mask_token_id] = float("-inf")
             best = logits.argmax(dim=-1)
             confidence = torch.softmax(logits, dim=-1).gather(-1, best.unsqueeze(-1)).squeeze(-1)
-            confidence[:start] = float("-inf")
-            confidence[start + block_length:] = float("-inf")
+            confidence[start + block_length:] = float("-inf")  # earlier blocks' leftover masks still compete
             confidence[x[0] != lm.mask_token_id] = float("-inf")
             for position in confidence.topk(count).indices.tolist() if count else []:
                 x[0, position] = best[position]
-    return x[0, len(prompt):].tolist()
+    return padded_after_eos(x[0, len(prompt):].tolist())
+
+
+def mask_prone_lm(style: str) -> DiffusionLM:
+    """The wide tiny model with the mask token's output row boosted, so greedy decoding sometimes picks it."""
+    lm = lm_for(style)
+    head = lm.head_weight()  # [V, H]
+    with torch.no_grad():
+        head[MASK_ID] = head[MASK_ID] * 4 + head.mean(dim=0)
+    return lm
+
+
+@pytest.fixture(scope="module")
+def mask_prone():
+    return {style: mask_prone_lm(style) for style in ("dream", "llada")}
 
 
 @pytest.mark.parametrize("alg", ["maskgit_plus", "topk_margin", "entropy"])
 @pytest.mark.parametrize("steps", [16, 5])
-def test_plain_dream_sampler_matches_the_reference_loop(alg, steps, dream_lm):
-    ours = run(DreamSampler(alg=alg, steps=steps), dream_lm, [LONG], trace=False).completion_ids[0].tolist()
-    assert ours == reference_dream_greedy(dream_lm, LONG, 16, steps, alg)
+@pytest.mark.parametrize("top_k", [None, 5])
+def test_plain_dream_sampler_matches_the_reference_loop(alg, steps, top_k, dream_lm):
+    ours = run(DreamSampler(alg=alg, steps=steps, top_k=top_k), dream_lm, [LONG], trace=False).completion_ids[0]
+    assert ours.tolist() == reference_dream_greedy(dream_lm, LONG, 16, steps, alg, top_k)
 
 
 @pytest.mark.parametrize("steps, block_length", [(16, 4), (8, 8), (4, 16)])
@@ -244,3 +282,26 @@ def test_plain_llada_sampler_matches_the_reference_loop(steps, block_length, lla
     sampler = LLaDASampler(steps=steps, block_length=block_length)
     ours = run(sampler, llada_lm, [LONG], trace=False).completion_ids[0].tolist()
     assert ours == reference_llada_greedy(llada_lm, LONG, 16, steps, block_length)
+
+
+@pytest.mark.parametrize("suppress", [False, True])
+def test_mask_token_proposals_follow_the_references_unless_suppressed(suppress, mask_prone):
+    """Neither reference keeps a position from taking the mask token; suppress_mask_token does."""
+    dream, llada = mask_prone["dream"], mask_prone["llada"]
+    for alg in ("maskgit_plus", "entropy"):
+        ours = run(DreamSampler(alg=alg, steps=8, top_k=None, suppress_mask_token=suppress), dream, [LONG],
+                   trace=False).completion_ids[0].tolist()
+        assert ours == reference_dream_greedy(dream, LONG, 16, 8, alg, suppress_mask=suppress)
+    ours = run(LLaDASampler(steps=8, block_length=8, suppress_mask_token=suppress), llada, [LONG],
+               trace=False).completion_ids[0].tolist()
+    assert ours == reference_llada_greedy(llada, LONG, 16, 8, 8, suppress_mask=suppress)
+
+
+def test_the_mask_prone_model_really_proposes_the_mask_token(mask_prone):
+    """Keeps the test above meaningful: without suppression some output keeps a mask token, with it none does."""
+    for style, sampler_class in (("dream", EntropySampler), ("llada", LLaDASampler)):
+        options = {"steps": 8, "block_length": 8} if style == "llada" else {"steps": 8}
+        kept = run(sampler_class(**options), mask_prone[style], [LONG, SHORT], trace=False).completion_ids
+        suppressed = run(sampler_class(suppress_mask_token=True, **options), mask_prone[style], [LONG, SHORT],
+                         trace=False).completion_ids
+        assert (kept == MASK_ID).any() and not (suppressed == MASK_ID).any()

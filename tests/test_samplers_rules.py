@@ -60,13 +60,13 @@ def test_dream_schedule_matches_hand_computed_counts():
     assert counts == [0, 1, 1, 2]
 
 
-def test_llada_schedule_is_an_equal_split():
+def test_llada_schedule_is_an_equal_split_fixed_at_the_block_start():
     # 10 tokens over 4 steps: LLaDA gives 10 // 4 = 2 each, one more in the first 10 % 4 = 2 steps.
-    counts, masked = [], 10
-    for step in range(4):
-        counts.append(llada_transfer_count(masked, 4 - step))
-        masked -= counts[-1]
-    assert counts == [3, 3, 2, 2]
+    assert [llada_transfer_count(10, step, 4, num_masked=10) for step in range(4)] == [3, 3, 2, 2]
+    # A position that took the mask token stays masked; the split is not redone (10 masks, 3 left after 3 steps).
+    assert llada_transfer_count(10, 3, 4, num_masked=3) == 2
+    # A threshold step that unmasked extra tokens leaves fewer than the split asks for: all of them.
+    assert llada_transfer_count(10, 1, 4, num_masked=1) == 1
 
 
 @pytest.mark.parametrize("sampler, first_position", [

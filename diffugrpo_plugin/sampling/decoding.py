@@ -99,14 +99,16 @@ def dream_transfer_count(num_masked: int, step: int, steps: int, timesteps: torc
     return int(num_masked * (1 - s / t))
 
 
-def llada_transfer_count(num_masked: int, steps_left: int) -> int:
-    """Tokens LLaDA unmasks this step: ``ceil(m / steps_left)``.
+def llada_transfer_count(block_length: int, step: int, steps: int, num_masked: int) -> int:
+    """Tokens LLaDA unmasks at ``step`` of a block: its precomputed equal split of the block's masks
+    (``block_length // steps`` each, one more in the first ``block_length % steps`` steps), capped by
+    what is still masked (a threshold step may have unmasked extra tokens).
 
-    For a block of ``M`` masks over ``S`` steps this reproduces LLaDA's precomputed schedule
-    (``M // S`` per step, one more in the first ``M % S`` steps) and adapts when a threshold
-    step unmasked extra tokens.
+    The split is fixed when the block starts, as in LLaDA's ``generate``: a position that takes
+    the mask token itself stays masked and is not made up for later.
     """
-    return -(-num_masked // steps_left)
+    base, extra = divmod(block_length, steps)
+    return min(num_masked, base + int(step < extra))
 
 
 def top_k_mask(scores: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,8 @@ from diffugrpo_plugin.sampling.engine import Proposal
 class DreamRule:
     """Dream's token proposal and position choice for one step (see module doc)."""
 
+    revisits_earlier_blocks = False  # Dream denoises one block; its steps only see that block
+
     def __init__(self, alg: str, temperature: float, top_p: float | None, top_k: int | None, eps: float,
                  alg_temp: float):
         self.alg = alg
@@ -68,7 +70,7 @@ class DreamRule:
             scores = token_probs
         return Proposal(tokens, scores, token_probs)
 
-    def choose(self, scores: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
+    def choose(self, scores: torch.Tensor, masked: torch.Tensor, step: int, steps: int, block_length: int,
                generators: list[torch.Generator]) -> torch.Tensor:
         timesteps = torch.linspace(1, self.eps, steps + 1)  # float32, as the reference
         sizes = masked.sum(dim=1).tolist()

@@ -7,10 +7,15 @@ is shared here:
 * prompts are split into micro-batches; columns that are padding in every row of a
   micro-batch are dropped, so a prompt gives the same result padded or not;
 * the completion is split into blocks of ``block_length`` tokens generated left to right
-  (one block = Dream's whole-sequence denoising), each with ``steps / num_blocks`` steps;
+  (one block = Dream's whole-sequence denoising), each with ``steps / num_blocks`` steps; a
+  rule that revisits earlier blocks (LLaDA) also decides their leftover masks, unless the
+  prefix cache has frozen them;
 * a step unmasks the positions the rule chooses and, with a ``threshold``, also every masked
   position whose token probability exceeds it (so ``threshold=1.0`` changes nothing); a
   block ends early once it has no masked position left;
+* as in both references, a position may be decided as the mask token itself (it then stays
+  masked and is decided again later; a row's last step can leave it in the output), unless
+  ``suppress_mask_token`` takes the mask token out of every proposal;
 * each row draws from its own ``torch.Generator`` only while it still has masked positions,
   so its samples do not depend on the other rows; the global RNG is never used;
 * once a finished block of a row contains EOS, the row stops: every later token would become
@@ -42,13 +47,20 @@ class Proposal(NamedTuple):
 
 
 class StepRule(Protocol):
-    """How one sampler family decodes a step; see :mod:`diffugrpo_plugin.sampling.dream`."""
+    """How one sampler family decodes a step; see :mod:`diffugrpo_plugin.sampling.dream`.
+
+    ``revisits_earlier_blocks``: a block's steps may also decide positions of earlier blocks that
+    are still masked (a position decided as the mask token stays masked), as LLaDA's ``generate``
+    does; otherwise a block's steps only see the block.
+    """
+
+    revisits_earlier_blocks: bool
 
     def propose(self, masked_logits: torch.Tensor, sizes: list[int],
                 generators: list[torch.Generator]) -> Proposal:
         """Tokens and scores for the packed masked positions (``sizes[r]`` of row ``r``).  # [M, V] -> [M]"""
 
-    def choose(self, scores: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
+    def choose(self, scores: torch.Tensor, masked: torch.Tensor, step: int, steps: int, block_length: int,
                generators: list[torch.Generator]) -> torch.Tensor:
         """Positions to unmask at ``step`` of ``steps`` in this block.  # [b, W], [b, W] -> [b, W] bool"""
 
@@ -63,6 +75,7 @@ class Plan:
     kv_cache: bool
     micro_batch_size: int | None  # None = the whole batch at once
     cfg_scale: float = 0.0
+    suppress_mask_token: bool = False  # the references let a position "unmask" to the mask token
 
 
 @dataclass(frozen=True)
@@ -204,6 +217,8 @@ def _generate_micro_batch(rule: StepRule, plan: Plan, layout: BlockLayout, model
                           generators: list[torch.Generator], eos_token_id: int) -> _MicroBatchResult:
     canvas = _canvas(prompt_ids, prompt_mask, layout.num_blocks * layout.block_length, model.mask_token_id)
     forward = build_forward(model, plan.kv_cache, plan.cfg_scale, canvas.prompt_length)
+    # With the prefix cache, earlier blocks are frozen context (Fast-dLLM); only the plain loop revisits them.
+    revisit = rule.revisits_earlier_blocks and not plan.kv_cache
     finished = torch.zeros(canvas.x.shape[0], dtype=torch.bool, device=canvas.x.device)  # [b]: EOS in a done block
     forwards = 0
     for block in range(layout.num_blocks):
@@ -212,17 +227,32 @@ def _generate_micro_batch(rule: StepRule, plan: Plan, layout: BlockLayout, model
             break
         start = canvas.prompt_length + block * layout.block_length
         end = start + layout.block_length
-        forwards += _denoise_block(rule, plan, layout.steps_per_block, forward, canvas, rows, start, end,
-                                   generators, model.mask_token_id)
-        finished[rows] = (canvas.x[rows, canvas.prompt_length:end] == eos_token_id).any(dim=1)
+        forwards += _denoise_block(rule, plan, layout, forward, canvas, rows, canvas.prompt_length if revisit else start,
+                                   end, generators, model.mask_token_id)
+        finished[rows] = _has_final_eos(canvas.x[rows, canvas.prompt_length:end], eos_token_id, model.mask_token_id,
+                                        revisit)
     return _MicroBatchResult(canvas.x[:, canvas.prompt_length:], canvas.unmask_step, canvas.steps_taken, forwards)
 
 
-def _denoise_block(rule: StepRule, plan: Plan, steps: int, forward, canvas: _Canvas, rows: torch.Tensor,
+def _has_final_eos(decided: torch.Tensor, eos_token_id: int, mask_id: int, revisit: bool) -> torch.Tensor:
+    """Rows whose completion so far holds an EOS that nothing can change any more.  # [r, N] -> [r]
+
+    Everything after the first EOS becomes padding; when later blocks may still decide masks
+    left before it, the row goes on until none is left there.
+    """
+    is_eos = decided == eos_token_id  # [r, N]
+    if not revisit:
+        return is_eos.any(dim=1)
+    before_first_eos = is_eos.long().cumsum(dim=1) == 0  # [r, N]
+    return is_eos.any(dim=1) & ~((decided == mask_id) & before_first_eos).any(dim=1)
+
+
+def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, canvas: _Canvas, rows: torch.Tensor,
                    start: int, end: int, generators: list[torch.Generator], mask_id: int) -> int:
-    """Unmask positions ``start:end`` of ``rows`` step by step; returns the number of forwards."""
+    """Unmask positions ``start:end`` of ``rows`` over one block's steps; returns the number of forwards."""
     x, attention_mask, position_ids = canvas.x[rows], canvas.attention_mask[rows], canvas.position_ids[rows]  # [r, L]
     in_completion = slice(start - canvas.prompt_length, end - canvas.prompt_length)
+    steps = layout.steps_per_block
     forwards = 0
     for step in range(steps):
         masked = x[:, start:end] == mask_id  # [r, W]
@@ -231,9 +261,10 @@ def _denoise_block(rule: StepRule, plan: Plan, steps: int, forward, canvas: _Can
             break
         logits = forward(x, attention_mask, position_ids, start, end, fresh=step == 0).float()  # [r, W, V]
         forwards += 1
-        logits[..., mask_id] = -math.inf  # a position must never "unmask" to the mask token
+        if plan.suppress_mask_token:
+            logits[..., mask_id] = -math.inf
         live_rows = rows[live]  # [l]: indices into the micro-batch
-        tokens, chosen = _decide(rule, plan, logits[live], masked[live], step, steps,
+        tokens, chosen = _decide(rule, plan, logits[live], masked[live], step, steps, layout.block_length,
                                  [generators[i] for i in live_rows.tolist()], mask_id)  # [l, W] each
         x[live, start:end] = torch.where(chosen, tokens, x[live, start:end])
         decided_at = canvas.unmask_step[live_rows, in_completion]  # [l, W]
@@ -245,11 +276,11 @@ def _denoise_block(rule: StepRule, plan: Plan, steps: int, forward, canvas: _Can
 
 
 def _decide(rule: StepRule, plan: Plan, logits: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
-            generators: list[torch.Generator], mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+            block_length: int, generators: list[torch.Generator], mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens for the window and the positions to unmask now.  # [l, W, V], [l, W] -> ([l, W], [l, W])"""
     sizes = masked.sum(dim=1).tolist()
     proposal = rule.propose(logits[masked], sizes, generators)  # [M] each
-    chosen = rule.choose(packed_to_rows(proposal.scores, masked, -math.inf), masked, step, steps,
+    chosen = rule.choose(packed_to_rows(proposal.scores, masked, -math.inf), masked, step, steps, block_length,
                          generators) & masked  # [l, W]
     if plan.threshold is not None:
         chosen |= masked & (packed_to_rows(proposal.token_probs, masked, 0.0) > plan.threshold)

@@ -54,6 +54,8 @@ class _LoopOptions:
     kv_cache: bool = _option(False, "fast path: Fast-dLLM block-wise prefix KV cache (approximate with "
                                     "bidirectional attention; needs a model body that takes past_key_values)")
     micro_batch_size: int | None = _option(None, "prompts generated together (default: the whole batch)")
+    suppress_mask_token: bool = _option(False, "never propose the mask token itself (the Dream and LLaDA references "
+                                               "do not suppress it; default off, as they run)")
 
     sampler_name = "diffusion"
 
@@ -66,13 +68,15 @@ class _LoopOptions:
                "use a number >= 0")
         _check(self.threshold is None or (_is_number(self.threshold) and 0 < self.threshold <= 1), name,
                "threshold", self.threshold, "use a number in (0, 1] or leave it unset")
-        _check(isinstance(self.kv_cache, bool), name, "kv_cache", self.kv_cache, "use true or false")
+        for option in ("kv_cache", "suppress_mask_token"):
+            _check(isinstance(getattr(self, option), bool), name, option, getattr(self, option), "use true or false")
 
     def _plan(self, cfg_scale: float = 0.0):
         from diffugrpo_plugin.sampling.engine import Plan
 
         return Plan(steps=self.steps, block_length=self.block_length, threshold=self.threshold,
-                    kv_cache=self.kv_cache, micro_batch_size=self.micro_batch_size, cfg_scale=cfg_scale)
+                    kv_cache=self.kv_cache, micro_batch_size=self.micro_batch_size, cfg_scale=cfg_scale,
+                    suppress_mask_token=self.suppress_mask_token)
 
 
 @dataclass(frozen=True)
@@ -81,7 +85,9 @@ class DreamSampler(_LoopOptions):
 
     top_p: float | None = _option(None, "nucleus sampling: keep the most likely tokens up to this cumulative "
                                         "probability")
-    top_k: int | None = _option(None, "keep only the k most likely tokens")
+    top_k: int | None = _option(50, "keep only the k most likely tokens; 50 is what Dream's diffusion_generate "
+                                     "runs when not given one (transformers 4.x's generation default), as in "
+                                     "DiffuCoder's rollout; null keeps every token")
     eps: float = _option(1e-3, "last timestep of linspace(1, eps, steps + 1)")
     alg: str = _option("entropy", "position ranking: " + " / ".join(DREAM_ALGS))
     alg_temp: float = _option(0.0, "0 unmasks the best-ranked positions; > 0 samples them from "
