@@ -12,11 +12,13 @@ and the mean task reward (DiffuCoder's: code x2.0 + code_format x0.5, tests run 
     python benchmarks/sampler.py                 # warm-started tiny Dream-style model, synthetic tasks
     python benchmarks/sampler.py --model PATH --tasks mbpp --prompts 8 --new-tokens 256 --repeats 3
     python benchmarks/sampler.py --sampler llada  # the default tiny LLaDA-style model
+    python benchmarks/sampler.py -o top_k=null -o suppress_mask_token=true   # the README table's sampling
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -94,6 +96,8 @@ def parse_args() -> argparse.Namespace:
                         help="prompts and tests: the synthetic validation tasks the warm-started model was trained "
                              "for (default), or MBPP test problems")
     parser.add_argument("--mbpp", default=MBPP)
+    parser.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
+                        help="a sampler option applied to every configuration (VALUE read as JSON); repeatable")
     return parser.parse_args()
 
 
@@ -159,7 +163,9 @@ def main() -> None:
     print(f"model {args.model}\n{len(rows)} {args.tasks} prompts (mean {mask.sum(1).float().mean():.0f} tokens), "
           f"{args.new_tokens} new tokens each, greedy '{args.sampler}' sampler, {args.threads} thread(s), "
           f"median of {args.repeats} runs\n")
-    configs = configurations(args.new_tokens, args.block_length, args.threshold, args.reference_block_length)
+    shared = {name: json.loads(value) for name, value in (option.split("=", 1) for option in args.option)}
+    configs = [Config(config.label, {**shared, **config.options}) for config in
+               configurations(args.new_tokens, args.block_length, args.threshold, args.reference_block_length)]
     measurements = measure(configs, args.sampler, lm, ids, mask, args.new_tokens, tokenizer.eos_token_id,
                            pad_id(tokenizer), args.repeats)
 

@@ -45,6 +45,10 @@ def test_diffucoder_7b_example_composes_to_the_reference_recipe():
         "num_iterations": (actor.ppo_epochs, 2),
         "diffusion_steps": (diffusion.steps, 256),
         "sampler": (diffusion.sampler, "entropy"),
+        "effective top_k (diffusion_generate without top_k)": (rollout.top_k, 50),
+        "mask token not suppressed": (diffusion.suppress_mask_token, False),
+        "family, loaded without remote code": ((job.actor_rollout_ref.model.diffusion.family,
+                                                job.actor_rollout_ref.model.trust_remote_code), ("dream", False)),
         "rewards": (list(job.diffugrpo.rewards.reward_funcs), ["code", "code_format"]),
         "reward weights": (list(job.diffugrpo.rewards.reward_weights), [2.0, 0.5]),
         "completions per optimizer step": (actor.ppo_mini_batch_size * rollout.n, 5 * 2 * 8),
@@ -58,4 +62,23 @@ def test_diffucoder_7b_example_composes_to_the_reference_recipe():
         "GPUs": (job.trainer.n_gpus_per_node * job.trainer.nnodes, 8),
     }
     wrong = {name: got for name, (got, want) in recipe.items() if got != want}
+    assert not wrong, wrong
+
+
+def test_llada_8b_example_names_the_family_and_llada_generation():
+    with initialize_config_dir(config_dir=os.path.join(REPO, "examples", "llada_8b"), version_base=None):
+        job = compose(config_name="llada_8b", overrides=["data.train_files=t.parquet", "data.val_files=v.parquet"])
+    model, rollout = job.actor_rollout_ref.model, job.actor_rollout_ref.rollout
+    diffusion = rollout.engine_kwargs.diffusion
+    expected = {
+        "model": (model.path, "GSAI-ML/LLaDA-8B-Instruct"),
+        "family and loading": ((model.diffusion.family, model.diffusion.implementation, model.trust_remote_code),
+                               ("llada", "native", False)),
+        "mask id and shift": ((model.diffusion.mask_token_id, model.diffusion.logits_shift), (126336, False)),
+        "sampler": ((diffusion.sampler, diffusion.remasking, diffusion.block_length, diffusion.steps),
+                    ("llada", "low_confidence", 32, 128)),
+        "no top-k (LLaDA's generate has none)": ((rollout.top_k, rollout.val_kwargs.top_k), (-1, -1)),
+        "completion length": (job.data.max_response_length, 256),
+    }
+    wrong = {name: got for name, (got, want) in expected.items() if got != want}
     assert not wrong, wrong

@@ -56,6 +56,9 @@ REWARD_CONFIG = {"reward_funcs": ["code", "code_format"], "reward_weights": [2.0
 COMPONENTS = ("total", "code", "code_format", "pass@1")
 SOURCES = ("mbpp", "synthetic", "all")
 FAST_PATH = {"kv_cache": True, "threshold": 0.99}  # the sampler options behind the default (not --plain-sampler)
+# How the results in the README were sampled (before the reference-faithful defaults of top_k 50 and
+# no mask-token suppression): kept so that re-running the demo reproduces them.
+MEASURED_SAMPLING = {"top_k": None, "suppress_mask_token": True}
 # held-out share of each synthetic template's functions: about 90 held-out tasks either way, like MBPP validation
 SYNTHETIC_VALIDATION_FRACTION = {"small": 0.15, "wide": 0.02}
 SFT_CHECK_PROBLEMS = 96  # synthetic train functions set aside to decide when SFT stops
@@ -104,11 +107,11 @@ class Settings:
         return FAST_PATH if self.fast_sampler else {}
 
     def sampler(self):
-        """The rollout's sampler, for evaluation and the SFT checks: entropy, same steps, temperature, top-p."""
+        """The rollout's sampler, for evaluation and SFT checks: entropy, same steps, temperature, top-p, top-k."""
         from diffugrpo_plugin.sampling import build_sampler
 
         return build_sampler("entropy", steps=self.sampler_steps, temperature=self.temperature, top_p=0.95,
-                             **self.sampler_fast_path)
+                             **MEASURED_SAMPLING, **self.sampler_fast_path)
 
 
 # --------------------------------------------------------------------------- stages
@@ -201,6 +204,8 @@ def rl_command(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, 
             f"actor_rollout_ref.rollout.n={settings.rl_n}",
             f"actor_rollout_ref.rollout.temperature={settings.temperature}",
             f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={settings.sampler_steps}",
+            "actor_rollout_ref.rollout.top_k=-1",
+            "actor_rollout_ref.rollout.engine_kwargs.diffusion.suppress_mask_token=true",
             *(f"actor_rollout_ref.rollout.engine_kwargs.diffusion.{key}={str(value).lower()}"
               for key, value in settings.sampler_fast_path.items()),
             f"actor_rollout_ref.actor.optim.lr={settings.rl_lr}",
