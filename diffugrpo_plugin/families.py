@@ -116,7 +116,9 @@ def call_llada_published(module, input_ids, attention_mask, position_ids) -> tor
     padding shifts every real token equally: RoPE attention depends on differences only), and a 2D mask."""
     if is_remote_code(module):
         padded = not bool(attention_mask.bool().all())
-        return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask if padded else None))
+        # use_cache stated: the published forward reads config.use_cache, which transformers 5 drops
+        return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask if padded else None,
+                                 use_cache=False))
     return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
 
 
@@ -150,6 +152,7 @@ class ModelFamily:
         native: returns our implementation's ``(config_class, model_class)``; None when there is none.
         native_unsupported: ``config.json`` dict -> settings the native class cannot run.
         remote_prefix_cache: whether the published code's forward fills a transformers ``Cache``.
+        complete_remote_config: adds to the published config object what verl reads and it lacks.
     """
 
     name: str
@@ -170,14 +173,23 @@ class ModelFamily:
     native: Callable[[], tuple[type, type]] | None = None
     native_unsupported: Callable[[dict], list[str]] = field(default=lambda config: [])
     remote_prefix_cache: bool = False
+    complete_remote_config: Callable[[Any], None] = field(default=lambda config: None)
 
     def matches(self, config: dict) -> bool:
         """Whether a ``config.json`` dict names this family."""
-        model_type = str(config.get("model_type") or "").lower()
-        code = {str(ref).split(".")[0].split("--")[-1] for ref in (config.get("auto_map") or {}).values()
-                if isinstance(ref, str)}
-        return (model_type in {t.lower() for t in self.model_types} or bool(code & set(self.code_files))
-                or bool(set(config.get("architectures") or ()) & set(self.architectures)))
+        return self.match_reason(config) is not None
+
+    def match_reason(self, config: dict) -> str | None:
+        """Which part of a ``config.json`` dict names this family (for reports), or None."""
+        model_type = str(config.get("model_type") or "")
+        if model_type.lower() in {t.lower() for t in self.model_types}:
+            return f"model_type '{model_type}'"
+        for ref in (config.get("auto_map") or {}).values():
+            code = ref.split(".")[0].split("--")[-1] if isinstance(ref, str) else None
+            if code in self.code_files:
+                return f"auto_map code file {code}.py"
+        architectures = [name for name in config.get("architectures") or () if name in self.architectures]
+        return f"architectures {architectures[0]}" if architectures else None
 
     def head_weight(self, module: torch.nn.Module) -> torch.Tensor:
         """The vocabulary projection's weight: the head module's, or the embedding's when the head has
@@ -212,6 +224,24 @@ BIDIRECTIONAL = ModelFamily(
     logits_shift=None,
     mask_token_names=(),  # a stock model states its mask id (config or tokenizer) or is told it
 )
+
+
+def _unless_class_default(config: Any, key: str) -> Any:
+    """``config.<key>``, or None when it only repeats the config class's default.
+
+    LLaDA's published config class fills a missing ``mask_token_id`` with OLMo's 50256, a
+    meaningless id for LLaDA; only a value its ``config.json`` states is a mask id.
+    """
+    value = getattr(config, key, None)
+    default = getattr(type(config)(), key, None)
+    return None if default is not None and value == default else value
+
+
+def _llada_kv_heads(config: Any) -> None:
+    """verl's engine reads ``num_key_value_heads``; LLaDA's published config names it ``n_kv_heads``
+    (None: as many as the query heads)."""
+    if not hasattr(config, "num_key_value_heads"):
+        config.num_key_value_heads = getattr(config, "n_kv_heads", None) or config.num_attention_heads
 
 
 def _dream_native():
@@ -263,10 +293,10 @@ LLADA = ModelFamily(
     architectures=("LLaDAModelLM",),
     mask_token_names=("<|mdm_mask|>", "<|mask|>"),
     default_mask_token_id=LLADA_MASK_TOKEN_ID,
-    # LLaDA's published config class fills an absent mask_token_id with OLMo's 50256: trust only a stated one
-    config_mask_token_id=lambda config: config.to_diff_dict().get("mask_token_id"),
+    config_mask_token_id=lambda config: _unless_class_default(config, "mask_token_id"),
     native=_llada_native,
     native_unsupported=_llada_unsupported,
+    complete_remote_config=_llada_kv_heads,
 )
 
 
@@ -305,7 +335,7 @@ def family_named(name: str) -> ModelFamily:
     try:
         return lookup("model_family", name).obj
     except PluginError as error:
-        raise ModelConfigError(str(error)) from error
+        raise ModelConfigError(f"{error} {SELECT_HINT}.") from error
 
 
 def detect_family(config: dict, override: str | None = None) -> ModelFamily:

@@ -25,14 +25,14 @@ from diffugrpo_plugin.families import (
     detect_family,
     family_named,
     final_hidden_rows,
-    is_remote_code,
     position_ids_from_mask,
     unwrap,
 )
 from diffugrpo_plugin.native import register_with_transformers
 
 __all__ = ["DiffusionLM", "LoadPlan", "ModelConfigError", "align_logits", "load_diffusion_lm", "load_model_config",
-           "load_pretrained", "plan_loading", "position_ids_from_mask", "read_model_config", "resolve_mask_token"]
+           "load_pretrained", "plan_loading", "position_ids_from_mask", "read_model_config", "remote_classes",
+           "resolve_mask_token", "supports_attention"]
 
 
 def align_logits(logits: torch.Tensor, shift: bool) -> torch.Tensor:
@@ -193,6 +193,38 @@ def plan_loading(config: dict, family: str | None = None, implementation: str = 
     return LoadPlan(found, "remote")
 
 
+def remote_classes(path: str, config: dict) -> tuple[type, type]:
+    """The config and model classes of the checkpoint's own code (``auto_map``), imported from its files.
+
+    Taken directly rather than through ``AutoModel``: transformers 5 prefers a class registered in
+    this process (our native ones) over a checkpoint's own code even with ``trust_remote_code``.
+    Registered for the auto classes as transformers does, so ``save_pretrained`` copies the code files.
+    """
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    auto_map = config["auto_map"]
+    auto_name = "AutoModelForCausalLM" if "AutoModelForCausalLM" in auto_map else "AutoModel"
+    if "AutoConfig" not in auto_map or auto_name not in auto_map:
+        raise ModelConfigError(f"the checkpoint's auto_map {auto_map} names no AutoConfig and AutoModel classes to "
+                               f"run its own code with")
+    config_class = get_class_from_dynamic_module(auto_map["AutoConfig"], path)
+    model_class = get_class_from_dynamic_module(auto_map[auto_name], path)
+    config_class.register_for_auto_class()
+    model_class.register_for_auto_class(auto_name)
+    return config_class, model_class
+
+
+def supports_attention(model_class: type, attn_implementation: str | None) -> bool:
+    """Whether a model class declares support for an attention implementation transformers would set on it.
+
+    LLaDA's published class declares none (it calls SDPA itself); asking transformers for ``sdpa``
+    on it raises, so its own choice is kept.
+    """
+    flags = {"sdpa": "_supports_sdpa", "flash_attention_2": "_supports_flash_attn", "eager": None}
+    flag = flags.get(attn_implementation or "eager", "_supports_attention_backend")
+    return flag is None or bool(getattr(model_class, flag, False))
+
+
 def load_model_config(path: str, plan: LoadPlan):
     """The config object the planned implementation builds from (no weights are read)."""
     from transformers import AutoConfig
@@ -200,14 +232,16 @@ def load_model_config(path: str, plan: LoadPlan):
     register_with_transformers()
     if plan.implementation == "native":
         return plan.model_class.config_class.from_pretrained(path)
-    return AutoConfig.from_pretrained(path, trust_remote_code=plan.trust_remote_code)
+    if plan.implementation == "remote":
+        return remote_classes(path, read_model_config(path))[0].from_pretrained(path)
+    return AutoConfig.from_pretrained(path)
 
 
 def load_pretrained(path: str, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
                     attn_implementation: str | None = None, family: str | None = None,
                     implementation: str = "auto") -> torch.nn.Module:
     """Load a diffusion LM checkpoint from a local path or hub id, as :func:`plan_loading` decides."""
-    from transformers import AutoModel, AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM
 
     register_with_transformers()
     expanded = os.path.expanduser(path)
@@ -224,12 +258,10 @@ def load_pretrained(path: str, dtype: torch.dtype = torch.float32, trust_remote_
     if plan.implementation == "native":
         return plan.model_class.from_pretrained(path, **kwargs)
     if plan.implementation == "remote":
-        auto_class = AutoModelForCausalLM if "AutoModelForCausalLM" in config["auto_map"] else AutoModel
-        module = auto_class.from_pretrained(path, trust_remote_code=True, **kwargs)
-        if not is_remote_code(module):
-            raise ModelConfigError(f"implementation=remote loaded {type(module).__name__}, a class of this "
-                                   f"installation rather than the checkpoint's own code")
-        return module
+        config_class, model_class = remote_classes(path, config)
+        if not supports_attention(model_class, attn_implementation):
+            kwargs.pop("attn_implementation", None)
+        return model_class.from_pretrained(path, config=config_class.from_pretrained(path), **kwargs)
     return AutoModelForCausalLM.from_pretrained(path, **kwargs)
 
 

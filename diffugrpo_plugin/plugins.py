@@ -131,5 +131,6 @@ def lookup(kind: str, name: str) -> Registration:
     known = registrations(kind)
     if name not in known:
         listing = ", ".join(f"{n} ({r.distribution})" for n, r in sorted(known.items())) or "none installed"
-        raise PluginError(f"unknown {kind} '{name}'. Known {kind}s: {listing}.")
+        plural = "model families" if kind == "model_family" else f"{kind}s"
+        raise PluginError(f"unknown {kind.replace('_', ' ')} '{name}'. Known {plural}: {listing}.")
     return known[name]

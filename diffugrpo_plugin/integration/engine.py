@@ -29,7 +29,7 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.utils import detach_tree
 
 from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
-from diffugrpo_plugin.models import DiffusionLM, plan_loading, read_model_config
+from diffugrpo_plugin.models import DiffusionLM, plan_loading, read_model_config, remote_classes, supports_attention
 from diffugrpo_plugin.plugins import lookup
 
 MODEL_TYPE = "diffusion_lm"
@@ -66,12 +66,19 @@ def _host_memory_offload_on_cpu():
         transformer_impl.CPUOffloadPolicy = original
 
 
-def _as_native_config(config, model_class):
-    """``config`` as our native class's config: it already is one unless verl loaded the checkpoint's own
-    config class (``trust_remote_code=true``); the attention implementation verl chose carries over."""
-    if isinstance(config, model_class.config_class):
+def _as_config_class(config, config_class, model_class=None):
+    """``config`` as an instance of ``config_class``, the attention implementation verl chose carried over
+    where the model class supports it.
+
+    verl's model config is read through ``AutoConfig``, where our registered classes win; the auto
+    model class then follows the config's class, so this decides which implementation verl builds.
+    """
+    if type(config) is config_class:
         return config
-    return model_class.config_class.from_dict(config.to_dict(), attn_implementation=config._attn_implementation)
+    attention = config._attn_implementation
+    if model_class is not None and not supports_attention(model_class, attention):
+        attention = None
+    return config_class.from_dict(config.to_dict(), attn_implementation=attention)
 
 
 def _padded(nested: torch.Tensor, length: int, value: int = 0) -> torch.Tensor:
@@ -101,10 +108,16 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         # verl builds by model_type; ours loads through transformers' auto classes like a language model,
         # with the implementation our family resolution picks (native Dream/LLaDA: no remote code).
         settings = self._diffusion_settings()
-        plan = plan_loading(read_model_config(self.model_config.local_path), settings.get("family"),
-                            settings.get("implementation") or "auto", self.model_config.trust_remote_code)
+        path = self.model_config.local_path
+        config = read_model_config(path)
+        plan = plan_loading(config, settings.get("family"), settings.get("implementation") or "auto",
+                            self.model_config.trust_remote_code)
         if plan.implementation == "native":
-            self.model_config.hf_config = _as_native_config(self.model_config.hf_config, plan.model_class)
+            self.model_config.hf_config = _as_config_class(self.model_config.hf_config, plan.model_class.config_class)
+        elif plan.implementation == "remote":
+            config_class, model_class = remote_classes(path, config)
+            self.model_config.hf_config = _as_config_class(self.model_config.hf_config, config_class, model_class)
+            plan.family.complete_remote_config(self.model_config.hf_config)
         replaced = {"model_type": "language_model", "trust_remote_code": plan.trust_remote_code}
         original = {key: getattr(self.model_config, key) for key in replaced}
         for key, value in replaced.items():

@@ -47,7 +47,7 @@ def _check_rewards(config: DictConfig) -> None:
 
 def _check_model(config: DictConfig) -> None:
     from diffugrpo_plugin.models import ModelConfigError, load_model_config, plan_loading, read_model_config
-    from diffugrpo_plugin.models import resolve_mask_token
+    from diffugrpo_plugin.models import remote_classes, resolve_mask_token
 
     model = config.actor_rollout_ref.model
     path = str(model.path)
@@ -63,12 +63,20 @@ def _check_model(config: DictConfig) -> None:
     diffusion = model.get("diffusion", {}) or {}
     tokenizer_path = os.path.expanduser(str(model.get("tokenizer_path") or expanded))
     try:
-        plan = plan_loading(read_model_config(expanded), diffusion.get("family"),
-                            diffusion.get("implementation") or "auto", trust)
+        checkpoint_config = read_model_config(expanded)
+        plan = plan_loading(checkpoint_config, diffusion.get("family"), diffusion.get("implementation") or "auto",
+                            trust)
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=trust)
         resolve_mask_token(plan.family, load_model_config(expanded, plan), tokenizer, diffusion.get("mask_token_id"))
     except ModelConfigError as error:
         raise ConfigError(str(error)) from None
+    if plan.implementation == "remote" and model.get("enable_gradient_checkpointing", False):
+        model_class = remote_classes(expanded, checkpoint_config)[1]
+        if not getattr(model_class, "supports_gradient_checkpointing", False):
+            raise ConfigError(
+                f"{model_class.__name__} (the checkpoint's own code) does not support transformers' gradient "
+                f"checkpointing. Use our native implementation (actor_rollout_ref.model.diffusion.implementation=auto)"
+                f" or set actor_rollout_ref.model.enable_gradient_checkpointing=false.")
 
 
 def _check_data(config: DictConfig) -> None:
