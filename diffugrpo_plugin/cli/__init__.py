@@ -11,13 +11,14 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMAND_MODULES = ["generate", "rewards", "data", "evaluate", "plot"]
+SUBCOMMAND_MODULES = ["generate", "rewards", "data", "evaluate", "plot", "check_model"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="diffugrpo",
-        description="Coupled-GRPO for masked diffusion LMs on verl: generate, score, prepare data, evaluate, plot.",
+        description="Coupled-GRPO for masked diffusion LMs on verl: generate, score, prepare data, evaluate, plot, "
+                    "check a model.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in SUBCOMMAND_MODULES:

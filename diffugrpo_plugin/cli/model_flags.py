@@ -7,8 +7,10 @@ import argparse
 IMPLEMENTATION_CHOICES = ("auto", "native", "remote")  # diffugrpo_plugin.families.IMPLEMENTATIONS, without torch
 
 
-def add_model_flags(group: argparse._ArgumentGroup, with_model: bool = True) -> None:
-    """``--model``, ``--family``, ``--implementation``, ``--trust-remote-code``, ``--device`` (defaults None)."""
+def add_model_flags(group: argparse._ArgumentGroup, with_model: bool = True,
+                    default_device: str | None = None) -> None:
+    """``--model``, ``--family``, ``--implementation``, ``--trust-remote-code``, ``--device`` (defaults None;
+    ``default_device`` sets the device's)."""
     if with_model:
         group.add_argument("--model", default=None,
                            help="checkpoint directory or hub id (default: the tiny built-in Dream-style model)")
@@ -20,7 +22,8 @@ def add_model_flags(group: argparse._ArgumentGroup, with_model: bool = True) -> 
                             "else its own code; native; remote: the checkpoint's own code (needs --trust-remote-code)")
     group.add_argument("--trust-remote-code", action="store_true", default=None,
                        help="allow running the modeling code shipped with the checkpoint")
-    group.add_argument("--device", default=None, help="torch device (default: cuda when available, else cpu)")
+    group.add_argument("--device", default=default_device,
+                       help=f"torch device (default: {default_device or 'cuda when available, else cpu'})")
 
 
 def load_model(args: argparse.Namespace, model_path: str | None = None):

@@ -1,0 +1,533 @@
+"""FLOP and memory model of one training step.
+
+Pure arithmetic (no torch, no verl): the README's "What one step costs" and ``diffugrpo
+check-model`` both compute from the functions here, so their numbers come from one place.
+
+**FLOPs.** ``F = 2 N x sequences x tokens`` is one forward over a batch (a multiply and an add
+per weight and token). Attention's own FLOPs (``4 x layers x tokens x hidden`` per token with
+bidirectional attention) are left out: about 1% of ``2N`` for DiffuCoder-7B at 456 tokens.
+
+* generation: ``steps x F`` (one full forward per diffusion step, as the reference samples;
+  the fast path's prefix cache and threshold do less);
+* old-policy log-probs: ``views x F`` per iteration (the coupled masker has 3 views);
+* reference log-probs: the same, when there is a reference (KL on);
+* update: ``views x 3F`` per iteration (forward and a backward of twice the forward),
+  ``views x 4F`` with gradient checkpointing (the forward runs again inside the backward).
+
+**Memory per GPU** (bytes; see :func:`memory_estimate`, each term documented where it is
+computed). Terms fall in three phases: ``held`` for the whole step (sharded training states, the
+reference shards, the rollout's policy copy), ``update`` (the peak of a training micro-batch)
+and ``rollout`` (the peak of a sampler step). Training and sampling never run at the same time,
+so the total is ``held + max(update, rollout)``. Within a phase the terms are summed, a mild
+upper bound: the head's logit buffers are freed before the layers' backward recomputation
+starts, and the sampler's model logits before its fp32 window buffers peak. What is not counted
+is listed in :data:`NOT_COUNTED`. Two terms are checked against the code they model
+(tests/test_check_model.py): a layer's saved activations against autograd's saved tensors, and
+the sampler's window buffers against the peak memory of a real sampler step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB = 2**30
+
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+
+NOT_COUNTED = (
+    "allocator fragmentation and the caching allocator's reserve (often 5-20% on top)",
+    "NCCL communication buffers",
+    "the CUDA context and kernels (about 0.5-1 GiB per process)",
+    "the prefix KV cache when the sampler's kv_cache=true (2 x layers x micro-batch x prompt x kv_dim x dtype)",
+    "the old-policy and reference log-prob passes (no gradient: they need less than the update)",
+    "the fp32 cast of one FSDP unit's gradients for its reduce-scatter (reduce_dtype fp32), and "
+    "optimizer-step temporaries",
+    "attention score matrices: with SDPA's flash / memory-efficient kernels there is no tokens^2 term; eager "
+    "attention adds heads x tokens^2 per sequence and layer",
+    "CPU offload (param_offload / optimizer_offload move the sharded states off the GPU)",
+)
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of ``fp32`` / ``bf16`` / ``fp16`` (or their torch spellings)."""
+    try:
+        return DTYPE_BYTES[str(name).lower()]
+    except KeyError:
+        raise ValueError(f"unknown dtype '{name}'; use one of {', '.join(DTYPE_BYTES)}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOPs
+# ---------------------------------------------------------------------------------------------
+
+
+def forward_flops(parameters: float, sequences: int, tokens: int) -> float:
+    """``F = 2 N x sequences x tokens``: one forward pass over ``sequences`` sequences of ``tokens`` tokens."""
+    return 2.0 * parameters * sequences * tokens
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one step's stages (see the module docstring); ``forward`` is ``F``."""
+
+    forward: float
+    generation: float
+    old_logprobs: float
+    ref_logprobs: float
+    update: float
+
+    @property
+    def training(self) -> float:
+        """Old and reference log-probs plus the update: everything but generation."""
+        return self.old_logprobs + self.ref_logprobs + self.update
+
+    @property
+    def total(self) -> float:
+        return self.generation + self.training
+
+
+def step_flops(parameters: float, sequences: int, tokens: int, diffusion_steps: int, iterations: int = 1,
+               views: int = 3, gradient_checkpointing: bool = False, reference: bool = True) -> StepFlops:
+    """FLOPs of one step: ``sequences`` completions of ``tokens`` (prompt + completion) tokens each.
+
+    ``iterations`` is DiffuCoder's ``num_iterations`` (verl's ``ppo_epochs``): old-policy and
+    reference log-probs are computed once per iteration (fresh masks), the update runs once per
+    iteration; generation happens once per step.
+    """
+    f = forward_flops(parameters, sequences, tokens)
+    passes = views * iterations
+    return StepFlops(forward=f, generation=diffusion_steps * f, old_logprobs=passes * f,
+                     ref_logprobs=passes * f if reference else 0.0,
+                     update=passes * (4 if gradient_checkpointing else 3) * f)
+
+
+def seconds(flops: float, gpus: int, peak_flops_per_gpu: float, utilization: float) -> float:
+    """Wall time of ``flops`` spread over ``gpus`` devices running at ``utilization`` of their peak."""
+    return flops / (gpus * peak_flops_per_gpu * utilization)
+
+
+H100_BF16_DENSE_FLOPS = 989e12  # H100 SXM dense bf16 tensor-core peak
+DEFAULT_UTILIZATION = 0.4
+CPU_SAMPLING_SLOWDOWN = 1.6  # measured on CPU: our sampler spends ~1.6x more time per FLOP than training passes
+
+
+@dataclass(frozen=True)
+class FlopRecipe:
+    """A training recipe, as far as the FLOP model needs it."""
+
+    name: str
+    parameters: float
+    prompts: int
+    completions_per_prompt: int
+    prompt_length: int
+    completion_length: int
+    diffusion_steps: int
+    iterations: int
+    gradient_checkpointing: bool
+    gpus: int
+    device: str = "H100"
+    peak_flops_per_gpu: float = H100_BF16_DENSE_FLOPS
+    utilization: float = DEFAULT_UTILIZATION
+    sampling_slowdown: float = CPU_SAMPLING_SLOWDOWN
+    views: int = 3
+
+    @property
+    def sequences(self) -> int:
+        return self.prompts * self.completions_per_prompt
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_length + self.completion_length
+
+    def flops(self) -> StepFlops:
+        return step_flops(self.parameters, self.sequences, self.tokens, self.diffusion_steps, self.iterations,
+                          self.views, self.gradient_checkpointing)
+
+    def seconds(self, flops: float) -> float:
+        return seconds(flops, self.gpus, self.peak_flops_per_gpu, self.utilization)
+
+
+# The README's paper estimate (examples/diffucoder_7b): 8 prompts x 10 completions, 200 + 256 tokens,
+# 256 diffusion steps, 2 iterations, gradient checkpointing, 8 GPUs.
+DIFFUCODER_7B = FlopRecipe(name="DiffuCoder-7B", parameters=7.6e9, prompts=8, completions_per_prompt=10,
+                           prompt_length=200, completion_length=256, diffusion_steps=256, iterations=2,
+                           gradient_checkpointing=True, gpus=8)
+
+
+def format_flops(value: float, digits: int = 3) -> str:
+    """``1.42e17`` style (no ``+``, no leading exponent zeros)."""
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def format_seconds(value: float) -> str:
+    """Whole seconds from 10 s up, two significant digits below."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
+def flop_table_markdown(recipe: FlopRecipe = DIFFUCODER_7B) -> str:
+    """The README's per-stage FLOP table for ``recipe`` (markdown)."""
+    flops = recipe.flops()
+    k, views = recipe.iterations, recipe.views
+    passes = 4 if recipe.gradient_checkpointing else 3
+    gen_s = recipe.seconds(flops.generation)
+    slow_gen_s = gen_s * recipe.sampling_slowdown
+    step_s = recipe.seconds(flops.total)
+    rows = [
+        f"| stage | FLOPs | seconds on {recipe.gpus} x {recipe.device} at {recipe.utilization:.0%} of "
+        f"{recipe.peak_flops_per_gpu / 1e12:.0f} TFLOP/s |",
+        "|---|---|---|",
+        f"| generation ({recipe.diffusion_steps} x F) | {format_flops(flops.generation)} | {format_seconds(gen_s)} "
+        f"({format_seconds(slow_gen_s)} if, as on CPU, sampling runs {recipe.sampling_slowdown:g}x less "
+        f"efficiently) |",
+        f"| old log-probs ({k} x {views}F) | {format_flops(flops.old_logprobs)} | "
+        f"{format_seconds(recipe.seconds(flops.old_logprobs))} |",
+        f"| reference log-probs ({k} x {views}F) | {format_flops(flops.ref_logprobs)} | "
+        f"{format_seconds(recipe.seconds(flops.ref_logprobs))} |",
+        f"| update ({k} x {views} views x {passes}F) | {format_flops(flops.update)} | "
+        f"{format_seconds(recipe.seconds(flops.update))} |",
+        f"| **step** | **{format_flops(flops.total)}** | **~{format_seconds(step_s)}-"
+        f"{format_seconds(step_s - gen_s + slow_gen_s)} s** |",
+    ]
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory model needs to know about a network.
+
+    Attributes:
+        parameters: every parameter, a tied head counted once.
+        vocab: the logit width (rows of the vocabulary head).
+        hidden: hidden size.
+        layers: decoder layers.
+        intermediate: the MLP's inner width (gate/up projections).
+        kv_dim: key/value width (``num_key_value_heads x head_dim``).
+        embedding_parameters: the token embedding's parameters.
+        head_parameters: an untied head's parameters; 0 when the head is the embedding.
+    """
+
+    parameters: int
+    vocab: int
+    hidden: int
+    layers: int
+    intermediate: int
+    kv_dim: int
+    embedding_parameters: int
+    head_parameters: int = 0
+
+    @property
+    def root_parameters(self) -> int:
+        """Parameters outside the decoder layers (embedding, head; the final norm's few are ignored):
+        the root FSDP unit under verl's per-layer wrap policy."""
+        return self.embedding_parameters + self.head_parameters
+
+    @property
+    def layer_parameters(self) -> float:
+        """Parameters of one decoder layer (an FSDP unit), assuming equal layers."""
+        return max(self.parameters - self.root_parameters, 0) / self.layers
+
+
+# masker -> (views through the network, vocabulary-head rows per completion token)
+MASKER_SHAPES = {
+    "coupled": (3, 2),  # fully masked view scores every token, the complementary pair each token once more
+    "pair": (2, 1),  # the complementary pair only: each token scored once
+    "d1": (1, 1),  # one fully masked view
+}
+
+
+@dataclass(frozen=True)
+class StepSetup:
+    """One training step's shape per GPU.
+
+    Attributes:
+        batch: completions per training micro-batch per GPU (``ppo_micro_batch_size_per_gpu``).
+        prompt_length, completion_length: tokens (``data.max_prompt_length`` / ``max_response_length``).
+        gpus: FSDP shards (data-parallel workers).
+        gradient_checkpointing: ``actor_rollout_ref.model.enable_gradient_checkpointing``.
+        param_dtype: FSDP mixed-precision ``param_dtype``, also the compute dtype under autocast.
+        reference_dtype: the reference model's sharded storage dtype (verl 0.9.1's
+            ``ref.fsdp_config.model_dtype`` default is fp32); None when there is no reference (no KL).
+        rollout_dtype: ``actor_rollout_ref.rollout.dtype``, the rollout copy's dtype.
+        rollout_micro_batch: completions the sampler denoises together (``engine_kwargs.diffusion.micro_batch_size``).
+        views: masker views (3 for the coupled masker).
+        scored_rows_per_token: vocabulary-head rows per completion token (2 for coupled: the fully masked
+            view scores every token, the complementary pair scores each token once more).
+        chunk_rows: rows per fp32 log-softmax chunk (``diffusion.chunk_rows``, logprobs.DEFAULT_CHUNK_ROWS).
+        logits_shift: the model shifts its logits (Dream): aligning them copies the sampler's logits once more.
+        sampler_window_copies: fp32 window-sized ``[micro_batch, completion, vocab]`` buffers a sampler step
+            holds at its peak (counted from sampling/engine.py, dream.py and decoding.py; see the term's assumption).
+    """
+
+    batch: int
+    prompt_length: int
+    completion_length: int
+    gpus: int = 1
+    gradient_checkpointing: bool = True
+    param_dtype: str = "bf16"
+    reference_dtype: str | None = "fp32"
+    rollout_dtype: str = "bf16"
+    rollout_micro_batch: int | None = None
+    views: int = 3
+    scored_rows_per_token: int = 2
+    chunk_rows: int = 1024
+    logits_shift: bool = True
+    sampler_window_copies: int = 10
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_length + self.completion_length
+
+    @property
+    def sequences(self) -> int:
+        """Sequences one training forward runs: every view of every completion."""
+        return self.views * self.batch
+
+    @property
+    def sampler_batch(self) -> int:
+        return self.rollout_micro_batch or self.batch
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    """One line of the estimate: ``bytes`` for ``name`` during ``phase`` (held / update / rollout)."""
+
+    name: str
+    phase: str
+    bytes: float
+    formula: str
+    assumption: str
+
+    @property
+    def gib(self) -> float:
+        return self.bytes / GIB
+
+
+PHASES = ("held", "update", "rollout")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-GPU memory of one training step, term by term."""
+
+    terms: tuple[MemoryTerm, ...]
+    not_counted: tuple[str, ...] = field(default=NOT_COUNTED)
+
+    def phase_bytes(self, phase: str) -> float:
+        return sum(term.bytes for term in self.terms if term.phase == phase)
+
+    @property
+    def peak_phase(self) -> str:
+        return "update" if self.phase_bytes("update") >= self.phase_bytes("rollout") else "rollout"
+
+    @property
+    def total_bytes(self) -> float:
+        """``held + max(update, rollout)``: training and sampling never run at once."""
+        return self.phase_bytes("held") + max(self.phase_bytes("update"), self.phase_bytes("rollout"))
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+    def to_dict(self) -> dict:
+        return {
+            "terms": [{"name": t.name, "phase": t.phase, "bytes": t.bytes, "gib": t.gib, "formula": t.formula,
+                       "assumption": t.assumption} for t in self.terms],
+            "phase_gib": {phase: self.phase_bytes(phase) / GIB for phase in PHASES},
+            "peak_phase": self.peak_phase,
+            "total_bytes": self.total_bytes,
+            "total_gib": self.total_gib,
+            "not_counted": list(self.not_counted),
+        }
+
+
+def _n(value: float) -> str:
+    """A number for a formula: integers as they are, large ones in short scientific notation."""
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:.3g}"
+
+
+def policy_state_bytes(parameters: float, gpus: int) -> float:
+    """Sharded training states: fp32 master parameters (4) + fp32 gradients (4) + AdamW's two fp32
+    moments (8) = 16 bytes per parameter, divided over the FSDP shards.
+
+    verl builds the actor with ``model_dtype: fp32`` and keeps gradients and optimizer states
+    in the sharded parameters' dtype; ``param_dtype`` only sets the gathered compute copy.
+    """
+    return 16.0 * parameters / gpus
+
+
+def reference_bytes(parameters: float, gpus: int, dtype: str) -> float:
+    """The reference model: forward only (no gradients, no optimizer), sharded, in its storage dtype."""
+    return parameters * dtype_bytes(dtype) / gpus
+
+
+def rollout_copy_bytes(parameters: float, dtype: str) -> float:
+    """The rollout's UNSHARDED policy copy, one per trainer worker, in the rollout dtype
+    (integration/rollout.py; our config sets ``free_cache_engine: false``, so it stays on the GPU)."""
+    return parameters * dtype_bytes(dtype)
+
+
+def fsdp_gathered_bytes(model: ModelShape, param_dtype: str) -> float:
+    """Unsharded compute copies FSDP holds during a training pass, in ``param_dtype``.
+
+    verl wraps each decoder layer as an FSDP unit; the current and the prefetched next one are
+    gathered at once. The vocabulary-sized parameters (embedding, head) are counted as gathered
+    for the whole pass, as the root unit is (FSDP2 does not reshard the root after forward). That is
+    exact for a tied head and for LLaDA's ``ff_out`` (both stay in the root unit); for an untied
+    ``embed_tokens`` / ``lm_head`` pair (Dream, Qwen2), which verl's FSDP2 wraps as units of their
+    own, the embedding is gathered only around its own forward and backward, so this counts one
+    embedding copy too many (here and in the unsharded gradients): an upper bound.
+    """
+    return (model.root_parameters + 2 * model.layer_parameters) * dtype_bytes(param_dtype)
+
+
+def fsdp_unsharded_grad_bytes(model: ModelShape, param_dtype: str) -> float:
+    """Unsharded gradients before their reduce-scatter, in ``param_dtype``: the root unit's from the
+    head's backward until the end of the backward, plus the layer being reduced."""
+    return (model.root_parameters + model.layer_parameters) * dtype_bytes(param_dtype)
+
+
+def norm_saved_bytes(model: ModelShape, compute_bytes: int) -> int:
+    """Bytes per token an RMSNorm saves for its backward (transformers' Llama/Qwen2 RMSNorm, which our native
+    classes use): its input upcast to fp32 (4H), the normalised and the weighted output in the compute dtype
+    (2 x cH; in fp32 the upcast is the input itself, so 3 x 4H)."""
+    return 4 * model.hidden + 2 * compute_bytes * model.hidden
+
+
+def layer_saved_bytes(model: ModelShape, compute_bytes: int) -> int:
+    """Bytes per token one Llama/Qwen2-style decoder layer saves for its backward.
+
+    Two RMSNorms (:func:`norm_saved_bytes`); attention: q after RoPE and the attention output (2H),
+    k and v (2 kv_dim), SDPA's flash / memory-efficient kernels keeping only a per-head log-sum-exp
+    (no ``tokens^2`` term); MLP: gate, up, ``act(gate)`` and their product that feeds the down
+    projection (4I). Checked against ``torch.autograd.graph.saved_tensors_hooks`` on a Qwen2 (Dream)
+    layer and on our native LLaDA layer (tests/test_check_model.py): within 3% (RoPE's cos/sin).
+    """
+    return (2 * norm_saved_bytes(model, compute_bytes)
+            + compute_bytes * (2 * model.hidden + 2 * model.kv_dim + 4 * model.intermediate))
+
+
+def backward_extra_bytes(model: ModelShape, compute_bytes: int) -> int:
+    """Bytes per token a layer's backward adds: the gradients of its output and input hidden states (2H)
+    and of the MLP's inner activations at their widest (2I), in the compute dtype."""
+    return compute_bytes * (2 * model.hidden + 2 * model.intermediate)
+
+
+def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
+    """Per-GPU memory of one training step, term by term (see each term's ``assumption``)."""
+    n, g = model.parameters, setup.gpus
+    pb, pdt = dtype_bytes(setup.param_dtype), setup.param_dtype
+    rb = dtype_bytes(setup.rollout_dtype)
+    s, t, c, v, h = setup.sequences, setup.tokens, setup.completion_length, model.vocab, model.hidden
+    terms: list[MemoryTerm] = [
+        MemoryTerm("policy: fp32 params + grads + AdamW moments (sharded)", "held", policy_state_bytes(n, g),
+                   f"16 B x {_n(n)} / {g}",
+                   "fp32 master params 4 + fp32 grads 4 + AdamW exp_avg 4 + exp_avg_sq 4 bytes per parameter, "
+                   "sharded over the FSDP workers (verl's actor model_dtype fp32)"),
+    ]
+    if setup.reference_dtype:
+        terms.append(MemoryTerm(f"reference model ({setup.reference_dtype}, sharded)", "held",
+                                reference_bytes(n, g, setup.reference_dtype),
+                                f"{dtype_bytes(setup.reference_dtype)} B x {_n(n)} / {g}",
+                                "forward only: no grads, no optimizer; verl 0.9.1 stores it in ref.fsdp_config."
+                                "model_dtype (default fp32), sharded like the actor"))
+    terms.append(MemoryTerm(f"rollout policy copy ({setup.rollout_dtype}, unsharded)", "held",
+                            rollout_copy_bytes(n, setup.rollout_dtype), f"{rb} B x {_n(n)}",
+                            "one full copy per trainer worker (integration/rollout.py), kept on the GPU "
+                            "(free_cache_engine: false)"))
+
+    terms.append(MemoryTerm(f"FSDP gathered params ({pdt})", "update", fsdp_gathered_bytes(model, pdt),
+                            f"{pb} B x ({_n(model.root_parameters)} root + 2 x {_n(model.layer_parameters)} layer)",
+                            "root unit (embedding, head) gathered for the whole pass, plus the current and the "
+                            "prefetched decoder layer"))
+    terms.append(MemoryTerm(f"FSDP unsharded grads ({pdt})", "update", fsdp_unsharded_grad_bytes(model, pdt),
+                            f"{pb} B x ({_n(model.root_parameters)} root + {_n(model.layer_parameters)} layer)",
+                            "the root unit's gradients live from the head's backward to the end of the backward; "
+                            "plus one layer's before its reduce-scatter"))
+    per_layer, extra, norm = layer_saved_bytes(model, pb), backward_extra_bytes(model, pb), norm_saved_bytes(model, pb)
+    if setup.gradient_checkpointing:
+        terms.append(MemoryTerm("activations: kept layer inputs (checkpointing)", "update",
+                                s * t * (model.layers * h * pb + norm),
+                                f"{s} seq x {t} tok x ({model.layers} layers x {h} x {pb} B + {norm} B final norm)",
+                                f"{setup.views} views x {setup.batch} completions; each layer's input hidden state "
+                                f"kept for the recomputation, and the final norm's saved tensors"))
+        terms.append(MemoryTerm("activations: one layer recomputed + its backward", "update",
+                                s * t * (per_layer + extra),
+                                f"{s} x {t} x ({per_layer} + {extra}) B",
+                                "one layer's saved tensors (2 RMSNorms, q, attention output, k, v, 4 MLP "
+                                "activations; see layer_saved_bytes) plus its backward's gradients 2H + 2I"))
+    else:
+        terms.append(MemoryTerm("activations: every layer's saved tensors", "update",
+                                s * t * (model.layers * per_layer + norm),
+                                f"{s} x {t} x ({model.layers} x {per_layer} + {norm}) B",
+                                "each layer's saved tensors (see layer_saved_bytes; SDPA: no tokens^2 term), plus "
+                                "the final norm's"))
+        terms.append(MemoryTerm("activations: backward gradients of one layer", "update", s * t * extra,
+                                f"{s} x {t} x {extra} B",
+                                "gradients of a layer's hidden states and MLP activations 2H + 2I per token"))
+    rows = setup.scored_rows_per_token * setup.batch * c
+    chunk = min(setup.chunk_rows, rows)
+    terms.append(MemoryTerm(f"head logits, scored rows only ({pdt})", "update", rows * v * pb,
+                            f"{rows} rows x {v} x {pb} B",
+                            f"row-selective head (logprobs.py): {setup.scored_rows_per_token} x {setup.batch} "
+                            f"completions x {c} tokens, saved for the backward"))
+    terms.append(MemoryTerm(f"head logits' gradient buffer ({pdt})", "update", rows * v * pb,
+                            f"{rows} x {v} x {pb} B", "one buffer shaped like the logits, written chunk by chunk"))
+    chunks = 0 if pb == 4 else 2
+    terms.append(MemoryTerm("fp32 log-softmax chunks", "update", chunks * chunk * v * 4,
+                            f"{chunks} x {chunk} x {v} x 4 B",
+                            f"chunk_rows={setup.chunk_rows}; " + (
+                                "fp32 logits: the backward works in the gradient buffer itself and the forward's "
+                                "one-chunk temporary is gone before that buffer exists (measured on CPU: peak = "
+                                "logits + gradient buffer)" if chunks == 0 else
+                                "the backward's fp32 copy of a chunk and its result, alive beside the logits and "
+                                "the gradient buffer")))
+
+    m, L = setup.sampler_batch, setup.tokens
+    copies = 2 if setup.logits_shift else 1
+    terms.append(MemoryTerm(f"sampler: model logits ({setup.rollout_dtype})", "rollout", copies * m * L * v * rb,
+                            f"{copies} x {m} x {L} x {v} x {rb} B",
+                            f"the plain sampler runs the whole sequence and gets logits for every position "
+                            f"(sampling/forward.py)" + ("; aligning shifted logits concatenates a copy"
+                                                        if setup.logits_shift else "")))
+    terms.append(MemoryTerm("sampler: fp32 window buffers", "rollout",
+                            setup.sampler_window_copies * m * c * v * 4,
+                            f"{setup.sampler_window_copies} x {m} x {c} x {v} x 4 B",
+                            "at the first step (every position masked), inside top-p: the window's .float() logits "
+                            "(sampling/engine.py), their live-row copy, the packed masked rows, the temperature-scaled "
+                            "copy, top-p's sorted values, int64 indices (2), softmax, cumulative sum and its "
+                            "difference = 10 (7 greedy without top-p; both measured)"))
+    sampler_layer = layer_saved_bytes(model, rb)
+    terms.append(MemoryTerm("sampler: one layer's forward working set", "rollout", m * L * sampler_layer,
+                            f"{m} x {L} x {sampler_layer} B",
+                            "no grad: one layer's intermediates at a time, at most what it would save for a backward"))
+    return MemoryEstimate(terms=tuple(terms))
+
+
+def format_memory_table(estimate: MemoryEstimate, name_width: int = 56) -> str:
+    """A plain-text table: each term with its phase, the phase sums and the total per GPU, in GiB (MiB when
+    the total is under 1 GiB)."""
+    unit, scale = ("GiB", GIB) if estimate.total_bytes >= GIB else ("MiB", 2**20)
+    lines = [f"  {'component':<{name_width}} {unit:>9}  phase"]
+    for term in estimate.terms:
+        lines.append(f"  {term.name:<{name_width}} {term.bytes / scale:>9.3f}  {term.phase}")
+    lines.append(f"  {'total per GPU (held + max(update, rollout))':<{name_width}} "
+                 f"{estimate.total_bytes / scale:>9.3f}  peak in {estimate.peak_phase}")
+    sums = ", ".join(f"{phase} {estimate.phase_bytes(phase) / scale:.3f}" for phase in PHASES)
+    lines.append(f"  phases ({unit}): {sums}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    recipe = DIFFUCODER_7B
+    print(f"F = 2 x {format_flops(recipe.parameters, 2)} x {recipe.sequences} x {recipe.tokens} = "
+          f"{format_flops(recipe.flops().forward, 2)} FLOPs")
+    print(flop_table_markdown(recipe))

@@ -1,0 +1,540 @@
+"""``diffugrpo check-model`` and the FLOP / memory model behind it (``diffugrpo_plugin.step_cost``).
+
+The CLI runs in-process through ``diffugrpo_plugin.cli.main`` on our tiny Dream-style checkpoint
+and on stand-ins of Dream's and LLaDA's published code (``tests/family_standins.py``), loaded
+natively and through their own code; a LLaDA stand-in patched to ignore the attention mask, as
+some published LLaDA files do, must be reported as leaking. Subprocesses prove the exit codes
+and that no traceback escapes. The memory model is checked term by term against numbers worked
+out by hand for a made-up 1B model, and the FLOP model against the README's DiffuCoder-7B table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from family_standins import (  # noqa: F401  (session fixtures are used by name)
+    dream_standin,
+    llada_standin,
+    llada_tied_standin,
+    save_standin,
+    tokenizer,
+)
+
+from diffugrpo_plugin import step_cost
+from diffugrpo_plugin.cli import main as cli_main
+
+REPO = Path(__file__).resolve().parents[1]
+# a small step shape so the estimate's arithmetic stays readable; the defaults are DiffuCoder's recipe
+SMALL_STEP = ["--batch", "2", "--prompt-length", "32", "--completion-length", "16", "--gpus", "2",
+              "--rollout-micro-batch", "4"]
+
+
+def check_model(capsys, *argv: str) -> tuple[int, str, str]:
+    """``diffugrpo check-model ARGV`` in-process: (exit code, stdout, stderr)."""
+    code = cli_main(["check-model", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def check_model_json(capsys, *argv: str) -> dict:
+    code, out, err = check_model(capsys, *argv, "--json", *SMALL_STEP)
+    assert code == 0, err
+    assert len(out.splitlines()) == 1, "--json prints exactly one line"
+    return json.loads(out)
+
+
+def report_field(out: str, name: str) -> str:
+    """The value printed on the ``  <name>  value`` line of the text report."""
+    for line in out.splitlines():
+        if line.startswith(f"  {name:<19} "):
+            return line[len(f"  {name:<19} "):]
+    raise AssertionError(f"no '{name}' line in:\n{out}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The CLI on real (tiny) checkpoints
+# ---------------------------------------------------------------------------------------------
+
+
+def test_tiny_model_text_report(tiny_model_path, capsys):
+    """Our tiny model: a stock Qwen2 run bidirectionally (is_causal: false), shifted, tied head, mask id in config."""
+    code, out, err = check_model(capsys, tiny_model_path, *SMALL_STEP)
+    assert code == 0, err
+    assert report_field(out, "family").startswith("bidirectional (detected from is_causal: false")
+    assert report_field(out, "implementation") == "stock transformers: Qwen2ForCausalLM"
+    assert report_field(out, "calling convention") == "2D padding mask + position_ids (cumsum of the mask - 1)"
+    assert report_field(out, "logit shift").startswith("yes")
+    mask_id = tokenizer().mask_token_id
+    assert report_field(out, "mask token") == f"{mask_id} '<|mask|>', from model config (mask_token_id)"
+    assert report_field(out, "vocabulary head") == "lm_head (weight tied to model.embed_tokens)"
+    assert report_field(out, "vocabulary") == f"{len(tokenizer()):,} logits"
+    assert report_field(out, "hidden size") == "32"
+    assert report_field(out, "layers") == "2 (MLP 64, key/value width 16)"
+    assert report_field(out, "dtype") == "float32"
+    assert report_field(out, "padding").startswith("ok: max |diff| ")
+    assert report_field(out, "coupled log-probs").startswith("ok: mean log p ")
+    assert report_field(out, "sampling").startswith("ok: entropy, 8 steps, ")
+    assert "total per GPU (held + max(update, rollout))" in out
+    for missing in ("allocator fragmentation", "NCCL", "CUDA context"):
+        assert missing in out
+    assert not err
+
+
+def test_tiny_model_json_report_and_estimate(tiny_model_path, capsys):
+    """--json holds the resolution, every probe and the estimate, which is step_cost's arithmetic on the
+    checkpoint's shape; the parameter count (taken without loading weights) matches the loaded model."""
+    from transformers import AutoModelForCausalLM
+
+    report = check_model_json(capsys, tiny_model_path)
+    resolution = report["resolution"]
+    assert (resolution["family"], resolution["implementation"], resolution["logits_shift"]) == (
+        "bidirectional", "stock", True)
+    assert (resolution["mask_token_id"], resolution["mask_token_source"]) == (
+        tokenizer().mask_token_id, "model config (mask_token_id)")
+    assert resolution["head_tied"] and resolution["head_parameters"] == 0
+    loaded = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    assert resolution["parameters"] == sum(p.numel() for p in loaded.parameters())
+    assert report["ok"] and report["load"]["dtype"] == "float32" and report["load"]["device"] == "cpu"
+    padding = report["padding"]
+    assert padding["ok"] and padding["max_abs_diff"] <= padding["tolerance"] and padding["padding"] > 0
+    logprob = report["logprob"]
+    assert logprob["ok"] and logprob["finite_logprobs"] and logprob["finite_gradients"]
+    assert logprob["views"] == 3 and logprob["head_rows"] == 2 * logprob["tokens"] > 0
+    assert report["sampling"]["ok"] and report["sampling"]["sampler"] == "entropy"
+    assert report["sampling"]["new_tokens"] == len(report["sampling"]["token_ids"]) <= 16
+
+    estimate = report["estimate"]
+    setup = step_cost.StepSetup(**estimate["setup"])
+    assert (setup.batch, setup.tokens, setup.gpus, setup.sampler_batch) == (2, 48, 2, 4)
+    shape = step_cost.ModelShape(
+        parameters=resolution["parameters"], vocab=resolution["vocab_size"], hidden=32, layers=2, intermediate=64,
+        kv_dim=16, embedding_parameters=resolution["vocab_size"] * 32, head_parameters=0)
+    expected = step_cost.memory_estimate(shape, setup)
+    assert estimate["memory"]["total_bytes"] == pytest.approx(expected.total_bytes)
+    assert [t["name"] for t in estimate["memory"]["terms"]] == [t.name for t in expected.terms]
+    assert estimate["memory"]["not_counted"] == list(step_cost.NOT_COUNTED)
+    flops = estimate["flops"]
+    assert flops["forward"] == 2 * resolution["parameters"] * 2 * 48
+    assert flops["generation"] == 256 * flops["forward"]  # --diffusion-steps default: DiffuCoder's 256
+    assert flops["update"] == 2 * 3 * 4 * flops["forward"]  # 2 iterations x 3 views x 4F (checkpointing)
+
+
+def test_config_only_reads_no_weights(tiny_model_path, capsys):
+    code, out, err = check_model(capsys, tiny_model_path, "--config-only", *SMALL_STEP)
+    assert code == 0, err
+    assert "probes:" not in out and "total per GPU" in out
+    report = check_model_json(capsys, tiny_model_path, "--config-only")
+    assert report["load"] is None and report["padding"] is None and report["ok"]
+    assert (report["estimate"]["setup"]["views"], report["estimate"]["setup"]["scored_rows_per_token"]) == (3, 2)
+    d1 = check_model_json(capsys, tiny_model_path, "--config-only", "--masker", "d1", "--no-reference")
+    assert (d1["estimate"]["setup"]["views"], d1["estimate"]["setup"]["scored_rows_per_token"]) == (1, 1)
+    assert d1["estimate"]["setup"]["reference_dtype"] is None and d1["estimate"]["flops"]["ref_logprobs"] == 0
+    assert d1["estimate"]["flops"]["update"] == 2 * 1 * 4 * d1["estimate"]["flops"]["forward"]
+
+
+def test_config_only_on_a_diffucoder_7b_config(tmp_path, capsys):
+    """DiffuCoder-7B's config.json (Qwen2.5-7B shape, model_type Dream) beside a tokenizer: no weights needed
+    for the resolution and the estimate; the parameter count is Qwen2.5-7B's published 7,615,616,512."""
+    config = {"architectures": ["DreamModel"], "model_type": "Dream", "hidden_size": 3584,
+              "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+              "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 131072,
+              "tie_word_embeddings": False, "torch_dtype": "bfloat16", "mask_token_id": 151666,
+              "pad_token_id": 151643, "eos_token_id": 151643, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6}
+    path = write_config(tmp_path / "diffucoder_7b", config)
+    tokenizer().save_pretrained(path)
+    code, out, err = check_model(capsys, path, "--config-only", "--json")  # the defaults: DiffuCoder's recipe
+    assert code == 0, err
+    report = json.loads(out)
+    resolution = report["resolution"]
+    assert resolution["parameters"] == 7_615_616_512
+    assert (resolution["family"], resolution["implementation"], resolution["logits_shift"]) == ("dream", "native", True)
+    assert (resolution["mask_token_id"], resolution["mask_token_source"]) == (151666, "model config (mask_token_id)")
+    assert (resolution["head"], resolution["head_tied"], resolution["vocab_size"]) == ("lm_head", False, 152064)
+    assert (resolution["layers"], resolution["intermediate_size"], resolution["kv_dim"]) == (28, 18944, 512)
+    assert resolution["checkpoint_dtype"] == "bfloat16"
+    memory = report["estimate"]["memory"]
+    terms = {term["name"]: term["bytes"] for term in memory["terms"]}
+    assert terms["policy: fp32 params + grads + AdamW moments (sharded)"] == 16 * 7_615_616_512 / 8
+    assert terms["rollout policy copy (bf16, unsharded)"] == 2 * 7_615_616_512
+    assert 40 < memory["total_gib"] < 80  # fits an 80 GB GPU, with room for what is not counted
+    assert report["estimate"]["flops"]["forward"] == 2 * 7_615_616_512 * 5 * 456
+
+
+STANDIN_EXPECTED = {
+    # name: family, clue, shift, head, tied, natural sampler
+    "dream": ("dream", "model_type 'Dream'", True, "lm_head", False, "entropy"),
+    "llada": ("llada", "model_type 'llada'", False, "model.transformer.ff_out", False, "llada"),
+    "llada_tied": ("llada", "model_type 'llada'", False,
+                   "no head module: logits project with model.transformer.wte.weight (tied)", True, "llada"),
+}
+
+
+@pytest.mark.parametrize("implementation", ["auto", "remote"])
+@pytest.mark.parametrize("name", list(STANDIN_EXPECTED))
+def test_family_standins(request, name, implementation, capsys):
+    """Dream and LLaDA (untied and tied) checkpoints, natively and through their own code: the family, shift,
+    mask id (the tokenizer's, never LLaDA's OLMo default 50256), head and tiedness are right, and every probe
+    passes (these models mask padding)."""
+    path = request.getfixturevalue(f"{name}_standin")
+    extra = ["--trust-remote-code", "--implementation", "remote"] if implementation == "remote" else []
+    report = check_model_json(capsys, path, *extra)
+    resolution = report["resolution"]
+    family, clue, shift, head, tied, sampler = STANDIN_EXPECTED[name]
+    assert (resolution["family"], resolution["detected_from"], resolution["logits_shift"]) == (family, clue, shift)
+    assert (resolution["head"], resolution["head_tied"]) == (head, tied)
+    assert resolution["mask_token_id"] == tokenizer().mask_token_id
+    assert resolution["vocab_size"] == len(tokenizer()) and resolution["hidden_size"] == 32
+    assert (resolution["layers"], resolution["intermediate_size"], resolution["kv_dim"]) == (2, 64, 16)
+    if implementation == "remote":
+        assert resolution["implementation"] == "remote"
+        assert report["load"]["model_class"].startswith("transformers_modules.")
+    else:
+        assert resolution["implementation"] == "native"
+        assert report["load"]["model_class"].startswith(f"diffugrpo_plugin.native.{family}.")
+    assert resolution["model_class"].rsplit(".", 1)[-1] == report["load"]["model_class"].rsplit(".", 1)[-1]
+    assert report["padding"]["ok"] and report["logprob"]["ok"] and report["sampling"]["ok"], report
+    assert report["sampling"]["sampler"] == sampler
+    assert resolution["embedding_parameters"] == len(tokenizer()) * 32
+    assert resolution["head_parameters"] == (0 if tied else len(tokenizer()) * 32)
+
+
+@pytest.fixture(scope="module")
+def leaky_llada(tmp_path_factory) -> str:
+    """A LLaDA stand-in whose own code ignores the attention mask, as some published LLaDA files do."""
+    path = save_standin("llada", tmp_path_factory.mktemp("standins") / "standin_llada_leaky", seed=2)
+    code = path / "modeling_llada.py"
+    source = code.read_text()
+    masking = "if attention_mask is not None and 0.0 in attention_mask:"
+    assert masking in source
+    code.write_text(source.replace(masking, "if False:  # this copy ignores the attention mask"))
+    return str(path)
+
+
+def test_code_that_ignores_the_attention_mask_leaks(leaky_llada, capsys):
+    """Through its own code the padding probe reports LEAKS (exit 1); the native class, which masks padding,
+    loads the same weights and passes."""
+    code, out, err = check_model(capsys, leaky_llada, "--trust-remote-code", "--implementation", "remote",
+                                 *SMALL_STEP)
+    assert code == 1, err
+    assert report_field(out, "padding").startswith("LEAKS: max |diff| ")
+    assert "does not hide padded keys" in out
+    assert report_field(out, "coupled log-probs").startswith("ok")
+    code, out, err = check_model(capsys, leaky_llada, *SMALL_STEP)
+    assert code == 0, err
+    assert report_field(out, "padding").startswith("ok")
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: one line, exit 2
+# ---------------------------------------------------------------------------------------------
+
+
+def write_config(directory: Path, config: dict) -> str:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config))
+    return str(directory)
+
+
+@pytest.fixture
+def error_case(request, tmp_path):
+    """(argv, expected fragments) of each error case."""
+    case = request.param
+    if case == "missing path":
+        return [str(tmp_path / "nope")], ["does not exist"]
+    if case == "no config.json":
+        return [str(tmp_path)], ["has no config.json"]
+    if case == "no family fits":
+        path = write_config(tmp_path / "mystery", {"model_type": "mystery", "architectures": ["MysteryModel"]})
+        return [path], ["cannot tell which diffusion-LM family", "'mystery'", "--family"]
+    if case == "unknown family":
+        return [request.getfixturevalue("dream_standin"), "--family", "dreem"], ["dreem", "llada"]
+    if case == "remote not trusted":
+        return [request.getfixturevalue("dream_standin"), "--implementation", "remote"], ["--trust-remote-code"]
+    if case == "settings need remote code":
+        from diffugrpo_plugin.models import read_model_config
+
+        config = {**read_model_config(request.getfixturevalue("llada_standin")), "block_type": "sequential"}
+        return [write_config(tmp_path / "sequential", config)], ["block_type='sequential'", "--trust-remote-code"]
+    if case == "bad batch":
+        return [str(tmp_path), "--batch", "0"], ["--batch must be at least 1"]
+    raise AssertionError(case)
+
+
+ERROR_CASES = ["missing path", "no config.json", "no family fits", "unknown family", "remote not trusted",
+               "settings need remote code", "bad batch"]
+
+
+@pytest.mark.parametrize("error_case", ERROR_CASES, indirect=True)
+def test_errors_are_one_line_and_exit_2(error_case, capsys):
+    argv, fragments = error_case
+    code, out, err = check_model(capsys, *argv)
+    assert code == 2
+    assert out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("diffugrpo check-model: error: "), err
+    for fragment in fragments:
+        assert fragment in err
+
+
+def run_module(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "diffugrpo_plugin.cli", "check-model", *argv], capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+
+
+def test_subprocess_exit_codes_and_no_traceback(tiny_model_path, tmp_path):
+    """As a user runs it: 0 with one JSON line; 2 with one stderr line for a missing path and for a config no
+    family fits (which fails after torch and transformers are loaded); never a traceback."""
+    done = run_module(tiny_model_path, "--json", *SMALL_STEP)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["ok"] is True
+    assert "Traceback" not in done.stderr
+    mystery = write_config(tmp_path / "mystery", {"model_type": "mystery"})
+    for path, fragment in ((str(tmp_path / "nope"), "does not exist"), (mystery, "cannot tell which")):
+        done = run_module(path)
+        assert done.returncode == 2
+        assert done.stdout == "" and "Traceback" not in done.stderr
+        assert len(done.stderr.splitlines()) == 1 and fragment in done.stderr, done.stderr
+
+
+def test_help_and_step_cost_import_no_torch():
+    """`diffugrpo --help` stays instant (no torch), check-model is listed, and step_cost is pure arithmetic."""
+    script = ("import sys, io, contextlib\n"
+              "import diffugrpo_plugin.step_cost\n"
+              "from diffugrpo_plugin.cli import build_parser\n"
+              "text = build_parser().format_help()\n"
+              "print('check-model' in text, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.stdout.split() == ["True", "False"], done.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# step_cost: memory by hand
+# ---------------------------------------------------------------------------------------------
+
+# A made-up 1B model with round numbers: vocabulary 50,000, hidden 2048, 16 layers, MLP 8192, key/value
+# width 512, untied head. Embedding = head = 50,000 x 2048 = 102.4M parameters; the 16 layers share the rest.
+ONE_B = step_cost.ModelShape(parameters=1_000_000_000, vocab=50_000, hidden=2048, layers=16, intermediate=8192,
+                             kv_dim=512, embedding_parameters=102_400_000, head_parameters=102_400_000)
+# 4 completions of 100 + 150 tokens per micro-batch on each of 4 GPUs; the sampler denoises 8 at once.
+ONE_B_STEP = step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150, gpus=4,
+                                 gradient_checkpointing=True, param_dtype="bf16", reference_dtype="fp32",
+                                 rollout_dtype="bf16", rollout_micro_batch=8, chunk_rows=1000, logits_shift=True)
+
+
+def terms_by_name(estimate: step_cost.MemoryEstimate) -> dict[str, tuple[str, float]]:
+    return {term.name: (term.phase, term.bytes) for term in estimate.terms}
+
+
+def test_memory_terms_by_hand_with_checkpointing():
+    layer = (1e9 - 204.8e6) / 16  # parameters of one decoder layer: 49.7M
+    tokens = 3 * 4 * 250  # 3 views x 4 completions x (100 + 150) tokens = 3,000 token rows per forward
+    # bf16 compute, per token: an RMSNorm saves its input in fp32 (4 x 2048) plus two bf16 outputs (2 x 2 x 2048)
+    norm = 4 * 2048 + 2 * 2 * 2048  # = 16,384 bytes
+    # a layer: two norms + bf16 x (q, attention output 2 x 2048; k, v 2 x 512; four MLP activations 4 x 8192)
+    layer_saved = 2 * norm + 2 * (2 * 2048 + 2 * 512 + 4 * 8192)  # = 108,544 bytes
+    backward = 2 * (2 * 2048 + 2 * 8192)  # = 40,960 bytes: hidden-state and MLP gradients of one layer
+    rows = 2 * 4 * 150  # coupled: two head rows per completion token = 1,200
+    expected = {
+        "policy: fp32 params + grads + AdamW moments (sharded)": ("held", (4 + 4 + 4 + 4) * 1e9 / 4),  # 4.0e9
+        "reference model (fp32, sharded)": ("held", 4 * 1e9 / 4),  # 1.0e9
+        "rollout policy copy (bf16, unsharded)": ("held", 2 * 1e9),  # 2.0e9: unsharded
+        "FSDP gathered params (bf16)": ("update", 2 * (204.8e6 + 2 * layer)),  # 608.4e6
+        "FSDP unsharded grads (bf16)": ("update", 2 * (204.8e6 + layer)),  # 509.0e6
+        "activations: kept layer inputs (checkpointing)": ("update", tokens * (16 * 2048 * 2 + norm)),  # 245.76e6
+        "activations: one layer recomputed + its backward": ("update", tokens * (layer_saved + backward)),  # 448.5e6
+        "head logits, scored rows only (bf16)": ("update", rows * 50_000 * 2),  # 120e6
+        "head logits' gradient buffer (bf16)": ("update", rows * 50_000 * 2),  # 120e6
+        "fp32 log-softmax chunks": ("update", 2 * 1000 * 50_000 * 4),  # 400e6: bf16 logits, 2 fp32 chunks
+        "sampler: model logits (bf16)": ("rollout", 2 * 8 * 250 * 50_000 * 2),  # 400e6, x2: shifted logits aligned
+        "sampler: fp32 window buffers": ("rollout", 10 * 8 * 150 * 50_000 * 4),  # 2.4e9: 10 copies at top-p's peak
+        "sampler: one layer's forward working set": ("rollout", 8 * 250 * layer_saved),  # 217.088e6
+    }
+    estimate = step_cost.memory_estimate(ONE_B, ONE_B_STEP)
+    found = terms_by_name(estimate)
+    assert list(found) == list(expected)
+    for name, (phase, value) in expected.items():
+        assert found[name][0] == phase, name
+        assert found[name][1] == pytest.approx(value, rel=1e-12), name
+    held, update, rollout = 7.0e9, 2_451_672_000, 3_017_088_000
+    assert estimate.phase_bytes("held") == pytest.approx(held)
+    assert estimate.phase_bytes("update") == pytest.approx(update)
+    assert estimate.phase_bytes("rollout") == pytest.approx(rollout)
+    assert estimate.peak_phase == "rollout"
+    assert estimate.total_bytes == pytest.approx(held + rollout)  # training and sampling never overlap
+    assert estimate.total_gib == pytest.approx(10_017_088_000 / 2**30)
+    table = step_cost.format_memory_table(estimate)
+    assert f"{10_017_088_000 / 2**30:>9.3f}  peak in rollout" in table and "phases (GiB): held 6.519" in table
+
+
+def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
+    setup = step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150, gpus=4,
+                                gradient_checkpointing=False, reference_dtype=None, rollout_micro_batch=8,
+                                chunk_rows=4096, logits_shift=False)
+    found = terms_by_name(step_cost.memory_estimate(ONE_B, setup))
+    assert "reference model (fp32, sharded)" not in found
+    # every layer keeps its 108,544 bytes per token, plus the final norm's 16,384
+    assert found["activations: every layer's saved tensors"][1] == 3000 * (16 * 108_544 + 16_384)
+    assert found["activations: backward gradients of one layer"][1] == 3000 * 40_960
+    assert found["fp32 log-softmax chunks"][1] == 2 * 1200 * 50_000 * 4  # fewer rows than chunk_rows: all in one
+    fp32 = step_cost.memory_estimate(ONE_B, step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150,
+                                                                 param_dtype="fp32", rollout_dtype="fp32"))
+    in_fp32 = terms_by_name(fp32)
+    assert in_fp32["fp32 log-softmax chunks"][1] == 0  # fp32 logits: the backward works in the gradient buffer
+    assert in_fp32["head logits, scored rows only (fp32)"][1] == 1200 * 50_000 * 4
+    assert in_fp32["FSDP gathered params (fp32)"][1] == pytest.approx(4 * (204.8e6 + 2 * (1e9 - 204.8e6) / 16))
+    assert found["sampler: model logits (bf16)"][1] == 1 * 8 * 250 * 50_000 * 2  # unshifted: no aligned copy
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kind", ["dream", "llada"])
+def test_layer_saved_bytes_match_autograd(kind, dtype):
+    """step_cost's per-layer activation count equals what autograd saves in one decoder layer of a Qwen2-bodied
+    Dream model and of our native LLaDA (counted with saved_tensors_hooks), up to RoPE's cos/sin."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from diffugrpo_plugin.native.llada import LLaDAConfig, LLaDAModelLM
+
+    hidden, inner, heads, kv_heads, batch, length = 128, 512, 8, 2, 2, 32
+    torch_dtype = getattr(torch, dtype)
+    torch.manual_seed(0)
+    if kind == "dream":
+        config = Qwen2Config(vocab_size=64, hidden_size=hidden, intermediate_size=inner, num_hidden_layers=1,
+                             num_attention_heads=heads, num_key_value_heads=kv_heads)
+        config.is_causal = False
+        model = Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa")
+        layer_of = lambda m: m.model.layers[0]  # noqa: E731
+    else:
+        config = LLaDAConfig(d_model=hidden, n_heads=heads, n_kv_heads=kv_heads, n_layers=1, mlp_hidden_size=inner,
+                             block_type="llama", layer_norm_type="rms", activation_type="silu", rope=True,
+                             vocab_size=64, embedding_size=64, attention_dropout=0.0, residual_dropout=0.0,
+                             embedding_dropout=0.0)
+        model = LLaDAModelLM._from_config(config, attn_implementation="sdpa")
+        layer_of = lambda m: m.model.transformer.blocks[0]  # noqa: E731
+    model = model.to(torch_dtype).train()
+    parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+    inputs: list = []
+
+    def keep(tensor):
+        storage = tensor.untyped_storage()
+        if storage.data_ptr() not in parameters:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    def hooked(module, args, kwargs):  # count only inside the layer: its input arrives from outside
+        inputs.append(torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor))
+        inputs[-1].__enter__()
+
+    def unhooked(module, args, kwargs, output):
+        inputs.pop().__exit__(None, None, None)
+
+    layer = layer_of(model)
+    layer.register_forward_pre_hook(hooked, with_kwargs=True)
+    layer.register_forward_hook(unhooked, with_kwargs=True)
+    model(input_ids=torch.randint(0, 60, (batch, length)))
+    shape = step_cost.ModelShape(parameters=0, vocab=64, hidden=hidden, layers=1, intermediate=inner,
+                                 kv_dim=kv_heads * hidden // heads, embedding_parameters=0)
+    predicted = step_cost.layer_saved_bytes(shape, 2 if dtype == "bfloat16" else 4)
+    measured = sum(saved.values()) / (batch * length)
+    assert predicted <= measured <= 1.05 * predicted, (measured, predicted)
+
+
+def test_memory_units_and_dtypes():
+    assert step_cost.policy_state_bytes(1e9, 8) == 2e9  # 16 bytes per parameter over 8 shards
+    assert step_cost.reference_bytes(1e9, 8, "bf16") == 0.25e9
+    assert step_cost.rollout_copy_bytes(7e9, "bfloat16") == 14e9
+    with pytest.raises(ValueError, match="unknown dtype 'int8'"):
+        step_cost.dtype_bytes("int8")
+    tied = step_cost.ModelShape(parameters=1000, vocab=10, hidden=10, layers=2, intermediate=40, kv_dim=10,
+                                embedding_parameters=100)
+    assert tied.root_parameters == 100 and tied.layer_parameters == 450
+
+
+# ---------------------------------------------------------------------------------------------
+# step_cost: FLOPs against the README
+# ---------------------------------------------------------------------------------------------
+
+
+def test_flops_of_the_readme_cpu_job():
+    """The README's CPU job: 32 diffusion steps, one iteration, no checkpointing -> 32 : 15 = 2.1."""
+    flops = step_cost.step_flops(parameters=1.0e6, sequences=16, tokens=208, diffusion_steps=32)
+    f = 2 * 1.0e6 * 16 * 208
+    assert flops.forward == f
+    assert (flops.generation, flops.old_logprobs, flops.ref_logprobs, flops.update) == (32 * f, 3 * f, 3 * f, 9 * f)
+    assert round(flops.generation / flops.training, 1) == 2.1
+    no_kl = step_cost.step_flops(1.0e6, 16, 208, 32, iterations=2, gradient_checkpointing=True, reference=False)
+    assert (no_kl.ref_logprobs, no_kl.update) == (0, 2 * 3 * 4 * f)
+
+
+def test_flops_of_diffucoder_7b():
+    recipe = step_cost.DIFFUCODER_7B
+    f = 2 * 7.6e9 * 80 * 456
+    flops = recipe.flops()
+    assert flops.forward == pytest.approx(f) and f"{f:.1e}" == "5.5e+14"
+    assert flops.generation == pytest.approx(256 * f)
+    assert flops.old_logprobs == flops.ref_logprobs == pytest.approx(2 * 3 * f)
+    assert flops.update == pytest.approx(2 * 3 * 4 * f)
+    assert flops.total == pytest.approx((256 + 6 + 6 + 24) * f)
+    rate = 8 * 989e12 * 0.4
+    assert recipe.seconds(flops.total) == pytest.approx(292 * f / rate)
+    assert step_cost.flop_table_markdown(recipe).splitlines() == [
+        "| stage | FLOPs | seconds on 8 x H100 at 40% of 989 TFLOP/s |",
+        "|---|---|---|",
+        "| generation (256 x F) | 1.42e17 | 45 (72 if, as on CPU, sampling runs 1.6x less efficiently) |",
+        "| old log-probs (2 x 3F) | 3.33e15 | 1.1 |",
+        "| reference log-probs (2 x 3F) | 3.33e15 | 1.1 |",
+        "| update (2 x 3 views x 4F) | 1.33e16 | 4.2 |",
+        "| **step** | **1.62e17** | **~51-78 s** |",
+    ]
+
+
+def _matches(written: str, value: float) -> bool:
+    """Whether ``value`` rounds to ``written`` at the precision it is written with (``3.3e15``, ``45``, ``1.1``)."""
+    written = written.strip("*~ s")
+    mantissa = written.split("e")[0]
+    digits = len(mantissa.replace(".", "").lstrip("0"))
+    return float(f"{value:.{max(digits, 1) - 1}e}") == pytest.approx(float(written), rel=1e-9)
+
+
+def test_readme_7b_table_comes_from_step_cost():
+    """Every number of the README's DiffuCoder-7B table (and F) is what step_cost computes, at the precision
+    the README writes it."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("Paper estimate for DiffuCoder-7B"):]
+    section = section[:section.index("\n\n", section.index("| **step**"))]
+    recipe = step_cost.DIFFUCODER_7B
+    flops = recipe.flops()
+    f_written = re.search(r"= ([0-9.]+e[0-9]+)` FLOPs", section).group(1)
+    assert _matches(f_written, flops.forward)
+    slow = recipe.sampling_slowdown
+    rows = {
+        "generation": (flops.generation, [recipe.seconds(flops.generation),
+                                          recipe.seconds(flops.generation) * slow]),
+        "old log-probs": (flops.old_logprobs, [recipe.seconds(flops.old_logprobs)]),
+        "reference log-probs": (flops.ref_logprobs, [recipe.seconds(flops.ref_logprobs)]),
+        "update": (flops.update, [recipe.seconds(flops.update)]),
+        "**step**": (flops.total, [recipe.seconds(flops.total),
+                                   recipe.seconds(flops.total) + recipe.seconds(flops.generation) * (slow - 1)]),
+    }
+    seen = set()
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        label = next((name for name in rows if cells[0].startswith(name)), None)
+        if label is None or len(cells) != 3:
+            continue
+        seen.add(label)
+        total, times = rows[label]
+        assert _matches(cells[1], total), (label, cells[1], total)
+        written_times = re.findall(r"[0-9]+(?:\.[0-9]+)?", cells[2])[:len(times)]
+        assert len(written_times) == len(times), (label, cells[2])
+        for written, value in zip(written_times, times):
+            assert _matches(written, value), (label, written, value)
+    assert seen == set(rows)
+    assert math.isclose(flops.generation / flops.total, 256 / 292)  # "Generation is ~88% of the FLOPs"
+    assert "~88% of the FLOPs" in text
