@@ -75,7 +75,8 @@ def direct_response_logprobs(model_path, prompts, responses, seeds):
     return results
 
 
-def build_worker_group(model_path: str, workers: int):
+def build_worker_group(model_path: str, workers: int, trust_remote_code: bool = False,
+                       gradient_checkpointing: bool = True, **diffusion):
     import ray
 
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
@@ -89,7 +90,9 @@ def build_worker_group(model_path: str, workers: int):
         model_type="diffusion_lm",
         model_config=DiffusionModelConfig(path=model_path, model_type="diffusion_lm", use_remove_padding=False,
                                           override_config={"attn_implementation": "sdpa"},
-                                          diffusion={"masker": "coupled"}),
+                                          trust_remote_code=trust_remote_code,
+                                          enable_gradient_checkpointing=gradient_checkpointing,
+                                          diffusion={"masker": "coupled", **diffusion}),
         engine_config=FSDPEngineConfig(strategy="fsdp2", use_torch_compile=False,
                                        mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32",
                                                         "buffer_dtype": "fp32"}),
@@ -101,6 +104,17 @@ def build_worker_group(model_path: str, workers: int):
                            device_name="cpu")
     group.reset()
     return group
+
+
+def release(group) -> None:
+    """Stop a group's workers and free their placement group, so later tests find the CPUs free."""
+    import ray
+    from ray.util.placement_group import remove_placement_group
+
+    for worker in group.workers:
+        ray.kill(worker)
+    for placement in group.resource_pool.pgs or []:
+        remove_placement_group(placement)
 
 
 def mean_logprob_loss(model_output, data, dp_group=None):
@@ -117,26 +131,31 @@ def response_logprobs(output, responses):
     return [row[len(row) - len(r) - 1:len(row) - 1] for row, r in zip(rows, responses)]
 
 
-def test_engine_on_two_workers_matches_the_formula_and_trains(tiny_model_path):
-    prompts, responses, seeds = make_batch(vocab=64)
-    group = build_worker_group(tiny_model_path, workers=2)
-    output = group.infer_batch(tensordict_for(prompts, responses, seeds, micro_batch=1)).get()
-    got = response_logprobs(output, responses)
-    want = direct_response_logprobs(tiny_model_path, prompts, responses, seeds)
-    for g, w in zip(got, want):
-        assert torch.allclose(g, w, atol=1e-4), (g, w)
-
-    group.set_loss_fn(mean_logprob_loss)
-    train = tensordict_for(prompts, responses, seeds, micro_batch=1)
+def check_formula_then_one_ascent_step(group, want, prompts, responses, seeds) -> None:
+    """The engine's log-probs equal ``want`` (the formula), and one training step on the mean log-prob
+    raises it; the group is released either way."""
     from verl.utils import tensordict_utils as tu
 
-    tu.assign_non_tensor(train, global_token_num=[len(p) + len(r) for p, r in zip(prompts, responses)])
-    metrics = group.train_batch(train).get()["metrics"]
-    assert torch.isfinite(torch.tensor(metrics["grad_norm"])) and metrics["grad_norm"] > 0
-    after = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, micro_batch=1)).get(),
-                              responses)
+    try:
+        got = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
+        for g, w in zip(got, want):
+            assert torch.allclose(g, w, atol=1e-4), (g, w)
+        group.set_loss_fn(mean_logprob_loss)
+        train = tensordict_for(prompts, responses, seeds, micro_batch=1)
+        tu.assign_non_tensor(train, global_token_num=[len(p) + len(r) for p, r in zip(prompts, responses)])
+        metrics = group.train_batch(train).get()["metrics"]
+        assert torch.isfinite(torch.tensor(metrics["grad_norm"])) and metrics["grad_norm"] > 0
+        after = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
+    finally:
+        release(group)
     # one step of gradient ascent on the mean log-prob raises it
     assert sum(float(a.mean()) for a in after) > sum(float(g.mean()) for g in got)
+
+
+def test_engine_on_two_workers_matches_the_formula_and_trains(tiny_model_path):
+    prompts, responses, seeds = make_batch(vocab=64)
+    want = direct_response_logprobs(tiny_model_path, prompts, responses, seeds)
+    check_formula_then_one_ascent_step(build_worker_group(tiny_model_path, workers=2), want, prompts, responses, seeds)
 
 
 def coupled_grpo_actor_config():
@@ -177,10 +196,7 @@ def test_two_workers_take_the_same_step_as_one(tiny_model_path):
         metrics = group.train_batch(ppo_batch(prompts, responses, seeds, start, start)).get()["metrics"]
         after = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
         results[workers] = (metrics["loss"], metrics["grad_norm"], after)
-        for worker in group.workers:
-            import ray
-
-            ray.kill(worker)
+        release(group)
     (loss1, grad1, after1), (loss2, grad2, after2) = results[1], results[2]
     assert loss1 == pytest.approx(loss2, rel=1e-4, abs=1e-6)
     assert grad1 == pytest.approx(grad2, rel=1e-4)

@@ -99,3 +99,27 @@ def test_kill_and_resume_continues_from_the_last_checkpoint(tmp_path):
     assert prompts["resumed"][3] == prompts["reference"][3]
     assert prompts["resumed"][4] == prompts["reference"][4]
     assert prompts["first"].get(3, prompts["reference"][3]) == prompts["reference"][3]
+
+
+@pytest.mark.parametrize("kind, loading", [
+    ("dream", ["actor_rollout_ref.model.trust_remote_code=true", "actor_rollout_ref.model.diffusion.implementation=remote"]),
+    ("llada", ["actor_rollout_ref.model.diffusion.family=llada",
+               "actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=llada",
+               "+actor_rollout_ref.rollout.engine_kwargs.diffusion.block_length=8"]),
+], ids=["dream-own-code", "llada-tied-native"])
+def test_the_main_job_trains_a_family_checkpoint_given_by_path(kind, loading, tmp_path):
+    """A Dream-style checkpoint through its own (stand-in) code and a weight-tied LLaDA-style one through our
+    native class, each named by actor_rollout_ref.model.path, train a few steps with their family's sampler."""
+    from family_standins import save_standin
+
+    path = save_standin(kind, tmp_path / f"{kind}_checkpoint", tied=kind == "llada")
+    result = subprocess.run(
+        main_command(f"actor_rollout_ref.model.path={path}", *loading, "trainer.total_training_steps=2",
+                     "trainer.save_freq=-1", *SHORT, "data.max_prompt_length=80", "data.max_response_length=32",
+                     f"trainer.default_local_dir={tmp_path / 'ckpt'}"),
+        cwd=tmp_path, capture_output=True, text=True, timeout=1200,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])})
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-5000:]
+    assert logged_steps(log) == [1, 2]
+    assert "actor/pg_loss:" in log and "reward/total/mean:" in log
