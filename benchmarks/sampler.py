@@ -147,7 +147,8 @@ def main() -> None:
     args = parse_args()
     from diffugrpo_plugin.models import load_diffusion_lm
     from diffugrpo_plugin.sampling import left_pad
-    from diffugrpo_plugin.tiny import TinySpec, default_tiny_model_path, warm_model_path
+    from diffugrpo_plugin.tiny import TinySpec, default_tiny_model_path
+    from diffugrpo_plugin.warm_start import warm_model_path
 
     torch.set_num_threads(args.threads)
     if args.model is None:

@@ -133,9 +133,7 @@ def _as_list(value: Any, column: str) -> list:
         try:
             value = json.loads(value)
         except ValueError as exc:
-            raise ValueError(f"column {column!r} is a string that is not a JSON list: {exc}") from None
-    if hasattr(value, "tolist"):  # numpy arrays from parquet/DataProto
-        value = value.tolist()
+            raise ValueError(f"column {column!r} is a string that is not a JSON list: {exc}") from exc
     if not isinstance(value, (list, tuple)):
         raise ValueError(f"column {column!r} must be a list, got {type(value).__name__}")
     return list(value)
@@ -168,7 +166,7 @@ def _list_tests(values: list, column: str, prelude: str, setup: str) -> TestSpec
         try:
             pairs = _stdio_pairs([v["input"] for v in values], [v["output"] for v in values], column)
         except KeyError as exc:
-            raise ValueError(f"column {column!r}: stdin/stdout test is missing key {exc}") from None
+            raise ValueError(f"column {column!r}: stdin/stdout test is missing key {exc}") from exc
         return TestSpec(kind="stdio", stdio=pairs, prelude=prelude) if pairs else None
     asserts = _strings(values, column)
     return TestSpec(kind="asserts", asserts=asserts, prelude=prelude, setup=setup) if asserts else None

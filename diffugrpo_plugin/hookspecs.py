@@ -1,27 +1,44 @@
-"""Every hook a diffugrpo plugin may implement.
+"""Every hook a diffugrpo plugin may implement, and the contract of what it hands back.
 
-A plugin is a module named by an entry point in the ``diffugrpo`` group of its
-distribution's metadata::
+A plugin is a module named by an entry point in the group of the kind it provides, in its
+distribution's metadata, and decorated with :data:`diffugrpo_plugin.hookimpl`::
 
     # pyproject.toml of a third-party package
-    [project.entry-points.diffugrpo]
+    [project.entry-points."diffugrpo.rewards"]
     my_rewards = "my_pkg.rewards"
 
-and decorated with :data:`diffugrpo_plugin.hookimpl`::
-
+    # my_pkg/rewards.py
     from diffugrpo_plugin import hookimpl
 
     @hookimpl
     def diffugrpo_reward_functions():
         return {"short": short_reward}
 
+==================================  ==============================  ===========================
+hook                                entry-point group               the objects it returns
+==================================  ==============================  ===========================
+``diffugrpo_reward_functions``      ``diffugrpo.rewards``           reward functions
+``diffugrpo_maskers``               ``diffugrpo.maskers``           masker factories
+``diffugrpo_samplers``              ``diffugrpo.samplers``          sampler factories
+``diffugrpo_model_families``        ``diffugrpo.model_families``    ``ModelFamily`` records
+==================================  ==============================  ===========================
+
+A group is loaded only when its kind is first needed, so a reward worker never imports
+maskers, samplers or model code (a module that provides several kinds is listed in each group).
 After ``pip install my_pkg`` the names it returns are selectable in config and listed by
-``diffugrpo rewards list``; nothing in diffugrpo changes. Our own built-ins (rewards in
-``reward_plugins/``, maskers, samplers) are registered exactly this way.
+``diffugrpo rewards list`` / ``diffugrpo generate --help``; nothing in diffugrpo changes. Our
+own built-ins (rewards in ``reward_plugins/``, maskers, samplers, model families) are
+registered exactly this way.
 
 Each hook returns a mapping ``name -> object``. Names are global across plugins: the same
 name from two distributions is an error naming both, so prefix names if they are generic.
 The first line of each object's docstring is its one-line description in listings.
+
+Contracts are checked (:mod:`diffugrpo_plugin.plugins`): each returned object when the kind is
+first loaded, and what a masker or sampler factory builds when it is built, so a plugin that
+does not fit fails at start-up with an error naming the plugin and the expected signature.
+A factory's options are its keyword parameters (or dataclass fields); an option it does not
+take is an error that lists the ones it does.
 """
 
 from __future__ import annotations
@@ -39,13 +56,14 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None]]]:
     """Reward functions, TRL convention.
 
-    Each function is called as ``fn(completions: list[str], **columns) -> list[float | None]``
-    where ``columns`` holds, for every dataset column of the rows being scored (for example
-    ``test_cases``), a list with one value per completion. It returns one value per
-    completion: a float, or ``None`` for "not applicable to this row" (excluded from the
-    component's mean and from the weighted total, never counted as zero).
+    Each function has the signature ``fn(completions, *, option=default, ..., **columns) ->
+    list[float | None]``. ``completions`` is a list of strings; ``columns`` holds, for every
+    dataset column of the rows being scored (for example ``test_cases``), a list with one plain
+    Python value per completion (lists, dicts, strings, numbers; never numpy arrays). It returns
+    one value per completion: a finite float, or ``None`` for "not applicable to this row"
+    (excluded from the component's mean and from the weighted total, never counted as zero).
 
-    A function must accept and ignore columns it does not use (take ``**kwargs``). It runs in
+    A function must accept and ignore columns it does not use (the ``**columns``). It runs in
     verl's reward workers, on CPU, and must not import torch. A function that raises is
     reported and scored ``None`` for that batch; it never stops training.
 
@@ -64,10 +82,15 @@ def diffugrpo_maskers() -> dict[str, Callable[..., Any]]:
     Each value is a factory called with the masker options from config
     (``actor_rollout_ref.model.diffusion.masker_kwargs``) that returns an object with::
 
-        views(input_ids, completion_mask, mask_id, seeds) -> MaskedViews
+        views(input_ids [B, L], completion_mask [B, L] bool, mask_id: int, seeds [B] int64,
+              prompt_mask [B, L] bool | None) -> MaskedViews   # noisy, coef: [V, B, L]
 
-    See :class:`diffugrpo_plugin.masking.MaskedViews` for the contract (shapes, coefficient
-    rule) and ``examples/custom_masker/`` for a complete third-party masker.
+    ``completion_mask`` marks the generation canvas, ``prompt_mask`` the real prompt tokens
+    (a masker that never masks the prompt ignores it). Row ``b``'s masks must depend on
+    ``seeds[b]`` and its own tokens only (old-policy, reference and update passes recompute
+    them). See :class:`diffugrpo_plugin.masking.Masker` and
+    :class:`~diffugrpo_plugin.masking.MaskedViews` for the coefficient rule, and
+    ``examples/custom_masker/`` for a complete third-party masker.
     """
 
 
@@ -100,7 +123,13 @@ def diffugrpo_model_families() -> dict[str, Any]:
 def diffugrpo_samplers() -> dict[str, Callable[..., Any]]:
     """Samplers: how a diffusion model turns masked completions into text.
 
-    Each value is a factory called with the sampler options from config that returns an
-    object with ``generate(model, prompt_ids, prompt_mask, ...)``; see
-    :mod:`diffugrpo_plugin.sampling` for the contract.
+    Each value is a factory called with the sampler options from config
+    (``actor_rollout_ref.rollout.engine_kwargs.diffusion``) that returns an object with::
+
+        generate(model: DiffusionLM, prompt_ids [B, P], prompt_mask [B, P], max_new_tokens: int, *,
+                 eos_token_id: int, pad_token_id: int, seeds: list[int] | None = None,
+                 record_trace: bool = False) -> GenerationOutput
+
+    See :mod:`diffugrpo_plugin.sampling.contract` for what the arguments and the output mean
+    (left padding, per-row seeds, padding after the first EOS).
     """

@@ -25,7 +25,7 @@ def main(config) -> None:
         check_config(config)
     except ConfigError as error:
         print(f"diffugrpo: configuration error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+        raise SystemExit(2) from error
     main_ppo.main.__wrapped__(config)
 
 

@@ -60,6 +60,20 @@ class MaskedViews:
         return self.noisy.shape[0]
 
 
+def check_views(views: object, shape: tuple[int, ...], masker: str) -> MaskedViews:
+    """What masker ``masker`` returned for a ``[B, L]`` batch, checked against the contract:
+    a :class:`MaskedViews` with ``noisy`` and ``coef`` both ``[V, B, L]``."""
+    if not isinstance(views, MaskedViews):
+        raise TypeError(f"masker '{masker}' returned {type(views).__name__} from views(); it must return "
+                        f"diffugrpo_plugin.masking.MaskedViews")
+    expected = tuple(shape)
+    if views.noisy.dim() != 3 or tuple(views.noisy.shape[1:]) != expected or views.coef.shape != views.noisy.shape:
+        raise ValueError(f"masker '{masker}' returned views with noisy {tuple(views.noisy.shape)} and coef "
+                         f"{tuple(views.coef.shape)}; both must be [V, {expected[0]}, {expected[1]}] for a batch "
+                         f"of {list(expected)}")
+    return views
+
+
 class Masker(Protocol):
     """What a masker factory returns (see :func:`diffugrpo_plugin.hookspecs.diffugrpo_maskers`)."""
 
@@ -105,7 +119,12 @@ def _check_inputs(input_ids: torch.Tensor, completion_mask: torch.Tensor, seeds:
 
 
 def _validate_options(t_range: tuple[float, float], p_mask_prompt: float) -> tuple[float, float]:
-    t_min, t_max = (float(v) for v in t_range)
+    try:
+        t_min, t_max = (float(v) for v in t_range)
+        p_mask_prompt = float(p_mask_prompt)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"t_range must be two numbers and p_mask_prompt a number; got t_range={t_range!r}, "
+                         f"p_mask_prompt={p_mask_prompt!r}") from error
     if not 0.0 < t_min <= t_max < 1.0:
         raise ValueError(f"t_range must satisfy 0 < t_min <= t_max < 1 (the weights are 1/t and 1/(1-t)); "
                          f"got {t_range}")
@@ -142,12 +161,12 @@ class CoupledMasker:
 
 def make_coupled(t_range=(0.2, 0.8), p_mask_prompt: float = 0.0) -> CoupledMasker:
     """Coupled-GRPO (DiffuCoder): fully masked view plus a complementary pair, t ~ U(t_range)."""
-    return CoupledMasker(tuple(t_range), p_mask_prompt, include_fully_masked=True)
+    return CoupledMasker(t_range, p_mask_prompt, include_fully_masked=True)
 
 
 def make_pair(t_range=(0.2, 0.8), p_mask_prompt: float = 0.0) -> CoupledMasker:
     """Complementary pair only: masked iff r < t (weight 1/t) and its complement (weight 1/(1-t))."""
-    return CoupledMasker(tuple(t_range), p_mask_prompt, include_fully_masked=False)
+    return CoupledMasker(t_range, p_mask_prompt, include_fully_masked=False)
 
 
 class FullyMaskedMasker:

@@ -326,12 +326,6 @@ def _chat(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
-def _pad_id(tokenizer) -> int:
-    if tokenizer.pad_token_id is not None:
-        return int(tokenizer.pad_token_id)
-    return int(tokenizer.eos_token_id) if tokenizer.eos_token_id is not None else 0
-
-
 def _error(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())
 
@@ -409,15 +403,15 @@ def logprob_probe(lm, rows: list[tuple[list[int], list[int]]], pad_id: int, mask
 def sampling_probe(lm, tokenizer, prompt_ids: list[int], sampler: str, new_tokens: int, steps: int,
                    seed: int = 0) -> SamplingProbe:
     """``steps`` greedy denoising steps of ``sampler`` for ``new_tokens`` tokens after the prompt."""
-    from diffugrpo_plugin.sampling import build_sampler, left_pad
+    from diffugrpo_plugin.sampling import build_sampler, left_pad, padding_id
 
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has no EOS token; generation needs one")
     device = next(lm.module.parameters()).device
-    ids, mask = left_pad([prompt_ids], _pad_id(tokenizer), device)
+    ids, mask = left_pad([prompt_ids], padding_id(tokenizer), device)
     started = time.perf_counter()
     out = build_sampler(sampler, steps=steps, temperature=0.0).generate(
-        lm, ids, mask, new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=_pad_id(tokenizer),
+        lm, ids, mask, new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=padding_id(tokenizer),
         seeds=[seed])
     seconds = time.perf_counter() - started
     tokens = out.completion_ids[0, :int(out.lengths[0])].tolist()
@@ -450,10 +444,12 @@ def run_probes(resolved: ResolvedCheckpoint, device: str = "cpu", dtype: str | N
 
     Loading errors propagate; a probe that raises is reported as failed with its error.
     """
+    from diffugrpo_plugin.sampling import padding_id
+
     dtype = probe_dtype(device, dtype, resolved.resolution.checkpoint_dtype)
     lm, load = load_for_probes(resolved, device, dtype)
     tokenizer = resolved.tokenizer
-    pad_id = _pad_id(tokenizer)
+    pad_id = padding_id(tokenizer)
     short_ids = _chat(tokenizer, prompt)
     long_ids = _chat(tokenizer, prompt + LONGER_PROMPT_SUFFIX)
     if len(long_ids) <= len(short_ids):

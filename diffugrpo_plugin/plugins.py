@@ -1,34 +1,150 @@
-"""Discovery of diffugrpo plugins through entry points, with provenance and loud failures.
+"""Discovery of diffugrpo plugins through entry points, with provenance, contracts and loud failures.
 
-The hooks are documented in :mod:`diffugrpo_plugin.hookspecs`. This module loads every
-entry point of the ``diffugrpo`` group, calls each plugin's hooks itself (rather than
-through pluggy's aggregate call) so that every registered name keeps the distribution that
-provided it, and turns every way this can go wrong into an error that names the fix.
+The hooks are documented in :mod:`diffugrpo_plugin.hookspecs`. Each kind of plugin has its own
+entry-point group (``diffugrpo.rewards``, ``diffugrpo.maskers``, ``diffugrpo.samplers``,
+``diffugrpo.model_families``), loaded only when that kind is first asked for: looking up a
+reward imports no masker, sampler or model code (and so no torch). This module calls each
+plugin's hook itself (rather than through pluggy's aggregate call) so that every registered name
+keeps the distribution that provided it, checks what a plugin hands back against the contract of
+its kind, and turns every way this can go wrong into an error that names the plugin and the fix.
 No torch import: reward workers and the CLI use it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import inspect
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import pluggy
 
 from diffugrpo_plugin import PROJECT_NAME, hookspecs
 
-HOOK_FOR_KIND = {
-    "reward": "diffugrpo_reward_functions",
-    "masker": "diffugrpo_maskers",
-    "sampler": "diffugrpo_samplers",
-    "model_family": "diffugrpo_model_families",
-}
+HOOKSPEC_FILE = "diffugrpo_plugin/hookspecs.py"
+INJECTED_REWARD_OPTIONS = ("sandbox", "code_block")
+"""Keyword-only reward parameters diffugrpo fills in itself (see the reward hook in hookspecs.py)."""
 
 
 class PluginError(RuntimeError):
-    """A plugin could not be loaded, or its registrations conflict or are unknown."""
+    """A plugin could not be loaded, breaks its contract, or its registrations conflict or are unknown."""
+
+
+class PluginOptionError(PluginError):
+    """A plugin was given an option its factory does not take; the message lists the ones it does."""
+
+
+class OptionInfo(NamedTuple):
+    """One option a factory accepts, for listings and checks."""
+
+    name: str
+    default: Any
+    help: str
+
+
+def factory_options(factory: Callable[..., Any]) -> list[OptionInfo]:
+    """The options of a factory: dataclass fields (with their ``help`` metadata) or keyword parameters."""
+    if dataclasses.is_dataclass(factory):
+        return [OptionInfo(f.name, f.default, f.metadata.get("help", ""))
+                for f in dataclasses.fields(factory) if f.init]
+    return [OptionInfo(p.name, None if p.default is inspect.Parameter.empty else p.default, "")
+            for p in inspect.signature(factory).parameters.values()
+            if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+
+
+def _takes_any_keyword(function: Callable[..., Any]) -> bool:
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(function).parameters.values())
+
+
+def _binds(function: Callable[..., Any], *args: Any, **kwargs: Any) -> bool:
+    try:
+        inspect.signature(function).bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
+
+
+def _signature(function: Any) -> str:
+    try:
+        return f"{getattr(function, '__name__', type(function).__name__)}{inspect.signature(function)}"
+    except (TypeError, ValueError):
+        return repr(function)
+
+
+# ---------------------------------------------------------------------------------------------
+# Contracts: what each kind's hook must hand back (documented in hookspecs.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def _reward_problem(fn: Any) -> str | None:
+    if not callable(fn):
+        return f"got {type(fn).__name__}, not a function"
+    parameters = inspect.signature(fn).parameters.values()
+    required_keywords = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY
+                         and p.default is inspect.Parameter.empty and p.name not in INJECTED_REWARD_OPTIONS]
+    if not _binds(fn, []) or not _takes_any_keyword(fn) or required_keywords:
+        return (f"it must be fn(completions, *, option=default, ..., **columns) -> list[float | None] "
+                f"(every option with a default, **columns to accept the row's columns); got {_signature(fn)}")
+    return None
+
+
+def _factory_problem(factory: Any) -> str | None:
+    return None if callable(factory) else f"got {type(factory).__name__}; expected a factory: factory(**options)"
+
+
+def _model_family_problem(family: Any) -> str | None:
+    from diffugrpo_plugin.families import ModelFamily
+
+    if not isinstance(family, ModelFamily):
+        return f"got {type(family).__name__}; expected a diffugrpo_plugin.families.ModelFamily"
+    return None
+
+
+def _masker_problem(masker: Any) -> str | None:
+    views = getattr(masker, "views", None)
+    if not callable(views) or not _binds(views, *range(5)):
+        return (f"the factory built {type(masker).__name__}, whose views() must accept "
+                f"(input_ids, completion_mask, mask_id, seeds, prompt_mask); got "
+                f"{_signature(views) if callable(views) else 'no views method'}")
+    return None
+
+
+def _sampler_problem(sampler: Any) -> str | None:
+    generate = getattr(sampler, "generate", None)
+    if not callable(generate) or not _binds(generate, *range(4), eos_token_id=0, pad_token_id=0, seeds=None,
+                                            record_trace=False):
+        return (f"the factory built {type(sampler).__name__}, whose generate() must accept (model, prompt_ids, "
+                f"prompt_mask, max_new_tokens, *, eos_token_id, pad_token_id, seeds, record_trace); got "
+                f"{_signature(generate) if callable(generate) else 'no generate method'}")
+    return None
+
+
+@dataclass(frozen=True)
+class PluginKind:
+    """One kind of plugin: its hook, its entry-point group and its contract."""
+
+    hook: str
+    group: str
+    plural: str
+    registered_problem: Callable[[Any], str | None]  # what the hook returned, per name
+    built_problem: Callable[[Any], str | None] | None = None  # what the factory returned, per build
+
+
+KINDS = {
+    "reward": PluginKind("diffugrpo_reward_functions", "diffugrpo.rewards", "rewards", _reward_problem),
+    "masker": PluginKind("diffugrpo_maskers", "diffugrpo.maskers", "maskers", _factory_problem, _masker_problem),
+    "sampler": PluginKind("diffugrpo_samplers", "diffugrpo.samplers", "samplers", _factory_problem,
+                          _sampler_problem),
+    "model_family": PluginKind("diffugrpo_model_families", "diffugrpo.model_families", "model families",
+                               _model_family_problem),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading and lookup
+# ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -36,7 +152,7 @@ class Registration:
     """One named object a plugin provides."""
 
     name: str
-    kind: str  # "reward" | "masker" | "sampler" | "model_family"
+    kind: str  # a key of KINDS
     obj: Any
     plugin: str  # entry-point name
     distribution: str  # the installed distribution that declared the entry point
@@ -46,6 +162,10 @@ class Registration:
         doc = inspect.getdoc(self.obj) or ""
         return doc.strip().splitlines()[0] if doc.strip() else ""
 
+    @property
+    def provider(self) -> str:
+        return f"plugin '{self.plugin}' ({self.distribution})"
+
 
 def _distribution_of(entry_point: importlib.metadata.EntryPoint) -> str:
     dist = getattr(entry_point, "dist", None)
@@ -54,18 +174,26 @@ def _distribution_of(entry_point: importlib.metadata.EntryPoint) -> str:
     return f"{dist.metadata['Name']} {dist.version}"
 
 
-@functools.lru_cache(maxsize=1)
-def plugin_manager() -> tuple[pluggy.PluginManager, dict[str, str]]:
-    """Load every ``diffugrpo`` entry point once per process.
+def _kind(kind: str) -> PluginKind:
+    if kind not in KINDS:
+        raise ValueError(f"unknown plugin kind {kind!r}; expected one of {sorted(KINDS)}")
+    return KINDS[kind]
 
-    Returns the manager and a map plugin name -> providing distribution.
-    Raises :class:`PluginError` naming the plugin and its exception if one fails to import.
+
+@functools.lru_cache(maxsize=None)
+def plugin_manager(kind: str) -> tuple[pluggy.PluginManager, dict[str, str]]:
+    """Load the entry points of one kind's group, once per process.
+
+    Returns the manager and a map plugin name -> providing distribution. Raises
+    :class:`PluginError` naming the plugin and its exception if one fails to import, or if it
+    does not implement the hook its group is for.
     """
+    spec = _kind(kind)
     manager = pluggy.PluginManager(PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     provenance: dict[str, str] = {}
     seen: set[tuple[str, str]] = set()
-    for entry_point in importlib.metadata.entry_points(group=PROJECT_NAME):
+    for entry_point in importlib.metadata.entry_points(group=spec.group):
         distribution = _distribution_of(entry_point)
         # An editable install next to a regular one lists the same entry point twice.
         if (entry_point.name, entry_point.value) in seen:
@@ -79,6 +207,10 @@ def plugin_manager() -> tuple[pluggy.PluginManager, dict[str, str]]:
                 f"failed to import: {type(exc).__name__}: {exc}. Fix or uninstall that package "
                 f"(`pip uninstall {distribution.split()[0]}`)."
             ) from exc
+        if not callable(getattr(module, spec.hook, None)):
+            raise PluginError(f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} is "
+                              f"listed in the entry-point group '{spec.group}' but implements no {spec.hook}() hook "
+                              f"(see {HOOKSPEC_FILE}).")
         plugin_name = entry_point.name
         if manager.has_plugin(plugin_name):
             plugin_name = f"{entry_point.name}@{distribution}"
@@ -87,7 +219,7 @@ def plugin_manager() -> tuple[pluggy.PluginManager, dict[str, str]]:
         except pluggy.PluginValidationError as exc:
             raise PluginError(
                 f"diffugrpo plugin '{entry_point.name}' from {distribution} implements a hook "
-                f"wrongly: {exc}. The hooks are documented in diffugrpo_plugin/hookspecs.py."
+                f"wrongly: {exc}. The hooks are documented in {HOOKSPEC_FILE}."
             ) from exc
         provenance[plugin_name] = distribution
     return manager, provenance
@@ -96,33 +228,31 @@ def plugin_manager() -> tuple[pluggy.PluginManager, dict[str, str]]:
 def registrations(kind: str) -> dict[str, Registration]:
     """All objects of one kind (``reward``, ``masker``, ``sampler``, ``model_family``) by name.
 
-    Raises :class:`PluginError` when two plugins register the same name (naming both) or a
-    hook returns something other than a mapping of names to objects.
+    Raises :class:`PluginError` when two plugins register the same name (naming both), a hook
+    returns something other than a mapping of names to objects, or an object breaks its kind's
+    contract (naming the plugin and the expected signature).
     """
-    if kind not in HOOK_FOR_KIND:
-        raise ValueError(f"unknown plugin kind {kind!r}; expected one of {sorted(HOOK_FOR_KIND)}")
-    manager, provenance = plugin_manager()
-    hook = getattr(manager.hook, HOOK_FOR_KIND[kind])
+    spec = _kind(kind)
+    manager, provenance = plugin_manager(kind)
     found: dict[str, Registration] = {}
-    for impl in hook.get_hookimpls():
+    for impl in getattr(manager.hook, spec.hook).get_hookimpls():
         distribution = provenance.get(impl.plugin_name, "<registered in code>")
         provided = impl.function()
         if not isinstance(provided, dict):
-            raise PluginError(
-                f"plugin '{impl.plugin_name}' from {distribution}: {HOOK_FOR_KIND[kind]}() must return "
-                f"a dict of name -> object, got {type(provided).__name__}"
-            )
+            raise PluginError(f"plugin '{impl.plugin_name}' from {distribution}: {spec.hook}() must return "
+                              f"a dict of name -> object, got {type(provided).__name__}")
         for name, obj in provided.items():
+            registration = Registration(name, kind, obj, impl.plugin_name, distribution)
             if not isinstance(name, str) or not name:
-                raise PluginError(f"plugin '{impl.plugin_name}' from {distribution} registered a {kind} "
-                                  f"with an invalid name {name!r}")
+                raise PluginError(f"{registration.provider} registered a {kind} with an invalid name {name!r}")
             if name in found:
-                other = found[name]
-                raise PluginError(
-                    f"{kind} '{name}' is registered twice: by plugin '{other.plugin}' ({other.distribution}) "
-                    f"and by plugin '{impl.plugin_name}' ({distribution}). Uninstall one of them."
-                )
-            found[name] = Registration(name, kind, obj, impl.plugin_name, distribution)
+                raise PluginError(f"{kind} '{name}' is registered twice: by {found[name].provider} and by "
+                                  f"{registration.provider}. Uninstall one of them.")
+            problem = spec.registered_problem(obj)
+            if problem is not None:
+                raise PluginError(f"{kind.replace('_', ' ')} '{name}' from {registration.provider} breaks the "
+                                  f"contract in {HOOKSPEC_FILE}: {problem}")
+            found[name] = registration
     return found
 
 
@@ -131,6 +261,29 @@ def lookup(kind: str, name: str) -> Registration:
     known = registrations(kind)
     if name not in known:
         listing = ", ".join(f"{n} ({r.distribution})" for n, r in sorted(known.items())) or "none installed"
-        plural = "model families" if kind == "model_family" else f"{kind}s"
-        raise PluginError(f"unknown {kind.replace('_', ' ')} '{name}'. Known {plural}: {listing}.")
+        raise PluginError(f"unknown {kind.replace('_', ' ')} '{name}'. Known {_kind(kind).plural}: {listing}.")
     return known[name]
+
+
+def build(kind: str, name: str, options: dict[str, Any]) -> Any:
+    """Build the ``kind`` registered as ``name`` with ``options`` and check what its factory returns.
+
+    Raises :class:`PluginOptionError` for an option the factory does not take (listing the ones
+    it does) and :class:`PluginError` when the built object breaks its kind's contract. Errors
+    the factory itself raises (a bad option value) propagate unchanged.
+    """
+    registration = lookup(kind, name)
+    factory = registration.obj
+    if not _takes_any_keyword(factory):
+        known = [option.name for option in factory_options(factory)]
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise PluginOptionError(f"{kind.replace('_', ' ')} '{name}' has no option {', '.join(unknown)}; "
+                                    f"its options are: {', '.join(known) or 'none'}")
+    built = factory(**options)
+    check = _kind(kind).built_problem
+    problem = check(built) if check is not None else None
+    if problem is not None:
+        raise PluginError(f"{kind} '{name}' from {registration.provider} breaks the contract in {HOOKSPEC_FILE}: "
+                          f"{problem}")
+    return built

@@ -52,6 +52,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Mapping, Sequence
 
+from omegaconf import OmegaConf
+
 from diffugrpo_plugin import plugins
 from diffugrpo_plugin.code_execution import BLOCK_CHOICES
 from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig, shared_sandbox
@@ -60,7 +62,6 @@ logger = logging.getLogger("diffugrpo.rewards")
 
 AGGREGATIONS = ("fixed", "gated", "group_normalized")
 DEFAULT_QUALITY_REWARDS = ("efficiency", "maintainability", "comments")
-INJECTED_OPTIONS = ("sandbox", "code_block")
 CONFIG_KEYS = ("reward_funcs", "reward_weights", "reward_kwargs", "aggregation", "gate_reward",
                "quality_rewards", "code_block", "sample_deadline_s", "sandbox")
 SMOKE_TEST_REWARDS = ("constant",)
@@ -135,7 +136,7 @@ def keyword_options(fn: Callable) -> set[str]:
 def _check_options(name: str, fn: Callable, options: Any) -> dict[str, Any]:
     if not isinstance(options, Mapping):
         raise RewardConfigError(f"reward_kwargs.{name} must be a mapping of option -> value, got {options!r}")
-    accepted = keyword_options(fn) - {"sandbox"}
+    accepted = keyword_options(fn) - {"sandbox"}  # code_block may be set per reward; the sandbox never
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise RewardConfigError(f"reward '{name}' has no option(s) {unknown}; its options are "
@@ -174,14 +175,17 @@ def _choice(config: Mapping[str, Any], key: str, choices: Sequence[str], default
     return value
 
 
-def _as_plain(value: Any) -> Any:
-    """OmegaConf nodes to plain containers, without importing omegaconf here."""
-    if hasattr(value, "items") and not isinstance(value, dict):
-        return {key: _as_plain(item) for key, item in value.items()}
+def plain(value: Any) -> Any:
+    """JSON-like Python from what config and verl hand over: OmegaConf nodes, numpy arrays and scalars,
+    tuples. Reward functions and the rewards config only ever see the result."""
+    if OmegaConf.is_config(value):
+        return OmegaConf.to_container(value, resolve=True)
+    if hasattr(value, "tolist"):  # numpy arrays and scalars (verl's non-tensor batch)
+        return value.tolist()
     if isinstance(value, Mapping):
-        return {key: _as_plain(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
-        return [_as_plain(item) for item in value]
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(item) for item in value]
     return value
 
 
@@ -243,7 +247,7 @@ class RewardSpec:
     @classmethod
     def from_config(cls, mapping: Mapping[str, Any] | None) -> "RewardSpec":
         """Validates ``config.diffugrpo.rewards`` and resolves every name to an installed reward."""
-        config = _as_plain(mapping or {})
+        config = plain(mapping or {})
         unknown = sorted(set(config) - set(CONFIG_KEYS))
         if unknown:
             raise RewardConfigError(f"unknown rewards option(s) {unknown}; known options: {list(CONFIG_KEYS)}")
@@ -260,7 +264,7 @@ class RewardSpec:
         try:
             sandbox_config = SandboxConfig.from_mapping(config.get("sandbox"))
         except ValueError as exc:
-            raise RewardConfigError(f"rewards.sandbox: {exc}") from None
+            raise RewardConfigError(f"rewards.sandbox: {exc}") from exc
         if any("sandbox" in keyword_options(component.fn) for component in components):
             # No bubblewrap, or one that cannot work here: fail now, loudly, not as None rewards later.
             shared_sandbox(sandbox_config).check()
@@ -303,6 +307,7 @@ class RewardSpec:
 
         ``columns`` maps each dataset column to a list with one value per completion.
         """
+        columns = {name: plain(values) for name, values in columns.items()}
         per_component = {component.name: self._call(component, completions, columns, step)
                          for component in self.components}
         return [{name: values[index] for name, values in per_component.items()}

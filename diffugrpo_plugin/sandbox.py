@@ -190,7 +190,7 @@ def interpreter_layout(executable: str) -> InterpreterLayout:
         prefixes, site_dirs = json.loads(probe.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
         raise SandboxError(f"cannot use {executable!r} as the sandbox's Python interpreter "
-                           f"(sandbox option python_executable): {exc}") from None
+                           f"(sandbox option python_executable): {exc}") from exc
     return InterpreterLayout(
         prefixes=tuple(sorted({os.path.realpath(prefix) for prefix in prefixes})),
         site_dirs=tuple(dict.fromkeys(site_dirs)),

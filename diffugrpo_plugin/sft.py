@@ -36,10 +36,7 @@ be selected by config; its dataset expects chat ``messages`` including the answe
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -49,10 +46,16 @@ from typing import Any
 
 import torch
 
-from diffugrpo_plugin.data import format_completion
+from transformers import HfArgumentParser
+from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
+
+from diffugrpo_plugin.data import DataError, format_completion
+from diffugrpo_plugin.data.rows import read_parquet_rows
+from diffugrpo_plugin.families import IMPLEMENTATIONS
 from diffugrpo_plugin.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.masking import make_sft, mask_seed_table
 from diffugrpo_plugin.models import DiffusionLM
+from diffugrpo_plugin.sampling import padding_id
 
 EVAL_STEP = 2**31 - 1
 """The mask-seed "step" of validation losses: far from any training step, so never a training mask."""
@@ -66,23 +69,23 @@ class SFTError(ValueError):
 class SFTConfig:
     """Everything one SFT run depends on (also written next to the checkpoint as ``sft_config.json``).
 
-    ``model_path`` None: the tiny built-in Dream-style model (random init); ``family``,
-    ``implementation`` and ``trust_remote_code`` choose how it loads (see
-    :func:`diffugrpo_plugin.models.plan_loading`). ``completion_length``
-    counts the target's tokens and its EOS padding; longer targets (and prompts longer than
-    ``max_prompt_length``) are left out and counted. The learning rate warms up linearly over
-    ``warmup_steps`` then follows a cosine down to ``min_lr_ratio * lr``. ``threads``: torch
-    intra-op threads while training (0: leave torch's setting); one thread suits tiny models, and
-    several spin against each other on a loaded host (measured 3-5x slower on a busy 2-core machine).
+    The command line is built from these fields (``--train-files``, ``--lr``, ...; ``--help``
+    shows each field's help). ``completion_length`` counts the target's tokens and its EOS
+    padding; longer targets (and prompts longer than ``max_prompt_length``) are left out and
+    counted. The learning rate warms up linearly over ``warmup_steps``, then follows a cosine down
+    to ``min_lr_ratio * lr`` (transformers' ``cosine_with_min_lr``, DiffuCoder's schedule).
     """
 
-    train_files: tuple[str, ...]
-    output_dir: str
-    model_path: str | None = None
-    family: str | None = None
-    implementation: str = "auto"
-    trust_remote_code: bool = False
-    val_files: tuple[str, ...] = ()
+    train_files: list[str] = field(metadata={"help": "prepared rows (`diffugrpo data prepare`); each needs "
+                                                     "extra_info.reference_solution"})
+    output_dir: str = field(metadata={"help": "where the checkpoint is written"})
+    model_path: str | None = field(default=None, metadata={
+        "aliases": ["--model"], "help": "checkpoint to start from (default: the tiny built-in Dream-style model)"})
+    family: str | None = field(default=None, metadata={"help": "model family (default: detected from config.json)"})
+    implementation: str = field(default="auto", metadata={
+        "help": "auto: our native Dream/LLaDA classes when they fit, else the checkpoint's own code; native; remote"})
+    trust_remote_code: bool = field(default=False, metadata={"help": "allow the checkpoint's own modeling code"})
+    val_files: list[str] = field(default_factory=list, metadata={"help": "rows for a validation loss"})
     steps: int = 1000
     batch_size: int = 8
     lr: float = 1e-3
@@ -92,13 +95,15 @@ class SFTConfig:
     max_grad_norm: float = 1.0
     max_prompt_length: int = 160
     completion_length: int = 48
-    eps: float = 1e-3
+    eps: float = field(default=1e-3, metadata={"help": "mask ratios are drawn from U(eps, 1)"})
     seed: int = 0
     log_every: int = 50
-    eval_every: int = 0
-    val_masks: int = 4
-    tensorboard_dir: str | None = None
-    threads: int = 1
+    eval_every: int = field(default=0, metadata={"help": "validation loss every N steps (0: at the end only)"})
+    val_masks: int = field(default=4, metadata={"help": "fixed masks per validation example"})
+    tensorboard_dir: str | None = field(default=None, metadata={"help": "write train/loss, train/lr, val/loss here"})
+    threads: int = field(default=1, metadata={
+        "help": "torch intra-op threads while training (0: leave torch's setting); one suits tiny models, several "
+                "spin against each other on a loaded host (measured 3-5x slower on a busy 2-core machine)"})
 
     def __post_init__(self) -> None:
         positive = ("steps", "batch_size", "max_prompt_length", "completion_length", "log_every", "val_masks")
@@ -109,6 +114,8 @@ class SFTConfig:
             bad.append(f"seed={self.seed} (must be non-negative)")
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
             bad.append(f"lr={self.lr}, min_lr_ratio={self.min_lr_ratio} (need lr > 0, 0 <= min_lr_ratio <= 1)")
+        if self.implementation not in IMPLEMENTATIONS:
+            bad.append(f"implementation={self.implementation} (one of {', '.join(IMPLEMENTATIONS)})")
         if bad:
             raise SFTError(f"invalid SFT settings: {', '.join(bad)} (counts must be at least 1, rates non-negative)")
         if not self.train_files:
@@ -161,16 +168,6 @@ def prompt_ids_of(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[in
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def read_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a prepared parquet file as Python objects."""
-    import pyarrow.parquet as pq
-
-    path = Path(path)
-    if not path.is_file():
-        raise SFTError(f"training file {path} does not exist (make one with `diffugrpo data prepare`)")
-    return pq.read_table(path).to_pylist()
-
-
 def examples_from_rows(rows: Sequence[dict[str, Any]], tokenizer: Any, completion_length: int,
                        max_prompt_length: int, where: str = "rows") -> LoadedExamples:
     """Examples from prepared rows; a row without ``prompt`` or ``extra_info.reference_solution`` is an error."""
@@ -202,7 +199,11 @@ def load_examples(paths: Sequence[str], tokenizer: Any, completion_length: int,
         raise SFTError(f"the tokenizer of {tokenizer.name_or_path} has no EOS token; SFT pads targets with it")
     loaded = LoadedExamples()
     for path in paths:
-        part = examples_from_rows(read_rows(path), tokenizer, completion_length, max_prompt_length, Path(path).name)
+        try:
+            rows = read_parquet_rows(path)
+        except DataError as error:
+            raise SFTError(str(error)) from error
+        part = examples_from_rows(rows, tokenizer, completion_length, max_prompt_length, Path(path).name)
         loaded.examples += part.examples
         loaded.overlong_prompts += part.overlong_prompts
         loaded.overlong_targets += part.overlong_targets
@@ -243,14 +244,12 @@ def masked_diffusion_loss(lm: DiffusionLM, batch: Batch, seeds: torch.Tensor, ma
     return per_sample.mean()
 
 
-def learning_rate(step: int, config: SFTConfig) -> float:
-    """Linear warm-up over ``warmup_steps`` (step 0 counts as the first), then cosine to ``min_lr_ratio * lr``."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    decay_steps = max(1, config.steps - config.warmup_steps)
-    progress = min(1.0, (step - config.warmup_steps) / decay_steps)
-    cosine = 0.5 * (1 + math.cos(math.pi * progress))
-    return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
+def lr_schedule(optimizer: torch.optim.Optimizer, config: SFTConfig) -> torch.optim.lr_scheduler.LRScheduler:
+    """transformers' ``cosine_with_min_lr`` (DiffuCoder's, and verl's ``cosine`` for the RL job): step ``s`` runs at
+    ``lr s / warmup_steps`` during the warm-up, then ``(s - warmup_steps) / (steps - warmup_steps)`` of the way
+    down a half cosine from ``lr`` to ``min_lr_ratio * lr``."""
+    return get_cosine_with_min_lr_schedule_with_warmup(optimizer, config.warmup_steps, config.steps,
+                                                       min_lr_rate=config.min_lr_ratio)
 
 
 def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
@@ -321,20 +320,21 @@ class _Learner:
 
     lm: DiffusionLM
     optimizer: torch.optim.Optimizer
+    schedule: torch.optim.lr_scheduler.LRScheduler
     masker: Any
     pad_id: int
     eos_id: int
 
-    def step(self, examples: Sequence[Example], seeds: torch.Tensor, lr: float, config: SFTConfig) -> dict[str, float]:
-        """One optimiser step on ``examples``; returns the step's scalars."""
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+    def step(self, examples: Sequence[Example], seeds: torch.Tensor, config: SFTConfig) -> dict[str, float]:
+        """One optimiser step on ``examples`` (and one of the schedule); returns the step's scalars."""
+        lr = self.schedule.get_last_lr()[0]
         batch = collate(examples, config.completion_length, self.pad_id, self.eos_id)
         loss = masked_diffusion_loss(self.lm, batch, seeds, self.masker)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.lm.module.parameters(), config.max_grad_norm)
         self.optimizer.step()
+        self.schedule.step()
         return {"train/loss": loss.item(), "train/lr": lr, "train/grad_norm": grad_norm.item()}
 
     def validation_loss(self, examples: Sequence[Example], config: SFTConfig) -> float:
@@ -387,17 +387,15 @@ def _train(config: SFTConfig, echo: Callable[[str], None], stop_when: StopRule |
     started = time.perf_counter()
     lm, tokenizer = load_model_and_tokenizer(config)
     examples, val = _load_data(config, tokenizer, echo)
-    learner = _Learner(lm=lm, masker=make_sft(config.eps),
-                       optimizer=torch.optim.AdamW(lm.module.parameters(), lr=config.lr,
-                                                   weight_decay=config.weight_decay),
-                       pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
-                       eos_id=tokenizer.eos_token_id)
+    optimizer = torch.optim.AdamW(lm.module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    learner = _Learner(lm=lm, optimizer=optimizer, schedule=lr_schedule(optimizer, config), masker=make_sft(config.eps),
+                       pad_id=padding_id(tokenizer), eos_id=tokenizer.eos_token_id)
     scalars = _Scalars(config.tensorboard_dir)
     result = SFTResult(config.output_dir, [], [], 0.0, len(examples))
     window: list[float] = []
     for step, indices in enumerate(batch_order(len(examples), config.batch_size, config.steps, config.seed)):
         seeds = mask_seed_table(config.seed, step, len(indices), 1)[:, 0]  # [B]
-        values = learner.step([examples[i] for i in indices], seeds, learning_rate(step, config), config)
+        values = learner.step([examples[i] for i in indices], seeds, config)
         scalars.add(step + 1, values)
         window.append(values["train/loss"])
         done = step + 1
@@ -447,32 +445,13 @@ def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig, 
 
 
 def parse_args(argv: Sequence[str] | None = None) -> SFTConfig:
-    defaults = {name: value.default for name, value in SFTConfig.__dataclass_fields__.items()}
-    parser = argparse.ArgumentParser(
-        prog="python -m diffugrpo_plugin.sft",
-        description="Completion-only masked-diffusion SFT (LLaDA's loss) on prepared parquet rows; saves an HF "
-                    "checkpoint the RL job loads with actor_rollout_ref.model.path=OUTPUT_DIR.")
-    parser.add_argument("--train-files", nargs="+", required=True, metavar="PARQUET",
-                        help="prepared rows (`diffugrpo data prepare`); each needs extra_info.reference_solution")
-    parser.add_argument("--val-files", nargs="+", default=[], metavar="PARQUET", help="rows for a validation loss")
-    parser.add_argument("--output-dir", required=True, help="where the checkpoint is written")
-    parser.add_argument("--model", dest="model_path", default=None,
-                        help="checkpoint to start from (default: the tiny built-in Dream-style model)")
-    parser.add_argument("--family", default=None, help="model family (default: detected from its config.json)")
-    parser.add_argument("--implementation", choices=("auto", "native", "remote"), default="auto",
-                        help="auto: our native Dream/LLaDA classes when they fit, else the checkpoint's own code")
-    parser.add_argument("--trust-remote-code", action="store_true", help="allow the checkpoint's own modeling code")
-    for name in ("steps", "batch_size", "warmup_steps", "max_prompt_length", "completion_length", "seed",
-                 "log_every", "eval_every", "val_masks", "threads"):
-        parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=defaults[name],
-                            help=f"(default: {defaults[name]})")
-    for name in ("lr", "min_lr_ratio", "weight_decay", "max_grad_norm", "eps"):
-        parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=defaults[name],
-                            help=f"(default: {defaults[name]})")
-    parser.add_argument("--tensorboard-dir", default=None, help="write train/loss, train/lr, val/loss scalars here")
-    args = vars(parser.parse_args(argv))
-    args["train_files"], args["val_files"] = tuple(args["train_files"]), tuple(args["val_files"])
-    return SFTConfig(**args)
+    """An :class:`SFTConfig` from the command line, one option per field."""
+    parser = HfArgumentParser(SFTConfig, prog="python -m diffugrpo_plugin.sft",
+                              description="Completion-only masked-diffusion SFT (LLaDA's loss) on prepared parquet "
+                                          "rows; saves an HF checkpoint the RL job loads with "
+                                          "actor_rollout_ref.model.path=OUTPUT_DIR.")
+    (config,) = parser.parse_args_into_dataclasses(args=argv)
+    return config
 
 
 def main(argv: Sequence[str] | None = None) -> int:

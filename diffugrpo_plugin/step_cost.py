@@ -52,8 +52,8 @@ def dtype_bytes(name: str) -> int:
     """Bytes per element of ``fp32`` / ``bf16`` / ``fp16`` (or their torch spellings)."""
     try:
         return DTYPE_BYTES[str(name).lower()]
-    except KeyError:
-        raise ValueError(f"unknown dtype '{name}'; use one of {', '.join(DTYPE_BYTES)}") from None
+    except KeyError as error:
+        raise ValueError(f"unknown dtype '{name}'; use one of {', '.join(DTYPE_BYTES)}") from error
 
 
 # ---------------------------------------------------------------------------------------------

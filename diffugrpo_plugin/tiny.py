@@ -1,11 +1,4 @@
-"""Tiny local masked diffusion LMs, built in code on demand, and the machine-wide cache they
-(and the default dataset) are built into once.
-
-Two kinds of tiny checkpoint: the plain seeded random init (:func:`tiny_model_path`) and the
-**warm-started** default RL model (:func:`warm_model_path`): the random Dream-style model after a
-short masked-diffusion SFT (:mod:`diffugrpo_plugin.sft`) on the synthetic train split, so its
-sampled completions are mostly well formatted and sometimes pass, and GRPO groups see rewards
-that differ (a random model scores 0 everywhere, which leaves nothing to learn from).
+"""Tiny local masked diffusion LMs, built in code on demand into the cache (:mod:`diffugrpo_plugin.cache`).
 
 * Dream-style: stock ``transformers.Qwen2ForCausalLM`` run bidirectionally
   (``config.is_causal = False``) with shifted logits (``config.diffusion_logits_shift = True``),
@@ -14,25 +7,20 @@ that differ (a random model scores 0 everywhere, which leaves nothing to learn f
 
 Both carry ``config.mask_token_id`` and use the tokenizer of :mod:`diffugrpo_plugin.tokenizer`;
 weights are a seeded random init (a few MB in float32) and are never committed: they are
-rebuilt from code. The cache lives in ``$DIFFUGRPO_HOME`` (default ``~/.cache/diffugrpo``);
-:func:`build_once` lets many Ray workers ask for the same artefact at once: one builds it
-under a file lock into a staging directory and publishes it with an atomic rename, the others
-wait and reuse it.
+rebuilt from code. The warm-started default RL model is built on top of these by
+:mod:`diffugrpo_plugin.warm_start`.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from filelock import FileLock
 
+from diffugrpo_plugin.cache import build_once, diffugrpo_home
 from diffugrpo_plugin.tokenizer import TOKENIZER_VERSION, build_tokenizer
 
 MODEL_VERSION = 1
@@ -71,36 +59,6 @@ class TinySpec:
         return (f"tiny-{self.family}-h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}"
                 f"-kv{self.num_kv_heads}-f{self.intermediate_size}-p{self.max_positions}-s{self.seed}"
                 f"-tok{TOKENIZER_VERSION}-v{MODEL_VERSION}")
-
-
-def diffugrpo_home() -> Path:
-    """Root of our cache: ``$DIFFUGRPO_HOME`` or ``~/.cache/diffugrpo``."""
-    return Path(os.environ.get("DIFFUGRPO_HOME") or "~/.cache/diffugrpo").expanduser()
-
-
-def build_once(target: str | os.PathLike, build: Callable[[Path], Any]) -> Path:
-    """Make sure directory ``target`` exists, calling ``build(staging_dir)`` at most once per machine.
-
-    ``build`` fills a fresh staging directory next to ``target``; it is renamed to ``target``
-    only when ``build`` returns, so readers never see a half-built directory, and a failed
-    build leaves nothing behind. Concurrent callers (threads or processes) serialise on
-    ``{target}.lock``; those that waited find ``target`` built and return it.
-    """
-    target = Path(target)
-    if target.is_dir():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(f"{target}.lock"):
-        if target.is_dir():
-            return target
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
-        try:
-            build(staging)
-            os.rename(staging, target)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise
-    return target
 
 
 def tiny_config(spec: TinySpec, tokenizer: Any):
@@ -168,61 +126,3 @@ def tiny_model_path(spec: TinySpec = TinySpec()) -> str:
 def default_tiny_model_path(family: str = "dream", seed: int = 0) -> str:
     """The default tiny model of a family (Dream-style unless asked), built once into the cache."""
     return tiny_model_path(TinySpec(family=family, seed=seed))
-
-
-WARM_START_VERSION = 1
-"""Bump when the warm-start procedure changes in a way :class:`WarmStart`'s fields do not show."""
-
-
-@dataclass(frozen=True)
-class WarmStart:
-    """The SFT recipe of the warm-started model (see :class:`diffugrpo_plugin.sft.SFTConfig`).
-
-    The defaults take about two minutes on 2 CPU cores and give, sampling at temperature 1 with
-    the default rollout settings (entropy sampler, 32 steps, 48 tokens), about 70-90% completions
-    in the training format and a few percent that pass every test.
-    """
-
-    steps: int = 1000
-    batch_size: int = 8
-    lr: float = 2e-3
-    warmup_steps: int = 30
-    completion_length: int = 48
-    seed: int = 0
-    data_seed: int = 0
-
-    @property
-    def cache_suffix(self) -> str:
-        from diffugrpo_plugin.data import SYNTHETIC_VERSION
-
-        return (f"sft-n{self.steps}-b{self.batch_size}-lr{self.lr:g}-w{self.warmup_steps}-c{self.completion_length}"
-                f"-s{self.seed}-syn{SYNTHETIC_VERSION}d{self.data_seed}-ws{WARM_START_VERSION}")
-
-
-def save_warm_model(directory: str | os.PathLike, spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart(),
-                    echo: Callable[[str], None] | None = None) -> Path:
-    """Fine-tune the random tiny model of ``spec`` with ``recipe`` on the synthetic train split into ``directory``."""
-    from diffugrpo_plugin.data import default_data_paths
-    from diffugrpo_plugin.sft import SFTConfig, train
-
-    train_file, _ = default_data_paths(recipe.data_seed)
-    config = SFTConfig(train_files=(train_file,), output_dir=str(directory), model_path=tiny_model_path(spec),
-                       steps=recipe.steps, batch_size=recipe.batch_size, lr=recipe.lr,
-                       warmup_steps=recipe.warmup_steps, completion_length=recipe.completion_length,
-                       seed=recipe.seed, log_every=max(1, recipe.steps // 5))
-    train(config, echo=echo or (lambda line: print(f"diffugrpo: warm start: {line}", file=sys.stderr)))
-    return Path(directory)
-
-
-def warm_model_path(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()) -> str:
-    """Path of the cached warm-started checkpoint, fine-tuned on first use (once per machine)."""
-    target = diffugrpo_home() / "models" / f"{spec.cache_name}-{recipe.cache_suffix}"
-    if not target.is_dir():
-        print(f"diffugrpo: building the warm-started tiny model once into {target} "
-              f"({recipe.steps} SFT steps, a few minutes on CPU)", file=sys.stderr)
-    return str(build_once(target, lambda staging: save_warm_model(staging, spec, recipe)))
-
-
-def default_warm_model_path() -> str:
-    """The default model of the RL job: the Dream-style tiny model, warm-started by SFT."""
-    return warm_model_path()

@@ -31,7 +31,7 @@ from typing import Any
 
 from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import parses
-from reward_plugins.code_format import candidate_code
+from diffugrpo_plugin.judging import candidate_code
 
 logger = logging.getLogger("diffugrpo.rewards")
 

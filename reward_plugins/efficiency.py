@@ -25,8 +25,7 @@ from typing import Any, Sequence
 from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import TestOutcome, reference_from_row
 from diffugrpo_plugin.sandbox import Sandbox
-from reward_plugins import all_tests_passed, outcomes_for, rows_of
-from reward_plugins.code import code_outcomes
+from diffugrpo_plugin.judging import all_tests_passed, code_outcomes, outcomes_for, rows_of
 
 logger = logging.getLogger("diffugrpo.rewards")
 

@@ -19,8 +19,7 @@ from typing import Any
 from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import parses, reference_from_row
 from diffugrpo_plugin.sandbox import Sandbox
-from reward_plugins import all_tests_passed, rows_of
-from reward_plugins.code import code_outcomes
+from diffugrpo_plugin.judging import all_tests_passed, code_outcomes, rows_of
 
 GOOD_COMPLEXITY = 5.0
 

@@ -153,10 +153,10 @@ def test_the_router_knows_the_eval_command(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(("lines", "extra", "message"), [
-    (['{"task_id": "HumanEval/0", "completion": "x"}', "{not json"], [], r"c\.jsonl:2: not valid JSON"),
-    (['{"task_id": "HumanEval/0"}'], [], r"c\.jsonl:1: needs a field 'completion'"),
+    (['{"task_id": "HumanEval/0", "completion": "x"}', "{not json"], [], r"c\.jsonl line 2: not valid JSON"),
+    (['{"task_id": "HumanEval/0"}'], [], r"c\.jsonl line 1: missing field 'completion'"),
     (['{"task_id": "HumanEval/0", "completion": "x"}', '{"task_id": "HumanEval/4", "completion": "x"}'],
-     ["--limit", "2"], r"c\.jsonl:2: unknown task_id 'HumanEval/4': not among the 2 problems loaded"),
+     ["--limit", "2"], r"c\.jsonl line 2: unknown task_id 'HumanEval/4': not among the 2 problems loaded"),
     (['{"task_id": "HumanEval/0", "completion": "x"}'], ["--steps", "8", "--n", "2"],
      r"--steps, --n only apply when generating"),
     (['{"task_id": "HumanEval/0", "completion": "x"}'], ["--k", "2"],

@@ -87,10 +87,10 @@ def test_bad_jsonl_names_the_line(tmp_path, capsys):
     path = tmp_path / "p.jsonl"
     path.write_text('{"prompt": "ok"}\n{"text": "no prompt"}\n')
     assert main(["--prompts", str(path)]) == 2
-    assert f"{path}:2: needs a \"prompt\" field" in capsys.readouterr().err
+    assert "p.jsonl line 2: missing field 'prompt'" in capsys.readouterr().err
     path.write_text('{"prompt": "ok"}\nnot json\n')
     assert main(["--prompts", str(path)]) == 2
-    assert f"{path}:2: not valid JSON" in capsys.readouterr().err
+    assert "p.jsonl line 2: not valid JSON" in capsys.readouterr().err
 
 
 def test_option_values_are_read_as_json_then_text():

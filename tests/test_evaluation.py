@@ -244,13 +244,13 @@ def test_completions_file_allows_several_lines_per_task_and_integer_ids(tmp_path
 
 
 @pytest.mark.parametrize(("lines", "message"), [
-    (['{"task_id": "add", "completion": "x"}', '{"task_id": "add", '], r"c.jsonl:2: not valid JSON"),
-    (['{"task_id": "add"}'], r"c.jsonl:1: needs a field 'completion'"),
-    (['{"completion": "x"}'], r"c.jsonl:1: needs a field 'task_id'"),
-    (['["add", "x"]'], r"c.jsonl:1: expected a JSON object"),
+    (['{"task_id": "add", "completion": "x"}', '{"task_id": "add", '], r"c.jsonl line 2: not valid JSON"),
+    (['{"task_id": "add"}'], r"c.jsonl line 1: missing field 'completion'"),
+    (['{"completion": "x"}'], r"c.jsonl line 1: missing field 'task_id'"),
+    (['["add", "x"]'], r"c.jsonl line 1 \(item 1\): expected a JSON object"),
     (['{"task_id": "add", "completion": "x"}', '{"task_id": "HumanEval/999", "completion": "x"}'],
-     r"c.jsonl:2: unknown task_id 'HumanEval/999'"),
-    ([""], r"holds no completion"),
+     r"c.jsonl line 2: unknown task_id 'HumanEval/999'"),
+    ([""], r"holds no JSON object"),
 ])
 def test_completions_file_errors_name_the_line(tmp_path, lines, message):
     path = tmp_path / "c.jsonl"

@@ -15,7 +15,8 @@ import pytest
 
 from diffugrpo_plugin.code_execution import Outcome, TestOutcome
 from reward_plugins.code import code_reward
-from reward_plugins.code_format import code_format_reward, format_score
+from diffugrpo_plugin.judging import format_score
+from reward_plugins.code_format import code_format_reward
 from reward_plugins.comments import comments_reward, static_comment_score
 from reward_plugins.efficiency import absolute_score, efficiency_reward, relative_score
 from reward_plugins.maintainability import maintainability_reward, maintainability_score, mean_complexity

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from diffugrpo_plugin.code_execution import Outcome
-from reward_plugins.code import code_outcomes, code_reward
+from diffugrpo_plugin.judging import code_outcomes
+from reward_plugins.code import code_reward
 from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, tight_sandbox
 
 SECRET_NAME, SECRET_VALUE = "DIFFUGRPO_TEST_SECRET", "s3cr3t-harness-value"

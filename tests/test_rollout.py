@@ -73,11 +73,11 @@ def test_bad_sampler_option_fails_at_start_up(tiny_model_path):
 
     from diffugrpo_plugin.integration.engine import DiffusionModelConfig
     from diffugrpo_plugin.integration.rollout import DiffusionRollout
-    from diffugrpo_plugin.sampling import SamplerOptionError
+    from diffugrpo_plugin.plugins import PluginOptionError
 
     config = RolloutConfig(name="diffusion", engine_kwargs={"diffusion": {"sampler": "entropy", "stepz": 8}},
                            response_length=8, dtype="float32", tensor_model_parallel_size=1)
-    with pytest.raises(SamplerOptionError, match="stepz"):
+    with pytest.raises(PluginOptionError, match="stepz"):
         DiffusionRollout(config, DiffusionModelConfig(path=tiny_model_path, model_type="diffusion_lm"), None)
 
 

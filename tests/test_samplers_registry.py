@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from diffugrpo_plugin.plugins import PluginError, registrations
-from diffugrpo_plugin.sampling import SamplerOptionError, build_sampler, sampler_options
+from diffugrpo_plugin.plugins import PluginError, PluginOptionError, factory_options, registrations
+from diffugrpo_plugin.sampling import SamplerOptionError, build_sampler
 from diffugrpo_plugin.sampling.builtin import diffugrpo_samplers
 from diffugrpo_plugin.sampling.samplers import DreamSampler, LLaDASampler
 
@@ -19,7 +19,7 @@ BUILT_IN = {"dream", "entropy", "maskgit_plus", "topk_margin", "origin", "llada"
 
 def test_entry_point_declares_the_builtin_plugin():
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert pyproject["project"]["entry-points"]["diffugrpo"]["samplers"] == "diffugrpo_plugin.sampling.builtin"
+    assert pyproject["project"]["entry-points"]["diffugrpo.samplers"]["builtin"] == "diffugrpo_plugin.sampling.builtin"
 
 
 def test_every_builtin_sampler_is_registered_with_a_description():
@@ -33,8 +33,8 @@ def test_every_builtin_sampler_is_registered_with_a_description():
 def test_alg_named_samplers_fix_their_alg():
     assert build_sampler("entropy").alg == "entropy"
     assert build_sampler("topk_margin", steps=8).alg == "topk_margin"
-    assert "alg" not in {option.name for option in sampler_options(diffugrpo_samplers()["origin"])}
-    with pytest.raises(SamplerOptionError, match="has no option alg"):
+    assert "alg" not in {option.name for option in factory_options(diffugrpo_samplers()["origin"])}
+    with pytest.raises(PluginOptionError, match="has no option alg"):
         build_sampler("origin", alg="entropy")
 
 
@@ -44,7 +44,7 @@ def test_unknown_sampler_lists_the_known_ones():
 
 
 def test_unknown_option_lists_the_valid_ones():
-    with pytest.raises(SamplerOptionError, match=r"no option stpes.*steps.*remasking"):
+    with pytest.raises(PluginOptionError, match=r"no option stpes.*steps.*remasking"):
         build_sampler("llada", stpes=8)
 
 
@@ -95,8 +95,8 @@ def test_bad_prompts_are_named():
 
 
 def test_listing_samplers_does_not_import_torch():
-    code = ("import sys; from diffugrpo_plugin.sampling import builtin, sampler_options; "
-            "[sampler_options(f) for f in builtin.diffugrpo_samplers().values()]; "
+    code = ("import sys; from diffugrpo_plugin.plugins import factory_options, registrations; "
+            "[factory_options(r.obj) for r in registrations('sampler').values()]; "
             "print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

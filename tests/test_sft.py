@@ -4,6 +4,7 @@ checkpoint the RL side loads."""
 import json
 import math
 import random
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -89,12 +90,19 @@ def test_examples_end_with_the_closing_fence_then_eos_and_skip_what_does_not_fit
 
 
 def test_learning_rate_warms_up_then_follows_the_cosine():
-    config = sft.SFTConfig(train_files=("x",), output_dir="y", steps=110, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
-    assert sft.learning_rate(0, config) == pytest.approx(1e-4)
-    assert sft.learning_rate(9, config) == pytest.approx(1e-3)
-    assert sft.learning_rate(10, config) == pytest.approx(1e-3)
-    assert sft.learning_rate(60, config) == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half way: cos = 0
-    assert sft.learning_rate(110, config) == pytest.approx(1e-4)
+    config = sft.SFTConfig(train_files=["x"], output_dir="y", steps=110, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
+    schedule = sft.lr_schedule(optimizer, config)
+    lrs = []
+    for _ in range(config.steps):
+        lrs.append(schedule.get_last_lr()[0])
+        optimizer.step()
+        schedule.step()
+    assert lrs[0] == 0.0 and lrs[5] == pytest.approx(5e-4)  # s / 10 of the peak
+    # after warm-up, step s is (s - 10) / 100 of the way down the cosine from 1e-3 to 1e-4
+    assert lrs[10] == pytest.approx(1e-3)
+    assert lrs[60] == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half way: cos(pi / 2) = 0
+    assert lrs[109] == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 0.99)))
 
 
 def test_batch_order_is_seeded_full_and_balanced():
@@ -111,7 +119,7 @@ def test_bad_settings_and_files_name_the_fix(tmp_path):
     with pytest.raises(sft.SFTError, match="no training data"):
         sft.SFTConfig(train_files=(), output_dir="y")
     with pytest.raises(sft.SFTError, match="does not exist"):
-        sft.read_rows(tmp_path / "missing.parquet")
+        sft.load_examples([str(tmp_path / "missing.parquet")], SimpleNamespace(eos_token_id=EOS), 48, 160)
 
 
 def test_sft_never_touches_the_global_rng(tiny_model_path, tmp_path):
@@ -180,12 +188,12 @@ def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_mo
 def test_warm_start_fine_tunes_the_random_model_once_into_the_cache(monkeypatch, tmp_path):
     from safetensors.torch import load_file
 
-    from diffugrpo_plugin import tiny
+    from diffugrpo_plugin import tiny, warm_start
 
     monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
     spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
-    recipe = tiny.WarmStart(steps=3, batch_size=2, warmup_steps=1)
-    path = tiny.warm_model_path(spec, recipe)
+    recipe = warm_start.WarmStart(steps=3, batch_size=2, warmup_steps=1)
+    path = warm_start.warm_model_path(spec, recipe)
     assert path.startswith(str(tmp_path)) and recipe.cache_suffix in path and spec.cache_name in path
     saved = json.loads((tmp_path / path / "sft_config.json").read_text())
     assert (saved["steps"], saved["batch_size"], saved["lr"]) == (3, 2, recipe.lr)
@@ -194,15 +202,15 @@ def test_warm_start_fine_tunes_the_random_model_once_into_the_cache(monkeypatch,
     random_init = load_file(f"{tiny.tiny_model_path(spec)}/model.safetensors")
     assert any(not torch.equal(warm[name], random_init[name]) for name in random_init)
     modified = (tmp_path / path / "model.safetensors").stat().st_mtime_ns
-    assert tiny.warm_model_path(spec, recipe) == path  # cached: not fine-tuned again
+    assert warm_start.warm_model_path(spec, recipe) == path  # cached: not fine-tuned again
     assert (tmp_path / path / "model.safetensors").stat().st_mtime_ns == modified
 
 
 def test_the_rl_default_model_is_the_warm_started_one(monkeypatch):
-    from diffugrpo_plugin import tiny
+    from diffugrpo_plugin import warm_start
     from diffugrpo_plugin.integration import resolvers
 
-    monkeypatch.setattr(tiny, "default_warm_model_path", lambda: "/cache/warm")
+    monkeypatch.setattr(warm_start, "default_warm_model_path", lambda: "/cache/warm")
     assert resolvers.default_model() == "/cache/warm"
 
 
@@ -211,11 +219,11 @@ def test_default_warm_model_writes_formatted_code_and_sometimes_passes():
     # Builds the real default (about two minutes on 2 cores, once per machine) and samples like the rollout.
     from transformers import AutoTokenizer
 
-    from diffugrpo_plugin import evaluation, tiny
+    from diffugrpo_plugin import evaluation, warm_start
     from diffugrpo_plugin.data import default_data_paths
     from diffugrpo_plugin.sampling import build_sampler
 
-    path = tiny.default_warm_model_path()
+    path = warm_start.default_warm_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)
     lm = DiffusionLM.wrap(load_pretrained(path).eval(), tokenizer)
     problems = evaluation.load_problems("parquet", path=default_data_paths()[0], limit=48)

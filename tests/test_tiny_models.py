@@ -1,10 +1,7 @@
-"""Tiny local diffusion LMs: family conventions, bidirectional attention, determinism, the build-once cache."""
+"""Tiny local diffusion LMs: family conventions, bidirectional attention, determinism, cached builds."""
 
 from __future__ import annotations
 
-import multiprocessing
-import os
-import time
 from pathlib import Path
 
 import pytest
@@ -115,47 +112,3 @@ def test_default_model_is_built_once_into_a_versioned_cache(monkeypatch, tmp_pat
     assert Path(tiny.default_tiny_model_path("llada")) != path
     assert sorted(p.name for p in (tmp_path / "models").iterdir() if not p.name.endswith(".lock")) == \
         sorted([path.name, Path(tiny.default_tiny_model_path("llada")).name])  # no staging left behind
-
-
-def _slow_build(staging: Path, log: Path) -> None:
-    with open(log, "a") as handle:
-        handle.write(f"{os.getpid()}\n")
-    time.sleep(0.5)  # a wide window for a racing process to start a second build
-    (staging / "done.txt").write_text("ok")
-
-
-def _race(target: str, log: str, barrier, results) -> None:
-    barrier.wait()
-    results.put(str(tiny.build_once(Path(target), lambda staging: _slow_build(staging, Path(log)))))
-
-
-def test_build_once_builds_exactly_once_under_concurrent_processes(tmp_path):
-    context = multiprocessing.get_context("fork")
-    workers = 4
-    barrier, results = context.Barrier(workers), context.Queue()
-    target, log = tmp_path / "artefact", tmp_path / "builds.log"
-    processes = [context.Process(target=_race, args=(str(target), str(log), barrier, results)) for _ in range(workers)]
-    for process in processes:
-        process.start()
-    for process in processes:
-        process.join(timeout=60)
-        assert process.exitcode == 0
-    assert [results.get(timeout=5) for _ in range(workers)] == [str(target)] * workers
-    assert len(log.read_text().splitlines()) == 1
-    assert (target / "done.txt").read_text() == "ok"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["artefact", "artefact.lock", "builds.log"]
-
-
-def test_build_once_leaves_nothing_after_a_failed_build_and_retries(tmp_path):
-    target = tmp_path / "artefact"
-
-    def failing(staging: Path) -> None:
-        (staging / "half.txt").write_text("partial")
-        raise RuntimeError("build failed")
-
-    with pytest.raises(RuntimeError, match="build failed"):
-        tiny.build_once(target, failing)
-    assert not target.exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["artefact.lock"]
-    tiny.build_once(target, lambda staging: (staging / "done.txt").write_text("ok"))
-    assert (target / "done.txt").read_text() == "ok"

@@ -14,6 +14,9 @@ import textwrap
 from typing import Any
 
 from diffugrpo_plugin.cli.model_flags import add_model_flags, load_model
+from diffugrpo_plugin.data.records import checked_field, read_records
+from diffugrpo_plugin.plugins import PluginError, factory_options, registrations
+from diffugrpo_plugin.sampling import SamplerOptionError, build_sampler, left_pad, padding_id
 
 DEFAULT_SAMPLER = "entropy"
 
@@ -59,8 +62,6 @@ class _HelpWithSamplers(argparse.Action):
 
 def sampler_listing(width: int = 100) -> str:
     """Every registered sampler with its description, provider and options (shared ones listed once)."""
-    from diffugrpo_plugin.plugins import PluginError, registrations
-    from diffugrpo_plugin.sampling import sampler_options
 
     try:
         registered = registrations("sampler")
@@ -68,7 +69,7 @@ def sampler_listing(width: int = 100) -> str:
         return f"samplers: the plugin registry could not be read: {exc}"
     if not registered:
         return "samplers: none installed (is diffugrpo installed? `pip install -e .`)"
-    options = {name: sampler_options(registration.obj) for name, registration in sorted(registered.items())}
+    options = {name: factory_options(registration.obj) for name, registration in sorted(registered.items())}
     shared = set.intersection(*(set(found) for found in options.values()))
     lines = ["samplers (choose with --sampler NAME, set options with -o NAME=VALUE):"]
     for name, found in options.items():
@@ -105,28 +106,12 @@ def parse_options(items: list[str]) -> dict[str, Any]:
 
 
 def read_prompts_jsonl(path: str) -> list[str]:
-    """The ``prompt`` of every non-empty line of a JSONL file, or an error naming the line."""
-    prompts = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict) or not isinstance(record.get("prompt"), str):
-                raise ValueError(f'{path}:{number}: needs a "prompt" field holding a string')
-            prompts.append(record["prompt"])
-    if not prompts:
-        raise ValueError(f"{path}: holds no prompt")
-    return prompts
+    """The ``prompt`` of every record of a JSONL file (``-``: standard input), or an error naming the line."""
+    return [checked_field(record, "prompt") for record in read_records(path)]
 
 
 def run(args: argparse.Namespace) -> int:
     from diffugrpo_plugin.models import ModelConfigError
-    from diffugrpo_plugin.plugins import PluginError
-    from diffugrpo_plugin.sampling import SamplerOptionError, build_sampler
 
     try:
         prompts = read_prompts_jsonl(args.prompts) if args.prompts else list(args.prompt)
@@ -150,15 +135,9 @@ def _encode(tokenizer, prompts: list[str], chat_template: bool, device):
                              f"pass --no-chat-template to use the prompts as they are")
         prompts = [tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
                                                  add_generation_prompt=True) for prompt in prompts]
-    from diffugrpo_plugin.sampling import left_pad
-
     encoded = [tokenizer.encode(prompt, add_special_tokens=False) for prompt in prompts]
-    ids, mask = left_pad(encoded, _pad_id(tokenizer), device)
+    ids, mask = left_pad(encoded, padding_id(tokenizer), device)
     return prompts, ids, mask
-
-
-def _pad_id(tokenizer) -> int:
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
 
 def _generate(sampler, lm, tokenizer, prompts: list[str], args) -> list[dict[str, Any]]:
@@ -168,7 +147,7 @@ def _generate(sampler, lm, tokenizer, prompts: list[str], args) -> list[dict[str
     texts, ids, mask = _encode(tokenizer, prompts, not args.no_chat_template, device)
     want_trace = bool(args.trace or args.trace_html or args.trace_png)
     out = sampler.generate(lm, ids, mask, args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                           pad_token_id=_pad_id(tokenizer), seeds=[args.seed + i for i in range(len(prompts))],
+                           pad_token_id=padding_id(tokenizer), seeds=[args.seed + i for i in range(len(prompts))],
                            record_trace=want_trace)
     results = []
     for row, prompt in enumerate(prompts):

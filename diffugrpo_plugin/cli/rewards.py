@@ -19,14 +19,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Iterator
+from typing import Any
 
 DEFAULT_REWARDS = ("code=2.0", "code_format=0.5")
 CHUNK_LINES = 64
-
-
-class InputError(ValueError):
-    """A line of the input file cannot be scored; the message names the file and line."""
 
 
 def reward_weight(text: str) -> tuple[str, float]:
@@ -36,8 +32,8 @@ def reward_weight(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"expected NAME=WEIGHT, got {text!r}")
     try:
         return name, float(weight) if weight else 1.0
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"weight of {name!r} must be a number, got {weight!r}") from None
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"weight of {name!r} must be a number, got {weight!r}") from error
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -77,23 +73,6 @@ def list_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_rows(path: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every non-blank line; :class:`InputError` names a bad line."""
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except ValueError as exc:
-                raise InputError(f"{path}:{number}: not valid JSON ({exc})") from None
-            if not isinstance(row, dict):
-                raise InputError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
-            if not isinstance(row.get("completion"), str):
-                raise InputError(f"{path}:{number}: needs a string field 'completion'")
-            yield number, row
-
-
 def rewards_config(args: argparse.Namespace) -> dict[str, Any]:
     pairs = args.rewards or [reward_weight(text) for text in DEFAULT_REWARDS]
     sandbox = {key: value for key, value in (("timeout_s", args.timeout_s), ("max_concurrency", args.max_concurrency))
@@ -104,7 +83,7 @@ def rewards_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Scores a chunk of input rows; one output object per row, in order."""
-    from reward_plugins.code import code_outcomes
+    from diffugrpo_plugin.judging import code_outcomes
 
     completions = [row["completion"] for row in rows]
     names = sorted({key for row in rows for key in row} - {"completion"})
@@ -121,19 +100,23 @@ def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def score_command(args: argparse.Namespace) -> int:
+    from diffugrpo_plugin.data.records import DataError, checked_field, read_records
     from diffugrpo_plugin.plugins import PluginError
     from diffugrpo_plugin.rewards import RewardConfigError, RewardSpec
     from diffugrpo_plugin.sandbox import SandboxError, SandboxUnavailable
 
     try:
         spec = RewardSpec.from_config(rewards_config(args))
-        rows = list(read_rows(args.file))
+        records = read_records(args.file)
+        for record in records:
+            checked_field(record, "completion")  # every line is checked before any scoring starts
+        rows = [record.data for record in records]
         for start in range(0, len(rows), CHUNK_LINES):
-            chunk = [row for _, row in rows[start:start + CHUNK_LINES]]
+            chunk = rows[start:start + CHUNK_LINES]
             for output in score_rows(spec, chunk):
                 sys.stdout.write(json.dumps(output) + "\n")
             sys.stdout.flush()
-    except (InputError, RewardConfigError, PluginError, SandboxUnavailable, SandboxError, OSError) as exc:
+    except (DataError, RewardConfigError, PluginError, SandboxUnavailable, SandboxError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

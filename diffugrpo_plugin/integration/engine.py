@@ -29,8 +29,9 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.utils import detach_tree
 
 from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
+from diffugrpo_plugin.masking import check_views
 from diffugrpo_plugin.models import DiffusionLM, plan_loading, read_model_config, remote_classes, supports_attention
-from diffugrpo_plugin.plugins import lookup
+from diffugrpo_plugin.plugins import build
 
 MODEL_TYPE = "diffusion_lm"
 MASK_SEED_FIELD = "mask_seed"
@@ -101,8 +102,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
     @functools.cached_property
     def _masker(self):
         settings = self._diffusion_settings()
-        factory = lookup("masker", settings.get("masker", "coupled")).obj
-        return factory(**dict(settings.get("masker_kwargs") or {}))
+        return build("masker", settings.get("masker", "coupled"), dict(settings.get("masker_kwargs") or {}))
 
     def _build_module(self):
         # verl builds by model_type; ours loads through transformers' auto classes like a language model,
@@ -164,7 +164,8 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         lm = self._diffusion_lm()
         # Noise the whole canvas, padding after the EOS included, as the model generated it; score only
         # the tokens the loss counts.
-        views = self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt)
+        views = check_views(self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(),
+                                               prompt), ids.shape, settings.get("masker", "coupled"))
         views.coef = views.coef * scored.to(views.coef.device)
 
         autocast_dtype = getattr(self, "_autocast_dtype", torch.bfloat16)

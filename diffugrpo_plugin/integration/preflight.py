@@ -11,7 +11,7 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from diffugrpo_plugin.plugins import PluginError, lookup
+from diffugrpo_plugin.plugins import PluginError, build
 
 
 class ConfigError(ValueError):
@@ -19,17 +19,18 @@ class ConfigError(ValueError):
 
 
 def _check_plugins(config: DictConfig) -> None:
+    """The masker and sampler build from their config (names, option names and values); a plugin's own
+    bug (any other exception) propagates with its traceback."""
+    from diffugrpo_plugin.sampling import build_sampler
+
     diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
     engine_kwargs = (config.actor_rollout_ref.rollout.get("engine_kwargs", {}) or {}).get("diffusion", {}) or {}
+    settings = dict(engine_kwargs)
     try:
-        masker = lookup("masker", diffusion.get("masker", "coupled")).obj
-        masker(**dict(diffusion.get("masker_kwargs") or {}))
-        from diffugrpo_plugin.sampling import build_sampler
-
-        settings = dict(engine_kwargs)
+        build("masker", diffusion.get("masker", "coupled"), dict(diffusion.get("masker_kwargs") or {}))
         build_sampler(settings.pop("sampler", "entropy"), **settings)
-    except (PluginError, ValueError, TypeError) as error:
-        raise ConfigError(str(error)) from None
+    except (PluginError, ValueError) as error:
+        raise ConfigError(str(error)) from error
 
 
 def _check_rewards(config: DictConfig) -> None:
@@ -41,8 +42,8 @@ def _check_rewards(config: DictConfig) -> None:
                           "and diffugrpo.rewards.reward_weights")
     try:
         RewardSpec.from_config(OmegaConf.to_container(node, resolve=True))
-    except (PluginError, ValueError, TypeError) as error:
-        raise ConfigError(str(error)) from None
+    except (PluginError, ValueError) as error:
+        raise ConfigError(str(error)) from error
 
 
 def _check_model(config: DictConfig) -> None:
@@ -69,7 +70,7 @@ def _check_model(config: DictConfig) -> None:
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=trust)
         resolve_mask_token(plan.family, load_model_config(expanded, plan), tokenizer, diffusion.get("mask_token_id"))
     except ModelConfigError as error:
-        raise ConfigError(str(error)) from None
+        raise ConfigError(str(error)) from error
     if plan.implementation == "remote" and model.get("enable_gradient_checkpointing", False):
         model_class = remote_classes(expanded, checkpoint_config)[1]
         if not getattr(model_class, "supports_gradient_checkpointing", False):

@@ -4,7 +4,7 @@
   second where verl finds an accelerator (dtype, logical Ray resources). Nothing else in our
   code picks a device: verl's platform does.
 * ``${diffugrpo.default_model:}`` / ``${diffugrpo.default_data:train}``: the tiny built-in
-  model (warm-started by a short masked SFT, see :func:`diffugrpo_plugin.tiny.warm_model_path`)
+  model (warm-started by a short masked SFT, see :mod:`diffugrpo_plugin.warm_start`)
   and the generated code-task parquet, built on first use into ``$DIFFUGRPO_HOME``.
 """
 
@@ -20,7 +20,7 @@ def on_cpu(cpu_value, accelerator_value):
 
 
 def default_model() -> str:
-    from diffugrpo_plugin.tiny import default_warm_model_path
+    from diffugrpo_plugin.warm_start import default_warm_model_path
 
     return default_warm_model_path()
 

@@ -57,22 +57,14 @@ def rewards_config(config: Any) -> Mapping[str, Any]:
     return rewards
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars/arrays and OmegaConf nodes to plain Python, so reward functions see JSON-like data."""
-    if hasattr(value, "tolist"):
-        return value.tolist()
-    if isinstance(value, Mapping) or (hasattr(value, "items") and hasattr(value, "keys")):
-        return {key: _plain(item) for key, item in value.items()}
-    return value
-
-
 def row_columns(non_tensor: Mapping[str, Any]) -> dict[str, Any]:
-    """The dataset columns of one row (see the module docstring for the order)."""
-    columns = {key: _plain(value) for key, value in non_tensor.items() if key not in VERL_BOOKKEEPING}
-    reward_model = _plain(non_tensor.get("reward_model"))
+    """The dataset columns of one row (see the module docstring for the order), as verl holds them:
+    :meth:`RewardSpec.score` turns numpy values into plain Python before any reward sees them."""
+    columns = {key: value for key, value in non_tensor.items() if key not in VERL_BOOKKEEPING}
+    reward_model = non_tensor.get("reward_model")
     if isinstance(reward_model, Mapping) and reward_model.get("ground_truth") is not None:
         columns["ground_truth"] = reward_model["ground_truth"]
-    extra_info = _plain(non_tensor.get("extra_info"))
+    extra_info = non_tensor.get("extra_info")
     if isinstance(extra_info, Mapping):
         columns.update(extra_info)
     return columns

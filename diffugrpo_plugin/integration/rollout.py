@@ -38,8 +38,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from diffugrpo_plugin.models import DiffusionLM, load_pretrained
-from diffugrpo_plugin.plugins import lookup
-from diffugrpo_plugin.sampling import build_sampler, left_pad, sampler_options
+from diffugrpo_plugin.plugins import factory_options, lookup
+from diffugrpo_plugin.sampling import build_sampler, left_pad, padding_id
 
 logger = logging.getLogger("diffugrpo.rollout")
 
@@ -64,7 +64,7 @@ class DiffusionRollout(BaseRollout):
         self.sampler_name = settings.pop("sampler", DEFAULT_SAMPLER)
         self.sampler_settings = settings
         build_sampler(self.sampler_name, **self.sampler_settings)  # fail at start-up on a bad option
-        self.request_options = {o.name for o in sampler_options(lookup("sampler", self.sampler_name).obj)} & {
+        self.request_options = {o.name for o in factory_options(lookup("sampler", self.sampler_name).obj)} & {
             "temperature", "top_p", "top_k"}
         self.device = torch.device(get_device_name())
         dtype = getattr(torch, str(self.config.dtype)) if isinstance(self.config.dtype, str) else self.config.dtype
@@ -153,7 +153,7 @@ class DiffusionRollout(BaseRollout):
             sampler = self._sampler(requests[indices[0]]["sampling_params"])
             prompts = [list(requests[i]["prompt_ids"]) for i in indices]
             seeds = [self._seed_for(p) for p in prompts]
-            pad = self.tokenizer.pad_token_id
+            pad = padding_id(self.tokenizer)
             prompt_ids, prompt_mask = left_pad(prompts, pad, self.device)
             out = sampler.generate(self.lm, prompt_ids, prompt_mask, int(self.config.response_length),
                                    eos_token_id=self.tokenizer.eos_token_id, pad_token_id=pad, seeds=seeds)

@@ -20,60 +20,39 @@ The contract every sampler follows (inputs, seeds, EOS and padding, the output f
 =================  ==============================================================
 
 All of them share the fast-path options ``threshold`` and ``kv_cache`` and the loop options
-``steps``, ``block_length``, ``temperature`` and ``micro_batch_size``. This package imports
+``steps``, ``block_length``, ``temperature`` and ``micro_batch_size``
+(:func:`diffugrpo_plugin.plugins.factory_options` lists a sampler's options). This package imports
 no torch until a sampler generates, so listing samplers stays cheap.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import inspect
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from diffugrpo_plugin.sampling.contract import GenerationOutput, Sampler, SamplerOptionError
 
-__all__ = ["GenerationOutput", "OptionInfo", "Sampler", "SamplerOptionError", "build_sampler", "sampler_options"]
-
-
-class OptionInfo(NamedTuple):
-    """One option a sampler factory accepts, for listings."""
-
-    name: str
-    default: Any
-    help: str
-
-
-def sampler_options(factory: Callable[..., Any]) -> list[OptionInfo]:
-    """The options of a factory: dataclass fields (with their ``help`` metadata) or keyword parameters."""
-    if dataclasses.is_dataclass(factory):
-        return [OptionInfo(f.name, f.default, f.metadata.get("help", ""))
-                for f in dataclasses.fields(factory) if f.init]
-    return [OptionInfo(p.name, None if p.default is inspect.Parameter.empty else p.default, "")
-            for p in inspect.signature(factory).parameters.values()
-            if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-
-
-def _accepts_any_keyword(factory: Callable[..., Any]) -> bool:
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in inspect.signature(factory).parameters.values())
+__all__ = ["GenerationOutput", "Sampler", "SamplerOptionError", "build_sampler", "left_pad", "padding_id"]
 
 
 def build_sampler(name: str, **options: Any) -> Sampler:
     """The sampler registered as ``name``, built with ``options``.
 
-    Raises :class:`~diffugrpo_plugin.plugins.PluginError` for an unknown name (listing the
-    known ones) and :class:`SamplerOptionError` for an unknown option (listing the valid ones).
+    Raises :class:`~diffugrpo_plugin.plugins.PluginError` for an unknown name (listing the known
+    ones), :class:`~diffugrpo_plugin.plugins.PluginOptionError` for an unknown option (listing the
+    valid ones) and :class:`SamplerOptionError` for a value the sampler cannot use.
     """
-    from diffugrpo_plugin.plugins import lookup
+    from diffugrpo_plugin.plugins import build
 
-    factory = lookup("sampler", name).obj
-    if not _accepts_any_keyword(factory):
-        known = [option.name for option in sampler_options(factory)]
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            raise SamplerOptionError(f"sampler '{name}' has no option {', '.join(unknown)}; "
-                                     f"its options are: {', '.join(known) or 'none'}")
-    return factory(**options)
+    return build("sampler", name, options)
+
+
+def padding_id(tokenizer: Any) -> int:
+    """The id prompts are left-padded with: the tokenizer's pad token, else its EOS (never attended either way)."""
+    for name in ("pad_token_id", "eos_token_id"):
+        if getattr(tokenizer, name, None) is not None:
+            return int(getattr(tokenizer, name))
+    raise ValueError(f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')} has neither a pad nor an "
+                     f"EOS token; add one (tokenizer.pad_token = ...) to batch prompts")
 
 
 def left_pad(token_lists, pad_id: int, device=None):

@@ -1,0 +1,73 @@
+"""The default RL model: the tiny Dream-style model after a short masked SFT, built once into the cache.
+
+A random model scores 0 everywhere, which leaves GRPO nothing to learn from (every advantage is
+0). After this SFT (:mod:`diffugrpo_plugin.sft`) on the synthetic train split
+(:func:`diffugrpo_plugin.data.default_data_paths`), sampled completions are mostly well formatted
+and sometimes pass, so GRPO groups see rewards that differ. Sits on top of :mod:`~diffugrpo_plugin.tiny`
+and :mod:`~diffugrpo_plugin.sft`; the job's config resolver and the CLIs' default model use it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from diffugrpo_plugin.cache import build_once, diffugrpo_home
+from diffugrpo_plugin.data import SYNTHETIC_VERSION, default_data_paths
+from diffugrpo_plugin.sft import SFTConfig, train
+from diffugrpo_plugin.tiny import TinySpec, tiny_model_path
+
+WARM_START_VERSION = 2  # 2: the SFT schedule became transformers' cosine_with_min_lr
+"""Bump when the warm-start procedure changes in a way :class:`WarmStart`'s fields do not show."""
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """The SFT recipe of the warm-started model (see :class:`diffugrpo_plugin.sft.SFTConfig`).
+
+    The defaults take about two minutes on 2 CPU cores and give, sampling at temperature 1 with
+    the default rollout settings (entropy sampler, 32 steps, 48 tokens), about 70-90% completions
+    in the training format and a few percent that pass every test.
+    """
+
+    steps: int = 1000
+    batch_size: int = 8
+    lr: float = 2e-3
+    warmup_steps: int = 30
+    completion_length: int = 48
+    seed: int = 0
+    data_seed: int = 0
+
+    @property
+    def cache_suffix(self) -> str:
+        return (f"sft-n{self.steps}-b{self.batch_size}-lr{self.lr:g}-w{self.warmup_steps}-c{self.completion_length}"
+                f"-s{self.seed}-syn{SYNTHETIC_VERSION}d{self.data_seed}-ws{WARM_START_VERSION}")
+
+
+def save_warm_model(directory: str | os.PathLike, spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart(),
+                    echo: Callable[[str], None] | None = None) -> Path:
+    """Fine-tune the random tiny model of ``spec`` with ``recipe`` on the synthetic train split into ``directory``."""
+    train_file, _ = default_data_paths(recipe.data_seed)
+    config = SFTConfig(train_files=[train_file], output_dir=str(directory), model_path=tiny_model_path(spec),
+                       steps=recipe.steps, batch_size=recipe.batch_size, lr=recipe.lr,
+                       warmup_steps=recipe.warmup_steps, completion_length=recipe.completion_length,
+                       seed=recipe.seed, log_every=max(1, recipe.steps // 5))
+    train(config, echo=echo or (lambda line: print(f"diffugrpo: warm start: {line}", file=sys.stderr)))
+    return Path(directory)
+
+
+def warm_model_path(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()) -> str:
+    """Path of the cached warm-started checkpoint, fine-tuned on first use (once per machine)."""
+    target = diffugrpo_home() / "models" / f"{spec.cache_name}-{recipe.cache_suffix}"
+    if not target.is_dir():
+        print(f"diffugrpo: building the warm-started tiny model once into {target} "
+              f"({recipe.steps} SFT steps, a few minutes on CPU)", file=sys.stderr)
+    return str(build_once(target, lambda staging: save_warm_model(staging, spec, recipe)))
+
+
+def default_warm_model_path() -> str:
+    """The default model of the RL job: the Dream-style tiny model, warm-started by SFT."""
+    return warm_model_path()
