@@ -1,23 +1,32 @@
 """coupled_grpo's advantage estimator and policy loss, registered in verl's core_algos registries.
 
-Both are thin: the math is :mod:`diffugrpo_plugin.advantages` and :mod:`diffugrpo_plugin.losses`.
-The KL term is verl's own (``actor.use_kl_loss=True``, ``kl_loss_type=low_var_kl`` is k3; verl
-clamps the log-ratio to [-20, 20] and k3 to [-10, 10] for stability, which the reference does not),
-and aggregation uses verl's ``agg_loss`` so data-parallel normalisation is verl's.
+Both are verl's own math with one difference each, the one DiffuCoder's recipe needs:
+
+* **advantage**: verl's vectorised RLOO, ``A_i = r_i - mean(r_j, j != i)`` within a prompt's group
+  (a group of one gets 0). What verl's RLOO lacks: with ``algorithm.norm_adv_by_std_in_grpo``
+  (DiffuCoder's ``scale_rewards``) it is divided by the group's unbiased std plus TRL's 1e-4.
+* **policy loss**: verl's vanilla PPO loss (its clamp of the log-ratio to [-20, 20], ``agg_loss``,
+  metrics) with ``clip_ratio_low`` / ``clip_ratio_high``, minus verl's dual clip, which
+  DiffuCoder's loss does not have.
+
+The KL term is verl's (``actor.use_kl_loss=True``, ``kl_loss_type=low_var_kl``, which is k3
+clamped to [-10, 10]); the masks and coupled log-probs the loss sees come from our engine.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import torch
 
 from verl.trainer.ppo import core_algos
-from verl.utils import torch_functional as verl_F
-
-from diffugrpo_plugin.advantages import leave_one_out_advantages
-from diffugrpo_plugin.losses import clipped_surrogate
+from verl.utils.groupwise import as_torch_index, group_mean_std
 
 NAME = "coupled_grpo"
+TRL_STD_EPS = 1e-4
+NO_DUAL_CLIP = 1e10
+"""A dual-clip bound verl's loss can never reach: above exp(20), the largest ratio verl's clamp lets through."""
 
 
 def compute_coupled_grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
@@ -25,37 +34,25 @@ def compute_coupled_grpo_advantage(token_level_rewards: torch.Tensor, response_m
     """Leave-one-out advantage per prompt group, broadcast over the response tokens.
 
     token_level_rewards, response_mask: [B, T]; index: [B] group ids (verl's ``uid``).
-    ``algorithm.norm_adv_by_std_in_grpo`` (DiffuCoder's ``scale_rewards``) divides by the group std.
     Returns (advantages, returns), both [B, T].
     """
-    scale = bool(config.get("norm_adv_by_std_in_grpo", False)) if config is not None else False
-    scores = token_level_rewards.sum(dim=-1)  # [B]
-    with torch.no_grad():
-        advantages = leave_one_out_advantages(scores, list(index), scale_by_std=scale)  # [B]
-    advantages = advantages[:, None] * response_mask  # [B, T]
+    advantages, _ = core_algos.compute_rloo_vectorized_outcome_advantage(token_level_rewards, response_mask, index)
+    if config is not None and config.get("norm_adv_by_std_in_grpo", False):
+        with torch.no_grad():
+            scores = token_level_rewards.sum(dim=-1)  # [B]
+            groups = as_torch_index(index, device=scores.device)  # [B]
+            _, std, _ = group_mean_std(scores, groups, eps=0.0, device=scores.device)  # [G]
+            advantages = advantages / (std[groups] + TRL_STD_EPS).to(advantages.dtype)[:, None]  # [B, T]
     return advantages, advantages
 
 
 def compute_coupled_grpo_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
                                      response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
                                      rollout_is_weights: torch.Tensor | None = None):
-    """PPO clipping with ``actor.clip_ratio_low`` / ``clip_ratio_high`` (falling back to ``clip_ratio``), no dual clip.
-
-    All tensors [B, T]; returns (loss, metrics) as verl's policy losses do.
-    """
-    eps_low = config.clip_ratio_low if config.clip_ratio_low is not None else config.clip_ratio
-    eps_high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
-    per_token, was_clipped = clipped_surrogate(log_prob, old_log_prob, advantages, eps_low, eps_high)  # [B, T]
-    if rollout_is_weights is not None:
-        per_token = per_token * rollout_is_weights
-    loss = core_algos.agg_loss(loss_mat=per_token, loss_mask=response_mask, loss_agg_mode=loss_agg_mode,
-                               **config.global_batch_info)
-    mask = response_mask.bool()
-    metrics = {
-        "actor/pg_clipfrac": verl_F.masked_mean(was_clipped.float(), mask).detach().item(),
-        "actor/ppo_kl": verl_F.masked_mean(old_log_prob - log_prob, mask).detach().item(),
-    }
-    return loss, metrics
+    """verl's vanilla PPO loss without dual clip. All tensors [B, T]; returns (loss, metrics) as verl's losses do."""
+    return core_algos.compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
+                                                  dataclasses.replace(config, clip_ratio_c=NO_DUAL_CLIP),
+                                                  rollout_is_weights)
 
 
 def register() -> None:
