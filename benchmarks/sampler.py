@@ -68,7 +68,7 @@ def task_reward(rows: list[dict]):
     columns = {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
 
     def reward(texts: list[str]) -> list[float]:
-        return [spec.total(values) for values in spec.score(texts, columns)]
+        return [spec.total(scored.values) for scored in spec.score(texts, columns)]
 
     return reward
 

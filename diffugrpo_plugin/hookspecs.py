@@ -64,8 +64,11 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None]]]
     (excluded from the component's mean and from the weighted total, never counted as zero).
 
     A function must accept and ignore columns it does not use (the ``**columns``). It runs in
-    verl's reward workers, on CPU, and must not import torch. A function that raises is
-    reported and scored ``None`` for that batch; it never stops training.
+    verl's reward workers, on CPU, and must not import torch. A function that raises is called
+    again one completion at a time: the completions it fails on score ``None`` (flagged as
+    failed, counted in ``reward/<name>/error_fraction`` and reported), the others are scored.
+    Training stops only when it fails on every completion for
+    ``diffugrpo.rewards.stop_after_failed_steps`` steps in a row.
 
     Its options are its keyword-only parameters, set per reward in config
     (``diffugrpo.rewards.reward_kwargs.<name>``); an unknown option is an error listing the

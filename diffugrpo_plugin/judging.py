@@ -13,14 +13,11 @@ Sits below the reward plugins (``reward_plugins/`` imports it, never the other w
 
 from __future__ import annotations
 
-import logging
 import re
 from typing import Any, Mapping, Sequence
 
 from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, parses, run_tests_many, tests_from_row
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
-
-logger = logging.getLogger("diffugrpo.rewards")
 
 # DiffuCoder's pattern, applied with re.fullmatch: no ``` before the python fence, none inside.
 FORMAT_PATTERN = re.compile(r"^(?:(?!```)[\s\S])*?```python\n((?:(?!```)[\s\S])*?)```\n$")
@@ -67,27 +64,20 @@ def rows_of(columns: Mapping[str, Sequence], count: int) -> list[dict[str, Any]]
     return rows
 
 
-def tests_or_none(row: Mapping[str, Any], reward: str) -> TestSpec | None:
-    """The row's tests; a malformed test column is logged (naming it) and makes the row None."""
-    try:
-        return tests_from_row(row)
-    except ValueError as exc:
-        logger.error("reward '%s': cannot read this row's tests (%s); scoring it None", reward, exc)
-        return None
-
-
 def outcomes_for(pairs: Sequence[tuple[str, TestSpec] | None], sandbox: Sandbox | None,
                  timeout_s: float | None) -> list[list[TestOutcome] | None]:
-    """Sandboxed outcomes for each (code, tests) pair, concurrently and cached; None for a None
-    pair and for a pair whose sandbox failed (a harness fault, logged, never the code's fault)."""
+    """Sandboxed outcomes for each (code, tests) pair, concurrently and cached; None for a None pair.
+
+    Raises the :class:`SandboxError` of a pair whose sandbox failed: a harness fault is never the
+    code's fault and never a score (the rewards core then scores the rows it concerns None, flagged).
+    """
     wanted = [pair for pair in pairs if pair is not None]
     results = iter(run_tests_many(wanted, sandbox, timeout_s))
     outcomes: list[list[TestOutcome] | None] = []
     for pair in pairs:
         result = next(results) if pair is not None else None
         if isinstance(result, SandboxError):
-            logger.error("sandbox failure, scoring None: %s", result)
-            result = None
+            raise result
         outcomes.append(result)
     return outcomes
 
@@ -97,11 +87,12 @@ def code_outcomes(completions: Sequence, columns: Mapping[str, Sequence], *, cod
                   ) -> list[tuple[TestSpec | None, str | None, list[TestOutcome] | None]]:
     """Per completion: its tests, the code judged (None if none), and the per-test outcomes.
 
-    Outcomes are None when the row has no tests, the code is missing (then the caller scores 0)
-    or the sandbox failed. Runs are cached, so the quality rewards reuse the ``code`` reward's run.
+    Outcomes are None when the row has no tests or the code is missing (then the caller scores 0).
+    Runs are cached, so the quality rewards reuse the ``code`` reward's run. Raises ValueError
+    (naming the column) for a malformed test column and
+    :class:`~diffugrpo_plugin.sandbox.SandboxError` when the sandbox itself failed.
     """
-    rows = rows_of(columns, len(completions))
-    specs = [tests_or_none(row, "code") for row in rows]
+    specs = [tests_from_row(row) for row in rows_of(columns, len(completions))]
     codes = [candidate_code(completion, code_block, require_format) if spec is not None else None
              for completion, spec in zip(completions, specs)]
     pairs = [(code, spec) if code is not None and spec is not None else None for code, spec in zip(codes, specs)]
@@ -110,12 +101,10 @@ def code_outcomes(completions: Sequence, columns: Mapping[str, Sequence], *, cod
 
 
 def all_tests_passed(spec: TestSpec | None, code: str | None, outcomes: list[TestOutcome] | None) -> bool | None:
-    """The correctness gate of the quality rewards: None when it cannot be decided (no tests, or
-    the sandbox failed), False when there is no code or a test failed, True when all passed."""
+    """The correctness gate of the quality rewards: None when the row has no tests, False when
+    there is no code or a test failed, True when all passed."""
     if spec is None:
         return None
     if code is None:
         return False
-    if outcomes is None:
-        return None
     return all(outcome.passed for outcome in outcomes)

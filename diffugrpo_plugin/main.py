@@ -14,13 +14,18 @@ import hydra
 
 @hydra.main(config_path="pkg://diffugrpo_plugin.config", config_name="diffugrpo", version_base=None)
 def main(config) -> None:
-    import verl  # noqa: F401  - loads our verl.plugins entry point
-    from diffugrpo_plugin.integration import register
-    from diffugrpo_plugin.integration.preflight import ConfigError, check_config
+    import verl  # noqa: F401  - loads our verl.plugins entry point, which reports a failure with its traceback
     from verl.trainer import main_ppo
 
-    if register.registration_error is not None:
-        raise SystemExit(f"diffugrpo could not register with verl: {register.registration_error!r}")
+    try:
+        # a failed registration left no module behind, so this import runs it again and raises its error
+        from diffugrpo_plugin.integration import register  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - any failure of the registration stops here, in one line
+        print(f"diffugrpo: could not register with verl ({type(error).__name__}: {error}); the traceback above shows "
+              f"where", file=sys.stderr)
+        raise SystemExit(2) from error
+    from diffugrpo_plugin.integration.preflight import ConfigError, check_config
+
     try:
         check_config(config)
     except ConfigError as error:

@@ -12,6 +12,7 @@ Config (``config.diffugrpo.rewards``; every key optional except ``reward_funcs``
     quality_rewards: [efficiency, maintainability, comments]
     code_block: first                      # first (DiffuCoder) | last (open-r1)
     sample_deadline_s: 300                 # reward manager: per-completion backstop
+    stop_after_failed_steps: 3             # trainer: stop when a reward failed on every completion this often
     sandbox: {max_concurrency: 8, timeout_s: 5, memory_mb: 1024, ...}   # see SandboxConfig
 
 Names resolve through the ``diffugrpo`` entry points (:func:`diffugrpo_plugin.plugins.lookup`),
@@ -19,8 +20,12 @@ so a reward from another installed package is selected exactly like a built-in.
 
 ``None`` means "not applicable to this row": it is left out of a component's mean and out of
 the weighted total (the total is ``sum(weight * value)`` over the components that apply, as
-TRL's ``nansum``), never counted as zero. A reward function that raises never stops training:
-the failure is logged loudly (once per function per step) and that call scores ``None``.
+TRL's ``nansum``), never counted as zero. A reward function that raises scores ``None`` on the
+rows it fails on and only there (the call is repeated one row at a time); the failure is
+logged (once per function per step), flagged per row (:class:`ScoredCompletion`) and counted in
+the step metrics (``reward/<name>/error_fraction``). Only a reward that fails on every
+completion of ``stop_after_failed_steps`` steps in a row (a broken sandbox, say) stops training,
+with a message saying so: training on what is left would silently optimise something else.
 
 Aggregation modes:
 
@@ -50,7 +55,7 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from typing import Any, Callable, Collection, Hashable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
@@ -63,7 +68,7 @@ logger = logging.getLogger("diffugrpo.rewards")
 AGGREGATIONS = ("fixed", "gated", "group_normalized")
 DEFAULT_QUALITY_REWARDS = ("efficiency", "maintainability", "comments")
 CONFIG_KEYS = ("reward_funcs", "reward_weights", "reward_kwargs", "aggregation", "gate_reward",
-               "quality_rewards", "code_block", "sample_deadline_s", "sandbox")
+               "quality_rewards", "code_block", "sample_deadline_s", "stop_after_failed_steps", "sandbox")
 SMOKE_TEST_REWARDS = ("constant",)
 PASS_TOLERANCE = 1e-9
 CRASH_LOG_WINDOW_S = 60.0
@@ -231,6 +236,19 @@ def _validated(values: Any, count: int, name: str) -> list[float | None]:
     return cleaned
 
 
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+@dataclass(frozen=True)
+class ScoredCompletion:
+    """One completion's scores: each component's value (None: not applicable, or the reward failed)
+    and, for the components that failed on it, the error (``"SandboxError: ..."``)."""
+
+    values: dict[str, float | None]
+    errors: dict[str, str] = field(default_factory=dict)
+
+
 @dataclass
 class RewardSpec:
     """The selected rewards and how they combine; build it with :meth:`from_config`."""
@@ -241,6 +259,7 @@ class RewardSpec:
     quality_rewards: frozenset[str] = frozenset(DEFAULT_QUALITY_REWARDS)
     code_block: str = "first"
     sample_deadline_s: float = 300.0
+    stop_after_failed_steps: int = 3
     sandbox_config: SandboxConfig = field(default_factory=SandboxConfig)
     crash_log: _CrashLog = field(default_factory=_CrashLog)
 
@@ -258,6 +277,10 @@ class RewardSpec:
         if aggregation == "gated" and gate_reward not in weights:
             raise RewardConfigError(f"aggregation 'gated' needs its gate_reward '{gate_reward}' among reward_funcs "
                                     f"{list(weights)}")
+        patience = config.get("stop_after_failed_steps", 3)
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise RewardConfigError(f"stop_after_failed_steps must be a whole number of steps >= 0 (0: never stop), "
+                                    f"got {patience!r}")
         deadline = config.get("sample_deadline_s", 300.0)
         if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0:
             raise RewardConfigError(f"sample_deadline_s must be a positive number of seconds, got {deadline!r}")
@@ -272,7 +295,8 @@ class RewardSpec:
         return cls(components=components, aggregation=aggregation, gate_reward=gate_reward,
                    quality_rewards=frozenset(map(str, quality)),
                    code_block=_choice(config, "code_block", BLOCK_CHOICES, "first"),
-                   sample_deadline_s=float(deadline), sandbox_config=sandbox_config)
+                   sample_deadline_s=float(deadline), stop_after_failed_steps=patience,
+                   sandbox_config=sandbox_config)
 
     @property
     def names(self) -> list[str]:
@@ -285,32 +309,54 @@ class RewardSpec:
     def sandbox(self) -> Sandbox:
         return shared_sandbox(self.sandbox_config)
 
-    def _call(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list],
-              step: Hashable | None) -> list[float | None]:
+    def _run(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list]
+             ) -> list[float | None]:
         accepted = keyword_options(component.fn)
         injected: dict[str, Any] = {}
         if "code_block" in accepted:
             injected["code_block"] = self.code_block
+        if "sandbox" in accepted:
+            injected["sandbox"] = self.sandbox()
+        kwargs = {**{k: v for k, v in columns.items() if k != "completions"}, **injected, **component.options}
+        return _validated(component.fn(completions, **kwargs), len(completions), component.name)
+
+    def _call(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list],
+              step: Hashable | None) -> tuple[list[float | None], list[str | None]]:
+        """The component's values and, per completion, the error that left it None (None where it scored).
+
+        A call that raises is repeated one completion at a time, so a fault stays in its row: the
+        completions it does not concern are scored normally (runs are cached, so this is cheap).
+        """
         try:
-            if "sandbox" in accepted:
-                injected["sandbox"] = self.sandbox()
-            kwargs = {**{k: v for k, v in columns.items() if k != "completions"}, **injected,
-                      **component.options}
-            return _validated(component.fn(completions, **kwargs), len(completions), component.name)
-        except Exception as exc:  # noqa: BLE001 - a reward must never stop training
-            self.crash_log.report(component, step, exc)
-            return [None] * len(completions)
+            return self._run(component, completions, columns), [None] * len(completions)
+        except Exception as batch_error:  # noqa: BLE001 - a reward must never stop training
+            if len(completions) == 1:
+                self.crash_log.report(component, step, batch_error)
+                return [None], [_describe(batch_error)]
+        values: list[float | None] = []
+        errors: list[str | None] = []
+        for index, completion in enumerate(completions):
+            try:
+                values += self._run(component, [completion], {name: [rows[index]] for name, rows in columns.items()})
+                errors.append(None)
+            except Exception as row_error:  # noqa: BLE001 - this row scores None, the others go on
+                self.crash_log.report(component, step, row_error)
+                values.append(None)
+                errors.append(_describe(row_error))
+        return values, errors
 
     def score(self, completions: list[str], columns: Mapping[str, list],
-              step: Hashable | None = None) -> list[dict[str, float | None]]:
-        """Every component's value for every completion: one ``{name: value}`` per completion.
+              step: Hashable | None = None) -> list[ScoredCompletion]:
+        """Every component's value for every completion, and what failed where a reward raised.
 
         ``columns`` maps each dataset column to a list with one value per completion.
         """
         columns = {name: plain(values) for name, values in columns.items()}
-        per_component = {component.name: self._call(component, completions, columns, step)
-                         for component in self.components}
-        return [{name: values[index] for name, values in per_component.items()}
+        results = {component.name: self._call(component, completions, columns, step)
+                   for component in self.components}
+        return [ScoredCompletion(values={name: values[index] for name, (values, _) in results.items()},
+                                 errors={name: errors[index] for name, (_, errors) in results.items()
+                                         if errors[index] is not None})
                 for index in range(len(completions))]
 
     def total(self, values: Mapping[str, float | None]) -> float:
@@ -378,9 +424,10 @@ def group_normalized_totals(samples: Sequence[Mapping[str, float | None]], group
 
 
 def step_metrics(samples: Sequence[Mapping[str, float | None]], totals: Sequence[float],
-                 prefix: str = "reward") -> dict[str, float]:
-    """Per-step logging values: each component's mean (over applicable values) and fraction of
-    None, and the mean weighted total. NaN counts as None (verl's arrays carry None as NaN)."""
+                 failed: Sequence[Collection[str]], prefix: str = "reward") -> dict[str, float]:
+    """Per-step logging values: each component's mean (over applicable values), fraction of None and
+    fraction of completions it failed on (``failed[i]``: the components that raised on completion i),
+    and the mean weighted total. NaN counts as None (verl's arrays carry None as NaN)."""
     metrics: dict[str, float] = {}
     names = sorted({name for sample in samples for name in sample})
     for name in names:
@@ -388,5 +435,7 @@ def step_metrics(samples: Sequence[Mapping[str, float | None]], totals: Sequence
         present = [value for value in values if value is not None and not math.isnan(value)]
         metrics[f"{prefix}/{name}/mean"] = sum(present) / len(present) if present else math.nan
         metrics[f"{prefix}/{name}/none_fraction"] = 1.0 - len(present) / len(values) if values else math.nan
+        metrics[f"{prefix}/{name}/error_fraction"] = (sum(name in names_failed for names_failed in failed) / len(failed)
+                                                      if failed else math.nan)
     metrics[f"{prefix}/total/mean"] = sum(totals) / len(totals) if totals else math.nan
     return metrics

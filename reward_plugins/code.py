@@ -3,8 +3,9 @@
 Tests come from the row's columns (see :func:`diffugrpo_plugin.code_execution.tests_from_row`)
 and run in the bubblewrap sandbox, one process per test, so a test that times out fails only
 itself. As in DiffuCoder, only completions that pass the format check in full are run
-(``require_format``); the others score 0.0. A row without tests scores None (not applicable),
-and so does a completion whose sandbox failed (a harness fault, logged).
+(``require_format``); the others score 0.0. A row without tests scores None (not applicable).
+A failure of the sandbox itself raises (a harness fault, never a score): the rows it concerns
+score None, flagged as failed, and the trainer reports them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def code_reward(completions: list, *, code_block: str = "first", require_format:
         elif code is None:
             scores.append(0.0)
         else:
-            scores.append(pass_rate(outcomes) if outcomes is not None else None)
+            scores.append(pass_rate(outcomes))
     return scores
 
 

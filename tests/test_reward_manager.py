@@ -96,18 +96,20 @@ def test_correct_completion_gets_the_weighted_total(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"test_cases": ADD_TESTS}))
     assert result["reward_score"] == 2.0 * 1.0 + 0.5 * 1.0
     # "acc" (all tests passed) is what verl's validation reports as pass@1 per data source
-    assert result["reward_extra_info"] == {"reward/code": 1.0, "reward/code_format": 1.0, "acc": 1.0}
+    assert result["reward_extra_info"] == {"reward/code": 1.0, "reward/code_format": 1.0, "acc": 1.0,
+                                           "reward_failed/code": 0.0, "reward_failed/code_format": 0.0}
 
 
 def test_wrong_completion_and_tests_given_as_a_top_level_column(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, WRONG, {}, test_cases=ADD_TESTS))
-    assert result["reward_extra_info"] == {"reward/code": 0.0, "reward/code_format": 1.0, "acc": 0.0}
+    assert result["reward_extra_info"] == {"reward/code": 0.0, "reward/code_format": 1.0, "acc": 0.0,
+                                           "reward_failed/code": 0.0, "reward_failed/code_format": 0.0}
     assert result["reward_score"] == 0.5
 
 
 def test_not_applicable_is_nan_in_extra_info_and_left_out_of_the_total(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"note": "no tests here"}))
-    assert math.isnan(result["reward_extra_info"]["reward/code"])
+    assert math.isnan(result["reward_extra_info"]["reward/code"]) and result["reward_extra_info"]["reward_failed/code"] == 0
     assert math.isnan(result["reward_extra_info"]["acc"])
     assert result["reward_score"] == 0.5
 
@@ -116,7 +118,9 @@ def test_a_completion_past_its_deadline_scores_none_without_blocking(manager_cla
     slow = "```python\nimport time\ndef add(a, b):\n    time.sleep(1.5)\n    return a + b\n```\n"
     config = _config(sample_deadline_s=0.3)
     result = _score(manager_class, tokenizer, _row(tokenizer, slow, {"test_cases": ADD_TESTS}), config)
-    assert all(math.isnan(value) for value in result["reward_extra_info"].values())
+    info = result["reward_extra_info"]
+    assert all(math.isnan(info[key]) for key in ("reward/code", "reward/code_format", "acc"))
+    assert info["reward_failed/code"] == info["reward_failed/code_format"] == 1.0  # counted as failures
     assert result["reward_score"] == 0.0
     assert 0.3 <= result["seconds"] < 1.5  # gave up at the deadline instead of waiting for the sandbox
     # The abandoned job still ends by itself within the sandbox's own limits (2 tests x (1.5 s + overhead)),
@@ -139,6 +143,25 @@ def test_row_columns_order_and_sources():
                                        "entry_point": "f"}
 
 
-def test_extra_info_uses_nan_for_none():
-    values = extra_info({"code": None, "syntax": 1})
-    assert math.isnan(values["reward/code"]) and values["reward/syntax"] == 1.0
+def test_extra_info_uses_nan_for_none_and_flags_failures():
+    from diffugrpo_plugin.rewards import ScoredCompletion
+
+    values = extra_info(ScoredCompletion({"code": None, "syntax": 1, "fmt": None}, {"code": "SandboxError: gone"}))
+    assert math.isnan(values["reward/code"]) and values["reward/syntax"] == 1.0 and math.isnan(values["reward/fmt"])
+    assert (values["reward_failed/code"], values["reward_failed/syntax"], values["reward_failed/fmt"]) == (1.0, 0.0, 0.0)
+
+
+def test_a_sandbox_failure_is_a_flagged_failure_not_a_silent_none(manager_class, tokenizer, monkeypatch, caplog):
+    from diffugrpo_plugin.sandbox import Sandbox, SandboxError
+
+    def broken(self, jobs):
+        raise SandboxError("the sandbox failed to start (exit code 1): bwrap: Can't find source path /gone")
+
+    monkeypatch.setattr(Sandbox, "run", broken)
+    with caplog.at_level("ERROR", logger="diffugrpo.rewards"):
+        uncached = "```python\ndef add(a, b):\n    return b + a\n```\n"  # a run no earlier test left in the cache
+        result = _score(manager_class, tokenizer, _row(tokenizer, uncached, {"test_cases": ADD_TESTS}))
+    info = result["reward_extra_info"]
+    assert math.isnan(info["reward/code"]) and info["reward_failed/code"] == 1.0
+    assert info["reward/code_format"] == 1.0 and info["reward_failed/code_format"] == 0.0
+    assert "Can't find source path /gone" in caplog.text

@@ -73,7 +73,7 @@ def test_constant_reward_warns_loudly(caplog, capsys):
     with caplog.at_level(logging.WARNING, logger="diffugrpo.rewards"):
         spec = RewardSpec.from_config({"reward_funcs": {"constant": 1.0}})
     assert "smoke tests only" in caplog.text and "smoke tests only" in capsys.readouterr().err
-    assert spec.score(["a", "b"], {}) == [{"constant": 1.0}, {"constant": 1.0}]
+    assert [scored.values for scored in spec.score(["a", "b"], {})] == [{"constant": 1.0}, {"constant": 1.0}]
 
 
 # --- totals ----------------------------------------------------------------------------------
@@ -128,9 +128,11 @@ def test_group_ids_must_match_samples():
 def test_step_metrics_mean_none_fraction_and_total():
     samples = [{"code": 1.0, "eff": None}, {"code": 0.0, "eff": 0.5}, {"code": 0.5, "eff": math.nan},
                {"code": None, "eff": None}]
-    metrics = step_metrics(samples, totals=[2.0, 1.0, 0.0, 1.0])
+    metrics = step_metrics(samples, totals=[2.0, 1.0, 0.0, 1.0], failed=[set(), set(), set(), {"code"}])
     assert metrics["reward/code/mean"] == pytest.approx(0.5)
     assert metrics["reward/code/none_fraction"] == pytest.approx(0.25)
+    assert metrics["reward/code/error_fraction"] == pytest.approx(0.25)
+    assert metrics["reward/eff/error_fraction"] == 0.0
     assert metrics["reward/eff/mean"] == pytest.approx(0.5)
     assert metrics["reward/eff/none_fraction"] == pytest.approx(0.75)
     assert metrics["reward/total/mean"] == pytest.approx(1.0)
@@ -146,7 +148,7 @@ def _component(name, fn, weight=1.0):
     return RewardComponent(name=name, weight=weight, fn=fn, distribution="tests 0")
 
 
-def test_a_crashing_reward_scores_none_and_is_logged_once_per_step(caplog):
+def test_a_crashing_reward_scores_none_is_flagged_and_logged_once_per_step(caplog):
     def explodes(completions, **columns):
         raise RuntimeError("boom")
 
@@ -158,17 +160,36 @@ def test_a_crashing_reward_scores_none_and_is_logged_once_per_step(caplog):
         first = spec.score(["ab", "c"], {}, step=1)
         spec.score(["ab"], {}, step=1)
         spec.score(["ab"], {}, step=2)
-    assert first == [{"explodes": None, "length": 2.0}, {"explodes": None, "length": 1.0}]
+    assert [scored.values for scored in first] == [{"explodes": None, "length": 2.0}, {"explodes": None, "length": 1.0}]
+    assert [scored.errors for scored in first] == [{"explodes": "RuntimeError: boom"}] * 2
     logged = [record for record in caplog.records if "reward 'explodes'" in record.getMessage()]
     assert len(logged) == 2 and "RuntimeError: boom" in logged[0].getMessage()
-    assert spec.crash_log.counts == {"explodes": 3}
-    assert spec.total(first[0]) == 2.0
+    assert spec.crash_log.counts == {"explodes": 4}  # each row of the first call, then one per call
+    assert spec.total(first[0].values) == 2.0
 
 
-@pytest.mark.parametrize("returned", [[1.0], "1.0", [float("inf"), 0.0], [True, 1.0], [object(), 1.0]])
+def test_a_fault_on_one_completion_stays_in_its_row():
+    calls = []
+
+    def fragile(completions, *, threshold: int = 2, **columns):
+        calls.append(list(completions))
+        if any(len(completion) > threshold for completion in completions):
+            raise RecursionError("maximum recursion depth exceeded")
+        return [float(len(completion)) for completion in completions]
+
+    spec = _spec(_component("fragile", fragile))
+    scored = spec.score(["a", "pathological", "bb"], {"test_cases": [["x"], ["y"], ["z"]]})
+    assert [s.values["fragile"] for s in scored] == [1.0, None, 2.0]
+    assert [s.errors for s in scored] == [{}, {"fragile": "RecursionError: maximum recursion depth exceeded"}, {}]
+    assert calls == [["a", "pathological", "bb"], ["a"], ["pathological"], ["bb"]]
+
+
+@pytest.mark.parametrize("returned", [[1.0, 2.0, 3.0], "1.0", [float("inf"), 0.0], [True, 1.0], [object(), 1.0]])
 def test_a_reward_returning_garbage_is_treated_as_crashed(returned):
     spec = _spec(_component("bad", lambda completions, **columns: returned))
-    assert spec.score(["x", "y"], {}) == [{"bad": None}, {"bad": None}]
+    scored = spec.score(["x", "y"], {})
+    assert [s.values for s in scored] == [{"bad": None}, {"bad": None}]
+    assert all(s.errors["bad"].startswith("TypeError: reward 'bad' ") for s in scored)
 
 
 def test_nan_means_not_applicable_and_columns_are_passed():
@@ -179,5 +200,6 @@ def test_nan_means_not_applicable_and_columns_are_passed():
         return [math.nan, 0.25]
 
     spec = _spec(_component("picky", picky))
-    assert spec.score(["x", "y"], {"test_cases": [[], ["assert 1"]]}) == [{"picky": None}, {"picky": 0.25}]
+    scored = spec.score(["x", "y"], {"test_cases": [[], ["assert 1"]]})
+    assert [s.values for s in scored] == [{"picky": None}, {"picky": 0.25}] and all(not s.errors for s in scored)
     assert seen == {"test_cases": [[], ["assert 1"]]}

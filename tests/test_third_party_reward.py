@@ -51,7 +51,7 @@ def test_selected_weighted_and_given_options(installed):
         "import json\nfrom diffugrpo_plugin.rewards import RewardSpec\n"
         "spec = RewardSpec.from_config({'reward_funcs': ['code_format', 'example_brevity'],\n"
         "    'reward_weights': [0.5, 2.0], 'reward_kwargs': {'example_brevity': {'target_words': 4}}})\n"
-        "values = spec.score(['```python\\nx = 1\\n```\\n'], {})[0]\n"
+        "values = spec.score(['```python\\nx = 1\\n```\\n'], {})[0].values\n"
         "print(json.dumps({'values': values, 'total': spec.total(values),\n"
         "    'provider': spec.components[1].distribution}))")
     result = json.loads(out)

@@ -1,9 +1,13 @@
-"""Pieces of the diffugrpo trainer that need no Ray: iteration expansion, reference syncing."""
+"""Pieces of the diffugrpo trainer that need no Ray: iteration expansion, reference syncing, reward failures."""
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 from tensordict import TensorDict
 
-from diffugrpo_plugin.integration.trainer import expand_iterations, iteration_field, mix_into_reference
+from diffugrpo_plugin.integration.trainer import (DiffuGRPOTrainer, RewardFailure, expand_iterations, iteration_field,
+                                                  mix_into_reference)
 
 
 def nested(rows):
@@ -45,3 +49,26 @@ def test_loss_mask_stops_after_the_first_eos():
     assert mask_after_first_eos([5, 6, eos, eos, eos], [1] * 5, eos) == [1, 1, 1, 0, 0]
     assert mask_after_first_eos([5, 6, 7], [1] * 3, eos) == [1, 1, 1]  # no EOS: the whole canvas counts
     assert mask_after_first_eos([eos, 4, eos], [1] * 3, eos) == [1, 0, 0]
+
+
+def test_a_reward_failing_everywhere_is_reported_and_stops_training_after_its_patience(capsys):
+    trainer = SimpleNamespace(reward_spec=SimpleNamespace(names=["code", "code_format"], stop_after_failed_steps=2),
+                              failed_steps={}, global_steps=1)
+    check = DiffuGRPOTrainer._check_reward_failures
+    check(trainer, [{"code"}, set(), set(), set()])  # one row only: reported, no streak
+    assert "step 1: reward 'code' failed on 1 of 4 completions" in capsys.readouterr().err
+    assert trainer.failed_steps == {"code": 0, "code_format": 0}
+    trainer.global_steps = 2
+    check(trainer, [{"code"}] * 4)
+    assert trainer.failed_steps == {"code": 1, "code_format": 0}
+    trainer.global_steps = 3
+    check(trainer, [set()] * 4)  # a good step resets the streak
+    assert trainer.failed_steps["code"] == 0 and capsys.readouterr().err.count("failed on") == 1
+    trainer.global_steps = 4
+    check(trainer, [{"code"}] * 4)
+    trainer.global_steps = 5
+    with pytest.raises(RewardFailure, match=r"reward\(s\) \['code'\] failed on every completion for 2 steps in a row "
+                                            r"\(step 5\).*stop_after_failed_steps=0 never stops"):
+        check(trainer, [{"code"}] * 4)
+    trainer.reward_spec.stop_after_failed_steps = 0
+    check(trainer, [{"code"}] * 4)  # 0: report, never stop

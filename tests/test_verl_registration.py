@@ -56,3 +56,17 @@ def test_the_promised_module_exists_once_verl_is_imported():
     """)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("diffugrpo_plugin/main.py")
+
+
+def test_the_main_entry_stops_in_one_line_when_registration_failed():
+    result = run_python("""
+        import sys
+        sys.modules["diffugrpo_plugin.integration.algorithm"] = None
+        sys.argv = ["main", "actor_rollout_ref.model.path=/unused"]
+        from diffugrpo_plugin.main import main
+        main()
+    """)
+    assert result.returncode == 2, result.stderr[-2000:]
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("diffugrpo: could not register with verl (ModuleNotFoundError: import of "
+                                "diffugrpo_plugin.integration.algorithm halted"), last_line

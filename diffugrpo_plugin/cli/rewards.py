@@ -88,8 +88,10 @@ def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     completions = [row["completion"] for row in rows]
     names = sorted({key for row in rows for key in row} - {"completion"})
     columns = {name: [row.get(name) for row in rows] for name in names}
-    values = spec.score(completions, columns)
-    outputs = [{"total": spec.total(value), "rewards": value} for value in values]
+    outputs = []
+    for scored in spec.score(completions, columns):
+        outputs.append({"total": spec.total(scored.values), "rewards": scored.values,
+                        **({"errors": scored.errors} if scored.errors else {})})
     code = next((component for component in spec.components if component.name == "code"), None)
     if code is not None:
         options = {"code_block": spec.code_block, "sandbox": spec.sandbox(), **code.options}

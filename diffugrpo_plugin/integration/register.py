@@ -2,8 +2,9 @@
 
 verl imports this module in the driver and in every Ray worker, and swallows any exception at
 DEBUG level. So a failure here is reported loudly (stderr and the logging error channel) before
-it propagates, and remembered in :data:`registration_error` so ``diffugrpo_plugin.main`` can stop
-with the real cause instead of an obscure "unknown advantage estimator" later.
+it propagates; ``diffugrpo_plugin.main`` imports this module again (a failed import leaves none
+behind), gets the same error, and stops with it in one line instead of an obscure "unknown
+advantage estimator" later.
 
 What it registers, each in verl's own registry:
 
@@ -30,8 +31,6 @@ import warnings
 
 logger = logging.getLogger("diffugrpo")
 
-registration_error: BaseException | None = None
-
 
 def _register_all() -> None:
     from diffugrpo_plugin.integration import algorithm, entrypoint, platform, resolvers, reward_manager, rollout
@@ -54,7 +53,6 @@ def _register_all() -> None:
 try:
     _register_all()
 except Exception as exc:  # noqa: BLE001 - reported loudly, then re-raised for verl
-    registration_error = exc
     message = (
         "diffugrpo failed to register with verl; coupled_grpo will not be available.\n"
         + "".join(traceback.format_exception(exc))

@@ -5,10 +5,12 @@ trainer config and calls :meth:`run_single` once per completion. It decodes the 
 the row's columns, runs every component of ``config.diffugrpo.rewards`` (see
 :mod:`diffugrpo_plugin.rewards`) in a worker thread under a per-completion deadline, and returns::
 
-    {"reward_score": total, "reward_extra_info": {"reward/<name>": value, ...}}
+    {"reward_score": total, "reward_extra_info": {"reward/<name>": value, "reward_failed/<name>": 0 or 1, ...}}
 
 so verl stores each component next to the batch (and logs them in validation). A component that
-does not apply (None) is reported as NaN, because verl stacks these values into numpy arrays.
+does not apply (None) is reported as NaN, because verl stacks these values into numpy arrays;
+``reward_failed/<name>`` is 1.0 where that None came from the reward raising (or the deadline),
+which the trainer counts, reports and, when a reward fails everywhere, stops on.
 
 Columns the reward functions receive, for this row (later sources win on a clash):
 
@@ -29,12 +31,13 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
-from diffugrpo_plugin.rewards import PASS_TOLERANCE, RewardSpec
+from diffugrpo_plugin.rewards import PASS_TOLERANCE, RewardSpec, ScoredCompletion
 
 logger = logging.getLogger("diffugrpo.reward_manager")
 
 MANAGER_NAME = "diffugrpo"
 EXTRA_INFO_PREFIX = "reward/"
+ERROR_INFO_PREFIX = "reward_failed/"  # 1.0 where a component's reward raised on the completion
 PASSED_KEY = "acc"  # verl's validation reports it as val-core/<data_source>/acc/mean@<n>: pass@1 per data source
 SECONDS_KEY = "scoring_seconds"  # wall time spent scoring the completion: a timing, not a component
 NOT_APPLICABLE = math.nan
@@ -77,10 +80,13 @@ def passed_all_tests(code_reward: float | None) -> float:
     return 1.0 if code_reward >= 1.0 - PASS_TOLERANCE else 0.0
 
 
-def extra_info(values: Mapping[str, float | None]) -> dict[str, float]:
-    """Per-component values for verl's ``reward_extra_info`` (None becomes NaN)."""
-    return {f"{EXTRA_INFO_PREFIX}{name}": NOT_APPLICABLE if value is None else float(value)
-            for name, value in values.items()}
+def extra_info(scored: ScoredCompletion) -> dict[str, float]:
+    """Per-component values for verl's ``reward_extra_info`` (None becomes NaN), and a 0/1 flag per
+    component saying whether the reward failed on this completion (verl stores numbers only)."""
+    info = {f"{EXTRA_INFO_PREFIX}{name}": NOT_APPLICABLE if value is None else float(value)
+            for name, value in scored.values.items()}
+    info.update({f"{ERROR_INFO_PREFIX}{name}": float(name in scored.errors) for name in scored.values})
+    return info
 
 
 def _build_manager_class(base: type) -> type:
@@ -109,17 +115,18 @@ def _build_manager_class(base: type) -> type:
             step = data.meta_info.get("global_steps") if data.meta_info else None
             started = loop.time()
             try:
-                values = await asyncio.wait_for(
+                scored = await asyncio.wait_for(
                     loop.run_in_executor(self.executor, lambda: self.spec.score([text], columns, step)[0]),
                     timeout=self.spec.sample_deadline_s)
             except asyncio.TimeoutError:
-                logger.error("diffugrpo rewards: a completion took longer than sample_deadline_s=%.0f s; "
-                             "every component scores None for it", self.spec.sample_deadline_s)
-                values = {name: None for name in self.spec.names}
-            info = {**extra_info(values), SECONDS_KEY: loop.time() - started}
-            if "code" in values:
-                info[PASSED_KEY] = passed_all_tests(values["code"])
-            return {"reward_score": self.spec.total(values), "reward_extra_info": info}
+                late = f"took longer than sample_deadline_s={self.spec.sample_deadline_s:.0f} s"
+                logger.error("diffugrpo rewards: a completion %s; every component scores None for it", late)
+                scored = ScoredCompletion(values={name: None for name in self.spec.names},
+                                          errors={name: late for name in self.spec.names})
+            info = {**extra_info(scored), SECONDS_KEY: loop.time() - started}
+            if "code" in scored.values:
+                info[PASSED_KEY] = passed_all_tests(scored.values["code"])
+            return {"reward_score": self.spec.total(scored.values), "reward_extra_info": info}
 
     DiffugrpoRewardManager.__module__ = __name__
     return DiffugrpoRewardManager

@@ -23,6 +23,7 @@ Registered with ``verl.trainer.ppo.v1.register_trainer`` and selected by
 from __future__ import annotations
 
 import math
+import sys
 
 import ray
 import torch
@@ -40,12 +41,16 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD
 from diffugrpo_plugin.integration.preflight import check_config
-from diffugrpo_plugin.integration.reward_manager import EXTRA_INFO_PREFIX, SECONDS_KEY
+from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.masking import mask_seed_table
 from diffugrpo_plugin.rewards import RewardSpec, group_normalized_totals, step_metrics
 
 TRAINER_MODE = "diffugrpo"
 REPLAY_POLL_INTERVAL_S = 0.05
+
+
+class RewardFailure(RuntimeError):
+    """A reward failed on every completion for too many steps in a row; the message says what to do."""
 
 
 def iteration_field(name: str, iteration: int) -> str:
@@ -142,6 +147,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         if self.ref_sync_steps and not 0.0 < self.ref_sync_alpha <= 1.0:
             raise ValueError(f"diffugrpo.ref_sync.alpha must be in (0, 1], got {self.ref_sync_alpha}")
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
+        self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on every completion
 
     def on_step_end(self):
         super().on_step_end()
@@ -194,20 +200,43 @@ class DiffuGRPOTrainer(PPOTrainerSync):
                 iteration_field(output_field, 0)]})
         return batch
 
-    def _reward_components(self, batch) -> tuple[list[dict[str, float | None]], list]:
-        """Each sample's reward components (None where not applicable) and its group id."""
+    def _reward_components(self, batch) -> tuple[list[dict[str, float | None]], list[set[str]], list]:
+        """Each sample's reward components (None where not applicable or failed), the components that
+        failed on it, and its group id."""
         data = self._get(batch, ["extra_fields", "uid"])
-        samples = []
+        samples, failed = [], []
         for extra in list(data["extra_fields"]):
             info = (extra or {}).get("reward_extra_info", {}) or {}
             samples.append({key[len(EXTRA_INFO_PREFIX):]: None if math.isnan(value) else float(value)
-                            for key, value in info.items()
-                            if key.startswith(EXTRA_INFO_PREFIX)})
-        return samples, list(data["uid"])
+                            for key, value in info.items() if key.startswith(EXTRA_INFO_PREFIX)})
+            failed.append({key[len(ERROR_INFO_PREFIX):] for key, value in info.items()
+                           if key.startswith(ERROR_INFO_PREFIX) and value})
+        return samples, failed, list(data["uid"])
+
+    def _check_reward_failures(self, failed: list[set[str]]) -> None:
+        """Reports the rewards that failed this step; stops training when one has failed on every
+        completion for ``stop_after_failed_steps`` steps in a row (its None values would leave the
+        other components to be optimised alone, silently)."""
+        counts = {name: sum(name in names for names in failed) for name in self.reward_spec.names}
+        for name, count in counts.items():
+            everywhere = bool(failed) and count == len(failed)
+            self.failed_steps[name] = self.failed_steps.get(name, 0) + 1 if everywhere else 0
+            if count:
+                print(f"[diffugrpo] step {self.global_steps}: reward '{name}' failed on {count} of {len(failed)} "
+                      f"completions and scored None there; the reward workers' log has the error", file=sys.stderr,
+                      flush=True)
+        patience = self.reward_spec.stop_after_failed_steps
+        broken = sorted(name for name, streak in self.failed_steps.items() if patience and streak >= patience)
+        if broken:
+            raise RewardFailure(
+                f"reward(s) {broken} failed on every completion for {patience} steps in a row (step "
+                f"{self.global_steps}); training on the other components alone would optimise something else. Fix "
+                f"the cause in the reward workers' log (a broken sandbox: run `diffugrpo sandbox check`), then resume "
+                f"from the last checkpoint; diffugrpo.rewards.stop_after_failed_steps=0 never stops.")
 
     def _compute_advantage(self, batch, metrics):
         if self.reward_spec.aggregation == "group_normalized":
-            samples, groups = self._reward_components(batch)
+            samples, _, groups = self._reward_components(batch)
             totals = group_normalized_totals(samples, groups, self.reward_spec.weights)
             rm_scores = self._get(batch, ["rm_scores"])["rm_scores"]  # nested [B, j]
             rewritten = []
@@ -220,10 +249,11 @@ class DiffuGRPOTrainer(PPOTrainerSync):
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
-        samples, _ = self._reward_components(batch)
+        samples, failed, _ = self._reward_components(batch)
         data = self._get(batch, ["rm_scores", "extra_fields"])
         totals = [float(row.sum()) for row in data["rm_scores"].unbind()]
-        metrics.update(step_metrics([samples[i] for i in real], [totals[i] for i in real]))
+        metrics.update(step_metrics([samples[i] for i in real], [totals[i] for i in real], [failed[i] for i in real]))
+        self._check_reward_failures([failed[i] for i in real])
         extras = list(data["extra_fields"])
         reward_seconds = [(extras[i] or {}).get("reward_extra_info", {}).get(SECONDS_KEY, 0.0) for i in real]
         sampling = {(extras[i] or {}).get("generation_batch"): (extras[i] or {}).get("generation_seconds", 0.0)

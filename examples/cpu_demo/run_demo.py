@@ -279,10 +279,10 @@ def reward_report(problems, completions, summary: dict[str, Any]) -> dict[str, d
     for problem in problems:
         texts = [completion.text for completion in completions[problem.task_id]]
         columns = {name: [value] * len(texts) for name, value in problem.columns.items()}
-        for values in spec.score(texts, columns):
-            if None in values.values():  # code and code_format apply to every row: None means a reward failed
-                raise SystemExit(f"a reward did not score task {problem.task_id}: {values}; see the log above")
-            per_source.setdefault(problem.data_source, []).append({**values, "total": spec.total(values)})
+        for scored in spec.score(texts, columns):
+            if scored.errors:
+                raise SystemExit(f"a reward failed on task {problem.task_id}: {scored.errors}")
+            per_source.setdefault(problem.data_source, []).append({**scored.values, "total": spec.total(scored.values)})
     per_source["all"] = [row for rows in list(per_source.values()) for row in rows]
     report = {}
     for source, rows in per_source.items():

@@ -1,0 +1,121 @@
+"""Plugins that do not fit their hook's contract fail when loaded or built, naming the plugin and the signature."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+import types
+
+import pytest
+import torch
+
+from diffugrpo_plugin import hookimpl, plugins
+from diffugrpo_plugin.masking import MaskedViews, check_views
+from diffugrpo_plugin.plugins import PluginError
+
+
+@pytest.fixture
+def register_in_code():
+    """Adds a plugin module to one kind's manager for the test, then removes it."""
+    added = []
+
+    def register(kind: str, **hooks):
+        module = types.ModuleType(f"contract_test_{kind}")
+        for name, function in hooks.items():
+            setattr(module, name, hookimpl(function))
+        manager, _ = plugins.plugin_manager(kind)
+        manager.register(module, name=module.__name__)
+        added.append((manager, module.__name__))
+
+    yield register
+    for manager, name in added:
+        manager.unregister(name=name)
+
+
+def test_a_reward_without_columns_or_with_a_required_option_is_refused(register_in_code):
+    def no_columns(completions):
+        return [0.0] * len(completions)
+
+    register_in_code("reward", diffugrpo_reward_functions=lambda: {"bad_reward": no_columns})
+    with pytest.raises(PluginError, match=r"reward 'bad_reward' from plugin 'contract_test_reward' \(<registered in "
+                                          r"code>\) breaks the contract in diffugrpo_plugin/hookspecs\.py: it must be "
+                                          r"fn\(completions, \*, option=default, \.\.\., \*\*columns\).*"
+                                          r"got no_columns\(completions\)"):
+        plugins.lookup("reward", "code")
+
+
+def test_a_reward_option_without_a_default_is_refused(register_in_code):
+    def needs_option(completions, *, threshold, sandbox=None, **columns):
+        return [0.0] * len(completions)
+
+    register_in_code("reward", diffugrpo_reward_functions=lambda: {"bad_reward": needs_option})
+    with pytest.raises(PluginError, match=r"every option with a default.*needs_option\(completions, \*, threshold"):
+        plugins.registrations("reward")
+
+
+def test_a_masker_written_to_an_old_four_argument_views_fails_when_built(register_in_code):
+    class OldMasker:
+        def views(self, input_ids, completion_mask, mask_id, seeds):
+            raise AssertionError("never called")
+
+    register_in_code("masker", diffugrpo_maskers=lambda: {"old": OldMasker})
+    with pytest.raises(PluginError, match=r"masker 'old' from plugin 'contract_test_masker'.*views\(\) must accept "
+                                          r"\(input_ids, completion_mask, mask_id, seeds, prompt_mask\); got "
+                                          r"views\(input_ids, completion_mask, mask_id, seeds\)"):
+        plugins.build("masker", "old", {})
+
+
+def test_a_masker_option_it_does_not_take_lists_the_ones_it_does():
+    with pytest.raises(plugins.PluginOptionError, match=r"masker 'coupled' has no option t_rnage; its options are: "
+                                                        r"t_range, p_mask_prompt"):
+        plugins.build("masker", "coupled", {"t_rnage": [0.2, 0.8]})
+
+
+def test_what_a_masker_returns_is_checked_against_the_batch():
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    good = MaskedViews(noisy=torch.zeros(3, 2, 5, dtype=torch.long), coef=torch.zeros(3, 2, 5))
+    assert check_views(good, ids.shape, "mine") is good
+    with pytest.raises(TypeError, match="masker 'mine' returned tuple from views"):
+        check_views((good.noisy, good.coef), ids.shape, "mine")
+    with pytest.raises(ValueError, match=r"masker 'mine' returned views with noisy \(3, 2, 4\) and coef \(3, 2, 4\); "
+                                         r"both must be \[V, 2, 5\]"):
+        check_views(MaskedViews(torch.zeros(3, 2, 4), torch.zeros(3, 2, 4)), ids.shape, "mine")
+
+
+def test_a_sampler_without_the_generate_contract_fails_when_built(register_in_code):
+    class Positional:
+        def generate(self, model, prompt_ids, prompt_mask, max_new_tokens, eos_token_id, pad_token_id):
+            raise AssertionError("never called")
+
+    register_in_code("sampler", diffugrpo_samplers=lambda: {"positional": Positional, "thing": lambda: object()})
+    with pytest.raises(PluginError, match=r"generate\(\) must accept \(model, prompt_ids, prompt_mask, "
+                                          r"max_new_tokens, \*, eos_token_id, pad_token_id, seeds, record_trace\)"):
+        plugins.build("sampler", "positional", {})
+    with pytest.raises(PluginError, match="built object, whose generate.*got no generate method"):
+        plugins.build("sampler", "thing", {})
+
+
+def test_a_model_family_must_be_a_model_family_record(register_in_code):
+    register_in_code("model_family", diffugrpo_model_families=lambda: {"mine": {"call": print}})
+    with pytest.raises(PluginError, match=r"model family 'mine' from plugin 'contract_test_model_family'.*got dict; "
+                                          r"expected a diffugrpo_plugin.families.ModelFamily"):
+        plugins.registrations("model_family")
+
+
+def test_a_module_listed_in_a_group_without_its_hook_is_named(tmp_path, monkeypatch):
+    (tmp_path / "wrong_group_plugin.py").write_text(
+        "from diffugrpo_plugin import hookimpl\n\n@hookimpl\ndef diffugrpo_maskers():\n    return {}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    listed = importlib.metadata.EntryPoint(name="mine", value="wrong_group_plugin", group="diffugrpo.rewards")
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: [*real(group=group), listed] if group == "diffugrpo.rewards" else real(group=group))
+    plugins.plugin_manager.cache_clear()
+    try:
+        with pytest.raises(PluginError, match=r"plugin 'mine' \(wrong_group_plugin\) from <unknown distribution> is "
+                                              r"listed in the entry-point group 'diffugrpo.rewards' but implements no "
+                                              r"diffugrpo_reward_functions\(\) hook"):
+            plugins.registrations("reward")
+    finally:
+        plugins.plugin_manager.cache_clear()
+        sys.modules.pop("wrong_group_plugin", None)
