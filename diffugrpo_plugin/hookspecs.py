@@ -67,7 +67,7 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None]]]
     verl's reward workers, on CPU, and must not import torch. A function that raises is called
     again one completion at a time: the completions it fails on score ``None`` (flagged as
     failed, counted in ``reward/<name>/error_fraction`` and reported), the others are scored.
-    Training stops only when it fails on every completion for
+    Training stops only when it fails on half the completions or more for
     ``diffugrpo.rewards.stop_after_failed_steps`` steps in a row.
 
     Its options are its keyword-only parameters, set per reward in config

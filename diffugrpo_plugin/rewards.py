@@ -12,7 +12,8 @@ Config (``config.diffugrpo.rewards``; every key optional except ``reward_funcs``
     quality_rewards: [efficiency, maintainability, comments]
     code_block: first                      # first (DiffuCoder) | last (open-r1)
     sample_deadline_s: 300                 # reward manager: per-completion backstop
-    stop_after_failed_steps: 3             # trainer: stop when a reward failed on every completion this often
+    stop_after_failed_steps: 3             # trainer: stop after this many steps in a row in which a
+                                           # reward failed on half the completions or more (0: never)
     sandbox: {max_concurrency: 8, timeout_s: 5, memory_mb: 1024, ...}   # see SandboxConfig
 
 Names resolve through the ``diffugrpo`` entry points (:func:`diffugrpo_plugin.plugins.lookup`),
@@ -23,9 +24,9 @@ the weighted total (the total is ``sum(weight * value)`` over the components tha
 TRL's ``nansum``), never counted as zero. A reward function that raises scores ``None`` on the
 rows it fails on and only there (the call is repeated one row at a time); the failure is
 logged (once per function per step), flagged per row (:class:`ScoredCompletion`) and counted in
-the step metrics (``reward/<name>/error_fraction``). Only a reward that fails on every
-completion of ``stop_after_failed_steps`` steps in a row (a broken sandbox, say) stops training,
-with a message saying so: training on what is left would silently optimise something else.
+the step metrics (``reward/<name>/error_fraction``). Only a reward that fails on half the
+completions or more for ``stop_after_failed_steps`` steps in a row (a broken sandbox, say) stops
+training, with a message saying so: training on what is left would silently optimise something else.
 
 Aggregation modes:
 

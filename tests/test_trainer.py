@@ -51,15 +51,15 @@ def test_loss_mask_stops_after_the_first_eos():
     assert mask_after_first_eos([eos, 4, eos], [1] * 3, eos) == [1, 0, 0]
 
 
-def test_a_reward_failing_everywhere_is_reported_and_stops_training_after_its_patience(capsys):
+def test_a_reward_failing_on_most_completions_is_reported_and_stops_training_after_its_patience(capsys):
     trainer = SimpleNamespace(reward_spec=SimpleNamespace(names=["code", "code_format"], stop_after_failed_steps=2),
                               failed_steps={}, global_steps=1)
     check = DiffuGRPOTrainer._check_reward_failures
-    check(trainer, [{"code"}, set(), set(), set()])  # one row only: reported, no streak
+    check(trainer, [{"code"}, set(), set(), set()])  # a quarter of the rows: reported, no streak
     assert "step 1: reward 'code' failed on 1 of 4 completions" in capsys.readouterr().err
     assert trainer.failed_steps == {"code": 0, "code_format": 0}
     trainer.global_steps = 2
-    check(trainer, [{"code"}] * 4)
+    check(trainer, [{"code"}, {"code"}, set(), set()])  # half: the sandbox-free half did not fail with it
     assert trainer.failed_steps == {"code": 1, "code_format": 0}
     trainer.global_steps = 3
     check(trainer, [set()] * 4)  # a good step resets the streak
@@ -67,8 +67,8 @@ def test_a_reward_failing_everywhere_is_reported_and_stops_training_after_its_pa
     trainer.global_steps = 4
     check(trainer, [{"code"}] * 4)
     trainer.global_steps = 5
-    with pytest.raises(RewardFailure, match=r"reward\(s\) \['code'\] failed on every completion for 2 steps in a row "
-                                            r"\(step 5\).*stop_after_failed_steps=0 never stops"):
+    with pytest.raises(RewardFailure, match=r"reward\(s\) \['code'\] failed on at least half the completions for 2 "
+                                            r"steps in a row \(step 5\).*stop_after_failed_steps=0 never stops"):
         check(trainer, [{"code"}] * 4)
     trainer.reward_spec.stop_after_failed_steps = 0
     check(trainer, [{"code"}] * 4)  # 0: report, never stop

@@ -10,7 +10,7 @@ the row's columns, runs every component of ``config.diffugrpo.rewards`` (see
 so verl stores each component next to the batch (and logs them in validation). A component that
 does not apply (None) is reported as NaN, because verl stacks these values into numpy arrays;
 ``reward_failed/<name>`` is 1.0 where that None came from the reward raising (or the deadline),
-which the trainer counts, reports and, when a reward fails everywhere, stops on.
+which the trainer counts, reports and, when a reward keeps failing on most completions, stops on.
 
 Columns the reward functions receive, for this row (later sources win on a clash):
 
