@@ -44,21 +44,6 @@ class TokenLogprobs:
     entropy: torch.Tensor | None = None
 
 
-def gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, with_entropy: bool = False):
-    """``log softmax(logits)[target]`` in fp32 (and optionally the entropy) for rows of logits.
-
-    logits [R, V] any float dtype; targets [R] -> logp [R] fp32 (, entropy [R] fp32).
-    """
-    logits32 = logits.float()  # [R, V]
-    log_normaliser = torch.logsumexp(logits32, dim=-1)  # [R]
-    logp = logits32.gather(-1, targets[:, None]).squeeze(-1) - log_normaliser  # [R]
-    if not with_entropy:
-        return logp
-    probs = torch.softmax(logits32, dim=-1)  # [R, V]
-    entropy = log_normaliser - (probs * logits32).sum(-1)  # [R]
-    return logp, entropy
-
-
 def _row_chunks(num_rows: int, chunk_rows: int) -> list[slice]:
     return [slice(start, start + chunk_rows) for start in range(0, num_rows, chunk_rows)]
 
@@ -118,8 +103,8 @@ class _ChunkedTargetLogprob(torch.autograd.Function):
 
 def chunked_gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                              with_entropy: bool = False):
-    """:func:`gathered_logprob` over row chunks: no fp32 copy of more than one chunk is alive, and
-    the backward needs a single gradient buffer shaped like ``logits``.
+    """``log softmax(logits)[target]`` in fp32 (and optionally the entropy) over row chunks: no fp32 copy
+    of more than one chunk is alive, and the backward needs a single gradient buffer shaped like ``logits``.
 
     logits [R, V]; targets [R] -> logp [R] fp32 (differentiable) (, entropy [R] fp32, detached).
     """

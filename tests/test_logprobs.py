@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import MASK_ID, build_tiny_module
-from diffugrpo_plugin.logprobs import chunked_gathered_logprob, coupled_token_logprobs, gathered_logprob
+from diffugrpo_plugin.logprobs import chunked_gathered_logprob, coupled_token_logprobs
 from diffugrpo_plugin.masking import make_coupled, make_d1
 from diffugrpo_plugin.models import DiffusionLM, ModelConfigError, align_logits, position_ids_from_mask
 
@@ -87,12 +87,12 @@ def test_tied_embeddings_model_works_too():
 
 def test_gathered_logprob_by_hand_and_in_fp32_for_bf16_logits():
     logits = torch.tensor([[1.0, 2.0, 3.0], [0.0, 0.0, math.log(2.0)]])
-    logp, entropy = gathered_logprob(logits, torch.tensor([2, 0]), with_entropy=True)
+    logp, entropy = chunked_gathered_logprob(logits, torch.tensor([2, 0]), with_entropy=True)
     z0 = math.exp(1) + math.exp(2) + math.exp(3)
     assert logp[0].item() == pytest.approx(3 - math.log(z0), abs=1e-6)
     assert logp[1].item() == pytest.approx(math.log(1 / 4), abs=1e-6)  # probs 1/4, 1/4, 1/2
     assert entropy[1].item() == pytest.approx(-(0.25 * math.log(0.25) * 2 + 0.5 * math.log(0.5)), abs=1e-6)
-    half = gathered_logprob(logits.to(torch.bfloat16), torch.tensor([2, 0]))
+    half = chunked_gathered_logprob(logits.to(torch.bfloat16), torch.tensor([2, 0]))
     assert half.dtype == torch.float32
 
 

@@ -123,3 +123,87 @@ def test_the_main_job_trains_a_family_checkpoint_given_by_path(kind, loading, tm
     assert result.returncode == 0, log[-5000:]
     assert logged_steps(log) == [1, 2]
     assert "actor/pg_loss:" in log and "reward/total/mean:" in log
+
+
+def metric_by_step(log: str, name: str) -> dict[int, float]:
+    """``name``'s value on each step line verl printed (``step:N - ... - name:value - ...``)."""
+    values = {}
+    for line in log.splitlines():
+        if " step:" in line and f" {name}:" in line:
+            step = int(line.split("step:")[1].split()[0])
+            values[step] = float(line.split(f" {name}:")[1].split()[0])
+    return values
+
+
+def run_main(tmp_path, *overrides: str) -> str:
+    result = subprocess.run(main_command(*SHORT, "trainer.save_freq=-1", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                                         *overrides), cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-5000:]
+    return log
+
+
+def test_two_iterations_each_score_the_update_with_their_own_masks(tmp_path):
+    """ppo_epochs=2 through the whole trainer with frozen weights (lr 0): old log-probs are computed per
+    iteration with that iteration's masks, so the update's ratio is exactly 1 in both iterations."""
+    log = run_main(tmp_path, "trainer.total_training_steps=2", "actor_rollout_ref.actor.ppo_epochs=2",
+                   "actor_rollout_ref.actor.optim.lr=0.0")
+    kl, clipped = metric_by_step(log, "actor/ppo_kl"), metric_by_step(log, "actor/pg_clipfrac")
+    assert sorted(kl) == [1, 2] and all(abs(value) < 1e-6 for value in kl.values()), kl
+    assert all(value == 0.0 for value in clipped.values()), clipped
+
+
+def test_reference_sync_and_group_normalised_rewards(tmp_path):
+    """ref_sync every 2 steps with alpha 1: the reference equals the policy after steps 2, so step 3's KL to it
+    is 0 while step 2's (policy moved at step 1, reference not yet synced) is not. group_normalized: every
+    dumped score equals the components, recomputed from the dumped completion, standardised within its
+    prompt group and weighted (code 2.0, code_format 0.5), by hand."""
+    log = run_main(tmp_path, "trainer.total_training_steps=3", "actor_rollout_ref.actor.optim.lr=0.01",
+                   "diffugrpo.ref_sync.enable=true", "diffugrpo.ref_sync.steps=2", "diffugrpo.ref_sync.alpha=1.0",
+                   "diffugrpo.rewards.aggregation=group_normalized", f"trainer.rollout_data_dir={tmp_path / 'rollouts'}")
+    kl = metric_by_step(log, "actor/kl_loss")
+    assert kl[2] > 1e-4 and abs(kl[3]) < 1e-6, kl
+
+    from diffugrpo_plugin.rewards import RewardSpec
+
+    spec = RewardSpec.from_config({"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]})
+    for step, samples in rollouts_by_step(tmp_path / "rollouts").items():
+        groups: dict[str, list[tuple[dict, float]]] = {}
+        for sample in samples:
+            tests = json.loads(sample["gts"])
+            [scored] = spec.score([sample["output"]], {name: [value] for name, value in tests.items()})
+            groups.setdefault(sample["input"], []).append((scored.values, sample["score"]))
+        for members in groups.values():
+            expected = [0.0] * len(members)
+            for name, weight in (("code", 2.0), ("code_format", 0.5)):
+                values = [values[name] for values, _ in members]
+                mean = sum(values) / len(values)
+                std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+                for i, value in enumerate(values):
+                    expected[i] += weight * (0.0 if std == 0 else (value - mean) / (std + 1e-6))
+            assert [score for _, score in members] == pytest.approx(expected, abs=1e-4), (step, members)
+
+
+def test_a_sandbox_that_breaks_during_training_stops_it_loudly(tmp_path):
+    """The sandbox works at start-up and for step 1, then loses a path it binds: the code reward fails on every
+    completion that reaches the sandbox, each failing step is reported, and the run stops with the reason."""
+    vanishing = tmp_path / "vanishing"
+    vanishing.mkdir()
+    command = main_command(*SHORT, "trainer.save_freq=-1", "trainer.total_training_steps=4",
+                           f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                           f"+diffugrpo.rewards.sandbox.extra_ro_binds=[{vanishing}]",
+                           "diffugrpo.rewards.stop_after_failed_steps=1")
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if " step:1 " in line and vanishing.exists():
+            vanishing.rmdir()  # from now on bwrap cannot bind it: every sandbox start fails
+    process.wait(timeout=1200)
+    log = "".join(lines)
+    assert process.returncode != 0, log[-5000:]
+    assert logged_steps(log) == [1], log[-5000:]
+    assert "[diffugrpo] step 2: reward 'code' failed on" in log
+    assert "reward(s) ['code'] failed on at least half the completions for 1 steps in a row (step 2)" in log
+    assert "Can't find source path" in log or "No such file" in log  # bwrap's own words reach the console

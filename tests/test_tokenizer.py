@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
 import subprocess
@@ -115,7 +117,7 @@ def test_save_and_reload_gives_the_same_tokenizer(tok, tmp_path):
 
     tok.save_pretrained(tmp_path)
     again = AutoTokenizer.from_pretrained(tmp_path)
-    assert tk.tokenizer_fingerprint(again) == tk.tokenizer_fingerprint(tok)
+    assert fingerprint(again) == fingerprint(tok)
     assert (again.eos_token_id, again.pad_token_id, again.mask_token_id) == (0, 0, 3)
     assert again.padding_side == "left" and len(again) == len(tok)
     sample = "def f(a, b):\r\n\treturn a + b  # ✓\n"
@@ -125,19 +127,26 @@ def test_save_and_reload_gives_the_same_tokenizer(tok, tmp_path):
         tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
+def fingerprint(tokenizer) -> str:
+    """A short hash of the vocabulary and merges: equal fingerprints, equal tokenization."""
+    state = json.loads(tokenizer.backend_tokenizer.to_str())
+    payload = json.dumps({"vocab": state["model"]["vocab"], "merges": state["model"]["merges"]}, sort_keys=True)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
+
+
 def test_training_is_deterministic_across_processes(tok):
-    script = ("from diffugrpo_plugin.tokenizer import build_tokenizer, tokenizer_fingerprint\n"
-              "print(tokenizer_fingerprint(build_tokenizer()))")
+    script = (f"import hashlib, json\n{inspect.getsource(fingerprint)}\n"
+              "from diffugrpo_plugin.tokenizer import build_tokenizer\nprint(fingerprint(build_tokenizer()))")
     other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": "12345"})
-    assert other.stdout.strip() == tk.tokenizer_fingerprint(tok)
+    assert other.stdout.strip() == fingerprint(tok)
 
 
 def test_fingerprint_is_pinned_to_the_tokenizer_version(tok):
     # Caches are keyed by TOKENIZER_VERSION: a changed corpus, pattern or tokenizers release
     # must come with a version bump (then update the pin here).
     assert tk.TOKENIZER_VERSION == 1
-    assert tk.tokenizer_fingerprint(tok) == "6f66673e30237799", \
+    assert fingerprint(tok) == "6f66673e30237799", \
         "the trained tokenizer changed: bump TOKENIZER_VERSION in diffugrpo_plugin/tokenizer.py and update this pin"
 
 

@@ -47,7 +47,6 @@ class PrefixCachedForward:
         if not model.supports_prefix_cache():
             raise self._unsupported("its forward takes no transformers Cache (past_key_values)")
         self.cache = None
-        self.cached_length = 0
 
     def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
                  window_start: int, window_end: int, fresh: bool) -> torch.Tensor:
@@ -74,7 +73,6 @@ class PrefixCachedForward:
             raise self._unsupported("its forward did not fill the Cache it was given")
         # The cache grows in place with every call: cut it back to the prefix.
         self.cache.crop(query_start)
-        self.cached_length = query_start
         return out.logits.view(batch, width, -1)  # [b, W, V]
 
     def _unsupported(self, why: str) -> ModelConfigError:
