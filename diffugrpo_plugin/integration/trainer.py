@@ -1,23 +1,44 @@
 """The ``diffugrpo`` V1 trainer: verl's synchronous PPO trainer with coupled-GRPO's mask schedule.
 
 Registered with ``verl.trainer.ppo.v1.register_trainer`` and selected by
-``trainer.v1.trainer_mode=diffugrpo`` (``algorithm=coupled_grpo`` sets it). What it adds:
+``trainer.v1.trainer_mode=diffugrpo`` (``algorithm=coupled_grpo`` sets it).
 
-* **Mask seeds.** Each step, every sample gets ``num_iterations`` mask seeds
-  (``actor.ppo_epochs`` is DiffuCoder's ``num_iterations``), written into the batch once, so the
-  old-policy, reference and update passes of a sample use the same masks.
-* **One old/reference log-prob pass per iteration**, each with that iteration's masks, and an
-  update that runs iteration ``k`` with mask ``k`` (the reference's intent; it re-used masks per
-  micro-batch by mistake). The worker expands the batch iteration-major, so with
-  ``actor.shuffle=False`` the update order is the reference's.
-* **Reward components in the step metrics**: ``reward/<name>/mean``, ``reward/<name>/none_fraction``,
-  ``reward/total/mean``, and the time split of rollout into sampling and reward scoring.
-* **Group-normalised rewards** (``diffugrpo.rewards.aggregation=group_normalized``): each component
-  is standardised within its prompt group before weighting (GDPO-style), which needs the groups.
-* **Reference syncing** (``diffugrpo.ref_sync``): every ``steps`` steps the reference model becomes
-  ``alpha * policy + (1 - alpha) * reference`` (TRL's ``sync_ref_model``; DiffuCoder: 64 steps, 0.6).
-* **CPU support.** Workers start their process group with plain gloo on CPU hosts (verl asks for
-  ``cpu:gloo,cpu:gloo`` otherwise), and the replay buffer polls without verl's 2 s sleep.
+One training step, in order: verl's stage (``PPOTrainer.fit`` / ``_step_once``), then what runs there.
+
+1. **gen** (verl's replay buffer asks the agent loops): ``agent_loop.DiffusionAgentLoop`` sends each
+   prompt ``n`` times to ``rollout.DiffusionServer``, which batches requests into
+   ``rollout.DiffusionRollout.generate_batch`` in the trainer worker: a sampler
+   (``sampling/``) fills the whole canvas on the rollout's policy copy; the loop masks everything
+   after the first EOS out of the loss.
+2. **reward** (verl's reward workers, while generation goes on):
+   ``reward_manager.DiffugrpoRewardManager.run_single`` -> ``rewards.RewardSpec.score`` -> the
+   reward plugins (``reward_plugins/``; code runs in ``sandbox``); components and failure flags
+   travel in ``reward_extra_info``.
+3. **old_log_prob**: :meth:`DiffuGRPOTrainer._compute_old_log_prob` writes ``num_iterations``
+   mask seeds per sample (``masking.mask_seed_table``, ``actor.ppo_epochs`` is DiffuCoder's
+   ``num_iterations``), then runs verl's pass once per iteration with that iteration's seeds:
+   ``engine.DiffusionLMEngine.forward_step`` -> the masker's views ->
+   ``logprobs.coupled_token_logprobs``.
+4. **ref**: :meth:`DiffuGRPOTrainer._compute_ref_log_prob`, the same per iteration on the reference.
+5. **adv**: :meth:`DiffuGRPOTrainer._compute_advantage` rewrites the scores to group-normalised
+   totals when ``diffugrpo.rewards.aggregation=group_normalized`` (GDPO-style, it needs the groups),
+   then verl's step calls ``algorithm.compute_coupled_grpo_advantage`` (leave-one-out).
+6. **update_actor**: :meth:`DiffusionActorRolloutRefWorker.update_actor` expands the batch
+   iteration-major (:func:`expand_iterations`: copy ``k`` carries mask ``k`` and the old/reference
+   log-probs computed with it; with ``actor.shuffle=False`` the order is the reference's), then
+   verl's ``train_mini_batch`` -> ``forward_step`` -> verl's ``ppo_loss`` with
+   ``algorithm.compute_coupled_grpo_policy_loss`` and verl's k3 KL.
+7. **step end**: verl saves checkpoints and syncs the new weights to the rollout
+   (``DiffusionRollout.update_weights``); :meth:`DiffuGRPOTrainer.on_step_end` then mixes the
+   reference towards the policy every ``diffugrpo.ref_sync.steps`` steps (TRL's ``sync_ref_model``:
+   ``alpha * policy + (1 - alpha) * reference``; DiffuCoder: 64 steps, 0.6).
+8. **metrics**: :meth:`DiffuGRPOTrainer._compute_metrics` adds each reward component's mean,
+   None and failure fractions, the total, the split of rollout time into sampling and scoring,
+   and completion lengths up to the EOS; a reward failing on most completions for
+   ``stop_after_failed_steps`` steps in a row stops training (:class:`RewardFailure`).
+
+CPU hosts: workers start their process group with plain gloo (verl asks for
+``cpu:gloo,cpu:gloo`` otherwise), and the replay buffer polls without verl's 2 s sleep.
 """
 
 from __future__ import annotations
