@@ -59,9 +59,14 @@ def save_warm_model(directory: str | os.PathLike, spec: TinySpec = TinySpec(), r
     return Path(directory)
 
 
+def warm_model_dir(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()) -> Path:
+    """Where the warm-started checkpoint of ``spec`` and ``recipe`` lives in the cache (nothing is built)."""
+    return diffugrpo_home() / "models" / f"{spec.cache_name}-{recipe.cache_suffix}"
+
+
 def warm_model_path(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()) -> str:
     """Path of the cached warm-started checkpoint, fine-tuned on first use (once per machine)."""
-    target = diffugrpo_home() / "models" / f"{spec.cache_name}-{recipe.cache_suffix}"
+    target = warm_model_dir(spec, recipe)
     if not target.is_dir():
         print(f"diffugrpo: building the warm-started tiny model once into {target} "
               f"({recipe.steps} SFT steps, a few minutes on CPU)", file=sys.stderr)
@@ -69,5 +74,14 @@ def warm_model_path(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()
 
 
 def default_warm_model_path() -> str:
-    """The default model of the RL job: the Dream-style tiny model, warm-started by SFT."""
+    """The default model of the RL job: the Dream-style tiny model, warm-started by SFT (built if needed)."""
     return warm_model_path()
+
+
+def built_if_default(path: str) -> str:
+    """``path``, first built when it is the default model's cache directory and not there yet.
+
+    The job's config names the default model by its directory (:func:`warm_model_dir`), so composing a
+    config costs nothing; whoever loads the model first builds it (once per machine, under a lock).
+    """
+    return default_warm_model_path() if Path(path) == warm_model_dir() else path

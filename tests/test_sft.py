@@ -206,12 +206,21 @@ def test_warm_start_fine_tunes_the_random_model_once_into_the_cache(monkeypatch,
     assert (tmp_path / path / "model.safetensors").stat().st_mtime_ns == modified
 
 
-def test_the_rl_default_model_is_the_warm_started_one(monkeypatch):
+def test_the_rl_default_model_is_the_warm_started_one_built_by_its_first_loader(monkeypatch, tmp_path):
+    from hydra import compose, initialize_config_module
+
     from diffugrpo_plugin import warm_start
     from diffugrpo_plugin.integration import resolvers
 
-    monkeypatch.setattr(warm_start, "default_warm_model_path", lambda: "/cache/warm")
-    assert resolvers.default_model() == "/cache/warm"
+    monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
+    built = []
+    monkeypatch.setattr(warm_start, "default_warm_model_path", lambda: built.append(1) or "/built/warm")
+    assert resolvers.default_model() == str(warm_start.warm_model_dir())  # named, not built
+    with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
+        job = compose(config_name="diffugrpo", overrides=["actor_rollout_ref.model.path=/my/model"])
+    assert job.actor_rollout_ref.model.path == "/my/model" and built == []  # a user's model builds nothing
+    assert warm_start.built_if_default("/my/model") == "/my/model" and built == []
+    assert warm_start.built_if_default(str(warm_start.warm_model_dir())) == "/built/warm" and built == [1]
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
 from diffugrpo_plugin.masking import check_views
 from diffugrpo_plugin.models import DiffusionLM, plan_loading, read_model_config, remote_classes, supports_attention
 from diffugrpo_plugin.plugins import build
+from diffugrpo_plugin.warm_start import built_if_default
 
 MODEL_TYPE = "diffusion_lm"
 MASK_SEED_FIELD = "mask_seed"
@@ -50,6 +51,11 @@ class DiffusionModelConfig(HFModelConfig):
     """
 
     diffusion: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        # the job's default model is named by its cache directory and built by the first to load it
+        object.__setattr__(self, "path", built_if_default(self.path))
+        super().__post_init__()
 
 
 @contextmanager

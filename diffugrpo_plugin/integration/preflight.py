@@ -50,8 +50,10 @@ def _check_model(config: DictConfig) -> None:
     from diffugrpo_plugin.models import ModelConfigError, load_model_config, plan_loading, read_model_config
     from diffugrpo_plugin.models import remote_classes, resolve_mask_token
 
+    from diffugrpo_plugin.warm_start import built_if_default
+
     model = config.actor_rollout_ref.model
-    path = str(model.path)
+    path = built_if_default(str(model.path))
     expanded = os.path.expanduser(path)
     if not os.path.exists(expanded):
         if path.count("/") == 1 and not path.startswith((".", "/", "~")):

@@ -20,9 +20,11 @@ def on_cpu(cpu_value, accelerator_value):
 
 
 def default_model() -> str:
-    from diffugrpo_plugin.warm_start import default_warm_model_path
+    """The default model's cache directory; built where the model is first loaded, not here: OmegaConf
+    evaluates a resolver even when a config merely overrides the key (a user's own model path)."""
+    from diffugrpo_plugin.warm_start import warm_model_dir
 
-    return default_warm_model_path()
+    return str(warm_model_dir())
 
 
 def default_data(split: str) -> str:
