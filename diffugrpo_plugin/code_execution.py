@@ -1,6 +1,6 @@
-"""Judging generated code: extract it from a completion, read a row's tests, run them sandboxed.
+"""Tests and their verdicts: read a row's tests, run each against code in the sandbox, judge the result.
 
-Public API (the ``code`` reward and the evaluation command both use it):
+Public API (used through :mod:`diffugrpo_plugin.judging` by the code rewards and ``diffugrpo eval``):
 
 * :func:`extract_code` -- the first or last fenced Python block of a completion.
 * :func:`tests_from_row` -- a :class:`TestSpec` from a dataset row, in one of three formats:

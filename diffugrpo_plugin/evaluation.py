@@ -12,7 +12,7 @@ Flow (the ``diffugrpo eval`` command and the demo both use it)::
 
 Judging is the training ``code`` reward's own pipeline, so a score here means what it means
 during RL: the tests come from the row's columns (:func:`~diffugrpo_plugin.code_execution.tests_from_row`),
-the code is what :func:`reward_plugins.code_format.candidate_code` extracts (by default only a
+the code is what :func:`diffugrpo_plugin.judging.candidate_code` extracts (by default only a
 completion in DiffuCoder's format, one closing ```python block, offers code), and every test
 runs as its own sandboxed process. A completion passes when every test of its problem passes.
 
