@@ -10,6 +10,9 @@ Public API (used through :mod:`diffugrpo_plugin.judging` by the code rewards and
   ``test_cases`` given as ``[{"input": ..., "output": ...}]``) compared on the whole output.
 * :func:`run_tests` / :func:`run_tests_many` -- one :class:`TestOutcome` per test, each test its
   own sandboxed process with its own deadline, so one test that hangs fails only itself.
+  Wherever a test can be split (:mod:`~diffugrpo_plugin.verdicts`), the sandbox only returns the
+  candidate's values and the comparison is made here; stdin/stdout tests compare the captured
+  output here. The rest run whole inside and are counted (:func:`judged_outside`).
 * :func:`reference_from_row` -- the row's reference solution, for rewards that compare to it.
 
 Runs of the same code on the same tests are cached per process (bounded), so ``code``,
@@ -21,6 +24,7 @@ from __future__ import annotations
 import ast
 import collections
 import enum
+import functools
 import json
 import re
 import threading
@@ -28,7 +32,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from diffugrpo_plugin.sandbox import Job, JobResult, Sandbox, SandboxError, shared_sandbox
+from diffugrpo_plugin.sandbox import Job, JobResult, Sandbox, SandboxError, escaped, shared_sandbox
+from diffugrpo_plugin.verdicts import BadValue, SplitTest, Unsplittable, decode_reports, judge_split, plan_check, \
+    shadowed_names, split_assert
 
 SIGXCPU = 24
 CACHE_SIZE = 4096
@@ -95,14 +101,63 @@ class TestSpec:
             return 1
         return len(self.stdio)
 
-    def sources(self, code: str) -> list[tuple[str, str]]:
-        """(program source, stdin) per test: what one sandboxed process runs for each test."""
+    def units(self, code: str) -> list[TestUnit]:
+        """What one sandboxed process runs for each test, and how its verdict is decided."""
         head = "\n".join(part for part in (self.prelude, code, self.setup) if part)
+        splits = split_tests(self, shadowed_names(head))
         if self.kind == "asserts":
-            return [(f"{head}\n{test}\n", "") for test in self.asserts]
+            return [TestUnit(head, splits=split) if split is not None else TestUnit(f"{head}\n{test}\n")
+                    for test, split in zip(self.asserts, splits)]
         if self.kind == "check":
-            return [(f"{head}\n\n{self.check_source}\n\ncheck({self.entry_point})\n", "")]
-        return [(head, stdin) for stdin, _ in self.stdio]
+            if splits[0] is not None:
+                return [TestUnit(head, splits=splits[0])]
+            return [TestUnit(f"{head}\n\n{self.check_source}\n\ncheck({self.entry_point})\n")]
+        return [TestUnit(head, stdin=stdin, expected_output=expected) for stdin, expected in self.stdio]
+
+
+@dataclass(frozen=True)
+class TestUnit:
+    """One test as run: the program, its stdin, and how it is judged: on the values of ``splits``' probes
+    (outside the sandbox), on its ``expected_output`` (stdin/stdout), or, with neither, by running
+    to the end without an exception inside the sandbox."""
+
+    __test__ = False
+
+    source: str
+    stdin: str = ""
+    splits: tuple[SplitTest, ...] = ()
+    expected_output: str | None = None
+
+    @property
+    def probes(self) -> tuple[str, ...]:
+        return tuple(probe for split in self.splits for probe in split.probes)
+
+    @property
+    def judged_outside(self) -> bool:
+        return bool(self.splits) or self.expected_output is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def split_tests(spec: TestSpec, shadowed: frozenset[str] = frozenset()) -> tuple[tuple[SplitTest, ...] | None, ...]:
+    """Per test of ``spec``, its split form (None: it runs whole inside); stdin/stdout tests need none.
+    ``shadowed``: the builtins the program rebinds, asked of the program rather than evaluated here."""
+    def attempt(make) -> tuple[SplitTest, ...] | None:
+        try:
+            return tuple(make())
+        except Unsplittable:
+            return None
+
+    if spec.kind == "asserts":
+        return tuple(attempt(lambda test=test: [split_assert(test, shadowed)]) for test in spec.asserts)
+    if spec.kind == "check":
+        return (attempt(lambda: plan_check(spec.check_source, spec.entry_point, shadowed)),)
+    return tuple(None for _ in spec.stdio)
+
+
+def judged_outside(spec: TestSpec) -> int:
+    """How many of ``spec``'s tests are decided outside the sandbox (see :class:`TestUnit`) for a
+    program that rebinds no builtin."""
+    return len(spec) if spec.kind == "stdio" else sum(split is not None for split in split_tests(spec))
 
 
 def extract_code(text: str, block: str = "first") -> str | None:
@@ -231,20 +286,20 @@ def outputs_match(actual: str, expected: str) -> bool:
 
 
 def _memory_exhausted(result: JobResult) -> bool:
-    return result.exception == "MemoryError" or (
+    return result.oom_killed or result.exception == "MemoryError" or (
         result.status == "signal" and ("MemoryError" in result.stderr_tail or "Cannot allocate" in result.stderr_tail))
 
 
-def _failure(result: JobResult, spec: TestSpec) -> tuple[Outcome, str] | None:
+def _failure(result: JobResult, unit: TestUnit, timeout_s: float) -> tuple[Outcome, str] | None:
     """The verdict of a run that did not finish normally; None when it did."""
     status = result.status
     if _memory_exhausted(result):
         return Outcome.MEMORY_LIMIT_EXCEEDED, "memory limit exceeded"
-    if status == "timeout" or (status == "signal" and result.signal == SIGXCPU):
-        return Outcome.TIME_LIMIT_EXCEEDED, "time limit exceeded"
+    if status == "timeout" or (status == "signal" and result.signal == SIGXCPU) or result.cpu_s > timeout_s:
+        return Outcome.TIME_LIMIT_EXCEEDED, f"time limit exceeded ({result.cpu_s:.2f} s of CPU, limit {timeout_s} s)"
     if status == "exception" and result.exception == "SyntaxError":
         return Outcome.SYNTAX_ERROR, result.message
-    if status == "exception" and result.exception == "AssertionError" and spec.kind != "stdio":
+    if status == "exception" and result.exception == "AssertionError" and unit.expected_output is None:
         return Outcome.FAILED, "assertion failed" + (f": {result.message}" if result.message else "")
     if status == "exception":
         return Outcome.RUNTIME_ERROR, f"{result.exception}: {result.message}"
@@ -255,7 +310,7 @@ def _failure(result: JobResult, spec: TestSpec) -> tuple[Outcome, str] | None:
     if status == "not_run":
         return Outcome.RUNTIME_ERROR, "not run: the sandbox stopped before this test"
     # sys.exit() is how a stdin/stdout program may end; in an assert test it skips the asserts.
-    if status == "exit" and (spec.kind != "stdio" or result.exit_code not in (0, None)):
+    if status == "exit" and (unit.expected_output is None or result.exit_code not in (0, None)):
         return Outcome.RUNTIME_ERROR, f"exited with code {result.exit_code} before the test finished"
     return None
 
@@ -268,13 +323,39 @@ def _output_verdict(result: JobResult, expected: str) -> tuple[Outcome, str]:
     return Outcome.FAILED, "wrong output"
 
 
-def judge(result: JobResult, spec: TestSpec, index: int) -> TestOutcome:
+def _split_verdict(result: JobResult, unit: TestUnit) -> tuple[Outcome, str]:
+    """Every split test of the unit decided here on the probes' decoded values."""
+    try:
+        reports = decode_reports(result.probes, len(unit.probes))
+    except BadValue as error:
+        return Outcome.FAILED, f"the program's answers could not be read: {escaped(str(error))}"
+    offset = 0
+    for split in unit.splits:  # in the test's order: the first problem decides, as if run inside
+        answers = reports[offset:offset + len(split.probes)]
+        offset += len(split.probes)
+        raised = next((report.raised for report in answers if report.raised is not None), None)
+        if raised is not None and raised.startswith("MemoryError:"):
+            return Outcome.MEMORY_LIMIT_EXCEEDED, "memory limit exceeded"
+        if raised is not None and not raised.startswith("AssertionError:"):
+            return Outcome.RUNTIME_ERROR, escaped(raised)
+        passed, why = judge_split(split, answers)
+        if not passed:
+            return Outcome.FAILED, escaped(why)
+    return Outcome.PASSED, ""
+
+
+def judge(result: JobResult, unit: TestUnit, index: int, timeout_s: float) -> TestOutcome:
     """Turns what happened to test ``index``'s process into its verdict."""
     if result.status == "setup_error":
         raise SandboxError(f"the sandbox could not prepare a test: {result.message}")
-    verdict = _failure(result, spec)
+    verdict = _failure(result, unit, timeout_s)
     if verdict is None:
-        verdict = _output_verdict(result, spec.stdio[index][1]) if spec.kind == "stdio" else (Outcome.PASSED, "")
+        if unit.expected_output is not None:
+            verdict = _output_verdict(result, unit.expected_output)
+        elif unit.splits:
+            verdict = _split_verdict(result, unit)
+        else:
+            verdict = (Outcome.PASSED, "")
     outcome, detail = verdict
     return TestOutcome(index=index, outcome=outcome, detail=detail, cpu_s=result.cpu_s, wall_s=result.wall_s,
                        memory_kb=result.memory_kb, instructions=result.instructions)
@@ -283,9 +364,11 @@ def judge(result: JobResult, spec: TestSpec, index: int) -> TestOutcome:
 def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None) -> list[TestOutcome]:
     if not parses(code):
         return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
-    jobs = [Job(source=source, stdin=stdin, timeout_s=timeout_s) for source, stdin in spec.sources(code)]
-    results = sandbox.run(jobs)
-    return [judge(result, spec, index) for index, result in enumerate(results)]
+    units = spec.units(code)
+    limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
+    results = sandbox.run([Job(source=unit.source, stdin=unit.stdin, timeout_s=limit, probes=unit.probes)
+                           for unit in units])
+    return [judge(result, unit, index, limit) for index, (result, unit) in enumerate(zip(results, units))]
 
 
 class _RunCache:

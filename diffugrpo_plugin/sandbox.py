@@ -1,37 +1,45 @@
 """Runs untrusted Python in a bubblewrap sandbox, one forked and limited process per job.
 
-Isolation (the in-sandbox half is ``sandbox_launcher.py``):
+Threat model: the job's code was written by a policy that is rewarded for passing tests, and will
+try anything that raises its reward: fool the comparison, forge the harness's messages, read or
+break other jobs, exhaust the host. What stops it (the in-sandbox half is ``sandbox_launcher.py``,
+the kernel-level limits ``sandbox_limits.py``):
 
-* ``bwrap`` with new PID, network, IPC, UTS and cgroup namespaces (plus a user namespace when
-  not root): no network, the job sees only its own processes, every process dies with the
-  sandbox. Read-only ``/usr`` (and the interpreter's prefix), a fresh size-capped tmpfs for
-  ``/tmp`` and for the work dir ``/work``; nothing of the host is writable.
-* As root, all capabilities are dropped except the three the launcher needs, and each job runs
-  under its own unprivileged uid (one uid per concurrency slot, so the per-uid process limit
-  holds and a job cannot signal or read the launcher). A user namespace is deliberately NOT
-  used in root mode: it would map the job's uid back to host root, which the kernel exempts
-  from the process-count limit.
-* rlimits per job (address space, CPU seconds, process count, file size, open files, no core),
-  a wall-clock deadline per job enforced inside, and a deadline for the whole sandbox enforced
-  here, so the caller never blocks forever. Captured output is capped.
+* **Verdicts outside.** A job can be given *probes* (expressions evaluated after its program, in
+  its namespace); their values come back as type-exact plain data and are compared by the harness
+  (:mod:`diffugrpo_plugin.verdicts`). Expected values never enter the sandbox. What a job writes
+  (stdout, files, its report) is data the harness parses strictly and shows escaped; the only
+  channel that can claim a setup error is closed before the job's code runs.
+* **Namespaces.** ``bwrap`` with new PID, network, IPC, UTS, cgroup and mount namespaces (plus a
+  user namespace when not root): no network, the job sees only its own processes, every process
+  dies with the sandbox. Read-only ``/usr`` (and the interpreter's prefix); ``/tmp`` and the work
+  dir ``/work`` are fresh tmpfs mounts with a size cap and a file-count cap.
+* **seccomp.** New namespaces (``unshare(CLONE_NEWUSER)``), mounts, the kernel keyring, ptrace,
+  ``process_vm_*``, bpf, perf events, userfaultfd and other kernel surface are refused.
+* **cgroups** (root): memory and processes of everything a job runs together, its CPU one core
+  with an equal share, so escaping the process group escapes nothing and a job's spinners slow
+  only that job.
+* **Unprivileged uid** (root): each slot runs jobs as its own uid with every capability dropped,
+  so the per-uid process limit holds and a job cannot signal or read the launcher.
+* **rlimits** per process (address space, CPU seconds, processes, file size, open files, no core)
+  and deadlines: a test's time verdict is its CPU time (every process of the job counted, waited
+  for or not), so another job's load cannot turn a correct program into a time-out; a wall-clock
+  backstop (``wall_timeout_factor`` x ``timeout_s``) ends programs that sleep.
 
-Not root: bwrap adds a user namespace, jobs keep the user's uid (the per-uid process limit is
-then counted inside that namespace), and the launcher makes itself non-dumpable so a job cannot
-trace it or reach its file descriptors.
-
-What it does not stop: a job's code runs in the same process as that job's own verdict, so
-code written to fool the harness (an object whose ``__eq__`` is always true, a forged status
-line) can pass its own tests. It cannot affect other tests, other completions or the host.
+Where the host lacks a protection (no root: no cgroups or uid switch; no libseccomp) the sandbox
+says so once at start-up; the ones the config ``require``s must be there or it refuses to start.
 
 No bubblewrap means untrusted code does not run: :class:`SandboxUnavailable` says how to install
 it. Only an explicit opt-in (environment ``DIFFUGRPO_UNSAFE_NO_SANDBOX=1`` or config
 ``allow_unsandboxed_fallback_i_understand_the_risk: true``) runs jobs with rlimits alone.
 
-This module imports no torch and nothing from diffugrpo beyond the standard library.
+This module imports no torch; only the standard library and ``sandbox_limits``.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
 import functools
 import importlib.util
@@ -41,6 +49,7 @@ import marshal
 import math
 import os
 import queue
+import re
 import shutil
 import subprocess
 import sys
@@ -49,6 +58,9 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from diffugrpo_plugin.sandbox_limits import (PROTECTION_NAMES, CgroupSlots, Protection, SlotLimits, host_protections,
+                                             seccomp_program)
 
 logger = logging.getLogger("diffugrpo.sandbox")
 
@@ -59,6 +71,11 @@ LAUNCHER_IN_SANDBOX = "/opt/diffugrpo/launcher.py"
 WORK_DIR = "/work"
 SCRATCH_DIR = "/run/diffugrpo"
 PER_JOB_OVERHEAD_S = 0.5
+MESSAGE_CHARS = 500
+REPORT_MAX_BYTES = 1 << 20
+REPORT_KEYS = {"status", "exception", "message", "exit_code", "probes"}
+REPORT_STATUSES = ("ok", "exception", "exit")
+EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 MARSHAL_VERSION = 4  # the launcher speaks marshal: built in, so it costs nothing to import
 INSTALL_HINT = "Install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or your distribution's package."
 SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "LANG": "C.UTF-8",
@@ -77,20 +94,26 @@ class SandboxError(RuntimeError):
 class SandboxConfig:
     """Limits and options of one :class:`Sandbox`; every field can come from a config mapping."""
 
-    timeout_s: float = 5.0  # wall clock per job (a test); the CPU limit is this rounded up plus one
-    memory_mb: int = 1024  # address space per job
+    timeout_s: float = 5.0  # CPU seconds per job (a test), every process of it counted
+    wall_timeout_factor: float = 3.0  # wall-clock backstop per job: this times timeout_s (sleeping programs)
+    memory_mb: int = 1024  # address space per process; with cgroups, resident memory of the whole job
     max_processes: int = 32  # per job's uid, threads included
     max_file_size_mb: float = 16.0  # any single file the job writes
     max_output_bytes: int = 1 << 20  # captured stdout per job
     max_open_files: int = 64
     max_concurrency: int = max(1, os.cpu_count() or 1)  # sandboxes running at once in this process
     tmpfs_mb: int = 64  # size of each of /tmp and /work inside the sandbox (memory-backed)
+    max_files: int = 4096  # files and directories each of /tmp and /work may hold (tmpfs inodes)
     startup_timeout_s: float = 20.0  # slack for starting the sandbox, added to the whole-run deadline
     python_executable: str | None = None  # defaults to the harness's own interpreter
     site_packages: bool = True  # whether jobs can import the interpreter's installed packages
     count_instructions: bool = True  # where the CPU and kernel offer a user-space counter
     extra_ro_binds: tuple[str, ...] = ()  # more host paths visible read-only inside
     uid_base: int | None = None  # root mode: jobs run as uid_base + slot (default derived from the pid)
+    seccomp: bool = True  # the seccomp filter (sandbox_limits.DENIED_SYSCALLS)
+    cgroups: bool = True  # a cgroup per slot where the host allows (root)
+    inode_cap: bool = True  # the file-count cap on /tmp and /work
+    require: tuple[str, ...] = ("namespaces", "seccomp")  # protections without which the sandbox will not start
     allow_unsandboxed_fallback_i_understand_the_risk: bool = False
 
     @classmethod
@@ -108,6 +131,12 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
     """One sandbox option, checked against the type of its default."""
     if name == "extra_ro_binds":
         return tuple(str(path) for path in (value or ()))
+    if name == "require":
+        unknown = sorted(set(map(str, value or ())) - set(PROTECTION_NAMES))
+        if unknown:
+            raise ValueError(f"sandbox option require names unknown protection(s) {unknown}; known: "
+                             f"{list(PROTECTION_NAMES)}")
+        return tuple(str(item) for item in (value or ()))
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ValueError(f"sandbox option {name} must be true or false, got {value!r}")
@@ -123,11 +152,13 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
 
 @dataclass(frozen=True)
 class Job:
-    """One program to run: Python source, its stdin, and an optional per-job wall-clock limit."""
+    """One program to run: Python source, its stdin, an optional CPU limit in seconds, and probes:
+    expressions evaluated after the program in its namespace, whose values come back as plain data."""
 
     source: str
     stdin: str = ""
     timeout_s: float | None = None
+    probes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -136,9 +167,11 @@ class JobResult:
 
     ``status``: ``ok`` (ran to the end), ``exception`` (``exception`` names it; ``SyntaxError``
     included), ``exit`` (``SystemExit`` with ``exit_code``), ``signal`` (killed by ``signal``),
-    ``timeout`` (wall-clock limit), ``vanished`` (exited without reporting, e.g. ``os._exit``),
-    ``setup_error`` (the launcher could not prepare the job), ``not_run`` (the sandbox ended
-    before reaching it).
+    ``timeout`` (the wall-clock backstop), ``vanished`` (exited without a well-formed report, e.g.
+    ``os._exit``), ``setup_error`` (the launcher could not prepare the job), ``not_run`` (the
+    sandbox ended before reaching it). ``probes``: the probes' reports as the job wrote them
+    (JSON, decoded and judged by :mod:`diffugrpo_plugin.verdicts`); None when it wrote none.
+    Every text field came from the job: shown escaped, never interpreted.
     """
 
     status: str
@@ -154,16 +187,13 @@ class JobResult:
     peak_rss_kb: int = 0
     baseline_rss_kb: int = 0
     instructions: int | None = None
+    oom_killed: bool = False  # the job's cgroup hit its memory limit
+    probes: list | None = None
 
     @property
     def memory_kb(self) -> int:
         """Peak resident memory the job added on top of the forked interpreter it started from."""
         return max(0, self.peak_rss_kb - self.baseline_rss_kb)
-
-    @classmethod
-    def from_report(cls, report: Mapping[str, Any]) -> "JobResult":
-        known = {field.name for field in dataclasses.fields(cls)}
-        return cls(**{key: value for key, value in report.items() if key in known})
 
 
 def unsafe_fallback_requested(config: SandboxConfig) -> bool:
@@ -277,6 +307,44 @@ class Sandbox:
         self._checked = False
         self._layout: InterpreterLayout | None = None
         self._layout_lock = threading.Lock()
+        self.protections = host_protections(self.bwrap, self.is_root, self.config.cgroups, self.config.seccomp,
+                                            self.config.inode_cap)
+        self._require_protections()
+        self._seccomp = seccomp_program()[0] if self.protections["seccomp"].active else None
+        self._cgroups = self._cgroup_slots() if self.protections["cgroups"].active else None
+
+    def _require_protections(self) -> None:
+        """Refuses to start without a required protection; says once per process what is missing."""
+        missing = [p for name, p in self.protections.items() if not p.active]
+        required = [p for p in missing if p.name in self.config.require]
+        if required and self.isolated:
+            raise SandboxUnavailable(
+                "the sandbox config requires protection(s) this host does not give: "
+                + "; ".join(f"{p.name} ({p.detail})" for p in required)
+                + ". Fix the host, or take the name out of the sandbox option `require` "
+                  "(`diffugrpo sandbox check` lists what this machine offers).")
+        key = tuple(p.name for p in missing)
+        with _reported_lock:
+            if missing and key not in _reported_missing:
+                _reported_missing.add(key)
+                message = "sandbox protections not active on this host: " + "; ".join(
+                    f"{p.name}: {p.detail}" for p in missing)
+                logger.warning(message)
+                print(f"[diffugrpo.sandbox] {message}", file=sys.stderr, flush=True)
+
+    def _cgroup_slots(self) -> CgroupSlots | None:
+        config = self.config
+        limits = SlotLimits(memory_bytes=config.memory_mb << 20,
+                            processes=config.max_processes + 2)  # the launcher and bwrap's init are in it too
+        try:
+            slots = CgroupSlots(config.max_concurrency, limits, tag=f"{os.getpid()}-{id(self):x}")
+        except OSError as error:
+            logger.warning("sandbox: could not create cgroups (%s); memory and processes are limited per "
+                           "process only", error)
+            self.protections["cgroups"] = Protection("cgroups", False, f"creating them failed: {error}")
+            return None
+        atexit.register(slots.close)
+        return slots
 
     def check(self) -> None:
         """Runs one trivial job; raises :class:`SandboxError` with bwrap's own words if it cannot."""
@@ -308,15 +376,24 @@ class Sandbox:
 
     def _job_payload(self, job: Job) -> dict[str, Any]:
         timeout_s = job.timeout_s if job.timeout_s is not None else self.config.timeout_s
-        return {"source": job.source, "stdin": job.stdin, "timeout_s": timeout_s,
-                "cpu_s": int(math.ceil(timeout_s)) + 1}
+        return {"source": job.source, "stdin": job.stdin, "timeout_s": timeout_s, "probes": list(job.probes),
+                "wall_s": timeout_s * self.config.wall_timeout_factor, "cpu_s": int(math.ceil(timeout_s)) + 1}
 
-    def _payload(self, jobs: list[Job], slot: int, work_dir: str, scratch_dir: str) -> dict[str, Any]:
+    def _payload(self, jobs: list[Job], slot: int, work_dir: str, scratch_dir: str,
+                 cgroup_fds: tuple[list[int], int | None]) -> dict[str, Any]:
         config = self.config
         uid = self._uid_base + slot
+        privileged = self.isolated and self.is_root
+        capped = privileged and self.protections["tmpfs_inode_cap"].active
         return {
             "namespaced": self.isolated,
             "drop_to": [uid, uid] if self.is_root else None,
+            "keep_capabilities": privileged,  # drops the CAP_SYS_ADMIN the capped tmpfs needed
+            "capped_tmpfs": {"directories": ["/tmp", work_dir], "size_bytes": config.tmpfs_mb << 20,
+                             "max_files": config.max_files} if capped else None,
+            "seccomp": self._seccomp,
+            "cgroup_procs_fds": cgroup_fds[0],
+            "oom_events_fd": cgroup_fds[1],
             "limits": {
                 "address_space_bytes": config.memory_mb << 20,
                 "processes": self._process_limit(),
@@ -372,33 +449,54 @@ class Sandbox:
                  "--perms", "0700", "--size", tmpfs_bytes, "--tmpfs", SCRATCH_DIR,
                  "--ro-bind", str(LAUNCHER_PATH), LAUNCHER_IN_SANDBOX,
                  "--chdir", WORK_DIR]
-        if self.is_root:
+        if self.is_root:  # CAP_SYS_ADMIN mounts the capped tmpfs; the launcher drops it before any job
             argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                     "--cap-add", "CAP_KILL"]
+                     "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
         return [*argv, "--", *self._interpreter_args(), LAUNCHER_IN_SANDBOX]
 
     def _deadline_s(self, payload: dict[str, Any]) -> float:
-        jobs_s = sum(job["timeout_s"] + PER_JOB_OVERHEAD_S for job in payload["jobs"])
+        jobs_s = sum(job["wall_s"] + PER_JOB_OVERHEAD_S for job in payload["jobs"])
         return jobs_s + self.config.startup_timeout_s
 
     def _run_in_slot(self, jobs: list[Job], slot: int) -> list[JobResult]:
-        if self.isolated:
-            payload = self._payload(jobs, slot, WORK_DIR, SCRATCH_DIR)
-            return self._launch(self._bwrap_argv(), payload, cwd=None)
-        with tempfile.TemporaryDirectory(prefix="diffugrpo-unsafe-") as host_dir:
-            work_dir, scratch_dir = os.path.join(host_dir, "work"), os.path.join(host_dir, "scratch")
-            os.chmod(host_dir, 0o711)  # the job's unprivileged uid must reach its work dir ...
-            os.mkdir(work_dir)
-            os.chmod(work_dir, 0o777)  # ... and write there
-            os.mkdir(scratch_dir, 0o700)
-            payload = self._payload(jobs, slot, work_dir, scratch_dir)
-            argv = [*self._interpreter_args(), str(LAUNCHER_PATH)]
-            return self._launch(argv, payload, cwd=work_dir)
+        with self._slot_cgroup_fds(slot) as cgroup_fds:
+            if self.isolated:
+                payload = self._payload(jobs, slot, WORK_DIR, SCRATCH_DIR, cgroup_fds)
+                return self._launch(self._bwrap_argv(), payload, cwd=None)
+            with tempfile.TemporaryDirectory(prefix="diffugrpo-unsafe-") as host_dir:
+                work_dir, scratch_dir = os.path.join(host_dir, "work"), os.path.join(host_dir, "scratch")
+                os.chmod(host_dir, 0o711)  # the job's unprivileged uid must reach its work dir ...
+                os.mkdir(work_dir)
+                os.chmod(work_dir, 0o777)  # ... and write there
+                os.mkdir(scratch_dir, 0o700)
+                payload = self._payload(jobs, slot, work_dir, scratch_dir, cgroup_fds)
+                argv = [*self._interpreter_args(), str(LAUNCHER_PATH)]
+                return self._launch(argv, payload, cwd=work_dir)
+
+    @contextlib.contextmanager
+    def _slot_cgroup_fds(self, slot: int):
+        """Descriptors of the slot's ``cgroup.procs`` files (the launcher joins through them, since
+        the cgroup filesystem is not mounted inside) and of its OOM counter; nothing without cgroups."""
+        if self._cgroups is None:
+            yield [], None
+            return
+        cgroup = self._cgroups.slots[slot]
+        opened: list[int] = []
+        try:
+            procs = [os.open(path, os.O_WRONLY) for path in cgroup.procs_files]
+            opened += procs
+            oom = os.open(cgroup.oom_events, os.O_RDONLY)
+            opened.append(oom)
+            yield procs, oom
+        finally:
+            for fd in opened:
+                os.close(fd)
 
     def _launch(self, argv: list[str], payload: dict[str, Any], cwd: str | None) -> list[JobResult]:
         env = SANDBOX_ENV if self.isolated else {**SANDBOX_ENV, "HOME": cwd or WORK_DIR}
+        inherited = [*payload["cgroup_procs_fds"], *([payload["oom_events_fd"]] if payload["oom_events_fd"] else [])]
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   cwd=cwd, env=dict(env), start_new_session=True)
+                                   cwd=cwd, env=dict(env), start_new_session=True, pass_fds=inherited)
         timed_out = False
         try:
             stdout, stderr = process.communicate(marshal.dumps(payload, MARSHAL_VERSION),
@@ -407,15 +505,15 @@ class Sandbox:
             timed_out = True
             _kill_group(process)
             stdout, stderr = process.communicate()
-        results = _parse_reports(stdout, len(payload["jobs"]))
-        if not timed_out and process.returncode != 0 and all(result is None for result in results):
+        frames = _launcher_frames(stdout, len(payload["jobs"]))
+        if not timed_out and process.returncode != 0 and all(frame is None for frame in frames):
             raise SandboxError(
                 f"the sandbox failed to start (exit code {process.returncode}): "
                 f"{stderr.decode(errors='replace').strip()[-2000:]}. If bwrap reports a namespace or "
                 "permission error, this machine forbids the namespaces bubblewrap needs."
             )
         missing = "timeout" if timed_out else "not_run"
-        return [result or JobResult(status=missing) for result in results]
+        return [job_result(frame) if frame is not None else JobResult(status=missing) for frame in frames]
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -425,9 +523,13 @@ def _kill_group(process: subprocess.Popen) -> None:
         process.kill()
 
 
-def _parse_reports(stdout: bytes, count: int) -> list[JobResult | None]:
-    """The launcher's length-prefixed marshal frames; a frame cut short by a kill is dropped."""
-    results: list[JobResult | None] = [None] * count
+def _launcher_frames(stdout: bytes, count: int) -> list[dict | None]:
+    """The launcher's length-prefixed marshal frames, one per job; a frame cut short by a kill is dropped.
+
+    The launcher is trusted (the job never holds its stdout); what the job wrote travels inside a
+    frame as raw bytes and is parsed by :func:`job_result`.
+    """
+    frames: list[dict | None] = [None] * count
     offset = 0
     while offset + 8 <= len(stdout):
         size = int.from_bytes(stdout[offset:offset + 8], "little")
@@ -441,10 +543,58 @@ def _parse_reports(stdout: bytes, count: int) -> list[JobResult | None]:
             break
         index = report.get("index", -1) if isinstance(report, dict) else -1
         if 0 <= index < count:
-            results[index] = JobResult.from_report(report)
-    return results
+            frames[index] = report
+    return frames
 
 
+def escaped(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """Job-written text made safe to show: capped, control and unprintable characters escaped."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text[:limit])
+
+
+def job_report(raw: bytes) -> dict | None:
+    """The job's own report (``{"status", "exception", "message", "exit_code", "probes"}``), parsed
+    strictly: None for anything but a size-capped JSON object of exactly that shape."""
+    if not raw or len(raw) > REPORT_MAX_BYTES:
+        return None
+    try:
+        report = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    if not isinstance(report, dict) or not set(report) <= REPORT_KEYS or report.get("status") not in REPORT_STATUSES:
+        return None
+    exception, message = report.get("exception"), report.get("message", "")
+    exit_code, probes = report.get("exit_code"), report.get("probes")
+    if (exception is not None and not (isinstance(exception, str) and EXCEPTION_NAME.fullmatch(exception))) \
+            or not isinstance(message, str) \
+            or (exit_code is not None and (type(exit_code) is not int or not -(1 << 31) <= exit_code < (1 << 31))) \
+            or (probes is not None and not isinstance(probes, list)):
+        return None
+    return {"status": report["status"], "exception": exception, "message": escaped(message),
+            "exit_code": exit_code, "probes": probes}
+
+
+def job_result(frame: Mapping[str, Any]) -> JobResult:
+    """What happened to one job, from the launcher's frame: the launcher's own observations (how the
+    process ended, the setup channel) decide the status; the job's report only says what it ran into."""
+    measured = {"stdout": frame["stdout"], "stdout_truncated": frame["stdout_truncated"],
+                "stderr_tail": frame["stderr_tail"], "cpu_s": frame["cpu_s"], "wall_s": frame["wall_s"],
+                "peak_rss_kb": frame["peak_rss_kb"], "baseline_rss_kb": frame["baseline_rss_kb"],
+                "instructions": frame["instructions"], "oom_killed": frame["oom_killed"]}
+    if frame["setup_error"] is not None:
+        return JobResult(status="setup_error", message=escaped(frame["setup_error"]), **measured)
+    if not frame["finished"]:
+        return JobResult(status="timeout", **measured)
+    if frame["signal"] is not None:
+        return JobResult(status="signal", signal=frame["signal"], **measured)
+    report = job_report(frame["report"]) if frame["exit_status"] == 0 else None
+    if report is None:
+        return JobResult(status="vanished", exit_code=frame["exit_status"], **measured)
+    return JobResult(**report, **measured)
+
+
+_reported_missing: set[tuple[str, ...]] = set()
+_reported_lock = threading.Lock()
 _shared: dict[SandboxConfig, Sandbox] = {}
 _shared_lock = threading.Lock()
 

@@ -63,13 +63,18 @@ def test_asserts_from_test_cases_and_mbpp_columns():
     mbpp = spec_of({"test_list": '["assert g() == 0"]', "test_setup_code": "x = 1", "test_imports": ["import math"]})
     assert (mbpp.kind, mbpp.asserts, mbpp.setup, mbpp.prelude) == ("asserts", ("assert g() == 0",), "x = 1",
                                                                     "import math")
-    assert mbpp.sources("def g(): return 0") == [("import math\ndef g(): return 0\nx = 1\nassert g() == 0\n", "")]
+    unit, = mbpp.units("def g(): return 0")
+    assert unit.source == "import math\ndef g(): return 0\nx = 1"  # the assert itself is judged outside:
+    assert (unit.probes, unit.splits[0].check) == (("g()",), "__probe0 == 0")  # g() is asked, 0 never sent
 
 
 def test_humaneval_and_stdio_formats():
     check = spec_of({"test": "def check(c):\n    assert c(1) == 2", "entry_point": "inc"})
     assert check.kind == "check" and len(check) == 1
-    assert check.sources("def inc(x): return x + 1")[0][0].endswith("check(inc)\n")
+    unit, = check.units("def inc(x): return x + 1")
+    assert unit.probes == ("inc(1)",) and "check" not in unit.source
+    unplannable = spec_of({"test": "def check(c):\n    while c(1):\n        pass", "entry_point": "inc"})
+    assert unplannable.units("def inc(x): return 0")[0].source.endswith("check(inc)\n")
     stdio = spec_of({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]})
     assert stdio.stdio == (("1 2\n", "3\n"), ("3 4\n", "7\n"))
     as_dicts = spec_of({"test_cases": [{"input": "5\n", "output": "25\n"}]})
@@ -120,9 +125,14 @@ def test_a_test_that_times_out_fails_only_itself(box):
 
 
 def test_time_limit_comes_from_the_call(box):
-    spec = spec_of({"test_cases": ["import time\ntime.sleep(0.5)\nassert f() == 1"]})
-    assert [o.outcome for o in run_tests("def f(): return 1", spec, box, timeout_s=0.2)] == \
-        [Outcome.TIME_LIMIT_EXCEEDED]
+    """The limit is CPU time (0.5 s of work fails a 0.2 s limit); sleeping meets the wall-clock
+    backstop, wall_timeout_factor (3) times the limit."""
+    spec = spec_of({"test_cases": ["assert f() == 1"]})
+    busy = "import time\ndef f():\n    while time.process_time() < 0.5:\n        pass\n    return 1\n"
+    sleepy = "import time\ndef f():\n    time.sleep(5)\n    return 1\n"
+    for code in (busy, sleepy):
+        [outcome] = run_tests(code, spec, box, timeout_s=0.2)
+        assert outcome.outcome is Outcome.TIME_LIMIT_EXCEEDED and outcome.wall_s < 2, outcome
 
 
 def test_memory_and_syntax_verdicts(box):
