@@ -19,6 +19,8 @@ from typing import Any, Mapping, Sequence
 from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, parses, run_tests_many, tests_from_row
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
 
+# Far beyond any rollout (about 25k tokens); longer text is not parsed here at all: it scores as no code.
+MAX_COMPLETION_CHARS = 100_000
 # DiffuCoder's pattern, applied with re.fullmatch: no ``` before the python fence, none inside.
 FORMAT_PATTERN = re.compile(r"^(?:(?!```)[\s\S])*?```python\n((?:(?!```)[\s\S])*?)```\n$")
 
@@ -33,7 +35,10 @@ def completion_text(completion: Any) -> str:
 
 
 def format_score(text: str) -> float:
-    """DiffuCoder's format reward: 0.0 (wrong shape), 0.5 (right shape, code does not parse) or 1.0."""
+    """DiffuCoder's format reward: 0.0 (wrong shape or longer than :data:`MAX_COMPLETION_CHARS`),
+    0.5 (right shape, code does not parse) or 1.0."""
+    if len(text) > MAX_COMPLETION_CHARS:
+        return 0.0
     match = FORMAT_PATTERN.fullmatch(text)
     if match is None:
         return 0.0
@@ -44,10 +49,11 @@ def candidate_code(completion: Any, code_block: str = "first", require_format: b
     """The code a completion offers for judging, or None when it offers none.
 
     With ``require_format`` (DiffuCoder's behaviour) only completions whose format score is 1.0
-    count; they hold exactly one block, so ``code_block`` matters only without it.
+    count; they hold exactly one block, so ``code_block`` matters only without it. Text longer than
+    :data:`MAX_COMPLETION_CHARS` offers none: it is never parsed.
     """
     text = completion_text(completion)
-    if require_format and format_score(text) != 1.0:
+    if len(text) > MAX_COMPLETION_CHARS or (require_format and format_score(text) != 1.0):
         return None
     return extract_code(text, code_block)
 

@@ -57,7 +57,8 @@ PERF_FLAG_EXCLUDE_KERNEL = 1 << 5
 PERF_FLAG_EXCLUDE_HV = 1 << 6
 
 # Taken before any job's code runs, and applied to the builtin base of a value, never its subclass's methods.
-_TYPE, _TYPE_NAME = type, type.__dict__["__name__"].__get__
+_TYPE, _TYPE_NAME, _ISSUBCLASS, _BOOL = type, type.__dict__["__name__"].__get__, issubclass, bool
+_STR_T, _INT_T, _FLOAT_T, _COMPLEX_T, _BYTES_T, _DICT_T = str, int, float, complex, bytes, dict
 _STR, _INT_REPR, _FLOAT_HEX, _BYTES_HEX = str.__str__, int.__repr__, float.hex, bytes.hex
 _COMPLEX_PARTS = (complex.__dict__["real"].__get__, complex.__dict__["imag"].__get__)
 _ITERATE = {list: list.__iter__, tuple: tuple.__iter__, set: set.__iter__, frozenset: frozenset.__iter__}
@@ -258,24 +259,24 @@ def encode(value, depth: int = 0):
     kind = _TYPE(value)
     if depth > 64:
         raise NotPlain("nested too deeply")
-    if value is None or kind is bool:
+    if value is None or kind is _BOOL:
         return value
-    if issubclass(kind, str):
+    if _ISSUBCLASS(kind, _STR_T):
         return _STR(value)
-    if issubclass(kind, int):
+    if _ISSUBCLASS(kind, _INT_T):
         return ["int", _INT_REPR(value)]
-    if issubclass(kind, float):
+    if _ISSUBCLASS(kind, _FLOAT_T):
         return ["float", _FLOAT_HEX(value)]
-    if issubclass(kind, complex):
+    if _ISSUBCLASS(kind, _COMPLEX_T):
         return ["complex", [_FLOAT_HEX(part(value)) for part in _COMPLEX_PARTS]]
-    if issubclass(kind, bytes):
+    if _ISSUBCLASS(kind, _BYTES_T):
         return ["bytes", _BYTES_HEX(value)]
     for base, iterate in _ITERATE.items():
-        if issubclass(kind, base):
+        if _ISSUBCLASS(kind, base):
             return [_TYPE_NAME(base), [encode(item, depth + 1) for item in iterate(value)]]
-    if issubclass(kind, dict):
+    if _ISSUBCLASS(kind, _DICT_T):
         return ["dict", [[encode(key, depth + 1), encode(item, depth + 1)] for key, item in _DICT_ITEMS(value)]]
-    return ["opaque", [_TYPE_NAME(kind)[:100], bool(value)]]
+    return ["opaque", [_TYPE_NAME(kind)[:100], _BOOL(value)]]
 
 
 def _probe(expression: str, namespace: dict) -> dict:

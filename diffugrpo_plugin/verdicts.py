@@ -140,6 +140,9 @@ def split_expression(expression: ast.expr, safe: set[str]) -> tuple[tuple[str, .
     placeholders = {f"{PROBE_PREFIX}{i}" for i in range(len(carver.probes))}
     if not _is_evaluable_here(check, safe | placeholders):
         raise Unsplittable("the comparison needs values only the sandbox has")
+    if any(isinstance(node, ast.Compare) for probe in carver.probes for node in ast.walk(probe)):
+        # e.g. all(f(i) == i for i in ...): the comparison would run beside the candidate's objects
+        raise Unsplittable("a comparison sits inside what only the sandbox can evaluate")
     return tuple(ast.unparse(probe) for probe in carver.probes), ast.unparse(check)
 
 

@@ -116,7 +116,8 @@ def test_summary_averages_pass_at_k_over_problems_and_per_data_source():
     assert summary["by_data_source"]["toy"]["pass@2"] == pytest.approx(0.5)
     assert summary["by_data_source"]["other"] == {"pass@1": 1.0, "pass@2": 1.0, "num_problems": 1,
                                                   "num_completions": 2, "test_pass_rate": 1.0,
-                                                  "code_extracted_rate": 1.0}
+                                                  "code_extracted_rate": 1.0, "num_tests": 0,
+                                                  "num_tests_judged_outside": 0}
 
 
 def test_summary_test_pass_rate_is_the_code_rewards_mean():
@@ -136,7 +137,7 @@ def test_table_lists_each_source_then_all():
     results = [result("a", [True]), result("c", [False], "other")]
     lines = evaluation.format_table(evaluation.summarize(results)).splitlines()
     assert lines[0].split() == ["data_source", "problems", "completions", "pass@1", "test_pass_rate",
-                                "code_extracted_rate"]
+                                "code_extracted_rate", "judged_outside"]
     assert [line.split()[:4] for line in lines[2:]] == [["other", "1", "1", "0.0000"], ["toy", "1", "1", "1.0000"],
                                                         ["all", "2", "2", "0.5000"]]
 

@@ -1,0 +1,212 @@
+"""Reward integrity against programs written to fool it: each attack scores 0 (not 1, not None),
+the harness keeps going, and no completion changes another's score.
+
+The attacks a policy has been seen to find: objects that equal everything, forged harness
+messages and exit codes, kernel features that outlive a job (user namespaces, the keyring),
+resource use spread over processes or files, CPU hogs that slow their neighbours, programs that
+crash a quality metric, work hidden in children nobody waits for, and huge completions.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from diffugrpo_plugin import code_execution
+from diffugrpo_plugin.code_execution import Outcome, run_tests
+from diffugrpo_plugin.evaluation import Completion, EvalProblem, judge_completions, summarize
+from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, candidate_code, code_outcomes, format_score
+from diffugrpo_plugin.rewards import RewardSpec
+from reward_plugins.code import code_reward
+from reward_plugins.efficiency import efficiency_reward
+from reward_support import tight_sandbox
+
+TESTS = ["assert solve(3) == 9", "assert solve(4) == 16"]
+CORRECT = "def solve(x):\n    return x * x\n"
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{code}```\n"
+
+
+@pytest.fixture(scope="module")
+def box():
+    return tight_sandbox(timeout_s=2.0, max_concurrency=5)
+
+
+def scores(box, programs: list[str], tests=TESTS) -> list[float | None]:
+    return code_reward([fenced(program) for program in programs], test_cases=[tests] * len(programs), sandbox=box)
+
+
+# --------------------------------------------------------------------------- forged verdicts
+
+FORGERIES = {
+    "object equal to everything": "class Any:\n    def __eq__(self, other):\n        return True\n"
+                                  "    __hash__ = object.__hash__\ndef solve(x):\n    return Any()\n",
+    "int subclass equal to everything": "class Int(int):\n    def __eq__(self, other):\n        return True\n"
+                                        "    __hash__ = int.__hash__\ndef solve(x):\n    return Int(0)\n",
+    "class that lies about itself": "class Fake:\n    __class__ = int\n    def __eq__(self, other):\n"
+                                    "        return True\ndef solve(x):\n    return Fake()\n",
+    "comparison patched in builtins": "import builtins\nclass Int(int):\n    __eq__ = lambda self, other: True\n"
+                                      "builtins.int = Int\ndef solve(x):\n    return Int(1)\n",
+    "writes to every descriptor": (
+        "import os, json\nok = json.dumps({'status': 'ok', 'probes': [{'value': ['int', '9']}]})\n"
+        "frame = b'\\x00' * 8 + b'ok'\n"
+        "for fd in [*range(0, 64), *[int(n) for n in os.listdir('/proc/self/fd')]]:\n"
+        "    for payload in (ok.encode(), frame, b'setup_error'):\n        try:\n"
+        "            os.write(fd, payload)\n        except OSError:\n            pass\n"
+        "def solve(x):\n    return None\n"),
+    "forged report then exit": (
+        "import os\nos.write(3, b'{\"status\": \"ok\"}')\nos._exit(0)\n"),
+    "forged exit code with a non-ASCII digit": (
+        "import os\nos.write(3, b'{\"status\": \"exit\", \"exit_code\": \"\\xd9\\xa3\"}')\nos._exit(0)\n"),
+    "SystemExit with a non-ASCII digit": "raise SystemExit('\\u0663')\n",
+    "setup error claimed on stderr": "import sys\nsys.stderr.write('setup_error: PermissionError')\n"
+                                     "raise SystemExit(70)\n",
+}
+
+
+@pytest.mark.parametrize("name", list(FORGERIES))
+def test_forged_verdicts_score_zero_and_evaluation_goes_on(box, name):
+    assert scores(box, [FORGERIES[name], CORRECT]) == [0.0, 1.0]
+    problem = EvalProblem("sq", "toy", ({"role": "user", "content": "square"},), {"test_cases": TESTS})
+    (judged,) = judge_completions([problem], {"sq": [Completion(fenced(FORGERIES[name]), 0),
+                                                     Completion(fenced(CORRECT), 1)]}, sandbox=box)
+    assert judged.passed == [False, True]
+
+
+def test_a_subclass_travels_as_the_builtin_value_it_holds(box):
+    """Read through int's own methods: the value inside, not what its __eq__ claims."""
+    honest_subclass = "class Int(int):\n    __eq__ = lambda self, other: True\n" \
+                      "    __hash__ = int.__hash__\ndef solve(x):\n    return Int(x * x)\n"
+    assert scores(box, [honest_subclass]) == [1.0]
+
+
+def test_the_expected_values_never_enter_the_sandbox(box):
+    """The program sees the probe, never the 9 or 16 it is compared with."""
+    spying = "import sys\ndef solve(x):\n    print(open('/proc/self/cmdline').read(), sys.argv)\n" \
+             "    return x * x\n"
+    spec = code_execution.tests_from_row({"test_cases": ["assert solve(3) == 1234567"]})
+    [outcome] = run_tests(spying, spec, box, cache=False)
+    assert outcome.outcome is Outcome.FAILED and "1234567" not in str(outcome)
+    unit, = spec.units(spying)
+    assert "1234567" not in unit.source + "".join(unit.probes)
+
+
+# --------------------------------------------------------------------------- kernel features and resources
+
+import os  # noqa: E402
+
+SYSCALL = {"x86_64": {"clone": 56, "add_key": 248, "keyctl": 250},
+           "aarch64": {"clone": 220, "add_key": 217, "keyctl": 219}}.get(os.uname().machine)
+if SYSCALL is None:
+    pytest.fail(f"the kernel-feature probes know the system call numbers of x86_64 and aarch64, not "
+                f"{os.uname().machine}", pytrace=False)
+
+CAPABILITY_PROBES = {
+    "user namespace": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+                      "def solve(x):\n    return x * x if libc.unshare(0x10000000) == 0 else -1\n",
+    "user namespace through clone": (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"def solve(x):\n    pid = libc.syscall({SYSCALL['clone']}, 0x10000000 | 17, 0, 0, 0, 0)\n"
+        "    if pid == 0:\n        os._exit(0)\n    return x * x if pid > 0 else -1\n"),
+    "the kernel keyring": (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"def solve(x):\n    key = libc.syscall({SYSCALL['add_key']}, b'user', b'diffugrpo', b'secret', 6, -4)\n"
+        "    return x * x if key >= 0 else -1\n"),
+    "150k files": (
+        "import os\ndef solve(x):\n    try:\n        for i in range(150_000):\n"
+        "            open(f'/work/f{i}', 'w').close()\n    except OSError:\n        return -1\n    return x * x\n"),
+    "memory spread over processes": (
+        "import os\ndef solve(x):\n    pids = []\n    r, w = os.pipe()\n    for _ in range(4):\n"
+        "        pid = os.fork()\n        if pid == 0:\n            try:\n"
+        "                hoard = bytearray(200 << 20)\n                hoard[::4096] = b'x' * len(hoard[::4096])\n"
+        "                os.write(w, b'1')\n                import time\n                time.sleep(5)\n"
+        "            finally:\n                os._exit(0)\n        pids.append(pid)\n"
+        "    held = b''\n    os.close(w)\n    while len(held) < 4:\n        chunk = os.read(r, 4)\n"
+        "        if not chunk:\n            break\n        held += chunk\n    return x * x if len(held) == 4 else -1\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(CAPABILITY_PROBES))
+def test_a_program_that_needs_a_forbidden_capability_scores_zero(box, name):
+    """Each passes its tests only if the capability works: 800 MB held at once by a job whose
+    memory limit is 256 MB, a namespace with mount rights, a keyring entry a later job could read."""
+    if name == "memory spread over processes" and not box.protections["cgroups"].active:
+        pytest.fail("this host gives no cgroups (run as root): the whole-job memory limit cannot be tested")
+    assert scores(box, [CAPABILITY_PROBES[name], CORRECT]) == [0.0, 1.0]
+
+
+def test_the_keyring_is_not_shared_between_completions(box):
+    store = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
+            f"libc.syscall({SYSCALL['add_key']}, b'user', b'shared', b'9', 1, -4)\ndef solve(x):\n    return x * x\n"
+    read = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
+           f"def solve(x):\n    return x * x if libc.syscall({SYSCALL['keyctl']}, 10, -4, b'user', b'shared', 0) >= 0 else -1\n"
+    assert scores(box, [store]) == [1.0]
+    assert scores(box, [read]) == [0.0]
+
+
+# --------------------------------------------------------------------------- one completion, one score
+
+CPU_HEAVY = "def solve(x):\n    total = 0\n    for i in range(4_000_000):\n        total += i % 7\n" \
+            "    return x * x + 0 * total\n"
+CPU_HOG = ("import os, time\ndef solve(x):\n    for _ in range(14):\n        if os.fork() == 0:\n"
+           "            os.setsid()\n            while True:\n                pass\n"
+           "    while True:\n        pass\n")
+
+
+def test_a_cpu_hog_does_not_turn_correct_neighbours_into_timeouts(box):
+    """Five at once on a small machine: the hog's spinners escape its process group but not its
+    cgroup, and the verdict is CPU time, so four correct CPU-heavy programs keep 1.0."""
+    heavy = [CPU_HEAVY + f"# variant {index}\n" for index in range(4)]  # distinct: no cached run
+    assert scores(box, [CPU_HOG, *heavy]) == [0.0, 1.0, 1.0, 1.0, 1.0]
+
+
+def test_one_pathological_completion_does_not_change_another_rows_maintainability(box):
+    pathological = "def solve(x):\n    return x * x" + " + 0" * 1000 + "\n"  # correct; too deep for radon
+    honest = fenced("def solve(x):\n    square = x * x\n    return square\n")
+    spec = RewardSpec.from_config({"reward_funcs": ["maintainability"], "sandbox": {"timeout_s": 5.0}})
+    alone = spec.score([honest], {"test_cases": [TESTS]})
+    together = spec.score([fenced(pathological), honest], {"test_cases": [TESTS, TESTS]})
+    assert together[1].values == alone[0].values and alone[0].values["maintainability"] > 0
+    assert together[0].values["maintainability"] is None and "maintainability" in together[0].errors
+
+
+def test_efficiency_counts_the_cpu_of_children_nobody_waits_for(box):
+    """The work runs in a child that hands back its answer and is never waited for."""
+    hidden = ("import os\ndef solve(x):\n    r, w = os.pipe()\n    if os.fork() == 0:\n        total = 0\n"
+              "        for i in range(3_000_000):\n            total += i % 7\n"
+              "        os.write(w, str(x * x + 0 * total).encode())\n        os._exit(0)\n"
+              "    os.close(w)\n    return int(os.read(r, 64))\n")
+    direct = "def solve(x):\n    return x * x\n"
+    spec = code_execution.tests_from_row({"test_cases": TESTS})
+    hidden_cpu = sum(o.cpu_s for o in run_tests(hidden, spec, box, cache=False))
+    direct_cpu = sum(o.cpu_s for o in run_tests(direct, spec, box, cache=False))
+    assert hidden_cpu > 0.2 > direct_cpu
+    hidden_score, direct_score = efficiency_reward([fenced(hidden), fenced(direct)], test_cases=[TESTS, TESTS],
+                                                   reference_solution=[direct, direct], sandbox=box)
+    assert hidden_score < 0.8 < direct_score
+
+
+# --------------------------------------------------------------------------- size caps
+
+def test_a_huge_completion_is_never_parsed():
+    huge = fenced("x = 1\n" * (MAX_COMPLETION_CHARS // 6 + 1))
+    assert format_score(huge) == 0.0 and candidate_code(huge, require_format=False) is None
+    [(spec, code, outcomes)] = code_outcomes([huge], {"test_cases": [TESTS]})
+    assert code is None and outcomes is None
+
+
+# --------------------------------------------------------------------------- what evaluation reports
+
+def test_the_evaluation_summary_counts_tests_judged_outside_per_source(box):
+    unsplittable = "assert all(solve(i) == i * i for i in range(3))"  # the generator needs solve inside
+    problems = [EvalProblem("a", "split", ({"role": "user", "content": "x"},), {"test_cases": TESTS}),
+                EvalProblem("b", "mixed", ({"role": "user", "content": "x"},), {"test_cases": [TESTS[0], unsplittable]}),
+                EvalProblem("c", "stdio", ({"role": "user", "content": "x"},), {"inputs": ["3\n"], "outputs": ["9\n"]})]
+    completions = {"a": [Completion(fenced(CORRECT), 0)], "b": [Completion(fenced(CORRECT), 0)],
+                   "c": [Completion(fenced("print(int(input()) ** 2)\n"), 0)]}
+    summary = summarize(judge_completions(problems, completions, sandbox=box))
+    counts = {source: (group["num_tests_judged_outside"], group["num_tests"])
+              for source, group in summary["by_data_source"].items()}
+    assert counts == {"split": (2, 2), "mixed": (1, 2), "stdio": (1, 1)}
+    assert summary["pass@1"] == 1.0
