@@ -1,14 +1,16 @@
-"""Tests/s of the sandboxed test runner against the seeds' way of running tests.
+"""Tests/s of the sandboxed test runner against the seeds' way of running tests, and what each protection costs.
 
 Baseline (as the seeds' example does it): one plain ``python -c "<code>\\n<test>"`` subprocess
 per test, one after another, pass = exit code 0; no isolation beyond a timeout. Ours: every
 completion's tests in one bubblewrap sandbox, each test in its own forked, limited,
-unprivileged process, completions running 1, ``cores`` and ``2 x cores`` sandboxes at once
-(``--concurrency`` to choose), to separate the fork-per-test effect from the concurrency one. The batch is MBPP problems (test split, 3 asserts each): their
-reference solutions plus wrong variants, so verdicts include failures and errors; the script
-asserts that both methods give the same verdict for every test. Times are medians over
-``--repeats`` runs of the whole batch, measured in the same process on the same machine, the
-methods taking turns within each repeat.
+unprivileged process, its verdict decided outside (probes), with every protection this host
+gives (seccomp, a cgroup per slot, capped tmpfs), completions running 1, ``cores`` and
+``2 x cores`` sandboxes at once (``--concurrency`` to choose). At ``cores`` at once, the same
+runner with one protection switched off shows that protection's cost. The batch is MBPP
+problems (test split, 3 asserts each): their reference solutions plus broken variants, so
+verdicts include failures and errors; the script asserts that every method gives the same
+verdict for every test. Times are medians over ``--repeats`` runs of the whole batch, measured
+in the same process on the same machine, the methods taking turns within each repeat.
 
     python benchmarks/sandbox.py                     # 32 completions x 3 tests, 3 repeats
     python benchmarks/sandbox.py --completions 64 --repeats 5 --concurrency 1 8
@@ -29,10 +31,12 @@ from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig
 
 MBPP = "/work/shared/data/mbpp/mbpp.jsonl"
 TIMEOUT_S = 10.0
+PROTECTION_OPTIONS = {"seccomp": "seccomp", "cgroups": "cgroups", "tmpfs inode cap": "inode_cap"}
 
 
 def batch(count: int) -> list[tuple[str, TestSpec]]:
-    """``count`` (code, tests) pairs: MBPP reference solutions, every third one broken."""
+    """``count`` (code, tests) pairs: MBPP reference solutions, every third one broken, every fifth
+    one returning a wrong value from the function the tests call."""
     with open(MBPP) as handle:
         rows = [json.loads(line) for line in handle]
     rows = [row for row in rows if 11 <= row["task_id"] <= 510 and not row["test_setup_code"]]
@@ -40,7 +44,10 @@ def batch(count: int) -> list[tuple[str, TestSpec]]:
     for index, row in enumerate(rows[:count]):
         code = row["code"]
         if index % 3 == 2:
-            code += "\nimport builtins\nbuiltins.len = lambda x: -1\n"  # breaks most, not all, tests
+            code += "\nraise RuntimeError('broken at import')\n"
+        elif index % 5 == 4:
+            name = row["test_list"][0].split("assert", 1)[1].strip().lstrip("(").split("(")[0].strip()
+            code += f"\n{name} = lambda *args: None\n"
         pairs.append((code, tests_from_row(row)))
     return pairs
 
@@ -86,13 +93,18 @@ def main() -> None:
     cores = os.cpu_count() or 2
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, cores, 2 * cores])
     args = parser.parse_args()
+    args.concurrency = sorted(set(args.concurrency) | {cores})  # the protections' costs are taken there
 
     pairs = batch(args.completions)
     tests = sum(len(spec) for _, spec in pairs)
     methods = {"baseline: plain subprocess per test, sequential": lambda: baseline(pairs)}
     for concurrency in args.concurrency:
         box = Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=concurrency))
-        methods[f"sandbox, {concurrency} at a time"] = lambda box=box: sandboxed(pairs, box)
+        methods[f"sandbox, every protection, {concurrency} at a time"] = lambda box=box: sandboxed(pairs, box)
+    for protection, option in PROTECTION_OPTIONS.items():
+        box = Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=cores, require=("namespaces",),
+                                    **{option: False}))
+        methods[f"sandbox without {protection}, {cores} at a time"] = lambda box=box: sandboxed(pairs, box)
     measured = interleaved_medians(methods, args.repeats)
     reference = measured[next(iter(methods))][1]
     for label, (_, verdicts) in measured.items():
@@ -107,6 +119,13 @@ def main() -> None:
     for label, seconds in rows:
         isolated = "no" if label.startswith("baseline") else "yes (bwrap)"
         print(f"| {label} | {isolated} | {seconds:.2f} | {tests / seconds:.1f} | {base_seconds / seconds:.2f}x |")
+    full = measured[f"sandbox, every protection, {cores} at a time"][0]
+    print(f"\nWhat each protection costs at {cores} at a time (time with it / time without it):\n")
+    print("| protection | with s | without s | cost |")
+    print("|---|---|---|---|")
+    for protection in PROTECTION_OPTIONS:
+        without = measured[f"sandbox without {protection}, {cores} at a time"][0]
+        print(f"| {protection} | {full:.2f} | {without:.2f} | {full / without:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -329,8 +329,7 @@ class Sandbox:
                 _reported_missing.add(key)
                 message = "sandbox protections not active on this host: " + "; ".join(
                     f"{p.name}: {p.detail}" for p in missing)
-                logger.warning(message)
-                print(f"[diffugrpo.sandbox] {message}", file=sys.stderr, flush=True)
+                print(f"[diffugrpo.sandbox] {message}", file=sys.stderr, flush=True)  # always seen, logging or not
 
     def _cgroup_slots(self) -> CgroupSlots | None:
         config = self.config

@@ -17,7 +17,7 @@ import pytest
 from diffugrpo_plugin import sandbox as sandbox_module
 from diffugrpo_plugin.sandbox import (Job, Sandbox, SandboxConfig, SandboxError, SandboxUnavailable,
                                       instruction_counter_available)
-from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, tight_sandbox
+from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, require_bwrap, tight_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -244,3 +244,15 @@ def test_sandbox_module_imports_no_torch():
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
+
+
+def test_missing_protections_are_said_once_and_required_ones_refuse_to_start(capsys, monkeypatch):
+    require_bwrap()
+    monkeypatch.setattr(sandbox_module, "_reported_missing", set())
+    for _ in range(2):
+        Sandbox(SandboxConfig(cgroups=False, inode_cap=False))
+    err = capsys.readouterr().err
+    assert err.count("sandbox protections not active on this host") == 1
+    assert "cgroups: switched off in the sandbox config" in err and "tmpfs_inode_cap" in err
+    with pytest.raises(SandboxUnavailable, match=r"requires protection\(s\).*seccomp \(switched off"):
+        Sandbox(SandboxConfig(seccomp=False))

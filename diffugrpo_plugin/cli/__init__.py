@@ -11,14 +11,14 @@ import argparse
 import importlib
 import sys
 
-SUBCOMMAND_MODULES = ["generate", "rewards", "data", "evaluate", "plot", "check_model"]
+SUBCOMMAND_MODULES = ["generate", "rewards", "data", "evaluate", "plot", "check_model", "sandbox"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="diffugrpo",
         description="Coupled-GRPO for masked diffusion LMs on verl: generate, score, prepare data, evaluate, plot, "
-                    "check a model.",
+                    "check a model, check the sandbox.",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in SUBCOMMAND_MODULES:

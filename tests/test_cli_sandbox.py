@@ -1,0 +1,28 @@
+"""``diffugrpo sandbox check``: the protections table, the self-test, and the exit code."""
+
+from __future__ import annotations
+
+from diffugrpo_plugin import sandbox_limits
+from diffugrpo_plugin.cli import main
+from reward_support import require_bwrap
+
+
+def test_check_lists_every_protection_and_passes_its_self_test(capsys):
+    require_bwrap()
+    assert main(["sandbox", "check", "--timeout-s", "2"]) == 0
+    out = capsys.readouterr().out
+    for name in sandbox_limits.PROTECTION_NAMES:
+        assert name in out
+    assert out.count("  ok      ") == 7 and "isolation is as configured" in out
+
+
+def test_check_fails_when_a_required_protection_is_missing(capsys, monkeypatch):
+    monkeypatch.setattr(sandbox_limits, "seccomp_program", lambda: (None, "libseccomp missing (simulated)"))
+    assert main(["sandbox", "check", "--require", "namespaces", "seccomp"]) == 1
+    out = capsys.readouterr().out
+    assert "libseccomp missing (simulated)" in out and "required but not active: seccomp" in out
+
+
+def test_check_names_an_unknown_protection(capsys):
+    assert main(["sandbox", "check", "--require", "firewall"]) == 2
+    assert "unknown protection(s) ['firewall']" in capsys.readouterr().err
