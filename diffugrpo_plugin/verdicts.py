@@ -4,8 +4,10 @@ An assert test such as ``assert set(similar((3, 4, 5), (5, 7, 4))) == set((4, 5)
 
 * **probes**: the maximal subexpressions that need the candidate's code (``similar((3, 4, 5), (5, 7, 4))``).
   Only these are sent into the sandbox, which evaluates them after the candidate's program and
-  returns each value in a type-exact encoding (plain builtin values only: no subclass, no custom
-  object, so nothing that compares equal to everything survives the trip);
+  returns each value in a type-exact encoding: builtin values, read through the builtin's own
+  methods (an ``int`` subclass arrives as the int it holds), and any other object as an
+  :class:`Opaque` (its type name and truth value, equal to nothing else), so nothing that compares
+  equal to everything survives the trip. A probe never holds a comparison;
 * **the check**: the rest (``set(__probe0) == set((4, 5))``), with the expected values, evaluated
   here on the decoded values by a restricted evaluator (whitelisted syntax, pure builtins, a few
   pure stdlib modules). The expected values never enter the sandbox.
