@@ -29,7 +29,7 @@ import time
 from diffugrpo_plugin.code_execution import TestSpec, run_tests_many, tests_from_row
 from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig
 
-MBPP = "/work/shared/data/mbpp/mbpp.jsonl"
+MBPP = os.path.join(os.environ.get("DIFFUGRPO_MBPP_DIR", "../shared/data/mbpp"), "mbpp.jsonl")
 TIMEOUT_S = 10.0
 PROTECTION_OPTIONS = {"seccomp": "seccomp", "cgroups": "cgroups", "tmpfs inode cap": "inode_cap"}
 

@@ -13,16 +13,24 @@ import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-MBPP_DIR = Path(os.environ.get("DIFFUGRPO_MBPP_DIR", REPO.parent / "shared/data/mbpp"))
+MBPP_DIR_VAR = "DIFFUGRPO_MBPP_DIR"
+MBPP_DIR = Path(os.environ.get(MBPP_DIR_VAR, REPO.parent / "shared/data/mbpp"))
 
 
 def mbpp_file(name: str) -> Path:
-    """A file of the team's offline MBPP copy, read in place; a clear failure when it is missing."""
+    """A file of an offline MBPP copy, read in place (never copied into the repo).
+
+    Where DIFFUGRPO_MBPP_DIR names the folder (CI sets it), a missing file fails the test; on a
+    clone with no MBPP copy beside it, the tests that need one are skipped, saying how to run them.
+    """
     path = MBPP_DIR / name
-    if not path.is_file():
-        pytest.fail(f"MBPP data is expected at {path} (the team's offline copy, read in place); "
-                    f"point DIFFUGRPO_MBPP_DIR at the folder holding mbpp.jsonl and sanitized-mbpp.json")
-    return path
+    if path.is_file():
+        return path
+    message = (f"MBPP data is expected at {path}; point {MBPP_DIR_VAR} at the folder holding mbpp.jsonl and "
+               f"sanitized-mbpp.json to run the tests that need it")
+    if MBPP_DIR_VAR in os.environ:
+        pytest.fail(message)
+    pytest.skip(message)
 
 
 def pip(*args: str) -> subprocess.CompletedProcess:

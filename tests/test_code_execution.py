@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
+from conftest import mbpp_file
 
 from diffugrpo_plugin.code_execution import (Outcome, TestSpec, extract_code, outputs_match, pass_rate,
                                              reference_from_row, run_tests, run_tests_many)
 from diffugrpo_plugin.code_execution import tests_from_row as spec_of  # a 'test*' name pytest would collect
 from reward_support import tight_sandbox
 
-MBPP_DIR = Path("/work/shared/data/mbpp")
 SAMPLE = 20
 
 
@@ -183,12 +182,12 @@ def _humaneval():
 
 
 def _mbpp():
-    with open(MBPP_DIR / "mbpp.jsonl") as handle:
+    with open(mbpp_file("mbpp.jsonl")) as handle:
         return [json.loads(line) for line in handle]
 
 
 def _sanitized():
-    with open(MBPP_DIR / "sanitized-mbpp.json") as handle:
+    with open(mbpp_file("sanitized-mbpp.json")) as handle:
         return json.load(handle)
 
 
