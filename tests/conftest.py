@@ -15,6 +15,12 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 MBPP_DIR_VAR = "DIFFUGRPO_MBPP_DIR"
 MBPP_DIR = Path(os.environ.get(MBPP_DIR_VAR, REPO.parent / "shared/data/mbpp"))
+MINI_MBPP = REPO / "tests" / "fixtures" / "mini_mbpp.jsonl"
+"""Eleven made-up problems in MBPP's schema (ours, not MBPP's), spread over its four task_id splits
+(prompt 1 10, test 11 510, validation 511 555 600, train 601 700 800 974); 555 and 800 have
+test_setup_code, 700's solution has MBPP's CRLF line ends and tabs. For the MBPP code paths on any clone."""
+MINI_SANITIZED_MBPP = REPO / "tests" / "fixtures" / "mini_sanitized_mbpp.json"
+"""Three made-up problems in the schema of MBPP's sanitized subset (a JSON array; 602 has test_imports)."""
 
 
 def mbpp_file(name: str) -> Path:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import mbpp_file
+from conftest import MINI_MBPP
 
 from diffugrpo_plugin.cli import data as cli_data
 from diffugrpo_plugin.data import synthetic_problems
@@ -26,14 +29,46 @@ def rows(path: Path) -> list[dict]:
 
 
 def test_mbpp_two_splits_from_a_local_file(tmp_path, capsys):
-    assert run("--source", "mbpp", "--input", str(mbpp_file("mbpp.jsonl")), "--split", "train,validation",
+    assert run("--source", "mbpp", "--input", str(MINI_MBPP), "--split", "train,validation",
                "--output", str(tmp_path)) == 0
     train, validation = rows(tmp_path / "train.parquet"), rows(tmp_path / "validation.parquet")
-    assert len(train) == 374 and len(validation) == 90
+    assert [r["extra_info"]["task_id"] for r in train] == ["601", "700", "800", "974"]
+    assert [r["extra_info"]["task_id"] for r in validation] == ["511", "555", "600"]
     assert {r["extra_info"]["split"] for r in train} == {"train"} and train[0]["data_source"] == "mbpp"
-    assert [r["extra_info"]["index"] for r in validation] == list(range(90))
+    assert [r["extra_info"]["index"] for r in validation] == [0, 1, 2]
     out = capsys.readouterr().out
-    assert f"train: 374 rows -> {tmp_path / 'train.parquet'}" in out and "validation: 90 rows" in out
+    assert f"train: 4 rows -> {tmp_path / 'train.parquet'}" in out and "validation: 3 rows" in out
+
+
+def test_mbpp_from_a_parquet_in_its_own_schema(tmp_path):
+    source = tmp_path / "mbpp.parquet"
+    pq.write_table(pa.Table.from_pylist([json.loads(line) for line in MINI_MBPP.read_text().splitlines()]), source)
+    assert run("--source", "mbpp", "--input", str(source), "--split", "all", "--output", str(tmp_path / "p")) == 0
+    assert run("--source", "mbpp", "--input", str(MINI_MBPP), "--split", "all", "--output", str(tmp_path / "j")) == 0
+    assert rows(tmp_path / "p" / "all.parquet") == rows(tmp_path / "j" / "all.parquet")
+    assert len(rows(tmp_path / "p" / "all.parquet")) == 11
+
+
+def test_mbpp_from_stdin_serves_every_split(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(MINI_MBPP.read_bytes())))
+    assert run("--source", "mbpp", "--input", "-", "--split", "train,validation", "--output", str(tmp_path)) == 0
+    assert len(rows(tmp_path / "train.parquet")) == 4 and len(rows(tmp_path / "validation.parquet")) == 3
+
+
+def test_mbpp_without_input_offline_names_input(tmp_path, capsys, monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'google-research-datasets/mbpp' on the Hub")
+
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    assert run("--source", "mbpp", "--output", str(tmp_path)) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("diffugrpo data prepare: error: could not load google-research-datasets/mbpp (full) "
+                           "from the hub (ConnectionError: Couldn't reach")
+    assert line.endswith("Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json, or a .parquet in "
+                         "MBPP's schema).")
+    assert not list(tmp_path.iterdir())
 
 
 def test_humaneval_default_split_and_name(tmp_path):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import re
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import mbpp_file
+from conftest import MINI_MBPP, MINI_SANITIZED_MBPP, mbpp_file
 
 from diffugrpo_plugin import data
 from diffugrpo_plugin.data import records, sources
@@ -49,16 +52,37 @@ def test_completion_format_matches_diffucoders_format_reward_pattern():
 
 
 # --------------------------------------------------------------------------- MBPP
+# Behaviour is tested on our own MBPP-schema fixtures (conftest.MINI_MBPP); the tests that need the
+# real dataset's size or contents read it through mbpp_file and are skipped without it.
+
+
+def mini_mbpp_rows() -> list[dict]:
+    return [json.loads(line) for line in MINI_MBPP.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("split, task_ids", [("prompt", [1, 10]), ("test", [11, 510]), ("validation", [511, 555, 600]),
+                                             ("train", [601, 700, 800, 974])])
+def test_mbpp_splits_follow_the_task_id_ranges_at_their_edges(split, task_ids):
+    assert [int(p.task_id) for p in sources.mbpp_problems(MINI_MBPP, split)] == task_ids
 
 
 @pytest.mark.parametrize("split, first, last", [("prompt", 1, 10), ("test", 11, 510), ("validation", 511, 600),
                                                 ("train", 601, 974)])
-def test_mbpp_splits_follow_the_original_task_id_ranges(split, first, last):
+def test_real_mbpp_splits_cover_the_original_task_id_ranges(split, first, last):
     problems = sources.mbpp_problems(mbpp_file("mbpp.jsonl"), split)
     assert sorted(int(p.task_id) for p in problems) == list(range(first, last + 1))
 
 
-def test_mbpp_sanitized_subset_uses_the_same_ranges_and_keeps_its_imports():
+def test_mbpp_sanitized_schema_reads_prompt_and_keeps_imports():
+    by_split = {split: sources.mbpp_problems(MINI_SANITIZED_MBPP, split) for split in sources.MBPP_SPLITS}
+    assert {split: [p.task_id for p in problems] for split, problems in by_split.items()} == \
+        {"prompt": ["2"], "test": [], "validation": ["560"], "train": ["602"]}
+    [hypotenuse] = by_split["train"]
+    assert hypotenuse.question == "Write a function to find the hypotenuse of a right triangle."
+    assert hypotenuse.test_imports == ["import math"] and by_split["prompt"][0].test_imports is None
+
+
+def test_real_mbpp_sanitized_subset_uses_the_same_ranges_and_keeps_its_imports():
     path = mbpp_file("sanitized-mbpp.json")
     by_split = {split: sources.mbpp_problems(path, split) for split in sources.MBPP_SPLITS}
     assert sum(map(len, by_split.values())) == len(sources.mbpp_problems(path, "all")) == 427
@@ -69,9 +93,8 @@ def test_mbpp_sanitized_subset_uses_the_same_ranges_and_keeps_its_imports():
 
 
 def test_mbpp_row_holds_prompt_tests_and_reference():
-    raw = next(json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()
-               if json.loads(line)["task_id"] == 601)
-    problems = sources.mbpp_problems(mbpp_file("mbpp.jsonl"), "train")
+    raw = next(row for row in mini_mbpp_rows() if row["task_id"] == 601)
+    problems = sources.mbpp_problems(MINI_MBPP, "train")
     row = row_format.to_row(problems[0], "mbpp", "train", 0)
     assert row["data_source"] == "mbpp" and row["ability"] == "code"
     assert row["prompt"] == [{"role": "user", "content": raw["text"] + "\nTest cases: " + raw["test_list"][0]}]
@@ -84,18 +107,39 @@ def test_mbpp_row_holds_prompt_tests_and_reference():
 
 
 def test_mbpp_setup_code_is_kept_where_present():
-    rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()]
-    with_setup = [r for r in rows if r["test_setup_code"]]
-    assert with_setup, "mbpp.jsonl has problems with test_setup_code"
-    problems = {p.task_id: p for p in sources.mbpp_problems(mbpp_file("mbpp.jsonl"), "all")}
+    with_setup = [row for row in mini_mbpp_rows() if row["test_setup_code"]]
+    assert [row["task_id"] for row in with_setup] == [555, 800]
+    problems = {p.task_id: p for p in sources.mbpp_problems(MINI_MBPP, "all")}
     for raw in with_setup:
         assert problems[str(raw["task_id"])].test_setup_code == raw["test_setup_code"]
         assert json.loads(row_format.to_row(problems[str(raw["task_id"])], "mbpp", "all", 0)["reward_model"]
                           ["ground_truth"])["test_setup_code"] == raw["test_setup_code"]
+    assert problems["601"].test_setup_code is None  # MBPP's empty string means none
+
+
+def test_mbpp_parquet_in_the_hubs_schema_gives_the_same_problems(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "train-00000-of-00001.parquet"
+    pq.write_table(pa.Table.from_pylist(mini_mbpp_rows()), path)
+    assert sources.mbpp_problems(path, "all") == sources.mbpp_problems(MINI_MBPP, "all")
+
+
+def test_mbpp_parquet_errors_name_the_row(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = mini_mbpp_rows()[:3]
+    rows[2]["test_list"] = None
+    path = tmp_path / "m.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    with pytest.raises(DataError, match=r"^m\.parquet row 3: missing field 'test_list'$"):
+        sources.mbpp_problems(path, "all")
 
 
 def test_mbpp_missing_field_names_file_line_and_field(tmp_path):
-    rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()[600:603]]
+    rows = mini_mbpp_rows()[7:10]
     del rows[2]["test_list"]
     bad = write_jsonl(tmp_path / "mbpp.jsonl", rows)
     with pytest.raises(DataError, match=r"^mbpp\.jsonl line 3: missing field 'test_list'$"):
@@ -104,6 +148,7 @@ def test_mbpp_missing_field_names_file_line_and_field(tmp_path):
 
 @pytest.mark.parametrize("broken, message", [
     ({"test_list": "assert f()"}, r"line 1: field 'test_list' must be a non-empty list of strings, got str"),
+    ({"test_list": 5}, r"line 1: field 'test_list' must be a non-empty list of strings, got int"),
     ({"test_list": []}, r"line 1: field 'test_list' must be a non-empty list of strings, got an empty list"),
     ({"task_id": "x12"}, r"line 1: field 'task_id' must be an integer, got 'x12'"),
     ({"task_id": 99999}, r"m\.jsonl line 1: MBPP task_id 99999 is outside the known ranges"),
@@ -140,32 +185,120 @@ def test_missing_input_file_is_named(tmp_path):
 
 def test_unknown_split_lists_the_known_ones():
     with pytest.raises(DataError, match="unknown MBPP split 'dev'. Known splits: prompt, test, validation, train, all"):
-        sources.mbpp_problems(mbpp_file("mbpp.jsonl"), "dev")
+        sources.mbpp_problems(MINI_MBPP, "dev")
+
+
+def fake_hub(rows: list[dict]):
+    """A DatasetDict shaped like the hub's MBPP (one dataset per split), built from local rows."""
+    import datasets
+
+    by_split = {name: [r for r in rows if sources.mbpp_split_of(r["task_id"]) == name] for name in sources.MBPP_SPLITS}
+    return datasets.DatasetDict({name: datasets.Dataset.from_list(split_rows) for name, split_rows in by_split.items()})
 
 
 def test_mbpp_hub_loader_path_gives_the_same_problems(monkeypatch):
     """The real hub code path, fed local rows shaped like the hub's DatasetDict (no network here)."""
     import datasets
 
-    rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()]
-    by_split = {name: [r for r in rows if sources.mbpp_split_of(r["task_id"]) == name] for name in sources.MBPP_SPLITS}
-    hub = datasets.DatasetDict({name: datasets.Dataset.from_list(split_rows) for name, split_rows in by_split.items()})
+    hub = fake_hub(mini_mbpp_rows())
     calls = []
     monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: calls.append(args) or hub)
     from_hub = sources.mbpp_problems(None, "validation")
     assert calls == [(sources.MBPP_HUB_ID, "full")]
-    assert from_hub == sources.mbpp_problems(mbpp_file("mbpp.jsonl"), "validation")
+    assert from_hub == sources.mbpp_problems(MINI_MBPP, "validation")
 
 
-def test_mbpp_hub_failure_says_to_pass_a_local_file(monkeypatch):
+def test_real_mbpp_through_the_hub_loader_path_gives_the_same_problems(monkeypatch):
+    import datasets
+
+    rows = [json.loads(line) for line in mbpp_file("mbpp.jsonl").read_text().splitlines()]
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: fake_hub(rows))
+    assert sources.mbpp_problems(None, "validation") == sources.mbpp_problems(mbpp_file("mbpp.jsonl"), "validation")
+
+
+def test_mbpp_hub_failure_is_one_quiet_line_saying_to_pass_a_local_file(monkeypatch, caplog):
     import datasets
 
     def offline(*args, **kwargs):
-        raise ConnectionError("no network")
+        logging.getLogger("huggingface_hub.utils._http").warning("Retrying in 1s [Retry 1/5].")
+        raise ConnectionError("Couldn't reach the Hub\n(LocalEntryNotFoundError)")
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    with pytest.raises(DataError, match=r"Offline\? Pass --input path/to/mbpp.jsonl"):
+    level_before = logging.getLogger("huggingface_hub").level
+    with caplog.at_level(logging.WARNING), pytest.raises(DataError) as raised:
         sources.mbpp_problems(None, "train")
+    message = str(raised.value)
+    assert "\n" not in message and "Couldn't reach the Hub (LocalEntryNotFoundError)" in message
+    assert message.endswith("Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json, "
+                            "or a .parquet in MBPP's schema).")
+    assert "Retrying" not in caplog.text  # the hub's retry log is silenced while it tries ...
+    assert logging.getLogger("huggingface_hub").level == level_before  # ... and only then
+
+
+def test_mbpp_without_the_datasets_package_says_to_pass_a_local_file(monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # what an environment without the package sees
+    with pytest.raises(DataError, match=r"the `datasets` package is missing: pass --input path/to/mbpp.jsonl"):
+        sources.mbpp_problems(None, "train")
+
+
+# --------------------------------------------------------------------------- reading records
+
+
+def test_parquet_input_gives_records_with_row_numbers(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "rows.parquet"
+    pq.write_table(pa.Table.from_pylist([{"a": 1, "b": ["x"]}, {"a": 2, "b": []}]), path)
+    assert records.read_records(path) == [records.Record({"a": 1, "b": ["x"]}, "rows.parquet row 1", 1),
+                                          records.Record({"a": 2, "b": []}, "rows.parquet row 2", 2)]
+    renamed = path.rename(tmp_path / "rows.data")  # recognised by its magic bytes, whatever its name
+    assert [record.data for record in records.read_records(renamed)] == [{"a": 1, "b": ["x"]}, {"a": 2, "b": []}]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("c.parquet", b"PAR1 but truncated", r"^c\.parquet is not a readable parquet file \(.*\); write it again with "
+                                         r"`diffugrpo data prepare` or pyarrow$"),
+    ("c.jsonl", b'{"a": 1}\n{"b": "\x00"}\n', r"^c\.jsonl line 2: binary data \(a NUL byte\), not text; give JSON Lines"),
+    ("c.jsonl", b'{"a": 1}\n{"b": "caf\xe9"}\n', r"^c\.jsonl line 2: not UTF-8 text \(byte 19 of the input\); save it as UTF-8 text"),
+    ("c.jsonl", b"", r"^c\.jsonl holds no JSON object \(the file is empty\); give one JSON object per line$"),
+    ("c.jsonl", b"\n  \n", r"^c\.jsonl holds no JSON object"),
+])
+def test_unreadable_input_is_one_line_naming_the_file_and_fix(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message) as raised:
+        records.read_records(path)
+    assert "\n" not in str(raised.value)
+
+
+def test_parquet_with_no_rows_is_an_error(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "none.parquet"
+    pq.write_table(pa.table({"a": pa.array([], pa.int64())}), path)
+    with pytest.raises(DataError, match=r"^none\.parquet holds no rows; write the parquet file with at least one row$"):
+        records.read_records(path)
+
+
+def test_utf8_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}\n')
+    assert [record.data for record in records.read_records(path)] == [{"a": 1}]
+
+
+def test_stdin_is_read_once_and_seen_by_every_reader(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b'{"a": 1}\n{"a": 2}\n')))
+    first = records.read_records("-")
+    assert first == records.read_records("-")  # a second split of `data prepare --input -`
+    assert [(record.where, record.line) for record in first] == [("stdin line 1", 1), ("stdin line 2", 2)]
+
+
+def test_empty_stdin_says_nothing_was_piped_in(monkeypatch):
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    with pytest.raises(DataError, match=r"^stdin holds no JSON object \(nothing was piped in\)"):
+        records.read_records("-")
 
 
 # --------------------------------------------------------------------------- HumanEval
@@ -432,14 +565,14 @@ def test_parquet_round_trip_and_one_schema_for_all_sources(tmp_path):
     import pyarrow.parquet as pq
 
     paths = {
-        "mbpp": data.write_parquet(data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl")),
-                                   tmp_path / "mbpp.parquet"),
+        "mbpp": data.write_parquet(data.prepare("mbpp", "all", MINI_MBPP), tmp_path / "mbpp.parquet"),
         "humaneval": data.write_parquet(data.prepare("humaneval", "test", limit=5), tmp_path / "he.parquet"),
         "synthetic": data.write_parquet(data.prepare("synthetic", "train"), tmp_path / "syn.parquet"),
     }
     schemas = {name: pq.read_schema(path) for name, path in paths.items()}
     assert schemas["mbpp"] == schemas["humaneval"] == schemas["synthetic"] == row_format.row_schema()
-    assert pq.read_table(paths["mbpp"]).to_pylist() == data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl"))
+    assert pq.read_table(paths["mbpp"]).to_pylist() == data.prepare("mbpp", "all", MINI_MBPP)
+    assert row_format.read_parquet_rows(paths["mbpp"]) == data.prepare("mbpp", "all", MINI_MBPP)
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
 
@@ -456,15 +589,15 @@ def test_verl_rlhf_dataset_reads_our_parquet_with_our_tokenizer(tmp_path):
     from diffugrpo_plugin.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
-    mbpp_rows = data.prepare("mbpp", "validation", mbpp_file("mbpp.jsonl"))
+    mbpp_rows = data.prepare("mbpp", "validation", MINI_MBPP)
     files = [str(data.write_parquet(mbpp_rows, tmp_path / "a.parquet")),
              str(data.write_parquet(data.prepare("synthetic", "validation"), tmp_path / "b.parquet"))]
     config = OmegaConf.create({"cache_dir": str(tmp_path / "cache"), "prompt_key": "prompt",
                                "max_prompt_length": 1024, "filter_overlong_prompts": True,
                                "filter_overlong_prompts_workers": 1})
     dataset = RLHFDataset(files, tokenizer, config)
-    assert len(dataset) == 90 + len(data.synthetic_problems("validation"))
-    row = dataset[95]
+    assert len(dataset) == 3 + len(data.synthetic_problems("validation"))
+    row = dataset[8]
     assert row["data_source"] == "synthetic" and row["index"] == 5
     assert row["extra_info"]["test_cases"] == data.synthetic_problems("validation")[5].test_cases
     # verl 0.9.1 tokenizes in the agent loop: the same call on raw_prompt gives the input ids
@@ -501,28 +634,36 @@ def reward_columns(rows: list[dict]) -> dict[str, list]:
     return {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
 
 
-def test_code_reward_passes_every_reference_and_no_stub(tmp_path):
+def assert_references_pass_and_stubs_fail(groups: dict[str, list[dict]]) -> None:
     """Our rows feed the ``code`` reward as intended: references score 1.0, a stub 0.0 (sandboxed)."""
-    from reward_plugins.code import code_reward
+    from diffugrpo_plugin.rewards import RewardSpec
 
-    mbpp_rows = data.prepare("mbpp", "all", mbpp_file("mbpp.jsonl"))
-    with_setup = [row for row in mbpp_rows if row["extra_info"]["test_setup_code"]]  # setup runs after the code
-    sanitized = data.prepare("mbpp", "validation", mbpp_file("sanitized-mbpp.json"))
-    with_imports = [row for row in data.prepare("mbpp", "all", mbpp_file("sanitized-mbpp.json"))
-                    if row["extra_info"]["test_imports"]][:10]
-    leetcode = data.prepare("leetcode", "train", write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW]))
-    groups = {
-        "synthetic": data.prepare("synthetic", "validation"),
-        "mbpp": mbpp_rows[600:640] + with_setup,
-        "sanitized": sanitized + with_imports,
-        "humaneval": data.prepare("humaneval", "test", limit=15),
-        "leetcode": leetcode,
-    }
+    spec = RewardSpec.from_config({"reward_funcs": ["code"]})
     for name, rows in groups.items():
         columns = reward_columns(rows)
         references = [data.format_completion(row["extra_info"]["reference_solution"]) for row in rows]
-        scores = code_reward(references, **columns)
+        scores = [scored.values["code"] for scored in spec.score(references, columns)]
         failing = [(row["extra_info"]["task_id"], s) for row, s in zip(rows, scores, strict=True) if s != 1.0]
         assert not failing, f"{name}: references that do not pass their own tests: {failing}"
-        stub_scores = code_reward([data.format_completion("def nothing():\n    pass")] * len(rows), **columns)
-        assert set(stub_scores) == {0.0}, name
+        stub = data.format_completion("def nothing():\n    pass")
+        assert {scored.values["code"] for scored in spec.score([stub] * len(rows), columns)} == {0.0}, name
+
+
+def test_code_reward_passes_every_reference_and_no_stub(tmp_path):
+    assert_references_pass_and_stubs_fail({
+        "synthetic": data.prepare("synthetic", "validation"),
+        "mini_mbpp": data.prepare("mbpp", "all", MINI_MBPP),  # setup code after the code, CRLF and tabs
+        "mini_sanitized": data.prepare("mbpp", "all", MINI_SANITIZED_MBPP),  # test_imports
+        "humaneval": data.prepare("humaneval", "test", limit=15),
+        "leetcode": data.prepare("leetcode", "train", write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW])),
+    })
+
+
+def test_code_reward_passes_the_real_mbpp_references():
+    mbpp_rows = data.prepare("mbpp", "all", mbpp_file("mbpp.jsonl"))
+    with_imports = [row for row in data.prepare("mbpp", "all", mbpp_file("sanitized-mbpp.json"))
+                    if row["extra_info"]["test_imports"]][:10]
+    assert_references_pass_and_stubs_fail({
+        "mbpp": mbpp_rows[600:640] + [row for row in mbpp_rows if row["extra_info"]["test_setup_code"]],
+        "sanitized": data.prepare("mbpp", "validation", mbpp_file("sanitized-mbpp.json")) + with_imports,
+    })

