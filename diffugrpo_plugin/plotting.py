@@ -1,21 +1,32 @@
 """Training-run figures: PNG plots of a run's TensorBoard scalars (what verl's tracking logs).
 
 :func:`plot_run` finds the run's event files, reads every scalar, decides which figures the
-run's tags call for (:func:`figure_specs`, a pure function of the tag names) and draws each:
+run's metrics call for (:func:`figure_specs`, a pure function of the scalars) and draws each.
+One figure per question, in this order:
 
-=========================  ===================================================================
-``rewards.png``            the total (``critic/score/mean``, ``reward/total/mean``) and one panel
-                           per reward component ``reward/<name>/mean``
-``reward_none_fraction``   per component, the fraction of completions it did not apply to
-``policy.png``             ``actor/kl_loss``, ``actor/pg_clipfrac``, ``actor/entropy``
-``response_length.png``    ``response_length/mean`` with its min-max band
-``validation.png``         every ``val-*`` metric (pass rates first)
-``timing.png``             every ``timing_s/*`` in one panel
-=========================  ===================================================================
+==========================  =================================================================
+``rewards.png``             Is the reward going up? The total (``reward/total/mean``, else
+                            ``critic/score/mean``: verl's name for the same number).
+``reward_components.png``   Which component moves it? Each ``reward/<name>/mean`` in one panel;
+                            a second panel, only when some are non-zero, of the completions a
+                            reward did not score (``none_fraction``: not applicable,
+                            ``error_fraction``: failed).
+``policy.png``              Is the policy moving? KL to the reference (``actor/kl_loss``) and
+                            between the old and new policy (``actor/ppo_kl``), clip fraction,
+                            entropy, completion length with its min-max band.
+``timing.png``              Where does the time go? Each step's time stacked by stage (stages
+                            under 2% of the step merged with the untimed rest), validation
+                            hatched on top; the legend gives each stage's mean seconds and share.
+``validation.png``          Does held-out pass@1 rise? pass@1 per data source
+                            (``val-core/<source>/acc/mean@N``), wide and first, then the
+                            held-out reward per source. verl's other validation series
+                            (turn counts, failure flags, scoring seconds) are left out.
+==========================  =================================================================
 
-A figure is written only when the run logged at least one of its metrics. Noisy series
-(20 points or more) are drawn faintly with a trailing moving average on top. Matplotlib runs
-on its Agg canvas without pyplot, so no display and no global figure state are involved.
+A figure is written only when the run logged a metric it shows. Every series appears once, in a
+colour of its own within its axes; legends sit outside the plotting area. Noisy series (20
+points or more) are drawn faintly with a trailing mean on top. Matplotlib runs on its Agg canvas
+without pyplot, so no display and no global figure state are involved.
 """
 
 from __future__ import annotations
@@ -23,18 +34,32 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 EVENT_FILE_GLOB = "events.out.tfevents.*"
-TOTAL_REWARD_TAGS = ("critic/score/mean", "reward/total/mean")
-POLICY_TAGS = (("actor/kl_loss", "KL loss (k3, to the reference)"), ("actor/pg_clipfrac", "clip fraction"),
-               ("actor/entropy", "entropy"))
+TOTAL_REWARD_TAGS = ("reward/total/mean", "critic/score/mean")  # the first one logged is drawn
+KL_TAGS = (("actor/kl_loss", "to the reference (k3)"), ("actor/ppo_kl", "old -> new policy (ppo_kl)"))
 LENGTH_TAGS = ("response_length/mean", "response_length/min", "response_length/max")
+STEP_TAG = "timing_s/step"
+SAMPLING_TAG = "timing_s/rollout_sampling"
+VALIDATION_TIME_TAG = "timing_s/testing"
+# The stages inside verl's ``step`` timer, in the order a step runs them (verl's trainer_base).
+STEP_STAGES = (("timing_s/gen", "rollout"), ("timing_s/reward", "reward (colocated)"),
+               ("timing_s/old_log_prob", "old-policy log-probs"), ("timing_s/ref", "reference log-probs"),
+               ("timing_s/values", "critic values"), ("timing_s/adv", "advantages"),
+               ("timing_s/update_critic", "critic update"), ("timing_s/update_actor", "policy update"),
+               ("timing_s/save_checkpoint", "checkpoint"), ("timing_s/update_weights", "weight sync to rollout"))
+SMALL_STAGE_SHARE = 0.02
 SMOOTH_FROM_POINTS = 20
-PANEL_COLUMNS = 3
-_COMPONENT_TAG = re.compile(r"^reward/(?P<name>.+)/(?P<stat>mean|none_fraction)$")
+# tab10 without its grey (kept for the untimed rest), then darker colours of their own
+PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
+           "#393b79", "#637939", "#843c39", "#7b4173", "#000000")
+REST_COLOR = "#7f7f7f"
+_COMPONENT_TAG = re.compile(r"^reward/(?P<name>.+)/(?P<stat>mean|none_fraction|error_fraction)$")
+_PASS_AT_1_TAG = re.compile(r"^val-core/(?P<source>[^/]+)/acc/mean@\d+$")
+_HELD_OUT_REWARD_TAG = re.compile(r"^val-(core|aux)/(?P<source>[^/]+)/reward/mean@\d+$")
 
 
 class PlotError(ValueError):
@@ -48,24 +73,43 @@ class Series:
     steps: tuple[int, ...]
     values: tuple[float, ...]
 
+    def at(self, step: int) -> float:
+        """The value at ``step``, 0 where the series was not logged (a stage that did not run)."""
+        return dict(zip(self.steps, self.values)).get(step, 0.0)
+
+
+@dataclass(frozen=True)
+class Line:
+    """One series as drawn: its legend label and the metric it shows (a tag, or how it was derived)."""
+
+    label: str
+    metric: str
+    series: Series
+
 
 @dataclass(frozen=True)
 class Panel:
-    """One axes: lines (tag, legend label), an optional (low, high) band, and for rates a fixed
-    0-1 range (when the values keep to it) so that their level reads at a glance."""
+    """One axes. ``kind``: ``lines``, or ``stacked``: bars per step, one segment per line, the
+    ``hatched`` metrics' segments lying outside the step.
+    ``band``: a (low, high) range drawn under the first line. ``unit_range``: a rate whose level
+    should read against the whole 0-1 range. ``width``: relative width in the figure's row."""
 
     title: str
     ylabel: str
-    lines: tuple[tuple[str, str], ...]
-    band: tuple[str, str] | None = None
+    lines: tuple[Line, ...]
+    kind: str = "lines"
+    band: tuple[Series, Series] | None = None
     unit_range: bool = False
+    width: float = 1.0
+    hatched: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class FigureSpec:
     name: str  # file stem
     title: str
-    panels: tuple[Panel, ...] = field(default_factory=tuple)
+    panels: tuple[Panel, ...]
+    columns: int = 1
 
 
 # --------------------------------------------------------------------------- reading
@@ -109,69 +153,136 @@ def read_scalars(event_dir: str | os.PathLike) -> dict[str, Series]:
 # --------------------------------------------------------------------------- choosing figures
 
 
+def _is_zero(series: Series) -> bool:
+    return all(value == 0.0 for value in series.values)
+
+
 def reward_components(tags: Iterable[str], stat: str) -> list[str]:
     """Names of the reward components (``total`` excluded) that logged ``reward/<name>/<stat>``."""
     matches = (_COMPONENT_TAG.match(tag) for tag in tags)
     return sorted({m["name"] for m in matches if m and m["stat"] == stat and m["name"] != "total"})
 
 
-def _reward_figures(tags: set[str]) -> list[FigureSpec]:
-    figures = []
-    totals = tuple((tag, tag) for tag in TOTAL_REWARD_TAGS if tag in tags)
-    means = reward_components(tags, "mean")
-    panels = [Panel("total reward", "reward", totals)] if totals else []
-    panels += [Panel(f"reward component: {name}", "mean reward", ((f"reward/{name}/mean", name),)) for name in means]
-    if panels:
-        figures.append(FigureSpec("rewards", "Rewards over training (mean over the batch's completions)",
-                                  tuple(panels)))
-    none_fractions = reward_components(tags, "none_fraction")
-    if none_fractions:
-        lines = tuple((f"reward/{name}/none_fraction", name) for name in none_fractions)
-        figures.append(FigureSpec("reward_none_fraction", "Completions a reward did not apply to",
-                                  (Panel("fraction scored None (not applicable)", "fraction", lines,
-                                         unit_range=True),)))
-    return figures
+def _total_reward_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
+    tag = next((tag for tag in TOTAL_REWARD_TAGS if tag in scalars), None)
+    if tag is None:
+        return []
+    panel = Panel("total reward: mean over the batch's completions", "reward", (Line("total reward", tag, scalars[tag]),))
+    return [FigureSpec("rewards", "Is the reward going up?", (panel,))]
 
 
-def _policy_figure(tags: set[str]) -> list[FigureSpec]:
-    panels = tuple(Panel(label, tag.split("/")[-1], ((tag, label),)) for tag, label in POLICY_TAGS if tag in tags)
-    return [FigureSpec("policy", "Policy update: KL, clipping, entropy", panels)] if panels else []
+def _unscored_lines(scalars: Mapping[str, Series]) -> tuple[Line, ...]:
+    """Per component, the fractions of completions it did not score, where any is non-zero."""
+    lines = []
+    for name in sorted({*reward_components(scalars, "none_fraction"), *reward_components(scalars, "error_fraction")}):
+        for stat, meaning in (("none_fraction", "not applicable (None)"), ("error_fraction", "failed")):
+            tag = f"reward/{name}/{stat}"
+            if tag in scalars and not _is_zero(scalars[tag]):
+                lines.append(Line(f"{name}: {meaning}", tag, scalars[tag]))
+    return tuple(lines)
 
 
-def _length_figure(tags: set[str]) -> list[FigureSpec]:
+def _component_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
+    means = tuple(Line(name, f"reward/{name}/mean", scalars[f"reward/{name}/mean"])
+                  for name in reward_components(scalars, "mean"))
+    if not means:
+        return []
+    panels = [Panel("each reward component: mean over the batch's completions", "component reward", means,
+                    width=1.3)]
+    unscored = _unscored_lines(scalars)
+    if unscored:
+        panels.append(Panel("completions a reward did not score", "fraction of completions", unscored,
+                            unit_range=True))
+    return [FigureSpec("reward_components", "Which reward component moves?", tuple(panels), columns=len(panels))]
+
+
+def _policy_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
+    panels = []
+    kl = tuple(Line(label, tag, scalars[tag]) for tag, label in KL_TAGS if tag in scalars)
+    if kl:
+        panels.append(Panel("KL divergence", "KL (nats per token)", kl))
+    for tag, title, ylabel in (("actor/pg_clipfrac", "clip fraction: tokens whose ratio was clipped", "fraction"),
+                               ("actor/entropy", "entropy of the policy", "nats per token")):
+        if tag in scalars:
+            panels.append(Panel(title, ylabel, (Line(title.split(":")[0], tag, scalars[tag]),)))
     mean, low, high = LENGTH_TAGS
-    if mean not in tags:
+    if mean in scalars:
+        band = (scalars[low], scalars[high]) if low in scalars and high in scalars else None
+        panels.append(Panel("completion length (tokens up to EOS)", "tokens",
+                            (Line("mean length", mean, scalars[mean]),), band=band))
+    if not panels:
         return []
-    band = (low, high) if low in tags and high in tags else None
-    panel = Panel("response length", "tokens", ((mean, "mean"),), band=band)
-    return [FigureSpec("response_length", "Response length over training", (panel,))]
+    return [FigureSpec("policy", "Is the policy moving?", tuple(panels), columns=2)]
 
 
-def _validation_figure(tags: set[str]) -> list[FigureSpec]:
-    names = sorted((tag for tag in tags if tag.startswith("val-")), key=lambda tag: ("pass" not in tag, tag))
-    panels = tuple(Panel(tag, "pass rate" if "pass" in tag else "value", ((tag, tag),),
-                         unit_range="pass" in tag) for tag in names)
-    return [FigureSpec("validation", "Validation", panels)] if panels else []
+def _derived(steps: Sequence[int], values: Iterable[float]) -> Series:
+    return Series(tuple(steps), tuple(values))
 
 
-def _timing_label(tag: str) -> str:
-    phase = tag.removeprefix("timing_s/")
-    return "whole step" if phase == "step" else phase  # verl's 'step' is the sum of the phases
+def _rollout_lines(scalars: Mapping[str, Series], steps: Sequence[int]) -> list[Line]:
+    """The rollout, split into sampling and the rest when the sampling seconds fit inside it at
+    every step (they are summed over generation batches, which overlap on several replicas)."""
+    gen = scalars["timing_s/gen"]
+    sampling = scalars.get(SAMPLING_TAG)
+    if sampling is None or any(sampling.at(step) > gen.at(step) for step in steps):
+        return [Line("rollout", "timing_s/gen", gen)]
+    return [Line("rollout: sampling", SAMPLING_TAG, sampling),
+            Line("rollout: scoring, batching", "timing_s/gen - timing_s/rollout_sampling",
+                 _derived(steps, (gen.at(step) - sampling.at(step) for step in steps)))]
 
 
-def _timing_figure(tags: set[str]) -> list[FigureSpec]:
-    names = sorted(tag for tag in tags if tag.startswith("timing_s/"))
-    if not names:
+def _step_lines(scalars: Mapping[str, Series]) -> list[Line]:
+    """The stages that make up each step, small ones merged with the untimed rest, which is last."""
+    whole = scalars[STEP_TAG]
+    steps = whole.steps
+    stages = []
+    for tag, label in STEP_STAGES:
+        if tag in scalars:
+            stages += _rollout_lines(scalars, steps) if tag == "timing_s/gen" else [Line(label, tag, scalars[tag])]
+    total = sum(whole.values)
+    kept = [line for line in stages if sum(line.series.at(step) for step in steps) >= SMALL_STAGE_SHARE * total]
+    merged = [line.label for line in stages if line not in kept]
+    rest = _derived(steps, (max(0.0, whole.at(step) - sum(line.series.at(step) for line in kept)) for step in steps))
+    label = f"rest: {', '.join(merged)}, untimed" if merged else "rest: untimed"
+    return [*kept, Line(label, f"{STEP_TAG} - the stages above", rest)]
+
+
+def _timing_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
+    if STEP_TAG not in scalars:
         return []
-    lines = tuple((tag, _timing_label(tag)) for tag in names)
-    return [FigureSpec("timing", "Time per training step", (Panel("time per step, by phase", "seconds", lines),))]
+    lines = _step_lines(scalars)
+    hatched = ()
+    if VALIDATION_TIME_TAG in scalars:
+        lines.append(Line("validation (after the step)", VALIDATION_TIME_TAG, scalars[VALIDATION_TIME_TAG]))
+        hatched = (VALIDATION_TIME_TAG,)
+    stacked = Panel("time of each training step, by stage (legend: mean per step, share)", "seconds", tuple(lines),
+                    kind="stacked", width=1.6, hatched=hatched)
+    return [FigureSpec("timing", "Where does the time go?", (stacked,))]
 
 
-def figure_specs(tags: Sequence[str]) -> list[FigureSpec]:
-    """The figures a run with these scalar tags calls for, in a fixed order."""
-    present = set(tags)
-    return [*_reward_figures(present), *_policy_figure(present), *_length_figure(present),
-            *_validation_figure(present), *_timing_figure(present)]
+def _by_source(scalars: Mapping[str, Series], pattern: re.Pattern) -> tuple[Line, ...]:
+    matches = sorted((m["source"], m.string) for m in map(pattern.match, scalars) if m)
+    return tuple(Line(source, tag, scalars[tag]) for source, tag in matches)
+
+
+def _validation_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
+    panels = []
+    pass_at_1 = _by_source(scalars, _PASS_AT_1_TAG)
+    if pass_at_1:
+        panels.append(Panel("held-out pass@1 (all tests pass), per data source", "pass@1", pass_at_1,
+                            unit_range=True, width=1.6))
+    rewards = _by_source(scalars, _HELD_OUT_REWARD_TAG)
+    if rewards:
+        panels.append(Panel("held-out total reward, per data source", "reward", rewards))
+    if not panels:
+        return []
+    return [FigureSpec("validation", "Does held-out pass@1 rise?", tuple(panels), columns=len(panels))]
+
+
+def figure_specs(scalars: Mapping[str, Series]) -> list[FigureSpec]:
+    """The figures a run with these scalars calls for, in a fixed order."""
+    return [*_total_reward_figure(scalars), *_component_figure(scalars), *_policy_figure(scalars),
+            *_timing_figure(scalars), *_validation_figure(scalars)]
 
 
 # --------------------------------------------------------------------------- drawing
@@ -186,68 +297,149 @@ def trailing_mean(values: Sequence[float], window: int) -> list[float]:
     return means
 
 
-def _draw_line(axes, series: Series, label: str, color: str) -> None:
-    if len(series.values) < SMOOTH_FROM_POINTS:
-        axes.plot(series.steps, series.values, marker="o", markersize=3, color=color, label=label)
+def smoothing_window(points: int) -> int | None:
+    """How many steps the trailing mean of a series this long covers; None: drawn as it is."""
+    return max(3, points // 8) if points >= SMOOTH_FROM_POINTS else None
+
+
+def _smoothing_window(spec: FigureSpec) -> int | None:
+    """One window for the whole figure, from its longest line series, so that one caption names it."""
+    lengths = [len(line.series.values) for panel in spec.panels if panel.kind == "lines" for line in panel.lines]
+    return smoothing_window(max(lengths, default=0))
+
+
+def _draw_line(axes, line: Line, color: str, window: int | None) -> None:
+    series = line.series
+    if window is None or len(series.values) < SMOOTH_FROM_POINTS:
+        axes.plot(series.steps, series.values, marker="o", markersize=4, color=color, label=line.label)
         return
-    window = max(2, len(series.values) // 10)
-    axes.plot(series.steps, series.values, color=color, alpha=0.3, linewidth=1)
-    axes.plot(series.steps, trailing_mean(series.values, window), color=color, linewidth=2,
-              label=f"{label} (mean of last {window})")
+    axes.plot(series.steps, series.values, color=color, alpha=0.3, linewidth=1, label=f"_{line.label}: each step")
+    axes.plot(series.steps, trailing_mean(series.values, window), color=color, linewidth=2, label=line.label)
 
 
-def _within_unit_range(series: Iterable[Series]) -> bool:
+def _within_unit_range(lines: Iterable[Line]) -> bool:
     """Whether every finite value lies in [0, 1] (a rate named like one may still be a count)."""
-    return all(0.0 <= value <= 1.0 for one in series for value in one.values if math.isfinite(value))
+    return all(0.0 <= value <= 1.0 for line in lines for value in line.series.values if math.isfinite(value))
 
 
-def _draw_band(axes, low: Series, high: Series) -> None:
+def _draw_band(axes, low: Series, high: Series, color: str) -> None:
     if low.steps == high.steps:  # min and max logged at the same steps, as verl does
-        axes.fill_between(low.steps, low.values, high.values, color="C0", alpha=0.15, label="min-max")
+        axes.fill_between(low.steps, low.values, high.values, color=color, alpha=0.15, label="min-max")
 
 
-def _draw_panel(axes, panel: Panel, scalars: Mapping[str, Series]) -> None:
+def _legend_entries(panel: Panel) -> int:
+    """Entries of the panel's legend: none for one line (the title names it), else each line and the band."""
+    entries = len(panel.lines) + (panel.band is not None)
+    return entries if panel.kind == "lines" and entries > 1 else 0
+
+
+def _legend_above(axes, entries: int) -> None:
+    """The legend in rows between the title and the plotting area, clear of every line."""
+    axes.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=min(entries, 3), fontsize=8, frameon=False,
+                borderaxespad=0.2, handlelength=1.5, columnspacing=1.2)
+
+
+def _draw_lines_panel(axes, panel: Panel, window: int | None) -> None:
     if panel.band is not None:
-        _draw_band(axes, *(scalars[tag] for tag in panel.band))
-    for index, (tag, label) in enumerate(panel.lines):
-        _draw_line(axes, scalars[tag], label, f"C{index % 10}")
-    axes.set_title(panel.title, fontsize=10)
-    axes.set_xlabel("training step")
-    axes.set_ylabel(panel.ylabel)
-    if panel.unit_range and _within_unit_range(scalars[tag] for tag, _ in panel.lines):
+        _draw_band(axes, *panel.band, PALETTE[0])
+    for index, line in enumerate(panel.lines):
+        _draw_line(axes, line, PALETTE[index], window)
+    if panel.unit_range and _within_unit_range(panel.lines):
         axes.set_ylim(-0.03, 1.03)
+    if _legend_entries(panel):
+        _legend_above(axes, _legend_entries(panel))
+
+
+def _stage_colors(lines: Sequence[Line]) -> list[str]:
+    return [REST_COLOR if line.metric.startswith(f"{STEP_TAG} -") else PALETTE[index]
+            for index, line in enumerate(lines)]
+
+
+def _mean_per_step(line: Line, steps: int) -> float:
+    """A stage logged at some steps only (checkpoints) costs its total spread over the run's steps."""
+    return sum(line.series.values) / steps
+
+
+def _stage_legend(line: Line, steps: int, step_mean: float, hatched: bool) -> str:
+    if hatched:
+        runs = line.series.values
+        return f"{line.label}: {sum(runs) / len(runs):.2f} s each, {len(runs)} times"
+    mean = _mean_per_step(line, steps)
+    return f"{line.label}: {mean:.2f} s ({mean / step_mean:.0%})"
+
+
+def _draw_stacked_panel(axes, panel: Panel) -> None:
+    steps = sorted({step for line in panel.lines for step in line.series.steps})
+    width = 0.8 * min((b - a for a, b in zip(steps, steps[1:])), default=1)
+    inside = [line for line in panel.lines if line.metric not in panel.hatched]
+    step_count = max(len(line.series.values) for line in inside)
+    step_mean = sum(_mean_per_step(line, step_count) for line in inside)
+    bottom = [0.0] * len(steps)
+    for line, color in zip(panel.lines, _stage_colors(panel.lines)):
+        heights = [line.series.at(step) for step in steps]
+        hatched = line.metric in panel.hatched
+        axes.bar(steps, heights, width=width, bottom=bottom, color=color, hatch="//" if hatched else None,
+                 edgecolor="white" if hatched else color, linewidth=0,
+                 label=_stage_legend(line, step_count, step_mean, hatched))
+        bottom = [below + height for below, height in zip(bottom, heights)]
+    handles, labels = axes.get_legend_handles_labels()
+    axes.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
+                frameon=False, title=f"mean per step: {step_mean:.2f} s", title_fontsize=8,
+                alignment="left")  # the top of the stack first, as it reads
+
+
+def _draw_panel(axes, panel: Panel, window: int | None) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    if panel.kind == "stacked":
+        _draw_stacked_panel(axes, panel)
+    else:
+        _draw_lines_panel(axes, panel, window)
+    axes.set_xlabel("training step")
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.grid(True, alpha=0.3)
-    if len(panel.lines) > 1 or panel.band is not None or len(scalars[panel.lines[0][0]].values) >= SMOOTH_FROM_POINTS:
-        axes.legend(fontsize=8)
+    legend_rows = math.ceil(_legend_entries(panel) / 3)
+    axes.set_title(panel.title, fontsize=10, pad=6 + 15 * legend_rows)  # above the legend's rows
+    axes.set_ylabel(panel.ylabel)
 
 
-def render(spec: FigureSpec, scalars: Mapping[str, Series], path: str | os.PathLike) -> Path:
-    """Draws one figure, a grid of up to :data:`PANEL_COLUMNS` panels per row, into a PNG."""
+def draw(spec: FigureSpec):
+    """The matplotlib figure of ``spec``: rows of ``spec.columns`` panels."""
     from matplotlib.figure import Figure
 
-    columns = min(PANEL_COLUMNS, len(spec.panels))
-    rows = math.ceil(len(spec.panels) / columns)
-    figure = Figure(figsize=(5.2 * columns, 3.6 * rows + 0.6), layout="constrained")
-    figure.suptitle(spec.title, fontsize=13)
-    grid = figure.subplots(rows, columns, squeeze=False)
+    rows = math.ceil(len(spec.panels) / spec.columns)
+    widths = [panel.width for panel in spec.panels[:spec.columns]]
+    legend_room = 3.8 if any(panel.kind == "stacked" for panel in spec.panels) else 0.0  # its legend is beside it
+    figure = Figure(figsize=(5.0 * sum(widths) + legend_room + 0.4, 3.7 * rows + 0.5), layout="constrained")
+    figure.suptitle(spec.title, fontsize=13, fontweight="bold")
+    grid = figure.subplots(rows, spec.columns, squeeze=False, width_ratios=widths)
+    window = _smoothing_window(spec)
     for axes, panel in zip(grid.flat, spec.panels):
-        _draw_panel(axes, panel, scalars)
+        _draw_panel(axes, panel, window)
     for axes in list(grid.flat)[len(spec.panels):]:
         axes.set_visible(False)
-    path = Path(path)
-    figure.savefig(path, dpi=110)
-    return path
+    if window:
+        figure.supxlabel(f"faint: each step; bold: mean of the last {window} steps", fontsize=8, color="dimgray")
+    return figure
 
 
-def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None) -> list[Path]:
-    """Writes every figure the run's logs call for into ``out_dir`` (default: ``<event dir>/plots``)."""
+def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> list[Path]:
+    """Writes every figure the run's logs call for into ``out_dir`` and returns their paths."""
     event_dir = find_event_dir(run_dir)
     scalars = read_scalars(event_dir)
-    specs = figure_specs(list(scalars))
+    specs = figure_specs(scalars)
     if not specs:
         known = ", ".join(sorted(scalars)[:20]) or "none"
-        raise PlotError(f"{event_dir} holds no metric these plots show (rewards, actor/*, response_length/*, "
-                        f"val-*, timing_s/*); scalar tags found: {known}")
-    out_dir = Path(out_dir) if out_dir is not None else event_dir / "plots"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    return [render(spec, scalars, out_dir / f"{spec.name}.png") for spec in specs]
+        raise PlotError(f"{event_dir} holds no metric these plots show (reward/*, actor/*, response_length/*, "
+                        f"timing_s/*, val-core/*/acc/*); scalar tags found: {known}")
+    out_dir = Path(out_dir)
+    paths = []
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for spec in specs:
+            paths.append(out_dir / f"{spec.name}.png")
+            draw(spec).savefig(paths[-1], dpi=100)
+    except OSError as error:
+        raise PlotError(f"cannot write {paths[-1] if paths else out_dir}: {error.strerror or error}; "
+                        f"choose a writable directory with --out DIR") from error
+    return paths
