@@ -4,10 +4,17 @@ rewards sub-command (the router imports sub-commands other parts own)."""
 from __future__ import annotations
 
 import argparse
+import io
 import json
+import re
+import sys
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+from conftest import REPO
 
+from diffugrpo_plugin import rewards
 from diffugrpo_plugin.cli import rewards as rewards_cli
 from reward_support import TEST_UID_BASE, require_bwrap
 
@@ -48,24 +55,80 @@ def test_list_shows_name_distribution_and_description(capsys):
 
 def test_score_writes_one_object_per_line_in_order(tmp_path, capsys):
     path = write_jsonl(tmp_path / "in.jsonl", [
-        {"completion": CORRECT, "test_cases": ADD_TESTS},
-        {"completion": HALF, "test_cases": ADD_TESTS},
+        {"completion": CORRECT, "test_cases": ADD_TESTS, "task_id": 7},
+        "",
+        {"completion": HALF, "test_cases": ADD_TESTS, "id": "half", "task_id": "add"},
         {"completion": "no code", "test_cases": []},
     ])
     assert run_cli(["rewards", "score", path]) == 0
     first, second, third = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert list(first)[:2] == ["line", "task_id"] and (first["line"], first["task_id"]) == (1, 7)
     assert first["rewards"] == {"code": 1.0, "code_format": 1.0} and first["total"] == 2.5
     assert [t["outcome"] for t in first["tests"]] == ["PASSED", "PASSED"]
+    assert (second["line"], second["id"], second["task_id"]) == (3, "half", "add")  # the blank line 2 counts
     assert second["rewards"] == {"code": 0.5, "code_format": 1.0} and second["total"] == 1.5
     assert [t["outcome"] for t in second["tests"]] == ["PASSED", "FAILED"]
-    assert third == {"total": 0.0, "rewards": {"code": None, "code_format": 0.0}, "tests": None}
+    assert third["line"] == 4 and "id" not in third and "task_id" not in third
+    assert (third["total"], third["rewards"], third["tests"]) == (0.0, {"code": None, "code_format": 0.0}, None)
+
+
+def test_score_reads_stdin(tmp_path, capsys, monkeypatch):
+    lines = json.dumps({"completion": CORRECT, "test_cases": ADD_TESTS}) + "\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines.encode())))
+    assert run_cli(["rewards", "score", "-", "--reward", "syntax"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"line": 1, "total": 1.0, "rewards": {"syntax": 1.0}}
+
+
+def test_score_reads_parquet_and_numbers_its_rows(tmp_path, capsys):
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.Table.from_pylist([{"completion": CORRECT, "task_id": "a"}, {"completion": HALF, "task_id": "b"}]),
+                   path)
+    assert run_cli(["rewards", "score", str(path), "--reward", "syntax"]) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
+        {"line": 1, "task_id": "a", "total": 1.0, "rewards": {"syntax": 1.0}},
+        {"line": 2, "task_id": "b", "total": 1.0, "rewards": {"syntax": 1.0}},
+    ]
+
+
+def test_aggregation_choices_are_the_ones_the_readme_documents():
+    documented = re.search(r"aggregation: fixed +# (.+)", (REPO / "README.md").read_text()).group(1)
+    assert tuple(documented.split(" | ")) == rewards.AGGREGATIONS
+    parser = argparse.ArgumentParser()
+    rewards_cli.add_parser(parser.add_subparsers())
+    assert parser.parse_args(["rewards", "score", "f", "--aggregation", "group_normalized"]).aggregation == \
+        "group_normalized"
+
+
+def test_group_normalized_standardises_each_reward_within_its_task(tmp_path, capsys):
+    wrong = "```python\ndef add(a, b):\n    return 0\n```\n"
+    path = write_jsonl(tmp_path / "in.jsonl", [
+        {"completion": CORRECT, "test_cases": ADD_TESTS, "task_id": "add"},
+        {"completion": wrong, "test_cases": ADD_TESTS, "task_id": "add"},
+        {"completion": CORRECT, "test_cases": ADD_TESTS, "task_id": "alone"},
+    ])
+    assert run_cli(["rewards", "score", path, "--reward", "code=2", "--aggregation", "group_normalized"]) == 0
+    totals = [json.loads(line)["total"] for line in capsys.readouterr().out.splitlines()]
+    # code 1.0 and 0.0 in one group: mean 0.5, sample std 0.707 -> +-0.707 each, times weight 2; alone: 0
+    assert totals == pytest.approx([2 * 0.5 / (0.5 ** 0.5 + 1e-6), -2 * 0.5 / (0.5 ** 0.5 + 1e-6), 0.0])
+
+
+def test_group_normalized_needs_the_group_field_on_every_row(tmp_path, capsys):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"completion": CORRECT, "task_id": "a"}, {"completion": CORRECT}])
+    assert run_cli(["rewards", "score", path, "--reward", "syntax", "--aggregation", "group_normalized"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "diffugrpo rewards score: error: in.jsonl line 2: aggregation group_normalized groups rows by 'task_id', "
+        "which this row lacks; add it to every row or pass --group-by FIELD"]
+    assert captured.out == ""
+    assert run_cli(["rewards", "score", path, "--reward", "syntax", "--aggregation", "group_normalized",
+                    "--group-by", "completion"]) == 0
 
 
 def test_score_with_chosen_rewards_and_weights(tmp_path, capsys):
     path = write_jsonl(tmp_path / "in.jsonl", [{"completion": CORRECT, "test_cases": ADD_TESTS}])
     assert run_cli(["rewards", "score", path, "--reward", "syntax=3", "--reward", "code_format"]) == 0
     [line] = capsys.readouterr().out.splitlines()
-    assert json.loads(line) == {"total": 4.0, "rewards": {"syntax": 1.0, "code_format": 1.0}}
+    assert json.loads(line) == {"line": 1, "total": 4.0, "rewards": {"syntax": 1.0, "code_format": 1.0}}
 
 
 @pytest.mark.parametrize("lines, message", [

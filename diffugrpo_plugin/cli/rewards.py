@@ -1,17 +1,24 @@
 """``diffugrpo rewards``: list the installed reward functions, or score completions from a file.
 
     diffugrpo rewards list
-    diffugrpo rewards score FILE.jsonl [--reward NAME=WEIGHT ...] [--aggregation fixed|gated]
-                                       [--code-block first|last] [--timeout-s S] [--max-concurrency N]
+    diffugrpo rewards score FILE [--reward NAME=WEIGHT ...] [--aggregation fixed|gated|group_normalized]
+                                 [--group-by FIELD] [--code-block first|last] [--timeout-s S]
+                                 [--max-concurrency N]
 
-``score`` reads one JSON object per line, with ``completion`` and the row's dataset columns,
-and writes one JSON object per input line to stdout, in order::
+``score`` reads rows with ``completion`` and the row's dataset columns (JSON Lines, a JSON
+array or parquet; ``-`` reads standard input) and writes one JSON object per input row to
+stdout, in order, with the row's line number (parquet: row number) and its ``id`` /
+``task_id`` when it has one::
 
-    {"total": 2.5, "rewards": {"code": 1.0, "code_format": 1.0}, "tests": [{"outcome": "PASSED", ...}]}
+    {"line": 1, "task_id": "601", "total": 2.5, "rewards": {"code": 1.0, "code_format": 1.0},
+     "tests": [{"outcome": "PASSED", ...}]}
 
 ``tests`` (per-test outcomes of the ``code`` reward) appears when ``code`` is selected; it is
-null for rows without tests or completions that were not run. Default rewards: DiffuCoder's
-``code=2.0 code_format=0.5``.
+null for rows without tests or completions that were not run. Every row (its ``completion`` and
+test columns) is checked before any scoring starts. ``group_normalized`` standardises each
+reward within the rows sharing ``--group-by`` (default ``task_id``: the completions of one
+problem) before weighting, so its totals are written once the whole file is scored. Default
+rewards: DiffuCoder's ``code=2.0 code_format=0.5``.
 """
 
 from __future__ import annotations
@@ -19,10 +26,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Iterator
+
+from diffugrpo_plugin.cli import report_error
+from diffugrpo_plugin.code_execution import tests_from_row
+from diffugrpo_plugin.data.records import DataError, Record, checked_field, read_records
+from diffugrpo_plugin.plugins import PluginError
+from diffugrpo_plugin.rewards import AGGREGATIONS, RewardConfigError, RewardSpec, group_normalized_totals
+from diffugrpo_plugin.sandbox import SandboxError, SandboxUnavailable
 
 DEFAULT_REWARDS = ("code=2.0", "code_format=0.5")
 CHUNK_LINES = 64
+ID_FIELDS = ("id", "task_id")
+Scored = tuple[Record, dict[str, Any]]
+
+TEST_COLUMNS_HELP = ("test columns, first match wins: test_cases (assert strings, or {input, output} pairs); "
+                     "test_list (MBPP) with test_setup_code / test_imports; test + entry_point (HumanEval); "
+                     "inputs + outputs (stdin/stdout)")
 
 
 def reward_weight(text: str) -> tuple[str, float]:
@@ -44,11 +64,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     listing = actions.add_parser("list", help="installed rewards: name, providing distribution, description")
     listing.set_defaults(func=list_command)
 
-    score = actions.add_parser("score", help="score completions from a JSONL file, one JSON object per line out")
-    score.add_argument("file", metavar="FILE.jsonl", help="lines of {\"completion\": ..., <dataset columns>}")
+    score = actions.add_parser("score", help="score completions from a file, one JSON object per row out",
+                               epilog=TEST_COLUMNS_HELP)
+    score.add_argument("file", metavar="FILE", help="rows of {\"completion\": ..., <dataset columns>}: .jsonl, .json "
+                                                    "or .parquet; - reads standard input")
     score.add_argument("--reward", dest="rewards", action="append", type=reward_weight, metavar="NAME=WEIGHT",
                        help=f"a reward and its weight; repeat for several (default: {' '.join(DEFAULT_REWARDS)})")
-    score.add_argument("--aggregation", choices=("fixed", "gated"), default="fixed")
+    score.add_argument("--aggregation", choices=AGGREGATIONS, default="fixed",
+                       help="how the weighted rewards combine (README, Rewards)")
+    score.add_argument("--group-by", default="task_id", metavar="FIELD",
+                       help="group_normalized: rows with equal FIELD are one group (default: task_id)")
     score.add_argument("--code-block", choices=("first", "last"), default="first",
                        help="which fenced python block is judged (first: DiffuCoder, last: open-r1)")
     score.add_argument("--timeout-s", type=float, default=None, help="wall-clock limit per test")
@@ -62,8 +87,7 @@ def list_command(args: argparse.Namespace) -> int:
     try:
         known = plugins.registrations("reward")
     except plugins.PluginError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return report_error("rewards list", exc)
     rows = [(name, registration.distribution, registration.description)
             for name, registration in sorted(known.items())]
     header = ("NAME", "DISTRIBUTION", "DESCRIPTION")
@@ -101,24 +125,56 @@ def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return outputs
 
 
-def score_command(args: argparse.Namespace) -> int:
-    from diffugrpo_plugin.data.records import DataError, checked_field, read_records
-    from diffugrpo_plugin.plugins import PluginError
-    from diffugrpo_plugin.rewards import RewardConfigError, RewardSpec
-    from diffugrpo_plugin.sandbox import SandboxError, SandboxUnavailable
+def checked_rows(records: list[Record]) -> None:
+    """Every row has a completion and well-formed test columns, or a DataError names its line."""
+    for record in records:
+        checked_field(record, "completion")
+        try:
+            tests_from_row(record.data)
+        except ValueError as error:
+            raise DataError(f"{record.where}: {error}; fix the row's tests ({TEST_COLUMNS_HELP})") from error
 
+
+def group_ids(records: list[Record], field: str) -> list[str]:
+    """Each row's ``field`` (JSON text, so lists and objects compare by value) for ``group_normalized``."""
+    missing = next((record for record in records if record.data.get(field) is None), None)
+    if missing is not None:
+        raise DataError(f"{missing.where}: aggregation group_normalized groups rows by '{field}', which this row "
+                        f"lacks; add it to every row or pass --group-by FIELD")
+    return [json.dumps(record.data[field], sort_keys=True) for record in records]
+
+
+def labelled(record: Record, output: dict[str, Any]) -> dict[str, Any]:
+    """An output object led by where its row came from: the line number and the row's id fields."""
+    ids = {name: record.data[name] for name in ID_FIELDS if record.data.get(name) is not None}
+    return {"line": record.line, **ids, **output}
+
+
+def scored_rows(spec: RewardSpec, records: list[Record]) -> Iterator[Scored]:
+    """``(record, output)`` for every row, scored chunk by chunk."""
+    for start in range(0, len(records), CHUNK_LINES):
+        chunk = records[start:start + CHUNK_LINES]
+        yield from zip(chunk, score_rows(spec, [record.data for record in chunk]), strict=True)
+
+
+def group_normalized(spec: RewardSpec, pairs: list[Scored], groups: list[str]) -> list[Scored]:
+    """``pairs`` with each total replaced by its group-normalised one."""
+    totals = group_normalized_totals([output["rewards"] for _, output in pairs], groups, spec.weights)
+    return [(record, {**output, "total": total}) for (record, output), total in zip(pairs, totals, strict=True)]
+
+
+def score_command(args: argparse.Namespace) -> int:
     try:
         spec = RewardSpec.from_config(rewards_config(args))
         records = read_records(args.file)
-        for record in records:
-            checked_field(record, "completion")  # every line is checked before any scoring starts
-        rows = [record.data for record in records]
-        for start in range(0, len(rows), CHUNK_LINES):
-            chunk = rows[start:start + CHUNK_LINES]
-            for output in score_rows(spec, chunk):
-                sys.stdout.write(json.dumps(output) + "\n")
+        checked_rows(records)  # every row is checked before any scoring starts
+        pairs = scored_rows(spec, records)
+        if spec.aggregation == "group_normalized":
+            groups = group_ids(records, args.group_by)
+            pairs = group_normalized(spec, list(pairs), groups)
+        for record, output in pairs:
+            sys.stdout.write(json.dumps(labelled(record, output)) + "\n")
             sys.stdout.flush()
     except (DataError, RewardConfigError, PluginError, SandboxUnavailable, SandboxError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return report_error("rewards score", exc)
     return 0
