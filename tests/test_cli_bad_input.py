@@ -71,7 +71,8 @@ def test_non_utf8_input(tmp_path, capsys, out):
     path = tmp_path / "in.jsonl"
     path.write_bytes(json.dumps(MBPP_ROW).encode() + b"\n" + LATIN_1 + b"\n")
     byte = len(json.dumps(MBPP_ROW)) + 1 + LATIN_1.index(b"\xe9")
-    message = f"in.jsonl line 2: not UTF-8 text (byte {byte} of the input); save it as UTF-8 text (e.g. `iconv -t UTF-8`)"
+    message = (f"in.jsonl line 2: not UTF-8 text (byte {byte} of the input); "
+               f"save it as UTF-8 text (e.g. `iconv -t UTF-8`)")
     fails_with(score(path), capsys, "rewards score", message)
     fails_with(prepare(path, out), capsys, "data prepare", message)
 

@@ -81,8 +81,8 @@ def test_score_reads_stdin(tmp_path, capsys, monkeypatch):
 
 def test_score_reads_parquet_and_numbers_its_rows(tmp_path, capsys):
     path = tmp_path / "in.parquet"
-    pq.write_table(pa.Table.from_pylist([{"completion": CORRECT, "task_id": "a"}, {"completion": HALF, "task_id": "b"}]),
-                   path)
+    rows = [{"completion": CORRECT, "task_id": "a"}, {"completion": HALF, "task_id": "b"}]
+    pq.write_table(pa.Table.from_pylist(rows), path)
     assert run_cli(["rewards", "score", str(path), "--reward", "syntax"]) == 0
     assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [
         {"line": 1, "task_id": "a", "total": 1.0, "rewards": {"syntax": 1.0}},

@@ -259,8 +259,10 @@ def test_parquet_input_gives_records_with_row_numbers(tmp_path):
 @pytest.mark.parametrize("name, content, message", [
     ("c.parquet", b"PAR1 but truncated", r"^c\.parquet is not a readable parquet file \(.*\); write it again with "
                                          r"`diffugrpo data prepare` or pyarrow$"),
-    ("c.jsonl", b'{"a": 1}\n{"b": "\x00"}\n', r"^c\.jsonl line 2: binary data \(a NUL byte\), not text; give JSON Lines"),
-    ("c.jsonl", b'{"a": 1}\n{"b": "caf\xe9"}\n', r"^c\.jsonl line 2: not UTF-8 text \(byte 19 of the input\); save it as UTF-8 text"),
+    ("c.jsonl", b'{"a": 1}\n{"b": "\x00"}\n',
+     r"^c\.jsonl line 2: binary data \(a NUL byte\), not text; give JSON Lines"),
+    ("c.jsonl", b'{"a": 1}\n{"b": "caf\xe9"}\n',
+     r"^c\.jsonl line 2: not UTF-8 text \(byte 19 of the input\); save it as UTF-8 text"),
     ("c.jsonl", b"", r"^c\.jsonl holds no JSON object \(the file is empty\); give one JSON object per line$"),
     ("c.jsonl", b"\n  \n", r"^c\.jsonl holds no JSON object"),
 ])
