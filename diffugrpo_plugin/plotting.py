@@ -35,6 +35,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -52,10 +53,12 @@ STEP_STAGES = (("timing_s/gen", "rollout"), ("timing_s/reward", "reward (colocat
                ("timing_s/update_critic", "critic update"), ("timing_s/update_actor", "policy update"),
                ("timing_s/save_checkpoint", "checkpoint"), ("timing_s/update_weights", "weight sync to rollout"))
 SMALL_STAGE_SHARE = 0.02
+BARS_UP_TO_STEPS = 80
 SMOOTH_FROM_POINTS = 20
-# tab10 without its grey (kept for the untimed rest), then darker colours of their own
+# tab10 without its grey (kept for the untimed rest), then black and tab20b's dark and middle tones: 20 colours
 PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
-           "#393b79", "#637939", "#843c39", "#7b4173", "#000000")
+           "#000000", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#6b6ecf", "#b5cf6b", "#e7ba52",
+           "#d6616b", "#ce6dbd")
 REST_COLOR = "#7f7f7f"
 _COMPONENT_TAG = re.compile(r"^reward/(?P<name>.+)/(?P<stat>mean|none_fraction|error_fraction)$")
 _PASS_AT_1_TAG = re.compile(r"^val-core/(?P<source>[^/]+)/acc/mean@\d+$")
@@ -73,9 +76,13 @@ class Series:
     steps: tuple[int, ...]
     values: tuple[float, ...]
 
+    @cached_property
+    def _by_step(self) -> dict[int, float]:
+        return dict(zip(self.steps, self.values))
+
     def at(self, step: int) -> float:
         """The value at ``step``, 0 where the series was not logged (a stage that did not run)."""
-        return dict(zip(self.steps, self.values)).get(step, 0.0)
+        return self._by_step.get(step, 0.0)
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,7 @@ class Panel:
     """One axes. ``kind``: ``lines``, or ``stacked``: bars per step, one segment per line, the
     ``hatched`` metrics' segments lying outside the step.
     ``band``: a (low, high) range drawn under the first line. ``unit_range``: a rate whose level
-    should read against the whole 0-1 range. ``width``: relative width in the figure's row."""
+    should read against the whole 0-1 range. ``from_zero``: a small rate whose axis starts at 0. ``width``: relative width in the figure's row."""
 
     title: str
     ylabel: str
@@ -100,6 +107,7 @@ class Panel:
     kind: str = "lines"
     band: tuple[Series, Series] | None = None
     unit_range: bool = False
+    from_zero: bool = False
     width: float = 1.0
     hatched: tuple[str, ...] = ()
 
@@ -201,10 +209,12 @@ def _policy_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
     kl = tuple(Line(label, tag, scalars[tag]) for tag, label in KL_TAGS if tag in scalars)
     if kl:
         panels.append(Panel("KL divergence", "KL (nats per token)", kl))
-    for tag, title, ylabel in (("actor/pg_clipfrac", "clip fraction: tokens whose ratio was clipped", "fraction"),
-                               ("actor/entropy", "entropy of the policy", "nats per token")):
-        if tag in scalars:
-            panels.append(Panel(title, ylabel, (Line(title.split(":")[0], tag, scalars[tag]),)))
+    if "actor/pg_clipfrac" in scalars:
+        panels.append(Panel("clip fraction: tokens whose ratio was clipped", "fraction",
+                            (Line("clip fraction", "actor/pg_clipfrac", scalars["actor/pg_clipfrac"]),), from_zero=True))
+    if "actor/entropy" in scalars:
+        panels.append(Panel("entropy of the policy", "nats per token",
+                            (Line("entropy", "actor/entropy", scalars["actor/entropy"]),)))
     mean, low, high = LENGTH_TAGS
     if mean in scalars:
         band = (scalars[low], scalars[high]) if low in scalars and high in scalars else None
@@ -261,19 +271,29 @@ def _timing_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
 
 
 def _by_source(scalars: Mapping[str, Series], pattern: re.Pattern) -> tuple[Line, ...]:
-    matches = sorted((m["source"], m.string) for m in map(pattern.match, scalars) if m)
-    return tuple(Line(source, tag, scalars[tag]) for source, tag in matches)
+    """One line per data source: its ``val-core`` tag where verl logged the metric under both."""
+    matches = sorted((m["source"], not m.string.startswith("val-core/"), m.string)
+                     for m in map(pattern.match, scalars) if m)
+    first = {}
+    for source, _, tag in matches:
+        first.setdefault(source, tag)
+    return tuple(Line(source, tag, scalars[tag]) for source, tag in first.items())
+
+
+def _sources(lines: Sequence[Line]) -> str:
+    """The title's data source, where one line and so no legend names it."""
+    return f" on {lines[0].label}" if len(lines) == 1 else ", per data source"
 
 
 def _validation_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
     panels = []
     pass_at_1 = _by_source(scalars, _PASS_AT_1_TAG)
     if pass_at_1:
-        panels.append(Panel("held-out pass@1 (all tests pass), per data source", "pass@1", pass_at_1,
+        panels.append(Panel(f"held-out pass@1 (all tests pass){_sources(pass_at_1)}", "pass@1", pass_at_1,
                             unit_range=True, width=1.6))
     rewards = _by_source(scalars, _HELD_OUT_REWARD_TAG)
     if rewards:
-        panels.append(Panel("held-out total reward, per data source", "reward", rewards))
+        panels.append(Panel(f"held-out total reward{_sources(rewards)}", "reward", rewards))
     if not panels:
         return []
     return [FigureSpec("validation", "Does held-out pass@1 rise?", tuple(panels), columns=len(panels))]
@@ -308,13 +328,15 @@ def _smoothing_window(spec: FigureSpec) -> int | None:
     return smoothing_window(max(lengths, default=0))
 
 
-def _draw_line(axes, line: Line, color: str, window: int | None) -> None:
+def _draw_line(axes, line: Line, index: int, window: int | None) -> None:
+    """The ``index``-th line of its axes, in a colour of its own (dashed past the palette's 20)."""
     series = line.series
+    style = dict(color=PALETTE[index % len(PALETTE)], linestyle="-" if index < len(PALETTE) else "--")
     if window is None or len(series.values) < SMOOTH_FROM_POINTS:
-        axes.plot(series.steps, series.values, marker="o", markersize=4, color=color, label=line.label)
+        axes.plot(series.steps, series.values, marker="o", markersize=4, label=line.label, **style)
         return
-    axes.plot(series.steps, series.values, color=color, alpha=0.3, linewidth=1, label=f"_{line.label}: each step")
-    axes.plot(series.steps, trailing_mean(series.values, window), color=color, linewidth=2, label=line.label)
+    axes.plot(series.steps, series.values, alpha=0.3, linewidth=1, label=f"_{line.label}: each step", **style)
+    axes.plot(series.steps, trailing_mean(series.values, window), linewidth=2, label=line.label, **style)
 
 
 def _within_unit_range(lines: Iterable[Line]) -> bool:
@@ -343,9 +365,12 @@ def _draw_lines_panel(axes, panel: Panel, window: int | None) -> None:
     if panel.band is not None:
         _draw_band(axes, *panel.band, PALETTE[0])
     for index, line in enumerate(panel.lines):
-        _draw_line(axes, line, PALETTE[index], window)
+        _draw_line(axes, line, index, window)
     if panel.unit_range and _within_unit_range(panel.lines):
         axes.set_ylim(-0.03, 1.03)
+    elif panel.from_zero and _within_unit_range(panel.lines):
+        top = max(0.05, *(max(line.series.values) * 1.1 for line in panel.lines))
+        axes.set_ylim(-0.03 * top, top)  # a line at 0 stays clear of the frame
     if _legend_entries(panel):
         _legend_above(axes, _legend_entries(panel))
 
@@ -377,11 +402,15 @@ def _draw_stacked_panel(axes, panel: Panel) -> None:
     bottom = [0.0] * len(steps)
     for line, color in zip(panel.lines, _stage_colors(panel.lines)):
         heights = [line.series.at(step) for step in steps]
+        top = [below + height for below, height in zip(bottom, heights)]
         hatched = line.metric in panel.hatched
-        axes.bar(steps, heights, width=width, bottom=bottom, color=color, hatch="//" if hatched else None,
-                 edgecolor="white" if hatched else color, linewidth=0,
-                 label=_stage_legend(line, step_count, step_mean, hatched))
-        bottom = [below + height for below, height in zip(bottom, heights)]
+        style = dict(color=color, hatch="//" if hatched else None, edgecolor="white" if hatched else color,
+                     linewidth=0, label=_stage_legend(line, step_count, step_mean, hatched))
+        if len(steps) <= BARS_UP_TO_STEPS:
+            axes.bar(steps, heights, width=width, bottom=bottom, **style)
+        else:  # bars this thin would leave seams: one stepped band per stage instead
+            axes.fill_between(steps, bottom, top, step="mid", **style)
+        bottom = top
     handles, labels = axes.get_legend_handles_labels()
     axes.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
                 frameon=False, title=f"mean per step: {step_mean:.2f} s", title_fontsize=8,
@@ -407,12 +436,13 @@ def draw(spec: FigureSpec):
     """The matplotlib figure of ``spec``: rows of ``spec.columns`` panels."""
     from matplotlib.figure import Figure
 
-    rows = math.ceil(len(spec.panels) / spec.columns)
-    widths = [panel.width for panel in spec.panels[:spec.columns]]
+    columns = min(spec.columns, len(spec.panels))
+    rows = math.ceil(len(spec.panels) / columns)
+    widths = [panel.width for panel in spec.panels[:columns]]
     legend_room = 3.8 if any(panel.kind == "stacked" for panel in spec.panels) else 0.0  # its legend is beside it
     figure = Figure(figsize=(5.0 * sum(widths) + legend_room + 0.4, 3.7 * rows + 0.5), layout="constrained")
     figure.suptitle(spec.title, fontsize=13, fontweight="bold")
-    grid = figure.subplots(rows, spec.columns, squeeze=False, width_ratios=widths)
+    grid = figure.subplots(rows, columns, squeeze=False, width_ratios=widths)
     window = _smoothing_window(spec)
     for axes, panel in zip(grid.flat, spec.panels):
         _draw_panel(axes, panel, window)

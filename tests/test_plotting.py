@@ -126,6 +126,9 @@ def test_policy_figure_shows_kl_clipping_entropy_and_length(specs, run_scalars):
     kl, clip, entropy, length = specs["policy"].panels
     assert metrics(kl) == ["actor/kl_loss", "actor/ppo_kl"]
     assert metrics(clip) == ["actor/pg_clipfrac"] and metrics(entropy) == ["actor/entropy"]
+    (never_clipped,) = plotting.figure_specs({"actor/pg_clipfrac": series([0, 0, 0])})
+    (axes,) = plotting.draw(never_clipped).axes
+    assert axes.get_ylim() == pytest.approx((-0.0015, 0.05))  # a flat zero reads as zero, not as mid-axis
     assert metrics(length) == ["response_length/mean"]
     assert length.band == (run_scalars["response_length/min"], run_scalars["response_length/max"])
     (no_band,) = plotting.figure_specs({"response_length/mean": series([3, 4])})
@@ -134,11 +137,17 @@ def test_policy_figure_shows_kl_clipping_entropy_and_length(specs, run_scalars):
 
 def test_validation_puts_pass_at_1_first_and_drops_the_bookkeeping_series(specs):
     pass_at_1, held_out_reward = specs["validation"].panels
+    assert pass_at_1.title == "held-out pass@1 (all tests pass), per data source"
     assert [line.label for line in pass_at_1.lines] == ["mbpp", "synthetic"]
     assert metrics(pass_at_1) == ["val-core/mbpp/acc/mean@1", "val-core/synthetic/acc/mean@1"]
     assert pass_at_1.unit_range and pass_at_1.width > held_out_reward.width
     assert metrics(held_out_reward) == ["val-aux/mbpp/reward/mean@1", "val-aux/synthetic/reward/mean@1"]
     assert pass_at_1.lines[0].series.steps == VALIDATION_STEPS
+    both = {"val-aux/mbpp/reward/mean@1": series([1]), "val-core/mbpp/reward/mean@1": series([2])}
+    (reward_only,) = plotting.figure_specs(both)
+    assert metrics(reward_only.panels[0]) == ["val-core/mbpp/reward/mean@1"]  # one line per source
+    (one_source,) = plotting.figure_specs({"val-core/synthetic/acc/mean@1": series([0.1, 0.2], steps=[0, 4])})
+    assert one_source.panels[0].title == "held-out pass@1 (all tests pass) on synthetic"  # no legend names it
 
 
 def test_step_time_stacks_to_the_whole_step_with_small_stages_merged(specs):
@@ -308,3 +317,14 @@ def test_timing_legend_gives_each_stage_its_mean_and_share_of_the_step(specs):
     assert labels[0] == "validation (after the step): 0.12 s each, 3 times"  # top of the stack, not a share
     assert labels[-1] == f"rollout: sampling: 5.00 s ({5.0 / step_mean:.0%})"
     assert f"checkpoint: 0.42 s ({10.0 / STEPS / step_mean:.0%})" in labels  # 2 checkpoints over 24 steps
+
+
+def test_a_long_run_stacks_stepped_bands_with_the_same_stages_and_colours(tmp_path):
+    write_run(tmp_path, steps=plotting.BARS_UP_TO_STEPS + 1, tags=[], validation=False)
+    (timing,) = plotting.figure_specs(plotting.read_scalars(tmp_path))
+    (axes,) = plotting.draw(timing).axes
+    assert not axes.containers  # no bars
+    entries = legend_entries(axes)
+    assert [label.split(":")[0] for label, _ in entries] == [line.label.split(":")[0] for line in timing.panels[0].lines]
+    colors = [tuple(band.get_facecolor()[0]) for band in axes.collections]
+    assert len(colors) == len(timing.panels[0].lines) and len(set(colors)) == len(colors)
