@@ -99,7 +99,8 @@ class Panel:
     """One axes. ``kind``: ``lines``, or ``stacked``: bars per step, one segment per line, the
     ``hatched`` metrics' segments lying outside the step.
     ``band``: a (low, high) range drawn under the first line. ``unit_range``: a rate whose level
-    should read against the whole 0-1 range. ``from_zero``: a small rate whose axis starts at 0. ``width``: relative width in the figure's row."""
+    should read against the whole 0-1 range. ``from_zero``: a small rate whose axis starts at 0.
+    ``width``: relative width in the figure's row."""
 
     title: str
     ylabel: str
@@ -175,7 +176,8 @@ def _total_reward_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
     tag = next((tag for tag in TOTAL_REWARD_TAGS if tag in scalars), None)
     if tag is None:
         return []
-    panel = Panel("total reward: mean over the batch's completions", "reward", (Line("total reward", tag, scalars[tag]),))
+    line = Line("total reward", tag, scalars[tag])
+    panel = Panel("total reward: mean over the batch's completions", "reward", (line,))
     return [FigureSpec("rewards", "Is the reward going up?", (panel,))]
 
 
@@ -210,8 +212,8 @@ def _policy_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
     if kl:
         panels.append(Panel("KL divergence", "KL (nats per token)", kl))
     if "actor/pg_clipfrac" in scalars:
-        panels.append(Panel("clip fraction: tokens whose ratio was clipped", "fraction",
-                            (Line("clip fraction", "actor/pg_clipfrac", scalars["actor/pg_clipfrac"]),), from_zero=True))
+        line = Line("clip fraction", "actor/pg_clipfrac", scalars["actor/pg_clipfrac"])
+        panels.append(Panel("clip fraction: tokens whose ratio was clipped", "fraction", (line,), from_zero=True))
     if "actor/entropy" in scalars:
         panels.append(Panel("entropy of the policy", "nats per token",
                             (Line("entropy", "actor/entropy", scalars["actor/entropy"]),)))

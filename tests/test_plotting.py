@@ -325,6 +325,7 @@ def test_a_long_run_stacks_stepped_bands_with_the_same_stages_and_colours(tmp_pa
     (axes,) = plotting.draw(timing).axes
     assert not axes.containers  # no bars
     entries = legend_entries(axes)
-    assert [label.split(":")[0] for label, _ in entries] == [line.label.split(":")[0] for line in timing.panels[0].lines]
+    stages = [line.label.split(":")[0] for line in timing.panels[0].lines]
+    assert [label.split(":")[0] for label, _ in entries] == stages
     colors = [tuple(band.get_facecolor()[0]) for band in axes.collections]
     assert len(colors) == len(timing.panels[0].lines) and len(set(colors)) == len(colors)
