@@ -3,6 +3,8 @@
 Composes verl's ``ppo_trainer`` config with ``algorithm=coupled_grpo`` (the default), checks the
 configuration for mistakes a user can fix before any Ray process starts, then runs verl's own
 ``main_ppo`` body: the same code ``python -m verl.trainer.main_ppo +algorithm=coupled_grpo`` runs.
+The terminal shows a progress bar and one line per step; the rest goes to ``train.log`` in the
+Hydra output directory unless ``diffugrpo.verbose=true`` (:mod:`.integration.console`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import sys
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 
 
 @hydra.main(config_path="pkg://diffugrpo_plugin.config", config_name="diffugrpo", version_base=None)
@@ -31,7 +34,11 @@ def main(config) -> None:
     except ConfigError as error:
         print(f"diffugrpo: configuration error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
-    main_ppo.main.__wrapped__(config)
+    from diffugrpo_plugin.integration.console import run_quietly
+    from diffugrpo_plugin.integration.platform import size_ray_workers
+
+    size_ray_workers(config)
+    run_quietly(config, main_ppo.main.__wrapped__, HydraConfig.get().runtime.output_dir)
 
 
 if __name__ == "__main__":

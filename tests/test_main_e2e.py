@@ -19,7 +19,8 @@ SHORT = ["trainer.val_before_train=false", "trainer.test_freq=-1"]
 
 
 def main_command(*overrides: str) -> list[str]:
-    return [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo", *overrides]
+    # verbose: these tests read verl's full per-step metric dump, which a quiet run writes to its log file only
+    return [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo", "diffugrpo.verbose=true", *overrides]
 
 
 def rollouts_by_step(directory: Path) -> dict[int, list[dict]]:

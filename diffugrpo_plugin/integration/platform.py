@@ -8,10 +8,14 @@ any host where CUDA, ROCm or an NPU is detected keeps verl's platform untouched.
 Ray still schedules trainer workers on a resource called "GPU" (verl hard-codes
 ``use_gpu=True`` in its resource pools); on CPU those are *logical* GPUs that our config
 declares to ``ray.init`` (see ``diffugrpo_plugin/config``), one per trainer process.
+
+The machine's size: :func:`ray_logical_cpus` and :func:`torch_threads_per_trainer` size Ray and
+torch from the physical cores (the config's ``ray_kwargs.ray_init`` keys use them).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from types import ModuleType
 from typing import Any, Optional
@@ -28,6 +32,74 @@ def accelerator_present() -> bool:
         return True
     npu = getattr(torch, "npu", None)
     return bool(npu is not None and npu.is_available())
+
+
+# TransferQueue's thread count for tensor copies when TQ_NUM_THREADS is unset; it warns on every
+# copy where that exceeds the physical cores
+TRANSFER_QUEUE_DEFAULT_THREADS = 8
+# CPUs verl's TransferQueue reserves in Ray besides its storage units: its controller actor
+TRANSFER_QUEUE_CONTROLLER_CPUS = 1
+# one free CPU lets Ray place the actors that reserve none while running (task runner, agent
+# loop, reward and rollout-server actors): Ray asks one CPU of each to schedule it
+SCHEDULING_HEADROOM_CPUS = 1
+
+
+def physical_cores() -> int:
+    import psutil
+
+    return psutil.cpu_count(logical=False) or os.cpu_count() or 1
+
+
+def ray_logical_cpus(cores: int, trainer_processes: int, storage_units: int) -> int:
+    """Ray's CPU count on a CPU-only host: the physical cores, unless verl's reservations need more.
+
+    Ray's CPUs are scheduling tokens, not threads. Each trainer process holds one in its placement
+    group bundle, each TransferQueue storage unit and the controller hold one; less than that and
+    verl's placement groups wait forever. Nothing else reserves a CPU while it runs."""
+    reserved = trainer_processes + storage_units + TRANSFER_QUEUE_CONTROLLER_CPUS + SCHEDULING_HEADROOM_CPUS
+    return max(cores, reserved)
+
+
+def torch_threads_per_trainer(cores: int, trainer_processes: int) -> int:
+    """Threads for each trainer process's torch: the physical cores shared out, at least one each
+    (Ray would start every actor with one thread, leaving the other cores of a CPU host idle)."""
+    return max(1, cores // max(1, trainer_processes))
+
+
+def worker_thread_env(cores: int, trainer_processes: int, on_cpu: bool) -> dict[str, str]:
+    """Thread counts for every Ray worker's environment: TransferQueue's copy threads never above the
+    physical cores (it warns on every copy otherwise) and, on a CPU host, torch's threads
+    (:func:`torch_threads_per_trainer`; where an accelerator trains, Ray's one per process stays)."""
+    env = {"TQ_NUM_THREADS": str(min(TRANSFER_QUEUE_DEFAULT_THREADS, cores))}
+    if on_cpu:
+        env["OMP_NUM_THREADS"] = str(torch_threads_per_trainer(cores, trainer_processes))
+    return env
+
+
+def ray_worker_env_vars(config):
+    """``ray_kwargs.ray_init.runtime_env.env_vars``, created if missing: every Ray worker's environment."""
+    from omegaconf import open_dict
+
+    with open_dict(config):
+        ray_init = config.ray_kwargs.ray_init
+        if ray_init.get("runtime_env") is None:
+            ray_init.runtime_env = {}
+        if ray_init.runtime_env.get("env_vars") is None:
+            ray_init.runtime_env.env_vars = {}
+    return ray_init.runtime_env.env_vars
+
+
+def size_ray_workers(config) -> None:
+    """Adds :func:`worker_thread_env` to the Ray workers' environment where the config does not set them.
+    In code, not in the config: verl passes that node to Ray without resolving interpolations."""
+    from omegaconf import open_dict
+
+    env_vars = ray_worker_env_vars(config)
+    sized = worker_thread_env(physical_cores(), int(config.trainer.n_gpus_per_node), not accelerator_present())
+    with open_dict(env_vars):
+        for name, value in sized.items():
+            if name not in env_vars:
+                env_vars[name] = value
 
 
 class CPUDeviceModule(ModuleType):

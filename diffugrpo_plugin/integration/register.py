@@ -48,6 +48,9 @@ def _register_all() -> None:
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".* engine is not available", category=UserWarning)
         from diffugrpo_plugin.integration import engine, trainer  # noqa: F401
+    from diffugrpo_plugin.integration.console import quiet_worker_output
+
+    quiet_worker_output()  # a Ray worker of a quiet run keeps its terminal for errors (see .console)
 
 
 try:

@@ -3,6 +3,7 @@
 * ``${diffugrpo.on_cpu:CPU_VALUE,ACCELERATOR_VALUE}``: the first value on a CPU-only host, the
   second where verl finds an accelerator (dtype, logical Ray resources). Nothing else in our
   code picks a device: verl's platform does.
+* ``${diffugrpo.ray_cpus:TRAINERS,STORAGE_UNITS}``: Ray's CPU count for this machine (see :mod:`.platform`).
 * ``${diffugrpo.default_model:}`` / ``${diffugrpo.default_data:train}``: the tiny built-in
   model (warm-started by a short masked SFT, see :mod:`diffugrpo_plugin.warm_start`)
   and the generated code-task parquet, built on first use into ``$DIFFUGRPO_HOME``.
@@ -12,11 +13,15 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from diffugrpo_plugin.integration.platform import accelerator_present
+from diffugrpo_plugin.integration.platform import accelerator_present, physical_cores, ray_logical_cpus
 
 
 def on_cpu(cpu_value, accelerator_value):
     return accelerator_value if accelerator_present() else cpu_value
+
+
+def ray_cpus(trainer_processes, storage_units) -> int:
+    return ray_logical_cpus(physical_cores(), int(trainer_processes), int(storage_units))
 
 
 def default_model() -> str:
@@ -38,6 +43,6 @@ def default_data(split: str) -> str:
 
 def register() -> None:
     for name, function in {"diffugrpo.on_cpu": on_cpu, "diffugrpo.default_model": default_model,
-                           "diffugrpo.default_data": default_data}.items():
+                           "diffugrpo.default_data": default_data, "diffugrpo.ray_cpus": ray_cpus}.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, function, use_cache=True)

@@ -35,10 +35,13 @@ One training step, in order: verl's stage (``PPOTrainer.fit`` / ``_step_once``),
 8. **metrics**: :meth:`DiffuGRPOTrainer._compute_metrics` adds each reward component's mean,
    None and failure fractions, the total, the split of rollout time into sampling and scoring,
    and completion lengths up to the EOS; a reward failing on most completions for
-   ``stop_after_failed_steps`` steps in a row stops training (:class:`RewardFailure`).
+   ``stop_after_failed_steps`` steps in a row stops training (:class:`RewardFailure`). verl logs
+   them all (TensorBoard, the log file); the step's key metrics go to the terminal in one line
+   (:mod:`.console`).
 
 CPU hosts: workers start their process group with plain gloo (verl asks for
-``cpu:gloo,cpu:gloo`` otherwise), and the replay buffer polls without verl's 2 s sleep.
+``cpu:gloo,cpu:gloo`` otherwise), each trainer process reserves one Ray CPU instead of verl's
+three, and the replay buffer polls without verl's 2 s sleep.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from verl.utils.distributed import initialize_global_process_group_ray
 from verl.utils.profiler import DistProfiler
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
+from diffugrpo_plugin.integration.console import StepReporter, step_line, validation_line
 from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD
 from diffugrpo_plugin.integration.preflight import check_config
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
@@ -169,6 +173,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             raise ValueError(f"diffugrpo.ref_sync.alpha must be in (0, 1], got {self.ref_sync_alpha}")
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
         self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
+        self.reporter = StepReporter()
+        self.training_started = False
 
     def on_step_end(self):
         super().on_step_end()
@@ -185,6 +191,20 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         for role, remote_cls in list(self.role_worker_mapping.items()):
             if getattr(remote_cls, "__ray_actor_class__", None) is ActorRolloutRefWorker:
                 self.role_worker_mapping[role] = ray.remote(DiffusionActorRolloutRefWorker)
+        if get_device_name() == "cpu" and not self.config.reward.reward_model.enable:
+            # verl reserves 3 Ray CPUs per trainer process for up to 3 worker groups in it; V1 fuses all the
+            # pool's roles into one process per bundle, so 1 is enough (and the config asks Ray for fewer)
+            self.resource_pool_manager.max_colocate_count = 1
+
+    def on_train_begin(self):
+        super().on_train_begin()
+        self.training_started = True
+
+    def _validate(self):
+        metrics = super()._validate()
+        if not self.training_started:  # validations during training are on their step's line
+            self.reporter.report(validation_line(self.global_steps, metrics))
+        return metrics
 
     def _put(self, batch, fields: dict) -> None:
         import transfer_queue as tq
@@ -285,6 +305,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         metrics["timing_s/reward_scoring"] = float(sum(reward_seconds))
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         metrics.update(self._completion_length_metrics(batch, real))
+        self.reporter.report(step_line(global_steps, self.total_training_steps, metrics, self.reward_spec.names),
+                             step=global_steps)
 
     def _completion_length_metrics(self, batch, real: list[int]) -> dict[str, float]:
         """Completion lengths up to the first EOS. verl measures the response, which for a diffusion

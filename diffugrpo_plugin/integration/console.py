@@ -1,0 +1,235 @@
+"""What a training run shows on the terminal, and where everything else goes.
+
+By default (``diffugrpo.verbose=false``) the terminal gets a progress bar and one line per step
+(:func:`step_line`); everything else the run prints goes to ``train.log`` in the run's Hydra output
+directory: verl's resolved config and full metric dump, Ray's and the libraries' warnings and
+notices. Errors still reach the terminal: every process keeps its stderr, which Ray forwards to
+the driver, and only records below ERROR and standard output are moved off it.
+
+The pieces, by process:
+
+* the driver (:func:`run_quietly`): writes the worker settings into ``ray_kwargs.ray_init``
+  (:data:`QUIET_WORKER_ENV`, the log file, Ray's own logging level), sends its own standard output
+  and warnings to the log, and runs a :class:`TerminalConsole`, which draws the bar and prints the
+  lines it finds on the :class:`StepBoard` actor;
+* every Ray worker (:func:`quiet_worker_output`, run where ``import verl`` loads our plugin):
+  standard output and warnings to the log file, stderr logging handlers raised to ERROR;
+* the trainer (:class:`StepReporter`): posts each step's line to the board, or prints it to stderr
+  where no driver console runs (verl's own ``main_ppo``, tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import sys
+import threading
+import time
+from typing import Iterable, Mapping, TextIO
+
+import ray
+
+LOG_FILE_ENV = "DIFFUGRPO_LOG_FILE"
+LOG_FILE_NAME = "train.log"
+BOARD_NAME = "diffugrpo_step_board"
+BOARD_POLL_S = 0.5
+# Quiet at the source in every worker: library progress bars off, verl's and TransferQueue's own
+# logging at ERROR (their INFO and warnings return with diffugrpo.verbose=true).
+QUIET_WORKER_ENV = {
+    "TQDM_DISABLE": "1",
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "VERL_LOGGING_LEVEL": "ERROR",
+    "TQ_LOGGING_LEVEL": "ERROR",
+}
+
+# (label, metric) pairs of the step line's time split; log-probs add old and reference passes
+TIME_SPLIT = (("rollout", ("timing_s/gen",)), ("log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
+              ("update", ("timing_s/update_actor",)), ("reward", ("timing_s/reward_scoring",)))
+VALIDATION_PREFIX = "val-core/"
+
+
+def _number(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def _field(metrics: Mapping[str, float], label: str, key: str) -> list[str]:
+    return [f"{label} {_number(float(metrics[key]))}"] if key in metrics else []
+
+
+def _validation(metrics: Mapping[str, float]) -> list[str]:
+    return [f"val {key[len(VALIDATION_PREFIX):]} {_number(float(value))}"
+            for key, value in sorted(metrics.items()) if key.startswith(VALIDATION_PREFIX)]
+
+
+def _reward(metrics: Mapping[str, float], components: Iterable[str]) -> list[str]:
+    if "reward/total/mean" not in metrics:
+        return []
+    parts = [f"{name} {_number(float(metrics[f'reward/{name}/mean']))}" for name in components
+             if f"reward/{name}/mean" in metrics and not math.isnan(float(metrics[f"reward/{name}/mean"]))]
+    detail = f" ({', '.join(parts)})" if parts else ""
+    return [f"reward {_number(float(metrics['reward/total/mean']))}{detail}"]
+
+
+def _time_split(metrics: Mapping[str, float]) -> list[str]:
+    if "timing_s/step" not in metrics:
+        return []
+    parts = [f"{label} {sum(float(metrics[key]) for key in keys if key in metrics):.1f}"
+             for label, keys in TIME_SPLIT if any(key in metrics for key in keys)]
+    return [f"{float(metrics['timing_s/step']):.1f}s ({', '.join(parts)})"]
+
+
+def step_line(step: int, total: int, metrics: Mapping[str, float], components: Iterable[str]) -> str:
+    """One step's key metrics: total reward and its components, KL, clip fraction, completion length,
+    the step's seconds split into rollout / log-probs / update / reward scoring (summed over
+    completions, it overlaps the rollout), and held-out results on the steps that validate."""
+    fields = [f"step {step}/{total}", *_reward(metrics, components), *_field(metrics, "kl", "actor/kl_loss"),
+              *_field(metrics, "clip", "actor/pg_clipfrac"), *_field(metrics, "len", "response_length/mean"),
+              *_time_split(metrics), *_validation(metrics)]
+    return " | ".join(fields)
+
+
+def validation_line(step: int, metrics: Mapping[str, float]) -> str:
+    return " | ".join([f"validation at step {step}", *_validation(metrics)])
+
+
+@ray.remote(num_cpus=0)
+class StepBoard:
+    """The lines the trainer has posted and the driver has not yet shown."""
+
+    def __init__(self):
+        self.entries: list[dict] = []
+
+    def post(self, entry: dict) -> None:
+        self.entries.append(entry)
+
+    def take(self) -> list[dict]:
+        entries, self.entries = self.entries, []
+        return entries
+
+
+class StepReporter:
+    """The trainer's side: posts lines to the driver's board, or prints them where there is none."""
+
+    def __init__(self):
+        self.board = None
+
+    def _find_board(self):
+        if self.board is None:
+            with contextlib.suppress(ValueError):  # no driver console in this job
+                self.board = ray.get_actor(BOARD_NAME)
+        return self.board
+
+    def report(self, line: str, step: int | None = None) -> None:
+        board = self._find_board()
+        if board is None:
+            print(line, file=sys.stderr, flush=True)
+        else:
+            board.post.remote({"line": line, "step": step})
+
+
+class TerminalConsole:
+    """The driver's side: a progress bar (on a terminal) and the trainer's lines, as they come.
+
+    A thread waits for verl's ``ray.init``, creates the board and polls it; it shows what is left
+    on the board when the run ends, failed or not, before any traceback is printed."""
+
+    def __init__(self, total_steps: int, out: TextIO, err: TextIO):
+        from tqdm import tqdm
+
+        self.out = out
+        # disable=None: no bar where stderr is not a terminal (a log file gets the lines only)
+        self.bar = tqdm(total=total_steps, unit="step", desc="training", file=err, disable=None, dynamic_ncols=True)
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="diffugrpo-console", daemon=True)
+        self.board = None
+
+    def __enter__(self) -> TerminalConsole:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stopping.set()
+        self.thread.join()
+        self.bar.close()
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            self._show_board()
+            self.stopping.wait(BOARD_POLL_S)
+        self._show_board()
+
+    def _show_board(self) -> None:
+        if self.board is None and ray.is_initialized():
+            self.board = StepBoard.options(name=BOARD_NAME, get_if_exists=True).remote()
+        if self.board is None:
+            return
+        with contextlib.suppress(ray.exceptions.RayError):  # Ray going down at the end of a failed run
+            for entry in ray.get(self.board.take.remote()):
+                self.bar.write(entry["line"], file=self.out)
+                if entry["step"] is not None:
+                    self.bar.update(entry["step"] - self.bar.n)
+
+
+def route_logging(log: TextIO) -> None:
+    """Every logging record to ``log``; on the terminal streams, only ERROR and above."""
+    loggers = [logging.getLogger(), *(item for item in logging.Logger.manager.loggerDict.values()
+                                      if isinstance(item, logging.Logger))]
+    for logger in loggers:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stderr, sys.stdout,
+                                                                                 sys.__stderr__, sys.__stdout__):
+                handler.setLevel(max(handler.level, logging.ERROR))
+        if logger.handlers and (logger is logging.getLogger() or not logger.propagate):
+            file_handler = logging.StreamHandler(log)
+            file_handler.setFormatter(logging.Formatter("%(levelname)s %(asctime)s %(name)s: %(message)s"))
+            logger.addHandler(file_handler)
+    logging.captureWarnings(True)
+
+
+def quiet_worker_output() -> None:
+    """In a Ray worker of a quiet run: standard output (verl's config and metric dumps, notices) and
+    warnings to the run's log file; stderr keeps errors and tracebacks, which Ray forwards."""
+    path = os.environ.get(LOG_FILE_ENV)
+    if not path:
+        return
+    log = open(path, "a", buffering=1)  # noqa: SIM115 - the process's log until it exits
+    sys.stdout.flush()
+    os.dup2(log.fileno(), sys.stdout.fileno())  # at the descriptor: C libraries' output too
+    sys.stdout.reconfigure(line_buffering=True)
+    route_logging(log)
+
+
+def _set_quiet_worker_settings(config, log_path: str) -> None:
+    from omegaconf import open_dict
+
+    from diffugrpo_plugin.integration.platform import ray_worker_env_vars
+
+    env_vars = ray_worker_env_vars(config)
+    with open_dict(config):
+        env_vars.update({**QUIET_WORKER_ENV, LOG_FILE_ENV: log_path})
+        config.ray_kwargs.ray_init.logging_level = "ERROR"  # the driver's Ray notices ("Started a local Ray instance")
+
+
+def run_quietly(config, run, log_dir: str) -> None:
+    """``run(config)`` with the terminal kept for the bar, the step lines and errors."""
+    log_path = os.path.abspath(os.path.join(log_dir, LOG_FILE_NAME))
+    verbose = bool(config.diffugrpo.get("verbose", False))
+    total = int(config.trainer.total_training_steps or 0)
+    out, err = sys.stdout, sys.stderr
+    if verbose:
+        with TerminalConsole(total, out, err):
+            run(config)
+        return
+    _set_quiet_worker_settings(config, log_path)
+    print(f"diffugrpo: {total} steps; full log: {log_path} (diffugrpo.verbose=true shows it here)", file=out,
+          flush=True)
+    started = time.monotonic()
+    with open(log_path, "a", buffering=1) as log:
+        route_logging(log)
+        with TerminalConsole(total, out, err), contextlib.redirect_stdout(log):
+            run(config)
+    print(f"diffugrpo: done in {time.monotonic() - started:.0f}s; full log: {log_path}", file=out, flush=True)

@@ -1,0 +1,182 @@
+"""Quiet by default: the step line, Ray and torch sized to the machine, where each kind of output goes,
+and (slow) the default job's whole terminal output."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from diffugrpo_plugin.integration import console
+from diffugrpo_plugin.integration.platform import (ray_logical_cpus, size_ray_workers, torch_threads_per_trainer,
+                                                   worker_thread_env)
+
+STEP_METRICS = {
+    "reward/total/mean": 0.453125, "reward/code/mean": 0.0, "reward/code_format/mean": 0.90625,
+    "actor/kl_loss": 0.0008389137, "actor/pg_clipfrac": 0.125, "response_length/mean": 22.75,
+    "timing_s/step": 8.84, "timing_s/gen": 7.21, "timing_s/old_log_prob": 0.38, "timing_s/ref": 0.34,
+    "timing_s/update_actor": 0.88, "timing_s/reward_scoring": 11.11, "actor/entropy": 0.48,
+    "global_seqlen/mean": 1672.0, "val-aux/synthetic/reward/mean@1": 0.42,
+}
+
+
+def test_the_step_line_holds_the_key_metrics_and_nothing_else():
+    line = console.step_line(2, 12, STEP_METRICS, ["code", "code_format"])
+    assert line == ("step 2/12 | reward 0.453 (code 0, code_format 0.906) | kl 0.000839 | clip 0.125 | len 22.8 | "
+                    "8.8s (rollout 7.2, log-probs 0.7, update 0.9, reward 11.1)")
+
+
+def test_the_step_line_adds_held_out_results_and_leaves_out_what_the_step_lacks():
+    metrics = {"reward/total/mean": 1.0, "reward/code/mean": float("nan"), "reward/syntax/mean": 1.0,
+               "actor/pg_clipfrac": 0.0, "timing_s/step": 3.0, "timing_s/gen": 2.0,
+               "val-core/mbpp/acc/mean@1": 0.25, "val-core/humaneval/acc/mean@1": 0.5}
+    line = console.step_line(6, 12, metrics, ["code", "syntax"])
+    # a component with no value this step (NaN) and metrics the run does not log (no KL loss) are left out
+    assert line == ("step 6/12 | reward 1 (syntax 1) | clip 0 | 3.0s (rollout 2.0) | val humaneval/acc/mean@1 0.5 | "
+                    "val mbpp/acc/mean@1 0.25")
+    assert console.validation_line(0, metrics) == ("validation at step 0 | val humaneval/acc/mean@1 0.5 | "
+                                                   "val mbpp/acc/mean@1 0.25")
+
+
+@pytest.mark.parametrize("cores, trainers, storage_units, expected", [
+    (2, 1, 1, 4),  # the default job on a 2-core host: 1 trainer + 1 storage unit + controller + 1 to place the rest
+    (2, 2, 1, 5),
+    (16, 1, 1, 16),  # enough cores: Ray gets the machine's count, no more
+    (16, 8, 4, 16),
+])
+def test_ray_gets_the_physical_cores_unless_verls_reservations_need_more(cores, trainers, storage_units, expected):
+    assert ray_logical_cpus(cores, trainers, storage_units) == expected
+
+
+@pytest.mark.parametrize("cores, trainers, expected", [(2, 1, 2), (2, 2, 1), (2, 4, 1), (16, 4, 4), (1, 1, 1)])
+def test_torch_threads_share_the_physical_cores_among_trainer_processes(cores, trainers, expected):
+    assert torch_threads_per_trainer(cores, trainers) == expected
+
+
+def test_worker_threads_never_exceed_the_physical_cores():
+    assert worker_thread_env(2, 1, on_cpu=True) == {"TQ_NUM_THREADS": "2", "OMP_NUM_THREADS": "2"}
+    assert worker_thread_env(2, 2, on_cpu=True) == {"TQ_NUM_THREADS": "2", "OMP_NUM_THREADS": "1"}
+    # with an accelerator torch keeps Ray's setting; TransferQueue keeps its own default of 8 where cores allow
+    assert worker_thread_env(64, 8, on_cpu=False) == {"TQ_NUM_THREADS": "8"}
+
+
+def test_sizing_fills_the_ray_workers_environment_and_keeps_what_the_user_set():
+    config = OmegaConf.create({"trainer": {"n_gpus_per_node": 1},
+                               "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "7"}}}}})
+    OmegaConf.set_struct(config, True)
+    size_ray_workers(config)
+    env_vars = config.ray_kwargs.ray_init.runtime_env.env_vars
+    assert env_vars.OMP_NUM_THREADS == "7"
+    assert int(env_vars.TQ_NUM_THREADS) <= (os.cpu_count() or 1)
+
+
+def test_logging_below_error_goes_to_the_log_and_errors_to_the_terminal_too(capsys):
+    log = io.StringIO()
+    logger = logging.getLogger("diffugrpo.test_quiet_output")
+    logger.propagate = False  # a library logger with its own stderr handler, as Ray's and transformers' have
+    logger.addHandler(logging.StreamHandler(sys.stderr))
+    try:
+        console.route_logging(log)
+        logger.warning("third-party notice")
+        logger.error("real failure")
+    finally:
+        logger.handlers.clear()
+        logging.captureWarnings(False)
+    assert capsys.readouterr().err == "real failure\n"
+    assert "third-party notice" in log.getvalue() and "real failure" in log.getvalue()
+
+
+def test_a_quiet_worker_sends_output_and_warnings_to_the_log_and_keeps_errors_on_stderr(tmp_path):
+    """The plugin, loaded by ``import verl`` in a process that has the log file in its environment (as our
+    entry point gives every Ray worker), moves stdout and warnings off the terminal, never errors."""
+    log = tmp_path / "train.log"
+    script = ("import logging, warnings, verl\n"
+              "print('config dump')\n"
+              "warnings.warn('a library notice')\n"
+              "logging.getLogger('some.library').warning('a library warning')\n"
+              "logging.getLogger('some.library').error('the real error')\n"
+              "raise SystemExit('the traceback line')\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, console.LOG_FILE_ENV: str(log)})
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "the real error" in result.stderr and "the traceback line" in result.stderr
+    assert "a library notice" not in result.stderr and "a library warning" not in result.stderr
+    logged = log.read_text()
+    for text in ("config dump", "a library notice", "a library warning", "the real error"):
+        assert text in logged, text
+
+
+def test_the_trainers_lines_reach_the_driver_console_with_the_progress(ray_cluster):
+    out = io.StringIO()
+    with console.TerminalConsole(total_steps=3, out=out, err=io.StringIO()) as terminal:
+        deadline = time.monotonic() + 60
+        while terminal.board is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        reporter = console.StepReporter()
+        reporter.report("validation at step 0 | val mbpp/acc/mean@1 0")
+        for step in (1, 2):
+            reporter.report(f"step {step}/3 | reward 1", step=step)
+    assert out.getvalue().splitlines() == ["validation at step 0 | val mbpp/acc/mean@1 0", "step 1/3 | reward 1",
+                                           "step 2/3 | reward 1"]
+
+
+def test_without_a_driver_console_the_trainer_prints_its_lines_to_stderr(ray_cluster, capsys):
+    console.StepReporter().report("step 1/3 | reward 1", step=1)
+    assert capsys.readouterr().err == "step 1/3 | reward 1\n"
+
+
+DEFAULT_JOB = [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo"]
+STEP_FIELDS = ("reward ", "(code ", "code_format ", "| kl ", "| clip ", "| len ", "s (rollout ", "log-probs ",
+               "update ", "reward ")
+
+
+@pytest.mark.slow
+def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
+    """The embedded default job (12 steps, validation every 6, checkpoints every 6), run as a user would."""
+    result = subprocess.run(DEFAULT_JOB, cwd=tmp_path, capture_output=True, text=True, timeout=1500)
+    terminal = result.stdout + result.stderr
+    assert result.returncode == 0, terminal[-5000:]
+    lines = terminal.splitlines()
+    assert len(lines) < 100, terminal
+    repeated = {line: count for line, count in Counter(lines).items() if count > 1}
+    assert repeated == {}, repeated
+    step_lines = [line for line in lines if line.startswith("step ")]
+    assert [line.split()[1] for line in step_lines] == [f"{step}/12" for step in range(1, 13)], terminal
+    for line in step_lines:
+        assert all(field in line for field in STEP_FIELDS), line
+    assert "val synthetic/acc/mean@1" in step_lines[5] and "val synthetic/acc/mean@1" in step_lines[11]
+    assert lines[1].startswith("validation at step 0")
+    for noise in ("target_num_threads", "NUMA", "does not match", "Final validation metrics", "ray init kwargs",
+                  "num_cpus", "Training Progress", "UserWarning"):
+        assert noise not in terminal, noise
+
+    # what the terminal left out is in the log file it names
+    log = Path(lines[0].split("full log: ")[1].split()[0])
+    logged = log.read_text()
+    assert " step:12 - " in logged and "actor/grad_norm:" in logged  # verl's full metric dump
+    assert "UserWarning" in logged and "ray init kwargs" in logged
+    assert "target_num_threads" not in logged  # fixed at the source, not hidden
+
+
+@pytest.mark.slow
+def test_a_quiet_run_that_fails_in_a_worker_shows_the_error(tmp_path):
+    """A sandbox that cannot start (a bind path that does not exist) fails every code reward in the reward
+    worker: its error and the trainer's reason for stopping reach the terminal."""
+    result = subprocess.run(
+        [*DEFAULT_JOB, "trainer.total_training_steps=3", "trainer.val_before_train=false", "trainer.test_freq=-1",
+         "trainer.save_freq=-1", f"+diffugrpo.rewards.sandbox.extra_ro_binds=[{tmp_path / 'missing'}]",
+         "diffugrpo.rewards.stop_after_failed_steps=1"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=1500)
+    terminal = result.stdout + result.stderr
+    assert result.returncode != 0, terminal[-5000:]
+    assert "reward(s) ['code'] failed on at least half the completions" in terminal, terminal[-5000:]
+    assert "Can't find source path" in terminal or "No such file" in terminal, terminal[-5000:]
