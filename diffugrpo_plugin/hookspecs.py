@@ -53,15 +53,26 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 
 
 @hookspec
-def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None]]]:
-    """Reward functions, TRL convention.
+def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | Any]]]:
+    """Reward functions, TRL convention, optionally saying why each completion scored what it did.
 
     Each function has the signature ``fn(completions, *, option=default, ..., **columns) ->
-    list[float | None]``. ``completions`` is a list of strings; ``columns`` holds, for every
-    dataset column of the rows being scored (for example ``test_cases``), a list with one plain
-    Python value per completion (lists, dicts, strings, numbers; never numpy arrays). It returns
-    one value per completion: a finite float, or ``None`` for "not applicable to this row"
+    list[float | None | Explained]``. ``completions`` is a list of strings; ``columns`` holds, for
+    every dataset column of the rows being scored (for example ``test_cases``), a list with one
+    plain Python value per completion (lists, dicts, strings, numbers; never numpy arrays). It
+    returns one item per completion: a finite float, or ``None`` for "not applicable to this row"
     (excluded from the component's mean and from the weighted total, never counted as zero).
+
+    Either may come with its reason: ``Explained(value, Reason(kind, detail))`` (both in
+    :mod:`diffugrpo_plugin.rewards`) in place of the bare value, above all where the value is 0
+    or ``None``. ``kind`` is a short fixed code a program can count (``no_code_block``,
+    ``syntax_error``, ``tests_failed``: the built-in kinds are listed in
+    :mod:`diffugrpo_plugin.judging`), ``detail`` the sentence a person reads (``syntax error at
+    line 3 of the code: invalid syntax``). Only the value enters the totals and the metrics; the
+    reason is printed per row by ``diffugrpo rewards score`` (``reasons``) and ``diffugrpo eval``
+    (``reason`` in ``outcomes.jsonl``). A function that returns plain floats and ``None`` gives
+    no reasons and needs nothing else; to call one that explains from TRL itself, take
+    :func:`diffugrpo_plugin.rewards.value_of` of each item.
 
     A function must accept and ignore columns it does not use (the ``**columns``). It runs in
     verl's reward workers, on CPU, and must not import torch. A function that raises is called

@@ -1,11 +1,27 @@
-"""What the code rewards and the evaluation share: the code a completion offers and its test outcomes.
+"""What the code rewards and the evaluation share: the code a completion offers, its test outcomes,
+and the reason a completion scored less than full marks.
 
-* :func:`format_score` / :func:`candidate_code`: DiffuCoder's format rule (one fenced ```python
-  block ending the text) and the code it lets through for judging.
-* :func:`code_outcomes`: per completion, the row's tests, the code judged and every test's
-  sandboxed outcome; ``code``, ``efficiency``, ``maintainability``, ``diffugrpo eval`` and
-  ``diffugrpo rewards score`` all judge through it, so a score means the same everywhere.
+* :func:`format_verdict` / :func:`format_score`: DiffuCoder's format rule (one fenced ```python
+  block ending the text) and, where it fails, how.
+* :func:`offered_code` / :func:`candidate_code`: the code a completion offers for judging, or the
+  reason it offers none.
+* :func:`code_outcomes`: per completion, the row's tests, the code judged, every test's sandboxed
+  outcome and the reason it did not pass; ``code``, ``efficiency``, ``maintainability``,
+  ``diffugrpo eval`` and ``diffugrpo rewards score`` all judge through it, so a score means the
+  same everywhere.
 * :func:`rows_of` / :func:`completion_text`: TRL's column-per-field calling convention.
+
+Reasons are :class:`~diffugrpo_plugin.rewards.Reason` values; the kinds given here:
+
+==================  ==========================================================================
+``empty``           the completion is empty
+``too_long``        longer than :data:`MAX_COMPLETION_CHARS`: never parsed
+``no_code_block``   no fenced ```python block (a bare body counts only where asked for)
+``format``          not in the training format: how (first fence, unclosed block, text after it)
+``syntax_error``    the code does not parse: the line and the parser's message
+``no_tests``        the row has no tests (the reward is None, not 0)
+``tests_failed``    how many tests failed, and the first one's outcome and detail
+==================  ==========================================================================
 
 Sits below the reward plugins (``reward_plugins/`` imports it, never the other way) on top of
 :mod:`~diffugrpo_plugin.code_execution`. No torch.
@@ -13,16 +29,21 @@ Sits below the reward plugins (``reward_plugins/`` imports it, never the other w
 
 from __future__ import annotations
 
-import re
+import ast
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, parses, run_tests_many, tests_from_row
+from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, run_tests_many, tests_from_row
+from diffugrpo_plugin.rewards import Explained, Reason
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
 
 # Far beyond any rollout (about 25k tokens); longer text is not parsed here at all: it scores as no code.
 MAX_COMPLETION_CHARS = 100_000
-# DiffuCoder's pattern, applied with re.fullmatch: no ``` before the python fence, none inside.
-FORMAT_PATTERN = re.compile(r"^(?:(?!```)[\s\S])*?```python\n((?:(?!```)[\s\S])*?)```\n$")
+FENCE = "```"
+PYTHON_OPENER = "```python\n"
+EXCERPT_CHARS = 60
+NO_TESTS = Reason("no_tests", "the row has no tests (no test_cases, test_list, test + entry_point or "
+                              "inputs/outputs column): not applicable, None rather than 0")
 
 
 def completion_text(completion: Any) -> str:
@@ -34,28 +55,131 @@ def completion_text(completion: Any) -> str:
     raise TypeError(f"a completion must be a string or a list of chat messages, got {type(completion).__name__}")
 
 
-def format_score(text: str) -> float:
-    """DiffuCoder's format reward: 0.0 (wrong shape or longer than :data:`MAX_COMPLETION_CHARS`),
-    0.5 (right shape, code does not parse) or 1.0."""
+def _shortened(text: str) -> str:
+    return text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + "..."
+
+
+def _excerpt(text: str) -> str:
+    """A piece of the completion, quoted so that its whitespace shows."""
+    return repr(_shortened(text))
+
+
+def syntax_problem(code: str) -> Reason | None:
+    """Why ``code`` does not parse (parsed only, never executed); None when it does."""
+    try:
+        ast.parse(code)
+    except SyntaxError as error:
+        return Reason("syntax_error", f"syntax error at line {error.lineno} of the code: {error.msg}")
+    except ValueError as error:  # a null byte
+        return Reason("syntax_error", f"the code cannot be parsed: {error}")
+    except (RecursionError, MemoryError):
+        return Reason("syntax_error", "the code is nested too deeply to parse")
+    return None
+
+
+def _unfenced(text: str) -> Reason:
+    if not text.strip():
+        return Reason("empty", "the completion is empty")
+    return Reason("no_code_block", "no fenced ```python block")
+
+
+def _format_shape(text: str) -> tuple[str | None, Reason | None]:
+    """The code of DiffuCoder's single block, or how ``text`` misses that shape.
+
+    DiffuCoder's pattern (``re.fullmatch``): no ``` before the ```python fence, none inside the
+    block, and the closing fence ends the text followed by a newline. Here the closing fence may
+    be followed by any whitespace or by nothing: a completion that stops at EOS right after the
+    fence is in the format.
+    """
+    first = text.find(FENCE)
+    if first == -1:
+        return None, _unfenced(text)
+    if not text.startswith(PYTHON_OPENER, first):
+        opener = text[first:].split("\n", 1)[0]
+        return None, Reason("format", f"the first fence opens {_excerpt(opener)}; the format needs ```python alone "
+                                      f"on its line")
+    body = first + len(PYTHON_OPENER)
+    close = text.find(FENCE, body)
+    if close == -1:
+        return None, Reason("format", "the ```python block is never closed (was the completion cut off?)")
+    tail = text[close + len(FENCE):]
+    if FENCE in tail:
+        return None, Reason("format", f"{text.count(FENCE)} ``` fences; the format allows exactly one block")
+    if tail.strip():
+        return None, Reason("format", f"text after the closing fence: {_excerpt(tail.strip())}; the block must "
+                                      f"end the completion")
+    return text[body:close], None
+
+
+def format_verdict(text: str) -> tuple[float, Reason | None]:
+    """DiffuCoder's format reward and, below 1.0, why: 0.0 (wrong shape, or longer than
+    :data:`MAX_COMPLETION_CHARS`), 0.5 (right shape, the code does not parse) or 1.0."""
     if len(text) > MAX_COMPLETION_CHARS:
-        return 0.0
-    match = FORMAT_PATTERN.fullmatch(text)
-    if match is None:
-        return 0.0
-    return 1.0 if parses(match.group(1)) else 0.5
+        return 0.0, Reason("too_long", f"{len(text)} characters, over the {MAX_COMPLETION_CHARS} judged: not parsed")
+    code, reason = _format_shape(text)
+    if code is None:
+        return 0.0, reason
+    problem = syntax_problem(code)
+    return (0.5, problem) if problem is not None else (1.0, None)
+
+
+def format_score(text: str) -> float:
+    """DiffuCoder's format reward (see :func:`format_verdict`)."""
+    return format_verdict(text)[0]
+
+
+@dataclass(frozen=True)
+class Offer:
+    """The code a completion offers for judging, or None and the :class:`Reason` it offers none."""
+
+    code: str | None
+    reason: Reason | None = None
+
+
+def offered_code(completion: Any, code_block: str = "first", require_format: bool = True, bare_code: bool = False,
+                 starter: str | None = None) -> Offer:
+    """The code a completion offers for judging, or the reason it offers none.
+
+    With ``require_format`` (DiffuCoder's behaviour) only completions whose format score is 1.0
+    count; they hold exactly one block, so ``code_block`` matters only without it. With
+    ``bare_code``, a completion without any ``` fence is code itself, HumanEval-style: appended
+    to ``starter`` (the signature and docstring the prompt showed) when there is one. Text longer
+    than :data:`MAX_COMPLETION_CHARS` offers none: it is never parsed.
+    """
+    text = completion_text(completion)
+    if len(text) > MAX_COMPLETION_CHARS:
+        return Offer(None, format_verdict(text)[1])
+    if bare_code and FENCE not in text and text.strip():
+        return Offer(f"{starter.rstrip()}\n{text}" if starter else text)
+    if require_format:
+        score, reason = format_verdict(text)
+        if score != 1.0:
+            return Offer(None, reason)
+    code = extract_code(text, code_block)
+    if code is None:
+        reason = _unfenced(text) if FENCE not in text else _format_shape(text)[1]
+        return Offer(None, reason or Reason("no_code_block", "no closed, fenced ```python block"))
+    return Offer(code)
 
 
 def candidate_code(completion: Any, code_block: str = "first", require_format: bool = True) -> str | None:
-    """The code a completion offers for judging, or None when it offers none.
+    """The code a completion offers for judging, or None when it offers none (see :func:`offered_code`)."""
+    return offered_code(completion, code_block, require_format).code
 
-    With ``require_format`` (DiffuCoder's behaviour) only completions whose format score is 1.0
-    count; they hold exactly one block, so ``code_block`` matters only without it. Text longer than
-    :data:`MAX_COMPLETION_CHARS` offers none: it is never parsed.
-    """
-    text = completion_text(completion)
-    if len(text) > MAX_COMPLETION_CHARS or (require_format and format_score(text) != 1.0):
+
+def outcomes_reason(code: str, outcomes: Sequence[TestOutcome]) -> Reason | None:
+    """Why ``code`` did not pass every test (None when it did): the syntax error, or how many tests
+    failed and how the first one did."""
+    failed = [outcome for outcome in outcomes if not outcome.passed]
+    if not failed:
         return None
-    return extract_code(text, code_block)
+    problem = syntax_problem(code)
+    if problem is not None:
+        return problem
+    first = failed[0]
+    detail = f": {_shortened(first.detail)}" if first.detail else ""
+    return Reason("tests_failed", f"{len(failed)} of {len(outcomes)} tests failed; first: test {first.index} "
+                                  f"{first.outcome.value}{detail}")
 
 
 def rows_of(columns: Mapping[str, Sequence], count: int) -> list[dict[str, Any]]:
@@ -88,29 +212,58 @@ def outcomes_for(pairs: Sequence[tuple[str, TestSpec] | None], sandbox: Sandbox 
     return outcomes
 
 
+@dataclass(frozen=True)
+class Judged:
+    """One completion judged against its row: the row's tests (None: it has none), the code
+    offered (or why none), and one outcome per test (None: not run, for want of tests or code)."""
+
+    spec: TestSpec | None
+    offer: Offer
+    outcomes: list[TestOutcome] | None
+
+    @property
+    def code(self) -> str | None:
+        return self.offer.code
+
+    @property
+    def all_passed(self) -> bool | None:
+        """The correctness gate of the quality rewards: None when the row has no tests, False when
+        there is no code or a test failed, True when all passed."""
+        if self.spec is None:
+            return None
+        return self.outcomes is not None and all(outcome.passed for outcome in self.outcomes)
+
+    @property
+    def reason(self) -> Reason | None:
+        """Why not every test passed: no tests, no code (the tests were not run), or the failures."""
+        if self.spec is None:
+            return NO_TESTS
+        if self.offer.code is None:
+            return Reason(self.offer.reason.kind, f"tests not run: {self.offer.reason.detail}")
+        return outcomes_reason(self.offer.code, self.outcomes)
+
+
 def code_outcomes(completions: Sequence, columns: Mapping[str, Sequence], *, code_block: str = "first",
                   require_format: bool = True, timeout_s: float | None = None, sandbox: Sandbox | None = None
-                  ) -> list[tuple[TestSpec | None, str | None, list[TestOutcome] | None]]:
-    """Per completion: its tests, the code judged (None if none), and the per-test outcomes.
+                  ) -> list[Judged]:
+    """Every completion judged against its row's tests (see :class:`Judged`).
 
-    Outcomes are None when the row has no tests or the code is missing (then the caller scores 0).
     Runs are cached, so the quality rewards reuse the ``code`` reward's run. Raises ValueError
     (naming the column) for a malformed test column and
     :class:`~diffugrpo_plugin.sandbox.SandboxError` when the sandbox itself failed.
     """
     specs = [tests_from_row(row) for row in rows_of(columns, len(completions))]
-    codes = [candidate_code(completion, code_block, require_format) if spec is not None else None
-             for completion, spec in zip(completions, specs)]
-    pairs = [(code, spec) if code is not None and spec is not None else None for code, spec in zip(codes, specs)]
+    offers = [offered_code(completion, code_block, require_format) for completion in completions]
+    pairs = [(offer.code, spec) if offer.code is not None and spec is not None else None
+             for offer, spec in zip(offers, specs)]
     outcomes = outcomes_for(pairs, sandbox, timeout_s)
-    return list(zip(specs, codes, outcomes))
+    return [Judged(spec, offer, result) for spec, offer, result in zip(specs, offers, outcomes)]
 
 
-def all_tests_passed(spec: TestSpec | None, code: str | None, outcomes: list[TestOutcome] | None) -> bool | None:
-    """The correctness gate of the quality rewards: None when the row has no tests, False when
-    there is no code or a test failed, True when all passed."""
-    if spec is None:
-        return None
-    if code is None:
-        return False
-    return all(outcome.passed for outcome in outcomes)
+def correctness_gate(judged: Judged) -> Explained:
+    """What a quality reward scores a completion that did not pass every test: None when the row
+    has no tests, else 0.0, each with the reason."""
+    if judged.spec is None:
+        return Explained(None, NO_TESTS)
+    reason = judged.reason
+    return Explained(0.0, Reason(reason.kind, f"scores only code that passes every test: {reason.detail}"))

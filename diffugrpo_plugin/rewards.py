@@ -1,11 +1,12 @@
 """Reward selection and weighting: which reward functions run, with which options, and how
 their values combine into one scalar per completion.
 
-Config (``config.diffugrpo.rewards``; every key optional except ``reward_funcs``)::
+Config (``config.diffugrpo.rewards``; every key optional)::
 
     reward_funcs: [code, code_format]      # the seeds' spelling ...
     reward_weights: [2.0, 0.5]             # ... one weight per name (default 1.0 each)
     # or: reward_funcs: {code: 2.0, code_format: 0.5}
+    # neither (null): DiffuCoder's {code: 2.0, code_format: 0.5}
     reward_kwargs: {code: {timeout_s: 5}}  # options: keyword-only parameters of that function
     aggregation: fixed                     # fixed | gated | group_normalized
     gate_reward: code                      # gated: quality terms count only when this is 1.0
@@ -18,6 +19,11 @@ Config (``config.diffugrpo.rewards``; every key optional except ``reward_funcs``
 
 Names resolve through the ``diffugrpo`` entry points (:func:`diffugrpo_plugin.plugins.lookup`),
 so a reward from another installed package is selected exactly like a built-in.
+
+A reward function may say why a completion scored what it did (above all why 0 or ``None``) by
+returning :class:`Explained` ``(value, Reason(kind, detail))`` for it instead of the bare value
+(see :func:`diffugrpo_plugin.hookspecs.diffugrpo_reward_functions`); :meth:`RewardSpec.score`
+hands the reasons on per row (:class:`ScoredCompletion`), the totals see the values only.
 
 ``None`` means "not applicable to this row": it is left out of a component's mean and out of
 the weighted total (the total is ``sum(weight * value)`` over the components that apply, as
@@ -71,12 +77,39 @@ DEFAULT_QUALITY_REWARDS = ("efficiency", "maintainability", "comments")
 CONFIG_KEYS = ("reward_funcs", "reward_weights", "reward_kwargs", "aggregation", "gate_reward",
                "quality_rewards", "code_block", "sample_deadline_s", "stop_after_failed_steps", "sandbox")
 SMOKE_TEST_REWARDS = ("constant",)
+DIFFUCODER_REWARDS = {"code": 2.0, "code_format": 0.5}
 PASS_TOLERANCE = 1e-9
 CRASH_LOG_WINDOW_S = 60.0
 
 
 class RewardConfigError(ValueError):
     """The rewards config names something unknown or gives a value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a completion scored what it did: ``kind``, a short fixed code a program can count
+    (``no_code_block``, ``syntax_error``, ...), and ``detail``, the sentence a person reads."""
+
+    kind: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"kind": self.kind, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class Explained:
+    """One completion's reward value (a finite float, or None: not applicable) with its :class:`Reason`."""
+
+    value: float | None
+    reason: Reason
+
+
+def value_of(item: Any) -> Any:
+    """The value of one item a reward function returned: ``item.value`` for an :class:`Explained`,
+    else the item itself (a plain float or None, as TRL expects)."""
+    return item.value if isinstance(item, Explained) else item
 
 
 @dataclass(frozen=True)
@@ -124,13 +157,28 @@ def parse_weights(reward_funcs: Any, reward_weights: Any = None) -> dict[str, fl
                                 "with reward_weights: [2.0, 0.5], or reward_funcs: {code: 2.0, code_format: 0.5}")
     if isinstance(reward_funcs, Mapping):
         if reward_weights is not None:
-            raise RewardConfigError("reward_funcs is a mapping of name -> weight, so reward_weights must not "
-                                    "also be given")
+            raise RewardConfigError(f"reward_funcs is a mapping of name -> weight ({dict(reward_funcs)}), so "
+                                    f"reward_weights ({reward_weights}) must not also be given: put the weights in "
+                                    f"the mapping, or list the names (reward_funcs: [a, b]) beside reward_weights")
         return {str(name): _check_weight(str(name), weight) for name, weight in reward_funcs.items()}
     if isinstance(reward_funcs, str) or not isinstance(reward_funcs, Sequence):
         raise RewardConfigError(f"reward_funcs must be a list of names or a mapping name -> weight, "
                                 f"got {reward_funcs!r}")
     return _list_weights(reward_funcs, reward_weights)
+
+
+def _reward_funcs(config: Mapping[str, Any]) -> Any:
+    """``reward_funcs`` as configured; DiffuCoder's when neither it nor ``reward_weights`` is set."""
+    if config.get("reward_funcs") is None and config.get("reward_weights") is None:
+        return dict(DIFFUCODER_REWARDS)
+    return config.get("reward_funcs")
+
+
+def _selected_names(reward_funcs: Any) -> list[str]:
+    """The names ``reward_funcs`` selects in either spelling; none when it has neither shape."""
+    if isinstance(reward_funcs, Mapping) or (isinstance(reward_funcs, Sequence) and not isinstance(reward_funcs, str)):
+        return [str(name) for name in reward_funcs]
+    return []
 
 
 def keyword_options(fn: Callable) -> set[str]:
@@ -222,19 +270,30 @@ class _CrashLog:
         )
 
 
-def _validated(values: Any, count: int, name: str) -> list[float | None]:
-    if not isinstance(values, (list, tuple)) or len(values) != count:
+def _checked_value(value: Any, name: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value):
+        raise TypeError(f"reward '{name}' returned {value!r}; values must be finite numbers or None")
+    return None if math.isnan(value) else float(value)
+
+
+def _checked_reason(item: Any, name: str) -> Reason | None:
+    if not isinstance(item, Explained):
+        return None
+    if not isinstance(item.reason, Reason):
+        raise TypeError(f"reward '{name}' returned Explained with reason {item.reason!r}; give a "
+                        f"Reason(kind, detail)")
+    return item.reason
+
+
+def _validated(items: Any, count: int, name: str) -> tuple[list[float | None], list[Reason | None]]:
+    """The values and reasons of what reward ``name`` returned (one float, None or Explained per completion)."""
+    if not isinstance(items, (list, tuple)) or len(items) != count:
         raise TypeError(f"reward '{name}' must return a list of {count} values (one per completion), "
-                        f"got {type(values).__name__} of length {len(values) if hasattr(values, '__len__') else '?'}")
-    cleaned: list[float | None] = []
-    for value in values:
-        if value is None:
-            cleaned.append(None)
-        elif isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value):
-            raise TypeError(f"reward '{name}' returned {value!r}; values must be finite numbers or None")
-        else:
-            cleaned.append(None if math.isnan(value) else float(value))
-    return cleaned
+                        f"got {type(items).__name__} of length {len(items) if hasattr(items, '__len__') else '?'}")
+    values = [_checked_value(value_of(item), name) for item in items]
+    return values, [_checked_reason(item, name) for item in items]
 
 
 def _describe(error: BaseException) -> str:
@@ -242,12 +301,23 @@ def _describe(error: BaseException) -> str:
 
 
 @dataclass(frozen=True)
+class _RowScore:
+    """One component's score of one completion: its value, the reason it gave, the error it raised."""
+
+    value: float | None = None
+    reason: Reason | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class ScoredCompletion:
-    """One completion's scores: each component's value (None: not applicable, or the reward failed)
-    and, for the components that failed on it, the error (``"SandboxError: ..."``)."""
+    """One completion's scores: each component's value (None: not applicable, or the reward failed),
+    for the components that failed on it the error (``"SandboxError: ..."``), and for those that
+    said why they scored what they did, the :class:`Reason`."""
 
     values: dict[str, float | None]
     errors: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, Reason] = field(default_factory=dict)
 
 
 @dataclass
@@ -271,7 +341,10 @@ class RewardSpec:
         unknown = sorted(set(config) - set(CONFIG_KEYS))
         if unknown:
             raise RewardConfigError(f"unknown rewards option(s) {unknown}; known options: {list(CONFIG_KEYS)}")
-        weights = parse_weights(config.get("reward_funcs"), config.get("reward_weights"))
+        reward_funcs = _reward_funcs(config)
+        for name in _selected_names(reward_funcs):
+            plugins.lookup("reward", name)  # an unknown name is the mistake to report, not the weights it skews
+        weights = parse_weights(reward_funcs, config.get("reward_weights"))
         components = _resolve(weights, _reward_kwargs(config.get("reward_kwargs"), weights))
         aggregation = _choice(config, "aggregation", AGGREGATIONS, "fixed")
         gate_reward = config.get("gate_reward", "code")
@@ -311,7 +384,7 @@ class RewardSpec:
         return shared_sandbox(self.sandbox_config)
 
     def _run(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list]
-             ) -> list[float | None]:
+             ) -> list[_RowScore]:
         accepted = keyword_options(component.fn)
         injected: dict[str, Any] = {}
         if "code_block" in accepted:
@@ -319,46 +392,46 @@ class RewardSpec:
         if "sandbox" in accepted:
             injected["sandbox"] = self.sandbox()
         kwargs = {**{k: v for k, v in columns.items() if k != "completions"}, **injected, **component.options}
-        return _validated(component.fn(completions, **kwargs), len(completions), component.name)
+        values, reasons = _validated(component.fn(completions, **kwargs), len(completions), component.name)
+        return [_RowScore(value, reason) for value, reason in zip(values, reasons)]
 
     def _call(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list],
-              step: Hashable | None) -> tuple[list[float | None], list[str | None]]:
-        """The component's values and, per completion, the error that left it None (None where it scored).
+              step: Hashable | None) -> list[_RowScore]:
+        """The component's score of each completion; where it raised, None with the error.
 
         A call that raises is repeated one completion at a time, so a fault stays in its row: the
         completions it does not concern are scored normally (runs are cached, so this is cheap).
         """
         try:
-            return self._run(component, completions, columns), [None] * len(completions)
+            return self._run(component, completions, columns)
         except Exception as batch_error:  # noqa: BLE001 - a reward must never stop training
             if len(completions) == 1:
                 self.crash_log.report(component, step, batch_error)
-                return [None], [_describe(batch_error)]
-        values: list[float | None] = []
-        errors: list[str | None] = []
+                return [_RowScore(error=_describe(batch_error))]
+        scores: list[_RowScore] = []
         for index, completion in enumerate(completions):
             try:
-                values += self._run(component, [completion], {name: [rows[index]] for name, rows in columns.items()})
-                errors.append(None)
+                scores += self._run(component, [completion], {name: [rows[index]] for name, rows in columns.items()})
             except Exception as row_error:  # noqa: BLE001 - this row scores None, the others go on
                 self.crash_log.report(component, step, row_error)
-                values.append(None)
-                errors.append(_describe(row_error))
-        return values, errors
+                scores.append(_RowScore(error=_describe(row_error)))
+        return scores
 
     def score(self, completions: list[str], columns: Mapping[str, list],
               step: Hashable | None = None) -> list[ScoredCompletion]:
-        """Every component's value for every completion, and what failed where a reward raised.
+        """Every component's value for every completion, the reasons the rewards gave, and what
+        failed where a reward raised.
 
         ``columns`` maps each dataset column to a list with one value per completion.
         """
         columns = {name: plain(values) for name, values in columns.items()}
         results = {component.name: self._call(component, completions, columns, step)
                    for component in self.components}
-        return [ScoredCompletion(values={name: values[index] for name, (values, _) in results.items()},
-                                 errors={name: errors[index] for name, (_, errors) in results.items()
-                                         if errors[index] is not None})
-                for index in range(len(completions))]
+        rows = [{name: scores[index] for name, scores in results.items()} for index in range(len(completions))]
+        return [ScoredCompletion(values={name: score.value for name, score in row.items()},
+                                 errors={name: score.error for name, score in row.items() if score.error},
+                                 reasons={name: score.reason for name, score in row.items() if score.reason})
+                for row in rows]
 
     def total(self, values: Mapping[str, float | None]) -> float:
         """The scalar reward of one completion under this spec's aggregation.

@@ -4,7 +4,7 @@ Tests come from the row's columns (see :func:`diffugrpo_plugin.code_execution.te
 and run in the bubblewrap sandbox, one process per test, so a test that times out fails only
 itself. As in DiffuCoder, only completions that pass the format check in full are run
 (``require_format``); the others score 0.0. A row without tests scores None (not applicable).
-A failure of the sandbox itself raises (a harness fault, never a score): the rows it concerns
+Every score below 1.0 says why (:attr:`diffugrpo_plugin.judging.Judged.reason`). A failure of the sandbox itself raises (a harness fault, never a score): the rows it concerns
 score None, flagged as failed, and the trainer reports them.
 """
 
@@ -14,23 +14,24 @@ from typing import Any
 
 from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import pass_rate
-from diffugrpo_plugin.judging import code_outcomes
+from diffugrpo_plugin.judging import Judged, code_outcomes
+from diffugrpo_plugin.rewards import Explained
 from diffugrpo_plugin.sandbox import Sandbox
 
 
+def _pass_rate(judged: Judged) -> float | None:
+    if judged.spec is None:
+        return None
+    return pass_rate(judged.outcomes) if judged.code is not None else 0.0
+
+
 def code_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
-                timeout_s: float | None = None, sandbox: Sandbox | None = None, **columns: Any) -> list[float | None]:
+                timeout_s: float | None = None, sandbox: Sandbox | None = None,
+                **columns: Any) -> list[float | Explained]:
     """Pass rate of the row's tests, run sandboxed (DiffuCoder's correctness reward)."""
-    scores: list[float | None] = []
-    for spec, code, outcomes in code_outcomes(completions, columns, code_block=code_block,
-                                              require_format=require_format, timeout_s=timeout_s, sandbox=sandbox):
-        if spec is None:
-            scores.append(None)
-        elif code is None:
-            scores.append(0.0)
-        else:
-            scores.append(pass_rate(outcomes))
-    return scores
+    judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
+                           timeout_s=timeout_s, sandbox=sandbox)
+    return [Explained(_pass_rate(one), one.reason) if one.reason is not None else _pass_rate(one) for one in judged]
 
 
 @hookimpl

@@ -8,13 +8,14 @@ Static rules (always on), each in [0, 1], averaged:
   (``max_len`` contributes ``max`` and ``len``; words of three letters or more).
 * length -- the share of comments between 2 and 40 words.
 
-Code without comments scores 0.0; a completion without a code block scores 0.0.
+Code without comments scores 0.0; a completion without a code block, or whose code does not
+parse, scores 0.0; each says why.
 
 Optional LLM judge (off by default): with ``judge_url`` set, the code is sent to an
 OpenAI-compatible ``/chat/completions`` endpoint (a local vLLM server, say) asking for a 0-10
 comment-quality grade; the key, if any, is read from the environment variable named by
 ``judge_api_key_env``. The reward becomes ``(1 - judge_weight) * static + judge_weight * judge``;
-if the judge fails, the static score is used and the failure is logged.
+if the judge fails, the static score is used, and the failure is logged and given as the reason.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ import urllib.request
 from typing import Any
 
 from diffugrpo_plugin import hookimpl
-from diffugrpo_plugin.code_execution import parses
-from diffugrpo_plugin.judging import candidate_code
+from diffugrpo_plugin.judging import offered_code, syntax_problem
+from diffugrpo_plugin.rewards import Explained, Reason
 
 logger = logging.getLogger("diffugrpo.rewards")
 
@@ -126,13 +127,19 @@ def judge_score(code: str, url: str, model: str, api_key_env: str, timeout_s: fl
 
 def comments_reward(completions: list, *, code_block: str = "first", judge_url: str | None = None,
                     judge_model: str = "judge", judge_api_key_env: str = "DIFFUGRPO_JUDGE_API_KEY",
-                    judge_weight: float = 0.5, judge_timeout_s: float = 30.0, **columns: Any) -> list[float | None]:
+                    judge_weight: float = 0.5, judge_timeout_s: float = 30.0,
+                    **columns: Any) -> list[float | Explained]:
     """Comment density, relevance and length; optionally blended with an LLM judge's grade."""
-    scores: list[float | None] = []
+    scores: list[float | Explained] = []
     for completion in completions:
-        code = candidate_code(completion, code_block, require_format=False)
-        if code is None or not parses(code):
-            scores.append(0.0)
+        offer = offered_code(completion, code_block, require_format=False)
+        code = offer.code
+        unjudgeable = offer.reason if code is None else syntax_problem(code)
+        if unjudgeable is not None:
+            scores.append(Explained(0.0, unjudgeable))
+            continue
+        if not _comments(code)[0]:
+            scores.append(Explained(0.0, Reason("no_comments", "the code has no comments or docstrings")))
             continue
         static = static_comment_score(code)
         if judge_url is None:
@@ -142,7 +149,8 @@ def comments_reward(completions: list, *, code_block: str = "first", judge_url: 
             judged = judge_score(code, judge_url, judge_model, judge_api_key_env, judge_timeout_s)
         except Exception as exc:  # noqa: BLE001 - the judge is optional: fall back to the static rules
             logger.warning("comments: the LLM judge at %s failed (%s); using the static score", judge_url, exc)
-            scores.append(static)
+            scores.append(Explained(static, Reason("judge_failed", f"the LLM judge at {judge_url} failed "
+                                                                   f"({type(exc).__name__}): static rules only")))
             continue
         scores.append((1.0 - judge_weight) * static + judge_weight * judged)
     return scores

@@ -3,7 +3,7 @@
 Measured inside the sandbox for each test (CPU time, or user-space instructions where the CPU
 exposes a counter to both runs; peak memory above the bare interpreter), summed over tests
 (memory: the maximum). Zero unless every test passes, so slow-but-right always beats
-fast-but-wrong; None when the row has no tests.
+fast-but-wrong; None when the row has no tests (both with the reason).
 
 With a reference solution (``reference_solution`` and friends, see
 :func:`diffugrpo_plugin.code_execution.reference_from_row`) that passes its own tests::
@@ -24,8 +24,9 @@ from typing import Any, Sequence
 
 from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import TestOutcome, reference_from_row
+from diffugrpo_plugin.judging import code_outcomes, correctness_gate, outcomes_for, rows_of
+from diffugrpo_plugin.rewards import Explained
 from diffugrpo_plugin.sandbox import Sandbox
-from diffugrpo_plugin.judging import all_tests_passed, code_outcomes, outcomes_for, rows_of
 
 logger = logging.getLogger("diffugrpo.rewards")
 
@@ -67,19 +68,20 @@ def absolute_score(candidate: Sequence[TestOutcome], time_weight: float, time_sc
 
 def efficiency_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
                       timeout_s: float | None = None, sandbox: Sandbox | None = None, time_weight: float = 0.5,
-                      time_scale_s: float = 0.1, memory_scale_mb: float = 64.0, **columns: Any) -> list[float | None]:
+                      time_scale_s: float = 0.1, memory_scale_mb: float = 64.0,
+                      **columns: Any) -> list[float | Explained]:
     """Run time and peak memory inside the sandbox vs the reference; 0 unless all tests pass."""
     judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
                            timeout_s=timeout_s, sandbox=sandbox)
-    gates = [all_tests_passed(spec, code, outcomes) for spec, code, outcomes in judged]
-    references = [reference_from_row(row) if passed else None
-                  for row, passed in zip(rows_of(columns, len(completions)), gates)]
-    reference_runs = outcomes_for([(reference, spec) if reference is not None else None
-                                   for reference, (spec, _, _) in zip(references, judged)], sandbox, timeout_s)
-    scores: list[float | None] = []
-    for passed, (_, _, outcomes), reference, reference_outcomes in zip(gates, judged, references, reference_runs):
-        if passed is None or not passed:
-            scores.append(None if passed is None else 0.0)
+    references = [reference_from_row(row) if one.all_passed else None
+                  for row, one in zip(rows_of(columns, len(completions)), judged)]
+    reference_runs = outcomes_for([(reference, one.spec) if reference is not None else None
+                                   for reference, one in zip(references, judged)], sandbox, timeout_s)
+    scores: list[float | Explained] = []
+    for one, reference, reference_outcomes in zip(judged, references, reference_runs):
+        outcomes = one.outcomes
+        if not one.all_passed:
+            scores.append(correctness_gate(one))
         elif reference_outcomes is not None and all(outcome.passed for outcome in reference_outcomes):
             scores.append(relative_score(outcomes, reference_outcomes, time_weight))
         else:

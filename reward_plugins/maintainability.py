@@ -3,7 +3,7 @@ complexity, relative to the reference solution when the row has one, gated on co
 
 Zero unless every test passes; None when the row has no tests. Empty or trivial code (fewer
 than ``min_statements`` statements besides docstrings and ``pass``) earns 0.0: radon gives
-empty code an index of 100, which would reward writing nothing. The reward is the mean of::
+empty code an index of 100, which would reward writing nothing. Each of these says why. The reward is the mean of::
 
     index      = min(1, MI / reference MI)        or MI / 100 without a reference
     complexity = min(1, reference CC / CC)         or min(1, 5 / CC) without one (radon grade A)
@@ -18,8 +18,9 @@ from typing import Any
 
 from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import parses, reference_from_row
+from diffugrpo_plugin.judging import code_outcomes, correctness_gate, rows_of
+from diffugrpo_plugin.rewards import Explained, Reason
 from diffugrpo_plugin.sandbox import Sandbox
-from diffugrpo_plugin.judging import all_tests_passed, code_outcomes, rows_of
 
 GOOD_COMPLEXITY = 5.0
 
@@ -67,17 +68,19 @@ def maintainability_score(code: str, reference: str | None, min_statements: int 
 
 def maintainability_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
                            timeout_s: float | None = None, sandbox: Sandbox | None = None,
-                           min_statements: int = 2, **columns: Any) -> list[float | None]:
+                           min_statements: int = 2, **columns: Any) -> list[float | Explained]:
     """Radon MI and lizard CC vs the reference; 0 unless all tests pass or for trivial code."""
     judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
                            timeout_s=timeout_s, sandbox=sandbox)
-    scores: list[float | None] = []
-    for row, (spec, code, outcomes) in zip(rows_of(columns, len(completions)), judged):
-        passed = all_tests_passed(spec, code, outcomes)
-        if passed is None or not passed:
-            scores.append(None if passed is None else 0.0)
+    scores: list[float | Explained] = []
+    for row, one in zip(rows_of(columns, len(completions)), judged):
+        if not one.all_passed:
+            scores.append(correctness_gate(one))
+        elif meaningful_statements(one.code) < min_statements:
+            scores.append(Explained(0.0, Reason("trivial_code", f"fewer than {min_statements} statements that do "
+                                                                f"something (docstrings and pass do not count)")))
         else:
-            scores.append(maintainability_score(code, reference_from_row(row), min_statements))
+            scores.append(maintainability_score(one.code, reference_from_row(row), min_statements))
     return scores
 
 

@@ -1,20 +1,22 @@
-"""The ``syntax`` reward: 1.0 when the completion's chosen fenced Python block parses, else 0.0."""
+"""The ``syntax`` reward: 1.0 when the completion's chosen fenced Python block parses, else 0.0
+with the reason (no block, or the syntax error's line)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from diffugrpo_plugin import hookimpl
-from diffugrpo_plugin.code_execution import parses
-from diffugrpo_plugin.judging import candidate_code
+from diffugrpo_plugin.judging import offered_code, syntax_problem
+from diffugrpo_plugin.rewards import Explained
 
 
-def syntax_reward(completions: list, *, code_block: str = "first", **columns: Any) -> list[float | None]:
+def syntax_reward(completions: list, *, code_block: str = "first", **columns: Any) -> list[float | Explained]:
     """The extracted code parses (no fenced Python block scores 0.0)."""
-    scores: list[float | None] = []
+    scores: list[float | Explained] = []
     for completion in completions:
-        code = candidate_code(completion, code_block, require_format=False)
-        scores.append(1.0 if code is not None and parses(code) else 0.0)
+        offer = offered_code(completion, code_block, require_format=False)
+        reason = offer.reason if offer.code is None else syntax_problem(offer.code)
+        scores.append(Explained(0.0, reason) if reason is not None else 1.0)
     return scores
 
 

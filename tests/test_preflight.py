@@ -37,6 +37,7 @@ def test_a_valid_configuration_passes(valid):
     ("+actor_rollout_ref.rollout.engine_kwargs.diffusion.stepz=3", "no option stepz"),
     ("actor_rollout_ref.model.diffusion.masker=bogus", "unknown masker 'bogus'. Known maskers: coupled"),
     ("diffugrpo.rewards.reward_funcs=[code,bogus]", "unknown reward 'bogus'. Known rewards: code"),
+    ("diffugrpo.rewards.reward_funcs=[nope]", "unknown reward 'nope'. Known rewards: code"),
     ("diffugrpo.rewards.reward_weights=[2.0]", "reward_weights"),
     ("data.train_batch_size=5", "must be a multiple of actor_rollout_ref.actor.ppo_mini_batch_size"),
     ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "not a multiple of"),

@@ -15,7 +15,7 @@ from diffugrpo_plugin import code_execution
 from diffugrpo_plugin.code_execution import Outcome, run_tests
 from diffugrpo_plugin.evaluation import Completion, EvalProblem, judge_completions, summarize
 from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, candidate_code, code_outcomes, format_score
-from diffugrpo_plugin.rewards import RewardSpec
+from diffugrpo_plugin.rewards import RewardSpec, value_of
 from reward_plugins.code import code_reward
 from reward_plugins.efficiency import efficiency_reward
 from reward_support import tight_sandbox
@@ -34,7 +34,8 @@ def box():
 
 
 def scores(box, programs: list[str], tests=TESTS) -> list[float | None]:
-    return code_reward([fenced(program) for program in programs], test_cases=[tests] * len(programs), sandbox=box)
+    judged = code_reward([fenced(program) for program in programs], test_cases=[tests] * len(programs), sandbox=box)
+    return [value_of(item) for item in judged]
 
 
 # --------------------------------------------------------------------------- forged verdicts
@@ -182,8 +183,9 @@ def test_efficiency_counts_the_cpu_of_children_nobody_waits_for(box):
     hidden_cpu = sum(o.cpu_s for o in run_tests(hidden, spec, box, cache=False))
     direct_cpu = sum(o.cpu_s for o in run_tests(direct, spec, box, cache=False))
     assert hidden_cpu > 0.2 > direct_cpu
-    hidden_score, direct_score = efficiency_reward([fenced(hidden), fenced(direct)], test_cases=[TESTS, TESTS],
-                                                   reference_solution=[direct, direct], sandbox=box)
+    judged = efficiency_reward([fenced(hidden), fenced(direct)], test_cases=[TESTS, TESTS],
+                               reference_solution=[direct, direct], sandbox=box)
+    hidden_score, direct_score = map(value_of, judged)
     assert hidden_score < 0.8 < direct_score
 
 
@@ -192,8 +194,8 @@ def test_efficiency_counts_the_cpu_of_children_nobody_waits_for(box):
 def test_a_huge_completion_is_never_parsed():
     huge = fenced("x = 1\n" * (MAX_COMPLETION_CHARS // 6 + 1))
     assert format_score(huge) == 0.0 and candidate_code(huge, require_format=False) is None
-    [(spec, code, outcomes)] = code_outcomes([huge], {"test_cases": [TESTS]})
-    assert code is None and outcomes is None
+    [judged] = code_outcomes([huge], {"test_cases": [TESTS]})
+    assert judged.code is None and judged.outcomes is None and judged.reason.kind == "too_long"
 
 
 # --------------------------------------------------------------------------- what evaluation reports

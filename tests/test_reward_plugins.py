@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from diffugrpo_plugin.code_execution import Outcome, TestOutcome
-from reward_plugins.code import code_reward
 from diffugrpo_plugin.judging import format_score
+from diffugrpo_plugin.rewards import value_of
+from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward
 from reward_plugins.comments import comments_reward, static_comment_score
 from reward_plugins.efficiency import absolute_score, efficiency_reward, relative_score
@@ -31,6 +32,11 @@ def fenced(code: str, prose: str = "Here it is:\n") -> str:
     return f"{prose}```python\n{code}```\n"
 
 
+def values(items: list) -> list:
+    """The values of what a reward returned, without the reasons it gave (test_judging_reasons.py checks those)."""
+    return [value_of(item) for item in items]
+
+
 @pytest.fixture(scope="module")
 def box():
     return tight_sandbox(timeout_s=5.0, memory_mb=512)
@@ -43,7 +49,8 @@ def box():
     ("Sure, here:\n```python\nx = 1\n```\n", 1.0),
     ("```python\n```\n", 1.0),  # an empty block parses
     ("```python\ndef f(:\n```\n", 0.5),
-    ("```python\nx = 1\n```", 0.0),  # must end with the fence and a newline
+    ("```python\nx = 1\n```", 1.0),  # stopped at EOS right after the fence: DiffuCoder's pattern wants a newline
+    ("```python\nx = 1\n```\n\n  ", 1.0),  # whitespace after the fence changes nothing
     ("```python\nx = 1\n```\nHope this helps\n", 0.0),
     ("```python\nx = 1\n```\n```python\ny = 2\n```\n", 0.0),  # exactly one block
     ("```py\nx = 1\n```\n", 0.0),  # the tag is python
@@ -54,7 +61,8 @@ def test_code_format_has_diffucoder_semantics(text, score):
 
 
 def test_code_format_accepts_chat_messages():
-    assert code_format_reward([[{"role": "assistant", "content": "```python\nx = 1\n```\n"}], "nope"]) == [1.0, 0.0]
+    assert values(code_format_reward([[{"role": "assistant", "content": "```python\nx = 1\n```\n"}], "nope"])) == \
+        [1.0, 0.0]
 
 
 # --- code ------------------------------------------------------------------------------------
@@ -63,13 +71,13 @@ def test_code_reward_is_the_pass_rate(box):
     right = fenced("def add(a, b):\n    return a + b\n")
     half = fenced("def add(a, b):\n    return 3\n")
     scores = code_reward([right, half, right], test_cases=[ADD_TESTS, ADD_TESTS, []], sandbox=box)
-    assert scores == [1.0, 0.5, None]  # no tests: not applicable, not a division by zero
+    assert values(scores) == [1.0, 0.5, None]  # no tests: not applicable, not a division by zero
 
 
 def test_code_reward_runs_only_well_formatted_completions(box):
-    unterminated = "```python\ndef add(a, b):\n    return a + b\n```"
-    assert code_reward([unterminated], test_cases=[ADD_TESTS], sandbox=box) == [0.0]
-    assert code_reward([unterminated], test_cases=[ADD_TESTS], sandbox=box, require_format=False) == [1.0]
+    chatty = "```python\ndef add(a, b):\n    return a + b\n```\nHope this helps!\n"
+    assert values(code_reward([chatty], test_cases=[ADD_TESTS], sandbox=box)) == [0.0]
+    assert code_reward([chatty], test_cases=[ADD_TESTS], sandbox=box, require_format=False) == [1.0]
 
 
 def test_code_reward_block_choice(box):
@@ -77,11 +85,11 @@ def test_code_reward_block_choice(box):
                       "```python\ndef add(a, b):\n    return a + b\n```\n")
     first = code_reward([draft_then_fix], test_cases=[ADD_TESTS], sandbox=box, require_format=False)
     last = code_reward([draft_then_fix], test_cases=[ADD_TESTS], sandbox=box, require_format=False, code_block="last")
-    assert (first, last) == ([0.0], [1.0])
+    assert (values(first), last) == ([0.0], [1.0])
 
 
 def test_syntax_reward():
-    assert syntax_reward([fenced("x = 1\n"), fenced("x = (\n"), "no block"]) == [1.0, 0.0, 0.0]
+    assert values(syntax_reward([fenced("x = 1\n"), fenced("x = (\n"), "no block"])) == [1.0, 0.0, 0.0]
 
 
 # --- efficiency ------------------------------------------------------------------------------
@@ -117,7 +125,7 @@ def test_efficiency_is_gated_and_compares_to_the_reference(box):
     wrong = "def add(a, b):\n    return a * b\n"
     completions = [fenced(reference), fenced(slow), fenced(wrong), fenced(reference)]
     columns = {"test_cases": [ADD_TESTS] * 3 + [[]], "reference_solution": [reference] * 4}
-    same, slower, failing, untested = efficiency_reward(completions, sandbox=box, **columns)
+    same, slower, failing, untested = values(efficiency_reward(completions, sandbox=box, **columns))
     assert same > 0.8  # equal code: ratio 1 up to timing noise, damped by the floors
     assert slower < 0.6 and slower < same
     assert (failing, untested) == (0.0, None)
@@ -154,7 +162,7 @@ def test_maintainability_is_gated_on_correctness(box):
     scores = maintainability_reward([fenced(SIMPLE_SIGN), fenced(wrong), fenced(SIMPLE_SIGN)], sandbox=box,
                                     test_cases=[SIGN_TESTS, SIGN_TESTS, []],
                                     reference_solution=[SIMPLE_SIGN, SIMPLE_SIGN, None])
-    assert scores == [pytest.approx(1.0), 0.0, None]
+    assert values(scores) == [pytest.approx(1.0), 0.0, None]
 
 
 # --- comments --------------------------------------------------------------------------------
@@ -216,8 +224,9 @@ def test_llm_judge_is_blended_in_and_reads_its_key_from_the_environment(judge_se
 
 def test_failing_judge_falls_back_to_static_rules(judge_server):
     _FakeJudge.answer = "I refuse"
-    assert comments_reward([fenced(DOCUMENTED)], judge_url=judge_server) == \
-        [pytest.approx(static_comment_score(DOCUMENTED))]
+    [score] = comments_reward([fenced(DOCUMENTED)], judge_url=judge_server)
+    assert score.value == pytest.approx(static_comment_score(DOCUMENTED))
+    assert score.reason.kind == "judge_failed" and judge_server in score.reason.detail
 
 
 def test_judge_is_off_by_default(judge_server):

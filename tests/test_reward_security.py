@@ -91,10 +91,10 @@ def test_attack_scores_zero_and_leaves_nothing_behind(name, box, tmp_path, liste
     host_before = sorted(path.name for path in tmp_path.iterdir())
 
     [score] = code_reward([fenced(program)], test_cases=[TESTS], sandbox=box)
-    [(_, _, outcomes)] = code_outcomes([fenced(program)], {"test_cases": [TESTS]}, sandbox=box)
+    [judged] = code_outcomes([fenced(program)], {"test_cases": [TESTS]}, sandbox=box)
 
-    assert score == 0.0
-    assert [outcome.outcome for outcome in outcomes] == [expected], outcomes[0].detail
+    assert score.value == 0.0 and score.reason.kind == "tests_failed"
+    assert [outcome.outcome for outcome in judged.outcomes] == [expected], judged.outcomes[0].detail
     assert processes_with_uids(TEST_UID_BASE, TEST_UID_BASE + 64) == []
     assert bwrap_children() == []
     assert sorted(path.name for path in tmp_path.iterdir()) == host_before

@@ -9,9 +9,9 @@ import math
 import pytest
 
 from diffugrpo_plugin.plugins import PluginError
-from diffugrpo_plugin.rewards import (RewardComponent, RewardConfigError, RewardSpec, gated_total,
+from diffugrpo_plugin.rewards import (Explained, Reason, RewardComponent, RewardConfigError, RewardSpec, gated_total,
                                       group_normalized_totals, normalize_by_group, parse_weights, step_metrics,
-                                      weighted_total)
+                                      value_of, weighted_total)
 
 # --- config ----------------------------------------------------------------------------------
 
@@ -28,7 +28,7 @@ def test_seed_spelling_and_mapping_spelling_agree():
     (["code"], [True], "weight of reward 'code' must be a number"),
     (["code"], [-1.0], "must be a finite number >= 0, got -1.0"),
     (["code"], [float("nan")], "must be a finite number >= 0, got nan"),
-    ({"code": 1.0}, [1.0], "reward_weights must not also be given"),
+    ({"code": 1.0}, [1.0], r"reward_weights \(\[1.0\]\) must not also be given: put the weights in the mapping"),
     (["code", "code"], None, r"lists \['code'\] more than once"),
     ([], None, "needs reward_funcs"),
     ("code", None, "must be a list of names or a mapping"),
@@ -51,6 +51,13 @@ def test_from_config_resolves_builtins_with_provenance_and_options():
 def test_unknown_reward_lists_known_names_and_providers():
     with pytest.raises(PluginError, match=r"unknown reward 'cod'\. Known rewards: .*code \(diffugrpo 0\.1\.0\)"):
         RewardSpec.from_config({"reward_funcs": ["cod"]})
+
+
+def test_an_unknown_name_is_reported_before_the_weights_it_miscounts():
+    with pytest.raises(PluginError, match=r"unknown reward 'nope'\. Known rewards: code \(diffugrpo 0\.1\.0\), "):
+        RewardSpec.from_config({"reward_funcs": ["nope"], "reward_weights": [2.0, 0.5]})
+    with pytest.raises(PluginError, match=r"unknown reward 'nope'\. Known rewards: "):
+        RewardSpec.from_config({"reward_funcs": {"code": 1.0, "nope": 2.0}})
 
 
 @pytest.mark.parametrize("config, message", [
@@ -203,3 +210,30 @@ def test_nan_means_not_applicable_and_columns_are_passed():
     scored = spec.score(["x", "y"], {"test_cases": [[], ["assert 1"]]})
     assert [s.values for s in scored] == [{"picky": None}, {"picky": 0.25}] and all(not s.errors for s in scored)
     assert seen == {"test_cases": [[], ["assert 1"]]}
+
+
+def test_reasons_a_reward_returns_reach_each_row_and_plain_floats_still_work():
+    no_block = Reason("no_code_block", "no fenced ```python block")
+    not_applicable = Reason("no_tests", "the row has no tests")
+
+    def explains(completions, **columns):
+        return [Explained(0.0, no_block), 1.0, Explained(None, not_applicable)]
+
+    def plain_floats(completions, **columns):
+        return [0.0, 0.5, None]
+
+    spec = _spec(_component("explains", explains, weight=2.0), _component("plain", plain_floats))
+    scored = spec.score(["a", "b", "c"], {})
+    assert [s.values for s in scored] == [{"explains": 0.0, "plain": 0.0}, {"explains": 1.0, "plain": 0.5},
+                                          {"explains": None, "plain": None}]
+    assert [s.reasons for s in scored] == [{"explains": no_block}, {}, {"explains": not_applicable}]
+    assert [spec.total(s.values) for s in scored] == [0.0, 2.5, 0.0]
+    assert [value_of(item) for item in explains([])] == [0.0, 1.0, None]  # what TRL would be handed
+
+
+def test_a_reason_must_be_a_reason():
+    spec = _spec(_component("sloppy", lambda completions, **columns: [Explained(0.0, "no block")]))
+    [scored] = spec.score(["x"], {})
+    assert scored.values == {"sloppy": None}
+    assert scored.errors["sloppy"] == ("TypeError: reward 'sloppy' returned Explained with reason 'no block'; "
+                                       "give a Reason(kind, detail)")

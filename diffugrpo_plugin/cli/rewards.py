@@ -14,7 +14,10 @@ stdout, in order, with the row's line number (parquet: row number) and its ``id`
      "tests": [{"outcome": "PASSED", ...}]}
 
 ``tests`` (per-test outcomes of the ``code`` reward) appears when ``code`` is selected; it is
-null for rows without tests or completions that were not run. Every row (its ``completion`` and
+null for rows without tests or completions that were not run. ``reasons`` says, for each reward
+that explained its value (always below full marks for the built-ins), why:
+``{"code": {"kind": "format", "detail": "tests not run: text after the closing fence: ..."}}``;
+``errors`` gives the error of a reward that failed on the row. Every row (its ``completion`` and
 test columns) is checked before any scoring starts. ``group_normalized`` standardises each
 reward within the rows sharing ``--group-by`` (default ``task_id``: the completions of one
 problem) before weighting, so its totals are written once the whole file is scored. Default
@@ -115,13 +118,15 @@ def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     outputs = []
     for scored in spec.score(completions, columns):
         outputs.append({"total": spec.total(scored.values), "rewards": scored.values,
+                        **({"reasons": {name: reason.to_dict() for name, reason in scored.reasons.items()}}
+                           if scored.reasons else {}),
                         **({"errors": scored.errors} if scored.errors else {})})
     code = next((component for component in spec.components if component.name == "code"), None)
     if code is not None:
         options = {"code_block": spec.code_block, "sandbox": spec.sandbox(), **code.options}
         judged = code_outcomes(completions, columns, **options)  # cached: the code reward's own run
-        for output, (_, _, outcomes) in zip(outputs, judged):
-            output["tests"] = [outcome.to_dict() for outcome in outcomes] if outcomes is not None else None
+        for output, one in zip(outputs, judged):
+            output["tests"] = [outcome.to_dict() for outcome in one.outcomes] if one.outcomes is not None else None
     return outputs
 
 

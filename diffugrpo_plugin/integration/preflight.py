@@ -38,8 +38,8 @@ def _check_rewards(config: DictConfig) -> None:
 
     node = OmegaConf.select(config, "diffugrpo.rewards")
     if node is None:
-        raise ConfigError("no reward configuration: set diffugrpo.rewards.reward_funcs (e.g. [code, code_format]) "
-                          "and diffugrpo.rewards.reward_weights")
+        raise ConfigError("no reward configuration: set diffugrpo.rewards.reward_funcs, e.g. {code: 2.0, "
+                          "code_format: 0.5}, or [code, code_format] with diffugrpo.rewards.reward_weights")
     try:
         RewardSpec.from_config(OmegaConf.to_container(node, resolve=True))
     except (PluginError, ValueError) as error:
