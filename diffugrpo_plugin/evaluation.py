@@ -12,9 +12,12 @@ Flow (the ``diffugrpo eval`` command and the demo both use it)::
 
 Judging is the training ``code`` reward's own pipeline, so a score here means what it means
 during RL: the tests come from the row's columns (:func:`~diffugrpo_plugin.code_execution.tests_from_row`),
-the code is what :func:`diffugrpo_plugin.judging.candidate_code` extracts (by default only a
-completion in DiffuCoder's format, one closing ```python block, offers code), and every test
-runs as its own sandboxed process. A completion passes when every test of its problem passes.
+the code is what :func:`diffugrpo_plugin.judging.offered_code` extracts (by default only a
+completion in DiffuCoder's format, one closing ```python block, offers code; with ``bare_code``
+a completion without a fence is code itself, HumanEval-style, after the problem's starter
+code), and every test runs as its own sandboxed process. A completion passes when every test of
+its problem passes; one that does not carries the reason (:class:`~diffugrpo_plugin.rewards.Reason`:
+no code block and why, syntax error and its line, which test failed first and how).
 
 pass@k uses the unbiased estimator of Chen et al. (2021), averaged over problems. A sandbox
 failure is a harness fault, never scored: it raises :class:`EvaluationError`.
@@ -32,17 +35,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, judged_outside, pass_rate, run_tests_many, tests_from_row
+from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, judged_outside, pass_rate, \
+    run_tests_many, tests_from_row
 from diffugrpo_plugin.data import DataError, prepare
 from diffugrpo_plugin.data.records import checked_field, read_records
 from diffugrpo_plugin.data.rows import read_parquet_rows
-from diffugrpo_plugin.judging import candidate_code
+from diffugrpo_plugin.judging import Offer, offered_code, outcomes_reason
+from diffugrpo_plugin.rewards import Reason
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
 
 DATASETS = ("humaneval", "mbpp", "parquet")
 DEFAULT_SPLITS = {"humaneval": "test", "mbpp": "test"}
 OUTPUT_FILES = ("completions.jsonl", "outcomes.jsonl", "summary.json")
 SEED_MODULUS = 2**31  # sampler seeds stay in the range every torch generator accepts
+# What `diffugrpo eval` can change about a reason's verdict, said beside the reason.
+NO_BLOCK_HINT = "a completion without any ``` fence is judged as bare code, HumanEval-style, with --bare-code"
+FORMAT_HINT = "--lenient-format judges the fenced python block anyway"
 
 
 class EvaluationError(ValueError):
@@ -98,6 +106,13 @@ class EvalProblem:
     data_source: str
     messages: tuple[Mapping[str, str], ...]
     columns: Mapping[str, Any]
+
+    @property
+    def starter_code(self) -> str | None:
+        """The code the prompt shows for the model to complete (HumanEval's signature and docstring):
+        the last fenced python block of the last user message; None when it shows none."""
+        user = [message["content"] for message in self.messages if message["role"] == "user"]
+        return extract_code(user[-1], "last") if user else None
 
     def tests(self) -> TestSpec:
         """The problem's tests; a problem without usable tests cannot be evaluated."""
@@ -320,12 +335,13 @@ def _generate_batch(sampler: Any, lm: Any, tokenizer: Any, prompt_ids: Sequence[
 
 @dataclass(frozen=True)
 class Verdict:
-    """One completion judged: the code it offered (None: no accepted code block, not run) and
-    one outcome per test of its problem."""
+    """One completion judged: the code it offered (None: no accepted code block, not run), one
+    outcome per test of its problem, and the reason it did not pass (None when it passed)."""
 
     completion: Completion
     code: str | None
     outcomes: tuple[TestOutcome, ...]
+    reason: Reason | None = None
 
     @property
     def passed(self) -> bool:
@@ -361,38 +377,57 @@ class ProblemResult:
 
 
 def judge_completions(problems: Sequence[EvalProblem], completions: Mapping[str, Sequence[Completion]], *,
-                      code_block: str = "first", require_format: bool = True, sandbox: Sandbox | None = None,
-                      timeout_s: float | None = None) -> list[ProblemResult]:
+                      code_block: str = "first", require_format: bool = True, bare_code: bool = False,
+                      sandbox: Sandbox | None = None, timeout_s: float | None = None) -> list[ProblemResult]:
     """Judges every completion of every problem that has some, in the order of ``problems``.
 
     ``code_block`` and ``require_format`` are the ``code`` reward's options (defaults: as in
-    training). All (code, tests) pairs run concurrently, up to the sandbox's concurrency.
-    Raises :class:`EvaluationError` when the sandbox itself fails: a harness fault is not a score.
+    training); ``bare_code`` judges a completion without any ``` fence as code, appended to the
+    problem's :attr:`~EvalProblem.starter_code` as HumanEval's own harness does. All (code,
+    tests) pairs run concurrently, up to the sandbox's concurrency. Raises
+    :class:`EvaluationError` when the sandbox itself fails: a harness fault is not a score.
     """
     judged = [problem for problem in problems if completions.get(problem.task_id)]
     if not judged:
         raise EvaluationError("no completion belongs to any of the problems loaded")
     specs = {problem.task_id: problem.tests() for problem in judged}
-    items = [(problem.task_id, completion, candidate_code(completion.text, code_block, require_format))
+    items = [(problem.task_id, completion,
+              _with_hint(offered_code(completion.text, code_block, require_format, bare_code, problem.starter_code),
+                         require_format, bare_code))
              for problem in judged for completion in completions[problem.task_id]]
-    runnable = [(code, specs[task_id]) for task_id, _, code in items if code is not None]
+    runnable = [(offer.code, specs[task_id]) for task_id, _, offer in items if offer.code is not None]
     verdicts = _verdicts(items, run_tests_many(runnable, sandbox, timeout_s))
     return [ProblemResult(problem.task_id, problem.data_source, tuple(verdicts[problem.task_id]),
                           len(specs[problem.task_id]), judged_outside(specs[problem.task_id]))
             for problem in judged]
 
 
-def _verdicts(items: Sequence[tuple[str, Completion, str | None]],
+def _with_hint(offer: Offer, require_format: bool, bare_code: bool) -> Offer:
+    """``offer`` with its reason saying which flag would have the completion judged, where one would."""
+    reason = offer.reason
+    if reason is not None and reason.kind == "no_code_block" and not bare_code:
+        return Offer(None, Reason(reason.kind, f"{reason.detail} ({NO_BLOCK_HINT})"))
+    if reason is not None and reason.kind == "format" and require_format:
+        return Offer(None, Reason(reason.kind, f"{reason.detail} ({FORMAT_HINT})"))
+    return offer
+
+
+def _verdicts(items: Sequence[tuple[str, Completion, Offer]],
               runs: Sequence[list[TestOutcome] | SandboxError]) -> dict[str, list[Verdict]]:
-    """Verdicts by task_id from (task_id, completion, code) items and the runs of those with code."""
+    """Verdicts by task_id from (task_id, completion, offer) items and the runs of those with code."""
     pending = iter(runs)
     verdicts: dict[str, list[Verdict]] = {}
-    for task_id, completion, code in items:
-        outcomes = next(pending) if code is not None else []
+    for task_id, completion, offer in items:
+        if offer.code is None:
+            reason = Reason(offer.reason.kind, f"tests not run: {offer.reason.detail}")
+            verdicts.setdefault(task_id, []).append(Verdict(completion, None, (), reason))
+            continue
+        outcomes = next(pending)
         if isinstance(outcomes, SandboxError):
             raise EvaluationError(f"the sandbox failed while judging task {task_id}: {outcomes}. "
                                   f"This is a harness fault, not the completion's; no score is reported.")
-        verdicts.setdefault(task_id, []).append(Verdict(completion, code, tuple(outcomes)))
+        verdict = Verdict(completion, offer.code, tuple(outcomes), outcomes_reason(offer.code, outcomes))
+        verdicts.setdefault(task_id, []).append(verdict)
     return verdicts
 
 
@@ -414,14 +449,25 @@ def _group_summary(results: Sequence[ProblemResult], ks: Sequence[int]) -> dict[
     summary["code_extracted_rate"] = sum(v.code is not None for v in verdicts) / len(verdicts)
     summary["num_tests"] = sum(result.num_tests for result in results)
     summary["num_tests_judged_outside"] = sum(result.num_tests_judged_outside for result in results)
+    summary["not_passed_by_reason"] = reason_counts(verdicts)
     return summary
+
+
+def reason_counts(verdicts: Iterable[Verdict]) -> dict[str, int]:
+    """How many completions did not pass, by the kind of their reason, most frequent first."""
+    counts: dict[str, int] = {}
+    for verdict in verdicts:
+        if verdict.reason is not None:
+            counts[verdict.reason.kind] = counts.get(verdict.reason.kind, 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
 
 def summarize(results: Sequence[ProblemResult], ks: Sequence[int] = (1,)) -> dict[str, Any]:
     """pass@k for each k (the mean over problems), counts, and the same per data source.
 
     Also ``test_pass_rate`` (mean fraction of tests passed per completion: the ``code``
-    reward's mean) and ``code_extracted_rate`` (completions that offered code at all).
+    reward's mean), ``code_extracted_rate`` (completions that offered code at all) and
+    ``not_passed_by_reason`` (the completions that did not pass, counted by reason kind).
     """
     if not results:
         raise EvaluationError("nothing to summarise: no problem was judged")
@@ -460,16 +506,22 @@ def completion_records(results: Sequence[ProblemResult]) -> list[dict[str, Any]]
     """One ``completions.jsonl`` record per completion."""
     return [{"task_id": result.task_id, "data_source": result.data_source, "sample": sample,
              "seed": verdict.completion.seed, "completion": verdict.completion.text, "code": verdict.code,
-             "passed": verdict.passed}
+             "passed": verdict.passed, "reason": _reason_record(verdict.reason)}
             for result in results for sample, verdict in enumerate(result.verdicts)]
 
 
 def outcome_records(results: Sequence[ProblemResult]) -> list[dict[str, Any]]:
-    """One ``outcomes.jsonl`` record per completion; ``tests`` is null when no code was offered."""
+    """One ``outcomes.jsonl`` record per completion; ``tests`` is null when no code was offered,
+    ``reason`` (``{"kind": ..., "detail": ...}``) says why a completion did not pass."""
     return [{"task_id": result.task_id, "data_source": result.data_source, "sample": sample,
              "passed": verdict.passed, "test_pass_rate": verdict.test_pass_rate,
+             "reason": _reason_record(verdict.reason),
              "tests": [outcome.to_dict() for outcome in verdict.outcomes] if verdict.code is not None else None}
             for result in results for sample, verdict in enumerate(result.verdicts)]
+
+
+def _reason_record(reason: Reason | None) -> dict[str, str] | None:
+    return reason.to_dict() if reason is not None else None
 
 
 def write_outputs(out_dir: str | os.PathLike, results: Sequence[ProblemResult],

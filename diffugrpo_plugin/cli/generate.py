@@ -1,7 +1,8 @@
 """``diffugrpo generate``: complete prompts with a diffusion sampler and show how it denoised them.
 
 Prompts come from ``--prompt`` (repeatable) or a JSONL file (one ``{"prompt": ...}`` per
-line); the model is a checkpoint path or, by default, the tiny built-in Dream-style model.
+line); the model is a checkpoint path or, by default, the training job's default model (the tiny
+Dream-style model warm-started by SFT, built on first use).
 ``--help`` lists every installed sampler with its options, read from the plugin registry.
 """
 
@@ -13,7 +14,7 @@ import sys
 import textwrap
 from typing import Any
 
-from diffugrpo_plugin.cli.model_flags import add_model_flags, load_model
+from diffugrpo_plugin.cli.model_flags import DEFAULT_MAX_NEW_TOKENS, SEED_HELP, add_model_flags, load_model
 from diffugrpo_plugin.data.records import checked_field, read_records
 from diffugrpo_plugin.plugins import PluginError, factory_options, registrations
 from diffugrpo_plugin.sampling import SamplerOptionError, build_sampler, left_pad, padding_id
@@ -38,8 +39,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
                         help="a sampler option, VALUE read as JSON when it parses (steps=64, kv_cache=true), "
                              "else as text; repeatable")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="completion length (default: 64)")
-    parser.add_argument("--seed", type=int, default=0, help="prompt i is sampled with seed SEED + i (default: 0)")
+    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
+                        help=f"completion length (default: {DEFAULT_MAX_NEW_TOKENS}, as in training)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help=f"prompt i is sampled with seed SEED + i (default: 0); {SEED_HELP}")
     parser.add_argument("--no-chat-template", action="store_true",
                         help="feed prompts as they are instead of through the tokenizer's chat template")
     parser.add_argument("--trace", action="store_true",

@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 
 IMPLEMENTATION_CHOICES = ("auto", "native", "remote")  # diffugrpo_plugin.families.IMPLEMENTATIONS, without torch
+# The training job's completion length (data.max_response_length), which the default model was
+# fine-tuned for (WarmStart.completion_length); tests/test_config_composition.py checks they agree.
+DEFAULT_MAX_NEW_TOKENS = 48
+DEFAULT_MODEL_HELP = ("the training job's default: the tiny Dream-style model warm-started by a short SFT, "
+                      "built into the cache on first use")
+SEED_HELP = "no effect at temperature 0 (the samplers' default), which always takes the most likely token"
 
 
 def add_model_flags(group: argparse._ArgumentGroup, with_model: bool = True,
@@ -13,7 +19,7 @@ def add_model_flags(group: argparse._ArgumentGroup, with_model: bool = True,
     ``default_device`` sets the device's)."""
     if with_model:
         group.add_argument("--model", default=None,
-                           help="checkpoint directory or hub id (default: the tiny built-in Dream-style model)")
+                           help=f"checkpoint directory or hub id (default: {DEFAULT_MODEL_HELP})")
     group.add_argument("--family", default=None,
                        help="model family: dream (DiffuCoder too), llada, bidirectional or a plugin's (default: "
                             "detected from the checkpoint's config.json)")
@@ -26,14 +32,18 @@ def add_model_flags(group: argparse._ArgumentGroup, with_model: bool = True,
                        help=f"torch device (default: {default_device or 'cuda when available, else cpu'})")
 
 
-def load_model(args: argparse.Namespace, model_path: str | None = None):
-    """The wrapped model (eval mode) and tokenizer the flags select; the tiny built-in when no path is given."""
+def model_path(args: argparse.Namespace) -> str:
+    """``--model``, or the training job's default model (built on first use, once per machine)."""
+    if getattr(args, "model", None) is not None:
+        return args.model
+    from diffugrpo_plugin.warm_start import default_warm_model_path
+
+    return default_warm_model_path()
+
+
+def load_model(args: argparse.Namespace):
+    """The wrapped model (eval mode) and tokenizer the flags select."""
     from diffugrpo_plugin.models import load_diffusion_lm
 
-    path = model_path or getattr(args, "model", None)
-    if path is None:
-        from diffugrpo_plugin.tiny import default_tiny_model_path
-
-        path = default_tiny_model_path()
-    return load_diffusion_lm(path, args.device, trust_remote_code=bool(args.trust_remote_code), family=args.family,
-                             implementation=args.implementation or "auto")
+    return load_diffusion_lm(model_path(args), args.device, trust_remote_code=bool(args.trust_remote_code),
+                             family=args.family, implementation=args.implementation or "auto")
