@@ -43,17 +43,20 @@ take is an error that lists the ones it does.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import pluggy
 
 from diffugrpo_plugin import PROJECT_NAME
 
+if TYPE_CHECKING:
+    from diffugrpo_plugin.rewards import Explained
+
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 
 
 @hookspec
-def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | Any]]]:
+def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | Explained]]]:
     """Reward functions, TRL convention, optionally saying why each completion scored what it did.
 
     Each function has the signature ``fn(completions, *, option=default, ..., **columns) ->

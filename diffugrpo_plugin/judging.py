@@ -1,10 +1,9 @@
 """What the code rewards and the evaluation share: the code a completion offers, its test outcomes,
 and the reason a completion scored less than full marks.
 
-* :func:`format_verdict` / :func:`format_score`: DiffuCoder's format rule (one fenced ```python
-  block ending the text) and, where it fails, how.
-* :func:`offered_code` / :func:`candidate_code`: the code a completion offers for judging, or the
-  reason it offers none.
+* :func:`format_verdict`: DiffuCoder's format rule (one fenced ```python block ending the text)
+  and, where it fails, how.
+* :func:`offered_code`: the code a completion offers for judging, or the reason it offers none.
 * :func:`code_outcomes`: per completion, the row's tests, the code judged, every test's sandboxed
   outcome and the reason it did not pass; ``code``, ``efficiency``, ``maintainability``,
   ``diffugrpo eval`` and ``diffugrpo rewards score`` all judge through it, so a score means the
@@ -123,11 +122,6 @@ def format_verdict(text: str) -> tuple[float, Reason | None]:
     return (0.5, problem) if problem is not None else (1.0, None)
 
 
-def format_score(text: str) -> float:
-    """DiffuCoder's format reward (see :func:`format_verdict`)."""
-    return format_verdict(text)[0]
-
-
 @dataclass(frozen=True)
 class Offer:
     """The code a completion offers for judging, or None and the :class:`Reason` it offers none."""
@@ -160,11 +154,6 @@ def offered_code(completion: Any, code_block: str = "first", require_format: boo
         reason = _unfenced(text) if FENCE not in text else _format_shape(text)[1]
         return Offer(None, reason or Reason("no_code_block", "no closed, fenced ```python block"))
     return Offer(code)
-
-
-def candidate_code(completion: Any, code_block: str = "first", require_format: bool = True) -> str | None:
-    """The code a completion offers for judging, or None when it offers none (see :func:`offered_code`)."""
-    return offered_code(completion, code_block, require_format).code
 
 
 def outcomes_reason(code: str, outcomes: Sequence[TestOutcome]) -> Reason | None:

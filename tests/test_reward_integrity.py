@@ -14,7 +14,7 @@ import pytest
 from diffugrpo_plugin import code_execution
 from diffugrpo_plugin.code_execution import Outcome, run_tests
 from diffugrpo_plugin.evaluation import Completion, EvalProblem, judge_completions, summarize
-from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, candidate_code, code_outcomes, format_score
+from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, code_outcomes, format_verdict, offered_code
 from diffugrpo_plugin.rewards import RewardSpec, value_of
 from reward_plugins.code import code_reward
 from reward_plugins.efficiency import efficiency_reward
@@ -193,7 +193,7 @@ def test_efficiency_counts_the_cpu_of_children_nobody_waits_for(box):
 
 def test_a_huge_completion_is_never_parsed():
     huge = fenced("x = 1\n" * (MAX_COMPLETION_CHARS // 6 + 1))
-    assert format_score(huge) == 0.0 and candidate_code(huge, require_format=False) is None
+    assert format_verdict(huge)[0] == 0.0 and offered_code(huge, require_format=False).code is None
     [judged] = code_outcomes([huge], {"test_cases": [TESTS]})
     assert judged.code is None and judged.outcomes is None and judged.reason.kind == "too_long"
 

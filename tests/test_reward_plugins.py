@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from diffugrpo_plugin.code_execution import Outcome, TestOutcome
-from diffugrpo_plugin.judging import format_score
+from diffugrpo_plugin.judging import format_verdict
 from diffugrpo_plugin.rewards import value_of
 from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward
@@ -57,7 +57,7 @@ def box():
     ("no code at all\n", 0.0),
 ])
 def test_code_format_has_diffucoder_semantics(text, score):
-    assert format_score(text) == score
+    assert format_verdict(text)[0] == score
 
 
 def test_code_format_accepts_chat_messages():
