@@ -23,6 +23,7 @@ transformers; no verl.
 from __future__ import annotations
 
 import inspect
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -153,6 +154,8 @@ class ModelFamily:
         native_unsupported: ``config.json`` dict -> settings the native class cannot run.
         remote_prefix_cache: whether the published code's forward fills a transformers ``Cache``.
         complete_remote_config: adds to the published config object what verl reads and it lacks.
+        logit_scale: config -> the factor the network multiplies its head's output by (LLaDA's
+            ``scale_logits``); the fused head (:mod:`diffugrpo_plugin.logprobs`) applies it.
     """
 
     name: str
@@ -174,6 +177,7 @@ class ModelFamily:
     native_unsupported: Callable[[dict], list[str]] = field(default=lambda config: [])
     remote_prefix_cache: bool = False
     complete_remote_config: Callable[[Any], None] = field(default=lambda config: None)
+    logit_scale: Callable[[Any], float] = field(default=lambda config: 1.0)
 
     def matches(self, config: dict) -> bool:
         """Whether a ``config.json`` dict names this family."""
@@ -191,10 +195,16 @@ class ModelFamily:
         architectures = [name for name in config.get("architectures") or () if name in self.architectures]
         return f"architectures {architectures[0]}" if architectures else None
 
+    def head_module(self, module: torch.nn.Module) -> torch.nn.Module | None:
+        """The module that projects the final hidden states (inside any FSDP1 wrapper, where its weight is
+        gathered while it runs), or None when the head is the tied embedding weight with no module (a tied LLaDA)."""
+        head = _find(module, self.head) if self.head else None
+        return unwrap(head) if head is not None else None
+
     def head_weight(self, module: torch.nn.Module) -> torch.Tensor:
         """The vocabulary projection's weight: the head module's, or the embedding's when the head has
-        no module of its own (a tied LLaDA).  # [V, H]"""
-        head = _find(module, self.head) if self.head else None
+        no module of its own.  # [V, H]"""
+        head = self.head_module(module)
         return (head if head is not None else submodule(module, self.embedding)).weight
 
     def head_is_tied(self, module: torch.nn.Module) -> bool:
@@ -297,6 +307,7 @@ LLADA = ModelFamily(
     native=_llada_native,
     native_unsupported=_llada_unsupported,
     complete_remote_config=_llada_kv_heads,
+    logit_scale=lambda config: 1 / math.sqrt(config.d_model) if getattr(config, "scale_logits", False) else 1.0,
 )
 
 
@@ -379,3 +390,54 @@ def final_hidden_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.
         yield
     finally:
         handle.remove()
+
+
+@contextmanager
+def projected_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.Tensor,
+                   project: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]):
+    """While active, the model's forward returns ``project(hidden [R, H], weight [V, H], bias)`` in place of its
+    logits, for the final hidden states ``hidden.flatten(0, 1)[rows]``; the vocabulary head projects nothing.
+
+    Everything runs inside the model's own forward, where FSDP has gathered the head's weight: an
+    untied head module is hooked (its input swapped for zero rows, then ``project`` runs with its
+    weight and bias), a tied head with no module of its own (LLaDA's ``F.linear(x, wte.weight)``)
+    is served from a second hook on ``family.final_norm``. ``project``'s result leaves as the
+    model's output, the tensor FSDP hooks to gather the parameters again before its backward.
+    """
+    head = family.head_module(module)
+    projected: list[torch.Tensor] = []
+    diverted: list[torch.Tensor] = []
+
+    def project_tied(_norm, _args, hidden):
+        projected.append(project(hidden[0], submodule(module, family.embedding).weight, None))  # hidden [1, R, H]
+        return hidden[:, :0]  # [1, 0, H]: the model's own projection has nothing left to do
+
+    def divert_input(_head, args):
+        diverted.append(args[0].reshape(-1, args[0].shape[-1]))  # [R, H]
+        return (args[0][:, :0],) + tuple(args[1:])
+
+    def project_diverted(head_module, _args, output):
+        projected.append(project(diverted.pop(), head_module.weight, head_module.bias))
+        return output
+
+    def return_projected(_model, _args, output):  # prepended: runs before FSDP's own post-forward hook
+        if len(projected) != 1:
+            raise RuntimeError(f"{type(unwrap(module)).__name__} did not run its vocabulary head once on the final "
+                               f"hidden states (family {family.name}: final_norm '{family.final_norm}', head "
+                               f"'{family.head}'); the family's layout does not match the model")
+        if isinstance(output, dict):  # transformers' ModelOutput
+            output.logits = projected.pop()
+            return output
+        return (projected.pop(),) + tuple(output[1:]) if isinstance(output, tuple) else projected.pop()
+
+    with final_hidden_rows(family, module, rows):  # registered first: the hooks below see the selected rows
+        if head is None:
+            handles = [submodule(module, family.final_norm).register_forward_hook(project_tied)]
+        else:
+            handles = [head.register_forward_pre_hook(divert_input), head.register_forward_hook(project_diverted)]
+        handles.append(unwrap(module).register_forward_hook(return_projected, prepend=True))
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()

@@ -1,4 +1,4 @@
-"""Coupled per-token log-probabilities, computing the vocabulary projection only where used.
+"""Coupled per-token log-probabilities without ever holding the vocabulary-wide logits of the batch.
 
 Given a :class:`~diffugrpo_plugin.masking.MaskedViews` (``V`` noised copies and a
 coefficient per view and token), the estimate for token ``(b, l)`` is
@@ -7,12 +7,11 @@ coefficient per view and token), the estimate for token ``(b, l)`` is
 The reference implementation runs the full vocabulary projection and a full-vocabulary
 log-softmax for every position of every view (``3 x B x L x V`` floats). Here the
 transformer body still runs on all ``V`` views (the attention needs every position), but only
-the hidden rows whose coefficient is non-zero reach the vocabulary projection
-(:meth:`~diffugrpo_plugin.models.DiffusionLM.scored_logits`), so for the coupled masker the
-head sees ``2 x`` the completion tokens. The log-softmax is then taken in fp32 chunk by
-chunk, and its backward writes the gradient straight into one buffer the size of the
-selected logits: beside the head's output, the pass never holds more than that buffer and
-one fp32 chunk (see ``benchmarks/coupled_logprob.py`` for the measured effect).
+the hidden rows whose coefficient is non-zero are scored (for the coupled masker, ``2 x`` the
+completion tokens), and they are scored by :func:`fused_head_logprob`: the vocabulary
+projection and the fp32 log-softmax together, one chunk of logits at a time, recomputed in the
+backward. No ``[rows, V]`` tensor is ever alive, so the pass's memory beside the model does not
+grow with the vocabulary (see ``benchmarks/coupled_logprob.py`` for the measured effect).
 
 Plain torch; no verl.
 """
@@ -20,14 +19,18 @@ Plain torch; no verl.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 from torch.autograd.function import once_differentiable
 
+from diffugrpo_plugin.families import position_ids_from_mask
 from diffugrpo_plugin.masking import MaskedViews
-from diffugrpo_plugin.models import DiffusionLM, position_ids_from_mask
 
-DEFAULT_CHUNK_ROWS = 1024
+if TYPE_CHECKING:  # models imports this module for the fused head
+    from diffugrpo_plugin.models import DiffusionLM
+
+DEFAULT_CHUNK_ROWS = 128  # rows of logits per chunk: 128 x 150k vocab x 4 B = 77 MB of fp32
 
 
 @dataclass
@@ -117,6 +120,102 @@ def chunked_gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, chunk_
     return (logp, entropy) if with_entropy else logp
 
 
+def _project(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float,
+             vocab_major: bool = False) -> torch.Tensor:
+    """The head's logits in its own dtype, as the model computes them: ``scale * (hidden @ weight.T + bias)``,
+    [r, v]; or their transpose [v, r], computed as ``weight @ hidden.T``, with ``vocab_major``."""
+    if vocab_major:
+        logits = weight @ hidden.t() if bias is None else torch.addmm(bias[:, None], weight, hidden.t())  # [v, r]
+    else:
+        logits = torch.nn.functional.linear(hidden, weight, bias)  # [r, v]
+    return logits if scale == 1.0 else logits * scale
+
+
+def _vocab_slices(num_rows: int, vocab: int, chunk_rows: int) -> list[slice]:
+    """Vocabulary slices whose ``[num_rows, width]`` logits hold no more elements than one ``[chunk_rows, V]`` chunk."""
+    width = max(1, chunk_rows * vocab // max(num_rows, 1))
+    return [slice(start, min(start + width, vocab)) for start in range(0, vocab, width)]
+
+
+class _FusedHeadLogprob(torch.autograd.Function):
+    """``log softmax(scale * (hidden @ weight.T + bias))[target]`` per row, never holding ``[R, V]`` logits.
+
+    Forward: row chunks of ``[r, V]`` logits, each reduced to its log-normaliser and target logit.
+    Backward: vocabulary slices of ``[R, v]`` logits recomputed from the saved hidden rows, turned
+    into ``g * (onehot(target) - softmax)`` with the saved log-normaliser. Slicing the vocabulary
+    (not the rows) in the backward means each slice of the weight's gradient comes from one matmul,
+    written straight into its place: no ``[V, H]`` accumulator, so a bf16 weight's gradient is
+    rounded once, as the unfused ``linear`` rounds it. verl's ``FusedLinearForPPO`` does the same
+    job but differentiates its entropy, takes three exponential passes per chunk, has no bias or
+    logit scale (LLaDA's ``scale_logits``), and accumulates the weight's gradient over row chunks.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, scale, chunk_rows, with_entropy):
+        num_rows = hidden.shape[0]
+        logp = torch.empty(num_rows, dtype=torch.float32, device=hidden.device)  # [R]
+        log_normaliser = torch.empty_like(logp)  # [R]
+        entropy = torch.empty_like(logp) if with_entropy else None  # [R]
+        for rows in _row_chunks(num_rows, chunk_rows):
+            chunk = _project(hidden[rows], weight, bias, scale).float()  # [r, V]
+            target_logit = chunk.gather(-1, targets[rows, None]).squeeze(-1)  # [r]
+            if with_entropy:
+                log_probs = torch.log_softmax(chunk, dim=-1)  # [r, V]
+                entropy[rows] = -(log_probs.exp() * log_probs).sum(-1)
+            peak = chunk.amax(dim=-1, keepdim=True)  # [r, 1]
+            log_normaliser[rows] = chunk.sub_(peak).exp_().sum(-1).log_().add_(peak.squeeze(-1))  # in place: one pass
+            logp[rows] = target_logit - log_normaliser[rows]
+        ctx.save_for_backward(hidden, weight, bias, targets, log_normaliser)
+        ctx.scale, ctx.chunk_rows = scale, chunk_rows
+        if entropy is not None:
+            ctx.mark_non_differentiable(entropy)  # a metric: never part of the graph
+        return logp, entropy
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_logp, _grad_entropy):
+        hidden, weight, bias, targets, log_normaliser = ctx.saved_tensors
+        want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
+        grad_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if want_hidden else None
+        grad_weight = torch.empty_like(weight) if want_weight else None  # [V, H]
+        grad_bias = torch.empty_like(bias) if want_bias else None  # [V]
+        upstream = grad_logp.float()[None, :]  # [1, R]
+        rows = torch.arange(hidden.shape[0], device=hidden.device)  # [R]
+        # Vocabulary-major slices ([v, R] = weight[cols] @ hidden.T): the weight's gradient matmul then reads them
+        # without a transpose, measurably faster on CPU than the row-major [R, v] layout.
+        for cols in _vocab_slices(hidden.shape[0], weight.shape[0], ctx.chunk_rows):
+            logits_t = _project(hidden, weight[cols], None if bias is None else bias[cols], ctx.scale,
+                                vocab_major=True)  # [v, R]
+            grad_t = logits_t.float().sub_(log_normaliser[None, :]).exp_().mul_(-upstream)  # -g * softmax
+            in_slice = (targets >= cols.start) & (targets < cols.stop)  # [R]
+            grad_t.index_put_((targets[in_slice] - cols.start, rows[in_slice]), upstream[0, in_slice],
+                              accumulate=True)  # +g at the target
+            grad_t = (grad_t.mul_(ctx.scale) if ctx.scale != 1.0 else grad_t).to(weight.dtype)
+            if want_hidden:
+                grad_hidden.add_(grad_t.t() @ weight[cols])  # [R, H]
+            if want_weight:
+                torch.mm(grad_t, hidden, out=grad_weight[cols])  # [v, H]
+            if want_bias:
+                grad_bias[cols] = grad_t.sum(1)
+        grad_hidden = grad_hidden.to(hidden.dtype) if want_hidden else None
+        return grad_hidden, grad_weight, grad_bias, None, None, None, None
+
+
+def fused_head_logprob(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
+                       bias: torch.Tensor | None = None, scale: float = 1.0, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                       with_entropy: bool = False):
+    """The vocabulary head and ``log softmax(logits)[target]`` in fp32, fused: at most ``chunk_rows x V``
+    logits exist at a time, in the forward and in the backward (which recomputes them).
+
+    hidden [R, H]; weight [V, H]; bias [V] or None; logits = ``scale * (hidden @ weight.T + bias)``;
+    targets [R] -> logp [R] fp32 (differentiable) (, entropy [R] fp32, detached).
+    """
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be a positive number of rows, got {chunk_rows}")
+    logp, entropy = _FusedHeadLogprob.apply(hidden, weight, bias, targets, float(scale), chunk_rows, with_entropy)
+    return (logp, entropy) if with_entropy else logp
+
+
 def coupled_token_logprobs(lm: DiffusionLM, views: MaskedViews, input_ids: torch.Tensor,
                            attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
                            with_entropy: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> TokenLogprobs:
@@ -142,11 +241,9 @@ def coupled_token_logprobs(lm: DiffusionLM, views: MaskedViews, input_ids: torch
 
     scored = coef.reshape(num_views * batch, length) != 0  # [V*B, L]
     target_rows = scored.flatten().nonzero(as_tuple=True)[0]  # [R]
-    row_logits = lm.scored_logits(stacked_ids, stacked_attention, stacked_positions, target_rows)  # [R, V]
-
     row_targets = targets.flatten().index_select(0, target_rows)  # [R]
-    result = chunked_gathered_logprob(row_logits, row_targets, chunk_rows, with_entropy)
-    row_logp, row_entropy = result if with_entropy else (result, None)
+    row_logp, row_entropy = lm.scored_logprobs(stacked_ids, stacked_attention, stacked_positions, target_rows,
+                                               row_targets, chunk_rows, with_entropy)  # [R], [R] or None
 
     per_view = torch.zeros(num_views * batch * length, dtype=torch.float32, device=input_ids.device)
     per_view = per_view.index_put((target_rows,), row_logp).view(num_views, batch, length)  # [V, B, L]

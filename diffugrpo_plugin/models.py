@@ -24,10 +24,11 @@ from diffugrpo_plugin.families import (
     ModelFamily,
     detect_family,
     family_named,
-    final_hidden_rows,
+    projected_rows,
     position_ids_from_mask,
     unwrap,
 )
+from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, fused_head_logprob
 from diffugrpo_plugin.native import register_with_transformers
 
 __all__ = ["DiffusionLM", "LoadPlan", "ModelConfigError", "align_logits", "load_diffusion_lm", "load_model_config",
@@ -106,26 +107,31 @@ class DiffusionLM:
             position_ids = position_ids_from_mask(attention_mask)
         return align_logits(self.family.call(self.module, input_ids, attention_mask, position_ids), self.shift_logits)
 
-    def scored_logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                      token_rows: torch.Tensor) -> torch.Tensor:
-        """Logits that score the tokens at flat indices ``token_rows`` of ``input_ids.flatten()``.  # [R, V]
+    def scored_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                        token_rows: torch.Tensor, targets: torch.Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS,
+                        with_entropy: bool = False):
+        """fp32 ``log p(targets)`` at the flat positions ``token_rows`` of ``input_ids.flatten()`` (and the entropy
+        of those predictive distributions), through the fused head (:func:`~diffugrpo_plugin.logprobs.fused_head_logprob`).
 
-        Only those rows go through the vocabulary projection (see
-        :func:`~diffugrpo_plugin.families.final_hidden_rows`); a shifted model reads each token's
-        logits from the position before it, so no scored token may sit at position 0.
+        Only those rows are projected, inside the model's forward (see
+        :func:`~diffugrpo_plugin.families.projected_rows`); a shifted model reads each token's
+        prediction from the position before it, so no scored token may sit at position 0.
+        token_rows [R], targets [R] (the clean tokens) -> logp [R] (differentiable), entropy [R] (detached) or None.
         """
         hidden_rows = token_rows - 1 if self.shift_logits else token_rows  # [R]
         if self.shift_logits and bool((token_rows % input_ids.shape[1] == 0).any()):
             raise ValueError("a scored token sits at position 0, which a shifted (Dream-style) model cannot predict; "
                              "every completion needs at least one prompt token before it")
-        with final_hidden_rows(self.family, self.module, hidden_rows):
-            logits = self.family.call(self.module, input_ids, attention_mask, position_ids)
-        logits = logits.reshape(-1, logits.shape[-1])  # [R, V]
-        if logits.shape[0] != token_rows.numel():
-            raise RuntimeError(f"{type(unwrap(self.module)).__name__} changed the projected rows ({logits.shape[0]} "
-                               f"!= {token_rows.numel()}); its family's final_norm '{self.family.final_norm}' is not "
-                               f"the last step before the vocabulary head")
-        return logits
+        scale = self.family.logit_scale(unwrap(self.module).config)
+
+        def head_logprobs(hidden, weight, bias):  # -> [R, 1] or [R, 2] with the entropy
+            result = fused_head_logprob(hidden, weight, targets, bias, scale, chunk_rows, with_entropy)
+            return torch.stack(result, dim=-1) if with_entropy else result[:, None]
+
+        with projected_rows(self.family, self.module, hidden_rows, head_logprobs):
+            carried = self.family.call(self.module, input_ids, attention_mask, position_ids)
+        carried = carried.reshape(token_rows.numel(), -1)  # [R, 1 or 2]
+        return carried[:, 0], (carried[:, 1].detach() if with_entropy else None)
 
     def head_weight(self) -> torch.Tensor:
         """The vocabulary projection's weight, tied or not.  # [V, H]"""

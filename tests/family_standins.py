@@ -152,8 +152,10 @@ def load_remote(path) -> torch.nn.Module:
     return remote_class(path, config).from_pretrained(str(path), dtype=torch.float32).eval()
 
 
-def save_standin(kind: str, directory, *, tied: bool = False, seed: int = 0, wide: bool = True) -> Path:
-    """Write a stand-in checkpoint of ``kind`` ("dream" or "llada") into ``directory`` and return it."""
+def save_standin(kind: str, directory, *, tied: bool = False, seed: int = 0, wide: bool = True,
+                 overrides: dict | None = None) -> Path:
+    """Write a stand-in checkpoint of ``kind`` ("dream" or "llada") into ``directory`` and return it;
+    ``overrides`` replaces config.json keys."""
     from safetensors.torch import save_file
 
     from diffugrpo_plugin.native import register_with_transformers
@@ -163,7 +165,7 @@ def save_standin(kind: str, directory, *, tied: bool = False, seed: int = 0, wid
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     tok = tokenizer()
-    config = (dream_config if kind == "dream" else llada_config)(tok, tied)
+    config = {**(dream_config if kind == "dream" else llada_config)(tok, tied), **(overrides or {})}
     (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     for source in sorted((STANDINS / kind).glob("*.py")):
         shutil.copy(source, directory / source.name)
@@ -201,3 +203,10 @@ def llada_standin(tmp_path_factory) -> str:
 def llada_tied_standin(tmp_path_factory) -> str:
     """A LLaDA checkpoint with ``weight_tying`` (logits project with ``wte.weight``; no ``ff_out``)."""
     return _saved(tmp_path_factory, "standin_llada_tied", "llada", tied=True, seed=1)
+
+
+@pytest.fixture(scope="session")
+def llada_scaled_standin(tmp_path_factory) -> str:
+    """An untied LLaDA checkpoint with ``scale_logits`` (logits times 1/sqrt(d_model)) and biases, the head's too."""
+    return _saved(tmp_path_factory, "standin_llada_scaled", "llada", seed=2,
+                  overrides={"scale_logits": True, "include_bias": True})

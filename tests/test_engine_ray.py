@@ -155,9 +155,13 @@ def check_formula_then_one_ascent_step(group, want, prompts, responses, seeds) -
 
 
 def test_engine_on_two_workers_matches_the_formula_and_trains(tiny_model_path):
+    """Sharded parameters: the fused head's weight is the one FSDP2 gathered inside the forward, gathered again
+    for its backward because the head's result leaves as the model's output. (verl's FSDP1 engine needs a GPU:
+    it syncs module states from device memory.)"""
     prompts, responses, seeds = make_batch(vocab=64)
     want = direct_response_logprobs(tiny_model_path, prompts, responses, seeds)
-    check_formula_then_one_ascent_step(build_worker_group(tiny_model_path, workers=2), want, prompts, responses, seeds)
+    group = build_worker_group(tiny_model_path, workers=2)
+    check_formula_then_one_ascent_step(group, want, prompts, responses, seeds)
 
 
 def coupled_grpo_actor_config():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import MASK_ID, build_tiny_module
-from diffugrpo_plugin.logprobs import chunked_gathered_logprob, coupled_token_logprobs
+from diffugrpo_plugin.logprobs import chunked_gathered_logprob, coupled_token_logprobs, fused_head_logprob
 from diffugrpo_plugin.masking import make_coupled, make_d1
 from diffugrpo_plugin.models import DiffusionLM, ModelConfigError, align_logits, position_ids_from_mask
 
@@ -160,3 +160,90 @@ def test_chunked_gradient_keeps_bf16_logits_dtype():
     assert logits.grad[0].float().tolist() == pytest.approx([-0.25, 0.5, -0.25], abs=1e-2)
     with pytest.raises(ValueError, match="chunk_rows"):
         chunked_gathered_logprob(logits, torch.tensor([1]), chunk_rows=0)
+
+
+def test_fused_head_by_hand():
+    """hidden (1, 0) against head rows e0, e1, 0: logits (1, 0, 0), so log p(0) = 1 - log(e + 2); the gradient of
+    the logits is onehot - softmax, of the weight (onehot - softmax)^T hidden, of the hidden softmax-weighted rows."""
+    hidden = torch.tensor([[1.0, 0.0]], requires_grad=True)
+    weight = torch.tensor([[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]], requires_grad=True)
+    logp = fused_head_logprob(hidden, weight, torch.tensor([0]), chunk_rows=1)
+    assert logp.item() == pytest.approx(1 - math.log(math.e + 2), abs=1e-6)
+    logp.sum().backward()
+    softmax = torch.tensor([math.e, 1.0, 1.0]) / (math.e + 2)
+    grad_logits = torch.tensor([1.0, 0.0, 0.0]) - softmax  # [V]
+    assert torch.allclose(weight.grad, grad_logits[:, None] * torch.tensor([1.0, 0.0]), atol=1e-6)
+    assert torch.allclose(hidden.grad, (grad_logits[:, None] * weight.detach()).sum(0, keepdim=True), atol=1e-6)
+
+
+def direct_head_logprob(hidden, weight, bias, targets, scale):
+    """The formula, unfused: full logits, fp32 log-softmax, gather.  # -> [R]"""
+    logits = torch.nn.functional.linear(hidden, weight, bias) * scale  # [R, V]
+    return torch.log_softmax(logits.float(), dim=-1).gather(-1, targets[:, None]).squeeze(-1)
+
+
+def head_inputs(dtype, rows=7, hidden_size=5, vocab=11, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    make = lambda *shape: torch.randn(*shape, generator=generator).to(dtype).requires_grad_()  # noqa: E731
+    return (make(rows, hidden_size), make(vocab, hidden_size), make(vocab),
+            torch.randint(0, vocab, (rows,), generator=generator))
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 7, 64])
+@pytest.mark.parametrize("scale", [1.0, 0.25])
+def test_fused_head_values_and_gradients_equal_the_formula_in_fp32(chunk_rows, scale):
+    """Every chunking (rows in the forward, vocabulary slices of any width in the backward) gives the formula's
+    values and gradients of hidden, weight and bias within 1e-5, with an arbitrary upstream gradient."""
+    hidden, weight, bias, targets = head_inputs(torch.float32)
+    upstream = torch.linspace(-2.0, 3.0, hidden.shape[0])  # [R]
+    inputs = (hidden, weight, bias)
+    fused = fused_head_logprob(hidden, weight, targets, bias, scale, chunk_rows)
+    fused_grads = torch.autograd.grad((fused * upstream).sum(), inputs)
+    direct = direct_head_logprob(hidden, weight, bias, targets, scale)
+    direct_grads = torch.autograd.grad((direct * upstream).sum(), inputs)
+    assert fused.dtype == torch.float32
+    torch.testing.assert_close(fused, direct, atol=1e-5, rtol=1e-5)
+    for got, want in zip(fused_grads, direct_grads):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_fused_head_with_bf16_inputs_matches_the_formula_and_keeps_dtypes():
+    """bf16 hidden and weight (the GPU setting): log-probs in fp32 from the bf16 logits the model would compute,
+    gradients in bf16, within bf16 rounding of the formula's."""
+    hidden, weight, bias, targets = head_inputs(torch.bfloat16, rows=9, hidden_size=16, vocab=40)
+    fused = fused_head_logprob(hidden, weight, targets, bias, chunk_rows=2)
+    fused_grads = torch.autograd.grad(fused.sum(), (hidden, weight, bias))
+    direct = direct_head_logprob(hidden, weight, bias, targets, 1.0)
+    direct_grads = torch.autograd.grad(direct.sum(), (hidden, weight, bias))
+    assert fused.dtype == torch.float32
+    torch.testing.assert_close(fused, direct, atol=1e-5, rtol=1e-5)  # same bf16 logits, same fp32 log-softmax
+    for got, want in zip(fused_grads, direct_grads):
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_fused_head_entropy_is_the_predictive_entropy_and_detached():
+    hidden, weight, bias, targets = head_inputs(torch.float32)
+    _, entropy = fused_head_logprob(hidden, weight, targets, bias, chunk_rows=2, with_entropy=True)
+    probs = torch.softmax(torch.nn.functional.linear(hidden, weight, bias), dim=-1)  # [R, V]
+    torch.testing.assert_close(entropy, -(probs * probs.log()).sum(-1).detach(), atol=1e-5, rtol=1e-5)
+    assert not entropy.requires_grad
+
+
+def test_fused_head_never_holds_more_than_one_chunk_of_logits(monkeypatch):
+    """The largest logits tensor projected in the forward and the backward is one chunk: chunk_rows x V elements."""
+    import diffugrpo_plugin.logprobs as logprobs
+
+    hidden, weight, bias, targets = head_inputs(torch.float32, rows=40, vocab=50)
+    sizes = []
+    project = logprobs._project
+
+    def recording_project(*args, **kwargs):
+        logits = project(*args, **kwargs)
+        sizes.append(logits.numel())
+        return logits
+
+    monkeypatch.setattr(logprobs, "_project", recording_project)
+    fused_head_logprob(hidden, weight, targets, bias, chunk_rows=4).sum().backward()
+    assert sizes and max(sizes) <= 4 * 50
+    assert len(sizes) == 10 + 10  # 10 row chunks forward, 10 vocabulary slices of 5 columns backward

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from family_standins import (  # noqa: F401  (session fixtures are used by name)
     dream_standin,
+    llada_scaled_standin,
     llada_standin,
     llada_tied_standin,
     load_remote,
@@ -405,6 +406,26 @@ def test_coupled_logprobs_through_remote_code_equal_the_formula(checkpoint, padd
         assert_close_at_scale(got, want, what=f"gradient of {key}")
     head_grad = fast_grads[list(parameters).index(head_name(name))]
     assert head_grad is not None and head_grad.abs().sum() > 0  # the head (or tied embedding) is trained
+
+
+def test_fused_head_applies_llada_logit_scale_and_head_bias(llada_scaled_standin):
+    """LLaDA's ``scale_logits`` multiplies the head's output (with its bias) by 1/sqrt(d_model) inside the published
+    forward; the fused head never runs that forward's projection, so it must apply both itself."""
+    module = load_remote(llada_scaled_standin)
+    assert module.config.scale_logits and module.model.transformer.ff_out.bias is not None
+    input_ids, attention, completion = left_padded_batch()
+    views = make_coupled().views(input_ids, completion, tokenizer().mask_token_id, torch.tensor([3, 4]))
+    parameters = dict(module.named_parameters())
+    head = ["model.transformer.ff_out.weight", "model.transformer.ff_out.bias"]
+
+    fast = coupled_token_logprobs(DiffusionLM.wrap(module, tokenizer()), views, input_ids, attention).logp
+    fast_grads = torch.autograd.grad(fast.sum(), [parameters[key] for key in head])
+    expected = coupled_by_hand(module, "llada", views, input_ids, attention)
+    expected_grads = torch.autograd.grad(expected.sum(), [parameters[key] for key in head])
+
+    torch.testing.assert_close(fast, expected, atol=1e-5, rtol=1e-5)
+    for key, got, want in zip(head, fast_grads, expected_grads):
+        assert_close_at_scale(got, want, what=f"gradient of {key}")
 
 
 # ---------------------------------------------------------------------------------------------
