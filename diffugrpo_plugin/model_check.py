@@ -4,10 +4,14 @@
 family and the clue that selected it, the implementation that will load it, the calling
 convention, logit shift, mask token and where it came from, the vocabulary head (tied or not),
 the network's shape and parameter count (the network is built on the ``meta`` device, so no
-memory is allocated). :func:`run_probes` then loads the weights and runs three probes:
+memory is allocated). :func:`run_probes` then loads the weights and runs four probes:
 
 * **padding**: logits of a prompt alone vs the same prompt left-padded in a batch with a longer
   one, compared on its real positions (a model whose code ignores the attention mask leaks);
+* **fused head**: the training pass's log-probs, which project the final hidden states with the
+  family's head weight, bias and logit scale outside the model's projection code, against a
+  log-softmax of the model's own logits (a forward that changes its logits in a way the family
+  does not know about, e.g. a soft cap, would train on the wrong log-probs);
 * **coupled log-probs**: one coupled-masker pass over prompt + completion with a fixed mask
   seed, forward and backward, checked for finite log-probs and gradients;
 * **sampling**: a few steps of the family's natural sampler on the prompt.
@@ -94,6 +98,17 @@ class PaddingProbe:
 
 
 @dataclass
+class HeadProbe:
+    """``ok`` when the fused head's log-probs are within ``tolerance`` of the model's own on ``rows`` positions."""
+
+    ok: bool
+    max_abs_diff: float | None = None
+    tolerance: float | None = None
+    rows: int = 0
+    error: str | None = None
+
+
+@dataclass
 class LogprobProbe:
     ok: bool
     finite_logprobs: bool = False
@@ -128,12 +143,14 @@ class ModelCheck:
     resolution: Resolution
     load: LoadResult | None = None
     padding: PaddingProbe | None = None
+    head: HeadProbe | None = None
     logprob: LogprobProbe | None = None
     sampling: SamplingProbe | None = None
 
     @property
     def probes_ok(self) -> bool:
-        return all(probe.ok for probe in (self.padding, self.logprob, self.sampling) if probe is not None)
+        return all(probe.ok for probe in (self.padding, self.head, self.logprob, self.sampling)
+                   if probe is not None)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -357,6 +374,26 @@ def padding_probe(lm, short_ids: list[int], long_ids: list[int], pad_id: int, to
                         padding=len(long_ids) - n)
 
 
+def head_probe(lm, ids: list[int], tolerance: float) -> HeadProbe:
+    """fp32 log p of every token of ``ids`` (but a shifted model's first) through the fused head vs the
+    log-softmax of the model's own logits. ``tolerance`` is multiplied by ``max(1, max |log p|)``."""
+    import torch
+
+    from diffugrpo_plugin.families import position_ids_from_mask
+
+    device = next(lm.module.parameters()).device
+    tokens = torch.tensor([ids], device=device)  # [1, n]
+    mask = torch.ones_like(tokens)  # [1, n]
+    rows = torch.arange(1 if lm.shift_logits else 0, len(ids), device=device)  # [R]
+    with torch.no_grad():
+        own = torch.log_softmax(lm.logits(tokens, mask)[0].float(), dim=-1)  # [n, V]
+        own = own[rows].gather(-1, tokens[0, rows, None]).squeeze(-1)  # [R]
+        fused, _ = lm.scored_logprobs(tokens, mask, position_ids_from_mask(mask), rows, tokens[0, rows])  # [R]
+    diff = float((fused - own).abs().max())
+    scaled = tolerance * max(1.0, float(own.abs().max()))
+    return HeadProbe(ok=bool(diff <= scaled), max_abs_diff=diff, tolerance=scaled, rows=int(rows.numel()))
+
+
 def logprob_probe(lm, rows: list[tuple[list[int], list[int]]], pad_id: int, mask_seed: int = 0) -> LogprobProbe:
     """One coupled-masker pass over left-padded ``(prompt, completion)`` rows, forward and backward.
 
@@ -463,6 +500,10 @@ def run_probes(resolved: ResolvedCheckpoint, device: str = "cpu", dtype: str | N
         check.padding = padding_probe(lm, short_ids, long_ids, pad_id, base)
     except Exception as exc:  # noqa: BLE001 - a probe's failure is a finding, reported with its error
         check.padding = PaddingProbe(ok=False, error=_error(exc))
+    try:
+        check.head = head_probe(lm, long_ids + answer, base)
+    except Exception as exc:  # noqa: BLE001
+        check.head = HeadProbe(ok=False, error=_error(exc))
     try:
         check.logprob = logprob_probe(lm, [(short_ids, answer), (long_ids, answer)], pad_id, mask_seed)
     except Exception as exc:  # noqa: BLE001

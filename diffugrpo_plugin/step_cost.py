@@ -19,7 +19,7 @@ computed). Terms fall in three phases: ``held`` for the whole step (sharded trai
 reference shards, the rollout's policy copy), ``update`` (the peak of a training micro-batch)
 and ``rollout`` (the peak of a sampler step). Training and sampling never run at the same time,
 so the total is ``held + max(update, rollout)``. Within a phase the terms are summed, a mild
-upper bound: the head's logit buffers are freed before the layers' backward recomputation
+upper bound: the fused head's chunk is freed before the layers' backward recomputation
 starts, and the sampler's model logits before its fp32 window buffers peak. What is not counted
 is listed in :data:`NOT_COUNTED`. Two terms are checked against the code they model
 (tests/test_check_model.py): a layer's saved activations against autograd's saved tensors, and
@@ -258,7 +258,7 @@ class StepSetup:
         views: masker views (3 for the coupled masker).
         scored_rows_per_token: vocabulary-head rows per completion token (2 for coupled: the fully masked
             view scores every token, the complementary pair scores each token once more).
-        chunk_rows: rows per fp32 log-softmax chunk (``diffusion.chunk_rows``, logprobs.DEFAULT_CHUNK_ROWS).
+        chunk_rows: rows of logits per fused-head chunk (``diffusion.chunk_rows``, logprobs.DEFAULT_CHUNK_ROWS).
         logits_shift: the model shifts its logits (Dream): aligning them copies the sampler's logits once more.
         sampler_window_copies: fp32 window-sized ``[micro_batch, completion, vocab]`` buffers a sampler step
             holds at its peak (counted from sampling/engine.py, dream.py and decoding.py; see the term's assumption).
@@ -275,7 +275,7 @@ class StepSetup:
     rollout_micro_batch: int | None = None
     views: int = 3
     scored_rows_per_token: int = 2
-    chunk_rows: int = 1024
+    chunk_rows: int = 128  # logprobs.DEFAULT_CHUNK_ROWS (not imported: this module imports no torch)
     logits_shift: bool = True
     sampler_window_copies: int = 10
 
@@ -475,21 +475,16 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
                                 "gradients of a layer's hidden states and MLP activations 2H + 2I per token"))
     rows = setup.scored_rows_per_token * setup.batch * c
     chunk = min(setup.chunk_rows, rows)
-    terms.append(MemoryTerm(f"head logits, scored rows only ({pdt})", "update", rows * v * pb,
-                            f"{rows} rows x {v} x {pb} B",
-                            f"row-selective head (logprobs.py): {setup.scored_rows_per_token} x {setup.batch} "
-                            f"completions x {c} tokens, saved for the backward"))
-    terms.append(MemoryTerm(f"head logits' gradient buffer ({pdt})", "update", rows * v * pb,
-                            f"{rows} x {v} x {pb} B", "one buffer shaped like the logits, written chunk by chunk"))
-    chunks = 0 if pb == 4 else 2
-    terms.append(MemoryTerm("fp32 log-softmax chunks", "update", chunks * chunk * v * 4,
-                            f"{chunks} x {chunk} x {v} x 4 B",
-                            f"chunk_rows={setup.chunk_rows}; " + (
-                                "fp32 logits: the backward works in the gradient buffer itself and the forward's "
-                                "one-chunk temporary is gone before that buffer exists (measured on CPU: peak = "
-                                "logits + gradient buffer)" if chunks == 0 else
-                                "the backward's fp32 copy of a chunk and its result, alive beside the logits and "
-                                "the gradient buffer")))
+    terms.append(MemoryTerm(f"fused head: saved rows ({pdt}) + their fp32 gradient", "update",
+                            rows * h * (pb + 4), f"{rows} rows x {h} x ({pb} + 4) B",
+                            f"fused head (logprobs.py): {setup.scored_rows_per_token} x {setup.batch} completions x "
+                            f"{c} tokens, saved for the backward, which recomputes their logits"))
+    fp32_copy = 0 if pb == 4 else 4
+    terms.append(MemoryTerm("fused head: one chunk of logits", "update", chunk * v * (pb + fp32_copy + 4),
+                            f"{chunk} x {v} x ({pb} + {fp32_copy} + 4) B",
+                            f"chunk_rows={setup.chunk_rows}: the head's output for one chunk ({pdt}), its fp32 copy "
+                            f"(none when the head is fp32) and the fp32 log-softmax temporary; the backward's "
+                            f"vocabulary slices hold as many elements. No [rows, vocab] tensor exists"))
 
     m, L = setup.sampler_batch, setup.tokens
     copies = 2 if setup.logits_shift else 1

@@ -78,6 +78,7 @@ def test_tiny_model_text_report(tiny_model_path, capsys):
     assert report_field(out, "layers") == "2 (MLP 64, key/value width 16)"
     assert report_field(out, "dtype") == "float32"
     assert report_field(out, "padding").startswith("ok: max |diff| ")
+    assert report_field(out, "fused head").startswith("ok: max |diff| ")
     assert report_field(out, "coupled log-probs").startswith("ok: mean log p ")
     assert report_field(out, "sampling").startswith("ok: entropy, 8 steps, ")
     assert "total per GPU (held + max(update, rollout))" in out
@@ -198,7 +199,7 @@ def test_family_standins(request, name, implementation, capsys):
         assert resolution["implementation"] == "native"
         assert report["load"]["model_class"].startswith(f"diffugrpo_plugin.native.{family}.")
     assert resolution["model_class"].rsplit(".", 1)[-1] == report["load"]["model_class"].rsplit(".", 1)[-1]
-    assert report["padding"]["ok"] and report["logprob"]["ok"] and report["sampling"]["ok"], report
+    assert all(report[probe]["ok"] for probe in ("padding", "head", "logprob", "sampling")), report
     assert report["sampling"]["sampler"] == sampler
     assert resolution["embedding_parameters"] == len(tokenizer()) * 32
     assert resolution["head_parameters"] == (0 if tied else len(tokenizer()) * 32)
@@ -228,6 +229,23 @@ def test_code_that_ignores_the_attention_mask_leaks(leaky_llada, capsys):
     code, out, err = check_model(capsys, leaky_llada, *SMALL_STEP)
     assert code == 0, err
     assert report_field(out, "padding").startswith("ok")
+
+
+def test_code_that_changes_its_logits_unknown_to_the_family_fails_the_fused_head_probe(tmp_path_factory, capsys):
+    """A LLaDA stand-in that always scales its logits, whatever its config's scale_logits says: the training
+    pass (fused head, scale from the config) would score other log-probs than the model's, so the probe says
+    DIFFERS and exits 1."""
+    path = save_standin("llada", tmp_path_factory.mktemp("standins") / "standin_llada_rescaled", seed=3)
+    code = path / "modeling_llada.py"
+    source = code.read_text()
+    scaling = "if self.config.scale_logits:"
+    assert scaling in source
+    code.write_text(source.replace(scaling, "if True:  # this copy always scales its logits"))
+    exit_code, out, err = check_model(capsys, str(path), "--trust-remote-code", "--implementation", "remote",
+                                      *SMALL_STEP)
+    assert exit_code == 1, err
+    assert report_field(out, "fused head").startswith("DIFFERS: max |diff| ")
+    assert "logit_scale" in out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -347,9 +365,8 @@ def test_memory_terms_by_hand_with_checkpointing():
         "FSDP unsharded grads (bf16)": ("update", 2 * (204.8e6 + layer)),  # 509.0e6
         "activations: kept layer inputs (checkpointing)": ("update", tokens * (16 * 2048 * 2 + norm)),  # 245.76e6
         "activations: one layer recomputed + its backward": ("update", tokens * (layer_saved + backward)),  # 448.5e6
-        "head logits, scored rows only (bf16)": ("update", rows * 50_000 * 2),  # 120e6
-        "head logits' gradient buffer (bf16)": ("update", rows * 50_000 * 2),  # 120e6
-        "fp32 log-softmax chunks": ("update", 2 * 1000 * 50_000 * 4),  # 400e6: bf16 logits, 2 fp32 chunks
+        "fused head: saved rows (bf16) + their fp32 gradient": ("update", rows * 2048 * (2 + 4)),  # 14.7e6
+        "fused head: one chunk of logits": ("update", 1000 * 50_000 * (2 + 4 + 4)),  # 500e6: bf16, fp32 copy, temp
         "sampler: model logits (bf16)": ("rollout", 2 * 8 * 250 * 50_000 * 2),  # 400e6, x2: shifted logits aligned
         "sampler: fp32 window buffers": ("rollout", 10 * 8 * 150 * 50_000 * 4),  # 2.4e9: 10 copies at top-p's peak
         "sampler: one layer's forward working set": ("rollout", 8 * 250 * layer_saved),  # 217.088e6
@@ -360,7 +377,7 @@ def test_memory_terms_by_hand_with_checkpointing():
     for name, (phase, value) in expected.items():
         assert found[name][0] == phase, name
         assert found[name][1] == pytest.approx(value, rel=1e-12), name
-    held, update, rollout = 7.0e9, 2_451_672_000, 3_017_088_000
+    held, update, rollout = 7.0e9, 2_326_417_600, 3_017_088_000
     assert estimate.phase_bytes("held") == pytest.approx(held)
     assert estimate.phase_bytes("update") == pytest.approx(update)
     assert estimate.phase_bytes("rollout") == pytest.approx(rollout)
@@ -380,12 +397,12 @@ def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
     # every layer keeps its 108,544 bytes per token, plus the final norm's 16,384
     assert found["activations: every layer's saved tensors"][1] == 3000 * (16 * 108_544 + 16_384)
     assert found["activations: backward gradients of one layer"][1] == 3000 * 40_960
-    assert found["fp32 log-softmax chunks"][1] == 2 * 1200 * 50_000 * 4  # fewer rows than chunk_rows: all in one
+    assert found["fused head: one chunk of logits"][1] == 1200 * 50_000 * 10  # fewer rows than chunk_rows: all in one
     fp32 = step_cost.memory_estimate(ONE_B, step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150,
                                                                  param_dtype="fp32", rollout_dtype="fp32"))
     in_fp32 = terms_by_name(fp32)
-    assert in_fp32["fp32 log-softmax chunks"][1] == 0  # fp32 logits: the backward works in the gradient buffer
-    assert in_fp32["head logits, scored rows only (fp32)"][1] == 1200 * 50_000 * 4
+    assert in_fp32["fused head: one chunk of logits"][1] == 128 * 50_000 * (4 + 4)  # fp32 head: no fp32 copy
+    assert in_fp32["fused head: saved rows (fp32) + their fp32 gradient"][1] == 1200 * 2048 * (4 + 4)
     assert in_fp32["FSDP gathered params (fp32)"][1] == pytest.approx(4 * (204.8e6 + 2 * (1e9 - 204.8e6) / 16))
     assert found["sampler: model logits (bf16)"][1] == 1 * 8 * 250 * 50_000 * 2  # unshifted: no aligned copy
 

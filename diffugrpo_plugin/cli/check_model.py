@@ -3,12 +3,13 @@
 1. The checkpoint's config (no weights): family and the clue that selected it, the implementation
    that will load it, calling convention, logit shift, mask token id and where it came from, the
    vocabulary head (tied or not), vocabulary, hidden size, layers, dtype, parameters.
-2. The weights on ``--device``: a padding probe (does left padding change a prompt's logits?),
-   one coupled log-prob pass forward and backward, a few steps of the family's sampler.
+2. The weights on ``--device``: a padding probe (does left padding change a prompt's logits?), a
+   fused-head probe (do the training pass's log-probs equal the model's own?), one coupled log-prob
+   pass forward and backward, a few steps of the family's sampler.
 3. The memory one training step needs per GPU (:mod:`diffugrpo_plugin.step_cost`) and its FLOPs.
 
-Exit status: 0 all well, 1 a probe found a problem (padding leaks, non-finite values, a probe
-raised), 2 an error (no such checkpoint, no family fits, code that must run is not trusted).
+Exit status: 0 all well, 1 a probe found a problem (padding leaks, the fused head differs, non-finite
+values, a probe raised), 2 an error (no such checkpoint, no family fits, code that must run is not trusted).
 """
 
 from __future__ import annotations
@@ -32,11 +33,13 @@ What to run before booking GPUs:
 1. the checkpoint's config (no weights): family and the clue that selected it, the implementation that
    will load it, calling convention, logit shift, mask token id and its source, the vocabulary head (tied
    or not), vocabulary, hidden size, layers, dtype, parameters;
-2. the weights on --device: a padding probe (does left padding change a prompt's logits?), one coupled
-   log-prob pass forward and backward, a few steps of the family's sampler;
+2. the weights on --device: a padding probe (does left padding change a prompt's logits?), a fused-head
+   probe (do the training pass's log-probs equal the model's own?), one coupled log-prob pass forward and
+   backward, a few steps of the family's sampler;
 3. the memory one training step needs per GPU, term by term, and its FLOPs.
 
-Exit status: 0 all well, 1 a probe found a problem (padding leaks, non-finite values, a probe raised),
+Exit status: 0 all well, 1 a probe found a problem (padding leaks, the fused head differs, non-finite
+values, a probe raised),
 2 an error (no such checkpoint, no family fits, code that must run is not trusted)."""
 
 
@@ -243,7 +246,7 @@ def _resolution_text(r) -> str:
 
 
 def _probes_text(check) -> str:
-    load, pad, lp, sm = check.load, check.padding, check.logprob, check.sampling
+    load, pad, head, lp, sm = check.load, check.padding, check.head, check.logprob, check.sampling
     lines = [f"  loaded              {load.model_class} on {load.device} in {load.dtype} ({load.seconds:.1f} s)"]
     if pad.error:
         lines.append(f"  padding             FAILED: {pad.error}")
@@ -254,6 +257,15 @@ def _probes_text(check) -> str:
         if not pad.ok:
             lines.append("                      left padding changes the prompt's logits: the model's code does "
                          "not hide padded keys (use the native implementation or fix the attention mask)")
+    if head.error:
+        lines.append(f"  fused head          FAILED: {head.error}")
+    else:
+        verdict = "ok" if head.ok else "DIFFERS"
+        lines.append(f"  fused head          {verdict}: max |diff| {head.max_abs_diff:.2e} between the training pass's "
+                     f"log p and the model's own logits on {head.rows} tokens (tolerance {head.tolerance:.1e})")
+        if not head.ok:
+            lines.append("                      the model changes its logits after the vocabulary head in a way its "
+                         "family does not describe (a logit scale or cap): add it to the family's logit_scale")
     if lp.error:
         lines.append(f"  coupled log-probs   FAILED: {lp.error}")
     else:
