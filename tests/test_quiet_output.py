@@ -148,7 +148,7 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     lines = terminal.splitlines()
     assert len(lines) < 100, terminal
     repeated = {line: count for line, count in Counter(lines).items() if count > 1}
-    assert repeated == {}, repeated
+    assert repeated == {}, terminal[-5000:]
     step_lines = [line for line in lines if line.startswith("step ")]
     assert [line.split()[1] for line in step_lines] == [f"{step}/12" for step in range(1, 13)], terminal
     for line in step_lines:
@@ -162,21 +162,30 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     # what the terminal left out is in the log file it names
     log = Path(lines[0].split("full log: ")[1].split()[0])
     logged = log.read_text()
-    assert " step:12 - " in logged and "actor/grad_norm:" in logged  # verl's full metric dump
+    assert "\nstep:12 - " in logged and "actor/grad_norm:" in logged  # verl's full metric dump
     assert "UserWarning" in logged and "ray init kwargs" in logged
     assert "target_num_threads" not in logged  # fixed at the source, not hidden
 
 
 @pytest.mark.slow
 def test_a_quiet_run_that_fails_in_a_worker_shows_the_error(tmp_path):
-    """A sandbox that cannot start (a bind path that does not exist) fails every code reward in the reward
-    worker: its error and the trainer's reason for stopping reach the terminal."""
-    result = subprocess.run(
-        [*DEFAULT_JOB, "trainer.total_training_steps=3", "trainer.val_before_train=false", "trainer.test_freq=-1",
-         "trainer.save_freq=-1", f"+diffugrpo.rewards.sandbox.extra_ro_binds=[{tmp_path / 'missing'}]",
+    """The sandbox loses a path it binds after step 1: the reward worker's error (bwrap's words), the
+    trainer's report of the failed step and its reason for stopping all reach the terminal."""
+    vanishing = tmp_path / "vanishing"
+    vanishing.mkdir()
+    process = subprocess.Popen(
+        [*DEFAULT_JOB, "trainer.total_training_steps=4", "trainer.val_before_train=false", "trainer.test_freq=-1",
+         "trainer.save_freq=-1", f"+diffugrpo.rewards.sandbox.extra_ro_binds=[{vanishing}]",
          "diffugrpo.rewards.stop_after_failed_steps=1"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=1500)
-    terminal = result.stdout + result.stderr
-    assert result.returncode != 0, terminal[-5000:]
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if line.startswith("step 1/4") and vanishing.exists():
+            vanishing.rmdir()  # from now on bwrap cannot bind it: every sandbox start fails
+    process.wait(timeout=1500)
+    terminal = "".join(lines)
+    assert process.returncode != 0, terminal[-5000:]
+    assert "[diffugrpo] step 2: reward 'code' failed on" in terminal, terminal[-5000:]
     assert "reward(s) ['code'] failed on at least half the completions" in terminal, terminal[-5000:]
     assert "Can't find source path" in terminal or "No such file" in terminal, terminal[-5000:]

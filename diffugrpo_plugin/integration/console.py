@@ -142,7 +142,7 @@ class TerminalConsole:
 
         self.out = out
         # disable=None: no bar where stderr is not a terminal (a log file gets the lines only)
-        self.bar = tqdm(total=total_steps, unit="step", desc="training", file=err, disable=None, dynamic_ncols=True)
+        self.bar = tqdm(total=total_steps or None, unit="step", desc="training", file=err, disable=None, dynamic_ncols=True)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="diffugrpo-console", daemon=True)
         self.board = None
