@@ -14,7 +14,6 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 MBPP_DIR_VAR = "DIFFUGRPO_MBPP_DIR"
-MBPP_DIR = Path(os.environ.get(MBPP_DIR_VAR, REPO.parent / "shared/data/mbpp"))
 MINI_MBPP = REPO / "tests" / "fixtures" / "mini_mbpp.jsonl"
 """Eleven made-up problems in MBPP's schema (ours, not MBPP's), spread over its four task_id splits
 (prompt 1 10, test 11 510, validation 511 555 600, train 601 700 800 974); 555 and 800 have
@@ -24,19 +23,21 @@ MINI_SANITIZED_MBPP = REPO / "tests" / "fixtures" / "mini_sanitized_mbpp.json"
 
 
 def mbpp_file(name: str) -> Path:
-    """A file of an offline MBPP copy, read in place (never copied into the repo).
+    """A file of the offline MBPP copy in the folder DIFFUGRPO_MBPP_DIR names, read in place (never copied
+    into the repo).
 
-    Where DIFFUGRPO_MBPP_DIR names the folder (CI sets it), a missing file fails the test; on a
-    clone with no MBPP copy beside it, the tests that need one are skipped, saying how to run them.
+    Unset, the tests that need the real dataset are skipped, saying how to run them; set (CI sets it), a
+    missing file fails the test.
     """
-    path = MBPP_DIR / name
-    if path.is_file():
-        return path
-    message = (f"MBPP data is expected at {path}; point {MBPP_DIR_VAR} at the folder holding mbpp.jsonl and "
-               f"sanitized-mbpp.json to run the tests that need it")
-    if MBPP_DIR_VAR in os.environ:
-        pytest.fail(message)
-    pytest.skip(message)
+    folder = os.environ.get(MBPP_DIR_VAR)
+    if not folder:
+        pytest.skip(f"needs the MBPP dataset: {MBPP_DIR_VAR} is not set; point it at the folder holding "
+                    f"mbpp.jsonl and sanitized-mbpp.json to run this test")
+    path = Path(folder) / name
+    if not path.is_file():
+        pytest.fail(f"{MBPP_DIR_VAR}={folder}, but {path} does not exist; point {MBPP_DIR_VAR} at the folder "
+                    f"holding mbpp.jsonl and sanitized-mbpp.json, or unset it to skip the tests that need MBPP")
+    return path
 
 
 def pip(*args: str) -> subprocess.CompletedProcess:

@@ -1,17 +1,76 @@
 """The CPU demo's stages wire together: SFT -> held-out evaluation -> RL job -> evaluation -> plots and tables
-(slow: starts the Ray-based RL job)."""
+(slow: starts the Ray-based RL job); without MBPP it says so and runs on the synthetic family alone (fast)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO, mbpp_file
+from conftest import MBPP_DIR_VAR, MINI_MBPP, REPO, mbpp_file
 
 DEMO = REPO / "examples" / "cpu_demo" / "run_demo.py"
+
+
+def load_demo():
+    """The demo script as a module, to call its stages one by one."""
+    spec = importlib.util.spec_from_file_location("cpu_demo_run", DEMO)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+demo = load_demo()
+
+
+def fake_run(sources: tuple[str, ...]) -> dict:
+    """One seed's results as run_seed returns them, with made-up values: the table's input shape."""
+    report = {source: {"total": 0.5, "code": 0.25, "code_format": 0.0, "pass@1": 0.25} for source in sources}
+    return {"sft": {**report, "seconds": 10.0}, "rl": {**report, "seconds": 12.0}, "sft_seconds": 100.0,
+            "sft_steps": 20, "sft_checks": [], "rl_seconds": 50.0}
+
+
+def test_demo_without_mbpp_says_so_and_runs_on_synthetic_tasks_alone(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(MBPP_DIR_VAR, raising=False)
+    settings, _ = demo.parse_args(["--smoke", "--out", str(tmp_path)])
+    assert settings.mbpp is None
+    assert demo.mbpp_usable(settings.mbpp)
+    said = capsys.readouterr().out.splitlines()
+    assert said == [f"run_demo: no MBPP file ({MBPP_DIR_VAR} is not set), so the synthetic tasks only; "
+                    f"add MBPP with --mbpp path/to/mbpp.jsonl"]
+    data = demo.prepare_data(settings)
+    synthetic = tmp_path / "data" / "synthetic-wide"
+    assert data.train == (str(synthetic / "train.parquet"),)
+    assert data.held_out == {"synthetic": str(synthetic / "validation.parquet")}
+    assert all(pq.read_table(path).num_rows > 0 for path in (*data.train, *data.held_out.values(), data.sft_check))
+    assert not (tmp_path / "data" / "mbpp").exists()
+    command = demo.rl_command(settings, data, tmp_path / "sft", tmp_path / "rl", seed=0)
+    assert f"data.train_files=[{synthetic / 'train.parquet'}]" in command
+    assert f"data.val_files=[{synthetic / 'validation.parquet'}]" in command
+    sources = (*data.held_out, "all")
+    table = demo.results_table({0: fake_run(sources)}, sources)
+    assert "| 0 | synthetic | pass@1 | 0.250 | 0.250 | +0.000 |" in table and "mbpp" not in table
+    demo.summary_figure({0: fake_run(sources)}, sources, tmp_path / "held_out.png")
+    assert (tmp_path / "held_out.png").stat().st_size > 0
+
+
+def test_demo_reads_mbpp_from_the_environment_or_the_command_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(MBPP_DIR_VAR, str(tmp_path / "nowhere"))
+    settings, _ = demo.parse_args([])
+    assert settings.mbpp == tmp_path / "nowhere" / "mbpp.jsonl"
+    assert not demo.mbpp_usable(settings.mbpp)  # named but missing: an error, not a silent fallback
+    assert capsys.readouterr().err == (f"run_demo: MBPP file {settings.mbpp} does not exist; "
+                                       f"pass --mbpp path/to/mbpp.jsonl\n")
+    settings, _ = demo.parse_args(["--mbpp", str(MINI_MBPP), "--out", str(tmp_path / "out")])
+    assert settings.mbpp == MINI_MBPP and demo.mbpp_usable(settings.mbpp)
+    data = demo.prepare_data(settings)
+    mbpp = tmp_path / "out" / "data" / "mbpp"
+    assert data.train[0] == str(mbpp / "train.parquet") and list(data.held_out) == ["mbpp", "synthetic"]
+    assert pq.read_table(data.held_out["mbpp"]).num_rows == 3  # the fixture's validation task_ids 511, 555, 600
 
 
 @pytest.mark.slow

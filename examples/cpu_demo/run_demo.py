@@ -8,11 +8,11 @@ What one seed does, into ``OUT/seed<S>/`` (a stage whose output exists is not ru
 interrupted demo picks up where it stopped):
 
 1. ``sft/``: masked-diffusion SFT (:mod:`diffugrpo_plugin.sft`, LLaDA's loss) of the randomly
-   initialised tiny Dream-style model on **MBPP train** (task_ids 601-974) **plus the synthetic
-   train split** (generated one-line function problems with asserts, the task family a model this
-   small can learn to pass; by default the ``wide`` family, whose 3,925 train functions cannot be
-   memorised, so passing held-out ones means copying the constant from the question). Targets
-   longer than ``--response-length`` tokens are left out. SFT stops early, at the first check
+   initialised tiny Dream-style model on **MBPP train** (task_ids 601-974; when there is an MBPP
+   file, see below) **plus the synthetic train split** (generated one-line function problems with
+   asserts, the task family a model this small can learn to pass; by default the ``wide`` family,
+   whose 3,925 train functions cannot be memorised, so passing held-out ones means copying the
+   constant from the question). Targets longer than ``--response-length`` tokens are left out. SFT stops early, at the first check
    where sampled completions of the **SFT check split** (96 synthetic train functions that SFT and
    RL never train on) pass at ``--sft-stop-pass`` or more: RL needs a start that passes some tests
    (a group with no passing completion has no test signal) and fails others (headroom). Without the
@@ -31,6 +31,9 @@ per-(task, sample) seeds that are the same before and after RL (a paired compari
 completion is scored by the training reward itself (``code`` x2.0 + ``code_format`` x0.5,
 DiffuCoder's weights, through :class:`~diffugrpo_plugin.rewards.RewardSpec`) and judged for pass@1
 by :mod:`diffugrpo_plugin.evaluation` (sandboxed; a completion passes when all its tests pass).
+
+MBPP comes from ``--mbpp``, by default ``$DIFFUGRPO_MBPP_DIR/mbpp.jsonl``. With neither, the demo
+says so and trains and evaluates on the synthetic family alone.
 
 At the end ``OUT/results.md`` holds the per-seed table and the mean and standard deviation
 over seeds, and ``OUT/figures/`` the summary figure plus each seed's training reward curves.
@@ -51,10 +54,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_MBPP = REPO.parent / "shared" / "data" / "mbpp" / "mbpp.jsonl"
+MBPP_DIR_VAR = "DIFFUGRPO_MBPP_DIR"
 REWARD_CONFIG = {"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]}
 COMPONENTS = ("total", "code", "code_format", "pass@1")
-SOURCES = ("mbpp", "synthetic", "all")
 FAST_PATH = {"kv_cache": True, "threshold": 0.99}  # the sampler options behind the default (not --plain-sampler)
 # How the results in the README were sampled (before the reference-faithful defaults of top_k 50 and
 # no mask-token suppression): kept so that re-running the demo reproduces them.
@@ -78,7 +80,7 @@ class Settings:
     """Every knob of one demo run (the command-line options)."""
 
     out: Path
-    mbpp: Path
+    mbpp: Path | None  # None: the synthetic family alone
     response_length: int
     sft_steps: int
     sft_lr: float
@@ -117,15 +119,25 @@ class Settings:
 # --------------------------------------------------------------------------- stages
 
 
+def default_mbpp(environ: dict[str, str]) -> Path | None:
+    """``$DIFFUGRPO_MBPP_DIR/mbpp.jsonl`` when that variable is set, else None (no MBPP)."""
+    folder = environ.get(MBPP_DIR_VAR)
+    return Path(folder) / "mbpp.jsonl" if folder else None
+
+
 def prepare_data(settings: Settings) -> DemoData:
-    """MBPP train/validation from the local file and the synthetic splits, as parquet under OUT/data; the
-    synthetic train split loses every k-th row to ``sft_check.parquet`` (``SFT_CHECK_PROBLEMS`` rows spread
-    over the templates)."""
+    """MBPP train/validation from the local file (when there is one) and the synthetic splits, as parquet
+    under OUT/data; the synthetic train split loses every k-th row to ``sft_check.parquet``
+    (``SFT_CHECK_PROBLEMS`` rows spread over the templates)."""
     from diffugrpo_plugin.data import prepare, prepare_to_parquet, write_parquet
 
     directory = settings.out / "data"
-    if not (directory / "mbpp" / "validation.parquet").is_file():
-        prepare_to_parquet("mbpp", ("train", "validation"), directory / "mbpp", input_path=settings.mbpp)
+    train, held_out = [], {}
+    if settings.mbpp is not None:
+        if not (directory / "mbpp" / "validation.parquet").is_file():
+            prepare_to_parquet("mbpp", ("train", "validation"), directory / "mbpp", input_path=settings.mbpp)
+        train.append(str(directory / "mbpp" / "train.parquet"))
+        held_out["mbpp"] = str(directory / "mbpp" / "validation.parquet")
     synthetic = directory / f"synthetic-{settings.synthetic_family}"
     options = {"family": settings.synthetic_family,
                "validation_fraction": SYNTHETIC_VALIDATION_FRACTION[settings.synthetic_family]}
@@ -136,10 +148,9 @@ def prepare_data(settings: Settings) -> DemoData:
         write_parquet([row for index, row in enumerate(rows) if index in check], synthetic / "sft_check.parquet")
         write_parquet([row for index, row in enumerate(rows) if index not in check], synthetic / "train.parquet")
         prepare_to_parquet("synthetic", ("validation",), synthetic, **options)
-    return DemoData(train=(str(directory / "mbpp" / "train.parquet"), str(synthetic / "train.parquet")),
-                    sft_check=str(synthetic / "sft_check.parquet"),
-                    held_out={"mbpp": str(directory / "mbpp" / "validation.parquet"),
-                              "synthetic": str(synthetic / "validation.parquet")})
+    train.append(str(synthetic / "train.parquet"))
+    held_out["synthetic"] = str(synthetic / "validation.parquet")
+    return DemoData(train=tuple(train), sft_check=str(synthetic / "sft_check.parquet"), held_out=held_out)
 
 
 def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> dict[str, Any]:
@@ -302,17 +313,17 @@ def mean_and_spread(values: list[float], sign: str = "") -> str:
     return f"{statistics.fmean(values):{sign}.3f} ± {statistics.stdev(values):.3f}"
 
 
-def results_table(runs: dict[int, dict[str, Any]]) -> str:
+def results_table(runs: dict[int, dict[str, Any]], sources: tuple[str, ...]) -> str:
     """Markdown: per seed and metric the SFT and RL values and the change, then mean ± std over seeds."""
     lines = ["| seed | data | metric | after SFT | after RL | change |", "|---|---|---|---|---|---|"]
     for seed, run in sorted(runs.items()):
-        for source in SOURCES:
+        for source in sources:
             for metric in COMPONENTS:
                 before, after = run["sft"][source][metric], run["rl"][source][metric]
                 lines.append(f"| {seed} | {source} | {metric} | {before:.3f} | {after:.3f} | {after - before:+.3f} |")
     lines += ["", f"Mean ± standard deviation over {len(runs)} seed(s):", "",
               "| data | metric | after SFT | after RL | change |", "|---|---|---|---|---|"]
-    for source in SOURCES:
+    for source in sources:
         for metric in COMPONENTS:
             before = [run["sft"][source][metric] for run in runs.values()]
             after = [run["rl"][source][metric] for run in runs.values()]
@@ -330,13 +341,13 @@ def results_table(runs: dict[int, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def summary_figure(runs: dict[int, dict[str, Any]], path: Path) -> None:
+def summary_figure(runs: dict[int, dict[str, Any]], sources: tuple[str, ...], path: Path) -> None:
     """Held-out reward components after SFT and after RL, one panel per data source, one dot per seed."""
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(12, 3.6), dpi=100)
-    for column, source in enumerate(SOURCES):
-        axes = figure.add_subplot(1, len(SOURCES), column + 1)
+    figure = Figure(figsize=(4 * len(sources), 3.6), dpi=100)
+    for column, source in enumerate(sources):
+        axes = figure.add_subplot(1, len(sources), column + 1)
         for index, metric in enumerate(COMPONENTS):
             for offset, stage, color in ((-0.17, "sft", "tab:gray"), (0.17, "rl", "tab:blue")):
                 values = [run[stage][source][metric] for run in runs.values()]
@@ -377,7 +388,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/cpu_demo"))
-    parser.add_argument("--mbpp", type=Path, default=DEFAULT_MBPP, help=f"mbpp.jsonl (default: {DEFAULT_MBPP})")
+    parser.add_argument("--mbpp", type=Path, default=default_mbpp(os.environ),
+                        help=f"MBPP's mbpp.jsonl (default: ${MBPP_DIR_VAR}/mbpp.jsonl; unset: synthetic tasks only)")
     parser.add_argument("--response-length", type=int, default=48,
                         help="SFT target length = rollout and evaluation length (tokens); they must agree")
     parser.add_argument("--sft-steps", type=int, default=12000,
@@ -427,24 +439,36 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
     return settings, args.seeds
 
 
+def mbpp_usable(mbpp: Path | None) -> bool:
+    """False, with the error printed, for a named MBPP file that does not exist; without one (None) the
+    demo goes on with the synthetic tasks alone and says so."""
+    if mbpp is None:
+        print(f"run_demo: no MBPP file ({MBPP_DIR_VAR} is not set), so the synthetic tasks only; "
+              f"add MBPP with --mbpp path/to/mbpp.jsonl", flush=True)
+    elif not mbpp.is_file():
+        print(f"run_demo: MBPP file {mbpp} does not exist; pass --mbpp path/to/mbpp.jsonl", file=sys.stderr)
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
     settings, seeds = parse_args(argv)
     torch.set_num_threads(settings.threads)
-    if not settings.mbpp.is_file():
-        print(f"run_demo: MBPP file {settings.mbpp} does not exist; pass --mbpp path/to/mbpp.jsonl", file=sys.stderr)
+    if not mbpp_usable(settings.mbpp):
         return 2
     settings.out.mkdir(parents=True, exist_ok=True)
     data = prepare_data(settings)
     runs = {seed: run_seed(settings, data, seed) for seed in seeds}
+    sources = (*data.held_out, "all")
     figures = settings.out / "figures"
     figures.mkdir(exist_ok=True)
-    summary_figure(runs, figures / "held_out_rewards.png")
+    summary_figure(runs, sources, figures / "held_out_rewards.png")
     for seed in seeds:
         shutil.copy(settings.out / f"seed{seed}" / "plots" / "rewards.png", figures / f"seed{seed}_train_rewards.png")
     (settings.out / "results.json").write_text(json.dumps(runs, indent=2) + "\n")
-    table = results_table(runs)
+    table = results_table(runs, sources)
     (settings.out / "results.md").write_text(table)
     print(table)
     return 0
