@@ -4,9 +4,13 @@ Both variants compute DiffuCoder's coupled estimate for the same tiny bidirectio
 model (Dream-style, shifted logits), the same batch and the same ``coupled`` masks:
 
 * **ours**: :func:`diffugrpo_plugin.logprobs.coupled_token_logprobs`. The transformer body runs
-  on the three views, the vocabulary projection only on the rows a view scores (every
-  completion token in the fully masked view, each completion token once across the
-  complementary pair: ``2 x B x completion`` rows), then a chunked fp32 log-softmax.
+  on the three views; only the rows a view scores (every completion token in the fully masked
+  view, each completion token once across the complementary pair: ``2 x B x completion``
+  rows) reach the fused head, which projects and log-softmaxes one chunk of rows at a time
+  and recomputes the logits in the backward: no ``[rows, V]`` tensor exists.
+* **unfused**: the previous release's pass: the same rows through the model's own head, so
+  their ``[2 x B x completion, V]`` logits are materialised, then a chunked fp32 log-softmax
+  with a one-buffer backward (``logprobs.chunked_gathered_logprob``).
 * **reference-style**: written the way DiffuCoder's trainer does it: the three views
   concatenated through the model, full aligned logits ``[3B, L, V]``, the completion slice,
   then per sample a full-vocabulary ``log_softmax`` over its three versions, a gather, and the
@@ -45,7 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
-VARIANTS = ("reference-style", "ours")
+VARIANTS = ("reference-style", "unfused", "ours")
 PASSES = ("train", "forward")
 
 
@@ -60,6 +64,7 @@ class Settings:
     hidden: int
     layers: int
     threads: int
+    checkpointing: bool = False
     seed: int = 0
 
     @property
@@ -96,6 +101,8 @@ def build_workload(settings: Settings) -> Workload:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(settings.seed)
         module = Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    if settings.checkpointing:
+        module.gradient_checkpointing_enable()
     lm = DiffusionLM.wrap(module, mask_token_id=mask_id, logits_shift=True)
 
     length = settings.prompt + settings.completion
@@ -138,7 +145,26 @@ def reference_style(work: Workload) -> torch.Tensor:
     return torch.cat([prompt_part, torch.stack(rows)], dim=1)  # [B, L]
 
 
-FUNCTIONS = {"reference-style": reference_style, "ours": ours}
+def unfused(work: Workload) -> torch.Tensor:
+    """The scored rows through the model's own head (materialised logits), then the chunked log-softmax.  # -> [B, L]"""
+    from diffugrpo_plugin.families import final_hidden_rows
+    from diffugrpo_plugin.logprobs import chunked_gathered_logprob
+    from diffugrpo_plugin.models import position_ids_from_mask
+
+    lm, views = work.lm, work.views
+    num_views, batch, length = views.coef.shape
+    stacked_ids = views.noisy.reshape(num_views * batch, length)  # [V*B, L]
+    attention = work.attention_mask.repeat(num_views, 1)  # [V*B, L]
+    target_rows = (views.coef.reshape(num_views * batch, length) != 0).flatten().nonzero(as_tuple=True)[0]  # [R]
+    with final_hidden_rows(lm.family, lm.module, target_rows - 1):  # shifted: row i - 1 scores token i
+        logits = lm.family.call(lm.module, stacked_ids, attention, position_ids_from_mask(attention))
+    row_targets = work.input_ids.repeat(num_views, 1).flatten().index_select(0, target_rows)  # [R]
+    row_logp = chunked_gathered_logprob(logits.reshape(-1, logits.shape[-1]), row_targets)  # [R]
+    per_view = torch.zeros(num_views * batch * length).index_put((target_rows,), row_logp)
+    return (per_view.view(num_views, batch, length) * views.coef).sum(0)  # [B, L]
+
+
+FUNCTIONS = {"reference-style": reference_style, "unfused": unfused, "ours": ours}
 
 
 def train_values(work: Workload, variant: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -206,12 +232,15 @@ class Measurement:
 
 
 def agreement(values: dict) -> dict:
-    """Largest differences between the variants' log-probs and gradients, and whether they are close."""
-    (base_logp, base_grads), (our_logp, our_grads) = values["reference-style"], values["ours"]
-    return {"logp_max_abs": (our_logp - base_logp).abs().max().item(),
-            "grad_max_abs": max((a - b).abs().max().item() for a, b in zip(our_grads, base_grads)),
-            "close": torch.allclose(our_logp, base_logp, rtol=1e-5, atol=1e-4)
-            and all(torch.allclose(a, b, rtol=1e-3, atol=1e-6) for a, b in zip(our_grads, base_grads))}
+    """Largest differences between each variant's log-probs and gradients and the baseline's, and whether all
+    are close."""
+    base_logp, base_grads = values["reference-style"]
+    logp_diff = max((logp - base_logp).abs().max().item() for logp, _ in values.values())
+    grad_diff = max((a - b).abs().max().item() for _, grads in values.values() for a, b in zip(grads, base_grads))
+    close = all(torch.allclose(logp, base_logp, rtol=1e-5, atol=1e-4)
+                and all(torch.allclose(a, b, rtol=1e-3, atol=1e-6) for a, b in zip(grads, base_grads))
+                for logp, grads in values.values())
+    return {"logp_max_abs": logp_diff, "grad_max_abs": grad_diff, "close": close}
 
 
 def ask(connection, *request):
@@ -260,14 +289,15 @@ def measure(settings: Settings, pass_kinds: tuple[str, ...], repeats: int) -> tu
 
 def head_rows(settings: Settings, variant: str) -> int:
     """Rows through the vocabulary projection: three full views, or each completion token twice."""
-    if variant == "ours":
+    if variant != "reference-style":
         return 2 * settings.batch * settings.completion
     return 3 * settings.batch * (settings.prompt + settings.completion)
 
 
 def print_table(settings: Settings, measurements: list[Measurement], check: dict) -> None:
     print(f"\nvocab {settings.vocab:,}: batch {settings.batch}, prompt {settings.prompt}, completion "
-          f"{settings.completion}, hidden {settings.hidden}, {settings.layers} layers, {settings.threads} thread(s); "
+          f"{settings.completion}, hidden {settings.hidden}, {settings.layers} layers, {settings.threads} thread(s)"
+          f"{', gradient checkpointing' if settings.checkpointing else ''}; "
           f"agreement: log-prob max |diff| {check['logp_max_abs']:.1e}, grad max |diff| {check['grad_max_abs']:.1e}")
     header = (f"{'pass':<9}{'variant':<17}{'head rows':>10}{'tokens/s':>10}{'x speed':>9}{'peak MiB':>10}"
               f"{'x less mem':>12}")
@@ -295,6 +325,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads in every process "
                                                                 "(1 is steadiest on a shared machine)")
     parser.add_argument("--no-forward", action="store_true", help="only time training passes")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute each layer in the backward, in every variant (as training runs)")
     return parser.parse_args()
 
 
@@ -305,9 +337,10 @@ def main() -> None:
     pass_kinds = ("train",) if args.no_forward else PASSES
     started = time.perf_counter()
     print("peak memory = VmHWM - VmRSS around one pass in a fresh process per variant; medians of "
-          f"{args.repeats} round-robin repeats; ratios = reference-style / ours")
+          f"{args.repeats} round-robin repeats; ratios = reference-style / the variant")
     for vocab in args.vocabs:
-        settings = Settings(vocab, args.batch, args.prompt, args.completion, args.hidden, args.layers, args.threads)
+        settings = Settings(vocab, args.batch, args.prompt, args.completion, args.hidden, args.layers, args.threads,
+                            args.gradient_checkpointing)
         measurements, check = measure(settings, pass_kinds, args.repeats)
         print_table(settings, measurements, check)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")

@@ -131,6 +131,19 @@ def _project(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     return logits if scale == 1.0 else logits * scale
 
 
+def _slice_log_softmax(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float,
+                       log_normaliser: torch.Tensor) -> torch.Tensor:
+    """fp32 log-softmax of a vocabulary slice, vocabulary-major: ``logits.T - log_normaliser``.  # [v, R]
+
+    fp32 heads subtract the log-normaliser inside the matmul (addmm); other dtypes first compute their
+    logits in their own dtype, as the model does, then subtract in fp32.
+    """
+    if weight.dtype != torch.float32:
+        return _project(hidden, weight, bias, scale, vocab_major=True).float().sub_(log_normaliser[None, :])
+    shift = -log_normaliser[None, :] if bias is None else scale * bias[:, None] - log_normaliser[None, :]  # [v|1, R]
+    return torch.addmm(shift, weight, hidden.t(), alpha=scale)
+
+
 def _vocab_slices(num_rows: int, vocab: int, chunk_rows: int) -> list[slice]:
     """Vocabulary slices whose ``[num_rows, width]`` logits hold no more elements than one ``[chunk_rows, V]`` chunk."""
     width = max(1, chunk_rows * vocab // max(num_rows, 1))
@@ -174,30 +187,33 @@ class _FusedHeadLogprob(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_logp, _grad_entropy):
+        # d logp_r / d logits_r = onehot(target_r) - softmax_r, times the upstream g_r and the logit scale. The
+        # softmax part goes through the vocabulary slices with g folded into the small operands (the hidden rows
+        # before the weight's matmul, the hidden gradient after), so each [v, R] slice costs one exp pass; the
+        # onehot part is a gather / index_add over the R targets.
         hidden, weight, bias, targets, log_normaliser = ctx.saved_tensors
         want_hidden, want_weight, want_bias = ctx.needs_input_grad[:3]
-        grad_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device) if want_hidden else None
+        upstream = grad_logp.float() * ctx.scale  # [R]
+        weighted_hidden = (upstream[:, None] * hidden.float()).to(weight.dtype)  # [R, H]
+        softmax_hidden = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)  # [R, H]
         grad_weight = torch.empty_like(weight) if want_weight else None  # [V, H]
         grad_bias = torch.empty_like(bias) if want_bias else None  # [V]
-        upstream = grad_logp.float()[None, :]  # [1, R]
-        rows = torch.arange(hidden.shape[0], device=hidden.device)  # [R]
-        # Vocabulary-major slices ([v, R] = weight[cols] @ hidden.T): the weight's gradient matmul then reads them
-        # without a transpose, measurably faster on CPU than the row-major [R, v] layout.
         for cols in _vocab_slices(hidden.shape[0], weight.shape[0], ctx.chunk_rows):
-            logits_t = _project(hidden, weight[cols], None if bias is None else bias[cols], ctx.scale,
-                                vocab_major=True)  # [v, R]
-            grad_t = logits_t.float().sub_(log_normaliser[None, :]).exp_().mul_(-upstream)  # -g * softmax
-            in_slice = (targets >= cols.start) & (targets < cols.stop)  # [R]
-            grad_t.index_put_((targets[in_slice] - cols.start, rows[in_slice]), upstream[0, in_slice],
-                              accumulate=True)  # +g at the target
-            grad_t = (grad_t.mul_(ctx.scale) if ctx.scale != 1.0 else grad_t).to(weight.dtype)
+            probs = _slice_log_softmax(hidden, weight[cols], None if bias is None else bias[cols], ctx.scale,
+                                       log_normaliser).exp_().to(weight.dtype)  # [v, R]
             if want_hidden:
-                grad_hidden.add_(grad_t.t() @ weight[cols])  # [R, H]
+                softmax_hidden.add_(probs.t() @ weight[cols])  # [R, H]: sum_v p[r, v] W[v]
             if want_weight:
-                torch.mm(grad_t, hidden, out=grad_weight[cols])  # [v, H]
+                torch.mm(probs, weighted_hidden, out=grad_weight[cols]).neg_()  # [v, H]: -sum_r g_r p[r, v] h_r
             if want_bias:
-                grad_bias[cols] = grad_t.sum(1)
-        grad_hidden = grad_hidden.to(hidden.dtype) if want_hidden else None
+                grad_bias[cols] = -(probs.float() @ upstream)  # [v]
+        if want_weight:
+            grad_weight.index_add_(0, targets, weighted_hidden)
+        if want_bias:
+            grad_bias.index_add_(0, targets, upstream.to(bias.dtype))
+        grad_hidden = None
+        if want_hidden:
+            grad_hidden = (upstream[:, None] * (weight[targets].float() - softmax_hidden)).to(hidden.dtype)  # [R, H]
         return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 

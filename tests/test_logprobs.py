@@ -231,19 +231,22 @@ def test_fused_head_entropy_is_the_predictive_entropy_and_detached():
 
 
 def test_fused_head_never_holds_more_than_one_chunk_of_logits(monkeypatch):
-    """The largest logits tensor projected in the forward and the backward is one chunk: chunk_rows x V elements."""
+    """The largest logits tensor made in the forward (row chunks) and the backward (vocabulary slices) is one
+    chunk: chunk_rows x V elements."""
     import diffugrpo_plugin.logprobs as logprobs
 
     hidden, weight, bias, targets = head_inputs(torch.float32, rows=40, vocab=50)
-    sizes = []
-    project = logprobs._project
+    sizes = {"forward": [], "backward": []}
 
-    def recording_project(*args, **kwargs):
-        logits = project(*args, **kwargs)
-        sizes.append(logits.numel())
-        return logits
+    def recording(function, phase):
+        def record(*args, **kwargs):
+            logits = function(*args, **kwargs)
+            sizes[phase].append(logits.numel())
+            return logits
+        return record
 
-    monkeypatch.setattr(logprobs, "_project", recording_project)
+    monkeypatch.setattr(logprobs, "_project", recording(logprobs._project, "forward"))
+    monkeypatch.setattr(logprobs, "_slice_log_softmax", recording(logprobs._slice_log_softmax, "backward"))
     fused_head_logprob(hidden, weight, targets, bias, chunk_rows=4).sum().backward()
-    assert sizes and max(sizes) <= 4 * 50
-    assert len(sizes) == 10 + 10  # 10 row chunks forward, 10 vocabulary slices of 5 columns backward
+    assert sizes["forward"] == [4 * 50] * 10  # 10 row chunks of 4 rows
+    assert sizes["backward"] == [5 * 40] * 10  # 10 vocabulary slices of 5 columns x 40 rows
