@@ -3,13 +3,18 @@ against the fast path, on the same prompts in the same run.
 
 Baseline: the sampler (``entropy`` by default) run as the reference runs it: one full forward
 per step, steps = generation length, no cache (for ``entropy``: one block, as DiffuCoder). Each fast-path part is then switched
-on alone and together: confidence-threshold parallel decoding, the block-wise prefix KV cache
-(which needs blocks). For every configuration the table gives the median tokens/s over the
-repeats, the ratio to the baseline's median, the model forwards per completion, how many of
-its tokens agree with the baseline's (greedy, so the differences come from the sampler alone)
-and the mean task reward (DiffuCoder's: code x2.0 + code_format x0.5, tests run in the sandbox).
+on alone and together: confidence-threshold and factor-rule parallel decoding, the block-wise
+prefix KV cache and Fast-dLLM's DualCache (which pay off with blocks), and the two levers that
+change no output: ``compact`` (finished rows leave the forwards) and ``reuse_logits`` (rows whose
+tokens did not change are not run again). For every configuration the table gives the median
+tokens/s over the repeats, the ratio to the baseline's median, the model forwards per
+completion, the rows run through the model per prompt, how many of its tokens agree with the
+baseline's (greedy, so the differences come from the sampler alone) and the mean task reward
+(DiffuCoder's: code x2.0 + code_format x0.5, tests run in the sandbox) with its standard error
+over the prompts.
 
     python benchmarks/sampler.py                 # warm-started tiny Dream-style model, synthetic tasks
+    DIFFUGRPO_MBPP_DIR=/path/to/mbpp python benchmarks/sampler.py --tasks mbpp --prompts 100
     python benchmarks/sampler.py --model PATH --tasks mbpp --prompts 8 --new-tokens 256 --repeats 3
     python benchmarks/sampler.py --sampler llada  # the default tiny LLaDA-style model
     python benchmarks/sampler.py -o top_k=null -o suppress_mask_token=true   # the README table's sampling
@@ -19,13 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 
 import torch
 
-MBPP = "/work/shared/data/mbpp/mbpp.jsonl"
+MBPP_DIR_VAR = "DIFFUGRPO_MBPP_DIR"
 
 
 @dataclass(frozen=True)
@@ -34,30 +42,58 @@ class Config:
     options: dict
 
 
-def configurations(new_tokens: int, block_length: int, threshold: float,
+def configurations(new_tokens: int, block_length: int, threshold: float, factor: float,
                    reference_block_length: int | None) -> list[Config]:
     """The baseline, then each fast-path part on top of it, then combinations."""
     reference = {"block_length": reference_block_length} if reference_block_length else {}
     whole = {"block_length": reference_block_length or new_tokens}
     blocks = {"block_length": block_length}
+    no_waste = {"compact": True, "reuse_logits": True}
     return [
         Config("plain (reference)", reference),
+        Config("compact", {**reference, "compact": True}),
+        Config("reuse_logits", {**reference, "reuse_logits": True}),
         Config(f"threshold {threshold}", {**reference, "threshold": threshold}),
+        Config(f"threshold {threshold} + no waste", {**reference, "threshold": threshold, **no_waste}),
         Config("prefix cache (reference blocks)", {**whole, "kv_cache": True}),
         Config(f"prefix cache + threshold {threshold}", {**whole, "kv_cache": True, "threshold": threshold}),
+        Config(f"prefix cache + threshold {threshold} + no waste",
+               {**whole, "kv_cache": True, "threshold": threshold, **no_waste}),
+        Config(f"prefix cache + factor {factor} + no waste", {**whole, "kv_cache": True, "factor": factor, **no_waste}),
         Config(f"blocks of {block_length}", blocks),
         Config(f"blocks of {block_length} + prefix cache", {**blocks, "kv_cache": True}),
-        Config("blocks + cache + threshold", {**blocks, "kv_cache": True, "threshold": threshold}),
+        Config(f"blocks of {block_length} + dual cache", {**blocks, "dual_cache": True}),
+        Config(f"blocks + dual cache + threshold {threshold} + no waste",
+               {**blocks, "dual_cache": True, "threshold": threshold, **no_waste}),
     ]
 
 
-def task_rows(tasks: str, count: int, mbpp_path: str) -> list[dict]:
-    """Prepared rows (prompt + test columns): the synthetic validation tasks or MBPP test problems."""
+def mbpp_path(tasks: str) -> str | None:
+    """MBPP's test problems from the folder ``$DIFFUGRPO_MBPP_DIR`` names (only for ``--tasks mbpp``)."""
+    if tasks != "mbpp":
+        return None
+    folder = os.environ.get(MBPP_DIR_VAR)
+    if not folder:
+        sys.exit(f"benchmarks/sampler.py: --tasks mbpp needs {MBPP_DIR_VAR}, the folder holding mbpp.jsonl; "
+                 f"set it (e.g. {MBPP_DIR_VAR}=../shared/data/mbpp)")
+    path = os.path.join(folder, "mbpp.jsonl")
+    if not os.path.isfile(path):
+        sys.exit(f"benchmarks/sampler.py: {MBPP_DIR_VAR}={folder}, but {path} does not exist; point {MBPP_DIR_VAR} "
+                 f"at the folder holding mbpp.jsonl")
+    return path
+
+
+def task_rows(tasks: str, count: int, mbpp_file: str | None) -> list[dict]:
+    """Prepared rows (prompt + test columns): the synthetic tasks or MBPP test problems.
+
+    Synthetic: the 36 validation tasks, then the training tasks for more (the table compares
+    samplers on the same prompts, so prompts the model was trained on serve that as well).
+    """
     from diffugrpo_plugin.data import prepare
 
     if tasks == "synthetic":
-        return prepare("synthetic", "validation")[:count]
-    return prepare("mbpp", "test", mbpp_path)[:count]
+        return (prepare("synthetic", "validation") + prepare("synthetic", "train"))[:count]
+    return prepare("mbpp", "test", mbpp_file)[:count]
 
 
 def task_reward(rows: list[dict]):
@@ -83,10 +119,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sampler", default="entropy", help="a registered sampler (default: entropy)")
     parser.add_argument("--reference-block-length", type=int, default=None,
                         help="block length of the baseline (LLaDA's reference uses blocks; default: one block)")
-    parser.add_argument("--prompts", type=int, default=36)
+    parser.add_argument("--prompts", type=int, default=36, help="synthetic: the 36 validation tasks, then training "
+                                                                  "tasks (227 in all); mbpp: test problems")
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--threshold", type=float, default=0.99)
+    parser.add_argument("--factor", type=float, default=1.0, help="Fast-dLLM's factor rule setting (its default, 1)")
+    parser.add_argument("--only", default=None, metavar="LABELS",
+                        help="comma-separated substrings: run only the configurations whose label contains one "
+                             "(the plain baseline always runs)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a "
                                                                 "shared machine)")
@@ -95,7 +136,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--tasks", choices=["synthetic", "mbpp"], default="synthetic",
                         help="prompts and tests: the synthetic validation tasks the warm-started model was trained "
                              "for (default), or MBPP test problems")
-    parser.add_argument("--mbpp", default=MBPP)
     parser.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
                         help="a sampler option applied to every configuration (VALUE read as JSON); repeatable")
     return parser.parse_args()
@@ -131,20 +171,24 @@ def measure(configs: list[Config], sampler_name: str, lm, ids, mask, new_tokens:
 
 def print_table(measurements: list[Measurement], generated: int, texts_of, reward) -> None:
     baseline = measurements[0]
-    header = (f"{'configuration':<36}{'tokens/s':>10}{'x plain':>9}{'x plain cpu':>13}{'forwards':>10}"
-              f"{'agree':>8}{'reward':>9}")
-    print(header + "\n" + "-" * len(header))
+    prompts = baseline.output.completion_ids.shape[0]
+    header = (f"{'configuration':<52}{'tokens/s':>10}{'x plain':>9}{'x plain cpu':>13}{'forwards':>10}"
+              f"{'rows/prompt':>13}{'agree':>8}{'reward':>9}{'+-se':>7}")
+    print(header + "\n" + "-" * len(header), flush=True)
     for m in measurements:
         wall, cpu = statistics.median(m.wall), statistics.median(m.cpu)
         agreement = (m.output.completion_ids == baseline.output.completion_ids).float().mean().item()
-        reward_text = f"{statistics.mean(reward(texts_of(m.output))):.3f}"
-        print(f"{m.config.label:<36}{generated / wall:>10.1f}{statistics.median(baseline.wall) / wall:>9.2f}"
-              f"{statistics.median(baseline.cpu) / cpu:>13.2f}{m.output.forwards:>10d}{agreement:>8.1%}"
-              f"{reward_text:>9}")
+        rewards = reward(texts_of(m.output))
+        standard_error = statistics.stdev(rewards) / math.sqrt(len(rewards)) if len(rewards) > 1 else 0.0
+        print(f"{m.config.label:<52}{generated / wall:>10.1f}{statistics.median(baseline.wall) / wall:>9.2f}"
+              f"{statistics.median(baseline.cpu) / cpu:>13.2f}{m.output.forwards:>10d}"
+              f"{m.output.forwarded_rows / prompts:>13.1f}{agreement:>8.1%}{statistics.mean(rewards):>9.3f}"
+              f"{standard_error:>7.3f}", flush=True)
 
 
 def main() -> None:
     args = parse_args()
+    mbpp_file = mbpp_path(args.tasks)
     from diffugrpo_plugin.models import load_diffusion_lm
     from diffugrpo_plugin.sampling import left_pad
     from diffugrpo_plugin.tiny import TinySpec, default_tiny_model_path
@@ -156,7 +200,7 @@ def main() -> None:
         args.model = (default_tiny_model_path(family="llada") if args.sampler == "llada"
                       else warm_model_path(TinySpec()))
     lm, tokenizer = load_diffusion_lm(args.model, args.device)
-    rows = task_rows(args.tasks, args.prompts, args.mbpp)
+    rows = task_rows(args.tasks, args.prompts, mbpp_file)
     prompts = [tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True)
                for row in rows]
     ids, mask = left_pad([tokenizer.encode(text, add_special_tokens=False) for text in prompts], pad_id(tokenizer),
@@ -166,7 +210,11 @@ def main() -> None:
           f"median of {args.repeats} runs\n")
     shared = {name: json.loads(value) for name, value in (option.split("=", 1) for option in args.option)}
     configs = [Config(config.label, {**shared, **config.options}) for config in
-               configurations(args.new_tokens, args.block_length, args.threshold, args.reference_block_length)]
+               configurations(args.new_tokens, args.block_length, args.threshold, args.factor,
+                              args.reference_block_length)]
+    if args.only:
+        wanted = [part.strip() for part in args.only.split(",")]
+        configs = configs[:1] + [c for c in configs[1:] if any(part in c.label for part in wanted)]
     measurements = measure(configs, args.sampler, lm, ids, mask, args.new_tokens, tokenizer.eos_token_id,
                            pad_id(tokenizer), args.repeats)
 

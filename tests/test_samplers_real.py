@@ -9,7 +9,7 @@ from samplers_support import fake_lm, log_probs, single_thread
 
 from diffugrpo_plugin.models import DiffusionLM, ModelConfigError
 from diffugrpo_plugin.sampling import left_pad
-from diffugrpo_plugin.sampling.forward import FullForward, PrefixCachedForward
+from diffugrpo_plugin.sampling.forward import DualCachedForward, FullForward, PrefixCachedForward
 from diffugrpo_plugin.sampling.samplers import (
     DreamSampler,
     EntropySampler,
@@ -150,8 +150,9 @@ def test_prefix_cache_is_exact_when_attention_is_causal(style, sampler_class):
     assert plain.forwards == cached.forwards
 
 
+@pytest.mark.parametrize("cache_class", [PrefixCachedForward, DualCachedForward])
 @pytest.mark.parametrize("style", ["dream", "llada"])
-def test_prefix_cache_logits_match_a_full_forward_until_the_block_changes(style):
+def test_cache_logits_match_a_full_forward_until_the_block_changes(style, cache_class):
     from diffugrpo_plugin.models import position_ids_from_mask
 
     lm = lm_for(style)
@@ -161,13 +162,15 @@ def test_prefix_cache_logits_match_a_full_forward_until_the_block_changes(style)
     positions = position_ids_from_mask(attention)
     start, end = ids.shape[1] + 4, ids.shape[1] + 8  # the second block of 4
     full = lm.logits(x, attention, positions)[:, start:end]
-    cached = PrefixCachedForward(lm)
+    cached = cache_class(lm)
     assert torch.allclose(cached(x, attention, positions, start, end, fresh=True), full, atol=1e-5)
-    # A later step with the same sequence reuses the prefix: still the full-forward logits.
+    # A later step with the same sequence reuses the kept keys/values: still the full-forward logits,
+    # also for a subset of the rows.
     assert torch.allclose(cached(x, attention, positions, start, end, fresh=False), full, atol=1e-5)
-    assert cached.cache.get_seq_length() == start - int(lm.shift_logits)  # cropped back after the step
-    # Once a block token changes, only the block and the rest are recomputed: the prefix keeps
-    # what it saw at the block start (the approximation), the block itself sees the new token.
+    assert torch.allclose(cached(x, attention, positions, start, end, fresh=False, rows=torch.tensor([1])),
+                          full[1:], atol=1e-5)
+    # Once a block token changes, only the block (and, for the prefix cache, the rest) is recomputed: the
+    # kept keys/values are what was seen at the block start (the approximation), the block sees the new token.
     changed = x.clone()
     changed[:, start] = 9
     step_logits = cached(changed, attention, positions, start, end, fresh=False)

@@ -32,7 +32,8 @@ class GenerationOutput:
 
     ``unmask_step[b, j]`` is the 0-based denoising step of row ``b`` at which completion token
     ``j`` was unmasked, or -1 for a position the sampler never had to decide (a row stops
-    early once an EOS sits in a finished block: everything after it is padding anyway).
+    early once an EOS sits in a finished block, or with ``compact`` as soon as nothing before its
+    first EOS is masked: everything after it is padding anyway).
     """
 
     completion_ids: torch.Tensor  # [B, N] long
@@ -42,6 +43,7 @@ class GenerationOutput:
     forwards: int  # model forward calls over all micro-batches (a CFG pair counts once)
     seeds: list[int]  # the seed of every row, drawn when none were given
     unmask_step: torch.Tensor | None = None  # [B, N] long, only when record_trace=True
+    forwarded_rows: int = 0  # rows run through the model in all (0: not counted by this sampler)
 
 
 class Sampler(Protocol):

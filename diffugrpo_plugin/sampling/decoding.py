@@ -116,3 +116,17 @@ def top_k_mask(scores: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     order = torch.argsort(scores, dim=-1, descending=True, stable=True)  # [b, W]
     ranks = torch.argsort(order, dim=-1)  # [b, W]: rank of each position
     return ranks < counts.unsqueeze(-1)
+
+
+def factor_choice(confidence: torch.Tensor, factor: float) -> torch.Tensor:
+    """Fast-dLLM's factor rule: the ``n`` most confident positions of each row, ``n`` the largest count
+    whose ``k``-th best confidence is at least ``1 - factor / (k + 1)`` for every ``k <= n``.  # [b, W] -> [b, W]
+
+    The bar falls as ``n`` grows: decoding ``n`` tokens at once is allowed when their expected
+    number of errors stays below about ``factor``. Positions with confidence ``-inf`` are never chosen.
+    """
+    ranked = torch.sort(confidence, dim=-1, descending=True).values  # [b, W]
+    k = torch.arange(1, confidence.shape[-1] + 1, device=confidence.device, dtype=confidence.dtype)  # [W]
+    clears_bar = ranked >= 1 - factor / (k + 1)  # [b, W]
+    counts = clears_bar.long().cumprod(dim=-1).sum(dim=-1)  # [b]: leading run of ranks that clear their bar
+    return top_k_mask(confidence, counts)

@@ -34,7 +34,7 @@ import torch
 
 from diffugrpo_plugin.models import DiffusionLM, position_ids_from_mask
 from diffugrpo_plugin.sampling.contract import GenerationOutput, SamplerOptionError
-from diffugrpo_plugin.sampling.decoding import packed_to_rows
+from diffugrpo_plugin.sampling.decoding import factor_choice, packed_to_rows
 from diffugrpo_plugin.sampling.forward import build_forward
 
 
@@ -76,6 +76,14 @@ class Plan:
     micro_batch_size: int | None  # None = the whole batch at once
     cfg_scale: float = 0.0
     suppress_mask_token: bool = False  # the references let a position "unmask" to the mask token
+    dual_cache: bool = False  # Fast-dLLM's DualCache in place of the prefix cache
+    factor: float | None = None  # None = no factor-rule parallel decoding
+    compact: bool = False  # rows whose output is final leave the forwards
+    reuse_logits: bool = False  # a row whose tokens did not change is not run again
+
+    @property
+    def cached(self) -> bool:
+        return self.kv_cache or self.dual_cache
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,7 @@ def _merge(parts: list[_MicroBatchResult], seeds: list[int], eos_token_id: int, 
         lengths=completion_mask.sum(dim=1),
         steps=torch.cat([part.steps for part in parts]),
         forwards=sum(part.forwards for part in parts),
+        forwarded_rows=sum(part.forwarded_rows for part in parts),
         seeds=seeds,
         unmask_step=torch.cat([part.unmask_step for part in parts]) if record_trace else None,
     )
@@ -183,6 +192,7 @@ class _MicroBatchResult(NamedTuple):
     unmask_step: torch.Tensor  # [b, N]
     steps: torch.Tensor  # [b]
     forwards: int
+    forwarded_rows: int  # rows run through the model, over all forwards
 
 
 @dataclass
@@ -216,22 +226,25 @@ def _generate_micro_batch(rule: StepRule, plan: Plan, layout: BlockLayout, model
                           prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                           generators: list[torch.Generator], eos_token_id: int) -> _MicroBatchResult:
     canvas = _canvas(prompt_ids, prompt_mask, layout.num_blocks * layout.block_length, model.mask_token_id)
-    forward = build_forward(model, plan.kv_cache, plan.cfg_scale, canvas.prompt_length)
-    # With the prefix cache, earlier blocks are frozen context (Fast-dLLM); only the plain loop revisits them.
-    revisit = rule.revisits_earlier_blocks and not plan.kv_cache
+    forward = build_forward(model, plan.kv_cache, plan.cfg_scale, canvas.prompt_length, plan.dual_cache)
+    # With a KV cache, earlier blocks are frozen context (Fast-dLLM); only the plain loop revisits them.
+    revisit = rule.revisits_earlier_blocks and not plan.cached
     finished = torch.zeros(canvas.x.shape[0], dtype=torch.bool, device=canvas.x.device)  # [b]: EOS in a done block
-    forwards = 0
+    forwards = forwarded_rows = 0
     for block in range(layout.num_blocks):
         rows = (~finished).nonzero().flatten()  # [r]
         if rows.numel() == 0:
             break
         start = canvas.prompt_length + block * layout.block_length
         end = start + layout.block_length
-        forwards += _denoise_block(rule, plan, layout, forward, canvas, rows, canvas.prompt_length if revisit else start,
-                                   end, generators, model.mask_token_id)
+        work = _denoise_block(rule, plan, layout, forward, canvas, rows, canvas.prompt_length if revisit else start,
+                              end, generators, model.mask_token_id, eos_token_id)
+        forwards += work.forwards
+        forwarded_rows += work.rows
         finished[rows] = _has_final_eos(canvas.x[rows, canvas.prompt_length:end], eos_token_id, model.mask_token_id,
                                         revisit)
-    return _MicroBatchResult(canvas.x[:, canvas.prompt_length:], canvas.unmask_step, canvas.steps_taken, forwards)
+    return _MicroBatchResult(canvas.x[:, canvas.prompt_length:], canvas.unmask_step, canvas.steps_taken, forwards,
+                             forwarded_rows)
 
 
 def _has_final_eos(decided: torch.Tensor, eos_token_id: int, mask_id: int, revisit: bool) -> torch.Tensor:
@@ -247,32 +260,72 @@ def _has_final_eos(decided: torch.Tensor, eos_token_id: int, mask_id: int, revis
     return is_eos.any(dim=1) & ~((decided == mask_id) & before_first_eos).any(dim=1)
 
 
+class _BlockWork(NamedTuple):
+    forwards: int  # model calls
+    rows: int  # rows run through the model over those calls
+
+
+def _output_is_final(completion: torch.Tensor, eos_token_id: int, mask_id: int) -> torch.Tensor:
+    """Rows whose output nothing can change any more: an EOS with no mask before it.  # [r, N] -> [r]"""
+    is_eos = completion == eos_token_id  # [r, N]
+    before_first_eos = is_eos.long().cumsum(dim=1) == 0  # [r, N]
+    return is_eos.any(dim=1) & ~((completion == mask_id) & before_first_eos).any(dim=1)
+
+
 def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, canvas: _Canvas, rows: torch.Tensor,
-                   start: int, end: int, generators: list[torch.Generator], mask_id: int) -> int:
-    """Unmask positions ``start:end`` of ``rows`` over one block's steps; returns the number of forwards."""
+                   start: int, end: int, generators: list[torch.Generator], mask_id: int,
+                   eos_token_id: int) -> _BlockWork:
+    """Unmask positions ``start:end`` of ``rows`` over one block's steps; returns the model work done.
+
+    By default every step runs the model on all ``rows`` (the references' cost). ``compact`` runs it
+    only on rows that can still change their output; ``reuse_logits`` keeps each row's logits and
+    runs the model again only for rows whose tokens changed since (the logits are a function of
+    the tokens, so the reused ones are the ones the model would return).
+    """
     x, attention_mask, position_ids = canvas.x[rows], canvas.attention_mask[rows], canvas.position_ids[rows]  # [r, L]
     in_completion = slice(start - canvas.prompt_length, end - canvas.prompt_length)
     steps = layout.steps_per_block
-    forwards = 0
+    kept_logits = None  # [r, W, V]: each row's latest logits, with reuse_logits
+    stale = torch.ones(rows.numel(), dtype=torch.bool, device=rows.device)  # [r]: tokens changed since
+    forwards = forwarded = 0
     for step in range(steps):
         masked = x[:, start:end] == mask_id  # [r, W]
-        live = masked.any(dim=1).nonzero().flatten()  # [l]: rows with something left to decide
+        undecided = masked.any(dim=1)  # [r]
+        if plan.compact:
+            undecided &= ~_output_is_final(x[:, canvas.prompt_length:end], eos_token_id, mask_id)
+        live = undecided.nonzero().flatten()  # [l]: rows with something left to decide
         if live.numel() == 0:
             break
-        logits = forward(x, attention_mask, position_ids, start, end, fresh=step == 0).float()  # [r, W, V]
-        forwards += 1
-        if plan.suppress_mask_token:
-            logits[..., mask_id] = -math.inf
+        if step == 0 or not (plan.compact or plan.reuse_logits):
+            run_rows = None  # every row: the reference's cost, and a cache is filled for all of them
+        else:
+            run_rows = live[stale[live]] if plan.reuse_logits else live
+        if run_rows is None or run_rows.numel():
+            logits = forward(x, attention_mask, position_ids, start, end, fresh=step == 0, rows=run_rows).float()
+            forwards += 1
+            forwarded += rows.numel() if run_rows is None else run_rows.numel()
+            if plan.suppress_mask_token:
+                logits[..., mask_id] = -math.inf
+            if plan.reuse_logits:
+                kept_logits = logits if run_rows is None else kept_logits.index_copy_(0, run_rows, logits)
+                stale[slice(None) if run_rows is None else run_rows] = False
+        if plan.reuse_logits:
+            live_logits = kept_logits[live]  # [l, W, V]
+        else:
+            live_logits = logits if run_rows is not None else logits[live]  # [l, W, V]
         live_rows = rows[live]  # [l]: indices into the micro-batch
-        tokens, chosen = _decide(rule, plan, logits[live], masked[live], step, steps, layout.block_length,
+        tokens, chosen = _decide(rule, plan, live_logits, masked[live], step, steps, layout.block_length,
                                  [generators[i] for i in live_rows.tolist()], mask_id)  # [l, W] each
-        x[live, start:end] = torch.where(chosen, tokens, x[live, start:end])
+        before = x[live, start:end]  # [l, W]
+        after = torch.where(chosen, tokens, before)  # [l, W]
+        x[live, start:end] = after
+        stale[live] |= (after != before).any(dim=1)
         decided_at = canvas.unmask_step[live_rows, in_completion]  # [l, W]
         canvas.unmask_step[live_rows, in_completion] = torch.where(
             chosen, canvas.steps_taken[live_rows].unsqueeze(1), decided_at)
         canvas.steps_taken[live_rows] += 1
     canvas.x[rows] = x
-    return forwards
+    return _BlockWork(forwards, forwarded)
 
 
 def _decide(rule: StepRule, plan: Plan, logits: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
@@ -284,4 +337,6 @@ def _decide(rule: StepRule, plan: Plan, logits: torch.Tensor, masked: torch.Tens
                          generators) & masked  # [l, W]
     if plan.threshold is not None:
         chosen |= masked & (packed_to_rows(proposal.token_probs, masked, 0.0) > plan.threshold)
+    if plan.factor is not None:
+        chosen |= factor_choice(packed_to_rows(proposal.token_probs, masked, -math.inf), plan.factor)
     return packed_to_rows(proposal.tokens, masked, mask_id), chosen

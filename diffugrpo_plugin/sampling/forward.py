@@ -1,9 +1,11 @@
 """Model calls of a denoising step: logits for the positions of the current block.
 
-Three interchangeable callables share one signature,
+Four interchangeable callables share one signature,
 ``forward(x [b, L], attention_mask [b, L], position_ids [b, L], window_start, window_end,
-fresh) -> logits [b, W, V]`` with ``W = window_end - window_start`` and ``logits[:, j]``
-scoring token ``window_start + j``; ``fresh`` is True on the first step of a block.
+fresh, rows=None) -> logits [r, W, V]`` with ``W = window_end - window_start`` and
+``logits[:, j]`` scoring token ``window_start + j``; ``fresh`` is True on the first step of a
+block, when every row of ``x`` is run; a later call may run only ``rows`` (indices into ``x``,
+``None`` = all of them: finished rows then cost nothing).
 
 * :class:`FullForward` runs the whole sequence every step (the reference samplers' cost).
 * :class:`PrefixCachedForward` is Fast-dLLM's prefix KV cache: at the first step of a block it
@@ -11,15 +13,26 @@ scoring token ``window_start + j``; ``fresh`` is True on the first step of a blo
   steps re-run only the block and what follows it against those cached keys/values. The
   cached prefix does not see the tokens unmasked since the block started, so with
   bidirectional attention the logits are an approximation; with causal attention it is exact.
-* :class:`GuidedForward` wraps either for LLaDA's classifier-free guidance.
+* :class:`DualCachedForward` is Fast-dLLM's DualCache: the keys/values of everything outside
+  the block (prefix and the still-masked suffix) are kept from the block's first step, and
+  later steps re-run the block alone. Same approximation as the prefix cache, also for the
+  suffix; with causal attention it is exact too (the block never attends to its suffix).
+* :class:`GuidedForward` wraps any of them for LLaDA's classifier-free guidance.
 """
 
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
+from transformers.cache_utils import Cache, DynamicLayer
 
 from diffugrpo_plugin.families import final_hidden_rows, unwrap
 from diffugrpo_plugin.models import DiffusionLM, ModelConfigError
+
+
+def _select(rows: torch.Tensor | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The given rows of every tensor (all of them for ``None``)."""
+    return tensors if rows is None else tuple(tensor[rows] for tensor in tensors)
 
 
 class FullForward:
@@ -29,12 +42,62 @@ class FullForward:
         self.model = model
 
     def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool) -> torch.Tensor:
-        logits = self.model.logits(x, attention_mask, position_ids)  # [b, L, V]
-        return logits[:, window_start:window_end]  # [b, W, V]
+                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None) -> torch.Tensor:
+        x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
+        logits = self.model.logits(x, attention_mask, position_ids)  # [r, L, V]
+        return logits[:, window_start:window_end]  # [r, W, V]
 
 
-class PrefixCachedForward:
+class _CachedForward:
+    """What both caches share: the model's own forward on part of the sequence with a transformers
+    ``Cache``, projecting only the window's hidden states."""
+
+    option = "kv_cache"
+
+    def __init__(self, model: DiffusionLM):
+        self.model = model
+        if not model.supports_prefix_cache():
+            raise self._unsupported("its forward takes no transformers Cache (past_key_values)")
+        self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: the cached keys, values
+
+    def _run(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, first_input: int,
+             last_input: int, query_start: int, width: int, cache: Cache) -> torch.Tensor:
+        """Logits of ``width`` positions from ``query_start``, running inputs ``first_input:last_input``."""
+        batch, run_length = x.shape[0], last_input - first_input
+        offset = query_start - first_input  # where the window's predicting rows start in this run
+        hidden_rows = (torch.arange(batch, device=x.device)[:, None] * run_length + offset
+                       + torch.arange(width, device=x.device)[None]).flatten()  # [r * W]
+        with final_hidden_rows(self.model.family, self.model.module, hidden_rows):
+            out = self.model.module(input_ids=x[:, first_input:last_input], attention_mask=attention_mask,
+                                    position_ids=position_ids[:, first_input:last_input], past_key_values=cache,
+                                    use_cache=True)
+        return out.logits.view(batch, width, -1)  # [r, W, V]
+
+    def _fill(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, query_start: int,
+              width: int) -> torch.Tensor:
+        """The block's first step: the whole sequence, its keys/values kept per layer."""
+        cache = DynamicCache(config=unwrap(self.model.module).config)
+        logits = self._run(x, attention_mask, position_ids, 0, x.shape[1], query_start, width, cache)
+        if cache.get_seq_length() != x.shape[1]:
+            raise self._unsupported("its forward did not fill the Cache it was given")
+        self.kept = [(layer.keys, layer.values) for layer in cache.layers]  # each [b, Hkv, L, D]
+        return logits
+
+    def _unsupported(self, why: str) -> ModelConfigError:
+        name = type(unwrap(self.model.module)).__name__
+        return ModelConfigError(
+            f"{self.option}=true cannot be used with {name}: {why}. The KV cache needs our native Dream/LLaDA "
+            f"classes (actor_rollout_ref.model.diffusion.implementation=auto or native) or a stock transformers "
+            f"model; otherwise set the sampler option {self.option}=false."
+        )
+
+
+def _query_start(model: DiffusionLM, window_start: int) -> int:
+    """Token i is scored by the output at i - shift, so the predicting rows start one earlier for shifted models."""
+    return window_start - int(model.shift_logits)
+
+
+class PrefixCachedForward(_CachedForward):
     """Block-wise prefix KV cache (approximate under bidirectional attention, see module doc).
 
     Needs a model whose forward fills a transformers ``Cache``: our native Dream/LLaDA classes and
@@ -42,46 +105,72 @@ class PrefixCachedForward:
     hidden states go through the vocabulary projection.
     """
 
-    def __init__(self, model: DiffusionLM):
-        self.model = model
-        if not model.supports_prefix_cache():
-            raise self._unsupported("its forward takes no transformers Cache (past_key_values)")
-        self.cache = None
+    def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None) -> torch.Tensor:
+        query_start, width = _query_start(self.model, window_start), window_end - window_start
+        if fresh or not self.kept:
+            return self._fill(x, attention_mask, position_ids, query_start, width)
+        x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
+        cache = _prefilled_cache([(keys[..., :query_start, :], values[..., :query_start, :])
+                                  for keys, values in _select_kept(self.kept, rows)])
+        return self._run(x, attention_mask, position_ids, query_start, x.shape[1], query_start, width, cache)
+
+
+class DualCachedForward(_CachedForward):
+    """Fast-dLLM's DualCache: prefix and suffix keys/values kept, only the block re-run (see module doc)."""
+
+    option = "dual_cache"
 
     def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool) -> torch.Tensor:
-        from transformers import DynamicCache
+                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None) -> torch.Tensor:
+        query_start, width = _query_start(self.model, window_start), window_end - window_start
+        if fresh or not self.kept:
+            return self._fill(x, attention_mask, position_ids, query_start, width)
+        x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
+        query_end = query_start + width
+        cache = Cache(layers=[_BlockLayer(keys, values, query_start, query_end)
+                             for keys, values in _select_kept(self.kept, rows)])
+        return self._run(x, attention_mask, position_ids, query_start, query_end, query_start, width, cache)
 
-        # Token i is scored by the output at i - shift, so the re-run part starts one earlier for shifted models.
-        query_start = window_start - int(self.model.shift_logits)
-        batch, length, width = x.shape[0], x.shape[1], window_end - window_start
-        if fresh or self.cache is None:
-            # Run the whole sequence, keep the keys/values of everything before the re-run part.
-            self.cache = DynamicCache(config=unwrap(self.model.module).config)
-            first_input = 0
-        else:
-            first_input = query_start
-        run_length = length - first_input
-        offset = query_start - first_input  # where the window's predicting rows start in this run
-        rows = (torch.arange(batch, device=x.device)[:, None] * run_length + offset
-                + torch.arange(width, device=x.device)[None]).flatten()  # [b * W]
-        with final_hidden_rows(self.model.family, self.model.module, rows):
-            out = self.model.module(input_ids=x[:, first_input:], attention_mask=attention_mask,
-                                    position_ids=position_ids[:, first_input:], past_key_values=self.cache,
-                                    use_cache=True)
-        if self.cache.get_seq_length() != length:
-            raise self._unsupported("its forward did not fill the Cache it was given")
-        # The cache grows in place with every call: cut it back to the prefix.
-        self.cache.crop(query_start)
-        return out.logits.view(batch, width, -1)  # [b, W, V]
 
-    def _unsupported(self, why: str) -> ModelConfigError:
-        name = type(unwrap(self.model.module)).__name__
-        return ModelConfigError(
-            f"kv_cache=true cannot be used with {name}: {why}. The prefix cache needs our native Dream/LLaDA "
-            f"classes (actor_rollout_ref.model.diffusion.implementation=auto or native) or a stock transformers "
-            f"model; otherwise set the sampler option kv_cache=false."
-        )
+def _select_kept(kept: list[tuple[torch.Tensor, torch.Tensor]], rows: torch.Tensor | None):
+    return kept if rows is None else [(keys[rows], values[rows]) for keys, values in kept]
+
+
+def _prefilled_cache(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> Cache:
+    """A transformers ``Cache`` already holding these keys/values; the model appends to it."""
+    cache_layers = []
+    for keys, values in layers:
+        layer = DynamicLayer()
+        layer.lazy_initialization(keys, values)
+        layer.keys, layer.values = keys, values
+        cache_layers.append(layer)
+    return Cache(layers=cache_layers)
+
+
+class _BlockLayer(DynamicLayer):
+    """Keys/values of the whole sequence in which the re-run block's own replace the kept ones.
+
+    To the model, ``query_start`` tokens precede its input and its queries attend to all ``L`` positions.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, query_start: int, query_end: int):
+        super().__init__()
+        self.lazy_initialization(keys, values)
+        self.keys, self.values = keys, values  # [r, Hkv, L, D]
+        self.query_start, self.query_end = query_start, query_end
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        return self._spliced(self.keys, key_states), self._spliced(self.values, value_states)
+
+    def _spliced(self, kept: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
+        return torch.cat([kept[..., :self.query_start, :], block, kept[..., self.query_end:, :]], dim=-2)
+
+    def get_seq_length(self) -> int:
+        return self.query_start
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.keys.shape[-2], 0
 
 
 class GuidedForward:
@@ -95,19 +184,25 @@ class GuidedForward:
         self.prompt_length = prompt_length
 
     def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool) -> torch.Tensor:
+                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None) -> torch.Tensor:
         prompt_tokens = attention_mask.bool().clone()  # [b, L]
         prompt_tokens[:, self.prompt_length:] = False
         unconditional = x.masked_fill(prompt_tokens, self.mask_token_id)  # [b, L]
+        # the inner forward sees conditional rows first, then their unconditional twins
+        both_rows = None if rows is None else torch.cat([rows, rows + x.shape[0]])
         both = self.inner(torch.cat([x, unconditional]), torch.cat([attention_mask, attention_mask]),
-                          torch.cat([position_ids, position_ids]), window_start, window_end, fresh)  # [2b, W, V]
-        conditional, unconditional_logits = both.chunk(2, dim=0)  # [b, W, V] each
+                          torch.cat([position_ids, position_ids]), window_start, window_end, fresh,
+                          both_rows)  # [2r, W, V]
+        conditional, unconditional_logits = both.chunk(2, dim=0)  # [r, W, V] each
         return unconditional_logits + (self.cfg_scale + 1) * (conditional - unconditional_logits)
 
 
-def build_forward(model: DiffusionLM, kv_cache: bool, cfg_scale: float, prompt_length: int):
+def build_forward(model: DiffusionLM, kv_cache: bool, cfg_scale: float, prompt_length: int, dual_cache: bool = False):
     """The forward callable for one micro-batch (a fresh cache for each)."""
-    forward = PrefixCachedForward(model) if kv_cache else FullForward(model)
+    if dual_cache:
+        forward = DualCachedForward(model)
+    else:
+        forward = PrefixCachedForward(model) if kv_cache else FullForward(model)
     if cfg_scale > 0:
         forward = GuidedForward(forward, cfg_scale, model.mask_token_id, prompt_length)
     return forward

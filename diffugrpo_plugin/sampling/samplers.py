@@ -53,6 +53,17 @@ class _LoopOptions:
                                             "probability exceeds this (1.0 changes nothing; default off)")
     kv_cache: bool = _option(False, "fast path: Fast-dLLM block-wise prefix KV cache (approximate with "
                                     "bidirectional attention; needs a model body that takes past_key_values)")
+    dual_cache: bool = _option(False, "fast path: Fast-dLLM DualCache, keys/values before and after the block kept "
+                                      "from the block's first step and only the block re-run (approximate with "
+                                      "bidirectional attention; pays off with blocks; excludes kv_cache)")
+    factor: float | None = _option(None, "fast path: Fast-dLLM's factor rule, also unmask the n most confident "
+                                         "positions where the k-th best has probability >= 1 - factor / (k + 1) "
+                                         "for every k <= n (default off)")
+    compact: bool = _option(False, "no model work for finished rows: a row leaves the forwards once its output "
+                                   "is final (an EOS with nothing masked before it, or nothing masked); outputs "
+                                   "unchanged")
+    reuse_logits: bool = _option(False, "no model work for unchanged rows: a row whose tokens did not change since "
+                                        "its last forward reuses those logits; outputs unchanged")
     micro_batch_size: int | None = _option(None, "prompts generated together (default: the whole batch)")
     suppress_mask_token: bool = _option(False, "never propose the mask token itself (the Dream and LLaDA references "
                                                "do not suppress it; default off, as they run)")
@@ -68,15 +79,20 @@ class _LoopOptions:
                "use a number >= 0")
         _check(self.threshold is None or (_is_number(self.threshold) and 0 < self.threshold <= 1), name,
                "threshold", self.threshold, "use a number in (0, 1] or leave it unset")
-        for option in ("kv_cache", "suppress_mask_token"):
+        _check(self.factor is None or (_is_number(self.factor) and self.factor > 0), name, "factor", self.factor,
+               "use a number > 0 (Fast-dLLM uses 1) or leave it unset")
+        for option in ("kv_cache", "dual_cache", "compact", "reuse_logits", "suppress_mask_token"):
             _check(isinstance(getattr(self, option), bool), name, option, getattr(self, option), "use true or false")
+        _check(not (self.kv_cache and self.dual_cache), name, "dual_cache", self.dual_cache,
+               "it replaces the prefix cache: set kv_cache=false or dual_cache=false")
 
     def _plan(self, cfg_scale: float = 0.0):
         from diffugrpo_plugin.sampling.engine import Plan
 
         return Plan(steps=self.steps, block_length=self.block_length, threshold=self.threshold,
                     kv_cache=self.kv_cache, micro_batch_size=self.micro_batch_size, cfg_scale=cfg_scale,
-                    suppress_mask_token=self.suppress_mask_token)
+                    suppress_mask_token=self.suppress_mask_token, dual_cache=self.dual_cache, factor=self.factor,
+                    compact=self.compact, reuse_logits=self.reuse_logits)
 
 
 @dataclass(frozen=True)
