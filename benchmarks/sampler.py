@@ -42,7 +42,7 @@ class Config:
     options: dict
 
 
-def configurations(new_tokens: int, block_length: int, threshold: float, factor: float,
+def configurations(new_tokens: int, block_length: int, threshold: float, low_threshold: float, factor: float,
                    reference_block_length: int | None) -> list[Config]:
     """The baseline, then each fast-path part on top of it, then combinations."""
     reference = {"block_length": reference_block_length} if reference_block_length else {}
@@ -59,6 +59,8 @@ def configurations(new_tokens: int, block_length: int, threshold: float, factor:
         Config(f"prefix cache + threshold {threshold}", {**whole, "kv_cache": True, "threshold": threshold}),
         Config(f"prefix cache + threshold {threshold} + no waste",
                {**whole, "kv_cache": True, "threshold": threshold, **no_waste}),
+        Config(f"prefix cache + threshold {low_threshold} + no waste",
+               {**whole, "kv_cache": True, "threshold": low_threshold, **no_waste}),
         Config(f"prefix cache + factor {factor} + no waste", {**whole, "kv_cache": True, "factor": factor, **no_waste}),
         Config(f"blocks of {block_length}", blocks),
         Config(f"blocks of {block_length} + prefix cache", {**blocks, "kv_cache": True}),
@@ -124,6 +126,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--threshold", type=float, default=0.99)
+    parser.add_argument("--low-threshold", type=float, default=0.9, help="a second, faster threshold (Fast-dLLM's "
+                                                                          "default, 0.9)")
     parser.add_argument("--factor", type=float, default=1.0, help="Fast-dLLM's factor rule setting (its default, 1)")
     parser.add_argument("--only", default=None, metavar="LABELS",
                         help="comma-separated substrings: run only the configurations whose label contains one "
@@ -210,7 +214,7 @@ def main() -> None:
           f"median of {args.repeats} runs\n")
     shared = {name: json.loads(value) for name, value in (option.split("=", 1) for option in args.option)}
     configs = [Config(config.label, {**shared, **config.options}) for config in
-               configurations(args.new_tokens, args.block_length, args.threshold, args.factor,
+               configurations(args.new_tokens, args.block_length, args.threshold, args.low_threshold, args.factor,
                               args.reference_block_length)]
     if args.only:
         wanted = [part.strip() for part in args.only.split(",")]

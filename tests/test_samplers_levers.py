@@ -120,17 +120,22 @@ def test_dual_cache_is_exact_when_attention_is_causal(style, sampler_class):
     assert same_output(plain, cached)
 
 
-def test_dual_cache_runs_only_the_block_after_its_first_step(models):
-    lm = models["llada"]
+@pytest.mark.parametrize("style, sampler", [
+    ("llada", LLaDASampler(block_length=4, steps=8, dual_cache=True)),
+    ("dream", MaskGitPlusSampler(block_length=4, steps=8, dual_cache=True)),
+])
+def test_dual_cache_runs_only_the_block_after_its_first_step(style, sampler, models):
+    lm = models[style]
     calls = []
     handle = lm.module.register_forward_pre_hook(lambda _m, _a, kwargs: calls.append(kwargs["input_ids"].shape[1]),
                                                  with_kwargs=True)
     try:
-        run(LLaDASampler(block_length=4, steps=8, dual_cache=True), lm, [LONG], new_tokens=8)
+        run(sampler, lm, [LONG], new_tokens=8)
     finally:
         handle.remove()
     full = len(LONG) + 8
-    assert calls == [full, 4, 4, 4] * 2  # each block's 4 steps: the whole sequence, then the block of 4 alone
+    block = 4 + int(lm.shift_logits)  # a shifted model also re-runs the token whose output scores the block's first
+    assert calls == [full, block, block, block] * 2  # each block's 4 steps: the whole sequence, then the block
 
 
 def test_factor_rule_by_hand():

@@ -16,10 +16,18 @@ is shared here:
 * as in both references, a position may be decided as the mask token itself (it then stays
   masked and is decided again later; a row's last step can leave it in the output), unless
   ``suppress_mask_token`` takes the mask token out of every proposal;
+* ``factor`` (Fast-dLLM's factor rule) adds the leading run of most confident positions whose
+  ``k``-th best clears ``1 - factor / (k + 1)``; unset changes nothing;
 * each row draws from its own ``torch.Generator`` only while it still has masked positions,
   so its samples do not depend on the other rows; the global RNG is never used;
 * once a finished block of a row contains EOS, the row stops: every later token would become
   padding anyway. Finally everything after the first EOS becomes ``pad_token_id``.
+
+Two options change no output, only the work done: ``compact`` runs the model only on rows whose
+output can still change (something masked, and not an EOS with nothing masked before it), and
+``reuse_logits`` runs it only on rows whose tokens changed since their last forward, reusing the
+kept logits for the others (a step that decided nothing, e.g. while Dream's schedule asks for 0
+tokens after a threshold step decided many, then costs no forward).
 """
 
 from __future__ import annotations

@@ -127,10 +127,11 @@ class DualCachedForward(_CachedForward):
         if fresh or not self.kept:
             return self._fill(x, attention_mask, position_ids, query_start, width)
         x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
-        query_end = query_start + width
-        cache = Cache(layers=[_BlockLayer(keys, values, query_start, query_end)
-                             for keys, values in _select_kept(self.kept, rows)])
-        return self._run(x, attention_mask, position_ids, query_start, query_end, query_start, width, cache)
+        # The re-run part is the block and, for a shifted model, the token before it (whose output scores the
+        # block's first token), so every block token's keys/values are fresh.
+        cache = Cache(layers=[_BlockLayer(keys, values, query_start, window_end)
+                              for keys, values in _select_kept(self.kept, rows)])
+        return self._run(x, attention_mask, position_ids, query_start, window_end, query_start, width, cache)
 
 
 def _select_kept(kept: list[tuple[torch.Tensor, torch.Tensor]], rows: torch.Tensor | None):
@@ -149,25 +150,25 @@ def _prefilled_cache(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> Cache:
 
 
 class _BlockLayer(DynamicLayer):
-    """Keys/values of the whole sequence in which the re-run block's own replace the kept ones.
+    """Keys/values of the whole sequence in which those of the re-run part ``run_start:run_end`` replace the kept ones.
 
-    To the model, ``query_start`` tokens precede its input and its queries attend to all ``L`` positions.
+    To the model, ``run_start`` tokens precede its input and its queries attend to all ``L`` positions.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, query_start: int, query_end: int):
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, run_start: int, run_end: int):
         super().__init__()
         self.lazy_initialization(keys, values)
         self.keys, self.values = keys, values  # [r, Hkv, L, D]
-        self.query_start, self.query_end = query_start, query_end
+        self.run_start, self.run_end = run_start, run_end
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
         return self._spliced(self.keys, key_states), self._spliced(self.values, value_states)
 
     def _spliced(self, kept: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
-        return torch.cat([kept[..., :self.query_start, :], block, kept[..., self.query_end:, :]], dim=-2)
+        return torch.cat([kept[..., :self.run_start, :], block, kept[..., self.run_end:, :]], dim=-2)
 
     def get_seq_length(self) -> int:
-        return self.query_start
+        return self.run_start
 
     def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
         return self.keys.shape[-2], 0
