@@ -12,7 +12,7 @@ verdicts include failures and errors; the script asserts that every method gives
 verdict for every test. Times are medians over ``--repeats`` runs of the whole batch, measured
 in the same process on the same machine, the methods taking turns within each repeat.
 
-    python benchmarks/sandbox.py                     # 32 completions x 3 tests, 3 repeats
+    python benchmarks/sandbox.py --mbpp path/to/mbpp.jsonl   # 32 completions x 3 tests, 3 repeats
     python benchmarks/sandbox.py --completions 64 --repeats 5 --concurrency 1 8
 """
 
@@ -29,15 +29,14 @@ import time
 from diffugrpo_plugin.code_execution import TestSpec, run_tests_many, tests_from_row
 from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig
 
-MBPP = os.path.join(os.environ.get("DIFFUGRPO_MBPP_DIR", "../shared/data/mbpp"), "mbpp.jsonl")
 TIMEOUT_S = 10.0
 PROTECTION_OPTIONS = {"seccomp": "seccomp", "cgroups": "cgroups", "tmpfs inode cap": "inode_cap"}
 
 
-def batch(count: int) -> list[tuple[str, TestSpec]]:
+def batch(count: int, mbpp: str) -> list[tuple[str, TestSpec]]:
     """``count`` (code, tests) pairs: MBPP reference solutions, every third one broken, every fifth
     one returning a wrong value from the function the tests call."""
-    with open(MBPP) as handle:
+    with open(mbpp) as handle:
         rows = [json.loads(line) for line in handle]
     rows = [row for row in rows if 11 <= row["task_id"] <= 510 and not row["test_setup_code"]]
     pairs = []
@@ -88,6 +87,9 @@ def interleaved_medians(methods: dict, repeats: int) -> dict[str, tuple[float, l
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mbpp_dir = os.environ.get("DIFFUGRPO_MBPP_DIR")
+    parser.add_argument("--mbpp", default=os.path.join(mbpp_dir, "mbpp.jsonl") if mbpp_dir else None,
+                        help="MBPP's mbpp.jsonl (default: $DIFFUGRPO_MBPP_DIR/mbpp.jsonl)")
     parser.add_argument("--completions", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     cores = os.cpu_count() or 2
@@ -95,7 +97,10 @@ def main() -> None:
     args = parser.parse_args()
     args.concurrency = sorted(set(args.concurrency) | {cores})  # the protections' costs are taken there
 
-    pairs = batch(args.completions)
+    if not args.mbpp or not os.path.isfile(args.mbpp):
+        parser.error(f"no MBPP file {args.mbpp or ''}: pass --mbpp path/to/mbpp.jsonl or set DIFFUGRPO_MBPP_DIR "
+                     f"to the folder holding it")
+    pairs = batch(args.completions, args.mbpp)
     tests = sum(len(spec) for _, spec in pairs)
     methods = {"baseline: plain subprocess per test, sequential": lambda: baseline(pairs)}
     for concurrency in args.concurrency:
