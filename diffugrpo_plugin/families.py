@@ -395,30 +395,37 @@ def final_hidden_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.
 @contextmanager
 def projected_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.Tensor,
                    project: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]):
-    """While active, the model's forward returns ``project(hidden [R, H], weight [V, H], bias)`` in place of its
-    logits, for the final hidden states ``hidden.flatten(0, 1)[rows]``; the vocabulary head projects nothing.
+    """While active, the model's forward returns ``project(hidden [R, H], weight [V, H], bias)`` ([R, k], returned
+    as [1, R, k]) in place of its logits, for the final hidden states ``hidden.flatten(0, 1)[rows]``; the
+    vocabulary head projects nothing.
 
     Everything runs inside the model's own forward, where FSDP has gathered the head's weight: an
     untied head module is hooked (its input swapped for zero rows, then ``project`` runs with its
-    weight and bias), a tied head with no module of its own (LLaDA's ``F.linear(x, wte.weight)``)
-    is served from a second hook on ``family.final_norm``. ``project``'s result leaves as the
-    model's output, the tensor FSDP hooks to gather the parameters again before its backward.
+    weight and bias before FSDP's post-forward hook can reshard them, and its result becomes the
+    head's output), a tied head with no module of its own (LLaDA's ``F.linear(x, wte.weight)``) is
+    served from a second hook on ``family.final_norm``. The model's forward then returns that tensor
+    as its logits (whatever its code did to the head's output afterwards is discarded), so it is
+    the output FSDP hooks, for the head's unit and the root, to gather the weight again before
+    its backward.
     """
     head = family.head_module(module)
     projected: list[torch.Tensor] = []
     diverted: list[torch.Tensor] = []
 
+    def as_output(result):  # [R, k] -> [1, R, k], a fresh tensor: FSDP2 will not hook a view it returns
+        return result[None].clone()
+
     def project_tied(_norm, _args, hidden):
-        projected.append(project(hidden[0], submodule(module, family.embedding).weight, None))  # hidden [1, R, H]
+        projected.append(as_output(project(hidden[0], submodule(module, family.embedding).weight, None)))
         return hidden[:, :0]  # [1, 0, H]: the model's own projection has nothing left to do
 
     def divert_input(_head, args):
         diverted.append(args[0].reshape(-1, args[0].shape[-1]))  # [R, H]
         return (args[0][:, :0],) + tuple(args[1:])
 
-    def project_diverted(head_module, _args, output):
-        projected.append(project(diverted.pop(), head_module.weight, head_module.bias))
-        return output
+    def project_diverted(head_module, _args, _output):  # prepended: runs before FSDP's post-forward reshards
+        projected.append(as_output(project(diverted.pop(), head_module.weight, head_module.bias)))
+        return projected[-1]
 
     def return_projected(_model, _args, output):  # prepended: runs before FSDP's own post-forward hook
         if len(projected) != 1:
@@ -434,7 +441,8 @@ def projected_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.Ten
         if head is None:
             handles = [submodule(module, family.final_norm).register_forward_hook(project_tied)]
         else:
-            handles = [head.register_forward_pre_hook(divert_input), head.register_forward_hook(project_diverted)]
+            handles = [head.register_forward_pre_hook(divert_input),
+                       head.register_forward_hook(project_diverted, prepend=True)]
         handles.append(unwrap(module).register_forward_hook(return_projected, prepend=True))
         try:
             yield
