@@ -57,6 +57,14 @@ def test_missing_dataset_columns_are_named(valid, tmp_path):
         check_config(composed(*valid, f"data.train_files={bad}"))
 
 
+def test_a_corrupt_parquet_is_named_with_its_fix(valid, tmp_path):
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.write_bytes(b"PAR1 this is not a parquet file")
+    with pytest.raises(ConfigError, match=r"data\.train_files: '.*corrupt\.parquet' is not a readable parquet file "
+                                          r"\(.*\)\. Write it again with `diffugrpo data prepare"):
+        check_config(composed(*valid, f"data.train_files={corrupt}"))
+
+
 def test_a_tokenizer_without_mask_token_is_refused(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 

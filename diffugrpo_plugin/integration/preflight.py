@@ -93,7 +93,11 @@ def _check_data(config: DictConfig) -> None:
             if not os.path.exists(expanded):
                 raise ConfigError(f"data.{key}: '{path}' does not exist. Prepare data with "
                                   f"`diffugrpo data prepare --source mbpp ...` (see README).")
-            columns = set(pq.read_schema(expanded).names)
+            try:
+                columns = set(pq.read_schema(expanded).names)
+            except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+                raise ConfigError(f"data.{key}: '{path}' is not a readable parquet file ({str(exc).splitlines()[0]}). "
+                                  f"Write it again with `diffugrpo data prepare ... --output DIR`.") from None
             missing = [c for c in (prompt_key, "data_source", "reward_model", "extra_info") if c not in columns]
             if missing:
                 raise ConfigError(f"data.{key}: '{path}' lacks column(s) {missing} (has {sorted(columns)}). "
