@@ -175,7 +175,7 @@ def test_one_pathological_completion_does_not_change_another_rows_maintainabilit
 def test_efficiency_counts_the_cpu_of_children_nobody_waits_for(box):
     """The work runs in a child that hands back its answer and is never waited for."""
     hidden = ("import os\ndef solve(x):\n    r, w = os.pipe()\n    if os.fork() == 0:\n        total = 0\n"
-              "        for i in range(3_000_000):\n            total += i % 7\n"
+              "        for i in range(8_000_000):\n            total += i % 7\n"
               "        os.write(w, str(x * x + 0 * total).encode())\n        os._exit(0)\n"
               "    os.close(w)\n    return int(os.read(r, 64))\n")
     direct = "def solve(x):\n    return x * x\n"
