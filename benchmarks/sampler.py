@@ -5,13 +5,15 @@ Baseline: the sampler (``entropy`` by default) run as the reference runs it: one
 per step, steps = generation length, no cache (for ``entropy``: one block, as DiffuCoder). Each fast-path part is then switched
 on alone and together: confidence-threshold and factor-rule parallel decoding, the block-wise
 prefix KV cache and Fast-dLLM's DualCache (which pay off with blocks), and the two levers that
-change no output: ``compact`` (finished rows leave the forwards) and ``reuse_logits`` (rows whose
-tokens did not change are not run again). For every configuration the table gives the median
+change no output: ``compact`` (finished rows leave the forwards), ``reuse_logits`` (rows whose
+tokens did not change are not run again) and ``head_on_masked`` (only masked positions go through
+the vocabulary head); "no waste" is all three. For every configuration the table gives the median
 tokens/s over the repeats, the ratio to the baseline's median, the model forwards per
 completion, the rows run through the model per prompt, how many of its tokens agree with the
-baseline's (greedy, so the differences come from the sampler alone) and the mean task reward
-(DiffuCoder's: code x2.0 + code_format x0.5, tests run in the sandbox) with its standard error
-over the prompts.
+baseline's (greedy, so the differences come from the sampler alone), the mean task reward
+(DiffuCoder's: code x2.0 + code_format x0.5, tests run in the sandbox) and its difference from
+the baseline's on the same prompts with the noise band (two standard errors of that paired
+difference).
 
     python benchmarks/sampler.py                 # warm-started tiny Dream-style model, synthetic tasks
     DIFFUGRPO_MBPP_DIR=/path/to/mbpp python benchmarks/sampler.py --tasks mbpp --prompts 100
@@ -48,11 +50,13 @@ def configurations(new_tokens: int, block_length: int, threshold: float, low_thr
     reference = {"block_length": reference_block_length} if reference_block_length else {}
     whole = {"block_length": reference_block_length or new_tokens}
     blocks = {"block_length": block_length}
-    no_waste = {"compact": True, "reuse_logits": True}
+    no_waste = {"compact": True, "reuse_logits": True, "head_on_masked": True}  # exact: no output changes
     return [
         Config("plain (reference)", reference),
         Config("compact", {**reference, "compact": True}),
         Config("reuse_logits", {**reference, "reuse_logits": True}),
+        Config("head_on_masked", {**reference, "head_on_masked": True}),
+        Config("no waste (all three)", {**reference, **no_waste}),
         Config(f"threshold {threshold}", {**reference, "threshold": threshold}),
         Config(f"threshold {threshold} + no waste", {**reference, "threshold": threshold, **no_waste}),
         Config("prefix cache (reference blocks)", {**whole, "kv_cache": True}),
@@ -177,17 +181,26 @@ def print_table(measurements: list[Measurement], generated: int, texts_of, rewar
     baseline = measurements[0]
     prompts = baseline.output.completion_ids.shape[0]
     header = (f"{'configuration':<52}{'tokens/s':>10}{'x plain':>9}{'x plain cpu':>13}{'forwards':>10}"
-              f"{'rows/prompt':>13}{'agree':>8}{'reward':>9}{'+-se':>7}")
+              f"{'rows/prompt':>13}{'agree':>8}{'reward':>9}{'- plain':>9}{'+-2se':>8}")
     print(header + "\n" + "-" * len(header), flush=True)
+    baseline_rewards = reward(texts_of(baseline.output))
     for m in measurements:
         wall, cpu = statistics.median(m.wall), statistics.median(m.cpu)
         agreement = (m.output.completion_ids == baseline.output.completion_ids).float().mean().item()
         rewards = reward(texts_of(m.output))
-        standard_error = statistics.stdev(rewards) / math.sqrt(len(rewards)) if len(rewards) > 1 else 0.0
+        difference, band = paired_difference(rewards, baseline_rewards)
         print(f"{m.config.label:<52}{generated / wall:>10.1f}{statistics.median(baseline.wall) / wall:>9.2f}"
               f"{statistics.median(baseline.cpu) / cpu:>13.2f}{m.output.forwards:>10d}"
               f"{m.output.forwarded_rows / prompts:>13.1f}{agreement:>8.1%}{statistics.mean(rewards):>9.3f}"
-              f"{standard_error:>7.3f}", flush=True)
+              f"{difference:>+9.3f}{band:>8.3f}", flush=True)
+
+
+def paired_difference(rewards: list[float], baseline: list[float]) -> tuple[float, float]:
+    """Mean reward minus the plain sampler's on the same prompts, and the noise band: two standard errors of
+    that paired difference (a configuration within it is not distinguishable from the plain sampler)."""
+    differences = [mine - theirs for mine, theirs in zip(rewards, baseline)]
+    band = 2 * statistics.stdev(differences) / math.sqrt(len(differences)) if len(differences) > 1 else 0.0
+    return statistics.mean(differences), band
 
 
 def main() -> None:

@@ -47,8 +47,8 @@ def same_output(first, second) -> bool:
 @pytest.mark.parametrize("style, sampler_class, options", SETTINGS)
 def test_each_lever_off_reproduces_the_plain_sampler_bit_for_bit(style, sampler_class, options, models):
     plain = run(sampler_class(**options), models[style], PROMPTS, seeds=SEEDS)
-    off = run(sampler_class(compact=False, reuse_logits=False, factor=None, **options), models[style], PROMPTS,
-              seeds=SEEDS)
+    off = run(sampler_class(compact=False, reuse_logits=False, head_on_masked=False, factor=None, **options),
+              models[style], PROMPTS, seeds=SEEDS)
     assert same_output(plain, off)
     assert torch.equal(plain.unmask_step, off.unmask_step) and torch.equal(plain.steps, off.steps)
     assert plain.forwards == off.forwards and plain.forwarded_rows == off.forwarded_rows
@@ -70,14 +70,30 @@ def test_compaction_gives_each_row_the_completion_it_gets_alone_and_without_comp
     assert compact.forwarded_rows <= plain.forwarded_rows
 
 
+@pytest.mark.parametrize("levers", [{"reuse_logits": True}, {"head_on_masked": True},
+                                    {"reuse_logits": True, "head_on_masked": True, "compact": True}])
 @pytest.mark.parametrize("style, sampler_class, options", SETTINGS)
-def test_reusing_logits_of_unchanged_rows_changes_no_output(style, sampler_class, options, models):
+def test_reused_logits_and_the_masked_only_head_change_no_output(style, sampler_class, options, levers, models):
     lm = models[style]
     plain = run(sampler_class(**options), lm, PROMPTS, seeds=SEEDS)
-    reused = run(sampler_class(reuse_logits=True, **options), lm, PROMPTS, seeds=SEEDS)
-    assert same_output(plain, reused)
-    assert torch.equal(plain.unmask_step, reused.unmask_step) and torch.equal(plain.steps, reused.steps)
-    assert reused.forwarded_rows <= plain.forwarded_rows
+    fast = run(sampler_class(**levers, **options), lm, PROMPTS, seeds=SEEDS)
+    assert same_output(plain, fast)
+    if "compact" not in levers:  # compact leaves positions after a final EOS undecided
+        assert torch.equal(plain.unmask_step, fast.unmask_step) and torch.equal(plain.steps, fast.steps)
+    assert fast.forwarded_rows <= plain.forwarded_rows
+
+
+def test_the_masked_only_head_projects_only_masked_positions(models):
+    lm = models["dream"]
+    head_rows = []
+    handle = lm.module.lm_head.register_forward_hook(lambda _m, args, _out: head_rows.append(args[0].shape[-2]))
+    try:
+        out = run(EntropySampler(steps=4, head_on_masked=True), lm, [LONG], new_tokens=8)
+    finally:
+        handle.remove()
+    # Dream's schedule over 8 tokens in 4 steps decides int(8 * .2498) = 1, then 2, 2 and the last 3
+    assert out.unmask_step[0].sort().values.tolist() == [0, 1, 1, 2, 2, 3, 3, 3]
+    assert head_rows == [8, 7, 5, 3]  # the positions still masked at each step, not the 8 + prompt of the window
 
 
 def test_the_levers_skip_real_work():

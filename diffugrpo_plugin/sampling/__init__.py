@@ -20,7 +20,7 @@ The contract every sampler follows (inputs, seeds, EOS and padding, the output f
 =================  ==============================================================
 
 All of them share the fast-path options ``threshold``, ``factor``, ``kv_cache``, ``dual_cache``,
-``compact`` and ``reuse_logits`` and the loop options ``steps``, ``block_length``, ``temperature``
+``compact``, ``reuse_logits`` and ``head_on_masked`` and the loop options ``steps``, ``block_length``, ``temperature``
 and ``micro_batch_size``
 (:func:`diffugrpo_plugin.plugins.factory_options` lists a sampler's options). This package imports
 no torch until a sampler generates, so listing samplers stays cheap.

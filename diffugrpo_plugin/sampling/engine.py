@@ -23,11 +23,12 @@ is shared here:
 * once a finished block of a row contains EOS, the row stops: every later token would become
   padding anyway. Finally everything after the first EOS becomes ``pad_token_id``.
 
-Two options change no output, only the work done: ``compact`` runs the model only on rows whose
-output can still change (something masked, and not an EOS with nothing masked before it), and
+Three options change no output, only the work done: ``compact`` runs the model only on rows whose
+output can still change (something masked, and not an EOS with nothing masked before it),
 ``reuse_logits`` runs it only on rows whose tokens changed since their last forward, reusing the
 kept logits for the others (a step that decided nothing, e.g. while Dream's schedule asks for 0
-tokens after a threshold step decided many, then costs no forward).
+tokens after a threshold step decided many, then costs no forward), and ``head_on_masked`` sends
+only the still-masked positions through the vocabulary head (no other logits are ever read).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Plan:
     factor: float | None = None  # None = no factor-rule parallel decoding
     compact: bool = False  # rows whose output is final leave the forwards
     reuse_logits: bool = False  # a row whose tokens did not change is not run again
+    head_on_masked: bool = False  # the vocabulary head projects masked positions only
 
     @property
     def cached(self) -> bool:
@@ -293,7 +295,8 @@ def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, can
     x, attention_mask, position_ids = canvas.x[rows], canvas.attention_mask[rows], canvas.position_ids[rows]  # [r, L]
     in_completion = slice(start - canvas.prompt_length, end - canvas.prompt_length)
     steps = layout.steps_per_block
-    kept_logits = None  # [r, W, V]: each row's latest logits, with reuse_logits
+    # [r, W, V]: each row's latest logits at its masked positions, when rows or positions may be left out of a forward
+    kept_logits = None
     stale = torch.ones(rows.numel(), dtype=torch.bool, device=rows.device)  # [r]: tokens changed since
     forwards = forwarded = 0
     for step in range(steps):
@@ -309,20 +312,24 @@ def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, can
         else:
             run_rows = live[stale[live]] if plan.reuse_logits else live
         if run_rows is None or run_rows.numel():
-            logits = forward(x, attention_mask, position_ids, start, end, fresh=step == 0, rows=run_rows).float()
+            run_masked = masked if run_rows is None else masked[run_rows]  # [n, W]
+            logits = forward(x, attention_mask, position_ids, start, end, fresh=step == 0, rows=run_rows,
+                             positions=run_masked if plan.head_on_masked else None).float()  # [n, W, V] or [M, V]
             forwards += 1
             forwarded += rows.numel() if run_rows is None else run_rows.numel()
             if plan.suppress_mask_token:
                 logits[..., mask_id] = -math.inf
-            if plan.reuse_logits:
-                kept_logits = logits if run_rows is None else kept_logits.index_copy_(0, run_rows, logits)
+            if plan.reuse_logits or plan.head_on_masked:
+                kept_logits = _keep(kept_logits, logits, run_rows, run_masked, plan.head_on_masked)
                 stale[slice(None) if run_rows is None else run_rows] = False
-        if plan.reuse_logits:
-            live_logits = kept_logits[live]  # [l, W, V]
+        live_masked = masked[live]  # [l, W]
+        if kept_logits is not None:
+            live_row, live_column = live_masked.nonzero(as_tuple=True)  # [M] each
+            masked_logits = kept_logits[live[live_row], live_column]  # [M, V]
         else:
-            live_logits = logits if run_rows is not None else logits[live]  # [l, W, V]
+            masked_logits = (logits if run_rows is not None else logits[live])[live_masked]  # [M, V]
         live_rows = rows[live]  # [l]: indices into the micro-batch
-        tokens, chosen = _decide(rule, plan, live_logits, masked[live], step, steps, layout.block_length,
+        tokens, chosen = _decide(rule, plan, masked_logits, live_masked, step, steps, layout.block_length,
                                  [generators[i] for i in live_rows.tolist()], mask_id)  # [l, W] each
         before = x[live, start:end]  # [l, W]
         after = torch.where(chosen, tokens, before)  # [l, W]
@@ -336,11 +343,27 @@ def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, can
     return _BlockWork(forwards, forwarded)
 
 
-def _decide(rule: StepRule, plan: Plan, logits: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
+def _keep(kept: torch.Tensor | None, logits: torch.Tensor, run_rows: torch.Tensor | None, run_masked: torch.Tensor,
+          packed: bool) -> torch.Tensor:
+    """Write a forward's logits (``[n, W, V]``, or ``[M, V]`` for the masked positions) into the kept ones."""
+    if kept is None:  # the block's first step, which runs every row
+        if not packed:
+            return logits
+        kept = logits.new_empty((*run_masked.shape, logits.shape[-1]))  # [r, W, V]
+    row_index = torch.arange(run_masked.shape[0], device=logits.device) if run_rows is None else run_rows  # [n]
+    if packed:
+        run_row, column = run_masked.nonzero(as_tuple=True)  # [M] each
+        kept[row_index[run_row], column] = logits
+    else:
+        kept[row_index] = logits
+    return kept
+
+
+def _decide(rule: StepRule, plan: Plan, masked_logits: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
             block_length: int, generators: list[torch.Generator], mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Tokens for the window and the positions to unmask now.  # [l, W, V], [l, W] -> ([l, W], [l, W])"""
+    """Tokens for the window and the positions to unmask now.  # [M, V], [l, W] -> ([l, W], [l, W])"""
     sizes = masked.sum(dim=1).tolist()
-    proposal = rule.propose(logits[masked], sizes, generators)  # [M] each
+    proposal = rule.propose(masked_logits, sizes, generators)  # [M] each
     chosen = rule.choose(packed_to_rows(proposal.scores, masked, -math.inf), masked, step, steps, block_length,
                          generators) & masked  # [l, W]
     if plan.threshold is not None:

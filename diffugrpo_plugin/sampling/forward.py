@@ -2,10 +2,12 @@
 
 Four interchangeable callables share one signature,
 ``forward(x [b, L], attention_mask [b, L], position_ids [b, L], window_start, window_end,
-fresh, rows=None) -> logits [r, W, V]`` with ``W = window_end - window_start`` and
-``logits[:, j]`` scoring token ``window_start + j``; ``fresh`` is True on the first step of a
+fresh, rows=None, positions=None) -> logits [r, W, V]`` with ``W = window_end - window_start``
+and ``logits[:, j]`` scoring token ``window_start + j``; ``fresh`` is True on the first step of a
 block, when every row of ``x`` is run; a later call may run only ``rows`` (indices into ``x``,
-``None`` = all of them: finished rows then cost nothing).
+``None`` = all of them: finished rows then cost nothing). With ``positions`` (``[r, W]`` bool)
+only those positions go through the vocabulary head and the logits come packed, ``[M, V]`` in
+the order of ``logits[positions]``.
 
 * :class:`FullForward` runs the whole sequence every step (the reference samplers' cost).
 * :class:`PrefixCachedForward` is Fast-dLLM's prefix KV cache: at the first step of a block it
@@ -35,6 +37,22 @@ def _select(rows: torch.Tensor | None, *tensors: torch.Tensor) -> tuple[torch.Te
     return tensors if rows is None else tuple(tensor[rows] for tensor in tensors)
 
 
+def _hidden_rows(batch: int, run_length: int, offset: int, width: int, positions: torch.Tensor | None,
+                 device: torch.device) -> torch.Tensor:
+    """Flat indices of the hidden states that score the wanted window positions (all ``width`` of them without
+    ``positions``); the window's predicting rows start at ``offset`` of each row's ``run_length``."""
+    if positions is None:
+        return (torch.arange(batch, device=device)[:, None] * run_length + offset
+                + torch.arange(width, device=device)[None]).flatten()  # [r * W]
+    row, column = positions.nonzero(as_tuple=True)  # [M] each, in the order of logits[positions]
+    return row * run_length + offset + column  # [M]
+
+
+def _shaped(logits: torch.Tensor, batch: int, width: int, positions: torch.Tensor | None) -> torch.Tensor:
+    """The head's ``[1, R, V]`` output as ``[r, W, V]``, or packed ``[M, V]`` for chosen positions."""
+    return logits.view(batch, width, -1) if positions is None else logits.view(-1, logits.shape[-1])
+
+
 class FullForward:
     """One forward over the whole sequence per step; the window's logits are sliced out."""
 
@@ -42,10 +60,17 @@ class FullForward:
         self.model = model
 
     def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None) -> torch.Tensor:
+                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
+                 positions: torch.Tensor | None = None) -> torch.Tensor:
         x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
-        logits = self.model.logits(x, attention_mask, position_ids)  # [r, L, V]
-        return logits[:, window_start:window_end]  # [r, W, V]
+        if positions is None:
+            return self.model.logits(x, attention_mask, position_ids)[:, window_start:window_end]  # [r, W, V]
+        width = window_end - window_start
+        hidden_rows = _hidden_rows(x.shape[0], x.shape[1], _query_start(self.model, window_start), width, positions,
+                                   x.device)
+        with final_hidden_rows(self.model.family, self.model.module, hidden_rows):
+            logits = self.model.family.call(self.model.module, x, attention_mask, position_ids)  # [1, M, V]
+        return _shaped(logits, x.shape[0], width, positions)  # [M, V]
 
 
 class _CachedForward:
@@ -61,23 +86,23 @@ class _CachedForward:
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: the cached keys, values
 
     def _run(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, first_input: int,
-             last_input: int, query_start: int, width: int, cache: Cache) -> torch.Tensor:
-        """Logits of ``width`` positions from ``query_start``, running inputs ``first_input:last_input``."""
+             last_input: int, query_start: int, width: int, cache: Cache,
+             positions: torch.Tensor | None) -> torch.Tensor:
+        """Logits of ``width`` positions from ``query_start`` (or of ``positions`` among them, packed), running
+        inputs ``first_input:last_input``."""
         batch, run_length = x.shape[0], last_input - first_input
-        offset = query_start - first_input  # where the window's predicting rows start in this run
-        hidden_rows = (torch.arange(batch, device=x.device)[:, None] * run_length + offset
-                       + torch.arange(width, device=x.device)[None]).flatten()  # [r * W]
+        hidden_rows = _hidden_rows(batch, run_length, query_start - first_input, width, positions, x.device)
         with final_hidden_rows(self.model.family, self.model.module, hidden_rows):
             out = self.model.module(input_ids=x[:, first_input:last_input], attention_mask=attention_mask,
                                     position_ids=position_ids[:, first_input:last_input], past_key_values=cache,
                                     use_cache=True)
-        return out.logits.view(batch, width, -1)  # [r, W, V]
+        return _shaped(out.logits, batch, width, positions)  # [r, W, V] or [M, V]
 
     def _fill(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, query_start: int,
-              width: int) -> torch.Tensor:
+              width: int, positions: torch.Tensor | None) -> torch.Tensor:
         """The block's first step: the whole sequence, its keys/values kept per layer."""
         cache = DynamicCache(config=unwrap(self.model.module).config)
-        logits = self._run(x, attention_mask, position_ids, 0, x.shape[1], query_start, width, cache)
+        logits = self._run(x, attention_mask, position_ids, 0, x.shape[1], query_start, width, cache, positions)
         if cache.get_seq_length() != x.shape[1]:
             raise self._unsupported("its forward did not fill the Cache it was given")
         self.kept = [(layer.keys, layer.values) for layer in cache.layers]  # each [b, Hkv, L, D]
@@ -106,14 +131,16 @@ class PrefixCachedForward(_CachedForward):
     """
 
     def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None) -> torch.Tensor:
+                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
+                 positions: torch.Tensor | None = None) -> torch.Tensor:
         query_start, width = _query_start(self.model, window_start), window_end - window_start
         if fresh or not self.kept:
-            return self._fill(x, attention_mask, position_ids, query_start, width)
+            return self._fill(x, attention_mask, position_ids, query_start, width, positions)
         x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
         cache = _prefilled_cache([(keys[..., :query_start, :], values[..., :query_start, :])
                                   for keys, values in _select_kept(self.kept, rows)])
-        return self._run(x, attention_mask, position_ids, query_start, x.shape[1], query_start, width, cache)
+        return self._run(x, attention_mask, position_ids, query_start, x.shape[1], query_start, width, cache,
+                         positions)
 
 
 class DualCachedForward(_CachedForward):
@@ -122,16 +149,18 @@ class DualCachedForward(_CachedForward):
     option = "dual_cache"
 
     def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None) -> torch.Tensor:
+                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
+                 positions: torch.Tensor | None = None) -> torch.Tensor:
         query_start, width = _query_start(self.model, window_start), window_end - window_start
         if fresh or not self.kept:
-            return self._fill(x, attention_mask, position_ids, query_start, width)
+            return self._fill(x, attention_mask, position_ids, query_start, width, positions)
         x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
         # The re-run part is the block and, for a shifted model, the token before it (whose output scores the
         # block's first token), so every block token's keys/values are fresh.
         cache = Cache(layers=[_BlockLayer(keys, values, query_start, window_end)
                               for keys, values in _select_kept(self.kept, rows)])
-        return self._run(x, attention_mask, position_ids, query_start, window_end, query_start, width, cache)
+        return self._run(x, attention_mask, position_ids, query_start, window_end, query_start, width, cache,
+                         positions)
 
 
 def _select_kept(kept: list[tuple[torch.Tensor, torch.Tensor]], rows: torch.Tensor | None):
@@ -185,16 +214,18 @@ class GuidedForward:
         self.prompt_length = prompt_length
 
     def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None) -> torch.Tensor:
+                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
+                 positions: torch.Tensor | None = None) -> torch.Tensor:
         prompt_tokens = attention_mask.bool().clone()  # [b, L]
         prompt_tokens[:, self.prompt_length:] = False
         unconditional = x.masked_fill(prompt_tokens, self.mask_token_id)  # [b, L]
         # the inner forward sees conditional rows first, then their unconditional twins
         both_rows = None if rows is None else torch.cat([rows, rows + x.shape[0]])
+        both_positions = None if positions is None else torch.cat([positions, positions])
         both = self.inner(torch.cat([x, unconditional]), torch.cat([attention_mask, attention_mask]),
                           torch.cat([position_ids, position_ids]), window_start, window_end, fresh,
-                          both_rows)  # [2r, W, V]
-        conditional, unconditional_logits = both.chunk(2, dim=0)  # [r, W, V] each
+                          both_rows, both_positions)  # [2r, W, V] or [2M, V]
+        conditional, unconditional_logits = both.chunk(2, dim=0)  # [r, W, V] or [M, V] each
         return unconditional_logits + (self.cfg_scale + 1) * (conditional - unconditional_logits)
 
 

@@ -64,6 +64,8 @@ class _LoopOptions:
                                    "unchanged")
     reuse_logits: bool = _option(False, "no model work for unchanged rows: a row whose tokens did not change since "
                                         "its last forward reuses those logits; outputs unchanged")
+    head_on_masked: bool = _option(False, "no vocabulary projection for decided positions: only the masked ones "
+                                          "of the rows run go through the head; outputs unchanged")
     micro_batch_size: int | None = _option(None, "prompts generated together (default: the whole batch)")
     suppress_mask_token: bool = _option(False, "never propose the mask token itself (the Dream and LLaDA references "
                                                "do not suppress it; default off, as they run)")
@@ -81,7 +83,7 @@ class _LoopOptions:
                "threshold", self.threshold, "use a number in (0, 1] or leave it unset")
         _check(self.factor is None or (_is_number(self.factor) and self.factor > 0), name, "factor", self.factor,
                "use a number > 0 (Fast-dLLM uses 1) or leave it unset")
-        for option in ("kv_cache", "dual_cache", "compact", "reuse_logits", "suppress_mask_token"):
+        for option in ("kv_cache", "dual_cache", "compact", "reuse_logits", "head_on_masked", "suppress_mask_token"):
             _check(isinstance(getattr(self, option), bool), name, option, getattr(self, option), "use true or false")
         _check(not (self.kv_cache and self.dual_cache), name, "dual_cache", self.dual_cache,
                "it replaces the prefix cache: set kv_cache=false or dual_cache=false")
@@ -92,7 +94,7 @@ class _LoopOptions:
         return Plan(steps=self.steps, block_length=self.block_length, threshold=self.threshold,
                     kv_cache=self.kv_cache, micro_batch_size=self.micro_batch_size, cfg_scale=cfg_scale,
                     suppress_mask_token=self.suppress_mask_token, dual_cache=self.dual_cache, factor=self.factor,
-                    compact=self.compact, reuse_logits=self.reuse_logits)
+                    compact=self.compact, reuse_logits=self.reuse_logits, head_on_masked=self.head_on_masked)
 
 
 @dataclass(frozen=True)
