@@ -21,7 +21,6 @@ Runs of the same code on the same tests are cached per process (bounded), so ``c
 
 from __future__ import annotations
 
-import ast
 import collections
 import enum
 import functools
@@ -33,8 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from diffugrpo_plugin.sandbox import Job, JobResult, Sandbox, SandboxError, escaped, shared_sandbox
-from diffugrpo_plugin.verdicts import BadValue, SplitTest, Unsplittable, decode_reports, judge_split, plan_check, \
-    shadowed_names, split_assert
+from diffugrpo_plugin.verdicts import BadValue, SplitTest, Unsplittable, decode_reports, judge_split, parse_python, \
+    plan_check, shadowed_names, split_assert
 
 SIGXCPU = 24
 CACHE_SIZE = 4096
@@ -177,7 +176,7 @@ def extract_code(text: str, block: str = "first") -> str | None:
 def parses(code: str) -> bool:
     """Whether ``code`` is valid Python syntax (parsed only, never executed)."""
     try:
-        ast.parse(code)
+        parse_python(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True

@@ -28,13 +28,13 @@ Sits below the reward plugins (``reward_plugins/`` imports it, never the other w
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, run_tests_many, tests_from_row
 from diffugrpo_plugin.rewards import Explained, Reason
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
+from diffugrpo_plugin.verdicts import parse_python
 
 # Far beyond any rollout (about 25k tokens); longer text is not parsed here at all: it scores as no code.
 MAX_COMPLETION_CHARS = 100_000
@@ -66,7 +66,7 @@ def _excerpt(text: str) -> str:
 def syntax_problem(code: str) -> Reason | None:
     """Why ``code`` does not parse (parsed only, never executed); None when it does."""
     try:
-        ast.parse(code)
+        parse_python(code)
     except SyntaxError as error:
         return Reason("syntax_error", f"syntax error at line {error.lineno} of the code: {error.msg}")
     except ValueError as error:  # a null byte

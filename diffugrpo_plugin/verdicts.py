@@ -33,9 +33,21 @@ import math
 import random
 import re
 import string
+import threading
 import types
 from dataclasses import dataclass, field
 from typing import Any
+
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(source: str, mode: str = "exec") -> ast.AST:
+    """``ast.parse``, one thread at a time. CPython 3.11 keeps the AST converter's recursion depth in state
+    shared by the interpreter's threads, so two rewards parsing at once in the test-runner's thread pool can
+    raise ``SystemError: AST constructor recursion depth mismatch`` (seen in a training run: the ``code``
+    reward then scores None for the step); 3.12 fixed it."""
+    with _PARSE_LOCK:
+        return ast.parse(source, mode=mode)
 
 MAX_TEST_CHARS = 200_000
 MAX_VALUE_BYTES = 1 << 20
@@ -152,7 +164,7 @@ def _parsed(source: str) -> ast.Module:
     if len(source) > MAX_TEST_CHARS:
         raise Unsplittable(f"test longer than {MAX_TEST_CHARS} characters")
     try:
-        return ast.parse(source)
+        return parse_python(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as error:
         raise Unsplittable(f"test does not parse: {error}") from error
 
@@ -175,7 +187,7 @@ def shadowed_names(source: str) -> frozenset[str]:
     """The safe names (builtins, the safe modules) ``source`` binds anywhere, by assignment, ``def``,
     ``class`` or import: a test that calls MBPP 126's own ``sum`` must ask the program, not the builtin."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return frozenset()
     bound = set()
@@ -262,12 +274,12 @@ class _Planner:
         local_names = set(self.known)
         probes, check = split_expression(test, self.safe | local_names)
         rendered = tuple(self.with_literals(probe) for probe in probes)
-        needed = _names_in(ast.parse(check, mode="eval")) & local_names
+        needed = _names_in(parse_python(check, mode="eval")) & local_names
         self.tests.append(SplitTest(rendered, check, {name: self.known[name] for name in needed}))
 
     def with_literals(self, probe: str) -> str:
         """The probe with every planner variable it reads written in as a literal (the sandbox has none)."""
-        tree = ast.parse(probe, mode="eval")
+        tree = parse_python(probe, mode="eval")
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id in self.known:
                 try:
@@ -285,7 +297,7 @@ class _Literals(ast.NodeTransformer):
 
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id in self.known:
-            return ast.copy_location(ast.parse(repr(self.known[node.id]), mode="eval").body, node)
+            return ast.copy_location(parse_python(repr(self.known[node.id]), mode="eval").body, node)
         return node
 
 
@@ -314,7 +326,7 @@ def _seeded_random() -> types.SimpleNamespace:
 
 
 def _renamed(source: str, old: str, new: str) -> str:
-    tree = ast.parse(source, mode="eval")
+    tree = parse_python(source, mode="eval")
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id == old:
             node.id = new

@@ -33,6 +33,7 @@ from typing import Any
 from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.judging import offered_code, syntax_problem
 from diffugrpo_plugin.rewards import Explained, Reason
+from diffugrpo_plugin.verdicts import parse_python
 
 logger = logging.getLogger("diffugrpo.rewards")
 
@@ -53,7 +54,7 @@ def _comments(code: str) -> tuple[list[str], set[int], set[int]]:
             comment_lines.add(token.start[0])
             if not token.line[:token.start[1]].strip():
                 pure_lines.add(token.start[0])
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parse_python(code)):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
                 ast.get_docstring(node):
             texts.append(ast.get_docstring(node))
@@ -66,7 +67,7 @@ def _comments(code: str) -> tuple[list[str], set[int], set[int]]:
 
 def _identifier_words(code: str) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parse_python(code)):
         if isinstance(node, ast.Name):
             names.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

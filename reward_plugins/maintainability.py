@@ -20,6 +20,7 @@ from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import parses, reference_from_row
 from diffugrpo_plugin.judging import code_outcomes, correctness_gate, rows_of
 from diffugrpo_plugin.rewards import Explained, Reason
+from diffugrpo_plugin.verdicts import parse_python
 from diffugrpo_plugin.sandbox import Sandbox
 
 GOOD_COMPLEXITY = 5.0
@@ -28,7 +29,7 @@ GOOD_COMPLEXITY = 5.0
 def meaningful_statements(code: str) -> int:
     """Statements that do something: not docstrings, bare constants or ``pass``."""
     count = 0
-    for node in ast.walk(ast.parse(code)):
+    for node in ast.walk(parse_python(code)):
         if not isinstance(node, ast.stmt) or isinstance(node, ast.Pass):
             continue
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):

@@ -14,7 +14,8 @@ import pytest
 from diffugrpo_plugin import code_execution
 from diffugrpo_plugin.code_execution import Outcome, run_tests
 from diffugrpo_plugin.evaluation import Completion, EvalProblem, judge_completions, summarize
-from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, code_outcomes, format_verdict, offered_code
+from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, code_outcomes, format_verdict, offered_code, \
+    syntax_problem
 from diffugrpo_plugin.rewards import RewardSpec, value_of
 from reward_plugins.code import code_reward
 from reward_plugins.efficiency import efficiency_reward
@@ -212,3 +213,37 @@ def test_the_evaluation_summary_counts_tests_judged_outside_per_source(box):
               for source, group in summary["by_data_source"].items()}
     assert counts == {"split": (2, 2), "mixed": (1, 2), "stdio": (1, 1)}
     assert summary["pass@1"] == 1.0
+
+
+# --------------------------------------------------------------------------- one parser at a time
+
+def test_rewards_parse_python_one_thread_at_a_time(monkeypatch):
+    """CPython 3.11's AST converter shares its recursion depth between threads (a training run's ``code`` reward
+    crashed with 'AST constructor recursion depth mismatch'), so every parse in the reward path goes through
+    one lock: rewards parsing in the test runner's threads never overlap inside ``ast.parse``."""
+    import ast
+    import threading
+    import time
+
+    from diffugrpo_plugin import verdicts
+
+    inside, most = [0], [0]
+    real_parse = ast.parse
+
+    def slow_parse(*args, **kwargs):
+        inside[0] += 1
+        most[0] = max(most[0], inside[0])
+        time.sleep(0.01)
+        inside[0] -= 1
+        return real_parse(*args, **kwargs)
+
+    monkeypatch.setattr(verdicts.ast, "parse", slow_parse)
+    code = "def solve(x):\n    return x * x\n"
+    calls = [lambda: code_execution.parses(code), lambda: verdicts.shadowed_names(code),
+             lambda: syntax_problem(code), lambda: verdicts.parse_python("solve(1) == 1", mode="eval")]
+    threads = [threading.Thread(target=call) for call in calls * 3]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 1
