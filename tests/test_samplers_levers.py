@@ -154,6 +154,34 @@ def test_dual_cache_runs_only_the_block_after_its_first_step(style, sampler, mod
     assert calls == [full, block, block, block] * 2  # each block's 4 steps: the whole sequence, then the block
 
 
+@pytest.mark.parametrize("cache", ["kv_cache", "dual_cache"])
+@pytest.mark.parametrize("style, sampler_class, options", [
+    ("dream", EntropySampler, {"threshold": 0.3}),
+    ("dream", MaskGitPlusSampler, {"block_length": 4, "steps": 8, "temperature": 1.0}),
+    ("llada", LLaDASampler, {"block_length": 16, "steps": 8, "temperature": 0.7, "cfg_scale": 0.5}),
+])
+def test_a_cache_refreshed_every_forward_reproduces_the_plain_sampler(cache, style, sampler_class, options, models):
+    # Refilled at every step, the kept keys/values are never stale: the logits are the full forward's.
+    lm = models[style]
+    plain = run(sampler_class(**options), lm, PROMPTS, seeds=SEEDS)
+    refreshed = run(sampler_class(**{cache: True}, cache_refresh=1, compact=True, reuse_logits=True,
+                                  head_on_masked=True, **options), lm, PROMPTS, seeds=SEEDS)
+    assert same_output(plain, refreshed)
+
+
+def test_cache_refresh_refills_every_that_many_forwards(models):
+    lm = models["llada"]
+    calls = []
+    handle = lm.module.register_forward_pre_hook(lambda _m, _a, kwargs: calls.append(kwargs["input_ids"].shape[1]),
+                                                 with_kwargs=True)
+    try:
+        run(LLaDASampler(steps=5, dual_cache=True, cache_refresh=2), lm, [LONG], new_tokens=5)
+    finally:
+        handle.remove()
+    full = len(LONG) + 5
+    assert calls == [full, 5, full, 5, full]
+
+
 def test_factor_rule_by_hand():
     # bars: k=1: 1 - 1/2 = .5, k=2: 1 - 1/3 = .667, k=3: .75, k=4: .8
     confidence = torch.tensor([[0.9, 0.7, 0.76, -torch.inf], [0.4, 0.95, 0.3, 0.2], [0.99, 0.99, 0.99, 0.99]])
@@ -181,6 +209,9 @@ def test_factor_rule_decides_several_tokens_per_forward(models):
     ({"factor": 0}, "factor=0 is invalid; use a number > 0"),
     ({"compact": "yes"}, "compact='yes' is invalid; use true or false"),
     ({"reuse_logits": 1}, "reuse_logits=1 is invalid; use true or false"),
+    ({"head_on_masked": None}, "head_on_masked=None is invalid; use true or false"),
+    ({"cache_refresh": 2}, "cache_refresh=2 is invalid; it refreshes a KV cache: also set kv_cache=true"),
+    ({"cache_refresh": 0, "kv_cache": True}, "cache_refresh=0 is invalid; use an integer >= 1"),
 ])
 def test_bad_lever_options_are_named(options, message):
     with pytest.raises(SamplerOptionError, match=message):

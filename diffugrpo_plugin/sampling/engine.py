@@ -90,6 +90,7 @@ class Plan:
     compact: bool = False  # rows whose output is final leave the forwards
     reuse_logits: bool = False  # a row whose tokens did not change is not run again
     head_on_masked: bool = False  # the vocabulary head projects masked positions only
+    cache_refresh: int | None = None  # None = a KV cache is filled only at a block's first step
 
     @property
     def cached(self) -> bool:
@@ -300,6 +301,8 @@ def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, can
     stale = torch.ones(rows.numel(), dtype=torch.bool, device=rows.device)  # [r]: tokens changed since
     forwards = forwarded = 0
     for step in range(steps):
+        # a KV cache is filled at the block's first step and, with cache_refresh, again every that many forwards
+        fresh = step == 0 or (plan.cache_refresh is not None and forwards % plan.cache_refresh == 0)
         masked = x[:, start:end] == mask_id  # [r, W]
         undecided = masked.any(dim=1)  # [r]
         if plan.compact:
@@ -313,7 +316,7 @@ def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, can
             run_rows = live[stale[live]] if plan.reuse_logits else live
         if run_rows is None or run_rows.numel():
             run_masked = masked if run_rows is None else masked[run_rows]  # [n, W]
-            logits = forward(x, attention_mask, position_ids, start, end, fresh=step == 0, rows=run_rows,
+            logits = forward(x, attention_mask, position_ids, start, end, fresh=fresh, rows=run_rows,
                              positions=run_masked if plan.head_on_masked else None).float()  # [n, W, V] or [M, V]
             forwards += 1
             forwarded += rows.numel() if run_rows is None else run_rows.numel()

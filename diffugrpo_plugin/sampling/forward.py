@@ -4,7 +4,7 @@ Four interchangeable callables share one signature,
 ``forward(x [b, L], attention_mask [b, L], position_ids [b, L], window_start, window_end,
 fresh, rows=None, positions=None) -> logits [r, W, V]`` with ``W = window_end - window_start``
 and ``logits[:, j]`` scoring token ``window_start + j``; ``fresh`` is True on the first step of a
-block, when every row of ``x`` is run; a later call may run only ``rows`` (indices into ``x``,
+block, when every row of ``x`` is run, and when a cache is refreshed; a call may run only ``rows`` (indices into ``x``,
 ``None`` = all of them: finished rows then cost nothing). With ``positions`` (``[r, W]`` bool)
 only those positions go through the vocabulary head and the logits come packed, ``[M, V]`` in
 the order of ``logits[positions]``.
@@ -99,13 +99,19 @@ class _CachedForward:
         return _shaped(out.logits, batch, width, positions)  # [r, W, V] or [M, V]
 
     def _fill(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, query_start: int,
-              width: int, positions: torch.Tensor | None) -> torch.Tensor:
-        """The block's first step: the whole sequence, its keys/values kept per layer."""
+              width: int, positions: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
+        """The block's first step, or a refresh of ``rows``: the whole sequence, its keys/values kept per layer."""
+        x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
         cache = DynamicCache(config=unwrap(self.model.module).config)
         logits = self._run(x, attention_mask, position_ids, 0, x.shape[1], query_start, width, cache, positions)
         if cache.get_seq_length() != x.shape[1]:
             raise self._unsupported("its forward did not fill the Cache it was given")
-        self.kept = [(layer.keys, layer.values) for layer in cache.layers]  # each [b, Hkv, L, D]
+        filled = [(layer.keys, layer.values) for layer in cache.layers]  # each [r, Hkv, L, D]
+        if rows is None or not self.kept:
+            self.kept = filled
+        else:
+            for (keys, values), (new_keys, new_values) in zip(self.kept, filled):
+                keys[rows], values[rows] = new_keys, new_values
         return logits
 
     def _unsupported(self, why: str) -> ModelConfigError:
@@ -135,7 +141,7 @@ class PrefixCachedForward(_CachedForward):
                  positions: torch.Tensor | None = None) -> torch.Tensor:
         query_start, width = _query_start(self.model, window_start), window_end - window_start
         if fresh or not self.kept:
-            return self._fill(x, attention_mask, position_ids, query_start, width, positions)
+            return self._fill(x, attention_mask, position_ids, query_start, width, positions, rows)
         x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
         cache = _prefilled_cache([(keys[..., :query_start, :], values[..., :query_start, :])
                                   for keys, values in _select_kept(self.kept, rows)])
@@ -153,7 +159,7 @@ class DualCachedForward(_CachedForward):
                  positions: torch.Tensor | None = None) -> torch.Tensor:
         query_start, width = _query_start(self.model, window_start), window_end - window_start
         if fresh or not self.kept:
-            return self._fill(x, attention_mask, position_ids, query_start, width, positions)
+            return self._fill(x, attention_mask, position_ids, query_start, width, positions, rows)
         x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
         # The re-run part is the block and, for a shifted model, the token before it (whose output scores the
         # block's first token), so every block token's keys/values are fresh.

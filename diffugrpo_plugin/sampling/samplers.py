@@ -56,6 +56,9 @@ class _LoopOptions:
     dual_cache: bool = _option(False, "fast path: Fast-dLLM DualCache, keys/values before and after the block kept "
                                       "from the block's first step and only the block re-run (approximate with "
                                       "bidirectional attention; pays off with blocks; excludes kv_cache)")
+    cache_refresh: int | None = _option(None, "with kv_cache or dual_cache: recompute the kept keys/values every "
+                                              "this many forwards of a block (1 = every step, as without a cache; "
+                                              "default: only at the block's start, as Fast-dLLM)")
     factor: float | None = _option(None, "fast path: Fast-dLLM's factor rule, also unmask the n most confident "
                                          "positions where the k-th best has probability >= 1 - factor / (k + 1) "
                                          "for every k <= n (default off)")
@@ -74,7 +77,7 @@ class _LoopOptions:
 
     def __post_init__(self) -> None:
         name = self.sampler_name
-        for option in ("steps", "block_length", "micro_batch_size"):
+        for option in ("steps", "block_length", "micro_batch_size", "cache_refresh"):
             value = getattr(self, option)
             _check(value is None or (_is_int(value) and value >= 1), name, option, value, "use an integer >= 1")
         _check(_is_number(self.temperature) and self.temperature >= 0, name, "temperature", self.temperature,
@@ -87,6 +90,8 @@ class _LoopOptions:
             _check(isinstance(getattr(self, option), bool), name, option, getattr(self, option), "use true or false")
         _check(not (self.kv_cache and self.dual_cache), name, "dual_cache", self.dual_cache,
                "it replaces the prefix cache: set kv_cache=false or dual_cache=false")
+        _check(self.cache_refresh is None or self.kv_cache or self.dual_cache, name, "cache_refresh",
+               self.cache_refresh, "it refreshes a KV cache: also set kv_cache=true or dual_cache=true, or leave it unset")
 
     def _plan(self, cfg_scale: float = 0.0):
         from diffugrpo_plugin.sampling.engine import Plan
@@ -94,7 +99,8 @@ class _LoopOptions:
         return Plan(steps=self.steps, block_length=self.block_length, threshold=self.threshold,
                     kv_cache=self.kv_cache, micro_batch_size=self.micro_batch_size, cfg_scale=cfg_scale,
                     suppress_mask_token=self.suppress_mask_token, dual_cache=self.dual_cache, factor=self.factor,
-                    compact=self.compact, reuse_logits=self.reuse_logits, head_on_masked=self.head_on_masked)
+                    compact=self.compact, reuse_logits=self.reuse_logits, head_on_masked=self.head_on_masked,
+                    cache_refresh=self.cache_refresh)
 
 
 @dataclass(frozen=True)
