@@ -2,12 +2,13 @@
 against the fast path, on the same prompts in the same run.
 
 Baseline: the sampler (``entropy`` by default) run as the reference runs it: one full forward
-per step, steps = generation length, no cache (for ``entropy``: one block, as DiffuCoder). Each fast-path part is then switched
-on alone and together: confidence-threshold and factor-rule parallel decoding, the block-wise
-prefix KV cache and Fast-dLLM's DualCache (which pay off with blocks), and the two levers that
-change no output: ``compact`` (finished rows leave the forwards), ``reuse_logits`` (rows whose
-tokens did not change are not run again) and ``head_on_masked`` (only masked positions go through
-the vocabulary head); "no waste" is all three. For every configuration the table gives the median
+per step, steps = generation length, no cache (for ``entropy``: one block, as DiffuCoder). Each
+fast-path part is then switched on alone and together: confidence-threshold and factor-rule
+parallel decoding, the block-wise prefix KV cache (also refreshed every few forwards),
+Fast-dLLM's DualCache (which pays off with blocks), and the levers that change no output:
+``compact`` (finished rows leave the forwards), ``reuse_logits`` (rows whose tokens did not
+change are not run again) and ``head_on_masked`` (only masked positions go through the
+vocabulary head); "no waste" is all three. For every configuration the table gives the median
 tokens/s over the repeats, the ratio to the baseline's median, the model forwards per
 completion, the rows run through the model per prompt, how many of its tokens agree with the
 baseline's (greedy, so the differences come from the sampler alone), the mean task reward
@@ -45,7 +46,7 @@ class Config:
 
 
 def configurations(new_tokens: int, block_length: int, threshold: float, low_threshold: float, factor: float,
-                   reference_block_length: int | None) -> list[Config]:
+                   refreshes: list[int], reference_block_length: int | None) -> list[Config]:
     """The baseline, then each fast-path part on top of it, then combinations."""
     reference = {"block_length": reference_block_length} if reference_block_length else {}
     whole = {"block_length": reference_block_length or new_tokens}
@@ -63,6 +64,9 @@ def configurations(new_tokens: int, block_length: int, threshold: float, low_thr
         Config(f"prefix cache + threshold {threshold}", {**whole, "kv_cache": True, "threshold": threshold}),
         Config(f"prefix cache + threshold {threshold} + no waste",
                {**whole, "kv_cache": True, "threshold": threshold, **no_waste}),
+        *[Config(f"prefix cache refreshed every {every} + threshold {threshold} + no waste",
+                 {**whole, "kv_cache": True, "cache_refresh": every, "threshold": threshold, **no_waste})
+          for every in refreshes],
         Config(f"prefix cache + threshold {low_threshold} + no waste",
                {**whole, "kv_cache": True, "threshold": low_threshold, **no_waste}),
         Config(f"prefix cache + factor {factor} + no waste", {**whole, "kv_cache": True, "factor": factor, **no_waste}),
@@ -133,6 +137,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--low-threshold", type=float, default=0.9, help="a second, faster threshold (Fast-dLLM's "
                                                                           "default, 0.9)")
     parser.add_argument("--factor", type=float, default=1.0, help="Fast-dLLM's factor rule setting (its default, 1)")
+    parser.add_argument("--refresh", type=int, nargs="*", default=[2, 4], metavar="N",
+                        help="cache_refresh settings to measure with the prefix cache (default: 2 4)")
     parser.add_argument("--only", default=None, metavar="LABELS",
                         help="comma-separated substrings: run only the configurations whose label contains one "
                              "(the plain baseline always runs)")
@@ -228,7 +234,7 @@ def main() -> None:
     shared = {name: json.loads(value) for name, value in (option.split("=", 1) for option in args.option)}
     configs = [Config(config.label, {**shared, **config.options}) for config in
                configurations(args.new_tokens, args.block_length, args.threshold, args.low_threshold, args.factor,
-                              args.reference_block_length)]
+                              args.refresh, args.reference_block_length)]
     if args.only:
         wanted = [part.strip() for part in args.only.split(",")]
         configs = configs[:1] + [c for c in configs[1:] if any(part in c.label for part in wanted)]
