@@ -91,7 +91,8 @@ class _LoopOptions:
         _check(not (self.kv_cache and self.dual_cache), name, "dual_cache", self.dual_cache,
                "it replaces the prefix cache: set kv_cache=false or dual_cache=false")
         _check(self.cache_refresh is None or self.kv_cache or self.dual_cache, name, "cache_refresh",
-               self.cache_refresh, "it refreshes a KV cache: also set kv_cache=true or dual_cache=true, or leave it unset")
+               self.cache_refresh,
+               "it refreshes a KV cache: also set kv_cache=true or dual_cache=true, or leave it unset")
 
     def _plan(self, cfg_scale: float = 0.0):
         from diffugrpo_plugin.sampling.engine import Plan
