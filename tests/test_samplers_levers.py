@@ -13,6 +13,7 @@ import torch
 from samplers_support import FAKE_EOS, FAKE_PAD, fake_lm, log_probs, single_thread
 from test_samplers_real import LONG, SHORT, lm_for, run
 
+from diffugrpo_plugin.models import ModelConfigError
 from diffugrpo_plugin.sampling import SamplerOptionError
 from diffugrpo_plugin.sampling.decoding import factor_choice
 from diffugrpo_plugin.sampling.samplers import EntropySampler, LLaDASampler, MaskGitPlusSampler
@@ -202,6 +203,13 @@ def test_factor_rule_decides_several_tokens_per_forward(models):
     plain = run(EntropySampler(), lm, PROMPTS, seeds=SEEDS)
     with_factor = run(EntropySampler(factor=1.0, reuse_logits=True), lm, PROMPTS, seeds=SEEDS)
     assert with_factor.forwards < plain.forwards
+
+
+def test_dual_cache_refuses_a_model_without_cache_support():
+    lm = fake_lm({1: [log_probs(0.5, 0.5)] * 3})
+    ids = torch.tensor([[1]])
+    with pytest.raises(ModelConfigError, match="dual_cache=true cannot be used with TableModel.*dual_cache=false"):
+        LLaDASampler(dual_cache=True).generate(lm, ids, torch.ones_like(ids), 2, eos_token_id=4, pad_token_id=0)
 
 
 @pytest.mark.parametrize("options, message", [
