@@ -85,7 +85,7 @@ def mbpp_path(tasks: str) -> str | None:
     folder = os.environ.get(MBPP_DIR_VAR)
     if not folder:
         sys.exit(f"benchmarks/sampler.py: --tasks mbpp needs {MBPP_DIR_VAR}, the folder holding mbpp.jsonl; "
-                 f"set it (e.g. {MBPP_DIR_VAR}=../shared/data/mbpp)")
+                 f"set it (e.g. {MBPP_DIR_VAR}=path/to/mbpp)")
     path = os.path.join(folder, "mbpp.jsonl")
     if not os.path.isfile(path):
         sys.exit(f"benchmarks/sampler.py: {MBPP_DIR_VAR}={folder}, but {path} does not exist; point {MBPP_DIR_VAR} "

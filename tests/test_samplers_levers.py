@@ -233,4 +233,4 @@ def test_benchmark_names_the_mbpp_variable_when_it_is_unset():
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "benchmarks/sampler.py: --tasks mbpp needs DIFFUGRPO_MBPP_DIR, the folder holding mbpp.jsonl; set it "
-        "(e.g. DIFFUGRPO_MBPP_DIR=../shared/data/mbpp)"]
+        "(e.g. DIFFUGRPO_MBPP_DIR=path/to/mbpp)"]
