@@ -19,7 +19,7 @@ Plain torch; no verl.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -51,17 +51,18 @@ def _row_chunks(num_rows: int, chunk_rows: int) -> list[slice]:
     return [slice(start, start + chunk_rows) for start in range(0, num_rows, chunk_rows)]
 
 
-def _chunked_forward(logits: torch.Tensor, targets: torch.Tensor, chunk_rows: int, with_entropy: bool):
-    """Per-row ``logp``, ``log_normaliser`` and (optionally) ``entropy``, all fp32, one chunk at a time.
+def _chunked_forward(chunk_logits: Callable[[slice], torch.Tensor], targets: torch.Tensor, chunk_rows: int,
+                     with_entropy: bool):
+    """Per-row ``logp``, ``log_normaliser`` and (optionally) ``entropy``, all fp32, one chunk at a time;
+    ``chunk_logits(rows)`` gives the fp32 logits of a chunk of rows (taken from a tensor, or projected).
 
-    logits [R, V]; targets [R] -> logp [R], log_normaliser [R], entropy [R] or None.
+    targets [R] -> logp [R], log_normaliser [R], entropy [R] or None.
     """
-    num_rows = logits.shape[0]
-    logp = torch.empty(num_rows, dtype=torch.float32, device=logits.device)  # [R]
+    logp = torch.empty(targets.shape[0], dtype=torch.float32, device=targets.device)  # [R]
     log_normaliser = torch.empty_like(logp)  # [R]
     entropy = torch.empty_like(logp) if with_entropy else None  # [R]
-    for rows in _row_chunks(num_rows, chunk_rows):
-        chunk = logits[rows].float()  # [r, V]
+    for rows in _row_chunks(targets.shape[0], chunk_rows):
+        chunk = chunk_logits(rows)  # [r, V]
         log_normaliser[rows] = torch.logsumexp(chunk, dim=-1)
         logp[rows] = chunk.gather(-1, targets[rows, None]).squeeze(-1) - log_normaliser[rows]
         if with_entropy:
@@ -79,7 +80,8 @@ class _ChunkedTargetLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, chunk_rows, with_entropy):
-        logp, log_normaliser, entropy = _chunked_forward(logits, targets, chunk_rows, with_entropy)
+        logp, log_normaliser, entropy = _chunked_forward(lambda rows: logits[rows].float(), targets, chunk_rows,
+                                                         with_entropy)
         ctx.save_for_backward(logits, targets, log_normaliser)
         ctx.chunk_rows = chunk_rows
         if entropy is not None:
@@ -116,7 +118,8 @@ def chunked_gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, chunk_
     if torch.is_grad_enabled() and logits.requires_grad:
         logp, entropy = _ChunkedTargetLogprob.apply(logits, targets, chunk_rows, with_entropy)
     else:
-        logp, _, entropy = _chunked_forward(logits.detach(), targets, chunk_rows, with_entropy)
+        logp, _, entropy = _chunked_forward(lambda rows: logits.detach()[rows].float(), targets, chunk_rows,
+                                            with_entropy)
     return (logp, entropy) if with_entropy else logp
 
 
@@ -165,19 +168,8 @@ class _FusedHeadLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, scale, chunk_rows, with_entropy):
-        num_rows = hidden.shape[0]
-        logp = torch.empty(num_rows, dtype=torch.float32, device=hidden.device)  # [R]
-        log_normaliser = torch.empty_like(logp)  # [R]
-        entropy = torch.empty_like(logp) if with_entropy else None  # [R]
-        for rows in _row_chunks(num_rows, chunk_rows):
-            chunk = _project(hidden[rows], weight, bias, scale).float()  # [r, V]
-            target_logit = chunk.gather(-1, targets[rows, None]).squeeze(-1)  # [r]
-            if with_entropy:
-                log_probs = torch.log_softmax(chunk, dim=-1)  # [r, V]
-                entropy[rows] = -(log_probs.exp() * log_probs).sum(-1)
-            peak = chunk.amax(dim=-1, keepdim=True)  # [r, 1]
-            log_normaliser[rows] = chunk.sub_(peak).exp_().sum(-1).log_().add_(peak.squeeze(-1))  # in place: one pass
-            logp[rows] = target_logit - log_normaliser[rows]
+        logp, log_normaliser, entropy = _chunked_forward(
+            lambda rows: _project(hidden[rows], weight, bias, scale).float(), targets, chunk_rows, with_entropy)
         ctx.save_for_backward(hidden, weight, bias, targets, log_normaliser)
         ctx.scale, ctx.chunk_rows = scale, chunk_rows
         if entropy is not None:
