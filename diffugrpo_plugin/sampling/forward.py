@@ -85,6 +85,23 @@ class _CachedForward:
             raise self._unsupported("its forward takes no transformers Cache (past_key_values)")
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: the cached keys, values
 
+    def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
+                 positions: torch.Tensor | None = None) -> torch.Tensor:
+        query_start, width = _query_start(self.model, window_start), window_end - window_start
+        if fresh or not self.kept:
+            return self._fill(x, attention_mask, position_ids, query_start, width, positions, rows)
+        x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
+        kept = self.kept if rows is None else [(keys[rows], values[rows]) for keys, values in self.kept]
+        cache, last_input = self._reused(kept, query_start, window_end, x.shape[1])
+        return self._run(x, attention_mask, position_ids, query_start, last_input, query_start, width, cache,
+                         positions)
+
+    def _reused(self, kept: list[tuple[torch.Tensor, torch.Tensor]], query_start: int, window_end: int,
+                length: int) -> tuple[Cache, int]:
+        """The cache a later step of the block runs against, and the end of the inputs it re-runs."""
+        raise NotImplementedError
+
     def _run(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, first_input: int,
              last_input: int, query_start: int, width: int, cache: Cache,
              positions: torch.Tensor | None) -> torch.Tensor:
@@ -136,17 +153,10 @@ class PrefixCachedForward(_CachedForward):
     hidden states go through the vocabulary projection.
     """
 
-    def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
-                 positions: torch.Tensor | None = None) -> torch.Tensor:
-        query_start, width = _query_start(self.model, window_start), window_end - window_start
-        if fresh or not self.kept:
-            return self._fill(x, attention_mask, position_ids, query_start, width, positions, rows)
-        x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
-        cache = _prefilled_cache([(keys[..., :query_start, :], values[..., :query_start, :])
-                                  for keys, values in _select_kept(self.kept, rows)])
-        return self._run(x, attention_mask, position_ids, query_start, x.shape[1], query_start, width, cache,
-                         positions)
+    def _reused(self, kept, query_start, window_end, length):
+        # everything from the token that scores the block's first one on is re-run
+        return _prefilled_cache([(keys[..., :query_start, :], values[..., :query_start, :])
+                                 for keys, values in kept]), length
 
 
 class DualCachedForward(_CachedForward):
@@ -154,23 +164,10 @@ class DualCachedForward(_CachedForward):
 
     option = "dual_cache"
 
-    def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
-                 positions: torch.Tensor | None = None) -> torch.Tensor:
-        query_start, width = _query_start(self.model, window_start), window_end - window_start
-        if fresh or not self.kept:
-            return self._fill(x, attention_mask, position_ids, query_start, width, positions, rows)
-        x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
+    def _reused(self, kept, query_start, window_end, length):
         # The re-run part is the block and, for a shifted model, the token before it (whose output scores the
         # block's first token), so every block token's keys/values are fresh.
-        cache = Cache(layers=[_BlockLayer(keys, values, query_start, window_end)
-                              for keys, values in _select_kept(self.kept, rows)])
-        return self._run(x, attention_mask, position_ids, query_start, window_end, query_start, width, cache,
-                         positions)
-
-
-def _select_kept(kept: list[tuple[torch.Tensor, torch.Tensor]], rows: torch.Tensor | None):
-    return kept if rows is None else [(keys[rows], values[rows]) for keys, values in kept]
+        return Cache(layers=[_BlockLayer(keys, values, query_start, window_end) for keys, values in kept]), window_end
 
 
 def _prefilled_cache(layers: list[tuple[torch.Tensor, torch.Tensor]]) -> Cache:
