@@ -104,6 +104,23 @@ def tiny_model_path(tmp_path_factory) -> str:
     return str(save_tiny_model(tmp_path_factory.mktemp("tiny") / "dream", spec))
 
 
+@pytest.fixture
+def chosen_model(monkeypatch) -> list:
+    """The paths a CLI command asks to load, recorded; loading stops there with a ModelConfigError (nothing
+    is built: the warm-started model's path is only computed)."""
+    from diffugrpo_plugin import models, warm_start
+
+    loaded = []
+
+    def record(path, *args, **kwargs):
+        loaded.append(path)
+        raise models.ModelConfigError("stopped after choosing the model")
+
+    monkeypatch.setattr(warm_start, "build_once", lambda target, build: target)
+    monkeypatch.setattr(models, "load_diffusion_lm", record)
+    return loaded
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray instance for every test that needs workers (start-up costs seconds)."""

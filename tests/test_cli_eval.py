@@ -144,21 +144,11 @@ def test_a_model_runs_end_to_end_and_writes_every_file(tiny_model_path, tmp_path
     assert summary["settings"]["sampler_options"] == {"steps": 4} and summary["settings"]["max_new_tokens"] == 16
 
 
-def test_the_default_model_is_the_training_jobs(tmp_path, capsys, monkeypatch):
-    from diffugrpo_plugin import models, warm_start
+def test_the_default_model_is_the_training_jobs(tmp_path, capsys, chosen_model):
     from diffugrpo_plugin.integration.resolvers import default_model
-    from diffugrpo_plugin.models import ModelConfigError
 
-    loaded = []
-
-    def record(path, *args, **kwargs):
-        loaded.append(path)
-        raise ModelConfigError("stopped after choosing the model")
-
-    monkeypatch.setattr(warm_start, "build_once", lambda target, build: target)  # where it lives; not built here
-    monkeypatch.setattr(models, "load_diffusion_lm", record)
     assert run_cli(["--dataset", "humaneval", "--limit", "1", "--out", str(tmp_path / "o")]) == 2
-    assert loaded == [default_model()]
+    assert chosen_model == [default_model()]
     assert "stopped after choosing the model" in capsys.readouterr().err
 
 

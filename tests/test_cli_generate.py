@@ -98,21 +98,11 @@ def test_option_values_are_read_as_json_then_text():
         "steps": 64, "kv_cache": True, "alg": "entropy", "threshold": 0.9, "top_k": None}
 
 
-def test_the_default_model_is_the_training_jobs(monkeypatch, capsys):
-    from diffugrpo_plugin import models, warm_start
+def test_the_default_model_is_the_training_jobs(capsys, chosen_model):
     from diffugrpo_plugin.integration.resolvers import default_model
-    from diffugrpo_plugin.models import ModelConfigError
 
-    loaded = []
-
-    def record(path, *args, **kwargs):
-        loaded.append(path)
-        raise ModelConfigError("stopped after choosing the model")
-
-    monkeypatch.setattr(warm_start, "build_once", lambda target, build: target)  # where it lives; not built here
-    monkeypatch.setattr(models, "load_diffusion_lm", record)
     assert main(["--prompt", "def add(a, b):"]) == 2
-    assert loaded == [default_model()]
+    assert chosen_model == [default_model()]
     assert "stopped after choosing the model" in capsys.readouterr().err
 
 
