@@ -231,22 +231,45 @@ def test_fused_head_entropy_is_the_predictive_entropy_and_detached():
 
 
 def test_fused_head_never_holds_more_than_one_chunk_of_logits(monkeypatch):
-    """The largest logits tensor made in the forward (row chunks) and the backward (vocabulary slices) is one
-    chunk: chunk_rows x V elements."""
+    """Forward and backward walk the vocabulary in slices of at most chunk_rows x V logits elements, and every
+    slice is written into one buffer per pass (no fresh [v, R] tensor per slice)."""
     import diffugrpo_plugin.logprobs as logprobs
 
     hidden, weight, bias, targets = head_inputs(torch.float32, rows=40, vocab=50)
-    sizes = {"forward": [], "backward": []}
+    slices = []
 
-    def recording(function, phase):
-        def record(*args, **kwargs):
-            logits = function(*args, **kwargs)
-            sizes[phase].append(logits.numel())
-            return logits
-        return record
+    def recording(hidden, weight, bias, scale, out):
+        logits = logprobs._slice_logits.__wrapped__(hidden, weight, bias, scale, out)
+        slices.append((logits.numel(), logits.untyped_storage().data_ptr()))
+        return logits
 
-    monkeypatch.setattr(logprobs, "_project", recording(logprobs._project, "forward"))
-    monkeypatch.setattr(logprobs, "_slice_log_softmax", recording(logprobs._slice_log_softmax, "backward"))
+    recording.__wrapped__ = logprobs._slice_logits
+    monkeypatch.setattr(logprobs, "_slice_logits", recording)
     fused_head_logprob(hidden, weight, targets, bias, chunk_rows=4).sum().backward()
-    assert sizes["forward"] == [4 * 50] * 10  # 10 row chunks of 4 rows
-    assert sizes["backward"] == [5 * 40] * 10  # 10 vocabulary slices of 5 columns x 40 rows
+    assert [size for size, _ in slices] == [5 * 40] * 20  # forward, then backward: 10 slices of 5 columns x 40 rows
+    assert len({pointer for _, pointer in slices[:10]}) == 1 and len({pointer for _, pointer in slices[10:]}) == 1
+
+
+def test_fused_head_slices_are_cache_sized_below_the_memory_cap():
+    """Slices are SLICE_COLUMNS wide unless the chunk_rows x V memory cap allows fewer columns (never fewer than one)."""
+    from diffugrpo_plugin.logprobs import SLICE_COLUMNS, _vocab_slices
+
+    wide = _vocab_slices(num_rows=16, vocab=10 * SLICE_COLUMNS + 3, chunk_rows=128)
+    assert [s.stop - s.start for s in wide] == [SLICE_COLUMNS] * 10 + [3]
+    capped = _vocab_slices(num_rows=100, vocab=5000, chunk_rows=4)  # 4 x 5000 elements = 200 columns x 100 rows
+    assert {s.stop - s.start for s in capped} == {200} and capped[-1].stop == 5000
+    assert {s.stop - s.start for s in _vocab_slices(num_rows=100, vocab=50, chunk_rows=1)} == {1}
+
+
+def test_fused_head_online_normaliser_when_every_slice_raises_the_maximum():
+    """Logits 0, 10, ..., 200 (exp overflows fp32 past 88) seen one column at a time, so every slice raises the
+    running maximum: log-probs and entropy equal the float64 formula."""
+    hidden = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    weight = torch.stack([torch.arange(21.0) * 10, torch.zeros(21)], dim=1)  # [21, 2]: row 0 ascends, row 1 is flat
+    targets = torch.tensor([19, 3])
+    logp, entropy = fused_head_logprob(hidden, weight, targets, chunk_rows=1, with_entropy=True)
+    log_softmax = torch.log_softmax(hidden.double() @ weight.double().t(), dim=-1)  # [2, 21]
+    assert logp.tolist() == pytest.approx(log_softmax.gather(-1, targets[:, None]).squeeze(-1).tolist(), abs=1e-5)
+    want_entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    assert entropy.tolist() == pytest.approx(want_entropy.tolist(), abs=1e-5)
+    assert entropy[1].item() == pytest.approx(math.log(21), abs=1e-6)  # flat row: uniform
