@@ -6,7 +6,7 @@ model (Dream-style, shifted logits), the same batch and the same ``coupled`` mas
 * **ours**: :func:`diffugrpo_plugin.logprobs.coupled_token_logprobs`. The transformer body runs
   on the three views; only the rows a view scores (every completion token in the fully masked
   view, each completion token once across the complementary pair: ``2 x B x completion``
-  rows) reach the fused head, which projects and log-softmaxes one chunk of rows at a time
+  rows) reach the fused head, which projects and log-softmaxes one vocabulary slice at a time
   and recomputes the logits in the backward: no ``[rows, V]`` tensor exists.
 * **unfused**: the previous release's pass: the same rows through the model's own head, so
   their ``[2 x B x completion, V]`` logits are materialised, then a chunked fp32 log-softmax

@@ -9,8 +9,8 @@ log-softmax for every position of every view (``3 x B x L x V`` floats). Here th
 transformer body still runs on all ``V`` views (the attention needs every position), but only
 the hidden rows whose coefficient is non-zero are scored (for the coupled masker, ``2 x`` the
 completion tokens), and they are scored by :func:`fused_head_logprob`: the vocabulary
-projection and the fp32 log-softmax together, one chunk of logits at a time, recomputed in the
-backward. No ``[rows, V]`` tensor is ever alive, so the pass's memory beside the model does not
+projection and the fp32 log-softmax together, one vocabulary slice of logits at a time,
+recomputed in the backward. No ``[rows, V]`` tensor is ever alive, so the pass's memory beside the model does not
 grow with the vocabulary (see ``benchmarks/coupled_logprob.py`` for the measured effect).
 
 Plain torch; no verl.
@@ -30,7 +30,9 @@ from diffugrpo_plugin.masking import MaskedViews
 if TYPE_CHECKING:  # models imports this module for the fused head
     from diffugrpo_plugin.models import DiffusionLM
 
-DEFAULT_CHUNK_ROWS = 128  # rows of logits per chunk: 128 x 150k vocab x 4 B = 77 MB of fp32
+# The memory cap of a chunk of logits: chunk_rows x V elements (128 x 150k vocab x 4 B = 77 MB of fp32). The
+# chunked log-softmax takes chunks of this many rows; the fused head's vocabulary slices never exceed it.
+DEFAULT_CHUNK_ROWS = 128
 
 
 @dataclass

@@ -46,8 +46,8 @@ class DiffusionModelConfig(HFModelConfig):
     default: detected from the checkpoint's config), ``implementation`` (``auto`` / ``native`` /
     ``remote``, see :func:`diffugrpo_plugin.models.plan_loading`), ``masker`` (name, default
     ``coupled``), ``masker_kwargs`` (e.g. ``t_range``, ``p_mask_prompt``), ``mask_token_id`` /
-    ``logits_shift`` (override what the family and model config say), ``chunk_rows`` (rows per
-    fp32 log-softmax chunk).
+    ``logits_shift`` (override what the family and model config say), ``chunk_rows`` (the fused
+    head's memory cap: at most ``chunk_rows x vocab`` logits at a time).
     """
 
     diffusion: dict = field(default_factory=dict)
