@@ -19,7 +19,7 @@ computed). Terms fall in three phases: ``held`` for the whole step (sharded trai
 reference shards, the rollout's policy copy), ``update`` (the peak of a training micro-batch)
 and ``rollout`` (the peak of a sampler step). Training and sampling never run at the same time,
 so the total is ``held + max(update, rollout)``. Within a phase the terms are summed, a mild
-upper bound: the fused head's chunk is freed before the layers' backward recomputation
+upper bound: the fused head's vocabulary slice is freed before the layers' backward recomputation
 starts, and the sampler's model logits before its fp32 window buffers peak. What is not counted
 is listed in :data:`NOT_COUNTED`. Two terms are checked against the code they model
 (tests/test_check_model.py): a layer's saved activations against autograd's saved tensors, and
@@ -38,7 +38,6 @@ NOT_COUNTED = (
     "allocator fragmentation and the caching allocator's reserve (often 5-20% on top)",
     "NCCL communication buffers",
     "the CUDA context and kernels (about 0.5-1 GiB per process)",
-    "the prefix KV cache when the sampler's kv_cache=true (2 x layers x micro-batch x prompt x kv_dim x dtype)",
     "the old-policy and reference log-prob passes (no gradient: they need less than the update)",
     "the fp32 cast of one FSDP unit's gradients for its reduce-scatter (reduce_dtype fp32), and "
     "optimizer-step temporaries",
@@ -258,10 +257,13 @@ class StepSetup:
         views: masker views (3 for the coupled masker).
         scored_rows_per_token: vocabulary-head rows per completion token (2 for coupled: the fully masked
             view scores every token, the complementary pair scores each token once more).
-        chunk_rows: rows of logits per fused-head chunk (``diffusion.chunk_rows``, logprobs.DEFAULT_CHUNK_ROWS).
+        chunk_rows: the fused head's memory cap, at most ``chunk_rows x vocab`` logits at a time
+            (``diffusion.chunk_rows``, logprobs.DEFAULT_CHUNK_ROWS).
+        slice_columns: the fused head's widest vocabulary slice (logprobs.SLICE_COLUMNS).
         logits_shift: the model shifts its logits (Dream): aligning them copies the sampler's logits once more.
         sampler_window_copies: fp32 window-sized ``[micro_batch, completion, vocab]`` buffers a sampler step
             holds at its peak (counted from sampling/engine.py, dream.py and decoding.py; see the term's assumption).
+        sampler_kv_cache: the sampler keeps the prompt's keys/values (the training default's prefix cache).
     """
 
     batch: int
@@ -276,8 +278,10 @@ class StepSetup:
     views: int = 3
     scored_rows_per_token: int = 2
     chunk_rows: int = 128  # logprobs.DEFAULT_CHUNK_ROWS (not imported: this module imports no torch)
+    slice_columns: int = 1024  # logprobs.SLICE_COLUMNS (a test ties the two)
     logits_shift: bool = True
     sampler_window_copies: int = 10
+    sampler_kv_cache: bool = True  # engine_kwargs.diffusion.kv_cache, on in the training default
 
     @property
     def tokens(self) -> int:
@@ -474,17 +478,19 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
                                 f"{s} x {t} x {extra} B",
                                 "gradients of a layer's hidden states and MLP activations 2H + 2I per token"))
     rows = setup.scored_rows_per_token * setup.batch * c
-    chunk = min(setup.chunk_rows, rows)
+    width = min(v, max(1, min(setup.slice_columns, setup.chunk_rows * v // rows)))  # logprobs._vocab_slices
+    head_dtype_slice = 0 if pb == 4 else pb
     terms.append(MemoryTerm(f"fused head: saved rows ({pdt}) + their fp32 gradient", "update",
                             rows * h * (pb + 4), f"{rows} rows x {h} x ({pb} + 4) B",
                             f"fused head (logprobs.py): {setup.scored_rows_per_token} x {setup.batch} completions x "
                             f"{c} tokens, saved for the backward, which recomputes their logits"))
-    fp32_copy = 0 if pb == 4 else 4
-    terms.append(MemoryTerm("fused head: one chunk of logits", "update", chunk * v * (pb + fp32_copy + 4),
-                            f"{chunk} x {v} x ({pb} + {fp32_copy} + 4) B",
-                            f"chunk_rows={setup.chunk_rows}: the head's output for one chunk ({pdt}), its fp32 copy "
-                            f"(none when the head is fp32) and the fp32 log-softmax temporary; the backward's "
-                            f"vocabulary slices hold as many elements. No [rows, vocab] tensor exists"))
+    terms.append(MemoryTerm("fused head: one vocabulary slice of logits", "update",
+                            width * rows * (4 + head_dtype_slice + 8),
+                            f"{width} x {rows} x (4 + {head_dtype_slice} + 8) B",
+                            f"{width} vocabulary columns (at most {setup.slice_columns}, and at most chunk_rows="
+                            f"{setup.chunk_rows} x {v} elements) x {rows} rows: the reused fp32 buffer, the slice in "
+                            f"the head's dtype (none when the head is fp32) and two fp32 temporaries when the entropy "
+                            f"is asked for. No [rows, vocab] tensor exists"))
 
     m, L = setup.sampler_batch, setup.tokens
     copies = 2 if setup.logits_shift else 1
@@ -500,6 +506,12 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
                             "(sampling/engine.py), their live-row copy, the packed masked rows, the temperature-scaled "
                             "copy, top-p's sorted values, int64 indices (2), softmax, cumulative sum and its "
                             "difference = 10 (7 greedy without top-p; both measured)"))
+    if setup.sampler_kv_cache:
+        kept = 2 * model.layers * m * setup.prompt_length * model.kv_dim * rb
+        terms.append(MemoryTerm(f"sampler: prefix KV cache ({setup.rollout_dtype})", "rollout", kept,
+                                f"2 x {model.layers} x {m} x {setup.prompt_length} x {model.kv_dim} x {rb} B",
+                                "keys and values of every layer for the prompt, kept between forwards "
+                                "(sampling/forward.py; kv_cache=false keeps none)"))
     sampler_layer = layer_saved_bytes(model, rb)
     terms.append(MemoryTerm("sampler: one layer's forward working set", "rollout", m * L * sampler_layer,
                             f"{m} x {L} x {sampler_layer} B",

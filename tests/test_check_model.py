@@ -366,9 +366,12 @@ def test_memory_terms_by_hand_with_checkpointing():
         "activations: kept layer inputs (checkpointing)": ("update", tokens * (16 * 2048 * 2 + norm)),  # 245.76e6
         "activations: one layer recomputed + its backward": ("update", tokens * (layer_saved + backward)),  # 448.5e6
         "fused head: saved rows (bf16) + their fp32 gradient": ("update", rows * 2048 * (2 + 4)),  # 14.7e6
-        "fused head: one chunk of logits": ("update", 1000 * 50_000 * (2 + 4 + 4)),  # 500e6: bf16, fp32 copy, temp
+        # 1,024 columns (the cap 1000 x 50k elements allows 41,666) x 1,200 rows x (fp32 buffer, bf16 slice, two
+        # entropy temporaries) = 17.2e6
+        "fused head: one vocabulary slice of logits": ("update", 1024 * rows * (4 + 2 + 8)),
         "sampler: model logits (bf16)": ("rollout", 2 * 8 * 250 * 50_000 * 2),  # 400e6, x2: shifted logits aligned
         "sampler: fp32 window buffers": ("rollout", 10 * 8 * 150 * 50_000 * 4),  # 2.4e9: 10 copies at top-p's peak
+        "sampler: prefix KV cache (bf16)": ("rollout", 2 * 16 * 8 * 100 * 512 * 2),  # 26.2e6: k and v, every layer
         "sampler: one layer's forward working set": ("rollout", 8 * 250 * layer_saved),  # 217.088e6
     }
     estimate = step_cost.memory_estimate(ONE_B, ONE_B_STEP)
@@ -377,15 +380,22 @@ def test_memory_terms_by_hand_with_checkpointing():
     for name, (phase, value) in expected.items():
         assert found[name][0] == phase, name
         assert found[name][1] == pytest.approx(value, rel=1e-12), name
-    held, update, rollout = 7.0e9, 2_326_417_600, 3_017_088_000
+    held, update, rollout = 7.0e9, 1_843_620_800, 3_043_302_400
     assert estimate.phase_bytes("held") == pytest.approx(held)
     assert estimate.phase_bytes("update") == pytest.approx(update)
     assert estimate.phase_bytes("rollout") == pytest.approx(rollout)
     assert estimate.peak_phase == "rollout"
     assert estimate.total_bytes == pytest.approx(held + rollout)  # training and sampling never overlap
-    assert estimate.total_gib == pytest.approx(10_017_088_000 / 2**30)
+    assert estimate.total_gib == pytest.approx(10_043_302_400 / 2**30)
     table = step_cost.format_memory_table(estimate)
-    assert f"{10_017_088_000 / 2**30:>9.3f}  peak in rollout" in table and "phases (GiB): held 6.519" in table
+    assert f"{10_043_302_400 / 2**30:>9.3f}  peak in rollout" in table and "phases (GiB): held 6.519" in table
+
+
+def test_memory_model_uses_the_fused_heads_own_constants():
+    from diffugrpo_plugin import logprobs
+
+    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).chunk_rows == logprobs.DEFAULT_CHUNK_ROWS
+    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).slice_columns == logprobs.SLICE_COLUMNS
 
 
 def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
@@ -397,14 +407,19 @@ def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
     # every layer keeps its 108,544 bytes per token, plus the final norm's 16,384
     assert found["activations: every layer's saved tensors"][1] == 3000 * (16 * 108_544 + 16_384)
     assert found["activations: backward gradients of one layer"][1] == 3000 * 40_960
-    assert found["fused head: one chunk of logits"][1] == 1200 * 50_000 * 10  # fewer rows than chunk_rows: all in one
+    assert found["fused head: one vocabulary slice of logits"][1] == 1024 * 1200 * 14  # slice_columns binds
     fp32 = step_cost.memory_estimate(ONE_B, step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150,
                                                                  param_dtype="fp32", rollout_dtype="fp32"))
     in_fp32 = terms_by_name(fp32)
-    assert in_fp32["fused head: one chunk of logits"][1] == 128 * 50_000 * (4 + 4)  # fp32 head: no fp32 copy
+    assert in_fp32["fused head: one vocabulary slice of logits"][1] == 1024 * 1200 * (4 + 8)  # fp32: no copy
+    capped = terms_by_name(step_cost.memory_estimate(ONE_B, step_cost.StepSetup(
+        batch=4, prompt_length=100, completion_length=150, chunk_rows=1)))
+    assert capped["fused head: one vocabulary slice of logits"][1] == 41 * 1200 * 14  # 1 x 50k elements: 41 columns
     assert in_fp32["fused head: saved rows (fp32) + their fp32 gradient"][1] == 1200 * 2048 * (4 + 4)
     assert in_fp32["FSDP gathered params (fp32)"][1] == pytest.approx(4 * (204.8e6 + 2 * (1e9 - 204.8e6) / 16))
     assert found["sampler: model logits (bf16)"][1] == 1 * 8 * 250 * 50_000 * 2  # unshifted: no aligned copy
+    reference_sampler = step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150, sampler_kv_cache=False)
+    assert "sampler: prefix KV cache (bf16)" not in terms_by_name(step_cost.memory_estimate(ONE_B, reference_sampler))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])

@@ -93,6 +93,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                                "default: %(default)s)")
     estimate.add_argument("--chunk-rows", type=int, default=None,
                           help="rows per fp32 log-softmax chunk (default: logprobs.DEFAULT_CHUNK_ROWS)")
+    estimate.add_argument("--no-kv-cache", action="store_true",
+                          help="the rollout samples without the prefix KV cache (the reference sampler; the training "
+                               "default keeps one)")
     estimate.add_argument("--diffusion-steps", type=int, default=DEFAULTS["diffusion_steps"],
                           help="rollout denoising steps, for the FLOP count (default: %(default)s)")
     estimate.add_argument("--iterations", type=int, default=DEFAULTS["iterations"],
@@ -169,7 +172,7 @@ def _run(args: argparse.Namespace) -> int:
         reference_dtype=None if args.no_reference else args.reference_dtype, rollout_dtype=args.rollout_dtype,
         rollout_micro_batch=args.rollout_micro_batch, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
         logits_shift=bool(resolution.logits_shift), views=step_cost.MASKER_SHAPES[args.masker][0],
-        scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1])
+        scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1], sampler_kv_cache=not args.no_kv_cache)
     memory = step_cost.memory_estimate(resolution.shape(), setup)
     flops = step_cost.step_flops(resolution.parameters, args.batch, setup.tokens, args.diffusion_steps,
                                  args.iterations, setup.views, args.gradient_checkpointing,
