@@ -11,6 +11,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from diffugrpo_plugin.integration.preflight import ConfigError, check_config
+from family_standins import dream_standin  # noqa: F401  (session fixture, used by name)
 
 
 def composed(*overrides: str):
@@ -63,6 +64,18 @@ def test_a_corrupt_parquet_is_named_with_its_fix(valid, tmp_path):
     with pytest.raises(ConfigError, match=r"data\.train_files: '.*corrupt\.parquet' is not a readable parquet file "
                                           r"\(.*\)\. Write it again with `diffugrpo data prepare"):
         check_config(composed(*valid, f"data.train_files={corrupt}"))
+
+
+def test_the_default_fast_sampler_with_remote_code_names_both_fixes(valid, dream_standin):
+    """The default sampler caches keys/values; a checkpoint run through its own (remote) code fills no Cache, so the
+    run stops before Ray, naming the native implementation and the cache-free setting; that setting passes."""
+    remote = [*valid, f"actor_rollout_ref.model.path={dream_standin}", "actor_rollout_ref.model.trust_remote_code=true",
+              "actor_rollout_ref.model.diffusion.implementation=remote"]
+    with pytest.raises(ConfigError, match=r"diffusion\.kv_cache=true \(part of the default fast sampler\).*"
+                                          r"implementation=auto.*kv_cache=false .*cache_refresh=null"):
+        check_config(composed(*remote))
+    check_config(composed(*remote, "actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=false",
+                          "actor_rollout_ref.rollout.engine_kwargs.diffusion.cache_refresh=null"))
 
 
 def test_a_tokenizer_without_mask_token_is_refused(tmp_path):

@@ -80,6 +80,15 @@ def _check_model(config: DictConfig) -> None:
                 f"{model_class.__name__} (the checkpoint's own code) does not support transformers' gradient "
                 f"checkpointing. Use our native implementation (actor_rollout_ref.model.diffusion.implementation=auto)"
                 f" or set actor_rollout_ref.model.enable_gradient_checkpointing=false.")
+    sampler = (config.actor_rollout_ref.rollout.get("engine_kwargs", {}) or {}).get("diffusion", {}) or {}
+    cache = next((option for option in ("kv_cache", "dual_cache") if sampler.get(option)), None)
+    if cache and plan.implementation == "remote" and not plan.family.remote_prefix_cache:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.engine_kwargs.diffusion.{cache}=true (part of the default fast sampler) needs "
+            f"a model whose forward fills a transformers Cache; the checkpoint's own code ({plan.family.name} family, "
+            f"implementation=remote) does not. Use our native implementation "
+            f"(actor_rollout_ref.model.diffusion.implementation=auto), or run without the cache: "
+            f"...engine_kwargs.diffusion.{cache}=false ...engine_kwargs.diffusion.cache_refresh=null.")
 
 
 def _check_data(config: DictConfig) -> None:
