@@ -496,8 +496,8 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
     copies = 2 if setup.logits_shift else 1
     terms.append(MemoryTerm(f"sampler: model logits ({setup.rollout_dtype})", "rollout", copies * m * L * v * rb,
                             f"{copies} x {m} x {L} x {v} x {rb} B",
-                            f"the plain sampler runs the whole sequence and gets logits for every position "
-                            f"(sampling/forward.py)" + ("; aligning shifted logits concatenates a copy"
+                            "the plain sampler runs the whole sequence and gets logits for every position "
+                            "(sampling/forward.py; an upper bound for head_on_masked)" + ("; aligning shifted logits concatenates a copy"
                                                         if setup.logits_shift else "")))
     terms.append(MemoryTerm("sampler: fp32 window buffers", "rollout",
                             setup.sampler_window_copies * m * c * v * 4,
