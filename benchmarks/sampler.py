@@ -19,7 +19,7 @@ difference).
     python benchmarks/sampler.py                 # warm-started tiny Dream-style model, synthetic tasks
     DIFFUGRPO_MBPP_DIR=/path/to/mbpp python benchmarks/sampler.py --tasks mbpp --prompts 100
     python benchmarks/sampler.py --model PATH --tasks mbpp --prompts 8 --new-tokens 256 --repeats 3
-    python benchmarks/sampler.py --sampler llada  # the default tiny LLaDA-style model
+    python benchmarks/sampler.py --sampler llada  # the tiny LLaDA-style model, warm-started the same way
     python benchmarks/sampler.py -o top_k=null -o suppress_mask_token=true   # the README table's sampling
 """
 
@@ -125,7 +125,7 @@ def pad_id(tokenizer) -> int:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="checkpoint (default: the tiny built-in model of the family)")
+    parser.add_argument("--model", default=None, help="checkpoint (default: the warm-started tiny model of the sampler's family)")
     parser.add_argument("--sampler", default="entropy", help="a registered sampler (default: entropy)")
     parser.add_argument("--reference-block-length", type=int, default=None,
                         help="block length of the baseline (LLaDA's reference uses blocks; default: one block)")
@@ -214,14 +214,13 @@ def main() -> None:
     mbpp_file = mbpp_path(args.tasks)
     from diffugrpo_plugin.models import load_diffusion_lm
     from diffugrpo_plugin.sampling import left_pad
-    from diffugrpo_plugin.tiny import TinySpec, default_tiny_model_path
+    from diffugrpo_plugin.tiny import TinySpec
     from diffugrpo_plugin.warm_start import warm_model_path
 
     torch.set_num_threads(args.threads)
     if args.model is None:
         # the warm-started model writes code for the synthetic tasks, so the reward column means something
-        args.model = (default_tiny_model_path(family="llada") if args.sampler == "llada"
-                      else warm_model_path(TinySpec()))
+        args.model = warm_model_path(TinySpec(family="llada" if args.sampler == "llada" else "dream"))
     lm, tokenizer = load_diffusion_lm(args.model, args.device)
     rows = task_rows(args.tasks, args.prompts, mbpp_file)
     prompts = [tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True)
