@@ -103,7 +103,10 @@ def test_kill_and_resume_continues_from_the_last_checkpoint(tmp_path):
 
 
 @pytest.mark.parametrize("kind, loading", [
-    ("dream", ["actor_rollout_ref.model.trust_remote_code=true", "actor_rollout_ref.model.diffusion.implementation=remote"]),
+    # its own code fills no transformers cache: the default sampler's prefix cache off, as the pre-flight says
+    ("dream", ["actor_rollout_ref.model.trust_remote_code=true", "actor_rollout_ref.model.diffusion.implementation=remote",
+               "actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=false",
+               "actor_rollout_ref.rollout.engine_kwargs.diffusion.cache_refresh=null"]),
     ("llada", ["actor_rollout_ref.model.diffusion.family=llada",
                "actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=llada",
                "+actor_rollout_ref.rollout.engine_kwargs.diffusion.block_length=8"]),
