@@ -19,7 +19,7 @@ Plain torch; no verl.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -53,18 +53,16 @@ def _row_chunks(num_rows: int, chunk_rows: int) -> list[slice]:
     return [slice(start, start + chunk_rows) for start in range(0, num_rows, chunk_rows)]
 
 
-def _chunked_forward(chunk_logits: Callable[[slice], torch.Tensor], targets: torch.Tensor, chunk_rows: int,
-                     with_entropy: bool):
-    """Per-row ``logp``, ``log_normaliser`` and (optionally) ``entropy``, all fp32, one chunk at a time;
-    ``chunk_logits(rows)`` gives the fp32 logits of a chunk of rows (taken from a tensor, or projected).
+def _chunked_forward(logits: torch.Tensor, targets: torch.Tensor, chunk_rows: int, with_entropy: bool):
+    """Per-row ``logp``, ``log_normaliser`` and (optionally) ``entropy``, all fp32, one chunk at a time.
 
-    targets [R] -> logp [R], log_normaliser [R], entropy [R] or None.
+    logits [R, V]; targets [R] -> logp [R], log_normaliser [R], entropy [R] or None.
     """
     logp = torch.empty(targets.shape[0], dtype=torch.float32, device=targets.device)  # [R]
     log_normaliser = torch.empty_like(logp)  # [R]
     entropy = torch.empty_like(logp) if with_entropy else None  # [R]
     for rows in _row_chunks(targets.shape[0], chunk_rows):
-        chunk = chunk_logits(rows)  # [r, V]
+        chunk = logits[rows].float()  # [r, V]
         log_normaliser[rows] = torch.logsumexp(chunk, dim=-1)
         logp[rows] = chunk.gather(-1, targets[rows, None]).squeeze(-1) - log_normaliser[rows]
         if with_entropy:
@@ -82,8 +80,7 @@ class _ChunkedTargetLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, chunk_rows, with_entropy):
-        logp, log_normaliser, entropy = _chunked_forward(lambda rows: logits[rows].float(), targets, chunk_rows,
-                                                         with_entropy)
+        logp, log_normaliser, entropy = _chunked_forward(logits, targets, chunk_rows, with_entropy)
         ctx.save_for_backward(logits, targets, log_normaliser)
         ctx.chunk_rows = chunk_rows
         if entropy is not None:
@@ -120,32 +117,27 @@ def chunked_gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, chunk_
     if torch.is_grad_enabled() and logits.requires_grad:
         logp, entropy = _ChunkedTargetLogprob.apply(logits, targets, chunk_rows, with_entropy)
     else:
-        logp, _, entropy = _chunked_forward(lambda rows: logits.detach()[rows].float(), targets, chunk_rows,
-                                            with_entropy)
+        logp, _, entropy = _chunked_forward(logits.detach(), targets, chunk_rows, with_entropy)
     return (logp, entropy) if with_entropy else logp
-
-
-def _project(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float) -> torch.Tensor:
-    """The head's logits of a vocabulary slice in its own dtype, as the model computes them, vocabulary-major:
-    ``scale * (weight @ hidden.T + bias)``.  # [v, R]"""
-    logits = weight @ hidden.t() if bias is None else torch.addmm(bias[:, None], weight, hidden.t())  # [v, R]
-    return logits if scale == 1.0 else logits * scale
 
 
 def _slice_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float,
                   out: torch.Tensor) -> torch.Tensor:
-    """fp32 logits of one vocabulary slice (``weight``/``bias`` are the slice's rows), written into ``out``.  # [v, R]
+    """fp32 logits ``scale * (weight @ hidden.T + bias)`` of one vocabulary slice (``weight``/``bias`` are the
+    slice's rows), written into ``out``.  # [v, R]
 
-    An fp32 head writes its matmul straight into ``out``; other dtypes compute in their own dtype, as the
-    model does, and are widened into it.
+    Computed in the head's dtype, as the model computes them: an fp32 head writes straight into ``out``,
+    others into a temporary that is then widened into it.
     """
-    if weight.dtype != torch.float32:
-        return out.copy_(_project(hidden, weight, bias, scale))
+    in_place = weight.dtype == torch.float32
+    target = out if in_place else None
     if bias is None:
-        torch.mm(weight, hidden.t(), out=out)
+        logits = torch.mm(weight, hidden.t(), out=target)
     else:
-        torch.addmm(bias[:, None], weight, hidden.t(), out=out)
-    return out if scale == 1.0 else out.mul_(scale)
+        logits = torch.addmm(bias[:, None], weight, hidden.t(), out=target)
+    if scale != 1.0:
+        logits.mul_(scale)
+    return out if in_place else out.copy_(logits)
 
 
 # The widest vocabulary slice. Measured on CPU (R = 2048 rows): [1024, R] fp32 slices keep the exp pass and
