@@ -83,8 +83,9 @@ def _check_model(config: DictConfig) -> None:
     sampler = (config.actor_rollout_ref.rollout.get("engine_kwargs", {}) or {}).get("diffusion", {}) or {}
     cache = next((option for option in ("kv_cache", "dual_cache") if sampler.get(option)), None)
     if cache and plan.implementation == "remote" and not plan.family.remote_prefix_cache:
+        default = " (part of the default fast sampler)" if cache == "kv_cache" else ""
         raise ConfigError(
-            f"actor_rollout_ref.rollout.engine_kwargs.diffusion.{cache}=true (part of the default fast sampler) needs "
+            f"actor_rollout_ref.rollout.engine_kwargs.diffusion.{cache}=true{default} needs "
             f"a model whose forward fills a transformers Cache; the checkpoint's own code ({plan.family.name} family, "
             f"implementation=remote) does not. Use our native implementation "
             f"(actor_rollout_ref.model.diffusion.implementation=auto), or run without the cache: "
