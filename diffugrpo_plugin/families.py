@@ -31,6 +31,7 @@ from typing import Any, Callable
 import torch
 
 from diffugrpo_plugin import hookimpl
+from diffugrpo_plugin.lean_mlp import SwiGLUBlocks
 
 IMPLEMENTATIONS = ("auto", "native", "remote")
 LLADA_MASK_TOKEN_ID = 126336  # `<|mdm_mask|>`; LLaDA's generate.py hard-codes it, its config does not carry it
@@ -156,6 +157,8 @@ class ModelFamily:
         complete_remote_config: adds to the published config object what verl reads and it lacks.
         logit_scale: config -> the factor the network multiplies its head's output by (LLaDA's
             ``scale_logits``); the fused head (:mod:`diffugrpo_plugin.logprobs`) applies it.
+        swiglu: where the SwiGLU feed-forward blocks are, for the training engine's lean backward
+            (:mod:`diffugrpo_plugin.lean_mlp`); None: every block keeps its own code.
     """
 
     name: str
@@ -178,6 +181,7 @@ class ModelFamily:
     remote_prefix_cache: bool = False
     complete_remote_config: Callable[[Any], None] = field(default=lambda config: None)
     logit_scale: Callable[[Any], float] = field(default=lambda config: 1.0)
+    swiglu: SwiGLUBlocks | None = None
 
     def matches(self, config: dict) -> bool:
         """Whether a ``config.json`` dict names this family."""
@@ -233,6 +237,8 @@ BIDIRECTIONAL = ModelFamily(
     embedding="model.embed_tokens",
     logits_shift=None,
     mask_token_names=(),  # a stock model states its mask id (config or tokenizer) or is told it
+    # transformers' Llama-style MLPs: forward(x) = down_proj(act_fn(gate_proj(x)) * up_proj(x))
+    swiglu=SwiGLUBlocks(classes=("LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP")),
 )
 
 
@@ -286,6 +292,7 @@ DREAM = ModelFamily(
     code_files=("modeling_dream",),
     architectures=("DreamModel",),
     native=_dream_native,
+    swiglu=SwiGLUBlocks(classes=("Qwen2MLP", "DreamMLP")),  # native: Qwen2's MLP; published: DreamMLP, the same code
 )
 
 LLADA = ModelFamily(
@@ -308,6 +315,9 @@ LLADA = ModelFamily(
     native_unsupported=_llada_unsupported,
     complete_remote_config=_llada_kv_heads,
     logit_scale=lambda config: 1 / math.sqrt(config.d_model) if getattr(config, "scale_logits", False) else 1.0,
+    # our native block's feed_forward(); the published block computes its feed-forward inline and is left as it is
+    swiglu=SwiGLUBlocks(classes=("LLaDALlamaBlock",), method="feed_forward", gate="ff_proj", up="up_proj",
+                        down="ff_out", activation=None),
 )
 
 

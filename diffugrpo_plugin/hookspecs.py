@@ -129,7 +129,9 @@ def diffugrpo_model_families() -> dict[str, Any]:
     * ``model_types`` / ``code_files`` / ``architectures``: the ``config.json`` values that select
       the family (``actor_rollout_ref.model.diffusion.family`` overrides detection);
     * ``native`` / ``native_unsupported``: an implementation that loads the checkpoint without
-      remote code, and the settings it cannot run (optional).
+      remote code, and the settings it cannot run (optional);
+    * ``swiglu``: a :class:`diffugrpo_plugin.lean_mlp.SwiGLUBlocks` naming the classes and attributes of
+      its SwiGLU feed-forwards, which training then runs with a lean backward (optional).
 
     ``diffugrpo check-model PATH`` shows what a checkpoint resolves to. The built-ins (``dream``
     / ``diffucoder``, ``llada``, ``bidirectional``) are in :mod:`diffugrpo_plugin.families`.

@@ -200,8 +200,12 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
         attended, _ = attention(self, query, key, value, attention_mask, scaling=self.scaling, is_causal=False,
                                 dropout=self.config.attention_dropout if self.training else 0.0)  # [B, L, H, D]
         hidden = hidden + self.dropout(self.attn_out(attended.reshape(batch, length, -1)))
-        normed = self.ff_norm(hidden)
-        return hidden + self.dropout(self.ff_out(F.silu(self.ff_proj(normed)) * self.up_proj(normed)))
+        return hidden + self.dropout(self.feed_forward(self.ff_norm(hidden)))
+
+    def feed_forward(self, normed: torch.Tensor) -> torch.Tensor:
+        """The SwiGLU feed-forward (its own method so the training engine can give it a lean backward,
+        :mod:`diffugrpo_plugin.lean_mlp`).  # [B, L, d] -> [B, L, d]"""
+        return self.ff_out(F.silu(self.ff_proj(normed)) * self.up_proj(normed))
 
 
 class LLaDAPreTrainedModel(PreTrainedModel):
