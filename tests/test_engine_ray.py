@@ -210,6 +210,44 @@ def test_two_workers_take_the_same_step_as_one(tiny_model_path):
         assert torch.allclose(a, b, atol=1e-5)
 
 
+def lean_blocks(worker) -> int:
+    """On a worker: how many of its model's MLPs run the lean SwiGLU method."""
+    return sum("forward" in vars(module) for module in worker.engine.module.modules()
+               if type(module).__name__ == "Qwen2MLP")
+
+
+def test_lean_swiglu_blocks_take_the_same_step_as_the_models_own(tiny_model_path):
+    """By default the engine makes every SwiGLU block lean (counted on each worker); sharded by FSDP2 and
+    recomputed under gradient checkpointing, they give the PPO update the model's own blocks give."""
+    from functools import partial
+
+    import ray
+
+    from verl.workers.utils.losses import ppo_loss
+
+    prompts, responses, seeds = make_batch(vocab=64)
+    loss_fn = partial(ppo_loss, config=coupled_grpo_actor_config())
+    results = {}
+    for lean in (True, False):
+        group = build_worker_group(tiny_model_path, workers=2, **({} if lean else {"lean_mlp": False}))
+        try:
+            blocks = ray.get([worker.__ray_call__.remote(lean_blocks) for worker in group.workers])
+            start = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
+            group.set_loss_fn(loss_fn)
+            metrics = group.train_batch(ppo_batch(prompts, responses, seeds, start, start)).get()["metrics"]
+            after = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
+        finally:
+            release(group)
+        results[lean] = (blocks, start, metrics["loss"], metrics["grad_norm"], after)
+    (lean_blocks_per_worker, *lean_step), (stock_blocks_per_worker, *stock_step) = results[True], results[False]
+    assert lean_blocks_per_worker == [2, 2] and stock_blocks_per_worker == [0, 0]
+    for lean_value, stock_value in zip(lean_step, stock_step):
+        if isinstance(lean_value, list):
+            assert all(torch.equal(a, b) for a, b in zip(lean_value, stock_value))
+        else:
+            assert lean_value == pytest.approx(stock_value, rel=1e-6)
+
+
 def iteration_batch(prompts, responses, seeds, old, advantages):
     """The update batch of one step with ``K = seeds.shape[1]`` iterations, as the trainer leaves it:
     per iteration its mask seeds and the old / reference log-probs computed with them."""

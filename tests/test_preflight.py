@@ -45,6 +45,9 @@ def test_a_valid_configuration_passes(valid):
     ("actor_rollout_ref.rollout.n=1", "at least 2 completions per prompt"),
     ("actor_rollout_ref.actor.strategy=megatron", "the diffusion_lm engine exists for fsdp and fsdp2 only"),
     ("data.train_files=/no/such/train.parquet", "data.train_files: '/no/such/train.parquet' does not exist"),
+    ("actor_rollout_ref.model.diffusion.lean_mlp=yes", "diffusion.lean_mlp='yes': set true"),
+    ("actor_rollout_ref.model.diffusion.chunk_rows=0", "diffusion.chunk_rows=0: set a positive whole number"),
+    ("actor_rollout_ref.model.diffusion.chunk_rows=1.5", "diffusion.chunk_rows=1.5: set a positive whole number"),
 ])
 def test_each_mistake_names_its_fix(valid, override, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):

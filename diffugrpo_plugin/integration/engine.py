@@ -28,6 +28,7 @@ from verl.workers.engine.fsdp import transformer_impl
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.utils import detach_tree
 
+from diffugrpo_plugin.lean_mlp import make_lean
 from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
 from diffugrpo_plugin.masking import check_views
 from diffugrpo_plugin.models import DiffusionLM, plan_loading, read_model_config, remote_classes, supports_attention
@@ -47,7 +48,9 @@ class DiffusionModelConfig(HFModelConfig):
     ``remote``, see :func:`diffugrpo_plugin.models.plan_loading`), ``masker`` (name, default
     ``coupled``), ``masker_kwargs`` (e.g. ``t_range``, ``p_mask_prompt``), ``mask_token_id`` /
     ``logits_shift`` (override what the family and model config say), ``chunk_rows`` (the fused
-    head's memory cap: at most ``chunk_rows x vocab`` logits at a time).
+    head's memory cap: at most ``chunk_rows x vocab`` logits at a time), ``lean_mlp`` (default true:
+    the SwiGLU blocks keep two of their four activations for the backward, see
+    :mod:`diffugrpo_plugin.lean_mlp`; values and gradients are unchanged).
     """
 
     diffusion: dict = field(default_factory=dict)
@@ -118,6 +121,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         config = read_model_config(path)
         plan = plan_loading(config, settings.get("family"), settings.get("implementation") or "auto",
                             self.model_config.trust_remote_code)
+        self._family = plan.family
         if plan.implementation == "native":
             self.model_config.hf_config = _as_config_class(self.model_config.hf_config, plan.model_class.config_class)
         elif plan.implementation == "remote":
@@ -135,6 +139,11 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 object.__setattr__(self.model_config, key, value)
 
     def _build_fsdp_module(self, module):
+        # here, not in _build_module: LoRA adapters (and Liger, QAT) are in place, and a block they changed stays stock
+        if self._diffusion_settings().get("lean_mlp", True):
+            report = make_lean(module, self._family.swiglu)
+            if self.rank == 0:
+                print(f"[diffugrpo] lean MLP: {report.summary()}")
         with _host_memory_offload_on_cpu():
             return super()._build_fsdp_module(module)
 

@@ -33,6 +33,20 @@ def _check_plugins(config: DictConfig) -> None:
         raise ConfigError(str(error)) from error
 
 
+def _check_training_pass(config: DictConfig) -> None:
+    """The coupled pass's memory settings: ``lean_mlp`` a boolean, ``chunk_rows`` a positive whole number."""
+    diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
+    prefix = "actor_rollout_ref.model.diffusion"
+    lean = diffusion.get("lean_mlp", True)
+    if not isinstance(lean, bool):
+        raise ConfigError(f"{prefix}.lean_mlp={lean!r}: set true (SwiGLU blocks keep 2 of 4 activations for the "
+                          f"backward; same values and gradients) or false (the model's own code)")
+    chunk_rows = diffusion.get("chunk_rows", 1)
+    if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
+        raise ConfigError(f"{prefix}.chunk_rows={chunk_rows!r}: set a positive whole number (the fused head holds at "
+                          f"most chunk_rows x vocabulary logits at a time; default 1024)")
+
+
 def _check_rewards(config: DictConfig) -> None:
     from diffugrpo_plugin.rewards import RewardSpec
 
@@ -155,6 +169,7 @@ def check_config(config: DictConfig) -> None:
     _check_strategy(config)
     _check_batch_sizes(config)
     _check_plugins(config)
+    _check_training_pass(config)
     _check_rewards(config)
     _check_model(config)
     _check_data(config)
