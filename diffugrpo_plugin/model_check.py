@@ -70,6 +70,8 @@ class Resolution:
     parameters: int
     embedding_parameters: int
     head_parameters: int  # 0 when tied
+    lean_mlp: str  # what the training engine's diffusion.lean_mlp does to this model's SwiGLU blocks
+    lean_mlp_everywhere: bool  # every SwiGLU block it knows for the family takes the lean backward
 
     def shape(self) -> ModelShape:
         return ModelShape(parameters=self.parameters, vocab=self.vocab_size, hidden=self.hidden_size,
@@ -109,6 +111,17 @@ class HeadProbe:
 
 
 @dataclass
+class LeanProbe:
+    """``ok`` when a lean SwiGLU block's output and gradients are within ``tolerance`` of the block's own code."""
+
+    ok: bool
+    block: str = ""  # the block compared (its class and where it sits)
+    max_abs_diff: float | None = None
+    tolerance: float | None = None
+    error: str | None = None
+
+
+@dataclass
 class LogprobProbe:
     ok: bool
     finite_logprobs: bool = False
@@ -144,12 +157,13 @@ class ModelCheck:
     load: LoadResult | None = None
     padding: PaddingProbe | None = None
     head: HeadProbe | None = None
+    lean_mlp: LeanProbe | None = None  # None when no block of the model can be made lean
     logprob: LogprobProbe | None = None
     sampling: SamplingProbe | None = None
 
     @property
     def probes_ok(self) -> bool:
-        return all(probe.ok for probe in (self.padding, self.head, self.logprob, self.sampling)
+        return all(probe.ok for probe in (self.padding, self.head, self.lean_mlp, self.logprob, self.sampling)
                    if probe is not None)
 
     def to_dict(self) -> dict:
@@ -271,6 +285,7 @@ def resolve_checkpoint(path: str, family: str | None = None, implementation: str
     a config no family fits, or code that must run but is not trusted.
     """
     from diffugrpo_plugin.families import ModelConfigError, submodule
+    from diffugrpo_plugin.lean_mlp import make_lean
     from diffugrpo_plugin.models import load_model_config, plan_loading, read_model_config, resolve_mask_token
 
     problem = checkpoint_path_problem(path)
@@ -300,6 +315,7 @@ def resolve_checkpoint(path: str, family: str | None = None, implementation: str
     vocab, hidden = (int(d) for d in head_weight.shape)
     layers, intermediate, kv_dim = _shape_from_config(config_object, hidden)
     dtype = config.get("dtype") or config.get("torch_dtype")
+    lean = make_lean(meta, found.swiglu)  # structural, as the engine decides it before FSDP wraps the model
     mask_token = None
     if mask_id < len(tokenizer):
         mask_token = tokenizer.convert_ids_to_tokens(mask_id)
@@ -314,7 +330,8 @@ def resolve_checkpoint(path: str, family: str | None = None, implementation: str
         hidden_size=hidden, layers=layers, intermediate_size=intermediate, kv_dim=kv_dim,
         checkpoint_dtype=str(dtype) if dtype else None,
         parameters=sum(p.numel() for p in meta.parameters()),  # a tied weight is one parameter
-        embedding_parameters=embedding_weight.numel(), head_parameters=0 if tied else head_weight.numel())
+        embedding_parameters=embedding_weight.numel(), head_parameters=0 if tied else head_weight.numel(),
+        lean_mlp=lean.summary(), lean_mlp_everywhere=lean.installed > 0 and not lean.skipped)
     return ResolvedCheckpoint(resolution=resolution, config=config, config_object=config_object, plan=plan,
                               tokenizer=tokenizer, family_override=family, trust_remote_code=trust_remote_code,
                               implementation_flag=implementation)
@@ -392,6 +409,47 @@ def head_probe(lm, ids: list[int], tolerance: float) -> HeadProbe:
     diff = float((fused - own).abs().max())
     scaled = tolerance * max(1.0, float(own.abs().max()))
     return HeadProbe(ok=bool(diff <= scaled), max_abs_diff=diff, tolerance=scaled, rows=int(rows.numel()))
+
+
+def lean_mlp_probe(lm, tolerance: float) -> LeanProbe | None:
+    """The first SwiGLU block the training engine would make lean, run by the lean method and then by its own code
+    on the same random input: output and gradients (input, the three projections) compared. ``tolerance`` is multiplied
+    by ``max(1, max |value|)``. None when no block of the model can be made lean.
+
+    The block is made lean in place and given its own method back afterwards (no copy of its weights)."""
+    import torch
+
+    from diffugrpo_plugin.lean_mlp import make_lean
+
+    blocks = lm.family.swiglu
+    found = next(((name, module) for name, module in lm.module.named_modules()
+                  if blocks is not None and type(module).__name__ in blocks.classes), None)
+    if found is None or not make_lean(found[1], blocks).installed:
+        return None
+    name, block = found
+    parameter = next(block.parameters())
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, getattr(block, blocks.gate).in_features, generator=generator).to(parameter)  # [2, 5, H]
+    upstream = torch.randn(2, 5, getattr(block, blocks.down).out_features, generator=generator).to(parameter)
+    projections = torch.nn.ModuleList([getattr(block, name) for name in (blocks.gate, blocks.up, blocks.down)])
+
+    def output_and_gradients() -> list:
+        given = x.clone().requires_grad_()
+        out = getattr(block, blocks.method)(given)
+        out.backward(upstream)
+        values = [out.detach(), given.grad, *(p.grad for p in projections.parameters())]
+        block.zero_grad(set_to_none=True)
+        return values
+
+    try:
+        lean = output_and_gradients()
+    finally:
+        vars(block).pop(blocks.method)  # the class's own method again
+    own = output_and_gradients()
+    diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(lean, own))
+    scaled = tolerance * max(1.0, max(float(a.float().abs().max()) for a in own))
+    return LeanProbe(ok=bool(diff <= scaled), block=f"{type(block).__name__} {name}", max_abs_diff=diff,
+                     tolerance=scaled)
 
 
 def logprob_probe(lm, rows: list[tuple[list[int], list[int]]], pad_id: int, mask_seed: int = 0) -> LogprobProbe:
@@ -504,6 +562,10 @@ def run_probes(resolved: ResolvedCheckpoint, device: str = "cpu", dtype: str | N
         check.head = head_probe(lm, long_ids + answer, base)
     except Exception as exc:  # noqa: BLE001
         check.head = HeadProbe(ok=False, error=_error(exc))
+    try:
+        check.lean_mlp = lean_mlp_probe(lm, base)
+    except Exception as exc:  # noqa: BLE001
+        check.lean_mlp = LeanProbe(ok=False, error=_error(exc))
     try:
         check.logprob = logprob_probe(lm, [(short_ids, answer), (long_ids, answer)], pad_id, mask_seed)
     except Exception as exc:  # noqa: BLE001

@@ -264,6 +264,8 @@ class StepSetup:
         sampler_window_copies: fp32 window-sized ``[micro_batch, completion, vocab]`` buffers a sampler step
             holds at its peak (counted from sampling/engine.py, dream.py and decoding.py; see the term's assumption).
         sampler_kv_cache: the sampler keeps the prompt's keys/values (the training default's prefix cache).
+        lean_mlp: the training engine's SwiGLU blocks save 2 of their 4 activations (``diffusion.lean_mlp``,
+            on by default, for the families and implementations whose blocks it recognises).
     """
 
     batch: int
@@ -282,6 +284,7 @@ class StepSetup:
     logits_shift: bool = True
     sampler_window_copies: int = 10
     sampler_kv_cache: bool = True  # engine_kwargs.diffusion.kv_cache, on in the training default
+    lean_mlp: bool = True
 
     @property
     def tokens(self) -> int:
@@ -406,23 +409,27 @@ def norm_saved_bytes(model: ModelShape, compute_bytes: int) -> int:
     return 4 * model.hidden + 2 * compute_bytes * model.hidden
 
 
-def layer_saved_bytes(model: ModelShape, compute_bytes: int) -> int:
+def layer_saved_bytes(model: ModelShape, compute_bytes: int, lean_mlp: bool = False) -> int:
     """Bytes per token one Llama/Qwen2-style decoder layer saves for its backward.
 
     Two RMSNorms (:func:`norm_saved_bytes`); attention: q after RoPE and the attention output (2H),
     k and v (2 kv_dim), SDPA's flash / memory-efficient kernels keeping only a per-head log-sum-exp
     (no ``tokens^2`` term); MLP: gate, up, ``act(gate)`` and their product that feeds the down
-    projection (4I). Checked against ``torch.autograd.graph.saved_tensors_hooks`` on a Qwen2 (Dream)
-    layer and on our native LLaDA layer (tests/test_check_model.py): within 3% (RoPE's cos/sin).
+    projection (4I), or with ``lean_mlp`` (lean_mlp.py, the training engine's default) gate and up
+    only (2I). Checked against ``torch.autograd.graph.saved_tensors_hooks`` on a Qwen2 (Dream)
+    layer and on our native LLaDA layer, stock and lean (tests/test_check_model.py): within 3%
+    (RoPE's cos/sin).
     """
+    mlp = 2 if lean_mlp else 4
     return (2 * norm_saved_bytes(model, compute_bytes)
-            + compute_bytes * (2 * model.hidden + 2 * model.kv_dim + 4 * model.intermediate))
+            + compute_bytes * (2 * model.hidden + 2 * model.kv_dim + mlp * model.intermediate))
 
 
-def backward_extra_bytes(model: ModelShape, compute_bytes: int) -> int:
+def backward_extra_bytes(model: ModelShape, compute_bytes: int, lean_mlp: bool = False) -> int:
     """Bytes per token a layer's backward adds: the gradients of its output and input hidden states (2H)
-    and of the MLP's inner activations at their widest (2I), in the compute dtype."""
-    return compute_bytes * (2 * model.hidden + 2 * model.intermediate)
+    and of the MLP's inner activations at their widest (2I; a lean block's backward holds one more, 3I: it
+    recomputes the activation and the product before they become the gradients), in the compute dtype."""
+    return compute_bytes * (2 * model.hidden + (3 if lean_mlp else 2) * model.intermediate)
 
 
 def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
@@ -456,7 +463,10 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
                             f"{pb} B x ({_n(model.root_parameters)} root + {_n(model.layer_parameters)} layer)",
                             "the root unit's gradients live from the head's backward to the end of the backward; "
                             "plus one layer's before its reduce-scatter"))
-    per_layer, extra, norm = layer_saved_bytes(model, pb), backward_extra_bytes(model, pb), norm_saved_bytes(model, pb)
+    per_layer, extra = layer_saved_bytes(model, pb, setup.lean_mlp), backward_extra_bytes(model, pb, setup.lean_mlp)
+    norm = norm_saved_bytes(model, pb)
+    mlp_saved = "2 lean MLP activations" if setup.lean_mlp else "4 MLP activations"
+    mlp_gradients = "3I" if setup.lean_mlp else "2I"
     if setup.gradient_checkpointing:
         terms.append(MemoryTerm("activations: kept layer inputs (checkpointing)", "update",
                                 s * t * (model.layers * h * pb + norm),
@@ -466,17 +476,18 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
         terms.append(MemoryTerm("activations: one layer recomputed + its backward", "update",
                                 s * t * (per_layer + extra),
                                 f"{s} x {t} x ({per_layer} + {extra}) B",
-                                "one layer's saved tensors (2 RMSNorms, q, attention output, k, v, 4 MLP "
-                                "activations; see layer_saved_bytes) plus its backward's gradients 2H + 2I"))
+                                f"one layer's saved tensors (2 RMSNorms, q, attention output, k, v, {mlp_saved}; "
+                                f"see layer_saved_bytes) plus its backward's gradients 2H + {mlp_gradients}"))
     else:
         terms.append(MemoryTerm("activations: every layer's saved tensors", "update",
                                 s * t * (model.layers * per_layer + norm),
                                 f"{s} x {t} x ({model.layers} x {per_layer} + {norm}) B",
-                                "each layer's saved tensors (see layer_saved_bytes; SDPA: no tokens^2 term), plus "
-                                "the final norm's"))
+                                f"each layer's saved tensors ({mlp_saved}, see layer_saved_bytes; SDPA: no tokens^2 "
+                                f"term), plus the final norm's"))
         terms.append(MemoryTerm("activations: backward gradients of one layer", "update", s * t * extra,
                                 f"{s} x {t} x {extra} B",
-                                "gradients of a layer's hidden states and MLP activations 2H + 2I per token"))
+                                f"gradients of a layer's hidden states and MLP activations 2H + {mlp_gradients} per "
+                                f"token"))
     rows = setup.scored_rows_per_token * setup.batch * c
     width = min(v, max(1, min(setup.slice_columns, setup.chunk_rows * v // rows)))  # logprobs._vocab_slices
     head_dtype_slice = 0 if pb == 4 else pb

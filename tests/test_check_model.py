@@ -10,6 +10,7 @@ out by hand for a made-up 1B model, and the FLOP model against the README's Diff
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -76,9 +77,12 @@ def test_tiny_model_text_report(tiny_model_path, capsys):
     assert report_field(out, "vocabulary") == f"{len(tokenizer()):,} logits"
     assert report_field(out, "hidden size") == "32"
     assert report_field(out, "layers") == "2 (MLP 64, key/value width 16)"
+    assert report_field(out, "lean MLP blocks") == "2 SwiGLU block(s) keep 2 of 4 activations"
     assert report_field(out, "dtype") == "float32"
     assert report_field(out, "padding").startswith("ok: max |diff| ")
     assert report_field(out, "fused head").startswith("ok: max |diff| ")
+    assert re.fullmatch(r"ok: max \|diff\| 0\.00e\+00 between Qwen2MLP model\.layers\.0\.mlp's own code and its lean "
+                        r"backward, output and gradients \(tolerance .*\)", report_field(out, "lean MLP"))
     assert report_field(out, "coupled log-probs").startswith("ok: mean log p ")
     assert report_field(out, "sampling").startswith("ok: entropy, 8 steps, ")
     assert "total per GPU (held + max(update, rollout))" in out
@@ -109,6 +113,7 @@ def test_tiny_model_json_report_and_estimate(tiny_model_path, capsys):
     assert logprob["views"] == 3 and logprob["head_rows"] == 2 * logprob["tokens"] > 0
     assert report["sampling"]["ok"] and report["sampling"]["sampler"] == "entropy"
     assert report["sampling"]["new_tokens"] == len(report["sampling"]["token_ids"]) <= 16
+    assert report["lean_mlp"]["ok"] and report["lean_mlp"]["max_abs_diff"] == 0.0
 
     estimate = report["estimate"]
     setup = step_cost.StepSetup(**estimate["setup"])
@@ -164,6 +169,13 @@ def test_config_only_on_a_diffucoder_7b_config(tmp_path, capsys):
     assert terms["policy: fp32 params + grads + AdamW moments (sharded)"] == 16 * 7_615_616_512 / 8
     assert terms["rollout policy copy (bf16, unsharded)"] == 2 * 7_615_616_512
     assert 40 < memory["total_gib"] < 80  # fits an 80 GB GPU, with room for what is not counted
+    assert resolution["lean_mlp"] == "28 SwiGLU block(s) keep 2 of 4 activations"
+    stock = json.loads(check_model(capsys, path, "--config-only", "--json", "--no-lean-mlp")[1])
+    assert (report["estimate"]["setup"]["lean_mlp"], stock["estimate"]["setup"]["lean_mlp"]) == (True, False)
+    stock_terms = {term["name"]: term["bytes"] for term in stock["estimate"]["memory"]["terms"]}
+    layer = "activations: one layer recomputed + its backward"
+    # 5 completions x 3 views x 456 tokens x bf16 x (2 fewer saved activations, 1 more in the backward) x 18,944
+    assert stock_terms[layer] - terms[layer] == 5 * 3 * 456 * 2 * (2 - 1) * 18944
     assert report["estimate"]["flops"]["forward"] == 2 * 7_615_616_512 * 5 * 456
 
 
@@ -203,6 +215,15 @@ def test_family_standins(request, name, implementation, capsys):
     assert report["sampling"]["sampler"] == sampler
     assert resolution["embedding_parameters"] == len(tokenizer()) * 32
     assert resolution["head_parameters"] == (0 if tied else len(tokenizer()) * 32)
+    # the training engine's lean SwiGLU blocks: everywhere but in LLaDA's published code (its block computes the
+    # feed-forward inline), and the memory estimate follows
+    inline = family == "llada" and implementation == "remote"
+    assert resolution["lean_mlp_everywhere"] is not inline
+    assert report["lean_mlp"] is None if inline else report["lean_mlp"]["ok"]
+    assert resolution["lean_mlp"] == ("0 SwiGLU block(s) keep 2 of 4 activations; 2 left stock: LLaDALlamaBlock has no "
+                                      "feed_forward() of its own (its code computes the feed-forward inline)" if inline
+                                      else "2 SwiGLU block(s) keep 2 of 4 activations")
+    assert report["estimate"]["setup"]["lean_mlp"] is not inline
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +267,24 @@ def test_code_that_changes_its_logits_unknown_to_the_family_fails_the_fused_head
     assert exit_code == 1, err
     assert report_field(out, "fused head").startswith("DIFFERS: max |diff| ")
     assert "logit_scale" in out
+
+
+def test_a_swiglu_block_whose_code_is_not_the_familys_fails_the_lean_mlp_probe(tmp_path_factory, capsys):
+    """A Dream stand-in whose MLP halves its output: the lean backward (the family's SwiGLU) would train another
+    function than the model computes, so the probe says DIFFERS, names the switch, and exits 1."""
+    path = save_standin("dream", tmp_path_factory.mktemp("standins") / "standin_dream_halved_mlp", seed=4)
+    code = path / "modeling_dream.py"
+    source = code.read_text()
+    mlp = "return self.down_proj(self.act_fn(self.gate_proj(hidden)) * self.up_proj(hidden))"
+    assert mlp in source
+    code.write_text(source.replace(mlp, "return 0.5 * self.down_proj(self.act_fn(self.gate_proj(hidden)) * "
+                                        "self.up_proj(hidden))  # this copy halves its MLP"))
+    exit_code, out, err = check_model(capsys, str(path), "--trust-remote-code", "--implementation", "remote",
+                                      *SMALL_STEP)
+    assert exit_code == 1, err
+    assert report_field(out, "lean MLP").startswith("DIFFERS: max |diff| ")
+    assert "between DreamMLP model.layers.0.mlp's own code" in out and "diffusion.lean_mlp=false" in out
+    assert report_field(out, "fused head").startswith("ok")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -355,7 +394,10 @@ def test_memory_terms_by_hand_with_checkpointing():
     norm = 4 * 2048 + 2 * 2 * 2048  # = 16,384 bytes
     # a layer: two norms + bf16 x (q, attention output 2 x 2048; k, v 2 x 512; four MLP activations 4 x 8192)
     layer_saved = 2 * norm + 2 * (2 * 2048 + 2 * 512 + 4 * 8192)  # = 108,544 bytes
-    backward = 2 * (2 * 2048 + 2 * 8192)  # = 40,960 bytes: hidden-state and MLP gradients of one layer
+    # the training engine's lean SwiGLU blocks save two of the four: 108,544 - 2 x 2 x 8192 = 75,776 bytes
+    lean_layer_saved = 2 * norm + 2 * (2 * 2048 + 2 * 512 + 2 * 8192)
+    # hidden-state gradients (2 x 2048) and the lean MLP's backward buffers (3 x 8192) of one layer = 57,344 bytes
+    backward = 2 * (2 * 2048 + 3 * 8192)
     rows = 2 * 4 * 150  # coupled: two head rows per completion token = 1,200
     expected = {
         "policy: fp32 params + grads + AdamW moments (sharded)": ("held", (4 + 4 + 4 + 4) * 1e9 / 4),  # 4.0e9
@@ -364,7 +406,8 @@ def test_memory_terms_by_hand_with_checkpointing():
         "FSDP gathered params (bf16)": ("update", 2 * (204.8e6 + 2 * layer)),  # 608.4e6
         "FSDP unsharded grads (bf16)": ("update", 2 * (204.8e6 + layer)),  # 509.0e6
         "activations: kept layer inputs (checkpointing)": ("update", tokens * (16 * 2048 * 2 + norm)),  # 245.76e6
-        "activations: one layer recomputed + its backward": ("update", tokens * (layer_saved + backward)),  # 448.5e6
+        # 399.4e6
+        "activations: one layer recomputed + its backward": ("update", tokens * (lean_layer_saved + backward)),
         "fused head: saved rows (bf16) + their fp32 gradient": ("update", rows * 2048 * (2 + 4)),  # 14.7e6
         # 1,024 columns (the cap 1000 x 50k elements allows 41,666) x 1,200 rows x (fp32 buffer, bf16 slice, two
         # entropy temporaries) = 17.2e6
@@ -380,7 +423,7 @@ def test_memory_terms_by_hand_with_checkpointing():
     for name, (phase, value) in expected.items():
         assert found[name][0] == phase, name
         assert found[name][1] == pytest.approx(value, rel=1e-12), name
-    held, update, rollout = 7.0e9, 1_843_620_800, 3_043_302_400
+    held, update, rollout = 7.0e9, 1_794_468_800, 3_043_302_400
     assert estimate.phase_bytes("held") == pytest.approx(held)
     assert estimate.phase_bytes("update") == pytest.approx(update)
     assert estimate.phase_bytes("rollout") == pytest.approx(rollout)
@@ -404,9 +447,13 @@ def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
                                 chunk_rows=4096, logits_shift=False)
     found = terms_by_name(step_cost.memory_estimate(ONE_B, setup))
     assert "reference model (fp32, sharded)" not in found
-    # every layer keeps its 108,544 bytes per token, plus the final norm's 16,384
-    assert found["activations: every layer's saved tensors"][1] == 3000 * (16 * 108_544 + 16_384)
-    assert found["activations: backward gradients of one layer"][1] == 3000 * 40_960
+    # every lean layer keeps 75,776 bytes per token, plus the final norm's 16,384; its backward 57,344
+    assert found["activations: every layer's saved tensors"][1] == 3000 * (16 * 75_776 + 16_384)
+    assert found["activations: backward gradients of one layer"][1] == 3000 * 57_344
+    # with the model's own MLPs (diffusion.lean_mlp=false): 108,544 and 2 x (2 x 2048 + 2 x 8192) = 40,960
+    stock = terms_by_name(step_cost.memory_estimate(ONE_B, dataclasses.replace(setup, lean_mlp=False)))
+    assert stock["activations: every layer's saved tensors"][1] == 3000 * (16 * 108_544 + 16_384)
+    assert stock["activations: backward gradients of one layer"][1] == 3000 * 40_960
     assert found["fused head: one vocabulary slice of logits"][1] == 1024 * 1200 * 14  # slice_columns binds
     fp32 = step_cost.memory_estimate(ONE_B, step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150,
                                                                  param_dtype="fp32", rollout_dtype="fp32"))
@@ -422,14 +469,18 @@ def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
     assert "sampler: prefix KV cache (bf16)" not in terms_by_name(step_cost.memory_estimate(ONE_B, reference_sampler))
 
 
+@pytest.mark.parametrize("lean", [False, True], ids=["stock", "lean"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("kind", ["dream", "llada"])
-def test_layer_saved_bytes_match_autograd(kind, dtype):
+def test_layer_saved_bytes_match_autograd(kind, dtype, lean):
     """step_cost's per-layer activation count equals what autograd saves in one decoder layer of a Qwen2-bodied
-    Dream model and of our native LLaDA (counted with saved_tensors_hooks), up to RoPE's cos/sin."""
+    Dream model and of our native LLaDA (counted with saved_tensors_hooks), up to RoPE's cos/sin; with the
+    training engine's lean SwiGLU blocks too."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from diffugrpo_plugin.families import DREAM, LLADA
+    from diffugrpo_plugin.lean_mlp import make_lean
     from diffugrpo_plugin.native.llada import LLaDAConfig, LLaDAModelLM
 
     hidden, inner, heads, kv_heads, batch, length = 128, 512, 8, 2, 2, 32
@@ -449,6 +500,8 @@ def test_layer_saved_bytes_match_autograd(kind, dtype):
         model = LLaDAModelLM._from_config(config, attn_implementation="sdpa")
         layer_of = lambda m: m.model.transformer.blocks[0]  # noqa: E731
     model = model.to(torch_dtype).train()
+    if lean:
+        assert make_lean(model, (DREAM if kind == "dream" else LLADA).swiglu).installed == 1
     parameters = {p.untyped_storage().data_ptr() for p in model.parameters()}
     saved: dict[int, int] = {}
     inputs: list = []
@@ -472,7 +525,7 @@ def test_layer_saved_bytes_match_autograd(kind, dtype):
     model(input_ids=torch.randint(0, 60, (batch, length)))
     shape = step_cost.ModelShape(parameters=0, vocab=64, hidden=hidden, layers=1, intermediate=inner,
                                  kv_dim=kv_heads * hidden // heads, embedding_parameters=0)
-    predicted = step_cost.layer_saved_bytes(shape, 2 if dtype == "bfloat16" else 4)
+    predicted = step_cost.layer_saved_bytes(shape, 2 if dtype == "bfloat16" else 4, lean_mlp=lean)
     measured = sum(saved.values()) / (batch * length)
     assert predicted <= measured <= 1.05 * predicted, (measured, predicted)
 

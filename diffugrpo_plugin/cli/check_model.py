@@ -96,6 +96,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     estimate.add_argument("--no-kv-cache", action="store_true",
                           help="the rollout samples without the prefix KV cache (the reference sampler; the training "
                                "default keeps one)")
+    estimate.add_argument("--no-lean-mlp", action="store_true",
+                          help="the SwiGLU blocks save all four activations (diffusion.lean_mlp=false; the training "
+                               "default saves two where the model's blocks allow it)")
     estimate.add_argument("--diffusion-steps", type=int, default=DEFAULTS["diffusion_steps"],
                           help="rollout denoising steps, for the FLOP count (default: %(default)s)")
     estimate.add_argument("--iterations", type=int, default=DEFAULTS["iterations"],
@@ -172,7 +175,8 @@ def _run(args: argparse.Namespace) -> int:
         reference_dtype=None if args.no_reference else args.reference_dtype, rollout_dtype=args.rollout_dtype,
         rollout_micro_batch=args.rollout_micro_batch, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
         logits_shift=bool(resolution.logits_shift), views=step_cost.MASKER_SHAPES[args.masker][0],
-        scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1], sampler_kv_cache=not args.no_kv_cache)
+        scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1], sampler_kv_cache=not args.no_kv_cache,
+        lean_mlp=resolution.lean_mlp_everywhere and not args.no_lean_mlp)
     memory = step_cost.memory_estimate(resolution.shape(), setup)
     flops = step_cost.step_flops(resolution.parameters, args.batch, setup.tokens, args.diffusion_steps,
                                  args.iterations, setup.views, args.gradient_checkpointing,
@@ -242,6 +246,7 @@ def _resolution_text(r) -> str:
         ("vocabulary", vocab),
         ("hidden size", f"{r.hidden_size:,}"),
         ("layers", f"{r.layers} (MLP {r.intermediate_size:,}, key/value width {r.kv_dim:,})"),
+        ("lean MLP blocks", r.lean_mlp),
         ("dtype", r.checkpoint_dtype or "not stated in config.json"),
         ("parameters", _count(r.parameters)),
     ]
@@ -269,6 +274,16 @@ def _probes_text(check) -> str:
         if not head.ok:
             lines.append("                      the model changes its logits after the vocabulary head in a way its "
                          "family does not describe (a logit scale or cap): add it to the family's logit_scale")
+    lean = check.lean_mlp
+    if lean is not None and lean.error:
+        lines.append(f"  lean MLP            FAILED: {lean.error}")
+    elif lean is not None:
+        verdict = "ok" if lean.ok else "DIFFERS"
+        lines.append(f"  lean MLP            {verdict}: max |diff| {lean.max_abs_diff:.2e} between {lean.block}'s own "
+                     f"code and its lean backward, output and gradients (tolerance {lean.tolerance:.1e})")
+        if not lean.ok:
+            lines.append("                      this block's code is not the SwiGLU its family describes: train with "
+                         "actor_rollout_ref.model.diffusion.lean_mlp=false")
     if lp.error:
         lines.append(f"  coupled log-probs   FAILED: {lp.error}")
     else:
