@@ -3,11 +3,15 @@
 Both variants compute DiffuCoder's coupled estimate for the same tiny bidirectional Qwen2
 model (Dream-style, shifted logits), the same batch and the same ``coupled`` masks:
 
-* **ours**: :func:`diffugrpo_plugin.logprobs.coupled_token_logprobs`. The transformer body runs
-  on the three views; only the rows a view scores (every completion token in the fully masked
-  view, each completion token once across the complementary pair: ``2 x B x completion``
-  rows) reach the fused head, which projects and log-softmaxes one vocabulary slice at a time
-  and recomputes the logits in the backward: no ``[rows, V]`` tensor exists.
+* **ours**: the training engine's pass: :func:`diffugrpo_plugin.logprobs.coupled_token_logprobs` on the
+  model with lean SwiGLU blocks (:func:`diffugrpo_plugin.lean_mlp.make_lean`, each MLP keeps two of
+  its four activations for the backward). The transformer body runs on the three views; only the
+  rows a view scores (every completion token in the fully masked view, each completion token once
+  across the complementary pair: ``2 x B x completion`` rows) reach the fused head, which projects
+  and log-softmaxes one vocabulary slice at a time and recomputes the logits in the backward: no
+  ``[rows, V]`` tensor exists.
+* **fused head**: the same pass on the stock model (its MLPs save all four activations), to show
+  what the head and the MLPs each take off.
 * **unfused**: the previous release's pass: the same rows through the model's own head, so
   their ``[2 x B x completion, V]`` logits are materialised, then a chunked fp32 log-softmax
   with a one-buffer backward (``logprobs.chunked_gathered_logprob``).
@@ -30,10 +34,13 @@ measured pass the process resets its peak-RSS mark (``echo 5 > /proc/self/clear_
 ``VmRSS`` just before and ``VmHWM`` just after: **peak memory = VmHWM - VmRSS before**, the RAM
 the pass itself needed on top of the model and batch. glibc is told to serve every allocation
 of 64 KiB or more with its own mapping (``MALLOC_MMAP_THRESHOLD_``), so freed tensors go back
-to the OS and RSS follows live tensor bytes. Reported: medians over the repeats; ratios are
-the baseline's median over ours (higher is better in both ratio columns).
+to the OS and RSS follows live tensor bytes (every variant then pays the page faults of its
+fresh allocations, as it would on a host that returns memory). Reported: medians over the repeats;
+ratios are the reference-style median over the variant's (higher is better in both ratio
+columns); ``x unfused`` is the unfused pass's seconds over the variant's, paired round by round,
+median and range over the rounds: the speed against the previous release, with its spread.
 
-    python benchmarks/coupled_logprob.py                      # vocab 32k and 150k, about 2 min on 2 cores
+    python benchmarks/coupled_logprob.py                      # vocab 32k and 150k, about 3 min on 2 cores
     python benchmarks/coupled_logprob.py --vocabs 150000 --batch 4 --no-forward  # a bigger batch, training only
 """
 
@@ -49,7 +56,7 @@ from dataclasses import dataclass
 
 import torch
 
-VARIANTS = ("reference-style", "unfused", "ours")
+VARIANTS = ("reference-style", "unfused", "fused head", "ours")
 PASSES = ("train", "forward")
 
 
@@ -83,10 +90,12 @@ class Workload:
     views: object  # diffugrpo_plugin.masking.MaskedViews, [3, B, L]
 
 
-def build_workload(settings: Settings) -> Workload:
-    """A seeded tiny bidirectional Qwen2 (untied head, like Dream-7B) and a prompt + completion batch."""
+def build_workload(settings: Settings, lean_mlp: bool = False) -> Workload:
+    """A seeded tiny bidirectional Qwen2 (untied head, like Dream-7B) and a prompt + completion batch; with
+    ``lean_mlp`` its SwiGLU blocks made lean as the training engine makes them."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from diffugrpo_plugin.lean_mlp import make_lean
     from diffugrpo_plugin.masking import make_coupled
     from diffugrpo_plugin.models import DiffusionLM
 
@@ -104,6 +113,8 @@ def build_workload(settings: Settings) -> Workload:
     if settings.checkpointing:
         module.gradient_checkpointing_enable()
     lm = DiffusionLM.wrap(module, mask_token_id=mask_id, logits_shift=True)
+    if lean_mlp and not make_lean(module, lm.family.swiglu).installed:
+        raise RuntimeError("no SwiGLU block was made lean")
 
     length = settings.prompt + settings.completion
     generator = torch.Generator().manual_seed(settings.seed)
@@ -116,8 +127,9 @@ def build_workload(settings: Settings) -> Workload:
     return Workload(lm, input_ids, attention_mask, completion_mask, views)
 
 
-def ours(work: Workload) -> torch.Tensor:
-    """The coupled log-probs through the row-selective pass.  # -> [B, L]"""
+def fused_head(work: Workload) -> torch.Tensor:
+    """The coupled log-probs through the row-selective pass and the fused head (``ours`` when the model's
+    SwiGLU blocks are lean).  # -> [B, L]"""
     from diffugrpo_plugin.logprobs import coupled_token_logprobs
 
     return coupled_token_logprobs(work.lm, work.views, work.input_ids, work.attention_mask).logp
@@ -164,7 +176,7 @@ def unfused(work: Workload) -> torch.Tensor:
     return (per_view.view(num_views, batch, length) * views.coef).sum(0)  # [B, L]
 
 
-FUNCTIONS = {"reference-style": reference_style, "unfused": unfused, "ours": ours}
+FUNCTIONS = {"reference-style": reference_style, "unfused": unfused, "fused head": fused_head, "ours": fused_head}
 
 
 def train_values(work: Workload, variant: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -214,7 +226,7 @@ def measured_pass(work: Workload, variant: str, pass_kind: str) -> tuple[float, 
 
 def worker(connection, settings: Settings, variant: str) -> None:
     """A fresh process for one variant. Requests: ``("values",)``, ``("run", pass)``, ``("stop",)``."""
-    work = build_workload(settings)
+    work = build_workload(settings, lean_mlp=variant == "ours")
     connection.send("ready")
     while (request := connection.recv())[0] != "stop":
         if request[0] == "values":
@@ -300,17 +312,21 @@ def print_table(settings: Settings, measurements: list[Measurement], check: dict
           f"{', gradient checkpointing' if settings.checkpointing else ''}; "
           f"agreement: log-prob max |diff| {check['logp_max_abs']:.1e}, grad max |diff| {check['grad_max_abs']:.1e}")
     header = (f"{'pass':<9}{'variant':<17}{'head rows':>10}{'tokens/s':>10}{'x speed':>9}{'peak MiB':>10}"
-              f"{'x less mem':>12}")
+              f"{'x less mem':>12}{'x unfused (range)':>22}")
     print(header + "\n" + "-" * len(header))
     baselines = {m.pass_kind: m for m in measurements if m.variant == "reference-style"}
+    previous = {m.pass_kind: m for m in measurements if m.variant == "unfused"}
     for m in measurements:
         base = baselines[m.pass_kind]
         seconds, peak = statistics.median(m.seconds), statistics.median(m.peak_bytes)
         speedup = statistics.median(base.seconds) / seconds
         memory_ratio = statistics.median(base.peak_bytes) / peak
+        # paired by round: both passes ran back to back, so a slow spell of the machine hits both
+        paired = sorted(u / s for u, s in zip(previous[m.pass_kind].seconds, m.seconds))
         print(f"{m.pass_kind:<9}{m.variant:<17}{head_rows(settings, m.variant):>10}"
               f"{settings.completion_tokens / seconds:>10.0f}{speedup:>9.2f}"
-              f"{peak / 2**20:>10.0f}{memory_ratio:>12.2f}")
+              f"{peak / 2**20:>10.0f}{memory_ratio:>12.2f}"
+              f"{f'{statistics.median(paired):.2f} ({paired[0]:.2f}-{paired[-1]:.2f})':>22}")
 
 
 def parse_args() -> argparse.Namespace:
