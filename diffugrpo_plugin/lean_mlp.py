@@ -7,7 +7,9 @@ input, for its weight gradient). Without gradient checkpointing they are the lar
 a model body holds through a coupled pass (180 of 327 MiB in ``benchmarks/coupled_logprob.py``).
 :func:`swiglu_down` saves only ``gate(x)`` and ``up(x)`` and recomputes the other two in its backward:
 two elementwise passes per block, with the kernels autograd itself would call (``silu``, ``mul``,
-``silu_backward``, the down projection's two ``mm``), so values and gradients equal the stock ones.
+``silu_backward``, the down projection's two ``mm``), so the output and the gradients of ``gate`` and
+``up`` equal the stock ones bit for bit, and the down projection's weight gradient to rounding (for
+some input shapes autograd sums its rows in another order).
 
 :func:`make_lean` installs it where a model family (``ModelFamily.swiglu``) says its SwiGLU
 blocks are, for each block that is recognisably stock: the method is its class's own (Liger or
