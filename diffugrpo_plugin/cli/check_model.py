@@ -253,37 +253,37 @@ def _resolution_text(r) -> str:
     return f"model {r.path}\n" + "\n".join(f"  {name:<19} {value}" for name, value in rows)
 
 
+def _probe_lines(label: str, probe, bad: str, finding, advice: str) -> list[str]:
+    """A probe's report: FAILED with its error, or its verdict and ``finding(probe)``, then ``advice`` when it is
+    not ok."""
+    if probe.error:
+        return [f"  {label:<19} FAILED: {probe.error}"]
+    lines = [f"  {label:<19} {'ok' if probe.ok else bad}: {finding(probe)}"]
+    return lines if probe.ok else lines + [f"{'':22}{advice}"]
+
+
 def _probes_text(check) -> str:
     load, pad, head, lp, sm = check.load, check.padding, check.head, check.logprob, check.sampling
     lines = [f"  loaded              {load.model_class} on {load.device} in {load.dtype} ({load.seconds:.1f} s)"]
-    if pad.error:
-        lines.append(f"  padding             FAILED: {pad.error}")
-    else:
-        verdict = "ok" if pad.ok else "LEAKS"
-        lines.append(f"  padding             {verdict}: max |diff| {pad.max_abs_diff:.2e} on {pad.positions} real "
-                     f"positions with {pad.padding} pads in front (tolerance {pad.tolerance:.1e})")
-        if not pad.ok:
-            lines.append("                      left padding changes the prompt's logits: the model's code does "
-                         "not hide padded keys (use the native implementation or fix the attention mask)")
-    if head.error:
-        lines.append(f"  fused head          FAILED: {head.error}")
-    else:
-        verdict = "ok" if head.ok else "DIFFERS"
-        lines.append(f"  fused head          {verdict}: max |diff| {head.max_abs_diff:.2e} between the training pass's "
-                     f"log p and the model's own logits on {head.rows} tokens (tolerance {head.tolerance:.1e})")
-        if not head.ok:
-            lines.append("                      the model changes its logits after the vocabulary head in a way its "
-                         "family does not describe (a logit scale or cap): add it to the family's logit_scale")
-    lean = check.lean_mlp
-    if lean is not None and lean.error:
-        lines.append(f"  lean MLP            FAILED: {lean.error}")
-    elif lean is not None:
-        verdict = "ok" if lean.ok else "DIFFERS"
-        lines.append(f"  lean MLP            {verdict}: max |diff| {lean.max_abs_diff:.2e} between {lean.block}'s own "
-                     f"code and its lean backward, output and gradients (tolerance {lean.tolerance:.1e})")
-        if not lean.ok:
-            lines.append("                      this block's code is not the SwiGLU its family describes: train with "
-                         "actor_rollout_ref.model.diffusion.lean_mlp=false")
+    lines += _probe_lines(
+        "padding", pad, "LEAKS",
+        lambda p: (f"max |diff| {p.max_abs_diff:.2e} on {p.positions} real positions with {p.padding} pads in front "
+                   f"(tolerance {p.tolerance:.1e})"),
+        "left padding changes the prompt's logits: the model's code does not hide padded keys (use the native "
+        "implementation or fix the attention mask)")
+    lines += _probe_lines(
+        "fused head", head, "DIFFERS",
+        lambda p: (f"max |diff| {p.max_abs_diff:.2e} between the training pass's log p and the model's own logits on "
+                   f"{p.rows} tokens (tolerance {p.tolerance:.1e})"),
+        "the model changes its logits after the vocabulary head in a way its family does not describe (a logit "
+        "scale or cap): add it to the family's logit_scale")
+    if check.lean_mlp is not None:
+        lines += _probe_lines(
+            "lean MLP", check.lean_mlp, "DIFFERS",
+            lambda p: (f"max |diff| {p.max_abs_diff:.2e} between {p.block}'s own code and its lean backward, output "
+                       f"and gradients (tolerance {p.tolerance:.1e})"),
+            "this block's code is not the SwiGLU its family describes: train with "
+            "actor_rollout_ref.model.diffusion.lean_mlp=false")
     if lp.error:
         lines.append(f"  coupled log-probs   FAILED: {lp.error}")
     else:
