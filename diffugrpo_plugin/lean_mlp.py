@@ -112,7 +112,7 @@ def _is_silu(module: object) -> bool:
     return isinstance(module, nn.SiLU) or type(module).__name__ == "SiLUActivation"
 
 
-def is_lean(owner: nn.Module, blocks: SwiGLUBlocks) -> bool:
+def _is_lean(owner: nn.Module, blocks: SwiGLUBlocks) -> bool:
     """Whether :func:`make_lean` gave ``owner`` the lean method."""
     method = vars(owner).get(blocks.method)
     return isinstance(method, functools.partial) and method.func is _lean_method
@@ -125,11 +125,14 @@ def _why_not(owner: nn.Module, blocks: SwiGLUBlocks) -> str | None:
         return f"{name} has no {blocks.method}() of its own (its code computes the feed-forward inline)"
     if blocks.method in vars(owner):
         return f"{name}.{blocks.method} was already replaced on the instance (Liger or another patch)"
-    if type(getattr(owner, blocks.down, None)) is not nn.Linear:
-        return (f"{name}.{blocks.down} is a {type(getattr(owner, blocks.down, None)).__name__}, not a plain "
-                f"nn.Linear (LoRA and quantised layers keep their own forward)")
-    if blocks.activation is not None and not _is_silu(getattr(owner, blocks.activation, None)):
-        return f"{name}.{blocks.activation} is {type(getattr(owner, blocks.activation, None)).__name__}, not SiLU"
+    down = type(getattr(owner, blocks.down, None))
+    if down is not nn.Linear:
+        return (f"{name}.{blocks.down} is a {down.__name__}, not a plain nn.Linear (LoRA and quantised layers keep "
+                f"their own forward)")
+    if blocks.activation is not None:
+        activation = getattr(owner, blocks.activation, None)
+        if not _is_silu(activation):
+            return f"{name}.{blocks.activation} is {type(activation).__name__}, not SiLU"
     return None
 
 
@@ -159,7 +162,7 @@ def make_lean(module: nn.Module, blocks: SwiGLUBlocks | None) -> LeanReport:
     for owner in module.modules():
         if type(owner).__name__ not in blocks.classes:
             continue
-        reason = None if is_lean(owner, blocks) else _why_not(owner, blocks)
+        reason = None if _is_lean(owner, blocks) else _why_not(owner, blocks)
         if reason is None:
             setattr(owner, blocks.method, functools.partial(_lean_method, owner, blocks))
             report.installed += 1

@@ -431,7 +431,7 @@ def lean_mlp_probe(lm, tolerance: float) -> LeanProbe | None:
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(2, 5, getattr(block, blocks.gate).in_features, generator=generator).to(parameter)  # [2, 5, H]
     upstream = torch.randn(2, 5, getattr(block, blocks.down).out_features, generator=generator).to(parameter)
-    projections = torch.nn.ModuleList([getattr(block, name) for name in (blocks.gate, blocks.up, blocks.down)])
+    projections = torch.nn.ModuleList([getattr(block, part) for part in (blocks.gate, blocks.up, blocks.down)])
 
     def output_and_gradients() -> list:
         given = x.clone().requires_grad_()
