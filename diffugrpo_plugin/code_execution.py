@@ -5,14 +5,15 @@ Public API (used through :mod:`diffugrpo_plugin.judging` by the code rewards and
 * :func:`extract_code` -- the first or last fenced Python block of a completion.
 * :func:`tests_from_row` -- a :class:`TestSpec` from a dataset row, in one of three formats:
   assert strings (``test_cases`` as in DiffuCoder/AceCode, MBPP ``test_list`` with
-  ``test_setup_code`` / sanitized-MBPP ``test_imports``), HumanEval (``test`` + ``entry_point``,
-  which runs ``check(entry_point)``), or stdin/stdout pairs (``inputs`` + ``outputs``, or
+  ``test_setup_code`` / sanitized-MBPP ``test_imports``), a ``check(candidate)`` module (``test`` +
+  ``entry_point``: HumanEval, and LeetCodeDataset with ``Solution().method`` entry points and its
+  ``prompt`` of helpers as ``test_imports``), or stdin/stdout pairs (``inputs`` + ``outputs``, or
   ``test_cases`` given as ``[{"input": ..., "output": ...}]``) compared on the whole output.
 * :func:`run_tests` / :func:`run_tests_many` -- one :class:`TestOutcome` per test, each test its
-  own sandboxed process with its own deadline, so one test that hangs fails only itself.
-  Wherever a test can be split (:mod:`~diffugrpo_plugin.verdicts`), the sandbox only returns the
-  candidate's values and the comparison is made here; stdin/stdout tests compare the captured
-  output here. The rest run whole inside and are counted (:func:`judged_outside`).
+  own sandboxed process with its own deadline, so one test that hangs fails only itself. An assert
+  or check test is decided by the judge (``sandbox_judge``), a separate sandboxed process that runs
+  the test's own code and asks the program's process for its values; stdin/stdout tests compare
+  the captured output here (linear, on output capped at ``max_output_bytes``).
 * :func:`reference_from_row` -- the row's reference solution, for rewards that compare to it.
 
 Runs of the same code on the same tests are cached per process (bounded), so ``code``,
@@ -21,19 +22,19 @@ Runs of the same code on the same tests are cached per process (bounded), so ``c
 
 from __future__ import annotations
 
+import ast
 import collections
 import enum
-import functools
 import json
 import re
+import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from diffugrpo_plugin.sandbox import Job, JobResult, Sandbox, SandboxError, escaped, shared_sandbox
-from diffugrpo_plugin.verdicts import BadValue, SplitTest, Unsplittable, decode_reports, judge_split, parse_python, \
-    plan_check, shadowed_names, split_assert
+from diffugrpo_plugin.sandbox import Job, JobResult, Judged, Sandbox, SandboxError, escaped, shared_sandbox
+from diffugrpo_plugin.verdicts import parse_python
 
 SIGXCPU = 24
 CACHE_SIZE = 4096
@@ -54,7 +55,11 @@ class Outcome(str, enum.Enum):
 
 @dataclass(frozen=True)
 class TestOutcome:
-    """One test's verdict with what the sandbox measured for it (zero when it did not run)."""
+    """One test's verdict with what the sandbox measured for it (zero when it did not run).
+
+    ``compared``: how many comparisons in this test the program's own code decided (``==`` between two
+    of its objects); a pass with ``compared > 0`` depends on the program's comparison (see the README's
+    trust rule)."""
 
     __test__ = False  # not a pytest class
 
@@ -65,6 +70,7 @@ class TestOutcome:
     wall_s: float = 0.0
     memory_kb: int = 0  # peak resident memory above the bare interpreter
     instructions: int | None = None  # user-space instructions, where the CPU exposes a counter
+    compared: int = 0
 
     @property
     def passed(self) -> bool:
@@ -72,15 +78,19 @@ class TestOutcome:
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "outcome": self.outcome.value, "detail": self.detail, "cpu_s": self.cpu_s,
-                "wall_s": self.wall_s, "memory_kb": self.memory_kb, "instructions": self.instructions}
+                "wall_s": self.wall_s, "memory_kb": self.memory_kb, "instructions": self.instructions,
+                "compared": self.compared}
 
 
 @dataclass(frozen=True)
 class TestSpec:
-    """A row's tests in one of three kinds: ``asserts``, ``check`` (HumanEval) or ``stdio``.
+    """A row's tests in one of three kinds: ``asserts``, ``check`` (HumanEval, LeetCodeDataset) or ``stdio``.
 
-    ``prelude`` runs before the candidate (imports), ``setup`` after it (MBPP's
-    ``test_setup_code`` builds objects from the candidate's classes), then the test itself.
+    ``prelude`` is the task's preamble (imports, ``ListNode`` helpers), run before the program and on the
+    judge's side; ``setup`` runs after the program (MBPP's ``test_setup_code`` builds objects from the
+    program's classes); ``helpers`` is the task's reference code, run on the judge's side only for the
+    names a check uses (HumanEval/38's ``encode_cyclic``); ``program_names`` are the names a test uses that
+    mean the program's objects even where a builtin has the name (MBPP 126's ``sum``).
     """
 
     __test__ = False
@@ -92,6 +102,8 @@ class TestSpec:
     stdio: tuple[tuple[str, str], ...] = ()
     prelude: str = ""
     setup: str = ""
+    helpers: str = ""
+    program_names: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         if self.kind == "asserts":
@@ -100,63 +112,16 @@ class TestSpec:
             return 1
         return len(self.stdio)
 
-    def units(self, code: str) -> list[TestUnit]:
-        """What one sandboxed process runs for each test, and how its verdict is decided."""
-        head = "\n".join(part for part in (self.prelude, code, self.setup) if part)
-        splits = split_tests(self, shadowed_names(head))
-        if self.kind == "asserts":
-            return [TestUnit(head, splits=split) if split is not None else TestUnit(f"{head}\n{test}\n")
-                    for test, split in zip(self.asserts, splits)]
-        if self.kind == "check":
-            if splits[0] is not None:
-                return [TestUnit(head, splits=splits[0])]
-            return [TestUnit(f"{head}\n\n{self.check_source}\n\ncheck({self.entry_point})\n")]
-        return [TestUnit(head, stdin=stdin, expected_output=expected) for stdin, expected in self.stdio]
-
-
-@dataclass(frozen=True)
-class TestUnit:
-    """One test as run: the program, its stdin, and how it is judged: on the values of ``splits``' probes
-    (outside the sandbox), on its ``expected_output`` (stdin/stdout), or, with neither, by running
-    to the end without an exception inside the sandbox."""
-
-    __test__ = False
-
-    source: str
-    stdin: str = ""
-    splits: tuple[SplitTest, ...] = ()
-    expected_output: str | None = None
-
-    @property
-    def probes(self) -> tuple[str, ...]:
-        return tuple(probe for split in self.splits for probe in split.probes)
-
-    @property
-    def judged_outside(self) -> bool:
-        return bool(self.splits) or self.expected_output is not None
-
-
-@functools.lru_cache(maxsize=4096)
-def split_tests(spec: TestSpec, shadowed: frozenset[str] = frozenset()) -> tuple[tuple[SplitTest, ...] | None, ...]:
-    """Per test of ``spec``, its split form (None: it runs whole inside); stdin/stdout tests need none.
-    ``shadowed``: the builtins the program rebinds, asked of the program rather than evaluated here."""
-    def attempt(make) -> tuple[SplitTest, ...] | None:
-        try:
-            return tuple(make())
-        except Unsplittable:
-            return None
-
-    if spec.kind == "asserts":
-        return tuple(attempt(lambda test=test: [split_assert(test, shadowed)]) for test in spec.asserts)
-    if spec.kind == "check":
-        return (attempt(lambda: plan_check(spec.check_source, spec.entry_point, shadowed)),)
-    return tuple(None for _ in spec.stdio)
-
-
-def judged_outside(spec: TestSpec) -> int:
-    """How many of ``spec``'s tests are decided outside the sandbox (see :class:`TestUnit`) for a
-    program that rebinds no builtin."""
-    return len(spec) if spec.kind == "stdio" else sum(split is not None for split in split_tests(spec))
+    def jobs(self, code: str) -> list[Job]:
+        """What one sandboxed process runs for each test, and what its judge runs against it."""
+        source = f"{code}\n{self.setup}\n" if self.setup else code
+        if self.kind == "stdio":
+            return [Job(source, stdin=stdin, preamble=self.prelude) for stdin, _ in self.stdio]
+        context = {"preamble": self.prelude, "helpers": self.helpers, "program_names": self.program_names,
+                   "entry": self.entry_point}
+        tests = [Judged("assert", test, **context) for test in self.asserts] if self.kind == "asserts" else \
+            [Judged("check", self.check_source, **context)]
+        return [Job(source, preamble=self.prelude, judged=test) for test in tests]
 
 
 def extract_code(text: str, block: str = "first") -> str | None:
@@ -226,12 +191,48 @@ def _list_tests(values: list, column: str, prelude: str, setup: str) -> TestSpec
     return TestSpec(kind="asserts", asserts=asserts, prelude=prelude, setup=setup) if asserts else None
 
 
+_ENTRY_NODES = (ast.Expression, ast.Name, ast.Attribute, ast.Call, ast.Load)
+
+
+def entry_root(entry_point: str) -> str | None:
+    """The program's name an entry point starts from (``Solution`` of ``Solution().twoSum``); None when the
+    entry point is not a name followed by attributes and argument-free calls."""
+    try:
+        tree = parse_python(entry_point, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if not all(isinstance(node, _ENTRY_NODES) for node in ast.walk(tree)) or any(
+            isinstance(node, ast.Call) and (node.args or node.keywords) for node in ast.walk(tree)):
+        return None
+    names = [node.id for node in ast.walk(tree) if isinstance(node, ast.Name)]
+    return names[0] if len(names) == 1 else None
+
+
+def defined_names(source: str) -> frozenset[str]:
+    """The names ``source`` defines at its top level by ``def``, ``class`` or assignment (not imports: a test's
+    ``math`` stays the standard library's even where the reference imports it)."""
+    try:
+        tree = parse_python(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return frozenset()
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name))
+    return frozenset(names - set(sys.stdlib_module_names))
+
+
 def _check_tests(row: Mapping[str, Any], prelude: str, setup: str) -> TestSpec:
     entry_point = row.get("entry_point")
-    if not isinstance(entry_point, str) or not entry_point.isidentifier():
-        raise ValueError(f"column 'test' (HumanEval style) needs an 'entry_point' naming the function, "
-                         f"got {entry_point!r}")
-    return TestSpec(kind="check", check_source=str(row["test"]), entry_point=entry_point, prelude=prelude, setup=setup)
+    root = entry_root(entry_point) if isinstance(entry_point, str) else None
+    if root is None:
+        raise ValueError(f"column 'test' (HumanEval / LeetCodeDataset style) needs an 'entry_point' naming the "
+                         f"function (e.g. 'has_close_elements' or 'Solution().twoSum'), got {entry_point!r}")
+    return TestSpec(kind="check", check_source=str(row["test"]), entry_point=entry_point, prelude=prelude,
+                    setup=setup, helpers=reference_from_row(row) or "", program_names=frozenset({root}))
 
 
 def _stdio_tests(row: Mapping[str, Any], prelude: str) -> TestSpec | None:
@@ -244,18 +245,23 @@ def _stdio_tests(row: Mapping[str, Any], prelude: str) -> TestSpec | None:
 def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
     """The tests of a dataset row, or None when it has none (the ``code`` reward is then None).
 
-    Columns read, first match wins: ``test_cases`` (assert strings, or stdin/stdout dicts with
-    ``input``/``output``); ``test_list`` (MBPP) with ``test_setup_code`` and ``test_imports``;
-    ``test`` + ``entry_point`` (HumanEval); ``inputs`` + ``outputs`` (stdin/stdout).
-    Raises ValueError naming the column when a present column is malformed.
+    Columns read, first match wins: ``test`` + ``entry_point`` (a ``check(candidate)`` module: HumanEval,
+    LeetCodeDataset); ``test_cases`` (assert strings, or stdin/stdout dicts with ``input``/``output``);
+    ``test_list`` (MBPP) with ``test_setup_code`` and ``test_imports``; ``inputs`` + ``outputs``
+    (stdin/stdout). Raises ValueError naming the column when a present column is malformed.
     """
     prelude = _joined(row.get("test_imports"), "test_imports")
     setup = _joined(row.get("test_setup_code"), "test_setup_code")
+    if row.get("test") is not None and (row.get("entry_point") is not None or row.get("test_cases") is None):
+        return _check_tests(row, prelude, setup)
     for column in ("test_cases", "test_list"):
         if row.get(column) is not None:
-            return _list_tests(_as_list(row[column], column), column, prelude, setup)
-    if row.get("test") is not None:
-        return _check_tests(row, prelude, setup)
+            spec = _list_tests(_as_list(row[column], column), column, prelude, setup)
+            if spec is not None and spec.kind == "asserts":
+                reference = reference_from_row(row)
+                names = (defined_names(reference) if reference else frozenset()) | defined_names(setup)
+                spec = TestSpec(**{**spec.__dict__, "program_names": names})
+            return spec
     if row.get("inputs") is not None or row.get("outputs") is not None:
         return _stdio_tests(row, prelude)
     return None
@@ -289,16 +295,18 @@ def _memory_exhausted(result: JobResult) -> bool:
         result.status == "signal" and ("MemoryError" in result.stderr_tail or "Cannot allocate" in result.stderr_tail))
 
 
-def _failure(result: JobResult, unit: TestUnit, timeout_s: float) -> tuple[Outcome, str] | None:
+def _failure(result: JobResult, stdio: bool, timeout_s: float) -> tuple[Outcome, str] | None:
     """The verdict of a run that did not finish normally; None when it did."""
     status = result.status
+    if status == "output_limit":
+        return Outcome.FAILED, "output longer than the capture limit"
     if _memory_exhausted(result):
         return Outcome.MEMORY_LIMIT_EXCEEDED, "memory limit exceeded"
     if status == "timeout" or (status == "signal" and result.signal == SIGXCPU) or result.cpu_s > timeout_s:
         return Outcome.TIME_LIMIT_EXCEEDED, f"time limit exceeded ({result.cpu_s:.2f} s of CPU, limit {timeout_s} s)"
     if status == "exception" and result.exception == "SyntaxError":
         return Outcome.SYNTAX_ERROR, result.message
-    if status == "exception" and result.exception == "AssertionError" and unit.expected_output is None:
+    if status == "exception" and result.exception == "AssertionError" and not stdio:
         return Outcome.FAILED, "assertion failed" + (f": {result.message}" if result.message else "")
     if status == "exception":
         return Outcome.RUNTIME_ERROR, f"{result.exception}: {result.message}"
@@ -307,9 +315,9 @@ def _failure(result: JobResult, unit: TestUnit, timeout_s: float) -> tuple[Outco
     if status == "vanished":
         return Outcome.RUNTIME_ERROR, "exited without finishing the test"
     if status == "not_run":
-        return Outcome.RUNTIME_ERROR, "not run: the sandbox stopped before this test"
-    # sys.exit() is how a stdin/stdout program may end; in an assert test it skips the asserts.
-    if status == "exit" and (unit.expected_output is None or result.exit_code not in (0, None)):
+        return Outcome.RUNTIME_ERROR, result.message or "not run: the sandbox stopped before this test"
+    # sys.exit() is how a stdin/stdout program may end; in a judged test it ends the program before the test.
+    if status == "exit" and (not stdio or result.exit_code not in (0, None)):
         return Outcome.RUNTIME_ERROR, f"exited with code {result.exit_code} before the test finished"
     return None
 
@@ -322,52 +330,41 @@ def _output_verdict(result: JobResult, expected: str) -> tuple[Outcome, str]:
     return Outcome.FAILED, "wrong output"
 
 
-def _split_verdict(result: JobResult, unit: TestUnit) -> tuple[Outcome, str]:
-    """Every split test of the unit decided here on the probes' decoded values."""
-    try:
-        reports = decode_reports(result.probes, len(unit.probes))
-    except BadValue as error:
-        return Outcome.FAILED, f"the program's answers could not be read: {escaped(str(error))}"
-    offset = 0
-    for split in unit.splits:  # in the test's order: the first problem decides, as if run inside
-        answers = reports[offset:offset + len(split.probes)]
-        offset += len(split.probes)
-        raised = next((report.raised for report in answers if report.raised is not None), None)
-        if raised is not None and raised.startswith("MemoryError:"):
-            return Outcome.MEMORY_LIMIT_EXCEEDED, "memory limit exceeded"
-        if raised is not None and not raised.startswith("AssertionError:"):
-            return Outcome.RUNTIME_ERROR, escaped(raised)
-        passed, why = judge_split(split, answers)
-        if not passed:
-            return Outcome.FAILED, escaped(why)
-    return Outcome.PASSED, ""
+JUDGE_OUTCOMES = {"passed": Outcome.PASSED, "failed": Outcome.FAILED, "error": Outcome.RUNTIME_ERROR,
+                  "memory": Outcome.MEMORY_LIMIT_EXCEEDED, "ended": Outcome.RUNTIME_ERROR}
 
 
-def judge(result: JobResult, unit: TestUnit, index: int, timeout_s: float) -> TestOutcome:
-    """Turns what happened to test ``index``'s process into its verdict."""
+def _judge_verdict(verdict: dict | None) -> tuple[Outcome, str]:
+    if verdict is None:
+        return Outcome.FAILED, "the judge gave no verdict (it exceeded its limits on this program's values)"
+    if verdict["outcome"] == "judge_error":
+        raise SandboxError(f"the task's own test code failed in the judge: {verdict['detail']}")
+    return JUDGE_OUTCOMES[verdict["outcome"]], verdict["detail"]
+
+
+def judge(result: JobResult, job: Job, index: int, timeout_s: float, expected_output: str | None) -> TestOutcome:
+    """Turns what happened to test ``index``'s process (and its judge's verdict) into its verdict."""
     if result.status == "setup_error":
         raise SandboxError(f"the sandbox could not prepare a test: {result.message}")
-    verdict = _failure(result, unit, timeout_s)
+    verdict = _failure(result, expected_output is not None, timeout_s)
     if verdict is None:
-        if unit.expected_output is not None:
-            verdict = _output_verdict(result, unit.expected_output)
-        elif unit.splits:
-            verdict = _split_verdict(result, unit)
-        else:
-            verdict = (Outcome.PASSED, "")
+        verdict = _output_verdict(result, expected_output) if expected_output is not None else \
+            _judge_verdict(result.verdict)
     outcome, detail = verdict
+    compared = result.verdict["compared"] if result.verdict else 0
     return TestOutcome(index=index, outcome=outcome, detail=detail, cpu_s=result.cpu_s, wall_s=result.wall_s,
-                       memory_kb=result.memory_kb, instructions=result.instructions)
+                       memory_kb=result.memory_kb, instructions=result.instructions, compared=compared)
 
 
 def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None) -> list[TestOutcome]:
     if not parses(code):
         return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
-    units = spec.units(code)
     limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
-    results = sandbox.run([Job(source=unit.source, stdin=unit.stdin, timeout_s=limit, probes=unit.probes)
-                           for unit in units])
-    return [judge(result, unit, index, limit) for index, (result, unit) in enumerate(zip(results, units))]
+    jobs = [Job(job.source, job.stdin, limit, job.judged, job.preamble) for job in spec.jobs(code)]
+    expected = [output for _, output in spec.stdio] if spec.kind == "stdio" else [None] * len(jobs)
+    results = sandbox.run(jobs)
+    return [judge(result, job, index, limit, output)
+            for index, (result, job, output) in enumerate(zip(results, jobs, expected))]
 
 
 class _RunCache:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, judged_outside, pass_rate, \
+from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, pass_rate, \
     run_tests_many, tests_from_row
 from diffugrpo_plugin.data import DataError, prepare
 from diffugrpo_plugin.data.records import checked_field, read_records
@@ -361,7 +361,6 @@ class ProblemResult:
     data_source: str
     verdicts: tuple[Verdict, ...]
     num_tests: int = 0
-    num_tests_judged_outside: int = 0  # decided outside the sandbox (see code_execution.judged_outside)
 
     @property
     def n(self) -> int:
@@ -374,6 +373,16 @@ class ProblemResult:
     @property
     def passed(self) -> list[bool]:
         return [verdict.passed for verdict in self.verdicts]
+
+    @property
+    def test_runs(self) -> int:
+        """Tests run over all completions (each decided by the judge or by the output comparison)."""
+        return sum(len(verdict.outcomes) for verdict in self.verdicts)
+
+    @property
+    def program_compared(self) -> int:
+        """Test runs whose verdict used the program's own comparison (``==`` between two of its objects)."""
+        return sum(outcome.compared > 0 for verdict in self.verdicts for outcome in verdict.outcomes)
 
 
 def judge_completions(problems: Sequence[EvalProblem], completions: Mapping[str, Sequence[Completion]], *,
@@ -398,7 +407,7 @@ def judge_completions(problems: Sequence[EvalProblem], completions: Mapping[str,
     runnable = [(offer.code, specs[task_id]) for task_id, _, offer in items if offer.code is not None]
     verdicts = _verdicts(items, run_tests_many(runnable, sandbox, timeout_s))
     return [ProblemResult(problem.task_id, problem.data_source, tuple(verdicts[problem.task_id]),
-                          len(specs[problem.task_id]), judged_outside(specs[problem.task_id]))
+                          len(specs[problem.task_id]))
             for problem in judged]
 
 
@@ -448,7 +457,8 @@ def _group_summary(results: Sequence[ProblemResult], ks: Sequence[int]) -> dict[
     summary["test_pass_rate"] = sum(v.test_pass_rate for v in verdicts) / len(verdicts)
     summary["code_extracted_rate"] = sum(v.code is not None for v in verdicts) / len(verdicts)
     summary["num_tests"] = sum(result.num_tests for result in results)
-    summary["num_tests_judged_outside"] = sum(result.num_tests_judged_outside for result in results)
+    summary["num_test_runs"] = sum(result.test_runs for result in results)
+    summary["num_test_runs_program_compared"] = sum(result.program_compared for result in results)
     summary["not_passed_by_reason"] = reason_counts(verdicts)
     return summary
 
@@ -482,13 +492,14 @@ def summarize(results: Sequence[ProblemResult], ks: Sequence[int] = (1,)) -> dic
 def format_table(summary: Mapping[str, Any]) -> str:
     """The summary as an aligned text table: one row per data source, then ``all``."""
     metrics = [key for key in summary if key.startswith("pass@")] + ["test_pass_rate", "code_extracted_rate"]
-    header = ["data_source", "problems", "completions", *metrics, "judged_outside"]
+    header = ["data_source", "problems", "completions", *metrics, "program_compared"]
     groups = list(summary.get("by_data_source", {}).items())
     if len(groups) != 1:
         groups.append(("all", summary))
     rows = [[name, str(group["num_problems"]), str(group["num_completions"]),
              *(f"{group[metric]:.4f}" for metric in metrics),
-             f"{group.get('num_tests_judged_outside', 0)}/{group.get('num_tests', 0)}"] for name, group in groups]
+             f"{group.get('num_test_runs_program_compared', 0)}/{group.get('num_test_runs', 0)}"]
+            for name, group in groups]
     widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
     lines = [_table_line(row, widths) for row in [header, *rows]]
     return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])

@@ -67,13 +67,18 @@ logger = logging.getLogger("diffugrpo.sandbox")
 UNSAFE_ENV_VAR = "DIFFUGRPO_UNSAFE_NO_SANDBOX"
 FALLBACK_CONFIG_KEY = "allow_unsandboxed_fallback_i_understand_the_risk"
 LAUNCHER_PATH = Path(__file__).with_name("sandbox_launcher.py")
-LAUNCHER_IN_SANDBOX = "/opt/diffugrpo/launcher.py"
+SANDBOX_DIR = "/opt/diffugrpo"
+LAUNCHER_IN_SANDBOX = f"{SANDBOX_DIR}/sandbox_launcher.py"
+IN_SANDBOX_MODULES = ("sandbox_launcher.py", "sandbox_wire.py", "sandbox_program.py", "sandbox_judge.py")
+JUDGE_UID_OFFSET = 10_000_000  # the judge of slot s runs as uid_base + s + this: no job can signal or read it
+JUDGE_OUTCOMES = ("passed", "failed", "error", "memory", "ended", "judge_error")
+JUDGE_VERDICT_KEYS = {"index", "outcome", "detail", "compared", "untrusted"}
 WORK_DIR = "/work"
 SCRATCH_DIR = "/run/diffugrpo"
 PER_JOB_OVERHEAD_S = 0.5
 MESSAGE_CHARS = 500
 REPORT_MAX_BYTES = 1 << 20
-REPORT_KEYS = {"status", "exception", "message", "exit_code", "probes"}
+REPORT_KEYS = {"status", "exception", "message", "exit_code"}
 REPORT_STATUSES = ("ok", "exception", "exit")
 EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 MARSHAL_VERSION = 4  # the launcher speaks marshal: built in, so it costs nothing to import
@@ -101,6 +106,7 @@ class SandboxConfig:
     max_file_size_mb: float = 16.0  # any single file the job writes
     max_output_bytes: int = 1 << 20  # captured stdout per job
     max_open_files: int = 64
+    judge_memory_mb: int = 1024  # address space of the judge process (decoding and comparing the program's values)
     max_concurrency: int = max(1, os.cpu_count() or 1)  # sandboxes running at once in this process
     tmpfs_mb: int = 64  # size of each of /tmp and /work inside the sandbox (memory-backed)
     max_files: int = 4096  # files and directories each of /tmp and /work may hold (tmpfs inodes)
@@ -151,14 +157,34 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class Judged:
+    """What the judge needs for one test (see ``sandbox_judge``): the test's own code (``kind`` ``assert``: one
+    assert statement; ``check``: a module defining ``check(candidate)``, called with ``entry``), and the row's
+    context: the preamble (run on both sides), the task's helpers (its reference code, run on the judge's side
+    for the names a check uses) and ``program_names``, the names that mean the program's objects."""
+
+    kind: str
+    code: str
+    preamble: str = ""
+    helpers: str = ""
+    program_names: frozenset[str] = frozenset()
+    entry: str = ""
+
+    def row(self) -> dict[str, Any]:
+        return {"preamble": self.preamble, "helpers": self.helpers, "program_names": sorted(self.program_names),
+                "entry": self.entry}
+
+
+@dataclass(frozen=True)
 class Job:
-    """One program to run: Python source, its stdin, an optional CPU limit in seconds, and probes:
-    expressions evaluated after the program in its namespace, whose values come back as plain data."""
+    """One program to run: Python source after the task's ``preamble``, its stdin, an optional CPU limit in
+    seconds, and, for a judged test, what the judge runs against it (the program then answers the judge)."""
 
     source: str
     stdin: str = ""
     timeout_s: float | None = None
-    probes: tuple[str, ...] = ()
+    judged: Judged | None = None
+    preamble: str = ""
 
 
 @dataclass(frozen=True)
@@ -167,11 +193,14 @@ class JobResult:
 
     ``status``: ``ok`` (ran to the end), ``exception`` (``exception`` names it; ``SyntaxError``
     included), ``exit`` (``SystemExit`` with ``exit_code``), ``signal`` (killed by ``signal``),
-    ``timeout`` (the wall-clock backstop), ``vanished`` (exited without a well-formed report, e.g.
+    ``timeout`` (the wall-clock backstop), ``output_limit`` (a job judged on its output wrote more than
+    ``max_output_bytes``: stopped there), ``vanished`` (exited without a well-formed report, e.g.
     ``os._exit``), ``setup_error`` (the launcher could not prepare the job), ``not_run`` (the
-    sandbox ended before reaching it). ``probes``: the probes' reports as the job wrote them
-    (JSON, decoded and judged by :mod:`diffugrpo_plugin.verdicts`); None when it wrote none.
-    Every text field came from the job: shown escaped, never interpreted.
+    sandbox ended before reaching it, or its judge had already failed). ``verdict``: the judge's
+    verdict for a judged test (``outcome`` in :data:`JUDGE_OUTCOMES`, ``detail``, ``compared``: how
+    many comparisons the program's own code decided, ``untrusted``: how many of its objects were
+    compared with a builtin value); None when the judge gave none. Every text field came from the
+    job or from values it sent: shown escaped, never interpreted.
     """
 
     status: str
@@ -188,7 +217,7 @@ class JobResult:
     baseline_rss_kb: int = 0
     instructions: int | None = None
     oom_killed: bool = False  # the job's cgroup hit its memory limit
-    probes: list | None = None
+    verdict: dict | None = None
 
     @property
     def memory_kb(self) -> int:
@@ -375,16 +404,29 @@ class Sandbox:
 
     def _job_payload(self, job: Job) -> dict[str, Any]:
         timeout_s = job.timeout_s if job.timeout_s is not None else self.config.timeout_s
-        return {"source": job.source, "stdin": job.stdin, "timeout_s": timeout_s, "probes": list(job.probes),
-                "wall_s": timeout_s * self.config.wall_timeout_factor, "cpu_s": int(math.ceil(timeout_s)) + 1}
+        return {"source": job.source, "preamble": job.preamble, "stdin": job.stdin, "timeout_s": timeout_s,
+                "serve": job.judged is not None, "wall_s": timeout_s * self.config.wall_timeout_factor,
+                "cpu_s": int(math.ceil(timeout_s)) + 1}
+
+    def _judge_payload(self, jobs: list[Job], slot: int, judge_fd: int | None) -> dict[str, Any] | None:
+        """The judge's limits and uid; its tests travel apart, through ``judge_fd`` (see :func:`judge_spec`)."""
+        judged = [job for job in jobs if job.judged is not None]
+        if not judged:
+            return None
+        uid = self._uid_base + slot + JUDGE_UID_OFFSET
+        cpu_s = sum(int(math.ceil(job.timeout_s or self.config.timeout_s)) + 1 for job in judged) + 5
+        return {"fd": judge_fd, "drop_to": [uid, uid] if self.is_root else None, "cpu_s": cpu_s,
+                "limits": {"address_space_bytes": self.config.judge_memory_mb << 20, "processes": 4,
+                           "file_size_bytes": 1 << 20, "open_files": len(judged) + 32}}
 
     def _payload(self, jobs: list[Job], slot: int, work_dir: str, scratch_dir: str,
-                 cgroup_fds: tuple[list[int], int | None]) -> dict[str, Any]:
+                 cgroup_fds: tuple[list[int], int | None], judge_fd: int | None) -> dict[str, Any]:
         config = self.config
         uid = self._uid_base + slot
         privileged = self.isolated and self.is_root
         capped = privileged and self.protections["tmpfs_inode_cap"].active
         return {
+            "judge": self._judge_payload(jobs, slot, judge_fd),
             "namespaced": self.isolated,
             "drop_to": [uid, uid] if self.is_root else None,
             "keep_capabilities": privileged,  # drops the CAP_SYS_ADMIN the capped tmpfs needed
@@ -443,10 +485,12 @@ class Sandbox:
         argv += _ro_bind_args([path for path in [*self.layout.prefixes, *self.config.extra_ro_binds]
                                if not path.startswith("/usr/")])
         argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", "/dev/shm",  # multiprocessing's semaphores
                  "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", "/tmp",
                  "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", WORK_DIR,
                  "--perms", "0700", "--size", tmpfs_bytes, "--tmpfs", SCRATCH_DIR,
-                 "--ro-bind", str(LAUNCHER_PATH), LAUNCHER_IN_SANDBOX,
+                 *[arg for name in IN_SANDBOX_MODULES
+                   for arg in ("--ro-bind", str(LAUNCHER_PATH.with_name(name)), f"{SANDBOX_DIR}/{name}")],
                  "--chdir", WORK_DIR]
         if self.is_root:  # CAP_SYS_ADMIN mounts the capped tmpfs; the launcher drops it before any job
             argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
@@ -458,9 +502,9 @@ class Sandbox:
         return jobs_s + self.config.startup_timeout_s
 
     def _run_in_slot(self, jobs: list[Job], slot: int) -> list[JobResult]:
-        with self._slot_cgroup_fds(slot) as cgroup_fds:
+        with self._slot_cgroup_fds(slot) as cgroup_fds, _judge_tests(jobs) as judge_fd:
             if self.isolated:
-                payload = self._payload(jobs, slot, WORK_DIR, SCRATCH_DIR, cgroup_fds)
+                payload = self._payload(jobs, slot, WORK_DIR, SCRATCH_DIR, cgroup_fds, judge_fd)
                 return self._launch(self._bwrap_argv(), payload, cwd=None)
             with tempfile.TemporaryDirectory(prefix="diffugrpo-unsafe-") as host_dir:
                 work_dir, scratch_dir = os.path.join(host_dir, "work"), os.path.join(host_dir, "scratch")
@@ -468,7 +512,7 @@ class Sandbox:
                 os.mkdir(work_dir)
                 os.chmod(work_dir, 0o777)  # ... and write there
                 os.mkdir(scratch_dir, 0o700)
-                payload = self._payload(jobs, slot, work_dir, scratch_dir, cgroup_fds)
+                payload = self._payload(jobs, slot, work_dir, scratch_dir, cgroup_fds, judge_fd)
                 argv = [*self._interpreter_args(), str(LAUNCHER_PATH)]
                 return self._launch(argv, payload, cwd=work_dir)
 
@@ -493,7 +537,8 @@ class Sandbox:
 
     def _launch(self, argv: list[str], payload: dict[str, Any], cwd: str | None) -> list[JobResult]:
         env = SANDBOX_ENV if self.isolated else {**SANDBOX_ENV, "HOME": cwd or WORK_DIR}
-        inherited = [*payload["cgroup_procs_fds"], *([payload["oom_events_fd"]] if payload["oom_events_fd"] else [])]
+        inherited = [*payload["cgroup_procs_fds"], *([payload["oom_events_fd"]] if payload["oom_events_fd"] else []),
+                     *([payload["judge"]["fd"]] if payload["judge"] else [])]
         process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    cwd=cwd, env=dict(env), start_new_session=True, pass_fds=inherited)
         timed_out = False
@@ -513,6 +558,31 @@ class Sandbox:
             )
         missing = "timeout" if timed_out else "not_run"
         return [job_result(frame) if frame is not None else JobResult(status=missing) for frame in frames]
+
+
+def judge_spec(jobs: Sequence[Job]) -> dict[str, Any]:
+    """What the judge reads: the row's context and each judged test, in the order the jobs run."""
+    judged = [job.judged for job in jobs if job.judged is not None]
+    return {**judged[0].row(), "tests": [{"kind": test.kind, "code": test.code} for test in judged]}
+
+
+@contextlib.contextmanager
+def _judge_tests(jobs: Sequence[Job]):
+    """An anonymous in-memory file holding the judge's tests (None when no job is judged): only the
+    judge reads it; the launcher closes its copy before any job starts."""
+    if not any(job.judged is not None for job in jobs):
+        yield None
+        return
+    fd = os.memfd_create("diffugrpo-judge", 0)  # not close-on-exec: bwrap and the launcher inherit it
+    try:
+        data = json.dumps(judge_spec(jobs)).encode("utf-8")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def _kill_group(process: subprocess.Popen) -> None:
@@ -552,36 +622,54 @@ def escaped(text: str, limit: int = MESSAGE_CHARS) -> str:
 
 
 def job_report(raw: bytes) -> dict | None:
-    """The job's own report (``{"status", "exception", "message", "exit_code", "probes"}``), parsed
-    strictly: None for anything but a size-capped JSON object of exactly that shape."""
+    """The job's own report (``{"status", "exception", "message", "exit_code"}``), parsed strictly: None for
+    anything but a size-capped JSON object of exactly that shape."""
+    report = _small_json_object(raw)
+    if report is None or not set(report) <= REPORT_KEYS or report.get("status") not in REPORT_STATUSES:
+        return None
+    exception, message, exit_code = report.get("exception"), report.get("message", ""), report.get("exit_code")
+    if (exception is not None and not (isinstance(exception, str) and EXCEPTION_NAME.fullmatch(exception))) \
+            or not isinstance(message, str) \
+            or (exit_code is not None and (type(exit_code) is not int or not -(1 << 31) <= exit_code < (1 << 31))):
+        return None
+    return {"status": report["status"], "exception": exception, "message": escaped(message), "exit_code": exit_code}
+
+
+def judge_verdict(raw: bytes | None) -> dict | None:
+    """The judge's verdict line, parsed strictly (it carries text the program's values produced)."""
+    verdict = _small_json_object(raw)
+    if verdict is None or set(verdict) != JUDGE_VERDICT_KEYS or verdict["outcome"] not in JUDGE_OUTCOMES \
+            or not isinstance(verdict["detail"], str) \
+            or not all(type(verdict[key]) is int and verdict[key] >= 0 for key in ("compared", "untrusted")):
+        return None
+    return {**verdict, "detail": escaped(verdict["detail"])}
+
+
+def _small_json_object(raw: bytes | None) -> dict | None:
     if not raw or len(raw) > REPORT_MAX_BYTES:
         return None
     try:
-        report = json.loads(raw.decode("utf-8"))
+        value = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
-    if not isinstance(report, dict) or not set(report) <= REPORT_KEYS or report.get("status") not in REPORT_STATUSES:
-        return None
-    exception, message = report.get("exception"), report.get("message", "")
-    exit_code, probes = report.get("exit_code"), report.get("probes")
-    if (exception is not None and not (isinstance(exception, str) and EXCEPTION_NAME.fullmatch(exception))) \
-            or not isinstance(message, str) \
-            or (exit_code is not None and (type(exit_code) is not int or not -(1 << 31) <= exit_code < (1 << 31))) \
-            or (probes is not None and not isinstance(probes, list)):
-        return None
-    return {"status": report["status"], "exception": exception, "message": escaped(message),
-            "exit_code": exit_code, "probes": probes}
+    return value if isinstance(value, dict) else None
 
 
 def job_result(frame: Mapping[str, Any]) -> JobResult:
     """What happened to one job, from the launcher's frame: the launcher's own observations (how the
     process ended, the setup channel) decide the status; the job's report only says what it ran into."""
+    if frame.get("judge_gone"):
+        return JobResult(status="not_run", message="not judged: the judge of this completion had already "
+                                                   "stopped (over its limits on an earlier test)")
     measured = {"stdout": frame["stdout"], "stdout_truncated": frame["stdout_truncated"],
                 "stderr_tail": frame["stderr_tail"], "cpu_s": frame["cpu_s"], "wall_s": frame["wall_s"],
                 "peak_rss_kb": frame["peak_rss_kb"], "baseline_rss_kb": frame["baseline_rss_kb"],
-                "instructions": frame["instructions"], "oom_killed": frame["oom_killed"]}
+                "instructions": frame["instructions"], "oom_killed": frame["oom_killed"],
+                "verdict": judge_verdict(frame["judge"])}
     if frame["setup_error"] is not None:
         return JobResult(status="setup_error", message=escaped(frame["setup_error"]), **measured)
+    if frame["output_overflow"]:
+        return JobResult(status="output_limit", **measured)
     if not frame["finished"]:
         return JobResult(status="timeout", **measured)
     if frame["signal"] is not None:

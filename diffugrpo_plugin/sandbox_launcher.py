@@ -1,11 +1,17 @@
 """The in-sandbox half of :mod:`diffugrpo_plugin.sandbox`: runs each job in a forked, limited child.
 
 This file is executed as a script by the sandbox's own Python interpreter (it imports only the
-standard library and nothing from diffugrpo, which is not visible inside the sandbox). It reads
-one ``marshal``-encoded payload on stdin and writes one length-prefixed ``marshal`` frame per job
-on stdout. The launcher never interprets what a job wrote: the job's own report (its status and
-its probes' values, a JSON document in a file) travels as raw bytes to the harness, which parses it
-strictly. A job can therefore forge nothing but its own answers.
+standard library and the three ``sandbox_*`` files bound beside it; diffugrpo itself is not visible
+inside the sandbox). It reads one ``marshal``-encoded payload on stdin (the program's side of the
+row: its source, the task's preamble, each test's stdin and limits) and writes one length-prefixed
+``marshal`` frame per job on stdout. The launcher never interprets what a job wrote: the job's own
+report (a JSON document in a file) and the judge's verdict travel as raw bytes to the harness,
+which parses them strictly.
+
+The judge (:mod:`sandbox_judge`) is forked once per row before any job, reads the tests and
+expected values from a descriptor the harness passed in and this launcher closes at once, and runs
+as its own uid; each judged job gets one socket to it. No job process ever holds another test's
+calls or any expected value.
 
 Start-up (as the sandbox's uid 0 with four capabilities, root mode): mount ``/tmp`` and the work
 dir as tmpfs with size and file-count caps (CAP_SYS_ADMIN, then dropped for good), join the slot's
@@ -14,8 +20,10 @@ job leaves behind is reaped here, so its CPU time is counted), make itself non-d
 
 Per job: fork; the child makes its own session, opens its files, sets rlimits, raises its OOM
 score, drops to the slot's unprivileged uid, installs the seccomp filter, closes the setup pipe
-(the only channel that can report a setup error) and only then runs the job's code, then each
-probe expression, and writes its report. Time, memory and CPU (of every process of the job,
+(the only channel that can report a setup error) and only then runs the task's preamble and the
+job's code, then (a judged test) answers the judge's requests until it says goodbye, and writes its
+report. stdout and stderr are pipes read here (the first ``max_output_bytes`` and the last
+``STDERR_TAIL_CHARS`` kept), so a program's debug output never hits a file-size limit. Time, memory and CPU (of every process of the job,
 waited for or not) are measured here, inside the PID namespace.
 """
 
@@ -30,6 +38,8 @@ import resource
 import select
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # sandbox_wire, sandbox_program, sandbox_judge
 
 MARSHAL_VERSION = 4  # readable by every Python 3 the harness might run
 REPORT_READ_CAP = (1 << 20) + 1
@@ -54,15 +64,6 @@ PERF_ATTR_SIZE = 64
 PERF_FLAG_INHERIT = 1 << 1
 PERF_FLAG_EXCLUDE_KERNEL = 1 << 5
 PERF_FLAG_EXCLUDE_HV = 1 << 6
-
-# Taken before any job's code runs, and applied to the builtin base of a value, never its subclass's methods.
-_TYPE, _TYPE_NAME, _ISSUBCLASS, _BOOL = type, type.__dict__["__name__"].__get__, issubclass, bool
-_STR_T, _INT_T, _FLOAT_T, _COMPLEX_T, _BYTES_T, _DICT_T = str, int, float, complex, bytes, dict
-_STR, _INT_REPR, _FLOAT_HEX, _BYTES_HEX = str.__str__, int.__repr__, float.hex, bytes.hex
-_COMPLEX_PARTS = (complex.__dict__["real"].__get__, complex.__dict__["imag"].__get__)
-_ITERATE = {list: list.__iter__, tuple: tuple.__iter__, set: set.__iter__, frozenset: frozenset.__iter__}
-_DICT_ITEMS = dict.items
-
 
 def load_libc():
     import ctypes
@@ -183,35 +184,43 @@ def _set_limits(limits: dict, cpu_s: int) -> None:
         resource.setrlimit(which, (value, hard))
 
 
-def _child(job: dict, payload: dict, paths: dict, setup_w: int, libc) -> None:
+def _place_descriptors(targets: list[tuple[int, int]]) -> None:
+    """Puts each descriptor at its fixed number (0, 1, 2, ...) and closes every other one."""
+    high = [(target, fcntl.fcntl(fd, fcntl.F_DUPFD, 100)) for target, fd in targets]  # out of the targets' way
+    for target, fd in high:
+        os.dup2(fd, target)
+    os.closerange(max(target for target, _ in targets) + 1, 65536)
+
+
+def _isolate(payload: dict, limits: dict, cpu_s: int, drop_to, libc) -> None:
+    """What every untrusted-facing process does before its work: limits, OOM score, uid, working dir, seccomp."""
+    _set_limits(limits, cpu_s)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as adj:
+            adj.write("1000")  # the OOM killer picks a job process, never the launcher
+    except OSError:
+        pass  # not root: /proc/self of a non-dumpable process belongs to root; the rlimits still hold
+    if drop_to:
+        uid, gid = drop_to
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    os.chdir(payload["work_dir"])
+    if payload.get("seccomp"):
+        install_seccomp(libc, payload["seccomp"])
+
+
+def _child(job: dict, payload: dict, paths: dict, streams: dict, setup_w: int, libc) -> None:
     """Runs in the forked child: isolate, limit, drop privileges, filter, then run the job and report."""
     try:
         os.setsid()  # own process group, so a timeout can kill the job's whole group
-        setup_fd = fcntl.fcntl(setup_w, fcntl.F_DUPFD, 100)  # out of the way of the descriptors set below
-        os.close(setup_w)
         stdin_fd = os.open(paths["stdin"], os.O_RDONLY)
-        create = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-        stdout_fd = os.open(paths["stdout"], create, 0o600)
-        stderr_fd = os.open(paths["stderr"], create, 0o600)
-        report_fd = os.open(paths["report"], create, 0o600)
-        # 0-2 first: the files opened above all sit at 3 or higher, and are copied before 3 is reused
-        for target, fd in ((0, stdin_fd), (1, stdout_fd), (2, stderr_fd), (3, report_fd), (4, setup_fd)):
-            os.dup2(fd, target)
-        os.closerange(5, 65536)  # the launcher's stdout, counters and cgroup files among them
-        _set_limits(payload["limits"], job["cpu_s"])
-        try:
-            with open("/proc/self/oom_score_adj", "w") as adj:
-                adj.write("1000")  # the OOM killer picks a job process, never the launcher
-        except OSError:
-            pass  # not root: /proc/self of a non-dumpable process belongs to root; the rlimits still hold
-        if payload.get("drop_to"):
-            uid, gid = payload["drop_to"]
-            os.setgroups([])
-            os.setgid(gid)
-            os.setuid(uid)
-        os.chdir(payload["work_dir"])
-        if payload.get("seccomp"):
-            install_seccomp(libc, payload["seccomp"])
+        report_fd = os.open(paths["report"], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        targets = [(0, stdin_fd), (1, streams["stdout"]), (2, streams["stderr"]), (3, report_fd), (4, setup_w)]
+        if streams.get("judge") is not None:
+            targets.append((5, streams["judge"]))
+        _place_descriptors(targets)  # the launcher's stdout, counters, cgroup files and other tests' sockets close
+        _isolate(payload, payload["limits"], job["cpu_s"], payload.get("drop_to"), libc)
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace",
@@ -222,13 +231,13 @@ def _child(job: dict, payload: dict, paths: dict, setup_w: int, libc) -> None:
         os._exit(70)
     os.close(4)  # from here on the job's code runs: no channel left to claim a setup error
     job_pid = os.getpid()
-    report = _execute(job["source"], job.get("probes") or ())
+    report = _execute(job)
     if os.getpid() != job_pid:
         os._exit(0)  # a process the job forked came back out of its code: only the job itself reports
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
-        except BaseException:  # noqa: BLE001 - a full disk or closed fd is the job's own problem
+        except BaseException:  # noqa: BLE001 - a closed fd is the job's own problem
             pass
     try:
         os.write(3, to_json(report).encode("ascii"))
@@ -237,20 +246,18 @@ def _child(job: dict, payload: dict, paths: dict, setup_w: int, libc) -> None:
 
 
 def to_json(value) -> str:
-    """JSON text of a report (dicts, lists, str, int, bool, None), pure ASCII. Written here because
-    importing the json module (and the re and enum it pulls in) would add 12 ms to every sandbox."""
-    kind = _TYPE(value)
-    if value is None or kind is _BOOL:
-        return {None: "null", True: "true", False: "false"}[value]
-    if kind is _INT_T:
-        return _INT_REPR(value)
-    if kind is _STR_T:
+    """JSON text of a report (dicts, str, int, None), pure ASCII; the json module in this process may
+    have been replaced by the job, so the report is written by hand."""
+    kind = type(value)
+    if value is None:
+        return "null"
+    if kind is int:
+        return int.__repr__(value)
+    if kind is str:
         return '"' + "".join(map(_json_char, value)) + '"'
-    if kind is list:
-        return "[" + ",".join(map(to_json, value)) + "]"
-    if kind is _DICT_T:
+    if kind is dict:
         return "{" + ",".join(to_json(key) + ":" + to_json(item) for key, item in value.items()) + "}"
-    raise TypeError(f"not JSON data: {_TYPE_NAME(kind)}")
+    raise TypeError(f"not JSON data: {kind.__name__}")
 
 
 def _json_char(char: str) -> str:
@@ -268,104 +275,213 @@ def _describe(exc: BaseException) -> tuple[str, str]:
         message = str(exc)[:MESSAGE_CHARS]
     except BaseException:  # noqa: BLE001 - a hostile __str__
         message = "<unprintable>"
-    return _TYPE(exc).__name__, message
+    return type(exc).__name__, message
 
 
-class NotPlain(Exception):
-    """A probe value that is not plain builtin data."""
+def _leave(code=None):
+    """``exit()`` and ``quit()`` as the site module defines them (the sandbox's interpreter starts without site)."""
+    raise SystemExit(code)
 
 
-def encode(value, depth: int = 0):
-    """A probe's value as tagged JSON that ``verdicts.decode_value`` reads: the builtin value itself.
-
-    A subclass of a builtin type is read through the builtin's own methods (an ``int`` subclass
-    whose ``__eq__`` is always true travels as the int it holds); any other object travels as
-    ``opaque``, its type name and truth value only, equal to nothing on the other side.
-    """
-    kind = _TYPE(value)
-    if depth > 64:
-        raise NotPlain("nested too deeply")
-    if value is None or kind is _BOOL:
-        return value
-    if _ISSUBCLASS(kind, _STR_T):
-        return _STR(value)
-    if _ISSUBCLASS(kind, _INT_T):
-        return ["int", _INT_REPR(value)]
-    if _ISSUBCLASS(kind, _FLOAT_T):
-        return ["float", _FLOAT_HEX(value)]
-    if _ISSUBCLASS(kind, _COMPLEX_T):
-        return ["complex", [_FLOAT_HEX(part(value)) for part in _COMPLEX_PARTS]]
-    if _ISSUBCLASS(kind, _BYTES_T):
-        return ["bytes", _BYTES_HEX(value)]
-    for base, iterate in _ITERATE.items():
-        if _ISSUBCLASS(kind, base):
-            return [_TYPE_NAME(base), [encode(item, depth + 1) for item in iterate(value)]]
-    if _ISSUBCLASS(kind, _DICT_T):
-        return ["dict", [[encode(key, depth + 1), encode(item, depth + 1)] for key, item in _DICT_ITEMS(value)]]
-    return ["opaque", [_TYPE_NAME(kind)[:100], _BOOL(value)]]
-
-
-def _probe(expression: str, namespace: dict) -> dict:
+def _finish_like_the_interpreter() -> None:
+    """What CPython does when a script ends: wait for non-daemon threads, then run the atexit handlers
+    (a threaded ``main()``, output written at exit, a ``multiprocessing.Pool`` closed by its finaliser)."""
+    threading = sys.modules.get("threading")
     try:
-        value = eval(compile(expression, "<probe>", "eval"), namespace)  # noqa: S307 - this is the sandboxed job
-    except BaseException as exc:  # noqa: BLE001 - the job's failure, reported with its probe
-        name, message = _describe(exc)
-        return {"raised": f"{name}: {message}"}
+        if threading is not None:
+            threading._shutdown()
+    except BaseException:  # noqa: BLE001 - the job's threads are its own problem
+        pass
+    import atexit
+
     try:
-        return {"value": encode(value)}
-    except NotPlain as exc:
-        return {"unserializable": str(exc)}
-    except BaseException as exc:  # noqa: BLE001 - a value whose own methods fail (a hostile subclass)
-        return {"unserializable": _describe(exc)[0]}
+        atexit._run_exitfuncs()
+    except BaseException:  # noqa: BLE001
+        pass
 
 
-def _execute(source: str, probes) -> dict:
+def _execute(job: dict) -> dict:
+    """Runs the task's preamble and the program as ``__main__``; for a judged test, then answers the judge."""
     namespace = {"__name__": "__main__", "__builtins__": builtins}
+    builtins.exit = builtins.quit = _leave
     try:
-        exec(compile(source, "solution.py", "exec"), namespace)  # noqa: S102 - this is the sandboxed job
+        task_classes = {}
+        if job.get("preamble"):
+            exec(compile(job["preamble"], "<preamble>", "exec"), namespace)  # noqa: S102 - the task's own code
+            task_classes = {name: value for name, value in namespace.items()
+                            if isinstance(value, type) and value.__module__ == "__main__"}
+        exec(compile(job["source"], "solution.py", "exec"), namespace)  # noqa: S102 - this is the sandboxed job
+        if job.get("serve"):
+            sandbox_program = sys.modules["sandbox_program"]  # imported by the launcher before the fork
+            sandbox_program.ProgramSide(5, namespace, task_classes).serve()
+        else:
+            _finish_like_the_interpreter()
     except SyntaxError as exc:
         return {"status": "exception", "exception": "SyntaxError", "message": str(exc)[:MESSAGE_CHARS]}
     except SystemExit as exc:
+        _finish_like_the_interpreter()
         code = exc.code
-        return {"status": "exit", "exit_code": code if _TYPE(code) is int else (None if code is None else 1)}
+        return {"status": "exit", "exit_code": code if type(code) is int else (None if code is None else 1)}
     except BaseException as exc:  # noqa: BLE001 - every failure of the job is reported
         name, message = _describe(exc)
         return {"status": "exception", "exception": name, "message": message}
-    return {"status": "ok", "probes": [_probe(expression, namespace) for expression in probes]}
+    return {"status": "ok"}
+
+
+# --------------------------------------------------------------------------- the judge
+
+
+def start_judge(payload: dict, served: list[int], libc) -> dict:
+    """Forks the judge before any job runs: it reads the tests from a descriptor this launcher closes at once
+    (so no job, forked later from here, ever holds them) and talks to each test's process over its own socket."""
+    import socket
+
+    import sandbox_judge
+
+    spec = payload["judge"]
+    pairs = [socket.socketpair() for _ in served]
+    verdict_r, verdict_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setsid()
+            ends = [judge_end.detach() for judge_end, _ in pairs]
+            _place_descriptors([(3, verdict_w), (4, spec["fd"]), *((5 + n, fd) for n, fd in enumerate(ends))])
+            if payload["drop_to"] is None:
+                libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+            _isolate(payload, spec["limits"], spec["cpu_s"], spec.get("drop_to"), libc)
+            sandbox_judge.main(4, [5 + n for n in range(len(ends))], 3)
+        except BaseException as exc:  # noqa: BLE001 - a broken judge gives no verdicts; the tests then fail
+            try:
+                os.write(2, repr(exc).encode("utf-8", errors="replace")[:SETUP_READ_CAP])
+            except OSError:
+                pass
+        os._exit(0)
+    os.close(verdict_w)
+    os.close(spec["fd"])
+    for judge_end, _ in pairs:
+        judge_end.close()
+    return {"pid": pid, "sockets": {index: pair[1].detach() for index, pair in zip(served, pairs)},
+            "verdicts": verdict_r, "pending": b"", "alive": True}
+
+
+def _judge_verdict(judge: dict, patience_s: float) -> bytes | None:
+    """The judge's next verdict line (raw: the harness parses it), or None when it gave none in time."""
+    deadline = time.monotonic() + patience_s
+    while b"\n" not in judge["pending"]:
+        poller = select.poll()
+        poller.register(judge["verdicts"], select.POLLIN)
+        left = deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            return None
+        chunk = os.read(judge["verdicts"], 65536)
+        if not chunk:
+            return None
+        judge["pending"] += chunk
+        if len(judge["pending"]) > REPORT_READ_CAP:
+            return None
+    line, judge["pending"] = judge["pending"].split(b"\n", 1)
+    return line
+
+
+def stop_judge(judge: dict) -> None:
+    _kill_quietly(os.killpg, judge["pid"])
+    _kill_quietly(os.kill, judge["pid"])
+    try:
+        os.waitpid(judge["pid"], 0)
+    except ChildProcessError:
+        pass
+    judge["alive"] = False
 
 
 # --------------------------------------------------------------------------- the launcher's side of a job
 
 
-def _wait_with_deadline(pid: int, timeout_s: float) -> bool:
-    """True when the child exited by itself before the deadline."""
-    pidfd = os.pidfd_open(pid)
-    try:
-        poller = select.poll()
+class _Capture:
+    """Bytes read from a job's pipe: the first ``limit`` (stdout) or the last ``limit`` (stderr)."""
+
+    def __init__(self, limit: int, tail: bool):
+        self.limit, self.tail = limit, tail
+        self.data = bytearray()
+        self.truncated = False
+
+    def add(self, chunk: bytes) -> None:
+        if self.tail:
+            self.data += chunk
+            if len(self.data) > self.limit:
+                del self.data[:len(self.data) - self.limit]
+                self.truncated = True
+        else:
+            room = self.limit - len(self.data)
+            self.data += chunk[:room]
+            self.truncated = self.truncated or len(chunk) > room
+
+
+def _drain(streams: dict, pidfd: int | None, deadline: float, overflow: "_Capture | None" = None) -> bool:
+    """Reads the job's stdout and stderr until its process exits (True), the deadline passes or ``overflow``
+    (the stdout of a job judged on its output) goes past its cap (False); with no pidfd, until every pipe
+    reaches its end."""
+    poller = select.poll()
+    if pidfd is not None:
         poller.register(pidfd, select.POLLIN)
-        return bool(poller.poll(max(0.0, timeout_s) * 1000))
-    finally:
-        os.close(pidfd)
+    for fd in streams:
+        poller.register(fd, select.POLLIN)
+    open_streams = set(streams)
+    while pidfd is not None or open_streams:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        for fd, _ in poller.poll(left * 1000):
+            if fd == pidfd:
+                return True
+            chunk = os.read(fd, 1 << 16)
+            if chunk:
+                streams[fd].add(chunk)
+                if streams[fd] is overflow and overflow.truncated:
+                    return False
+            else:
+                poller.unregister(fd)
+                open_streams.discard(fd)
+    return True
 
 
 def _sweep_and_reap(namespaced: bool, group: int) -> None:
-    """Kill every process the job left (everything in our PID namespace but its init and us, or in the
-    unsafe fallback the job's process group), then reap them all: as the child subreaper we inherit
-    the orphans, and reaping adds their CPU time to ours-for-children."""
-    me = os.getpid()
+    """Kill every process the job left (everything in our PID namespace but its init, us and the judge,
+    or in the unsafe fallback the job's process group), then reap them: as the child subreaper we
+    inherit the orphans, and reaping adds their CPU time to ours-for-children."""
+    keep = {1, os.getpid(), *_judge_pids}
     deadline = time.monotonic() + SWEEP_PATIENCE_S
-    while time.monotonic() < deadline:
+    while True:
         if namespaced:
-            for pid in [int(name) for name in os.listdir("/proc") if name.isdigit() and int(name) not in (1, me)]:
+            left = [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if pid not in keep]
+            for pid in left:
                 _kill_quietly(os.kill, pid)
         else:
+            left = [group] if _group_alive(group) else []
             _kill_quietly(os.killpg, group)
-        try:
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
-        except ChildProcessError:
-            return  # nothing left to reap: every process of the job is gone
+        _reap()
+        if not left or time.monotonic() > deadline:
+            return
         time.sleep(0.002)
+
+
+_judge_pids: set[int] = set()
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _reap() -> None:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
 
 
 def _kill_quietly(kill, target: int) -> None:
@@ -375,17 +491,14 @@ def _kill_quietly(kill, target: int) -> None:
         pass
 
 
-def _read_capped(path: str, limit: int, tail: bool = False) -> tuple[bytes, bool]:
+def _read_report(path: str) -> bytes:
     try:
-        size = os.path.getsize(path)
         with open(path, "rb") as handle:
-            if tail and size > limit:
-                handle.seek(size - limit)
-            data = handle.read(limit)
+            data = handle.read(REPORT_READ_CAP)
         os.unlink(path)
     except OSError:
-        return b"", False
-    return data, size > limit
+        return b""
+    return data
 
 
 def _children_cpu_s() -> float:
@@ -405,10 +518,14 @@ def _oom_kills(fd: int | None) -> int:
 
 def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
     """Runs one job in a forked child under its limits; returns what happened, the report unparsed."""
-    names = ("stdin", "stdout", "stderr", "report")
+    names = ("stdin", "report")
     paths = {name: os.path.join(payload["scratch_dir"], f"job{index}.{name}") for name in names}
     with open(paths["stdin"], "w", encoding="utf-8") as handle:
         handle.write(job.get("stdin") or "")
+    judge = state.get("judge")
+    judge_socket = judge["sockets"].get(index) if judge is not None else None
+    stdout_r, stdout_w = os.pipe()
+    stderr_r, stderr_w = os.pipe()
     setup_r, setup_w = os.pipe()
     sys.stdout.flush()
     instructions_before = _read_counter(state["counter_fd"])
@@ -417,34 +534,50 @@ def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
     pid = os.fork()
     if pid == 0:
         os.close(setup_r)
-        _child(job, payload, paths, setup_w, state["libc"])
-    os.close(setup_w)
-    finished = _wait_with_deadline(pid, job["wall_s"])
+        _child(job, payload, paths, {"stdout": stdout_w, "stderr": stderr_w, "judge": judge_socket}, setup_w,
+               state["libc"])
+    for fd in (setup_w, stdout_w, stderr_w, *([judge_socket] if judge_socket is not None else [])):
+        os.close(fd)
+    captured = {stdout_r: _Capture(payload["max_output_bytes"], tail=False),
+                stderr_r: _Capture(STDERR_TAIL_CHARS, tail=True)}
+    pidfd = os.pidfd_open(pid)
+    judged_on_output = not job.get("serve")
+    finished = _drain(captured, pidfd, started + job["wall_s"], captured[stdout_r] if judged_on_output else None)
+    os.close(pidfd)
     if not finished:
         _kill_quietly(os.killpg, pid)
         _kill_quietly(os.kill, pid)  # in case it had not yet made its own process group
     _, wait_status, usage = os.wait4(pid, 0)
     wall_s = time.monotonic() - started
     _sweep_and_reap(payload["namespaced"], pid)
+    _drain(captured, None, time.monotonic() + SWEEP_PATIENCE_S)  # every writer is gone: read to the end
+    for fd in (stdout_r, stderr_r):
+        os.close(fd)
     setup_error = os.read(setup_r, SETUP_READ_CAP)
     os.close(setup_r)
+    verdict = None
+    if judge_socket is not None and judge["alive"]:
+        verdict = _judge_verdict(judge, job["wall_s"])
+        if verdict is None:
+            stop_judge(judge)
     instructions_after = _read_counter(state["counter_fd"])
-    report, _ = _read_capped(paths["report"], REPORT_READ_CAP)
-    stdout, stdout_truncated = _read_capped(paths["stdout"], payload["max_output_bytes"])
-    stderr_tail, _ = _read_capped(paths["stderr"], STDERR_TAIL_CHARS, tail=True)
+    report = _read_report(paths["report"])
     os.unlink(paths["stdin"])
     baseline = state["baseline"]
+    stdout, stderr = captured[stdout_r], captured[stderr_r]
     return {
         "index": index,
-        "finished": finished,
+        "finished": finished or captured[stdout_r].truncated,
+        "output_overflow": judged_on_output and captured[stdout_r].truncated,
         "signal": os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None,
         "exit_status": os.WEXITSTATUS(wait_status) if os.WIFEXITED(wait_status) else None,
         "setup_error": setup_error.decode("utf-8", errors="replace") if setup_error else None,
         "report": report,
+        "judge": verdict,
         "oom_killed": _oom_kills(state["oom_fd"]) > ooms_before,
-        "stdout": stdout.decode("utf-8", errors="replace"),
-        "stdout_truncated": stdout_truncated,
-        "stderr_tail": stderr_tail.decode("utf-8", errors="replace"),
+        "stdout": bytes(stdout.data).decode("utf-8", errors="replace"),
+        "stdout_truncated": stdout.truncated,
+        "stderr_tail": bytes(stderr.data).decode("utf-8", errors="replace"),
         "cpu_s": max(0.0, _children_cpu_s() - cpu_before - baseline.get("cpu_s", 0.0)),
         "wall_s": wall_s,
         "peak_rss_kb": usage.ru_maxrss,
@@ -478,10 +611,23 @@ def main() -> int:
     calibration = run_job(-1, {"source": "", "wall_s": 10.0, "cpu_s": 11}, payload, state)
     state["baseline"] = {"peak_rss_kb": calibration["peak_rss_kb"], "cpu_s": calibration["cpu_s"],
                          "instructions": calibration["instructions"] or 0}
+    served = [index for index, job in enumerate(payload["jobs"]) if job.get("serve")]
+    if served:
+        import sandbox_program  # noqa: F401 - imported here, where the files are readable, for every job to use
+
+        state["judge"] = start_judge(payload, served, state["libc"])
+        _judge_pids.add(state["judge"]["pid"])
     for index, job in enumerate(payload["jobs"]):
-        frame = marshal.dumps(run_job(index, job, payload, state), MARSHAL_VERSION)
-        sys.stdout.buffer.write(len(frame).to_bytes(8, "little") + frame)
+        judge = state.get("judge")
+        if job.get("serve") and not judge["alive"]:
+            frame = {"index": index, "judge_gone": True}
+        else:
+            frame = run_job(index, job, payload, state)
+        data = marshal.dumps(frame, MARSHAL_VERSION)
+        sys.stdout.buffer.write(len(data).to_bytes(8, "little") + data)
         sys.stdout.buffer.flush()
+    if state.get("judge") is not None:
+        stop_judge(state["judge"])
     return 0
 
 

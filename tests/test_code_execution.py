@@ -62,18 +62,20 @@ def test_asserts_from_test_cases_and_mbpp_columns():
     mbpp = spec_of({"test_list": '["assert g() == 0"]', "test_setup_code": "x = 1", "test_imports": ["import math"]})
     assert (mbpp.kind, mbpp.asserts, mbpp.setup, mbpp.prelude) == ("asserts", ("assert g() == 0",), "x = 1",
                                                                     "import math")
-    unit, = mbpp.units("def g(): return 0")
-    assert unit.source == "import math\ndef g(): return 0\nx = 1"  # the assert itself is judged outside:
-    assert (unit.probes, unit.splits[0].check) == (("g()",), "__probe0 == 0")  # g() is asked, 0 never sent
+    job, = mbpp.jobs("def g(): return 0")
+    assert (job.preamble, job.source) == ("import math", "def g(): return 0\nx = 1\n")
+    assert "assert" not in job.source and job.judged.code == "assert g() == 0"  # the assert runs in the judge
 
 
 def test_humaneval_and_stdio_formats():
     check = spec_of({"test": "def check(c):\n    assert c(1) == 2", "entry_point": "inc"})
     assert check.kind == "check" and len(check) == 1
-    unit, = check.units("def inc(x): return x + 1")
-    assert unit.probes == ("inc(1)",) and "check" not in unit.source
-    unplannable = spec_of({"test": "def check(c):\n    while c(1):\n        pass", "entry_point": "inc"})
-    assert unplannable.units("def inc(x): return 0")[0].source.endswith("check(inc)\n")
+    job, = check.jobs("def inc(x): return x + 1")
+    assert "check" not in job.source and (job.judged.kind, job.judged.entry) == ("check", "inc")
+    leetcode = spec_of({"test": "def check(candidate):\n    assert candidate(nums=[1]) == 1",
+                        "entry_point": "Solution().single", "test_imports": ["from typing import *"],
+                        "completion": "class Solution:\n    def single(self, nums): return nums[0]\n"})
+    assert (leetcode.prelude, leetcode.program_names) == ("from typing import *", frozenset({"Solution"}))
     stdio = spec_of({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]})
     assert stdio.stdio == (("1 2\n", "3\n"), ("3 4\n", "7\n"))
     as_dicts = spec_of({"test_cases": [{"input": "5\n", "output": "25\n"}]})
@@ -91,6 +93,7 @@ def test_rows_without_tests_give_none():
     ({"test_cases": [1, 2]}, "'test_cases' item 0 must be a string"),
     ({"test_list": 7}, "'test_list' must be a list"),
     ({"test": "def check(c): pass"}, "needs an 'entry_point'"),
+    ({"test": "def check(c): pass", "entry_point": "Solution(1).f"}, "needs an 'entry_point'"),
     ({"inputs": ["1"]}, "need both 'inputs' and 'outputs'"),
     ({"inputs": ["1"], "outputs": ["1", "2"]}, "1 inputs but 2 outputs"),
     ({"test_cases": [{"input": "1"}]}, "missing key 'output'"),

@@ -118,7 +118,8 @@ def test_summary_averages_pass_at_k_over_problems_and_per_data_source():
     assert summary["by_data_source"]["other"] == {"pass@1": 1.0, "pass@2": 1.0, "num_problems": 1,
                                                   "num_completions": 2, "test_pass_rate": 1.0,
                                                   "code_extracted_rate": 1.0, "num_tests": 0,
-                                                  "num_tests_judged_outside": 0, "not_passed_by_reason": {}}
+                                                  "num_test_runs": 6, "num_test_runs_program_compared": 0,
+                                                  "not_passed_by_reason": {}}
 
 
 def test_summary_test_pass_rate_is_the_code_rewards_mean():
@@ -138,7 +139,7 @@ def test_table_lists_each_source_then_all():
     results = [result("a", [True]), result("c", [False], "other")]
     lines = evaluation.format_table(evaluation.summarize(results)).splitlines()
     assert lines[0].split() == ["data_source", "problems", "completions", "pass@1", "test_pass_rate",
-                                "code_extracted_rate", "judged_outside"]
+                                "code_extracted_rate", "program_compared"]
     assert [line.split()[:4] for line in lines[2:]] == [["other", "1", "1", "0.0000"], ["toy", "1", "1", "1.0000"],
                                                         ["all", "2", "2", "0.5000"]]
 
@@ -159,7 +160,7 @@ def test_judging_runs_each_test_in_the_sandbox_and_keeps_per_test_outcomes():
     assert [v.completion.seed for v in judged.verdicts] == [1, 2, 3]
     assert judged.verdicts[0].reason is None
     assert judged.verdicts[1].reason == Reason("tests_failed", "1 of 3 tests failed; first: test 1 FAILED: "
-                                                               "assertion failed (judged outside the sandbox)")
+                                                               "assertion failed: assert add(2, 2) == 4")
     assert judged.verdicts[2].reason == Reason("no_code_block", f"tests not run: no fenced ```python block "
                                                                 f"({evaluation.NO_BLOCK_HINT})")
 

@@ -83,15 +83,48 @@ def test_a_subclass_travels_as_the_builtin_value_it_holds(box):
     assert scores(box, [honest_subclass]) == [1.0]
 
 
-def test_the_expected_values_never_enter_the_sandbox(box):
-    """The program sees the probe, never the 9 or 16 it is compared with."""
-    spying = "import sys\ndef solve(x):\n    print(open('/proc/self/cmdline').read(), sys.argv)\n" \
-             "    return x * x\n"
-    spec = code_execution.tests_from_row({"test_cases": ["assert solve(3) == 1234567"]})
-    [outcome] = run_tests(spying, spec, box, cache=False)
-    assert outcome.outcome is Outcome.FAILED and "1234567" not in str(outcome)
-    unit, = spec.units(spying)
-    assert "1234567" not in unit.source + "".join(unit.probes)
+SPY = """import gc, glob, os, re
+def _texts():
+    for item in gc.get_objects():
+        values = item.values() if isinstance(item, dict) else item if isinstance(item, (list, tuple)) else ()
+        for value in values:
+            if isinstance(value, str):
+                yield value
+            elif isinstance(value, bytes):
+                yield value.decode("latin-1")
+    for path in glob.glob("/proc/*/cmdline") + glob.glob("/proc/*/environ") + glob.glob("/proc/*/mem"):
+        try:
+            yield open(path, "rb").read(1 << 20).decode("latin-1")
+        except OSError:
+            pass
+    for fd in range(64):
+        try:
+            yield os.pread(fd, 1 << 20, 0).decode("latin-1")
+        except OSError:
+            pass
+def solve(x):
+    asked = "solve(" + str(x) + ")"  # this call's own test, as it is written in the row
+    for text in _texts():
+        found = re.search(re.escape(asked) + r" == ([0-9]+)", text)
+        if found:
+            return int(found.group(1))
+    return -1
+"""
+
+
+def test_no_expected_value_reaches_the_programs_process(box):
+    """Neither this test's expected value nor another test's: the program's process holds only its own calls
+    (the launcher it was forked from never held the tests, the judge runs as another uid and is not dumpable)."""
+    spec = code_execution.tests_from_row({"test_cases": ["assert solve(3) == 1234567", "assert solve(4) == 7654321"]})
+    outcomes = run_tests(SPY, spec, box, cache=False)
+    assert [outcome.outcome for outcome in outcomes] == [Outcome.FAILED, Outcome.FAILED], outcomes
+    assert all("got" not in outcome.detail for outcome in outcomes)
+    assert all("1234567" not in job.source + job.preamble for job in spec.jobs(SPY))
+    honest = code_execution.tests_from_row({"test_cases": ["assert solve(3) == -1"]})
+    assert run_tests(SPY, honest, box, cache=False)[0].passed  # it found nothing ...
+    planted = code_execution.tests_from_row({"test_cases": ["assert solve(3) == 5"],
+                                             "test_setup_code": "note = 'solve(' + '3) == 5'"})
+    assert run_tests(SPY, planted, box, cache=False)[0].passed  # ... though it finds what its process does hold
 
 
 # --------------------------------------------------------------------------- kernel features and resources
@@ -201,17 +234,20 @@ def test_a_huge_completion_is_never_parsed():
 
 # --------------------------------------------------------------------------- what evaluation reports
 
-def test_the_evaluation_summary_counts_tests_judged_outside_per_source(box):
-    unsplittable = "assert all(solve(i) == i * i for i in range(3))"  # the generator needs solve inside
-    problems = [EvalProblem("a", "split", ({"role": "user", "content": "x"},), {"test_cases": TESTS}),
-                EvalProblem("b", "mixed", ({"role": "user", "content": "x"},), {"test_cases": [TESTS[0], unsplittable]}),
+def test_the_evaluation_summary_counts_per_source_the_tests_that_rest_on_the_programs_comparison(box):
+    point = ("class P:\n    def __init__(self, x):\n        self.x = x\n"
+             "    def __eq__(self, other):\n        return self.x == other.x\n"
+             "def make(x):\n    return P(x)\n")
+    problems = [EvalProblem("a", "values", ({"role": "user", "content": "x"},), {"test_cases": TESTS}),
+                EvalProblem("b", "objects", ({"role": "user", "content": "x"},),
+                            {"test_cases": ["assert make(1) == P(1)", "assert make(1).x == 1"]}),
                 EvalProblem("c", "stdio", ({"role": "user", "content": "x"},), {"inputs": ["3\n"], "outputs": ["9\n"]})]
-    completions = {"a": [Completion(fenced(CORRECT), 0)], "b": [Completion(fenced(CORRECT), 0)],
+    completions = {"a": [Completion(fenced(CORRECT), 0)], "b": [Completion(fenced(point), 0)],
                    "c": [Completion(fenced("print(int(input()) ** 2)\n"), 0)]}
     summary = summarize(judge_completions(problems, completions, sandbox=box))
-    counts = {source: (group["num_tests_judged_outside"], group["num_tests"])
+    counts = {source: (group["num_test_runs_program_compared"], group["num_test_runs"])
               for source, group in summary["by_data_source"].items()}
-    assert counts == {"split": (2, 2), "mixed": (1, 2), "stdio": (1, 1)}
+    assert counts == {"values": (0, 2), "objects": (1, 2), "stdio": (0, 1)}
     assert summary["pass@1"] == 1.0
 
 
@@ -239,7 +275,7 @@ def test_rewards_parse_python_one_thread_at_a_time(monkeypatch):
 
     monkeypatch.setattr(verdicts.ast, "parse", slow_parse)
     code = "def solve(x):\n    return x * x\n"
-    calls = [lambda: code_execution.parses(code), lambda: verdicts.shadowed_names(code),
+    calls = [lambda: code_execution.parses(code), lambda: code_execution.defined_names(code),
              lambda: syntax_problem(code), lambda: verdicts.parse_python("solve(1) == 1", mode="eval")]
     threads = [threading.Thread(target=call) for call in calls * 3]
     for thread in threads:

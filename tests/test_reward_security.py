@@ -47,7 +47,7 @@ ATTACKS = {
         "    for path in glob.glob('/proc/*/environ'):\n        try:\n            seen += open(path).read()\n"
         "        except OSError:\n            pass\n    return 'escaped' if {secret_value!r} in seen else seen\n",
         Outcome.FAILED),
-    "endless output": ("def attack():\n    while True:\n        print('y' * 4096)\n", Outcome.RUNTIME_ERROR),
+    "endless output": ("def attack():\n    while True:\n        print('y' * 4096)\n", Outcome.TIME_LIMIT_EXCEEDED),
     "ctypes segfault": ("import ctypes\ndef attack():\n    return ctypes.string_at(0)\n", Outcome.RUNTIME_ERROR),
 }
 

@@ -1,0 +1,535 @@
+"""The judge: the side of a test that decides its verdict, and never runs the program's code.
+
+Forked inside the sandbox by the launcher (as its own uid in root mode, with its own CPU and
+memory limits and the seccomp filter), it reads the row's tests from a descriptor the program
+never holds, and runs each test's own code (an assert, a HumanEval/LeetCode ``check(candidate)``
+module with its constants and helpers, the task's preamble) with real Python semantics. Where
+that code needs the program, it asks the program's process over :mod:`sandbox_wire`: names and the
+entry point come back as values or handles (:class:`Remote`), calls carry their arguments there
+and their results (and the arguments' new state, for functions that mutate their input) back.
+
+**Names mean what the task says.** A name the test uses is the test's own (module level, the
+preamble, the task's helpers) or else Python's builtin or standard-library object, unless the
+task's own code defines it (``program_names``: the reference solution's top-level names, the entry
+point); only then, and for names nobody else defines, is the program asked.
+
+**The trust rule.** Values are compared here, by Python's own operators on real values. The only
+place the program's code decides anything is a handle's own behaviour: ``==`` between two of the
+program's objects asks the program (counted as ``compared``: the verdict depends on the program's
+own comparison), and a program object compared with a builtin value is never equal to it
+(counted as ``untrusted``), whatever its ``__eq__`` says.
+
+Standard library only (numpy imported only when a numpy value arrives).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import json
+import os
+import sys
+
+import sandbox_wire as wire
+
+MESSAGE_CHARS = 500
+VERDICT_KEYS = ("outcome", "detail", "compared", "untrusted")
+BATCH_LIMIT = 1024  # items one iteration request may bring back
+BUILTIN_NAMES = frozenset(dir(builtins))
+
+
+class ProgramEnded(BaseException):
+    """The program's process closed the connection (it exited, crashed or was killed); a BaseException so
+    that a test's ``except Exception`` cannot swallow it."""
+
+
+class FromProgram:
+    """Mixed into the exceptions re-raised here for the program, so the verdict can tell them from the test's own."""
+
+
+_PROGRAM_EXCEPTIONS: dict[str, type] = {}
+
+
+def program_exception(type_name: str, message: str) -> BaseException:
+    """The exception the program raised, as a class named like it: a subclass of the builtin of that
+    name (so ``except ValueError`` in a test still catches it), else of Exception."""
+    cls = _PROGRAM_EXCEPTIONS.get(type_name)
+    if cls is None:
+        base = getattr(builtins, type_name, None)
+        if not (isinstance(base, type) and issubclass(base, Exception)):
+            base = Exception
+        try:
+            cls = type(type_name, (base, FromProgram), {})
+        except TypeError:  # a builtin that cannot be subclassed
+            cls = type(type_name, (Exception, FromProgram), {})
+        _PROGRAM_EXCEPTIONS[type_name] = cls
+    return cls(message)
+
+
+class Judging:
+    """The judge's end of one test's connection, and the counts that qualify its verdict."""
+
+    def __init__(self, fd: int, task_classes: dict):
+        self.peer = wire.Peer(fd, self.serve)
+        self.task_classes = task_classes
+        self.callbacks: list = []
+        self.compared = 0
+        self.untrusted = 0
+
+    # values both ways
+    def encode(self, value):
+        return wire.Encoder(self.task_classes, self._unknown).encode(value)
+
+    def _unknown(self, value):
+        if isinstance(value, Remote):
+            return ["h", object.__getattribute__(value, "_id")]
+        if callable(value):
+            self.callbacks.append(value)
+            return ["cb", len(self.callbacks) - 1]
+        raise wire.BadValue(f"a {type(value).__name__} cannot be sent to the program")
+
+    def decode(self, encoded):
+        return wire.Decoder(self.task_classes, self._remote).decode(encoded)
+
+    def _remote(self, encoded):
+        if encoded[0] != "h" or len(encoded) != 4 or type(encoded[1]) is not int or type(encoded[2]) is not str:
+            raise wire.BadValue("malformed handle")
+        return (RemoteCallable if encoded[3] is True else Remote)(self, encoded[1], encoded[2][:100])
+
+    def ask(self, request):
+        """The program's answer to ``request``, decoded; its exception re-raised here."""
+        try:
+            answer = self.peer.request(request)
+        except wire.WireClosed:
+            raise ProgramEnded() from None
+        return self.answer(answer)
+
+    def answer(self, answer):
+        if not wire._is_list(answer) or not answer or type(answer[0]) is not str:
+            raise wire.BadValue("malformed answer")
+        if answer[0] == "raise" and len(answer) == 3 and type(answer[1]) is str and type(answer[2]) is str:
+            if answer[1] == wire.OVER_LIMIT:
+                raise wire.BadValue(answer[2][:MESSAGE_CHARS])
+            raise program_exception(answer[1][:100], answer[2][:MESSAGE_CHARS])
+        if answer[0] == "ok" and len(answer) == 2:
+            return self.decode(answer[1])
+        raise wire.BadValue("malformed answer")
+
+    def serve(self, request):
+        """A call the program makes to one of the test's own callables (a ``key=lambda ...`` it was given)."""
+        try:
+            if not (wire._is_list(request, 4) and request[0] == "callback" and type(request[1]) is int
+                    and 0 <= request[1] < len(self.callbacks) and wire._is_list(request[2])
+                    and wire._is_list(request[3])):
+                raise wire.BadValue("malformed callback")
+            args = [self.decode(item) for item in request[2]]
+            kwargs = {}
+            for pair in request[3]:
+                if not wire._is_list(pair, 2) or type(pair[0]) is not str:
+                    raise wire.BadValue("malformed keyword")
+                kwargs[pair[0]] = self.decode(pair[1])
+            return ["ok", self.encode(self.callbacks[request[1]](*args, **kwargs))]
+        except Exception as error:  # noqa: BLE001 - the test's callable failed: the program sees the exception
+            return ["raise", type(error).__name__, _text(error)]
+
+    def call(self, handle: int, args: tuple, kwargs: dict):
+        """Calls a program callable; arguments the program changed in place are changed here too."""
+        encoded_args = [self.encode(arg) for arg in args]
+        encoded_kwargs = [[name, self.encode(value)] for name, value in kwargs.items()]
+        try:
+            answer = self.peer.request(["call", handle, encoded_args, encoded_kwargs])
+        except wire.WireClosed:
+            raise ProgramEnded() from None
+        if wire._is_list(answer, 3) and answer[0] == "ok" and wire._is_list(answer[2]):
+            for position, state in answer[2]:
+                target = args[position] if type(position) is int and 0 <= position < len(args) else (
+                    kwargs.get(position) if type(position) is str else None)
+                if target is not None:
+                    _update_in_place(target, self.decode(state))
+            answer = answer[:2]
+        return self.answer(answer)
+
+
+def _update_in_place(target, state) -> None:
+    """Gives a mutable argument the state the program left it in (the judge holds its own copy)."""
+    kind = type(target)
+    if type(state) is not kind:
+        return
+    if kind in (list, bytearray):
+        target[:] = state
+    elif isinstance(target, dict) or isinstance(target, set):
+        target.clear()
+        target.update(state)
+    elif hasattr(target, "extend") and hasattr(target, "clear"):  # deque
+        target.clear()
+        target.extend(state)
+    else:
+        attributes = object.__getattribute__(target, "__dict__")
+        attributes.clear()
+        attributes.update(object.__getattribute__(state, "__dict__"))
+
+
+def _text(error: BaseException) -> str:
+    try:
+        return str(error)[:MESSAGE_CHARS]
+    except Exception:  # noqa: BLE001
+        return "<unprintable>"
+
+
+class Remote:
+    """One of the program's objects, used through requests; never equal to a value of this side."""
+
+    __slots__ = ("_judging", "_id", "_type")
+
+    def __init__(self, judging: Judging, handle: int, type_name: str):
+        object.__setattr__(self, "_judging", judging)
+        object.__setattr__(self, "_id", handle)
+        object.__setattr__(self, "_type", type_name)
+
+    def _op(self, name: str, *operands):
+        judging = object.__getattribute__(self, "_judging")
+        return judging.ask(["op", name, object.__getattribute__(self, "_id"),
+                            [judging.encode(operand) for operand in operands]])
+
+    def __getattr__(self, name: str):
+        return self._op("getattr", name)
+
+    def __setattr__(self, name: str, value) -> None:
+        self._op("setattr", name, value)
+
+    def __delattr__(self, name: str) -> None:
+        self._op("delattr", name)
+
+    def __repr__(self) -> str:
+        return _typed(self._op("repr"), str, "__repr__")
+
+    def __str__(self) -> str:
+        return _typed(self._op("str"), str, "__str__")
+
+    def __format__(self, spec: str) -> str:
+        return _typed(self._op("format", spec), str, "__format__")
+
+    def __len__(self) -> int:
+        return _typed(self._op("len"), int, "__len__")
+
+    def __bool__(self) -> bool:
+        return _typed(self._op("bool"), bool, "__bool__")
+
+    def __iter__(self):
+        iterator = self._op("iter")
+        if not isinstance(iterator, Remote):
+            return iter(iterator)
+        return RemoteIterator(iterator)
+
+    def __next__(self):
+        return next(RemoteIterator(self, batch=1))
+
+    def __getitem__(self, key):
+        return self._op("getitem", key)
+
+    def __setitem__(self, key, value) -> None:
+        self._op("setitem", key, value)
+
+    def __delitem__(self, key) -> None:
+        self._op("delitem", key)
+
+    def __contains__(self, item) -> bool:
+        return _typed(self._op("contains", item), bool, "__contains__")
+
+    def __hash__(self) -> int:
+        return hash(("program object", object.__getattribute__(self, "_id")))
+
+    def __instancecheck__(self, instance) -> bool:
+        return isinstance(instance, Remote) and _typed(instance._op("isinstance", self), bool, "isinstance")
+
+    def __subclasscheck__(self, subclass) -> bool:
+        return isinstance(subclass, Remote) and _typed(subclass._op("issubclass", self), bool, "issubclass")
+
+    def _compare(self, name: str, other):
+        judging = object.__getattribute__(self, "_judging")
+        if not isinstance(other, Remote):
+            if name in ("eq", "ne"):
+                judging.untrusted += 1
+            return NotImplemented  # Python's default: identity for ==, TypeError for ordering
+        judging.compared += 1
+        return self._op(name, other)
+
+    def __eq__(self, other):
+        return self._compare("eq", other)
+
+    def __ne__(self, other):
+        return self._compare("ne", other)
+
+    def __lt__(self, other):
+        return self._compare("lt", other)
+
+    def __le__(self, other):
+        return self._compare("le", other)
+
+    def __gt__(self, other):
+        return self._compare("gt", other)
+
+    def __ge__(self, other):
+        return self._compare("ge", other)
+
+    def __int__(self):
+        return _typed(self._op("int"), int, "__int__")
+
+    def __float__(self):
+        return _typed(self._op("float"), float, "__float__")
+
+    def __index__(self):
+        return _typed(self._op("index"), int, "__index__")
+
+    def __neg__(self):
+        return self._op("neg")
+
+    def __pos__(self):
+        return self._op("pos")
+
+    def __abs__(self):
+        return self._op("abs")
+
+    def __round__(self, digits=None):
+        return self._op("round", digits)
+
+
+def _binary(name: str):
+    def forward(self, other):
+        return self._op(name, other)
+    forward.__name__ = f"__{name}__"
+    return forward
+
+
+for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift", "rshift",
+              "matmul", "radd", "rsub", "rmul", "rtruediv", "rfloordiv", "rmod", "rpow", "rand", "ror", "rxor"):
+    setattr(Remote, f"__{_name}__", _binary(_name))
+
+
+class RemoteCallable(Remote):
+    """A program object that can be called (a function, a class, a bound method)."""
+
+    __slots__ = ()
+
+    def __call__(self, *args, **kwargs):
+        return object.__getattribute__(self, "_judging").call(object.__getattribute__(self, "_id"), args, kwargs)
+
+
+def _typed(value, kind: type, what: str):
+    if type(value) is not kind and not (kind is int and type(value) is bool):
+        raise TypeError(f"{what} of the program's object returned {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+class RemoteIterator:
+    """Iteration over a program's iterator, fetched in growing batches (one request per batch, not per item)."""
+
+    def __init__(self, remote: Remote, batch: int = 1):
+        self.remote = remote
+        self.buffer: list = []
+        self.position = 0
+        self.batch = batch
+        self.end: BaseException | None = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.position == len(self.buffer):
+            if self.end is not None:
+                raise self.end
+            self._fetch()
+        if self.position == len(self.buffer):
+            raise self.end
+        item = self.buffer[self.position]
+        self.position += 1
+        return item
+
+    def _fetch(self) -> None:
+        items, tail = self.remote._op("next", self.batch)
+        self.batch = min(BATCH_LIMIT, self.batch * 2)
+        self.buffer, self.position = list(items), 0
+        if tail == "stop":
+            self.end = StopIteration()
+        elif tail is not None:
+            self.end = program_exception(str(tail[0])[:100], str(tail[1])[:MESSAGE_CHARS])
+
+
+# --------------------------------------------------------------------------- one row's tests
+
+
+def stored_names(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            names.add(node.name)
+    return names
+
+
+def free_names(tree: ast.AST) -> set[str]:
+    """Names the code reads and never binds itself."""
+    read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
+    return read - stored_names(tree)
+
+
+def _stdlib_module(name: str):
+    if name not in sys.stdlib_module_names or name.startswith("_"):
+        return None
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - not importable here: the name stays unbound
+        return None
+
+
+class Row:
+    """What every test of a row shares: the preamble run here, the task's helpers, its classes."""
+
+    def __init__(self, spec: dict):
+        self.base = {"__name__": "__test__", "__builtins__": builtins}
+        self.program_names = frozenset(spec.get("program_names") or ())
+        self.entry = spec.get("entry") or ""
+        exec(compile(spec.get("preamble") or "", "<preamble>", "exec"), self.base)  # noqa: S102 - the task's code
+        self.task_classes = {name: value for name, value in self.base.items()
+                             if isinstance(value, type) and value.__module__ == "__test__"}
+        helpers = spec.get("helpers") or ""
+        if helpers:
+            self._helpers(helpers)
+
+    def _helpers(self, helpers: str) -> None:
+        """The task's reference code run here for the helpers a check uses (HumanEval/38's ``encode_cyclic``);
+        the entry point itself is always the program's."""
+        namespace = dict(self.base)
+        try:
+            exec(compile(helpers, "<task>", "exec"), namespace)  # noqa: S102 - the task's own code
+        except Exception:  # noqa: BLE001 - a reference that fails to load offers no helpers
+            pass
+        for name, value in namespace.items():
+            if name not in self.base and name not in self.program_names:
+                self.base[name] = value
+
+    def namespace(self, judging: Judging, tree: ast.AST) -> dict:
+        namespace = dict(self.base)
+        wanted = []
+        for name in sorted(free_names(tree)):
+            if name in self.program_names:
+                namespace.pop(name, None)
+                wanted.append(name)
+            elif name in namespace or name in BUILTIN_NAMES:
+                continue
+            else:
+                module = _stdlib_module(name)
+                if module is not None:
+                    namespace[name] = module
+                else:
+                    wanted.append(name)
+        if wanted:
+            found = judging.ask(["names", wanted])
+            if type(found) is not dict:
+                raise wire.BadValue("malformed names answer")
+            for name in wanted:
+                if name in found:
+                    namespace[name] = found[name]
+        return namespace
+
+
+def judge_test(row: Row, test: dict, fd: int) -> dict:
+    """Runs one test against the program behind ``fd``; its verdict as a dict of :data:`VERDICT_KEYS`."""
+    judging = Judging(fd, row.task_classes)
+    try:
+        message = wire.receive_frame(fd)
+        if message != ["ready"]:
+            return _verdict("failed", "the program's process did not start the test", judging)
+        outcome, detail = _run(row, test, judging)
+    except wire.WireClosed:
+        outcome, detail = "ended", "the program's process ended"
+    except wire.BadValue as error:
+        outcome, detail = "failed", f"the program's answer could not be read: {error}"
+    try:
+        wire.send_frame(fd, ["bye"])
+    except OSError:
+        pass
+    return _verdict(outcome, detail, judging)
+
+
+def _run(row: Row, test: dict, judging: Judging) -> tuple[str, str]:
+    code = test["code"]
+    tree = ast.parse(code)
+    try:
+        namespace = row.namespace(judging, tree)
+        exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - the test's own code, run here
+        if test["kind"] == "check":
+            namespace["check"](judging.ask(["entry", row.entry]))
+    except ProgramEnded:
+        return "ended", "the program's process ended during the test"
+    except wire.BadValue as error:
+        return "failed", f"the program's answer could not be read: {error}"
+    except AssertionError as error:
+        if isinstance(error, FromProgram):
+            return "failed", f"the program raised AssertionError: {_text(error)}"
+        return "failed", f"assertion failed: {_failed_line(error, code)}{_untrusted_note(judging)}"
+    except MemoryError as error:
+        if isinstance(error, FromProgram):
+            return "memory", "memory limit exceeded"
+        return "failed", "the judge ran out of memory on the program's values"
+    except RecursionError as error:
+        return ("error" if isinstance(error, FromProgram) else "failed"), f"RecursionError: {_text(error)}"
+    except Exception as error:  # noqa: BLE001 - the test raised: the program's error, or the test's on its values
+        return "error", f"{type(error).__name__}: {_text(error)}"
+    return "passed", ""
+
+
+def _failed_line(error: AssertionError, code: str) -> str:
+    """The test's own line that failed (and the assert's message, if it has one)."""
+    lines = code.splitlines()
+    traceback, number = error.__traceback__, None
+    while traceback is not None:
+        if traceback.tb_frame.f_code.co_filename == "<test>":
+            number = traceback.tb_lineno
+        traceback = traceback.tb_next
+    line = lines[number - 1].strip() if number is not None and 0 < number <= len(lines) else ""
+    message = _text(error)
+    return f"{line[:200]}" + (f" ({message})" if message else "")
+
+
+def _untrusted_note(judging: Judging) -> str:
+    if not judging.untrusted:
+        return ""
+    return (" (a program object was compared with a builtin value: its own __eq__ is not trusted; "
+            "return the builtin value itself)")
+
+
+def _verdict(outcome: str, detail: str, judging: Judging) -> dict:
+    return {"outcome": outcome, "detail": detail[:MESSAGE_CHARS], "compared": judging.compared,
+            "untrusted": judging.untrusted}
+
+
+def main(payload_fd: int, sockets: list[int], verdict_fd: int) -> None:
+    """The judge process: reads the row's tests, judges each in turn, writes one verdict line per test."""
+    chunks = []
+    while chunk := os.read(payload_fd, 1 << 20):
+        chunks.append(chunk)
+    os.close(payload_fd)
+    spec = json.loads(b"".join(chunks))
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * wire.LIMITS["depth"] + 1000))
+    sys.set_int_max_str_digits(0)
+    try:
+        row = Row(spec)
+    except BaseException as error:  # noqa: BLE001 - the task's preamble fails: every test says so
+        row, broken = None, f"the task's preamble failed: {type(error).__name__}: {_text(error)}"
+    for index, test in enumerate(spec["tests"]):
+        if row is None:
+            verdict = {"outcome": "judge_error", "detail": broken, "compared": 0, "untrusted": 0}
+        else:
+            verdict = judge_test(row, test, sockets[index])
+        os.close(sockets[index])
+        line = json.dumps({"index": index, **verdict}).encode("ascii") + b"\n"
+        os.write(verdict_fd, line)

@@ -1,0 +1,155 @@
+"""The program's side of a judged test: answers the judge's requests in the program's namespace.
+
+Runs in the job's own process inside the sandbox, after the program itself (standard library
+only). Nothing here is trusted: the program can replace any of it, so the judge treats every
+answer as data (:mod:`sandbox_wire`). What it offers is fidelity: each answer is the program's
+real value, its objects stay here as handles, and an argument the program changed in place is
+sent back so the judge's copy changes too.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import operator
+
+import sandbox_wire as wire
+
+BATCH_LIMIT = 1024
+MESSAGE_CHARS = 500
+MUTABLE_TYPES = (list, dict, set, bytearray, collections.deque)
+
+UNARY = {"repr": repr, "str": str, "len": len, "bool": bool, "iter": iter, "int": int, "float": float,
+         "index": operator.index, "neg": operator.neg, "pos": operator.pos, "abs": abs}
+BINARY = {
+    "getattr": getattr, "delattr": delattr, "getitem": operator.getitem, "delitem": operator.delitem,
+    "contains": operator.contains, "format": format, "round": round, "isinstance": isinstance,
+    "issubclass": issubclass, "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
+    "gt": operator.gt, "ge": operator.ge, "add": operator.add, "sub": operator.sub, "mul": operator.mul,
+    "truediv": operator.truediv, "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
+    "and": operator.and_, "or": operator.or_, "xor": operator.xor, "lshift": operator.lshift,
+    "rshift": operator.rshift, "matmul": operator.matmul,
+}
+BINARY.update({f"r{name}": (lambda function: lambda a, b: function(b, a))(BINARY[name])
+               for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")})
+TERNARY = {"setattr": setattr, "setitem": operator.setitem}
+
+
+class JudgeCallable:
+    """A callable the test handed to the program (``key=lambda ...``): calling it asks the judge."""
+
+    def __init__(self, side: "ProgramSide", index: int):
+        self.side = side
+        self.index = index
+
+    def __call__(self, *args, **kwargs):
+        side = self.side
+        answer = side.peer.request(["callback", self.index, [side.encode(arg) for arg in args],
+                                    [[name, side.encode(value)] for name, value in kwargs.items()]])
+        if type(answer) is list and len(answer) == 3 and answer[0] == "raise":
+            error = getattr(builtins, str(answer[1]), None)
+            if not (isinstance(error, type) and issubclass(error, Exception)):
+                error = RuntimeError
+            raise error(str(answer[2]))
+        return side.decode(answer[1])
+
+
+class ProgramSide:
+    def __init__(self, fd: int, namespace: dict, task_classes: dict):
+        self.fd = fd
+        self.namespace = namespace
+        self.task_classes = task_classes
+        self.objects: list = []
+        self.peer = wire.Peer(fd, self.answer)
+
+    def encode(self, value):
+        return wire.Encoder(self.task_classes, self._handle).encode(value)
+
+    def _handle(self, value):
+        if type(value) is JudgeCallable:
+            return ["cb", value.index]
+        self.objects.append(value)
+        return ["h", len(self.objects) - 1, type(value).__name__, callable(value)]
+
+    def decode(self, encoded):
+        return wire.Decoder(self.task_classes, self._resolve).decode(encoded)
+
+    def _resolve(self, encoded):
+        index = encoded[1] if len(encoded) >= 2 else None
+        if encoded[0] == "cb" and type(index) is int:
+            return JudgeCallable(self, index)
+        if type(index) is int and 0 <= index < len(self.objects):
+            return self.objects[index]
+        raise wire.BadValue("unknown handle")
+
+    def serve(self) -> None:
+        """Says the program is loaded, then answers requests until the judge says goodbye or goes away."""
+        wire.send_frame(self.fd, ["ready"])
+        while True:
+            try:
+                message = wire.receive_frame(self.fd)
+            except (wire.WireClosed, wire.BadValue):
+                return
+            if type(message) is not list or len(message) != 2 or message[0] != "ask":
+                return
+            wire.send_frame(self.fd, ["answer", self.answer(message[1])])
+
+    def answer(self, request) -> list:
+        try:
+            return self._answer(request)
+        except wire.BadValue as error:
+            return ["raise", wire.OVER_LIMIT, str(error)[:MESSAGE_CHARS]]
+        except BaseException as error:  # noqa: BLE001 - the program's failure is the judge's to weigh
+            try:
+                message = str(error)[:MESSAGE_CHARS]
+            except BaseException:  # noqa: BLE001 - a hostile __str__
+                message = "<unprintable>"
+            return ["raise", type(error).__name__, message]
+
+    def _answer(self, request) -> list:
+        kind = request[0]
+        if kind == "names":
+            found = {name: self.namespace[name] for name in request[1] if type(name) is str and name in self.namespace}
+            return ["ok", self.encode(found)]
+        if kind == "entry":
+            return ["ok", self.encode(eval(request[1], self.namespace))]  # noqa: S307 - the task's entry point
+        if kind == "call":
+            return self._call(self.objects[request[1]], request[2], request[3])
+        if kind == "op":
+            return ["ok", self.encode(self._op(request[1], self.objects[request[2]], request[3]))]
+        raise ValueError(f"unknown request {str(kind)[:40]}")
+
+    def _call(self, function, encoded_args: list, encoded_kwargs: list) -> list:
+        args = [self.decode(item) for item in encoded_args]
+        kwargs = {name: self.decode(item) for name, item in encoded_kwargs}
+        result = function(*args, **kwargs)
+        changed = []
+        for position, value, sent in [*zip(range(len(args)), args, encoded_args),
+                                      *((name, kwargs[name], item) for name, item in encoded_kwargs)]:
+            if isinstance(value, MUTABLE_TYPES) or type(value) in self.task_classes.values():
+                now = self.encode(value)
+                if now != sent:
+                    changed.append([position, now])
+        return ["ok", self.encode(result), changed]
+
+    def _op(self, name: str, target, encoded_operands: list):
+        operands = [self.decode(item) for item in encoded_operands]
+        if name == "next":
+            return self._next_batch(target, operands[0])
+        if name in UNARY:
+            return UNARY[name](target)
+        if name in BINARY:
+            return BINARY[name](target, *operands)
+        return TERNARY[name](target, *operands)
+
+    @staticmethod
+    def _next_batch(iterator, count: int) -> list:
+        items = []
+        for _ in range(max(1, min(int(count), BATCH_LIMIT))):
+            try:
+                items.append(next(iterator))
+            except StopIteration:
+                return [items, "stop"]
+            except Exception as error:  # noqa: BLE001 - raised after the items before it
+                return [items, [type(error).__name__, str(error)[:MESSAGE_CHARS]]]
+        return [items, None]

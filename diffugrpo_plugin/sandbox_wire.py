@@ -1,0 +1,571 @@
+"""The wire between a program and its judge: values as tagged JSON, length-prefixed frames, calls both ways.
+
+Both sides of a test import this file inside the sandbox (standard library only; nothing from
+diffugrpo is visible there). The program's side (:mod:`sandbox_launcher`) answers the judge's
+requests in the program's namespace; the judge's side (:mod:`sandbox_judge`) runs the test's own
+code and turns every answer back into real Python values. What crosses is data:
+
+* exact builtin values (a subclass travels as the builtin value it holds: an ``int`` subclass
+  whose ``__eq__`` is always true arrives as the plain int);
+* the well-known value types of the standard library and numpy, rebuilt with the real classes
+  (``Fraction``, ``Decimal``, ``deque``, ``Counter``, ``OrderedDict``, ``defaultdict``, ``range``,
+  dict views, ``bytearray``, ``date``/``datetime``/``timedelta``, numpy scalars and arrays);
+* instances of the task's own classes (the preamble's ``ListNode``, ``TreeNode``, ...), sent as
+  their class's name and attributes and rebuilt from the receiver's own copy of the class;
+* shared and cyclic references inside one value (``["ref", k]``), so aliasing survives;
+* anything else as a handle (``["h", id, type name, callable]``): an object that stays where it
+  lives and is used through requests (``str``, ``len``, iteration, attributes, calls, ...).
+
+Decoding is strict: a malformed or over-limit value raises :class:`BadValue` with a reason
+(:data:`LIMITS`), never anything else, and never runs code of the side that wrote it.
+
+Tags (first item of a JSON list): ``i`` int (hex), ``f`` float (hex), ``c`` complex, ``b`` bytes,
+``ba`` bytearray, ``l`` list, ``t`` tuple, ``s`` set, ``fs`` frozenset, ``d`` dict, ``r`` range,
+``dq`` deque, ``od`` OrderedDict, ``ct`` Counter, ``dd`` defaultdict, ``dk``/``dv``/``di`` dict
+views, ``fr`` Fraction, ``de`` Decimal, ``date``/``dtm``/``td`` datetime values, ``np``/``nps``/
+``npo`` numpy array, scalar, object array, ``o`` a task class instance, ``e`` a task enum member,
+``ref`` a shared reference, ``h`` a handle, ``cb`` a callable of the judge.
+"""
+
+from __future__ import annotations
+
+import binascii
+import builtins
+import collections
+import json
+import os
+
+MAX_FRAME_BYTES = 128 << 20
+LIMITS = {
+    "depth": 2000,  # nesting of one value (a 2000-deep list)
+    "int_hex_digits": 250_000,  # an int of up to a million bits (about 300k decimal digits)
+    "elements": 4_000_000,  # items of all containers in one value
+    "array_bytes": 64 << 20,  # the raw data of one numpy array
+}
+MUTABLE_TAGS = ("l", "d", "s", "ba", "dq", "od", "ct", "dd", "o")
+DEFAULT_FACTORIES = {name: getattr(builtins, name) for name in ("int", "float", "str", "list", "set", "dict", "tuple",
+                                                                "frozenset", "bool", "bytes")}
+NUMPY_KINDS = "biufcSU?"
+OVER_LIMIT = "ValueOverLimit"  # how the program's side says that its answer could not be encoded within LIMITS
+
+
+class BadValue(ValueError):
+    """A value or frame that is malformed or over :data:`LIMITS`; its message says which."""
+
+
+class WireClosed(EOFError):
+    """The other side closed the connection (it ended, or was ended)."""
+
+
+# --------------------------------------------------------------------------- frames
+
+
+def send_frame(fd: int, message) -> None:
+    data = json.dumps(message, ensure_ascii=True, separators=(",", ":"), allow_nan=False).encode("ascii")
+    if len(data) > MAX_FRAME_BYTES:
+        raise BadValue(f"message of {len(data)} bytes over the {MAX_FRAME_BYTES}-byte limit")
+    view = memoryview(len(data).to_bytes(8, "little") + data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise WireClosed("connection closed")
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def receive_frame(fd: int):
+    """The next message; :class:`WireClosed` at end of stream, :class:`BadValue` for anything malformed."""
+    size = int.from_bytes(_read_exactly(fd, 8), "little")
+    if size > MAX_FRAME_BYTES:
+        raise BadValue(f"message of {size} bytes over the {MAX_FRAME_BYTES}-byte limit")
+    data = _read_exactly(fd, size)
+    try:
+        return json.loads(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        raise BadValue(f"message is not JSON ({type(error).__name__})") from None
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _hex_int(value: int) -> str:
+    return int.__format__(value, "x")
+
+
+def _b64(data: bytes) -> str:
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+class Encoder:
+    """One value as tagged JSON. ``task_classes``: the task's own classes by name (sent as attributes);
+    ``unknown(obj)``: the tag of any other object (a handle on the program's side)."""
+
+    def __init__(self, task_classes: dict, unknown):
+        self.classes = {cls: name for name, cls in task_classes.items()}
+        self.unknown = unknown
+        self.memo: dict[int, int] = {}
+        self.alive: list = []  # keeps memoised objects alive, so their ids stay unique
+
+    def encode(self, value, depth: int = 0):
+        if depth > LIMITS["depth"]:
+            raise BadValue(f"value nested deeper than {LIMITS['depth']}")
+        kind = type(value)
+        if value is None or kind is bool:
+            return value
+        if kind is str:
+            return value
+        if kind is int:
+            return ["i", _hex_int(value)]
+        if kind is float:
+            return ["f", float.hex(value)]
+        special = self._special(value, kind, depth)
+        if special is not None:
+            return special
+        if issubclass(kind, str):
+            return str.__str__(value)
+        if issubclass(kind, bool):
+            return bool(int.__index__(value))
+        if issubclass(kind, int):
+            return ["i", _hex_int(value)]
+        if issubclass(kind, float):
+            return ["f", float.hex(value)]
+        if issubclass(kind, complex):
+            return ["c", [float.hex(complex.__getattribute__(value, "real")),
+                          float.hex(complex.__getattribute__(value, "imag"))]]
+        if issubclass(kind, bytes):
+            return ["b", _b64(bytes(memoryview(value)))]
+        if issubclass(kind, tuple):
+            return ["t", [self.encode(item, depth + 1) for item in tuple.__iter__(value)]]
+        if issubclass(kind, frozenset):
+            return ["fs", [self.encode(item, depth + 1) for item in frozenset.__iter__(value)]]
+        container = self._container(value, kind, depth)
+        if container is not None:
+            return container
+        return self.unknown(value)
+
+    def _remember(self, value) -> list | None:
+        """``["ref", k]`` when this mutable object was already sent in this value, else registers it."""
+        key = id(value)
+        if key in self.memo:
+            return ["ref", self.memo[key]]
+        self.memo[key] = len(self.memo)
+        self.alive.append(value)
+        return None
+
+    def _container(self, value, kind, depth: int):
+        """Mutable builtins (and their subclasses): registered first, so cycles and aliases come back."""
+        for base, tag in ((list, "l"), (dict, "d"), (set, "s"), (bytearray, "ba")):
+            if issubclass(kind, base):
+                seen = self._remember(value)
+                if seen is not None:
+                    return seen
+                if tag == "l":
+                    return ["l", [self.encode(item, depth + 1) for item in list.__iter__(value)]]
+                if tag == "s":
+                    return ["s", [self.encode(item, depth + 1) for item in set.__iter__(value)]]
+                if tag == "ba":
+                    return ["ba", _b64(bytes(memoryview(value)))]
+                return ["d", self._pairs(dict.items(value), depth)]
+        return None
+
+    def _pairs(self, items, depth: int) -> list:
+        return [[self.encode(key, depth + 1), self.encode(item, depth + 1)] for key, item in items]
+
+    def _special(self, value, kind, depth: int):
+        """Standard-library and numpy value types, and the task's own classes; None for anything else."""
+        name = self.classes.get(kind)
+        if name is not None:
+            return self._task_object(value, name, depth)
+        module = getattr(kind, "__module__", "")
+        if module == "collections":
+            return self._collections(value, kind, depth)
+        if kind is range:
+            return ["r", [_hex_int(value.start), _hex_int(value.stop), _hex_int(value.step)]]
+        if module == "builtins" and kind.__name__ in ("dict_keys", "dict_values", "dict_items"):
+            tag = {"dict_keys": "dk", "dict_values": "dv", "dict_items": "di"}[kind.__name__]
+            return [tag, [self.encode(item, depth + 1) for item in value]]
+        if module == "fractions" and kind.__name__ == "Fraction":
+            return ["fr", [_hex_int(value.numerator), _hex_int(value.denominator)]]
+        if module in ("decimal", "_decimal", "_pydecimal") and kind.__name__ == "Decimal":
+            return ["de", str(value)]
+        if module == "datetime":
+            return self._datetime(value, kind)
+        if module == "numpy" or module.startswith("numpy."):
+            return self._numpy(value, depth)
+        return None
+
+    def _task_object(self, value, name: str, depth: int):
+        import enum
+
+        if isinstance(value, enum.Enum):
+            return ["e", name, value.name]
+        seen = self._remember(value)
+        if seen is not None:
+            return seen
+        try:
+            attributes = object.__getattribute__(value, "__dict__")
+        except AttributeError:
+            return self.unknown(value)
+        return ["o", name, [[key, self.encode(item, depth + 1)] for key, item in dict.items(attributes)
+                            if type(key) is str]]
+
+    def _collections(self, value, kind, depth: int):
+        seen = None
+        if kind in (collections.deque, collections.OrderedDict, collections.Counter, collections.defaultdict):
+            seen = self._remember(value)
+        if seen is not None:
+            return seen
+        if kind is collections.deque:
+            return ["dq", [self.encode(item, depth + 1) for item in value], value.maxlen]
+        if kind is collections.OrderedDict:
+            return ["od", self._pairs(dict.items(value), depth)]
+        if kind is collections.Counter:
+            return ["ct", self._pairs(dict.items(value), depth)]
+        if kind is collections.defaultdict:
+            factory = value.default_factory
+            factory_name = next((n for n, f in DEFAULT_FACTORIES.items() if f is factory), None)
+            return ["dd", factory_name, self._pairs(dict.items(value), depth)]
+        return None
+
+    @staticmethod
+    def _datetime(value, kind):
+        if kind.__name__ == "timedelta":
+            return ["td", [value.days, value.seconds, value.microseconds]]
+        if kind.__name__ == "datetime" and value.tzinfo is None:
+            return ["dtm", value.isoformat()]
+        if kind.__name__ == "date":
+            return ["date", value.isoformat()]
+        return None
+
+    def _numpy(self, value, depth: int):
+        import numpy
+
+        if isinstance(value, numpy.ndarray):
+            if value.dtype.kind in NUMPY_KINDS and not value.dtype.fields:
+                return ["np", value.dtype.str, list(value.shape), _b64(numpy.ascontiguousarray(value).tobytes())]
+            if value.dtype.kind == "O":
+                return ["npo", list(value.shape), [self.encode(item, depth + 1) for item in value.ravel().tolist()]]
+            return None
+        if isinstance(value, numpy.generic) and value.dtype.kind in NUMPY_KINDS:
+            return ["nps", value.dtype.str, _b64(numpy.asarray(value).tobytes())]
+        return None
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+_HEX_INT_DIGITS = frozenset("0123456789abcdef")
+
+
+def _is_list(value, length: int | None = None) -> bool:
+    return type(value) is list and (length is None or len(value) == length)
+
+
+class Decoder:
+    """Tagged JSON back into values, strictly. ``task_classes``: the task's classes by name (rebuilt
+    from attributes); ``handle(item)``: what a ``h`` or ``cb`` tag becomes on this side."""
+
+    def __init__(self, task_classes: dict, handle):
+        self.classes = task_classes
+        self.handle = handle
+        self.refs: list = []
+        self.elements = 0
+
+    def decode(self, encoded, depth: int = 0):
+        if depth > LIMITS["depth"]:
+            raise BadValue(f"value nested deeper than {LIMITS['depth']} (limit)")
+        if encoded is None or type(encoded) in (bool, str):
+            return encoded
+        if not _is_list(encoded) or not encoded or type(encoded[0]) is not str:
+            raise BadValue(f"malformed value {str(encoded)[:60]!r}")
+        tag = encoded[0]
+        method = _DECODERS.get(tag)
+        if method is None:
+            raise BadValue(f"unknown value tag {tag[:20]!r}")
+        try:
+            return method(self, encoded, depth + 1)
+        except BadValue:
+            raise
+        except RecursionError:
+            raise BadValue(f"value nested deeper than this side can rebuild") from None
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError, ArithmeticError) as error:
+            raise BadValue(f"malformed {tag[:20]!r} value ({type(error).__name__}: {str(error)[:100]})") from None
+
+    def _count(self, items) -> list:
+        if not _is_list(items):
+            raise BadValue("container items must be a list")
+        self.elements += len(items)
+        if self.elements > LIMITS["elements"]:
+            raise BadValue(f"value has more than {LIMITS['elements']} elements (limit)")
+        return items
+
+    def _items(self, items, depth: int) -> list:
+        return [self.decode(item, depth) for item in self._count(items)]
+
+    def _pairs(self, pairs, depth: int) -> list:
+        out = []
+        for pair in self._count(pairs):
+            if not _is_list(pair, 2):
+                raise BadValue("a mapping's items must be [key, value] pairs")
+            out.append((self.decode(pair[0], depth), self.decode(pair[1], depth)))
+        return out
+
+    def _register(self, value):
+        self.refs.append(value)
+        return value
+
+    def int_(self, encoded, depth):
+        return _int(encoded[1])
+
+    def float_(self, encoded, depth):
+        return _float(encoded[1])
+
+    def complex_(self, encoded, depth):
+        parts = encoded[1]
+        if not _is_list(parts, 2):
+            raise BadValue("complex needs [real, imag]")
+        return complex(_float(parts[0]), _float(parts[1]))
+
+    def bytes_(self, encoded, depth):
+        return _unb64(encoded[1])
+
+    def bytearray_(self, encoded, depth):
+        return self._register(bytearray(_unb64(encoded[1])))
+
+    def list_(self, encoded, depth):
+        out = self._register([])
+        out.extend(self._items(encoded[1], depth))
+        return out
+
+    def tuple_(self, encoded, depth):
+        return tuple(self._items(encoded[1], depth))
+
+    def set_(self, encoded, depth):
+        out = self._register(set())
+        out.update(self._items(encoded[1], depth))
+        return out
+
+    def frozenset_(self, encoded, depth):
+        return frozenset(self._items(encoded[1], depth))
+
+    def dict_(self, encoded, depth, kind=dict):
+        out = self._register(kind())
+        for key, value in self._pairs(encoded[1], depth):
+            out[key] = value
+        return out
+
+    def ordered_(self, encoded, depth):
+        return self.dict_(encoded, depth, collections.OrderedDict)
+
+    def counter_(self, encoded, depth):
+        return self.dict_(encoded, depth, collections.Counter)
+
+    def defaultdict_(self, encoded, depth):
+        factory = encoded[1]
+        if factory is not None and factory not in DEFAULT_FACTORIES:
+            raise BadValue("unknown defaultdict factory")
+        out = self._register(collections.defaultdict(DEFAULT_FACTORIES.get(factory)))
+        out.update(self._pairs(encoded[2], depth))
+        return out
+
+    def deque_(self, encoded, depth):
+        maxlen = encoded[2] if len(encoded) > 2 else None
+        if maxlen is not None and (type(maxlen) is not int or maxlen < 0):
+            raise BadValue("deque maxlen must be a non-negative int")
+        out = self._register(collections.deque(maxlen=maxlen))
+        out.extend(self._items(encoded[1], depth))
+        return out
+
+    def range_(self, encoded, depth):
+        start, stop, step = (_int(part) for part in encoded[1])
+        return range(start, stop, step)
+
+    def view_(self, encoded, depth):
+        tag, items = encoded[0], encoded[1]
+        if tag == "di":
+            return dict(self._pairs(items, depth)).items()
+        values = self._items(items, depth)
+        if tag == "dk":
+            return dict.fromkeys(values).keys()
+        return dict(enumerate(values)).values()
+
+    def fraction_(self, encoded, depth):
+        import fractions
+
+        numerator, denominator = (_int(part) for part in encoded[1])
+        return fractions.Fraction(numerator, denominator)
+
+    def decimal_(self, encoded, depth):
+        import decimal
+
+        text = encoded[1]
+        if type(text) is not str or len(text) > LIMITS["int_hex_digits"]:
+            raise BadValue("malformed Decimal")
+        return decimal.Decimal(text)
+
+    def datetime_(self, encoded, depth):
+        import datetime
+
+        tag, payload = encoded[0], encoded[1]
+        if tag == "td":
+            days, seconds, microseconds = payload
+            return datetime.timedelta(days=_small_int(days), seconds=_small_int(seconds),
+                                      microseconds=_small_int(microseconds))
+        if type(payload) is not str or len(payload) > 40:
+            raise BadValue("malformed date")
+        return (datetime.date if tag == "date" else datetime.datetime).fromisoformat(payload)
+
+    def numpy_(self, encoded, depth):
+        import numpy
+
+        tag = encoded[0]
+        if tag == "npo":
+            shape = _shape(encoded[1])
+            flat = numpy.empty(len(self._count(encoded[2])), dtype=object)
+            for position, item in enumerate(encoded[2]):
+                flat[position] = self.decode(item, depth)
+            return flat.reshape(shape)
+        dtype = numpy.dtype(_dtype_text(encoded[1]))
+        if dtype.kind not in NUMPY_KINDS:
+            raise BadValue("numpy dtype not allowed")
+        if tag == "nps":
+            raw = _unb64(encoded[2])
+            return numpy.frombuffer(raw, dtype=dtype)[0].copy() if len(raw) == dtype.itemsize else _bad("scalar size")
+        shape = _shape(encoded[2])
+        raw = _unb64(encoded[3])
+        return numpy.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+    def task_object_(self, encoded, depth):
+        cls = self._task_class(encoded[1])
+        if encoded[0] == "e":
+            return cls[encoded[2]]
+        out = self._register(cls.__new__(cls))
+        state = object.__getattribute__(out, "__dict__")
+        for name, value in self._pairs(encoded[2], depth):
+            if type(name) is not str:
+                raise BadValue("attribute names must be strings")
+            state[name] = value
+        return out
+
+    def _task_class(self, name):
+        cls = self.classes.get(name) if type(name) is str else None
+        if cls is None:
+            raise BadValue(f"no task class named {str(name)[:40]!r} on this side")
+        return cls
+
+    def ref_(self, encoded, depth):
+        index = encoded[1]
+        if type(index) is not int or not 0 <= index < len(self.refs):
+            raise BadValue("reference to a value not yet sent")
+        return self.refs[index]
+
+    def handle_(self, encoded, depth):
+        return self.handle(encoded)
+
+
+def _bad(what: str):
+    raise BadValue(f"malformed {what}")
+
+
+def _int(text) -> int:
+    if type(text) is not str:
+        raise BadValue("an int travels as a hex string")
+    digits = text[1:] if text.startswith("-") else text
+    if not digits or len(digits) > LIMITS["int_hex_digits"]:
+        raise BadValue(f"int of more than {LIMITS['int_hex_digits']} hex digits (limit)" if digits else "empty int")
+    if not _HEX_INT_DIGITS.issuperset(digits):
+        raise BadValue("malformed int")
+    return int(text, 16)
+
+
+def _small_int(value) -> int:
+    if type(value) is not int or abs(value) > 10 ** 12:
+        raise BadValue("malformed small int")
+    return value
+
+
+def _float(text) -> float:
+    if type(text) is not str or len(text) > 40:
+        raise BadValue("a float travels as a short hex string")
+    if text in ("inf", "-inf", "nan"):
+        return float(text)
+    try:
+        return float.fromhex(text)
+    except (ValueError, OverflowError):
+        raise BadValue("malformed float") from None
+
+
+def _unb64(text) -> bytes:
+    if type(text) is not str or len(text) > LIMITS["array_bytes"] * 4 // 3 + 4:
+        raise BadValue(f"bytes over the {LIMITS['array_bytes']}-byte limit" if type(text) is str else "malformed bytes")
+    try:
+        return binascii.a2b_base64(text.encode("ascii"), strict_mode=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        raise BadValue("malformed bytes") from None
+
+
+def _shape(shape) -> tuple:
+    if not _is_list(shape) or len(shape) > 32 or any(type(n) is not int or not 0 <= n < 1 << 40 for n in shape):
+        raise BadValue("malformed array shape")
+    return tuple(shape)
+
+
+def _dtype_text(text) -> str:
+    if type(text) is not str or len(text) > 8 or not text.isascii() or not text[:1] in "<>|=":
+        raise BadValue("malformed numpy dtype")
+    return text
+
+
+_DECODERS = {
+    "i": Decoder.int_, "f": Decoder.float_, "c": Decoder.complex_, "b": Decoder.bytes_, "ba": Decoder.bytearray_,
+    "l": Decoder.list_, "t": Decoder.tuple_, "s": Decoder.set_, "fs": Decoder.frozenset_, "d": Decoder.dict_,
+    "od": Decoder.ordered_, "ct": Decoder.counter_, "dd": Decoder.defaultdict_, "dq": Decoder.deque_,
+    "r": Decoder.range_, "dk": Decoder.view_, "dv": Decoder.view_, "di": Decoder.view_, "fr": Decoder.fraction_,
+    "de": Decoder.decimal_, "date": Decoder.datetime_, "dtm": Decoder.datetime_, "td": Decoder.datetime_,
+    "np": Decoder.numpy_, "nps": Decoder.numpy_, "npo": Decoder.numpy_, "o": Decoder.task_object_,
+    "e": Decoder.task_object_, "ref": Decoder.ref_, "h": Decoder.handle_, "cb": Decoder.handle_,
+}
+
+
+# --------------------------------------------------------------------------- calls both ways
+
+
+class RemoteError(Exception):
+    """An exception the other side raised while answering: its type name and message."""
+
+    def __init__(self, type_name: str, message: str):
+        super().__init__(f"{type_name}: {message}")
+        self.type_name = type_name
+        self.message = message
+
+
+class Peer:
+    """One end of the connection. :meth:`request` sends a request and waits for its answer, serving
+    whatever the other side asks in the meantime (a callback of the judge while the program runs).
+    ``serve(request) -> message`` answers one request from the other side."""
+
+    def __init__(self, fd: int, serve):
+        self.fd = fd
+        self.serve = serve
+
+    def request(self, message):
+        send_frame(self.fd, ["ask", message])
+        while True:
+            reply = receive_frame(self.fd)
+            if not _is_list(reply, 2) or type(reply[0]) is not str:
+                raise BadValue("malformed message")
+            kind, body = reply
+            if kind == "ask":
+                send_frame(self.fd, ["answer", self.serve(body)])
+            elif kind == "answer":
+                return body
+            else:
+                raise BadValue("malformed message")
