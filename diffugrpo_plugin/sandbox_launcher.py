@@ -302,7 +302,10 @@ def _finish_like_the_interpreter() -> None:
 
 def _execute(job: dict) -> dict:
     """Runs the task's preamble and the program as ``__main__``; for a judged test, then answers the judge."""
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    main_module = type(sys)("__main__")  # a real __main__ module: pickle (multiprocessing) finds its functions
+    sys.modules["__main__"] = main_module
+    namespace = main_module.__dict__
+    namespace["__builtins__"] = builtins
     builtins.exit = builtins.quit = _leave
     try:
         task_classes = {}

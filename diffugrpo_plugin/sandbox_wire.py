@@ -190,8 +190,9 @@ class Encoder:
         if kind is range:
             return ["r", [_hex_int(value.start), _hex_int(value.stop), _hex_int(value.step)]]
         if module == "builtins" and kind.__name__ in ("dict_keys", "dict_values", "dict_items"):
-            tag = {"dict_keys": "dk", "dict_values": "dv", "dict_items": "di"}[kind.__name__]
-            return [tag, [self.encode(item, depth + 1) for item in value]]
+            if kind.__name__ == "dict_items":
+                return ["di", self._pairs(value, depth)]
+            return ["dk" if kind.__name__ == "dict_keys" else "dv", [self.encode(item, depth + 1) for item in value]]
         if module == "fractions" and kind.__name__ == "Fraction":
             return ["fr", [_hex_int(value.numerator), _hex_int(value.denominator)]]
         if module in ("decimal", "_decimal", "_pydecimal") and kind.__name__ == "Decimal":

@@ -1,0 +1,351 @@
+"""The judge against both failure directions: every correct program Python's own ``assert`` accepts scores 1.0,
+every program written to fool it scores 0, side by side in the same batch.
+
+Each case is a dataset row (its tests in the row's own format) with a correct program and, where there is
+one, an attack on the same row. The rows cover the forms the seeds train on: MBPP asserts (with setup code),
+AceCode assert lists, HumanEval ``check(candidate)`` modules with module-level helpers, LeetCodeDataset
+(a preamble of ``ListNode``/``TreeNode`` helpers, ``Solution().method`` entry points), class-implementation
+tasks, and stdin/stdout programs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from diffugrpo_plugin.code_execution import Outcome, run_tests_many
+from diffugrpo_plugin.code_execution import tests_from_row as spec_of  # a 'test*' name pytest would collect
+from reward_support import tight_sandbox
+
+
+@pytest.fixture(scope="module")
+def box():
+    return tight_sandbox(timeout_s=5.0, memory_mb=1024, max_concurrency=2, max_output_bytes=1 << 20,
+                         max_file_size_mb=16.0)
+
+
+def judged(box, cases: list[tuple[str, dict]]) -> list[list]:
+    """Per (program, row): the outcomes of its tests."""
+    results = run_tests_many([(program, spec_of(row)) for program, row in cases], box, cache=False)
+    for result in results:
+        assert not isinstance(result, Exception), result
+    return results
+
+
+def passed(outcomes) -> bool:
+    return bool(outcomes) and all(outcome.passed for outcome in outcomes)
+
+
+def asserts(*tests: str, **row) -> dict:
+    return {"test_cases": list(tests), **row}
+
+
+# --------------------------------------------------------------------------- correct programs Python accepts
+
+CORRECT = {
+    # the program's own objects, through the operations a test applies to them
+    "str of its object": ("class P:\n    def __str__(self):\n        return 'P(1)'\ndef f():\n    return P()\n",
+                          asserts("assert str(f()) == 'P(1)'")),
+    "repr of its object": ("class P:\n    def __repr__(self):\n        return 'P'\ndef f():\n    return P()\n",
+                           asserts("assert repr(f()) == 'P'", "assert f'{f()!r}' == 'P'")),
+    "len of its object": ("class Bag:\n    def __len__(self):\n        return 3\ndef f():\n    return Bag()\n",
+                          asserts("assert len(f()) == 3")),
+    "isinstance of its class": ("class Node:\n    pass\ndef f():\n    return Node()\n",
+                                asserts("assert isinstance(f(), Node)", "assert not isinstance(f(), int)")),
+    "attributes and methods": ("class Acc:\n    def __init__(self):\n        self.total = 0\n"
+                               "    def add(self, x):\n        self.total += x\n        return self\n"
+                               "def f():\n    return Acc()\n",
+                               asserts("assert f().add(2).add(3).total == 5")),
+    "its dataclass compared with its dataclass": (
+        "from dataclasses import dataclass\n@dataclass\nclass Point:\n    x: int\n    y: int\n"
+        "def mid(a, b):\n    return Point((a.x + b.x) // 2, (a.y + b.y) // 2)\n",
+        asserts("assert mid(Point(0, 0), Point(2, 4)) == Point(1, 2)")),
+    "its enum": ("import enum\nclass Color(enum.Enum):\n    RED = 1\n    BLUE = 2\ndef f(x):\n"
+                 "    return Color.RED if x else Color.BLUE\n",
+                 asserts("assert f(1) == Color.RED", "assert f(0).name == 'BLUE'", "assert f(0).value == 2")),
+    # iterables that are not lists
+    "an iterator": ("def f(n):\n    return iter(range(n))\n", asserts("assert list(f(3)) == [0, 1, 2]")),
+    "a generator": ("def f(n):\n    for i in range(n):\n        yield i * i\n",
+                    asserts("assert list(f(4)) == [0, 1, 4, 9]", "assert sum(f(3)) == 5", "assert next(f(5)) == 0")),
+    "map": ("def f(xs):\n    return map(str, xs)\n", asserts("assert list(f([1, 2])) == ['1', '2']")),
+    "range": ("def f(n):\n    return range(n)\n", asserts("assert f(3) == range(3)", "assert list(f(2)) == [0, 1]")),
+    "deque": ("from collections import deque\ndef f():\n    return deque([1, 2])\n",
+              asserts("assert f() == deque([1, 2])", "assert list(f()) == [1, 2]")),
+    "dict views": ("def keys(d):\n    return d.keys()\ndef items(d):\n    return d.items()\n"
+                   "def values(d):\n    return d.values()\n",
+                   asserts("assert keys({1: 2}) == {1}", "assert set(items({1: 2})) == {(1, 2)}",
+                           "assert list(values({1: 2})) == [2]")),
+    # value types of the standard library and numpy
+    "Fraction": ("from fractions import Fraction\ndef f():\n    return Fraction(1, 3)\n",
+                 asserts("assert f() == Fraction(1, 3)", "assert f() * 3 == 1")),
+    "Decimal": ("from decimal import Decimal\ndef f():\n    return Decimal('0.1') + Decimal('0.2')\n",
+                asserts("from decimal import Decimal\nassert f() == Decimal('0.3')")),
+    "numpy scalars": ("import numpy as np\ndef f(xs):\n    return np.sum(np.array(xs))\n",
+                      asserts("assert f([1, 2, 3]) == 6", "assert f([1, 2]) + 1 == 4")),
+    "numpy arrays": ("import numpy as np\ndef f(n):\n    return np.arange(n) * 2\n",
+                     asserts("import numpy as np\nassert np.array_equal(f(3), np.array([0, 2, 4]))",
+                             "assert list(f(2)) == [0, 2]", "assert (f(2) == [0, 2]).all()")),
+    "bytearray": ("def f(s):\n    return bytearray(s, 'ascii')\n", asserts("assert f('ab') == b'ab'")),
+    "Counter": ("from collections import Counter\ndef f(s):\n    return Counter(s)\n",
+                asserts("assert f('aab') == {'a': 2, 'b': 1}", "assert f('aab').most_common(1) == [('a', 2)]")),
+    "defaultdict": ("from collections import defaultdict\ndef f(xs):\n    d = defaultdict(list)\n"
+                    "    for x in xs:\n        d[x % 2].append(x)\n    return d\n",
+                    asserts("assert f([1, 2, 3]) == {1: [1, 3], 0: [2]}", "assert f([1])[0] == []")),
+    "namedtuple": ("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f():\n    return P(1, 2)\n",
+                   asserts("assert f() == (1, 2)")),
+    # what the test does with the values
+    "sorted with a key": ("def f():\n    return [(1, 'b'), (2, 'a')]\n",
+                          asserts("assert sorted(f(), key=lambda t: t[1]) == [(2, 'a'), (1, 'b')]")),
+    "a key function given to the program": (
+        "def order(xs, key):\n    return sorted(xs, key=key)\n",
+        asserts("assert order([3, 1, 2], key=lambda x: -x) == [3, 2, 1]")),
+    "type(x) == int": ("def f():\n    return 5\n", asserts("assert type(f()) == int", "assert type(f()) is int")),
+    "a function returned": ("def adder(n):\n    return lambda x: x + n\n", asserts("assert adder(2)(3) == 5")),
+    "an exception the test expects": (
+        "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x\n",
+        {"test": "def check(candidate):\n    try:\n        candidate(-1)\n        assert False\n"
+                 "    except ValueError:\n        pass\n    assert candidate(2) == 2\n", "entry_point": "f"}),
+    # sizes real solutions reach
+    "a 200k-element list": ("def f(n):\n    return list(range(n))\n", asserts("assert len(f(200000)) == 200000",
+                                                                       "assert f(200000)[-1] == 199999")),
+    "an int over 4300 digits": ("import math\ndef f(n):\n    return math.factorial(n)\n",
+                                asserts("import math\nassert f(2000) == math.factorial(2000)")),
+    "nesting deeper than 64": ("def f(n):\n    x = []\n    for _ in range(n):\n        x = [x]\n    return x\n",
+                               asserts("def depth(x):\n    return 1 + depth(x[0]) if x else 1\n"
+                                       "assert depth(f(300)) == 301")),
+    "24 MB of debug output": ("def f(x):\n    for _ in range(24 * 1024):\n        print('.' * 1023)\n    return x\n",
+                              asserts("assert f(3) == 3")),
+    # functions that change their input in place
+    "a list sorted in place": ("def sort_in_place(xs):\n    xs.sort()\n",
+                               {"test": "def check(candidate):\n    nums = [3, 1, 2]\n    candidate(nums)\n"
+                                        "    assert nums == [1, 2, 3]\n", "entry_point": "sort_in_place"}),
+    "a dict filled in place": ("def fill(d):\n    d['k'] = 1\n",
+                               asserts("assert (lambda d: (fill(d), d)[1])({}) == {'k': 1}")),
+    # names: the test's builtins stay builtins; the task's own names are the program's
+    "a program that rebinds range": ("range = range\ndef f(n):\n    return list(range(n))\n",
+                                     asserts("assert f(2) == [0, 1]", "assert [i for i in range(2)] == f(2)")),
+    "a task function named like a builtin": (  # MBPP 126's own sum
+        "def sum(a, b):\n    return a + b\n", {"test_list": ["assert sum(10, 15) == 25"],
+                                                 "code": "def sum(a, b):\n    pass\n"}),
+    # MBPP setup code building the program's own objects
+    "MBPP setup code": ("class Node:\n    def __init__(self, v):\n        self.v = v\n        self.left = None\n"
+                        "def height(n):\n    return 0 if n is None else 1 + height(n.left)\n",
+                        {"test_list": ["assert height(root) == 2"], "test_setup_code": "root = Node(1)\nroot.left = Node(2)",
+                         "code": "class Node:\n    pass\ndef height(n):\n    pass\n"}),
+    # HumanEval: module-level constants and helpers of the test, the task's own helpers
+    "HumanEval module-level helpers": (
+        "def double(x):\n    return 2 * x\n",
+        {"test": "FACTOR = 2\ndef expected(x):\n    return FACTOR * x\n\ndef check(candidate):\n"
+                 "    for x in range(5):\n        assert candidate(x) == expected(x)\n", "entry_point": "double"}),
+    "HumanEval/38's helper from the task": (
+        "def decode_cyclic(s):\n    return ''.join(g[-1] + g[:-1] if len(g) == 3 else g\n"
+        "                   for g in (s[i:i + 3] for i in range(0, len(s), 3)))\n",
+        {"test": "def check(candidate):\n    for s in ['abcdef', 'abcde', 'xy']:\n"
+                 "        assert candidate(encode_cyclic(s)) == s\n", "entry_point": "decode_cyclic",
+         "prompt": "def encode_cyclic(s):\n    return ''.join(g[1:] + g[0] if len(g) == 3 else g\n"
+                   "                   for g in (s[i:i + 3] for i in range(0, len(s), 3)))\n\n"
+                   "def decode_cyclic(s):\n    '''decode'''\n",
+         "canonical_solution": "    return encode_cyclic(encode_cyclic(s))\n"}),
+}
+
+LEETCODE_PREAMBLE = """from typing import *
+from collections import deque
+
+class ListNode:
+    def __init__(self, val=0, next=None):
+        self.val = val
+        self.next = next
+
+def list_node(values: list):
+    if not values:
+        return None
+    head = ListNode(values[0])
+    p = head
+    for val in values[1:]:
+        node = ListNode(val)
+        p.next = node
+        p = node
+    return head
+
+def is_same_list(p1, p2):
+    if p1 is None and p2 is None:
+        return True
+    if not p1 or not p2:
+        return False
+    return p1.val == p2.val and is_same_list(p1.next, p2.next)
+
+class TreeNode:
+    def __init__(self, val=0, left=None, right=None):
+        self.val = val
+        self.left = left
+        self.right = right
+
+def tree_node(values: list):
+    if not values:
+        return None
+    root = TreeNode(values[0])
+    i = 1
+    queue = deque()
+    queue.append(root)
+    while queue:
+        node = queue.popleft()
+        if i < len(values) and values[i] is not None:
+            node.left = TreeNode(values[i])
+            queue.append(node.left)
+        i += 1
+        if i < len(values) and values[i] is not None:
+            node.right = TreeNode(values[i])
+            queue.append(node.right)
+        i += 1
+    return root
+
+def is_same_tree(p, q):
+    if not p and not q:
+        return True
+    elif not p or not q:
+        return False
+    elif p.val != q.val:
+        return False
+    else:
+        return is_same_tree(p.left, q.left) and is_same_tree(p.right, q.right)
+"""
+
+
+def leetcode(test: str, entry_point: str, completion: str | None = None) -> dict:
+    """A LeetCodeDataset row as the dataset publishes it (``prompt`` is the preamble, kept as test_imports)."""
+    return {"test": test, "entry_point": entry_point, "test_imports": [LEETCODE_PREAMBLE],
+            **({"completion": completion} if completion else {})}
+
+
+REVERSE = """class Solution:
+    def reverseList(self, head: Optional[ListNode]) -> Optional[ListNode]:
+        previous = None
+        while head:
+            head.next, previous, head = previous, head, head.next
+        return previous
+"""
+INVERT = """class Solution:
+    def invertTree(self, root: Optional[TreeNode]) -> Optional[TreeNode]:
+        if root:
+            root.left, root.right = self.invertTree(root.right), self.invertTree(root.left)
+        return root
+"""
+MIN_STACK = """class MinStack:
+    def __init__(self):
+        self.items = []
+    def push(self, x):
+        self.items.append((x, min(x, self.items[-1][1]) if self.items else x))
+    def pop(self):
+        self.items.pop()
+    def top(self):
+        return self.items[-1][0]
+    def getMin(self):
+        return self.items[-1][1]
+"""
+
+CORRECT.update({
+    "LeetCode linked list": (REVERSE, leetcode(
+        "def check(candidate):\n    assert is_same_list(candidate(head=list_node([1, 2, 3])), list_node([3, 2, 1]))\n"
+        "    assert candidate(head=list_node([])) == None\n", "Solution().reverseList", REVERSE)),
+    "LeetCode tree": (INVERT, leetcode(
+        "def check(candidate):\n    assert is_same_tree(candidate(root=tree_node([4, 2, 7, 1, 3])), "
+        "tree_node([4, 7, 2, None, None, 3, 1]))\n", "Solution().invertTree", INVERT)),
+    "LeetCode list in place": (
+        "class Solution:\n    def sortColors(self, nums: List[int]) -> None:\n        nums.sort()\n",
+        leetcode("def check(candidate):\n    nums = [2, 0, 1]\n    candidate(nums)\n    assert nums == [0, 1, 2]\n",
+                 "Solution().sortColors")),
+    "a class the tests drive": (MIN_STACK, {"test_list": [
+        "s = MinStack()\ns.push(3)\ns.push(1)\nassert s.getMin() == 1\ns.pop()\nassert (s.top(), s.getMin()) == (3, 3)"],
+        "code": MIN_STACK}),
+})
+
+STDIO = {
+    "exit()": "n = int(input())\nprint(n * n)\nexit()\n",
+    "a threaded main": "import threading\ndef main():\n    print(int(input()) * int(input().split()[0]))\n"
+                       "threading.Thread(target=main).start()\n",
+    "output written at exit": "import atexit, sys\nvalue = int(input())\natexit.register(lambda: print(value * value))\n",
+    "buffered output and sys.exit(0)": "import sys\nsys.stdout.write(str(int(input()) ** 2) + '\\n')\nsys.exit(0)\n",
+    "multiprocessing.Pool": "from multiprocessing import Pool\ndef sq(x):\n    return x * x\n"
+                            "if __name__ == '__main__':\n    with Pool(2) as pool:\n"
+                            "        print(sum(pool.map(sq, [int(input())])))\n",
+}
+
+
+def test_every_correct_program_scores_one(box):
+    names = list(CORRECT)
+    results = judged(box, [CORRECT[name] for name in names])
+    failing = {name: [o.detail for o in outcomes if not o.passed] for name, outcomes in zip(names, results)
+               if not passed(outcomes)}
+    assert failing == {}
+
+
+def test_stdin_stdout_programs_that_end_the_python_way(box):
+    row = {"inputs": ["3\n3\n"], "outputs": ["9\n"]}
+    names = list(STDIO)
+    results = judged(box, [(STDIO[name], row) for name in names])
+    failing = {name: outcomes for name, outcomes in zip(names, results) if not passed(outcomes)}
+    assert failing == {}
+
+
+def test_only_a_comparison_between_two_of_the_programs_objects_is_counted_as_the_programs(box):
+    dataclass, enum, values = judged(box, [CORRECT["its dataclass compared with its dataclass"],
+                                          CORRECT["its enum"], CORRECT["LeetCode linked list"]])
+    assert [o.compared for o in dataclass] == [1]
+    assert [o.compared for o in enum] == [1, 0, 0]  # Color.RED == Color.RED is the program's; .name is a str
+    assert [o.compared for o in values] == [0]
+
+
+# --------------------------------------------------------------------------- programs written to fool it
+
+ATTACKS = {
+    "rebinds abs": ("def abs(x):\n    return 0\ndef f(x):\n    return 0\n",
+                    asserts("assert abs(f(2) - 1.5) < 1e-9")),
+    "rebinds set": ("def set(*args):\n    return 1\ndef f():\n    return [9]\n",
+                    asserts("assert set(f()) == set([1, 2])")),
+    "patches math.isclose": ("import math\nmath.isclose = lambda *a, **k: True\ndef f():\n    return 0.0\n",
+                             asserts("assert math.isclose(f(), 3.14)")),
+    "range = range and an object equal to everything": (
+        "range = range\nclass Any:\n    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = object.__hash__\ndef f(n):\n    return Any()\n",
+        asserts("assert f(3) == [i for i in range(3)]")),
+    "an always-equal object in a list": (
+        "class Any:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+        "def f():\n    return [Any()]\n", asserts("assert f() == [1]")),
+    "its own bool": ("class T:\n    def __eq__(self, other):\n        return True\n    def __bool__(self):\n"
+                     "        return True\ndef f():\n    return T()\n", asserts("assert f() == True")),
+    "defines the test's helper itself": (
+        "FACTOR = 0\ndef expected(x):\n    return 0\ndef double(x):\n    return 0\n",
+        {"test": "FACTOR = 2\ndef expected(x):\n    return FACTOR * x\n\ndef check(candidate):\n"
+                 "    for x in range(5):\n        assert candidate(x) == expected(x)\n", "entry_point": "double"}),
+    "defines the task's helper itself (HumanEval/38)": (
+        "def encode_cyclic(s):\n    return s\ndef decode_cyclic(s):\n    return s\n",
+        CORRECT["HumanEval/38's helper from the task"][1]),
+    "patches the preamble's helper": (
+        "def is_same_list(a, b):\n    return True\nclass Solution:\n    def reverseList(self, head):\n"
+        "        return head\n", CORRECT["LeetCode linked list"][1]),
+    "patches the preamble's class": (
+        "ListNode.__eq__ = lambda self, other: True\nclass Solution:\n    def reverseList(self, head):\n"
+        "        return head\n", leetcode("def check(candidate):\n    assert candidate(head=list_node([1, 2])) == "
+                                          "list_node([2, 1])\n", "Solution().reverseList")),
+    "leaves the input unsorted": ("def sort_in_place(xs):\n    return sorted(xs)\n",
+                                  CORRECT["a list sorted in place"][1]),
+    "forges frames on the judge's socket": (
+        "import os\nfor message in (b'[\"ready\"]', b'[\"answer\",[\"ok\",[\"i\",\"zz\"]]]', b'garbage'):\n"
+        "    try:\n        os.write(5, len(message).to_bytes(8, 'little') + message)\n    except OSError:\n"
+        "        pass\ndef f(x):\n    return None\n", asserts("assert f(1) == 1")),
+    "a malformed number then exit": (
+        "import os\ndef f(x):\n    message = b'[\"answer\",[\"ok\",[\"i\",\"-\"]]]'\n"
+        "    os.write(5, len(message).to_bytes(8, 'little') + message)\n    os._exit(0)\n",
+        asserts("assert f(1) == 1")),
+    "a huge repeat count": ("def f():\n    return 10 ** 12\n", asserts("assert len('ab' * f()) == 2")),
+    "an unbounded claimed length": ("class Huge:\n    def __len__(self):\n        return 10 ** 30\n"
+                                    "def f():\n    return Huge()\n", asserts("assert len(f()) == 3")),
+}
+
+
+def test_every_attack_scores_zero_beside_correct_programs(box):
+    names = list(ATTACKS)
+    correct = [CORRECT["a list sorted in place"], CORRECT["LeetCode linked list"]]
+    results = judged(box, [ATTACKS[name] for name in names] + correct)
+    passing = [name for name, outcomes in zip(names, results) if any(o.passed for o in outcomes)]
+    assert passing == []
+    assert all(passed(outcomes) for outcomes in results[len(names):])
