@@ -334,9 +334,12 @@ JUDGE_OUTCOMES = {"passed": Outcome.PASSED, "failed": Outcome.FAILED, "error": O
                   "memory": Outcome.MEMORY_LIMIT_EXCEEDED, "ended": Outcome.RUNTIME_ERROR}
 
 
-def _judge_verdict(verdict: dict | None) -> tuple[Outcome, str]:
-    if verdict is None:
-        return Outcome.FAILED, "the judge gave no verdict (it exceeded its limits on this program's values)"
+# The judge answers for every test it reaches, the program's crashes and hangs included ("ended"); it gives none
+# only when it was stopped itself: over its CPU, memory or time on the values this program sent.
+JUDGE_GAVE_NONE = "the judge gave no verdict (it exceeded its limits on this program's values)"
+
+
+def _judge_verdict(verdict: dict) -> tuple[Outcome, str]:
     if verdict["outcome"] == "judge_error":
         raise SandboxError(f"the task's own test code failed in the judge: {verdict['detail']}")
     return JUDGE_OUTCOMES[verdict["outcome"]], verdict["detail"]
@@ -346,7 +349,9 @@ def judge(result: JobResult, job: Job, index: int, timeout_s: float, expected_ou
     """Turns what happened to test ``index``'s process (and its judge's verdict) into its verdict."""
     if result.status == "setup_error":
         raise SandboxError(f"the sandbox could not prepare a test: {result.message}")
-    verdict = _failure(result, expected_output is not None, timeout_s)
+    judge_failed = expected_output is None and result.verdict is None and result.status != "not_run"
+    verdict = (Outcome.FAILED, JUDGE_GAVE_NONE) if judge_failed else _failure(result, expected_output is not None,
+                                                                               timeout_s)
     if verdict is None:
         verdict = _output_verdict(result, expected_output) if expected_output is not None else \
             _judge_verdict(result.verdict)

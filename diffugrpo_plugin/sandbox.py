@@ -72,7 +72,8 @@ LAUNCHER_IN_SANDBOX = f"{SANDBOX_DIR}/sandbox_launcher.py"
 IN_SANDBOX_MODULES = ("sandbox_launcher.py", "sandbox_wire.py", "sandbox_program.py", "sandbox_judge.py")
 JUDGE_UID_OFFSET = 10_000_000  # the judge of slot s runs as uid_base + s + this: no job can signal or read it
 JUDGE_OUTCOMES = ("passed", "failed", "error", "memory", "ended", "judge_error")
-JUDGE_VERDICT_KEYS = {"index", "outcome", "detail", "compared", "untrusted"}
+JUDGE_VERDICT_KEYS = {"index", "outcome", "detail", "compared", "untrusted", "sizes"}
+JUDGE_SIZE_KEYS = {"elements", "depth", "int_hex_digits"}
 WORK_DIR = "/work"
 SCRATCH_DIR = "/run/diffugrpo"
 PER_JOB_OVERHEAD_S = 0.5
@@ -199,7 +200,8 @@ class JobResult:
     sandbox ended before reaching it, or its judge had already failed). ``verdict``: the judge's
     verdict for a judged test (``outcome`` in :data:`JUDGE_OUTCOMES`, ``detail``, ``compared``: how
     many comparisons the program's own code decided, ``untrusted``: how many of its objects were
-    compared with a builtin value); None when the judge gave none. Every text field came from the
+    compared with a builtin value, ``sizes``: the largest value it sent, against the wire's limits);
+    None when the judge gave none. Every text field came from the
     job or from values it sent: shown escaped, never interpreted.
     """
 
@@ -640,7 +642,9 @@ def judge_verdict(raw: bytes | None) -> dict | None:
     verdict = _small_json_object(raw)
     if verdict is None or set(verdict) != JUDGE_VERDICT_KEYS or verdict["outcome"] not in JUDGE_OUTCOMES \
             or not isinstance(verdict["detail"], str) \
-            or not all(type(verdict[key]) is int and verdict[key] >= 0 for key in ("compared", "untrusted")):
+            or not all(type(verdict[key]) is int and verdict[key] >= 0 for key in ("compared", "untrusted")) \
+            or not isinstance(verdict["sizes"], dict) or set(verdict["sizes"]) != JUDGE_SIZE_KEYS \
+            or not all(type(size) is int and size >= 0 for size in verdict["sizes"].values()):
         return None
     return {**verdict, "detail": escaped(verdict["detail"])}
 

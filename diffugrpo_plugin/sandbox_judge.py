@@ -34,7 +34,8 @@ import sys
 import sandbox_wire as wire
 
 MESSAGE_CHARS = 500
-VERDICT_KEYS = ("outcome", "detail", "compared", "untrusted")
+VERDICT_KEYS = ("outcome", "detail", "compared", "untrusted", "sizes")
+SIZE_KEYS = ("elements", "depth", "int_hex_digits")  # the largest value of a test, against sandbox_wire.LIMITS
 BATCH_LIMIT = 1024  # items one iteration request may bring back
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -76,6 +77,7 @@ class Judging:
         self.callbacks: list = []
         self.compared = 0
         self.untrusted = 0
+        self.sizes = dict.fromkeys(SIZE_KEYS, 0)
 
     # values both ways
     def encode(self, value):
@@ -90,7 +92,11 @@ class Judging:
         raise wire.BadValue(f"a {type(value).__name__} cannot be sent to the program")
 
     def decode(self, encoded):
-        return wire.Decoder(self.task_classes, self._remote).decode(encoded)
+        decoder = wire.Decoder(self.task_classes, self._remote)
+        value = decoder.decode(encoded)
+        for key in SIZE_KEYS:
+            self.sizes[key] = max(self.sizes[key], getattr(decoder, key))
+        return value
 
     def _remote(self, encoded):
         if encoded[0] != "h" or len(encoded) != 4 or type(encoded[1]) is not int or type(encoded[2]) is not str:
@@ -509,7 +515,7 @@ def _untrusted_note(judging: Judging) -> str:
 
 def _verdict(outcome: str, detail: str, judging: Judging) -> dict:
     return {"outcome": outcome, "detail": detail[:MESSAGE_CHARS], "compared": judging.compared,
-            "untrusted": judging.untrusted}
+            "untrusted": judging.untrusted, "sizes": judging.sizes}
 
 
 def main(payload_fd: int, sockets: list[int], verdict_fd: int) -> None:
@@ -527,7 +533,8 @@ def main(payload_fd: int, sockets: list[int], verdict_fd: int) -> None:
         row, broken = None, f"the task's preamble failed: {type(error).__name__}: {_text(error)}"
     for index, test in enumerate(spec["tests"]):
         if row is None:
-            verdict = {"outcome": "judge_error", "detail": broken, "compared": 0, "untrusted": 0}
+            verdict = {"outcome": "judge_error", "detail": broken, "compared": 0, "untrusted": 0,
+                       "sizes": dict.fromkeys(SIZE_KEYS, 0)}
         else:
             verdict = judge_test(row, test, sockets[index])
         os.close(sockets[index])

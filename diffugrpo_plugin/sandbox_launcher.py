@@ -391,9 +391,10 @@ def stop_judge(judge: dict) -> None:
     _kill_quietly(os.killpg, judge["pid"])
     _kill_quietly(os.kill, judge["pid"])
     try:
-        os.waitpid(judge["pid"], 0)
+        _, _, usage = os.wait4(judge["pid"], 0)
+        _judge_cpu_s[0] += usage.ru_utime + usage.ru_stime
     except ChildProcessError:
-        pass
+        pass  # already reaped by a sweep
     judge["alive"] = False
 
 
@@ -469,6 +470,7 @@ def _sweep_and_reap(namespaced: bool, group: int) -> None:
 
 
 _judge_pids: set[int] = set()
+_judge_cpu_s = [0.0]  # CPU of a judge reaped here: never counted as a job's
 
 
 def _group_alive(group: int) -> bool:
@@ -481,8 +483,12 @@ def _group_alive(group: int) -> bool:
 
 def _reap() -> None:
     try:
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
+        while True:
+            pid, _, usage = os.wait4(-1, os.WNOHANG)
+            if not pid:
+                return
+            if pid in _judge_pids:
+                _judge_cpu_s[0] += usage.ru_utime + usage.ru_stime
     except ChildProcessError:
         pass
 
@@ -532,7 +538,7 @@ def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
     setup_r, setup_w = os.pipe()
     sys.stdout.flush()
     instructions_before = _read_counter(state["counter_fd"])
-    cpu_before, ooms_before = _children_cpu_s(), _oom_kills(state["oom_fd"])
+    cpu_before, ooms_before = _children_cpu_s() - _judge_cpu_s[0], _oom_kills(state["oom_fd"])
     started = time.monotonic()
     pid = os.fork()
     if pid == 0:
@@ -581,7 +587,7 @@ def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
         "stdout": bytes(stdout.data).decode("utf-8", errors="replace"),
         "stdout_truncated": stdout.truncated,
         "stderr_tail": bytes(stderr.data).decode("utf-8", errors="replace"),
-        "cpu_s": max(0.0, _children_cpu_s() - cpu_before - baseline.get("cpu_s", 0.0)),
+        "cpu_s": max(0.0, _children_cpu_s() - _judge_cpu_s[0] - cpu_before - baseline.get("cpu_s", 0.0)),
         "wall_s": wall_s,
         "peak_rss_kb": usage.ru_maxrss,
         "baseline_rss_kb": baseline.get("peak_rss_kb", 0),

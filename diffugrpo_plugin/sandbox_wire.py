@@ -24,7 +24,8 @@ Tags (first item of a JSON list): ``i`` int (hex), ``f`` float (hex), ``c`` comp
 ``dq`` deque, ``od`` OrderedDict, ``ct`` Counter, ``dd`` defaultdict, ``dk``/``dv``/``di`` dict
 views, ``fr`` Fraction, ``de`` Decimal, ``date``/``dtm``/``td`` datetime values, ``np``/``nps``/
 ``npo`` numpy array, scalar, object array, ``o`` a task class instance, ``e`` a task enum member,
-``ref`` a shared reference, ``h`` a handle, ``cb`` a callable of the judge.
+``ref`` a shared reference, ``h`` a handle, ``cb`` a callable of the judge, ``bi`` a builtin type or
+function by name (``int`` given as an argument is the receiver's own ``int``).
 """
 
 from __future__ import annotations
@@ -113,6 +114,13 @@ class Encoder:
         self.unknown = unknown
         self.memo: dict[int, int] = {}
         self.alive: list = []  # keeps memoised objects alive, so their ids stay unique
+        self.elements = 0
+
+    def _sized(self, count: int) -> None:
+        """Refuses a value over the element limit before spending time on it."""
+        self.elements += count
+        if self.elements > LIMITS["elements"]:
+            raise BadValue(f"value has more than {LIMITS['elements']} elements (limit)")
 
     def encode(self, value, depth: int = 0):
         if depth > LIMITS["depth"]:
@@ -129,6 +137,9 @@ class Encoder:
         special = self._special(value, kind, depth)
         if special is not None:
             return special
+        named = _builtin_name(value)
+        if named is not None:
+            return ["bi", named]
         if issubclass(kind, str):
             return str.__str__(value)
         if issubclass(kind, bool):
@@ -142,6 +153,8 @@ class Encoder:
                           float.hex(complex.__getattribute__(value, "imag"))]]
         if issubclass(kind, bytes):
             return ["b", _b64(bytes(memoryview(value)))]
+        if issubclass(kind, (tuple, frozenset, list, dict, set)):
+            self._sized(len(value) if kind in (tuple, frozenset, list, dict, set) else 0)
         if issubclass(kind, tuple):
             return ["t", [self.encode(item, depth + 1) for item in tuple.__iter__(value)]]
         if issubclass(kind, frozenset):
@@ -278,11 +291,14 @@ class Decoder:
         self.classes = task_classes
         self.handle = handle
         self.refs: list = []
-        self.elements = 0
+        self.elements = 0  # what the value took, against LIMITS (the judge reports the largest it met)
+        self.depth = 0
+        self.int_hex_digits = 0
 
     def decode(self, encoded, depth: int = 0):
         if depth > LIMITS["depth"]:
             raise BadValue(f"value nested deeper than {LIMITS['depth']} (limit)")
+        self.depth = max(self.depth, depth)
         if encoded is None or type(encoded) in (bool, str):
             return encoded
         if not _is_list(encoded) or not encoded or type(encoded[0]) is not str:
@@ -324,7 +340,9 @@ class Decoder:
         return value
 
     def int_(self, encoded, depth):
-        return _int(encoded[1])
+        value = _int(encoded[1])
+        self.int_hex_digits = max(self.int_hex_digits, len(encoded[1]))
+        return value
 
     def float_(self, encoded, depth):
         return _float(encoded[1])
@@ -471,6 +489,22 @@ class Decoder:
     def handle_(self, encoded, depth):
         return self.handle(encoded)
 
+    def builtin_(self, encoded, depth):
+        name = encoded[1]
+        if type(name) is not str or name.startswith("_") or not hasattr(builtins, name):
+            raise BadValue("unknown builtin")
+        return getattr(builtins, name)
+
+
+_BUILTIN_IDS = {id(value): name for name, value in vars(builtins).items()
+                if not name.startswith("_") and (isinstance(value, type) or callable(value))}
+
+
+def _builtin_name(value) -> str | None:
+    """The name of a builtin type or function (``int`` passed to MBPP 533's function), which travels by name."""
+    name = _BUILTIN_IDS.get(id(value))
+    return name if name is not None and getattr(builtins, name, None) is value else None
+
 
 def _bad(what: str):
     raise BadValue(f"malformed {what}")
@@ -533,6 +567,7 @@ _DECODERS = {
     "de": Decoder.decimal_, "date": Decoder.datetime_, "dtm": Decoder.datetime_, "td": Decoder.datetime_,
     "np": Decoder.numpy_, "nps": Decoder.numpy_, "npo": Decoder.numpy_, "o": Decoder.task_object_,
     "e": Decoder.task_object_, "ref": Decoder.ref_, "h": Decoder.handle_, "cb": Decoder.handle_,
+    "bi": Decoder.builtin_,
 }
 
 

@@ -10,8 +10,14 @@ tasks, and stdin/stdout programs.
 
 from __future__ import annotations
 
+import json
+import os
+import random
+import time
+
 import pytest
 
+from diffugrpo_plugin import sandbox_wire as wire
 from diffugrpo_plugin.code_execution import Outcome, run_tests_many
 from diffugrpo_plugin.code_execution import tests_from_row as spec_of  # a 'test*' name pytest would collect
 from reward_support import tight_sandbox
@@ -349,3 +355,98 @@ def test_every_attack_scores_zero_beside_correct_programs(box):
     passing = [name for name, outcomes in zip(names, results) if any(o.passed for o in outcomes)]
     assert passing == []
     assert all(passed(outcomes) for outcomes in results[len(names):])
+
+
+# --------------------------------------------------------------------------- a bounded trusted side
+
+COSTLY = {
+    "ints that share one hash, made a set by the test": (
+        "def f():\n    return [k * (2 ** 61 - 1) for k in range(1, 60000)]\n",
+        asserts("assert len(set(f())) == 3")),
+    "a pattern the test applies": ("def f():\n    return '(a+)+$'\n",
+                                   asserts("import re\nassert re.fullmatch(f(), 'a' * 40 + 'b') is not None")),
+    "a value over the element limit": ("def f():\n    return [0] * 5_000_000\n", asserts("assert f() == [0]")),
+}
+
+
+def test_costly_values_cost_their_own_row_only():
+    tight = tight_sandbox(timeout_s=1.0, memory_mb=512, max_concurrency=2)
+    started = time.monotonic()
+    names = list(COSTLY)
+    results = judged(tight, [COSTLY[name] for name in names] + [CORRECT["a generator"]])
+    assert [passed(outcomes) for outcomes in results] == [False] * len(names) + [True]
+    assert time.monotonic() - started < 60
+    reasons = {name: outcomes[0].detail for name, outcomes in zip(names, results)}
+    assert "the judge gave no verdict" in reasons["ints that share one hash, made a set by the test"]
+    assert f"more than {wire.LIMITS['elements']} elements (limit)" in reasons["a value over the element limit"]
+
+
+def _random_tagged(rng: random.Random, depth: int = 0):
+    atoms = [None, True, "x", "", 0, -1, 1.5, "zz", "-", "0x1", "nan", "<i8", "|O", "AAAA", 10 ** 30]
+    if depth > 4 or rng.random() < 0.3:
+        return rng.choice(atoms)
+    if rng.random() < 0.7:
+        tag = rng.choice(sorted(wire._DECODERS) + ["??"])
+        return [tag, *(_random_tagged(rng, depth + 1) for _ in range(rng.randint(0, 3)))]
+    return [_random_tagged(rng, depth + 1) for _ in range(rng.randint(0, 3))]
+
+
+def test_the_decoder_rebuilds_a_value_or_says_why_for_anything_it_is_sent():
+    rng = random.Random(0)
+    decoded = 0
+    for _ in range(20_000):
+        try:
+            wire.Decoder({}, lambda item: wire._bad("handle")).decode(_random_tagged(rng))
+            decoded += 1
+        except wire.BadValue:
+            pass
+    assert 0 < decoded < 20_000  # both branches were exercised
+
+
+def test_frames_of_any_bytes_are_read_or_refused():
+    rng = random.Random(1)
+    for size in range(300):
+        raw = rng.randbytes(size)
+        if size % 3 == 0:  # a well-formed length over random content
+            raw = len(raw).to_bytes(8, "little") + raw
+        read, write = os.pipe()
+        os.write(write, raw)
+        os.close(write)
+        try:
+            wire.receive_frame(read)
+        except (wire.BadValue, wire.WireClosed):
+            pass
+        finally:
+            os.close(read)
+    read, write = os.pipe()
+    os.write(write, (wire.MAX_FRAME_BYTES + 1).to_bytes(8, "little"))
+    with pytest.raises(wire.BadValue, match="over the"):
+        wire.receive_frame(read)
+
+
+def test_values_survive_the_trip_exactly():
+    from collections import Counter, OrderedDict, defaultdict, deque
+    from decimal import Decimal
+    from fractions import Fraction
+
+    import numpy as np
+
+    shared = [1]
+    cyclic = []
+    cyclic.append(cyclic)
+    values = [10 ** 5000, -3, 0.1, float("inf"), 1 + 2j, b"\x00\xff", bytearray(b"ab"), (1, (2,)), {1, 2},
+              frozenset({3}), {"a": [shared, shared]}, range(1, 10, 3), deque([1], maxlen=4), OrderedDict(b=1, a=2),
+              Counter("aab"), defaultdict(list, {1: [2]}), Fraction(-2, 6), Decimal("1.10"), np.int32(7),
+              np.arange(6, dtype=np.float32).reshape(2, 3), cyclic, int, "\ud800 text", None, True]
+    for value in values:
+        encoded = json.loads(json.dumps(wire.Encoder({}, lambda item: wire._bad("unknown")).encode(value)))
+        back = wire.Decoder({}, lambda item: wire._bad("handle")).decode(encoded)
+        assert type(back) is type(value), value
+        if isinstance(value, np.ndarray):
+            assert back.dtype == value.dtype and (back == value).all()
+        elif value is cyclic:
+            assert back[0] is back
+        else:
+            assert back == value or value != value
+    aliased = wire.Decoder({}, None).decode(wire.Encoder({}, None).encode({"a": [shared, shared]}))
+    assert aliased["a"][0] is aliased["a"][1]
