@@ -117,7 +117,7 @@ class SandboxConfig:
     count_instructions: bool = True  # where the CPU and kernel offer a user-space counter
     extra_ro_binds: tuple[str, ...] = ()  # more host paths visible read-only inside
     uid_base: int | None = None  # root mode: jobs run as uid_base + slot (default derived from the pid)
-    seccomp: bool = True  # the seccomp filter (sandbox_limits.DENIED_SYSCALLS)
+    seccomp: bool = True  # the seccomp allow list (sandbox_limits.ALLOWED_SYSCALLS)
     cgroups: bool = True  # a cgroup per slot where the host allows (root)
     inode_cap: bool = True  # the file-count cap on /tmp and /work
     require: tuple[str, ...] = ("namespaces", "seccomp")  # protections without which the sandbox will not start

@@ -1,12 +1,15 @@
 """Kernel-level limits on a whole sandbox job: a seccomp filter, a cgroup per sandbox slot, what the host offers.
 
 * **seccomp** (:func:`seccomp_program`): a BPF program, built with libseccomp through ``pyseccomp``,
-  that the launcher installs in each job's process just before the job's code runs (so the launcher
-  itself can still open the instruction counter). It denies, with ``EPERM``, what Docker's default
-  profile denies and a code task never needs: new namespaces (``unshare``, ``setns``, ``clone`` with
-  a namespace flag; ``clone3`` answers ``ENOSYS`` so the C library falls back to ``clone``), mounts,
-  the kernel keyring, ``ptrace`` and ``process_vm_*``, ``bpf``, ``perf_event_open``,
-  ``userfaultfd``, module and kexec loading, io_uring, ``personality`` changes and the like.
+  that the launcher installs in each job's process (and the judge's) just before their code runs (so
+  the launcher itself can still open the instruction counter). An allow list (:data:`ALLOWED_SYSCALLS`,
+  Docker's default profile as the reference): everything not on it, a system call newer than the list
+  included, answers ``EPERM``. Off the list: new namespaces (``unshare``, ``setns``, ``clone`` with a
+  namespace flag; ``clone3`` answers ``ENOSYS`` so the C library falls back to ``clone``), mounts, the
+  kernel keyring, ``ptrace`` and ``process_vm_*``, ``bpf``, ``perf_event_open``, ``userfaultfd``, module
+  and kexec loading, io_uring, inotify and fanotify; sockets only in the unix, inet and netlink
+  families (no vsock, which the network namespace does not isolate); file locks succeed without locking anything,
+  so no lock on a shared read-only file is seen by another job.
 * **cgroups** (:class:`CgroupSlots`): one cgroup per concurrency slot under the harness's own cgroup
   (v1 controllers or v2), limiting the memory and the number of processes of everything a job
   runs together, and its CPU to one core with an equal share, so escaping a process group escapes
@@ -31,21 +34,52 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 V1_CONTROLLERS = ("memory", "pids", "cpu")
 CPU_PERIOD_US = 100_000
 
-DENIED_SYSCALLS = (
-    # new namespaces and mounts: no user namespace (with its mount rights) inside the sandbox
-    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen",
-    "fsconfig", "fsmount", "fspick", "mount_setattr",
-    # the kernel keyring, shared by every process of a uid
-    "keyctl", "add_key", "request_key",
-    # reading or steering other processes
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-    # kernel attack surface a program never needs
-    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon",
-    "swapoff", "acct", "quotactl", "syslog", "lookup_dcookie", "open_by_handle_at", "name_to_handle_at",
-    "fanotify_init", "iopl", "ioperm", "vhangup", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
-    "nfsservctl", "personality", "mbind", "migrate_pages", "move_pages", "set_mempolicy",
+# Docker's default profile (moby profiles/seccomp/default.json) is the reference: its unconditional allow list,
+# less what a code task never needs and what would let one job see another's state (ptrace and process_vm_*,
+# io_uring, inotify/fanotify, name_to_handle_at, modify_ldt, memfd_secret, landlock). Anything else, a call
+# newer than this list included, is refused with EPERM, as Docker does.
+ALLOWED_SYSCALLS = (
+    "accept", "accept4", "access", "alarm", "bind", "brk", "capget", "capset", "chdir", "chmod", "chown",
+    "clock_getres", "clock_gettime", "clock_nanosleep", "close", "close_range", "connect", "copy_file_range", "creat",
+    "dup", "dup2", "dup3", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_pwait", "epoll_pwait2", "epoll_wait",
+    "eventfd", "eventfd2", "execve", "execveat", "exit", "exit_group", "faccessat", "faccessat2", "fadvise64",
+    "fallocate", "fchdir", "fchmod", "fchmodat", "fchown", "fchownat", "fdatasync", "fgetxattr", "flistxattr",
+    "fork", "fremovexattr", "fsetxattr", "fstat", "fstatfs", "fsync", "ftruncate", "futex", "futex_waitv",
+    "futimesat", "getcpu", "getcwd", "getdents", "getdents64", "getegid", "geteuid", "getgid", "getgroups",
+    "getitimer", "getpeername", "getpgid", "getpgrp", "getpid", "getppid", "getpriority", "getrandom", "getresgid",
+    "getresuid", "getrlimit", "get_robust_list", "getrusage", "getsid", "getsockname", "getsockopt",
+    "get_thread_area", "gettid", "gettimeofday", "getuid", "getxattr", "ioctl", "io_cancel", "io_destroy",
+    "io_getevents", "io_pgetevents", "ioprio_get", "ioprio_set", "io_setup", "io_submit", "kill", "lchown",
+    "lgetxattr", "link", "linkat", "listen", "listxattr", "llistxattr", "lremovexattr", "lseek", "lsetxattr", "lstat",
+    "madvise", "membarrier", "memfd_create", "mincore", "mkdir", "mkdirat", "mknod", "mknodat", "mlock", "mlock2",
+    "mlockall", "mmap", "mprotect", "mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive", "mq_timedsend",
+    "mq_unlink", "mremap", "msgctl", "msgget", "msgrcv", "msgsnd", "msync", "munlock", "munlockall", "munmap",
+    "nanosleep", "newfstatat", "open", "openat", "openat2", "pause", "pidfd_open", "pidfd_send_signal", "pipe",
+    "pipe2", "pkey_alloc", "pkey_free", "pkey_mprotect", "poll", "ppoll", "prctl", "pread64", "preadv", "preadv2",
+    "prlimit64", "process_mrelease", "pselect6", "pwrite64", "pwritev", "pwritev2", "read", "readahead", "readlink",
+    "readlinkat", "readv", "recvfrom", "recvmmsg", "recvmsg", "remap_file_pages", "removexattr", "rename", "renameat",
+    "renameat2", "restart_syscall", "rmdir", "rseq", "rt_sigaction", "rt_sigpending", "rt_sigprocmask",
+    "rt_sigqueueinfo", "rt_sigreturn", "rt_sigsuspend", "rt_sigtimedwait", "rt_tgsigqueueinfo", "sched_getaffinity",
+    "sched_getattr", "sched_getparam", "sched_get_priority_max", "sched_get_priority_min", "sched_getscheduler",
+    "sched_rr_get_interval", "sched_setaffinity", "sched_setattr", "sched_setparam", "sched_setscheduler",
+    "sched_yield", "seccomp", "select", "semctl", "semget", "semop", "semtimedop", "sendfile", "sendmmsg", "sendmsg",
+    "sendto", "setfsgid", "setfsuid", "setgid", "setgroups", "setitimer", "setpgid", "setpriority", "setregid",
+    "setresgid", "setresuid", "setreuid", "setrlimit", "set_robust_list", "setsid", "setsockopt", "set_thread_area",
+    "set_tid_address", "setuid", "setxattr", "shmat", "shmctl", "shmdt", "shmget", "shutdown", "sigaltstack",
+    "signalfd", "signalfd4", "splice", "stat", "statfs", "statx", "symlink", "symlinkat", "sync", "sync_file_range",
+    "syncfs", "sysinfo", "tee", "tgkill", "time", "timer_create", "timer_delete", "timer_getoverrun", "timer_gettime",
+    "timer_settime", "timerfd_create", "timerfd_gettime", "timerfd_settime", "times", "tkill", "truncate", "ugetrlimit",
+    "umask", "uname", "unlink", "unlinkat", "utime", "utimensat", "utimes", "vfork", "vmsplice", "wait4", "waitid",
+    "waitpid", "write", "writev", "arch_prctl",
 )
+# Families a program may open a socket in, each isolated by the sandbox's network namespace (nothing behind
+# INET, netlink sees only the namespace's loopback); vsock, packet and every other family are refused.
+SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
+# fcntl commands allowed as they are; record locks (F_SETLK, F_SETLKW and their OFD forms) succeed without
+# taking a lock, like flock(): a lock on a shared read-only file (/usr) would otherwise be seen by another job.
+# Asking about locks, leases and directory notification (F_GETLK, F_NOTIFY, ...) is refused.
+FCNTL_ALLOWED = (0, 1, 2, 3, 4, 8, 9, 10, 11, 15, 16, 1030, 1031, 1032, 1033, 1034)  # DUPFD .. GET_SEALS
+FCNTL_LOCKS_AS_NOOPS = (6, 7, 37, 38)
 CLONE_NAMESPACE_FLAGS = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
                          | 0x40000000 | 0x00000080)  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 
@@ -58,20 +92,30 @@ def seccomp_program() -> tuple[bytes | None, str]:
     except (ImportError, OSError) as error:  # the binding, or libseccomp itself, is missing
         return None, f"pyseccomp / libseccomp unavailable ({error}); `pip install pyseccomp`, " \
                      f"`apt-get install -y libseccomp2`"
-    rules = seccomp.SyscallFilter(defaction=seccomp.ALLOW)
-    for name in DENIED_SYSCALLS:
+    rules = seccomp.SyscallFilter(defaction=seccomp.ERRNO(errno.EPERM))
+    allowed = 0
+    for name in ALLOWED_SYSCALLS:
         try:
-            rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
+            rules.add_rule(seccomp.ALLOW, name)
+            allowed += 1
         except (ValueError, RuntimeError, OSError):  # a call this architecture or libseccomp does not know
             continue
-    for bit in _bits(CLONE_NAMESPACE_FLAGS):
-        rules.add_rule(seccomp.ERRNO(errno.EPERM), "clone", seccomp.Arg(0, seccomp.MASKED_EQ, bit, bit))
-    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")
+    rules.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NAMESPACE_FLAGS, 0))
+    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # so the C library falls back to clone, whose flags we see
+    for family in SOCKET_FAMILIES:
+        rules.add_rule(seccomp.ALLOW, "socket", seccomp.Arg(0, seccomp.EQ, family))
+    rules.add_rule(seccomp.ALLOW, "socketpair", seccomp.Arg(0, seccomp.EQ, 1))
+    for command in FCNTL_ALLOWED:
+        rules.add_rule(seccomp.ALLOW, "fcntl", seccomp.Arg(1, seccomp.EQ, command))
+    for command in FCNTL_LOCKS_AS_NOOPS:
+        rules.add_rule(seccomp.ERRNO(0), "fcntl", seccomp.Arg(1, seccomp.EQ, command))
+    rules.add_rule(seccomp.ERRNO(0), "flock")
     with tempfile.TemporaryFile() as handle:
         rules.export_bpf(handle)
         handle.seek(0)
         program = handle.read()
-    return program, f"{len(DENIED_SYSCALLS)} system calls denied, namespace flags of clone refused"
+    return program, (f"allow list: {allowed} system calls (Docker's default profile as the reference), clone "
+                     f"without namespace flags, sockets of the unix/inet/inet6/netlink families; everything else refused")
 
 
 def _bits(mask: int) -> list[int]:

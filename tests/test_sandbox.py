@@ -3,6 +3,8 @@ deadlines, concurrency slots and the refusal to run without bubblewrap."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import errno
 import json
 import os
 import shutil
@@ -257,3 +259,41 @@ def test_missing_protections_are_said_once_and_required_ones_refuse_to_start(cap
     assert "cgroups: switched off in the sandbox config" in err and "tmpfs_inode_cap" in err
     with pytest.raises(SandboxUnavailable, match=r"requires protection\(s\).*seccomp \(switched off"):
         Sandbox(SandboxConfig(seccomp=False))
+
+
+def test_seccomp_is_an_allow_list(box):
+    """A call off the list (one newer than any kernel, inotify, io_uring) and a socket family the network
+    namespace does not isolate (vsock) are refused; threads, subprocesses and unix/inet sockets still work."""
+    facts = _inside(box, """
+import ctypes, errno, json, socket, subprocess, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def errno_of(number, *args):
+    result = libc.syscall(number, *args)
+    return 0 if result >= 0 else ctypes.get_errno()
+def refused(family):
+    try:
+        socket.socket(family, socket.SOCK_STREAM).close()
+        return False
+    except OSError:
+        return True
+thread = threading.Thread(target=lambda: None)
+thread.start()
+thread.join()
+print(json.dumps({"unknown": errno_of(1000), "inotify_init1": errno_of(294, 0), "io_uring_setup": errno_of(425, 1, 0),
+                  "vsock": refused(40), "unix": refused(socket.AF_UNIX), "inet": refused(socket.AF_INET),
+                  "subprocess": subprocess.run(["true"]).returncode}))
+""")
+    assert facts == {"unknown": errno.EPERM, "inotify_init1": errno.EPERM, "io_uring_setup": errno.EPERM,
+                     "vsock": True, "unix": False, "inet": False, "subprocess": 0}
+
+
+def test_no_file_lock_is_shared_between_two_jobs_at_once():
+    """Both jobs lock the same read-only system file (bind mounts share its inode) at the same time: neither
+    sees the other's lock, because a lock inside the sandbox succeeds without locking anything."""
+    two = tight_sandbox(max_concurrency=2, timeout_s=5.0)
+    locker = ("import fcntl, json, time\nhandle = open('/usr/lib/os-release', 'rb')\n"
+              "fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)\nfcntl.lockf(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+              "time.sleep(1.0)\nprint(json.dumps('locked'))\n")
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: two.run([Job(locker)])[0], range(2)))
+    assert [(r.status, r.stdout) for r in results] == [("ok", '"locked"\n')] * 2
