@@ -11,7 +11,8 @@ code and turns every answer back into real Python values. What crosses is data:
   (``Fraction``, ``Decimal``, ``deque``, ``Counter``, ``OrderedDict``, ``defaultdict``, ``range``,
   dict views, ``bytearray``, ``date``/``datetime``/``timedelta``, numpy scalars and arrays);
 * instances of the task's own classes (the preamble's ``ListNode``, ``TreeNode``, ...), sent as
-  their class's name and attributes and rebuilt from the receiver's own copy of the class;
+  their class's name and attributes in a flat table (a 10^5-node linked list is no deeper than one
+  node) and rebuilt from the receiver's own copy of the class;
 * shared and cyclic references inside one value (``["ref", k]``), so aliasing survives;
 * anything else as a handle (``["h", id, type name, callable]``): an object that stays where it
   lives and is used through requests (``str``, ``len``, iteration, attributes, calls, ...).
@@ -23,7 +24,8 @@ Tags (first item of a JSON list): ``i`` int (hex), ``f`` float (hex), ``c`` comp
 ``ba`` bytearray, ``l`` list, ``t`` tuple, ``s`` set, ``fs`` frozenset, ``d`` dict, ``r`` range,
 ``dq`` deque, ``od`` OrderedDict, ``ct`` Counter, ``dd`` defaultdict, ``dk``/``dv``/``di`` dict
 views, ``fr`` Fraction, ``de`` Decimal, ``date``/``dtm``/``td`` datetime values, ``np``/``nps``/
-``npo`` numpy array, scalar, object array, ``o`` a task class instance, ``e`` a task enum member,
+``npo`` numpy array, scalar, object array, ``obj`` a task class instance (an index into the value's
+``graph`` table), ``e`` a task enum member,
 ``ref`` a shared reference, ``h`` a handle, ``cb`` a callable of the judge, ``bi`` a builtin type or
 function by name (``int`` given as an argument is the receiver's own ``int``).
 """
@@ -43,7 +45,6 @@ LIMITS = {
     "elements": 4_000_000,  # items of all containers in one value
     "array_bytes": 64 << 20,  # the raw data of one numpy array
 }
-MUTABLE_TAGS = ("l", "d", "s", "ba", "dq", "od", "ct", "dd", "o")
 DEFAULT_FACTORIES = {name: getattr(builtins, name) for name in ("int", "float", "str", "list", "set", "dict", "tuple",
                                                                 "frozenset", "bool", "bytes")}
 NUMPY_KINDS = "biufcSU?"
@@ -115,6 +116,22 @@ class Encoder:
         self.memo: dict[int, int] = {}
         self.alive: list = []  # keeps memoised objects alive, so their ids stay unique
         self.elements = 0
+        self.objects: list = []  # the task objects met, in the order of their table entries
+        self.object_index: dict[int, int] = {}
+
+    def encode(self, value):
+        """``value`` as tagged JSON; with task objects, ``["graph", table, root]``: each object once in the table,
+        its attributes encoded there, and ``["obj", k]`` wherever it is met, so a linked list of any length is
+        a flat table rather than a deep nesting (and shared or cyclic links come back as they were)."""
+        root = self._value(value, 0)
+        table, done = [], 0
+        while done < len(self.objects):
+            obj, name = self.objects[done]
+            attributes = object.__getattribute__(obj, "__dict__")
+            table.append([name, [[key, self._value(item, 1)] for key, item in dict.items(attributes)
+                                 if type(key) is str]])
+            done += 1
+        return ["graph", table, root] if table else root
 
     def _sized(self, count: int) -> None:
         """Refuses a value over the element limit before spending time on it."""
@@ -122,7 +139,7 @@ class Encoder:
         if self.elements > LIMITS["elements"]:
             raise BadValue(f"value has more than {LIMITS['elements']} elements (limit)")
 
-    def encode(self, value, depth: int = 0):
+    def _value(self, value, depth: int):
         if depth > LIMITS["depth"]:
             raise BadValue(f"value nested deeper than {LIMITS['depth']}")
         kind = type(value)
@@ -156,9 +173,9 @@ class Encoder:
         if issubclass(kind, (tuple, frozenset, list, dict, set)):
             self._sized(len(value) if kind in (tuple, frozenset, list, dict, set) else 0)
         if issubclass(kind, tuple):
-            return ["t", [self.encode(item, depth + 1) for item in tuple.__iter__(value)]]
+            return ["t", [self._value(item, depth + 1) for item in tuple.__iter__(value)]]
         if issubclass(kind, frozenset):
-            return ["fs", [self.encode(item, depth + 1) for item in frozenset.__iter__(value)]]
+            return ["fs", [self._value(item, depth + 1) for item in frozenset.__iter__(value)]]
         container = self._container(value, kind, depth)
         if container is not None:
             return container
@@ -181,16 +198,16 @@ class Encoder:
                 if seen is not None:
                     return seen
                 if tag == "l":
-                    return ["l", [self.encode(item, depth + 1) for item in list.__iter__(value)]]
+                    return ["l", [self._value(item, depth + 1) for item in list.__iter__(value)]]
                 if tag == "s":
-                    return ["s", [self.encode(item, depth + 1) for item in set.__iter__(value)]]
+                    return ["s", [self._value(item, depth + 1) for item in set.__iter__(value)]]
                 if tag == "ba":
                     return ["ba", _b64(bytes(memoryview(value)))]
                 return ["d", self._pairs(dict.items(value), depth)]
         return None
 
     def _pairs(self, items, depth: int) -> list:
-        return [[self.encode(key, depth + 1), self.encode(item, depth + 1)] for key, item in items]
+        return [[self._value(key, depth + 1), self._value(item, depth + 1)] for key, item in items]
 
     def _special(self, value, kind, depth: int):
         """Standard-library and numpy value types, and the task's own classes; None for anything else."""
@@ -205,7 +222,7 @@ class Encoder:
         if module == "builtins" and kind.__name__ in ("dict_keys", "dict_values", "dict_items"):
             if kind.__name__ == "dict_items":
                 return ["di", self._pairs(value, depth)]
-            return ["dk" if kind.__name__ == "dict_keys" else "dv", [self.encode(item, depth + 1) for item in value]]
+            return ["dk" if kind.__name__ == "dict_keys" else "dv", [self._value(item, depth + 1) for item in value]]
         if module == "fractions" and kind.__name__ == "Fraction":
             return ["fr", [_hex_int(value.numerator), _hex_int(value.denominator)]]
         if module in ("decimal", "_decimal", "_pydecimal") and kind.__name__ == "Decimal":
@@ -221,15 +238,16 @@ class Encoder:
 
         if isinstance(value, enum.Enum):
             return ["e", name, value.name]
-        seen = self._remember(value)
-        if seen is not None:
-            return seen
         try:
-            attributes = object.__getattribute__(value, "__dict__")
+            object.__getattribute__(value, "__dict__")
         except AttributeError:
             return self.unknown(value)
-        return ["o", name, [[key, self.encode(item, depth + 1)] for key, item in dict.items(attributes)
-                            if type(key) is str]]
+        index = self.object_index.get(id(value))
+        if index is None:
+            index = self.object_index[id(value)] = len(self.objects)
+            self.objects.append((value, name))
+            self._sized(1)
+        return ["obj", index]
 
     def _collections(self, value, kind, depth: int):
         seen = None
@@ -238,7 +256,7 @@ class Encoder:
         if seen is not None:
             return seen
         if kind is collections.deque:
-            return ["dq", [self.encode(item, depth + 1) for item in value], value.maxlen]
+            return ["dq", [self._value(item, depth + 1) for item in value], value.maxlen]
         if kind is collections.OrderedDict:
             return ["od", self._pairs(dict.items(value), depth)]
         if kind is collections.Counter:
@@ -266,7 +284,7 @@ class Encoder:
             if value.dtype.kind in NUMPY_KINDS and not value.dtype.fields:
                 return ["np", value.dtype.str, list(value.shape), _b64(numpy.ascontiguousarray(value).tobytes())]
             if value.dtype.kind == "O":
-                return ["npo", list(value.shape), [self.encode(item, depth + 1) for item in value.ravel().tolist()]]
+                return ["npo", list(value.shape), [self._value(item, depth + 1) for item in value.ravel().tolist()]]
             return None
         if isinstance(value, numpy.generic) and value.dtype.kind in NUMPY_KINDS:
             return ["nps", value.dtype.str, _b64(numpy.asarray(value).tobytes())]
@@ -294,8 +312,32 @@ class Decoder:
         self.elements = 0  # what the value took, against LIMITS (the judge reports the largest it met)
         self.depth = 0
         self.int_hex_digits = 0
+        self.objects: list = []
 
-    def decode(self, encoded, depth: int = 0):
+    def decode(self, encoded):
+        """The value ``encoded`` stands for (see :meth:`Encoder.encode`); :class:`BadValue` when it is not one."""
+        if not (_is_list(encoded, 3) and encoded[0] == "graph"):
+            return self._value(encoded, 0)
+        table = self._count(encoded[1])
+        try:
+            for entry in table:
+                if not _is_list(entry, 2):
+                    raise BadValue("malformed object table")
+                cls = self._task_class(entry[0])
+                self.objects.append(cls.__new__(cls))
+            for obj, entry in zip(self.objects, table):
+                state = object.__getattribute__(obj, "__dict__")
+                for name, value in self._pairs(entry[1], 1):
+                    if type(name) is not str:
+                        raise BadValue("attribute names must be strings")
+                    state[name] = value
+        except BadValue:
+            raise
+        except (TypeError, AttributeError) as error:
+            raise BadValue(f"malformed task object ({type(error).__name__})") from None
+        return self._value(encoded[2], 0)
+
+    def _value(self, encoded, depth: int):
         if depth > LIMITS["depth"]:
             raise BadValue(f"value nested deeper than {LIMITS['depth']} (limit)")
         self.depth = max(self.depth, depth)
@@ -325,14 +367,14 @@ class Decoder:
         return items
 
     def _items(self, items, depth: int) -> list:
-        return [self.decode(item, depth) for item in self._count(items)]
+        return [self._value(item, depth) for item in self._count(items)]
 
     def _pairs(self, pairs, depth: int) -> list:
         out = []
         for pair in self._count(pairs):
             if not _is_list(pair, 2):
                 raise BadValue("a mapping's items must be [key, value] pairs")
-            out.append((self.decode(pair[0], depth), self.decode(pair[1], depth)))
+            out.append((self._value(pair[0], depth), self._value(pair[1], depth)))
         return out
 
     def _register(self, value):
@@ -450,7 +492,7 @@ class Decoder:
             shape = _shape(encoded[1])
             flat = numpy.empty(len(self._count(encoded[2])), dtype=object)
             for position, item in enumerate(encoded[2]):
-                flat[position] = self.decode(item, depth)
+                flat[position] = self._value(item, depth)
             return flat.reshape(shape)
         dtype = numpy.dtype(_dtype_text(encoded[1]))
         if dtype.kind not in NUMPY_KINDS:
@@ -462,17 +504,14 @@ class Decoder:
         raw = _unb64(encoded[3])
         return numpy.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
+    def task_enum_(self, encoded, depth):
+        return self._task_class(encoded[1])[encoded[2]]
+
     def task_object_(self, encoded, depth):
-        cls = self._task_class(encoded[1])
-        if encoded[0] == "e":
-            return cls[encoded[2]]
-        out = self._register(cls.__new__(cls))
-        state = object.__getattribute__(out, "__dict__")
-        for name, value in self._pairs(encoded[2], depth):
-            if type(name) is not str:
-                raise BadValue("attribute names must be strings")
-            state[name] = value
-        return out
+        index = encoded[1]
+        if type(index) is not int or not 0 <= index < len(self.objects):
+            raise BadValue("reference to an object not in the table")
+        return self.objects[index]
 
     def _task_class(self, name):
         cls = self.classes.get(name) if type(name) is str else None
@@ -565,8 +604,8 @@ _DECODERS = {
     "od": Decoder.ordered_, "ct": Decoder.counter_, "dd": Decoder.defaultdict_, "dq": Decoder.deque_,
     "r": Decoder.range_, "dk": Decoder.view_, "dv": Decoder.view_, "di": Decoder.view_, "fr": Decoder.fraction_,
     "de": Decoder.decimal_, "date": Decoder.datetime_, "dtm": Decoder.datetime_, "td": Decoder.datetime_,
-    "np": Decoder.numpy_, "nps": Decoder.numpy_, "npo": Decoder.numpy_, "o": Decoder.task_object_,
-    "e": Decoder.task_object_, "ref": Decoder.ref_, "h": Decoder.handle_, "cb": Decoder.handle_,
+    "np": Decoder.numpy_, "nps": Decoder.numpy_, "npo": Decoder.numpy_, "obj": Decoder.task_object_,
+    "e": Decoder.task_enum_, "ref": Decoder.ref_, "h": Decoder.handle_, "cb": Decoder.handle_,
     "bi": Decoder.builtin_,
 }
 

@@ -252,6 +252,10 @@ CORRECT.update({
     "LeetCode linked list": (REVERSE, leetcode(
         "def check(candidate):\n    assert is_same_list(candidate(head=list_node([1, 2, 3])), list_node([3, 2, 1]))\n"
         "    assert candidate(head=list_node([])) == None\n", "Solution().reverseList", REVERSE)),
+    "LeetCode linked list of 50000 nodes": (REVERSE, leetcode(
+        "def check(candidate):\n    values = list(range(50000))\n    node, seen = candidate(head=list_node(values)), []\n"
+        "    while node:\n        seen.append(node.val)\n        node = node.next\n    assert seen == values[::-1]\n",
+        "Solution().reverseList", REVERSE)),
     "LeetCode tree": (INVERT, leetcode(
         "def check(candidate):\n    assert is_same_tree(candidate(root=tree_node([4, 2, 7, 1, 3])), "
         "tree_node([4, 7, 2, None, None, 3, 1]))\n", "Solution().invertTree", INVERT)),
