@@ -1,12 +1,14 @@
-"""Tests/s of the sandboxed test runner against the seeds' way of running tests, and what each protection costs.
+"""Tests/s of the sandboxed test runner against the seeds' way of running tests, and what the judge and each protection cost.
 
 Baseline (as the seeds' example does it): one plain ``python -c "<code>\\n<test>"`` subprocess
 per test, one after another, pass = exit code 0; no isolation beyond a timeout. Ours: every
 completion's tests in one bubblewrap sandbox, each test in its own forked, limited,
-unprivileged process, its verdict decided outside (probes), with every protection this host
-gives (seccomp, a cgroup per slot, capped tmpfs), completions running 1, ``cores`` and
-``2 x cores`` sandboxes at once (``--concurrency`` to choose). At ``cores`` at once, the same
-runner with one protection switched off shows that protection's cost. The batch is MBPP
+unprivileged process, its verdict decided by the judge (a second sandboxed process that runs the
+test and asks the program for values), with every protection this host gives (seccomp, a cgroup
+per slot, capped tmpfs), completions running 1, ``cores`` and ``2 x cores`` sandboxes at once
+(``--concurrency`` to choose). At ``cores`` at once, the same runner with one protection switched
+off shows that protection's cost, and "judge off" (each assert run inside the program's own
+process, pass = no exception: what the judge replaces, and not trustworthy) shows the judge's. The batch is MBPP
 problems (test split, 3 asserts each): their reference solutions plus broken variants, so
 verdicts include failures and errors; the script asserts that every method gives the same
 verdict for every test. Times are medians over ``--repeats`` runs of the whole batch, measured
@@ -25,9 +27,10 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from diffugrpo_plugin.code_execution import TestSpec, run_tests_many, tests_from_row
-from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig
+from diffugrpo_plugin.sandbox import Job, Sandbox, SandboxConfig
 
 TIMEOUT_S = 10.0
 PROTECTION_OPTIONS = {"seccomp": "seccomp", "cgroups": "cgroups", "tmpfs inode cap": "inode_cap"}
@@ -71,8 +74,19 @@ def sandboxed(pairs: list[tuple[str, TestSpec]], box: Sandbox) -> list[list[bool
     return [[outcome.passed for outcome in outcomes] for outcomes in results]
 
 
+def judge_off(pairs: list[tuple[str, TestSpec]], box: Sandbox) -> list[list[bool]]:
+    """Each assert appended to the program and run in its process: the judge's cost is the difference."""
+    def one(pair):
+        code, spec = pair
+        results = box.run([Job(f"{code}\n{test}\n", timeout_s=TIMEOUT_S) for test in spec.asserts])
+        return [result.status == "ok" for result in results]
+
+    with ThreadPoolExecutor(box.config.max_concurrency) as pool:
+        return list(pool.map(one, pairs))
+
+
 def interleaved_medians(methods: dict, repeats: int) -> dict[str, tuple[float, list[list[bool]]]]:
-    """Median seconds and the verdicts of each method; the methods take turns within every repeat
+    """Every repeat's seconds and the verdicts of each method; the methods take turns within every repeat
     (in rotating order), so a change in the machine's load hits all of them alike."""
     durations: dict[str, list[float]] = {label: [] for label in methods}
     verdicts: dict[str, list[list[bool]]] = {}
@@ -82,7 +96,7 @@ def interleaved_medians(methods: dict, repeats: int) -> dict[str, tuple[float, l
             started = time.perf_counter()
             verdicts[label] = methods[label]()
             durations[label].append(time.perf_counter() - started)
-    return {label: (statistics.median(durations[label]), verdicts[label]) for label in labels}
+    return {label: (durations[label], verdicts[label]) for label in labels}
 
 
 def main() -> None:
@@ -110,27 +124,31 @@ def main() -> None:
         box = Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=cores, require=("namespaces",),
                                     **{option: False}))
         methods[f"sandbox without {protection}, {cores} at a time"] = lambda box=box: sandboxed(pairs, box)
+    box = Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=cores))
+    methods[f"sandbox without the judge, {cores} at a time"] = lambda box=box: judge_off(pairs, box)
     measured = interleaved_medians(methods, args.repeats)
     reference = measured[next(iter(methods))][1]
     for label, (_, verdicts) in measured.items():
         assert verdicts == reference, f"{label}: verdicts differ from the baseline's"
-    rows = [(label, seconds) for label, (seconds, _) in measured.items()]
+    rows = [(label, statistics.median(times), min(times), max(times)) for label, (times, _) in measured.items()]
     passed = sum(map(sum, reference))
     print(f"{len(pairs)} completions x 3 tests = {tests} tests ({passed} pass), {os.cpu_count()} cores, "
-          f"median of {args.repeats}; verdicts identical across methods\n")
-    print("| method | isolated | median s | tests/s | vs baseline |")
+          f"median (range) of {args.repeats}; verdicts identical across methods\n")
+    print("| method | isolated | median s (range) | tests/s | vs baseline (range) |")
     print("|---|---|---|---|---|")
-    base_seconds = rows[0][1]
-    for label, seconds in rows:
+    base = measured[next(iter(methods))][0]
+    for label, seconds, low, high in rows:
         isolated = "no" if label.startswith("baseline") else "yes (bwrap)"
-        print(f"| {label} | {isolated} | {seconds:.2f} | {tests / seconds:.1f} | {base_seconds / seconds:.2f}x |")
-    full = measured[f"sandbox, every protection, {cores} at a time"][0]
-    print(f"\nWhat each protection costs at {cores} at a time (time with it / time without it):\n")
-    print("| protection | with s | without s | cost |")
+        ratios = [b / t for b, t in zip(base, measured[label][0])]  # paired within a repeat
+        print(f"| {label} | {isolated} | {seconds:.2f} ({low:.2f}-{high:.2f}) | {tests / seconds:.1f} | "
+              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
+    full = statistics.median(measured[f"sandbox, every protection, {cores} at a time"][0])
+    print(f"\nWhat the judge and each protection cost at {cores} at a time (time with it / time without it):\n")
+    print("| part | with s | without s | cost |")
     print("|---|---|---|---|")
-    for protection in PROTECTION_OPTIONS:
-        without = measured[f"sandbox without {protection}, {cores} at a time"][0]
-        print(f"| {protection} | {full:.2f} | {without:.2f} | {full / without:.2f}x |")
+    for part in ["the judge", *PROTECTION_OPTIONS]:
+        without = statistics.median(measured[f"sandbox without {part}, {cores} at a time"][0])
+        print(f"| {part} | {full:.2f} | {without:.2f} | {full / without:.2f}x |")
 
 
 if __name__ == "__main__":

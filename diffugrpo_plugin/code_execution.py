@@ -25,6 +25,7 @@ from __future__ import annotations
 import ast
 import collections
 import enum
+import functools
 import json
 import re
 import sys
@@ -119,8 +120,9 @@ class TestSpec:
             return [Job(source, stdin=stdin, preamble=self.prelude) for stdin, _ in self.stdio]
         context = {"preamble": self.prelude, "helpers": self.helpers, "program_names": self.program_names,
                    "entry": self.entry_point}
-        tests = [Judged("assert", test, **context) for test in self.asserts] if self.kind == "asserts" else \
-            [Judged("check", self.check_source, **context)]
+        tests = [("assert", test) for test in self.asserts] if self.kind == "asserts" else \
+            [("check", self.check_source)]
+        tests = [Judged(kind, test, **context, free_names=free_names(test)) for kind, test in tests]
         return [Job(source, preamble=self.prelude, judged=test) for test in tests]
 
 
@@ -192,6 +194,29 @@ def _list_tests(values: list, column: str, prelude: str, setup: str) -> TestSpec
 
 
 _ENTRY_NODES = (ast.Expression, ast.Name, ast.Attribute, ast.Call, ast.Load)
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def free_names(test: str) -> tuple[str, ...]:
+    """The names a test's code reads and never binds (assigned, defined, imported, a parameter or an
+    ``except`` name anywhere in it), sorted: the judge resolves each as the task says (see ``sandbox_judge``)."""
+    try:
+        tree = parse_python(test)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ()
+    read, bound = set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return tuple(sorted(read - bound))
 
 
 def entry_root(entry_point: str) -> str | None:

@@ -68,7 +68,14 @@ UNSAFE_ENV_VAR = "DIFFUGRPO_UNSAFE_NO_SANDBOX"
 FALLBACK_CONFIG_KEY = "allow_unsandboxed_fallback_i_understand_the_risk"
 LAUNCHER_PATH = Path(__file__).with_name("sandbox_launcher.py")
 SANDBOX_DIR = "/opt/diffugrpo"
-LAUNCHER_IN_SANDBOX = f"{SANDBOX_DIR}/sandbox_launcher.py"
+_LAUNCH = "import sys; sys.path.insert(0, {!r}); import sandbox_launcher; sys.exit(sandbox_launcher.main())"
+_COMPILE = """import importlib.util, os, py_compile, sys
+source_dir, shown_dir, out = sys.argv[1:4]
+for name in sys.argv[4:]:
+    cached = os.path.basename(importlib.util.cache_from_source(os.path.join(source_dir, name)))
+    py_compile.compile(os.path.join(source_dir, name), cfile=os.path.join(out, cached), dfile=os.path.join(shown_dir, name),
+                       doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+"""
 IN_SANDBOX_MODULES = ("sandbox_launcher.py", "sandbox_wire.py", "sandbox_program.py", "sandbox_judge.py")
 JUDGE_UID_OFFSET = 10_000_000  # the judge of slot s runs as uid_base + s + this: no job can signal or read it
 JUDGE_OUTCOMES = ("passed", "failed", "error", "memory", "ended", "judge_error")
@@ -170,7 +177,7 @@ class Judged:
     helpers: str = ""
     program_names: frozenset[str] = frozenset()
     entry: str = ""
-
+    free_names: tuple[str, ...] = ()  # the names the test's code reads and never binds
     def row(self) -> dict[str, Any]:
         return {"preamble": self.preamble, "helpers": self.helpers, "program_names": sorted(self.program_names),
                 "entry": self.entry}
@@ -338,6 +345,7 @@ class Sandbox:
         self._checked = False
         self._layout: InterpreterLayout | None = None
         self._layout_lock = threading.Lock()
+        self._compiled: str | None = None
         self.protections = host_protections(self.bwrap, self.is_root, self.config.cgroups, self.config.seccomp,
                                             self.config.inode_cap)
         self._require_protections()
@@ -469,6 +477,26 @@ class Sandbox:
         return [self.python, "-I", "-S"]
 
     @property
+    def compiled_modules(self) -> str | None:
+        """A private folder of the in-sandbox modules compiled once by the sandbox's interpreter, bound in as
+        their ``__pycache__`` (hash-checked against the sources): the launcher, the judge and the wire are then
+        loaded, not compiled, at each sandbox's start. None where compiling failed (they compile at start)."""
+        with self._layout_lock:
+            if self._compiled is None:
+                folder = tempfile.mkdtemp(prefix="diffugrpo-sandbox-pyc-")
+                atexit.register(shutil.rmtree, folder, True)
+                os.chmod(folder, 0o755)
+                try:
+                    subprocess.run([self.python, "-I", "-S", "-c", _COMPILE, str(LAUNCHER_PATH.parent), SANDBOX_DIR,
+                                    folder, *IN_SANDBOX_MODULES], check=True, capture_output=True, timeout=60)
+                    for name in os.listdir(folder):
+                        os.chmod(os.path.join(folder, name), 0o644)
+                    self._compiled = folder
+                except (OSError, subprocess.SubprocessError):
+                    self._compiled = ""
+            return self._compiled or None
+
+    @property
     def layout(self) -> InterpreterLayout:
         with self._layout_lock:
             if self._layout is None:
@@ -497,7 +525,9 @@ class Sandbox:
         if self.is_root:  # CAP_SYS_ADMIN mounts the capped tmpfs; the launcher drops it before any job
             argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
                      "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
-        return [*argv, "--", *self._interpreter_args(), LAUNCHER_IN_SANDBOX]
+        if self.compiled_modules:
+            argv += ["--ro-bind", self.compiled_modules, f"{SANDBOX_DIR}/__pycache__"]
+        return [*argv, "--", *self._interpreter_args(), "-c", _LAUNCH.format(SANDBOX_DIR)]
 
     def _deadline_s(self, payload: dict[str, Any]) -> float:
         jobs_s = sum(job["wall_s"] + PER_JOB_OVERHEAD_S for job in payload["jobs"])
@@ -515,7 +545,7 @@ class Sandbox:
                 os.chmod(work_dir, 0o777)  # ... and write there
                 os.mkdir(scratch_dir, 0o700)
                 payload = self._payload(jobs, slot, work_dir, scratch_dir, cgroup_fds, judge_fd)
-                argv = [*self._interpreter_args(), str(LAUNCHER_PATH)]
+                argv = [*self._interpreter_args(), "-c", _LAUNCH.format(str(LAUNCHER_PATH.parent))]
                 return self._launch(argv, payload, cwd=work_dir)
 
     @contextlib.contextmanager
@@ -565,7 +595,8 @@ class Sandbox:
 def judge_spec(jobs: Sequence[Job]) -> dict[str, Any]:
     """What the judge reads: the row's context and each judged test, in the order the jobs run."""
     judged = [job.judged for job in jobs if job.judged is not None]
-    return {**judged[0].row(), "tests": [{"kind": test.kind, "code": test.code} for test in judged]}
+    return {**judged[0].row(), "tests": [{"kind": test.kind, "code": test.code, "names": list(test.free_names)}
+                                         for test in judged]}
 
 
 @contextlib.contextmanager

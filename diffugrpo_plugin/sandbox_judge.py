@@ -24,10 +24,7 @@ Standard library only (numpy imported only when a numpy value arrives).
 
 from __future__ import annotations
 
-import ast
 import builtins
-import importlib
-import json
 import os
 import sys
 
@@ -71,8 +68,8 @@ def program_exception(type_name: str, message: str) -> BaseException:
 class Judging:
     """The judge's end of one test's connection, and the counts that qualify its verdict."""
 
-    def __init__(self, fd: int, task_classes: dict):
-        self.peer = wire.Peer(fd, self.serve)
+    def __init__(self, reading: int, writing: int, task_classes: dict):
+        self.peer = wire.Peer(reading, writing, self.serve)
         self.task_classes = task_classes
         self.callbacks: list = []
         self.compared = 0
@@ -365,35 +362,14 @@ class RemoteIterator:
 # --------------------------------------------------------------------------- one row's tests
 
 
-def stored_names(tree: ast.AST) -> set[str]:
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.arg):
-            names.add(node.arg)
-        elif isinstance(node, ast.ExceptHandler) and node.name:
-            names.add(node.name)
-    return names
-
-
-def free_names(tree: ast.AST) -> set[str]:
-    """Names the code reads and never binds itself."""
-    read = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)}
-    return read - stored_names(tree)
-
-
 def _stdlib_module(name: str):
     if name not in sys.stdlib_module_names or name.startswith("_"):
         return None
     try:
-        return importlib.import_module(name)
+        __import__(name)
     except Exception:  # noqa: BLE001 - not importable here: the name stays unbound
         return None
+    return sys.modules.get(name)
 
 
 class Row:
@@ -422,10 +398,12 @@ class Row:
             if name not in self.base and name not in self.program_names:
                 self.base[name] = value
 
-    def namespace(self, judging: Judging, tree: ast.AST) -> dict:
+    def namespace(self, judging: Judging, free_names: list[str]) -> dict:
+        """The test's globals: the row's own names, then each name the test reads without binding it
+        (``free_names``, found by the harness) as the rule in the module docstring says."""
         namespace = dict(self.base)
         wanted = []
-        for name in sorted(free_names(tree)):
+        for name in free_names:
             if name in self.program_names:
                 namespace.pop(name, None)
                 wanted.append(name)
@@ -447,11 +425,12 @@ class Row:
         return namespace
 
 
-def judge_test(row: Row, test: dict, fd: int) -> dict:
-    """Runs one test against the program behind ``fd``; its verdict as a dict of :data:`VERDICT_KEYS`."""
-    judging = Judging(fd, row.task_classes)
+def judge_test(row: Row, test: dict, reading: int, writing: int) -> dict:
+    """Runs one test against the program at the other end of the two pipes; its verdict as a dict of
+    :data:`VERDICT_KEYS`."""
+    judging = Judging(reading, writing, row.task_classes)
     try:
-        message = wire.receive_frame(fd)
+        message = wire.receive_frame(reading)
         if message != ["ready"]:
             return _verdict("failed", "the program's process did not start the test", judging)
         outcome, detail = _run(row, test, judging)
@@ -460,18 +439,17 @@ def judge_test(row: Row, test: dict, fd: int) -> dict:
     except wire.BadValue as error:
         outcome, detail = "failed", f"the program's answer could not be read: {error}"
     try:
-        wire.send_frame(fd, ["bye"])
-    except OSError:
+        wire.send_frame(writing, ["bye"])
+    except (OSError, wire.WireClosed):
         pass
     return _verdict(outcome, detail, judging)
 
 
 def _run(row: Row, test: dict, judging: Judging) -> tuple[str, str]:
     code = test["code"]
-    tree = ast.parse(code)
     try:
-        namespace = row.namespace(judging, tree)
-        exec(compile(tree, "<test>", "exec"), namespace)  # noqa: S102 - the test's own code, run here
+        namespace = row.namespace(judging, test["names"])
+        exec(compile(code, "<test>", "exec"), namespace)  # noqa: S102 - the test's own code, run here
         if test["kind"] == "check":
             namespace["check"](judging.ask(["entry", row.entry]))
     except ProgramEnded:
@@ -518,13 +496,13 @@ def _verdict(outcome: str, detail: str, judging: Judging) -> dict:
             "untrusted": judging.untrusted, "sizes": judging.sizes}
 
 
-def main(payload_fd: int, sockets: list[int], verdict_fd: int) -> None:
+def main(payload_fd: int, channels: list[tuple[int, int]], verdict_fd: int) -> None:
     """The judge process: reads the row's tests, judges each in turn, writes one verdict line per test."""
     chunks = []
     while chunk := os.read(payload_fd, 1 << 20):
         chunks.append(chunk)
     os.close(payload_fd)
-    spec = json.loads(b"".join(chunks))
+    spec = wire.json_loads(b"".join(chunks).decode("utf-8"))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * wire.LIMITS["depth"] + 1000))
     sys.set_int_max_str_digits(0)
     try:
@@ -536,7 +514,8 @@ def main(payload_fd: int, sockets: list[int], verdict_fd: int) -> None:
             verdict = {"outcome": "judge_error", "detail": broken, "compared": 0, "untrusted": 0,
                        "sizes": dict.fromkeys(SIZE_KEYS, 0)}
         else:
-            verdict = judge_test(row, test, sockets[index])
-        os.close(sockets[index])
-        line = json.dumps({"index": index, **verdict}).encode("ascii") + b"\n"
+            verdict = judge_test(row, test, *channels[index])
+        for fd in channels[index]:
+            os.close(fd)
+        line = wire.json_dumps({"index": index, **verdict}).encode("ascii") + b"\n"
         os.write(verdict_fd, line)

@@ -10,7 +10,7 @@ which parses them strictly.
 
 The judge (:mod:`sandbox_judge`) is forked once per row before any job, reads the tests and
 expected values from a descriptor the harness passed in and this launcher closes at once, and runs
-as its own uid; each judged job gets one socket to it. No job process ever holds another test's
+as its own uid; each judged job gets its own pair of pipes to it. No job process ever holds another test's
 calls or any expected value.
 
 Start-up (as the sandbox's uid 0 with four capabilities, root mode): mount ``/tmp`` and the work
@@ -218,8 +218,8 @@ def _child(job: dict, payload: dict, paths: dict, streams: dict, setup_w: int, l
         report_fd = os.open(paths["report"], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         targets = [(0, stdin_fd), (1, streams["stdout"]), (2, streams["stderr"]), (3, report_fd), (4, setup_w)]
         if streams.get("judge") is not None:
-            targets.append((5, streams["judge"]))
-        _place_descriptors(targets)  # the launcher's stdout, counters, cgroup files and other tests' sockets close
+            targets += [(5, streams["judge"][0]), (6, streams["judge"][1])]
+        _place_descriptors(targets)  # the launcher's stdout, counters, cgroup files and other tests' pipes close
         _isolate(payload, payload["limits"], job["cpu_s"], payload.get("drop_to"), libc)
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
@@ -316,7 +316,7 @@ def _execute(job: dict) -> dict:
         exec(compile(job["source"], "solution.py", "exec"), namespace)  # noqa: S102 - this is the sandboxed job
         if job.get("serve"):
             sandbox_program = sys.modules["sandbox_program"]  # imported by the launcher before the fork
-            sandbox_program.ProgramSide(5, namespace, task_classes).serve()
+            sandbox_program.ProgramSide(5, 6, namespace, task_classes).serve()
         else:
             _finish_like_the_interpreter()
     except SyntaxError as exc:
@@ -336,24 +336,24 @@ def _execute(job: dict) -> dict:
 
 def start_judge(payload: dict, served: list[int], libc) -> dict:
     """Forks the judge before any job runs: it reads the tests from a descriptor this launcher closes at once
-    (so no job, forked later from here, ever holds them) and talks to each test's process over its own socket."""
-    import socket
-
+    (so no job, forked later from here, ever holds them) and talks to each test's process over its own pipes."""
     import sandbox_judge
 
     spec = payload["judge"]
-    pairs = [socket.socketpair() for _ in served]
+    to_program = [os.pipe() for _ in served]
+    to_judge = [os.pipe() for _ in served]
     verdict_r, verdict_w = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
             os.setsid()
-            ends = [judge_end.detach() for judge_end, _ in pairs]
-            _place_descriptors([(3, verdict_w), (4, spec["fd"]), *((5 + n, fd) for n, fd in enumerate(ends))])
+            ends = [(reading, writing) for (reading, _), (_, writing) in zip(to_judge, to_program)]
+            _place_descriptors([(3, verdict_w), (4, spec["fd"]),
+                                *((5 + 2 * n + side, fd) for n, pair in enumerate(ends) for side, fd in enumerate(pair))])
             if payload["drop_to"] is None:
                 libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
             _isolate(payload, spec["limits"], spec["cpu_s"], spec.get("drop_to"), libc)
-            sandbox_judge.main(4, [5 + n for n in range(len(ends))], 3)
+            sandbox_judge.main(4, [(5 + 2 * n, 6 + 2 * n) for n in range(len(ends))], 3)
         except BaseException as exc:  # noqa: BLE001 - a broken judge gives no verdicts; the tests then fail
             try:
                 os.write(2, repr(exc).encode("utf-8", errors="replace")[:SETUP_READ_CAP])
@@ -362,9 +362,11 @@ def start_judge(payload: dict, served: list[int], libc) -> dict:
         os._exit(0)
     os.close(verdict_w)
     os.close(spec["fd"])
-    for judge_end, _ in pairs:
-        judge_end.close()
-    return {"pid": pid, "sockets": {index: pair[1].detach() for index, pair in zip(served, pairs)},
+    for (judge_reads, _), (_, judge_writes) in zip(to_judge, to_program):
+        os.close(judge_reads)
+        os.close(judge_writes)
+    return {"pid": pid, "channels": {index: (program_reads, program_writes) for index, (program_reads, _), (_, program_writes)
+                                     in zip(served, to_program, to_judge)},
             "verdicts": verdict_r, "pending": b"", "alive": True}
 
 
@@ -532,7 +534,7 @@ def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
     with open(paths["stdin"], "w", encoding="utf-8") as handle:
         handle.write(job.get("stdin") or "")
     judge = state.get("judge")
-    judge_socket = judge["sockets"].get(index) if judge is not None else None
+    channel = judge["channels"].get(index) if judge is not None else None
     stdout_r, stdout_w = os.pipe()
     stderr_r, stderr_w = os.pipe()
     setup_r, setup_w = os.pipe()
@@ -543,9 +545,8 @@ def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
     pid = os.fork()
     if pid == 0:
         os.close(setup_r)
-        _child(job, payload, paths, {"stdout": stdout_w, "stderr": stderr_w, "judge": judge_socket}, setup_w,
-               state["libc"])
-    for fd in (setup_w, stdout_w, stderr_w, *([judge_socket] if judge_socket is not None else [])):
+        _child(job, payload, paths, {"stdout": stdout_w, "stderr": stderr_w, "judge": channel}, setup_w, state["libc"])
+    for fd in (setup_w, stdout_w, stderr_w, *(channel or ())):
         os.close(fd)
     captured = {stdout_r: _Capture(payload["max_output_bytes"], tail=False),
                 stderr_r: _Capture(STDERR_TAIL_CHARS, tail=True)}
@@ -565,7 +566,7 @@ def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
     setup_error = os.read(setup_r, SETUP_READ_CAP)
     os.close(setup_r)
     verdict = None
-    if judge_socket is not None and judge["alive"]:
+    if channel is not None and judge["alive"]:
         verdict = _judge_verdict(judge, job["wall_s"])
         if verdict is None:
             stop_judge(judge)

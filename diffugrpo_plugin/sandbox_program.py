@@ -55,12 +55,11 @@ class JudgeCallable:
 
 
 class ProgramSide:
-    def __init__(self, fd: int, namespace: dict, task_classes: dict):
-        self.fd = fd
+    def __init__(self, reading: int, writing: int, namespace: dict, task_classes: dict):
         self.namespace = namespace
         self.task_classes = task_classes
         self.objects: list = []
-        self.peer = wire.Peer(fd, self.answer)
+        self.peer = wire.Peer(reading, writing, self.answer)
 
     def encode(self, value):
         return wire.Encoder(self.task_classes, self._handle).encode(value)
@@ -84,15 +83,16 @@ class ProgramSide:
 
     def serve(self) -> None:
         """Says the program is loaded, then answers requests until the judge says goodbye or goes away."""
-        wire.send_frame(self.fd, ["ready"])
-        while True:
-            try:
-                message = wire.receive_frame(self.fd)
-            except (wire.WireClosed, wire.BadValue):
-                return
-            if type(message) is not list or len(message) != 2 or message[0] != "ask":
-                return
-            wire.send_frame(self.fd, ["answer", self.answer(message[1])])
+        peer = self.peer
+        try:
+            wire.send_frame(peer.writing, ["ready"])
+            while True:
+                message = wire.receive_frame(peer.reading)
+                if type(message) is not list or len(message) != 2 or message[0] != "ask":
+                    return
+                wire.send_frame(peer.writing, ["answer", self.answer(message[1])])
+        except (wire.WireClosed, wire.BadValue):
+            return
 
     def answer(self, request) -> list:
         try:

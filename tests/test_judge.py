@@ -338,13 +338,13 @@ ATTACKS = {
                                           "list_node([2, 1])\n", "Solution().reverseList")),
     "leaves the input unsorted": ("def sort_in_place(xs):\n    return sorted(xs)\n",
                                   CORRECT["a list sorted in place"][1]),
-    "forges frames on the judge's socket": (
+    "forges frames on the judge's pipes": (
         "import os\nfor message in (b'[\"ready\"]', b'[\"answer\",[\"ok\",[\"i\",\"zz\"]]]', b'garbage'):\n"
-        "    try:\n        os.write(5, len(message).to_bytes(8, 'little') + message)\n    except OSError:\n"
-        "        pass\ndef f(x):\n    return None\n", asserts("assert f(1) == 1")),
+        "    for fd in range(3, 10):\n        try:\n            os.write(fd, len(message).to_bytes(8, 'little') + message)\n        except OSError:\n"
+        "            pass\ndef f(x):\n    return None\n", asserts("assert f(1) == 1")),
     "a malformed number then exit": (
         "import os\ndef f(x):\n    message = b'[\"answer\",[\"ok\",[\"i\",\"-\"]]]'\n"
-        "    os.write(5, len(message).to_bytes(8, 'little') + message)\n    os._exit(0)\n",
+        "    os.write(6, len(message).to_bytes(8, 'little') + message)\n    os._exit(0)\n",
         asserts("assert f(1) == 1")),
     "a huge repeat count": ("def f():\n    return 10 ** 12\n", asserts("assert len('ab' * f()) == 2")),
     "an unbounded claimed length": ("class Huge:\n    def __len__(self):\n        return 10 ** 30\n"
