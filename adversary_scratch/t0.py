@@ -1,2 +1,0 @@
-from h import *
-run("sanity", "def f(x):\n    return x*x\n", A("assert f(2) == 4"), "PASS")
