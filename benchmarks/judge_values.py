@@ -40,10 +40,11 @@ def rows_by_source(mbpp: str | None) -> dict[str, list[dict]]:
     return sources
 
 
-def largest_values(rows: list[dict], box) -> tuple[dict[str, int], int, int]:
-    """The largest size of each kind over every test of ``rows``; the tests judged and those passed."""
+def largest_values(rows: list[dict], box) -> tuple[dict[str, int], int, int, int]:
+    """The largest size of each kind over every test of ``rows``; the tests judged, those passed and those
+    whose verdict rests on the program's own comparison."""
     largest = dict.fromkeys(SIZE_TO_LIMIT, 0)
-    judged = passed = 0
+    judged = passed = compared = 0
     for row in rows:
         spec, reference = tests_from_row(row), reference_from_row(row)
         jobs = [Job(job.source, job.stdin, box.config.timeout_s, job.judged, job.preamble)
@@ -53,9 +54,10 @@ def largest_values(rows: list[dict], box) -> tuple[dict[str, int], int, int]:
                 continue
             judged += 1
             passed += result.verdict["outcome"] == "passed"
+            compared += result.verdict["compared"] > 0
             for key in largest:
                 largest[key] = max(largest[key], result.verdict["sizes"][key])
-    return largest, judged, passed
+    return largest, judged, passed, compared
 
 
 def main() -> None:
@@ -64,16 +66,17 @@ def main() -> None:
                         help="directory with mbpp.jsonl and sanitized-mbpp.json (default: $DIFFUGRPO_MBPP_DIR)")
     args = parser.parse_args()
     box = shared_sandbox(SandboxConfig(timeout_s=20.0, memory_mb=1024))
-    print("| source | tests judged (passed) | elements | depth | int hex digits |")
-    print("|---|---|---|---|---|")
+    print("| source | tests judged (passed) | on the program's comparison | elements | depth | int hex digits |")
+    print("|---|---|---|---|---|---|")
     overall = dict.fromkeys(SIZE_TO_LIMIT, 0)
     for source, rows in rows_by_source(args.mbpp).items():
-        largest, judged, passed = largest_values(rows, box)
+        largest, judged, passed, compared = largest_values(rows, box)
         overall = {key: max(overall[key], largest[key]) for key in overall}
-        print(f"| {source} | {judged} ({passed}) | " + " | ".join(str(largest[key]) for key in SIZE_TO_LIMIT) + " |")
-    print("| **limit** (`sandbox_wire.LIMITS`) | | " + " | ".join(str(LIMITS[SIZE_TO_LIMIT[key]])
-                                                         for key in SIZE_TO_LIMIT) + " |")
-    print("| headroom (limit / largest) | | " + " | ".join(
+        print(f"| {source} | {judged} ({passed}) | {compared} | "
+              + " | ".join(str(largest[key]) for key in SIZE_TO_LIMIT) + " |")
+    print("| **limit** (`sandbox_wire.LIMITS`) | | | " + " | ".join(str(LIMITS[SIZE_TO_LIMIT[key]])
+                                                           for key in SIZE_TO_LIMIT) + " |")
+    print("| headroom (limit / largest) | | | " + " | ".join(
         f"{LIMITS[SIZE_TO_LIMIT[key]] / max(1, overall[key]):.0f}x" for key in SIZE_TO_LIMIT) + " |")
 
 

@@ -28,7 +28,6 @@ import enum
 import functools
 import json
 import re
-import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -89,9 +88,10 @@ class TestSpec:
 
     ``prelude`` is the task's preamble (imports, ``ListNode`` helpers), run before the program and on the
     judge's side; ``setup`` runs after the program (MBPP's ``test_setup_code`` builds objects from the
-    program's classes); ``helpers`` is the task's reference code, run on the judge's side only for the
-    names a check uses (HumanEval/38's ``encode_cyclic``); ``program_names`` are the names a test uses that
-    mean the program's objects even where a builtin has the name (MBPP 126's ``sum``).
+    program's classes); ``helpers`` is task code run on the judge's side only: the reference solution
+    for a check (the helpers it uses, HumanEval/38's ``encode_cyclic``), the reference's imports for
+    asserts (a test's ``deque`` or ``np``); ``program_names`` are the names a test uses that mean the
+    program's objects even where a builtin has the name (MBPP 126's ``sum``).
     """
 
     __test__ = False
@@ -234,20 +234,30 @@ def entry_root(entry_point: str) -> str | None:
 
 
 def defined_names(source: str) -> frozenset[str]:
-    """The names ``source`` defines at its top level by ``def``, ``class`` or assignment (not imports: a test's
-    ``math`` stays the standard library's even where the reference imports it)."""
-    try:
-        tree = parse_python(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return frozenset()
+    """The names ``source`` defines at its top level by ``def``, ``class`` or assignment (not imports: those
+    are :func:`imports_of`, run on the judge's side)."""
     names = set()
-    for node in tree.body:
+    for node in _top_level(source):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             names.update(n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name))
-    return frozenset(names - set(sys.stdlib_module_names))
+    return frozenset(names)
+
+
+def imports_of(source: str) -> str:
+    """The top-level imports of the task's reference code: a test's ``deque``, ``np`` or ``inf`` means what the
+    task's own code imports, run by the judge, never what the program binds to that name."""
+    return "\n".join(ast.unparse(node) for node in _top_level(source) if isinstance(node, (ast.Import, ast.ImportFrom))
+                     and not (isinstance(node, ast.ImportFrom) and node.level))
+
+
+def _top_level(source: str) -> list[ast.stmt]:
+    try:
+        return parse_python(source).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
 
 
 def _check_tests(row: Mapping[str, Any], prelude: str, setup: str) -> TestSpec:
@@ -283,9 +293,9 @@ def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
         if row.get(column) is not None:
             spec = _list_tests(_as_list(row[column], column), column, prelude, setup)
             if spec is not None and spec.kind == "asserts":
-                reference = reference_from_row(row)
-                names = (defined_names(reference) if reference else frozenset()) | defined_names(setup)
-                spec = TestSpec(**{**spec.__dict__, "program_names": names})
+                reference = reference_from_row(row) or ""
+                spec = TestSpec(**{**spec.__dict__, "program_names": defined_names(reference) | defined_names(setup),
+                                   "helpers": imports_of(reference)})
             return spec
     if row.get("inputs") is not None or row.get("outputs") is not None:
         return _stdio_tests(row, prelude)

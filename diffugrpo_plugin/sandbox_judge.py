@@ -34,6 +34,7 @@ MESSAGE_CHARS = 500
 VERDICT_KEYS = ("outcome", "detail", "compared", "untrusted", "sizes")
 SIZE_KEYS = ("elements", "depth", "int_hex_digits")  # the largest value of a test, against sandbox_wire.LIMITS
 BATCH_LIMIT = 1024  # items one iteration request may bring back
+PASSED_DUNDERS = ("__name__", "__qualname__", "__doc__", "__module__", "__dict__")
 BUILTIN_NAMES = frozenset(dir(builtins))
 
 
@@ -46,23 +47,39 @@ class FromProgram:
     """Mixed into the exceptions re-raised here for the program, so the verdict can tell them from the test's own."""
 
 
-_PROGRAM_EXCEPTIONS: dict[str, type] = {}
+_PROGRAM_EXCEPTIONS: dict[tuple[str, str], type] = {}
+# Raised by the program, these would end the test's own iteration or the judge itself (PEP 479's reasoning):
+# they arrive as RuntimeError.
+_NOT_PASSED_THROUGH = ("StopIteration", "StopAsyncIteration", "GeneratorExit", "SystemExit", "KeyboardInterrupt")
 
 
-def program_exception(type_name: str, message: str) -> BaseException:
-    """The exception the program raised, as a class named like it: a subclass of the builtin of that
-    name (so ``except ValueError`` in a test still catches it), else of Exception."""
-    cls = _PROGRAM_EXCEPTIONS.get(type_name)
+def program_exception_class(type_name: str, base_name: str = "") -> type:
+    """The class standing for one of the program's exception classes: named like it, derived from its nearest
+    builtin base (so ``except ValueError`` in a test catches its ``BadInput(ValueError)``), one class per name
+    (so ``except BadInput`` with the program's class catches it too)."""
+    key = (type_name[:100], base_name[:100])
+    cls = _PROGRAM_EXCEPTIONS.get(key)
     if cls is None:
-        base = getattr(builtins, type_name, None)
-        if not (isinstance(base, type) and issubclass(base, Exception)):
-            base = Exception
+        base = getattr(builtins, base_name or type_name, None)
+        if not (isinstance(base, type) and issubclass(base, Exception)) or base.__name__ in _NOT_PASSED_THROUGH:
+            base = RuntimeError if (base_name or type_name) in _NOT_PASSED_THROUGH else Exception
         try:
-            cls = type(type_name, (base, FromProgram), {})
+            cls = type(key[0], (base, FromProgram), {})
         except TypeError:  # a builtin that cannot be subclassed
-            cls = type(type_name, (Exception, FromProgram), {})
-        _PROGRAM_EXCEPTIONS[type_name] = cls
-    return cls(message)
+            cls = type(key[0], (Exception, FromProgram), {})
+        if len(_PROGRAM_EXCEPTIONS) < 1024:
+            _PROGRAM_EXCEPTIONS[key] = cls
+    return cls
+
+
+def program_exception(type_name: str, message: str, base_name: str = "", args: tuple | None = None) -> BaseException:
+    """The exception the program raised (see :func:`program_exception_class`), with its arguments where they
+    travelled (``e.args[0] == 'x'``), else its message."""
+    cls = program_exception_class(type_name, base_name)
+    try:
+        return cls(*args) if args is not None else cls(message)
+    except Exception:  # noqa: BLE001 - arguments its builtin base refuses
+        return cls(message)
 
 
 class Judging:
@@ -72,6 +89,7 @@ class Judging:
         self.peer = wire.Peer(reading, writing, self.serve)
         self.task_classes = task_classes
         self.callbacks: list = []
+        self.iterators: dict[int, RemoteIterator] = {}  # one per program iterator: its prefetched items stay
         self.compared = 0
         self.untrusted = 0
         self.sizes = dict.fromkeys(SIZE_KEYS, 0)
@@ -83,10 +101,29 @@ class Judging:
     def _unknown(self, value):
         if isinstance(value, Remote):
             return ["h", object.__getattribute__(value, "_id")]
+        if isinstance(value, FromProgram) and isinstance(value, type):
+            raise wire.BadValue("an exception class of the program is not sent back")
+        if hasattr(type(value), "__next__") and hasattr(type(value), "__iter__"):
+            return self._value_of_iterator(value)
         if callable(value):
             self.callbacks.append(value)
             return ["cb", len(self.callbacks) - 1]
         raise wire.BadValue(f"a {type(value).__name__} cannot be sent to the program")
+
+    def _value_of_iterator(self, iterator):
+        """An iterator of the test (a generator expression as an argument) travels as the items it yields."""
+        items = []
+        for item in iterator:
+            items.append(item)
+            if len(items) > wire.LIMITS["elements"]:
+                raise wire.BadValue(f"an iterator of more than {wire.LIMITS['elements']} items cannot be sent")
+        return ["it", [wire.Encoder(self.task_classes, self._unknown)._value(item, 1) for item in items]]
+
+    def iterator(self, remote: "Remote") -> "RemoteIterator":
+        handle = object.__getattribute__(remote, "_id")
+        if handle not in self.iterators:
+            self.iterators[handle] = RemoteIterator(remote)
+        return self.iterators[handle]
 
     def decode(self, encoded):
         decoder = wire.Decoder(self.task_classes, self._remote)
@@ -96,6 +133,8 @@ class Judging:
         return value
 
     def _remote(self, encoded):
+        if encoded[0] == "exc" and len(encoded) == 3 and type(encoded[1]) is str and type(encoded[2]) is str:
+            return program_exception_class(encoded[1], encoded[2])
         if encoded[0] != "h" or len(encoded) != 4 or type(encoded[1]) is not int or type(encoded[2]) is not str:
             raise wire.BadValue("malformed handle")
         return (RemoteCallable if encoded[3] is True else Remote)(self, encoded[1], encoded[2][:100])
@@ -111,10 +150,13 @@ class Judging:
     def answer(self, answer):
         if not wire._is_list(answer) or not answer or type(answer[0]) is not str:
             raise wire.BadValue("malformed answer")
-        if answer[0] == "raise" and len(answer) == 3 and type(answer[1]) is str and type(answer[2]) is str:
+        if answer[0] == "raise" and len(answer) in (3, 5) and type(answer[1]) is str and type(answer[2]) is str:
             if answer[1] == wire.OVER_LIMIT:
                 raise wire.BadValue(answer[2][:MESSAGE_CHARS])
-            raise program_exception(answer[1][:100], answer[2][:MESSAGE_CHARS])
+            base, args = (answer[3], answer[4]) if len(answer) == 5 else ("", None)
+            arguments = self.decode(args) if args is not None else None
+            raise program_exception(answer[1][:100], answer[2][:MESSAGE_CHARS], base if type(base) is str else "",
+                                    tuple(arguments) if type(arguments) is list else None)
         if answer[0] == "ok" and len(answer) == 2:
             return self.decode(answer[1])
         raise wire.BadValue("malformed answer")
@@ -196,6 +238,9 @@ class Remote:
                             [judging.encode(operand) for operand in operands]])
 
     def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__") and name not in PASSED_DUNDERS:
+            # numpy's __array_interface__ and its kind would have this process read what the program points at
+            raise AttributeError(f"{name} of a program object is not asked for")
         return self._op("getattr", name)
 
     def __setattr__(self, name: str, value) -> None:
@@ -223,10 +268,10 @@ class Remote:
         iterator = self._op("iter")
         if not isinstance(iterator, Remote):
             return iter(iterator)
-        return RemoteIterator(iterator)
+        return object.__getattribute__(self, "_judging").iterator(iterator)
 
     def __next__(self):
-        return next(RemoteIterator(self, batch=1))
+        return next(object.__getattribute__(self, "_judging").iterator(self))
 
     def __getitem__(self, key):
         return self._op("getitem", key)
@@ -238,7 +283,11 @@ class Remote:
         self._op("delitem", key)
 
     def __contains__(self, item) -> bool:
-        return _typed(self._op("contains", item), bool, "__contains__")
+        if isinstance(item, Remote):
+            object.__getattribute__(self, "_judging").compared += 1
+            return _typed(self._op("contains", item), bool, "__contains__")
+        # A value of the test is never handed to the program to judge: its items are compared here.
+        return any(element is item or element == item for element in self)
 
     def __hash__(self) -> int:
         return hash(("program object", object.__getattribute__(self, "_id")))
@@ -299,7 +348,15 @@ class Remote:
 
 
 def _binary(name: str):
+    """An operator between two of the program's objects is the program's (counted like ==); with a value of the
+    test it is refused, as a builtin refuses an unknown type: the test's value never reaches the program's
+    operator, so ``abs(f(x) - 3.14) < 1e-6`` cannot be answered by an object that subtracts to zero."""
     def forward(self, other):
+        judging = object.__getattribute__(self, "_judging")
+        if not isinstance(other, Remote):
+            judging.untrusted += 1
+            return NotImplemented
+        judging.compared += 1
         return self._op(name, other)
     forward.__name__ = f"__{name}__"
     return forward
@@ -356,7 +413,7 @@ class RemoteIterator:
         if tail == "stop":
             self.end = StopIteration()
         elif tail is not None:
-            self.end = program_exception(str(tail[0])[:100], str(tail[1])[:MESSAGE_CHARS])
+            self.end = program_exception(str(tail[0])[:100], str(tail[1])[:MESSAGE_CHARS], str(tail[2])[:100])
 
 
 # --------------------------------------------------------------------------- one row's tests

@@ -302,8 +302,12 @@ def _finish_like_the_interpreter() -> None:
 
 def _execute(job: dict) -> dict:
     """Runs the task's preamble and the program as ``__main__``; for a judged test, then answers the judge."""
-    main_module = type(sys)("__main__")  # a real __main__ module: pickle (multiprocessing) finds its functions
-    sys.modules["__main__"] = main_module
+    # A judged program is imported as a module, as the datasets' own harnesses exec it: its
+    # `if __name__ == "__main__":` block (a demo reading stdin) does not run. A stdin/stdout program is the
+    # script. Either way a real module in sys.modules, so pickle (multiprocessing) finds its functions.
+    name = "solution" if job.get("serve") else "__main__"
+    main_module = type(sys)(name)
+    sys.modules[name] = main_module
     namespace = main_module.__dict__
     namespace["__builtins__"] = builtins
     builtins.exit = builtins.quit = _leave
@@ -311,8 +315,8 @@ def _execute(job: dict) -> dict:
         task_classes = {}
         if job.get("preamble"):
             exec(compile(job["preamble"], "<preamble>", "exec"), namespace)  # noqa: S102 - the task's own code
-            task_classes = {name: value for name, value in namespace.items()
-                            if isinstance(value, type) and value.__module__ == "__main__"}
+            task_classes = {key: value for key, value in namespace.items()
+                            if isinstance(value, type) and value.__module__ == name}
         exec(compile(job["source"], "solution.py", "exec"), namespace)  # noqa: S102 - this is the sandboxed job
         if job.get("serve"):
             sandbox_program = sys.modules["sandbox_program"]  # imported by the launcher before the fork
@@ -348,17 +352,15 @@ def start_judge(payload: dict, served: list[int], libc) -> dict:
         try:
             os.setsid()
             ends = [(reading, writing) for (reading, _), (_, writing) in zip(to_judge, to_program)]
-            _place_descriptors([(3, verdict_w), (4, spec["fd"]),
+            nothing = os.open(os.devnull, os.O_RDWR)  # the launcher's stdout carries the frames: never the judge's
+            _place_descriptors([(0, nothing), (1, nothing), (2, nothing), (3, verdict_w), (4, spec["fd"]),
                                 *((5 + 2 * n + side, fd) for n, pair in enumerate(ends) for side, fd in enumerate(pair))])
             if payload["drop_to"] is None:
                 libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
             _isolate(payload, spec["limits"], spec["cpu_s"], spec.get("drop_to"), libc)
             sandbox_judge.main(4, [(5 + 2 * n, 6 + 2 * n) for n in range(len(ends))], 3)
-        except BaseException as exc:  # noqa: BLE001 - a broken judge gives no verdicts; the tests then fail
-            try:
-                os.write(2, repr(exc).encode("utf-8", errors="replace")[:SETUP_READ_CAP])
-            except OSError:
-                pass
+        except BaseException:  # noqa: BLE001 - a broken judge gives no verdicts; the tests then fail
+            pass
         os._exit(0)
     os.close(verdict_w)
     os.close(spec["fd"])

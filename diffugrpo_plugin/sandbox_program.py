@@ -12,6 +12,7 @@ from __future__ import annotations
 import builtins
 import collections
 import operator
+import sys
 
 import sandbox_wire as wire
 
@@ -33,6 +34,14 @@ BINARY = {
 BINARY.update({f"r{name}": (lambda function: lambda a, b: function(b, a))(BINARY[name])
                for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")})
 TERNARY = {"setattr": setattr, "setitem": operator.setitem}
+
+
+def builtin_base(cls: type) -> str:
+    """The nearest builtin exception class ``cls`` derives from (``ValueError`` for ``class BadInput(ValueError)``)."""
+    for base in cls.__mro__:
+        if getattr(builtins, base.__name__, None) is base:
+            return base.__name__
+    return "Exception"
 
 
 class JudgeCallable:
@@ -59,6 +68,7 @@ class ProgramSide:
         self.namespace = namespace
         self.task_classes = task_classes
         self.objects: list = []
+        self.handles: dict[int, int] = {}  # id(object) -> its handle: one object, one handle
         self.peer = wire.Peer(reading, writing, self.answer)
 
     def encode(self, value):
@@ -67,14 +77,21 @@ class ProgramSide:
     def _handle(self, value):
         if type(value) is JudgeCallable:
             return ["cb", value.index]
-        self.objects.append(value)
-        return ["h", len(self.objects) - 1, type(value).__name__, callable(value)]
+        if isinstance(value, type) and issubclass(value, BaseException):
+            return ["exc", value.__name__, builtin_base(value)]  # so a test's `except ItsError:` can name it
+        handle = self.handles.get(id(value))
+        if handle is None:
+            handle = self.handles[id(value)] = len(self.objects)
+            self.objects.append(value)
+        return ["h", handle, type(value).__name__, callable(value)]
 
     def decode(self, encoded):
         return wire.Decoder(self.task_classes, self._resolve).decode(encoded)
 
     def _resolve(self, encoded):
         index = encoded[1] if len(encoded) >= 2 else None
+        if encoded[0] == "exc":
+            raise wire.BadValue("an exception class of the test does not travel")
         if encoded[0] == "cb" and type(index) is int:
             return JudgeCallable(self, index)
         if type(index) is int and 0 <= index < len(self.objects):
@@ -84,6 +101,7 @@ class ProgramSide:
     def serve(self) -> None:
         """Says the program is loaded, then answers requests until the judge says goodbye or goes away."""
         peer = self.peer
+        sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * wire.LIMITS["depth"] + 1000))
         try:
             wire.send_frame(peer.writing, ["ready"])
             while True:
@@ -100,11 +118,19 @@ class ProgramSide:
         except wire.BadValue as error:
             return ["raise", wire.OVER_LIMIT, str(error)[:MESSAGE_CHARS]]
         except BaseException as error:  # noqa: BLE001 - the program's failure is the judge's to weigh
-            try:
-                message = str(error)[:MESSAGE_CHARS]
-            except BaseException:  # noqa: BLE001 - a hostile __str__
-                message = "<unprintable>"
-            return ["raise", type(error).__name__, message]
+            return self._raised(error)
+
+    def _raised(self, error: BaseException) -> list:
+        """An exception as the judge re-raises it: its name, message, nearest builtin base and arguments."""
+        try:
+            message = str(error)[:MESSAGE_CHARS]
+        except BaseException:  # noqa: BLE001 - a hostile __str__
+            message = "<unprintable>"
+        try:
+            args = self.encode(list(error.args))
+        except BaseException:  # noqa: BLE001 - arguments that do not travel: the message stands for them
+            args = None
+        return ["raise", type(error).__name__, message, builtin_base(type(error)), args]
 
     def _answer(self, request) -> list:
         kind = request[0]
@@ -151,5 +177,5 @@ class ProgramSide:
             except StopIteration:
                 return [items, "stop"]
             except Exception as error:  # noqa: BLE001 - raised after the items before it
-                return [items, [type(error).__name__, str(error)[:MESSAGE_CHARS]]]
+                return [items, [type(error).__name__, str(error)[:MESSAGE_CHARS], builtin_base(type(error))]]
         return [items, None]

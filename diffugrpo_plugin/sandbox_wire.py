@@ -21,13 +21,14 @@ Decoding is strict: a malformed or over-limit value raises :class:`BadValue` wit
 (:data:`LIMITS`), never anything else, and never runs code of the side that wrote it.
 
 Tags (first item of a JSON list): ``i`` int (hex), ``f`` float (hex), ``c`` complex, ``b`` bytes,
-``ba`` bytearray, ``l`` list, ``t`` tuple, ``s`` set, ``fs`` frozenset, ``d`` dict, ``r`` range,
+``ba`` bytearray, ``l`` list, ``t`` tuple, ``nt`` namedtuple, ``it`` an iterator of the test (its items), ``s`` set, ``fs`` frozenset, ``d`` dict, ``r`` range,
 ``dq`` deque, ``od`` OrderedDict, ``ct`` Counter, ``dd`` defaultdict, ``dk``/``dv``/``di`` dict
 views, ``fr`` Fraction, ``de`` Decimal, ``date``/``dtm``/``td`` datetime values, ``np``/``nps``/
 ``npo`` numpy array, scalar, object array, ``obj`` a task class instance (an index into the value's
 ``graph`` table), ``e`` a task enum member,
-``ref`` a shared reference, ``h`` a handle, ``cb`` a callable of the judge, ``bi`` a builtin type or
-function by name (``int`` given as an argument is the receiver's own ``int``).
+``ref`` a shared reference, ``h`` a handle, ``cb`` a callable of the judge, ``exc`` an exception class of
+the program (its name and nearest builtin base), ``bi`` a pure builtin type or function by name (``int``
+given as an argument is the receiver's own ``int``).
 """
 
 from __future__ import annotations
@@ -44,8 +45,6 @@ LIMITS = {
     "elements": 4_000_000,  # items of all containers in one value
     "array_bytes": 64 << 20,  # the raw data of one numpy array
 }
-DEFAULT_FACTORIES = {name: getattr(builtins, name) for name in ("int", "float", "str", "list", "set", "dict", "tuple",
-                                                                "frozenset", "bool", "bytes")}
 NUMPY_KINDS = "biufcSU?"
 OVER_LIMIT = "ValueOverLimit"  # how the program's side says that its answer could not be encoded within LIMITS
 
@@ -225,6 +224,9 @@ class Encoder:
             return ["b", _b64(bytes(memoryview(value)))]
         if issubclass(kind, (tuple, frozenset, list, dict, set)):
             self._sized(len(value) if kind in (tuple, frozenset, list, dict, set) else 0)
+        if issubclass(kind, tuple) and kind is not tuple and _is_namedtuple(kind):
+            return ["nt", kind.__name__, list(kind._fields),
+                    [self._value(item, depth + 1) for item in tuple.__iter__(value)]]
         if issubclass(kind, tuple):
             return ["t", [self._value(item, depth + 1) for item in tuple.__iter__(value)]]
         if issubclass(kind, frozenset):
@@ -316,8 +318,8 @@ class Encoder:
             return ["ct", self._pairs(dict.items(value), depth)]
         if kind is collections.defaultdict:
             factory = value.default_factory
-            factory_name = next((n for n, f in DEFAULT_FACTORIES.items() if f is factory), None)
-            return ["dd", factory_name, self._pairs(dict.items(value), depth)]
+            return ["dd", None if factory is None else self._value(factory, depth + 1),
+                    self._pairs(dict.items(value), depth)]
         return None
 
     @staticmethod
@@ -462,6 +464,13 @@ class Decoder:
     def tuple_(self, encoded, depth):
         return tuple(self._items(encoded[1], depth))
 
+    def iterator_(self, encoded, depth):
+        return iter(self._items(encoded[1], depth))
+
+    def namedtuple_(self, encoded, depth):
+        cls = _namedtuple_class(encoded[1], encoded[2])
+        return cls(*self._items(encoded[3], depth))
+
     def set_(self, encoded, depth):
         out = self._register(set())
         out.update(self._items(encoded[1], depth))
@@ -483,10 +492,11 @@ class Decoder:
         return self.dict_(encoded, depth, collections.Counter)
 
     def defaultdict_(self, encoded, depth):
-        factory = encoded[1]
-        if factory is not None and factory not in DEFAULT_FACTORIES:
-            raise BadValue("unknown defaultdict factory")
-        out = self._register(collections.defaultdict(DEFAULT_FACTORIES.get(factory)))
+        out = self._register(collections.defaultdict())
+        factory = None if encoded[1] is None else self._value(encoded[1], depth)
+        if factory is not None and not callable(factory):
+            raise BadValue("a defaultdict's factory must be callable")
+        out.default_factory = factory
         out.update(self._pairs(encoded[2], depth))
         return out
 
@@ -583,19 +593,49 @@ class Decoder:
 
     def builtin_(self, encoded, depth):
         name = encoded[1]
-        if type(name) is not str or name.startswith("_") or not hasattr(builtins, name):
-            raise BadValue("unknown builtin")
+        if type(name) is not str or name not in PURE_BUILTINS:
+            raise BadValue(f"the builtin {str(name)[:40]!r} does not travel (only pure types and functions do)")
         return getattr(builtins, name)
 
 
-_BUILTIN_IDS = {id(value): name for name, value in vars(builtins).items()
-                if not name.startswith("_") and (isinstance(value, type) or callable(value))}
+# The builtins that may travel by name: pure types and functions. Never exec, eval, compile, open, print,
+# input, getattr and the like: a program that sent one would have the judge run it on the program's values.
+PURE_BUILTINS = frozenset((
+    "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr", "complex", "dict",
+    "divmod", "enumerate", "filter", "float", "format", "frozenset", "hash", "hex", "int", "isinstance",
+    "issubclass", "iter", "len", "list", "map", "max", "min", "next", "object", "oct", "ord", "pow", "range",
+    "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "type", "zip",
+    *(name for name, value in vars(builtins).items()
+      if isinstance(value, type) and issubclass(value, BaseException)),
+))
+_BUILTIN_IDS = {id(getattr(builtins, name)): name for name in PURE_BUILTINS}
 
 
 def _builtin_name(value) -> str | None:
-    """The name of a builtin type or function (``int`` passed to MBPP 533's function), which travels by name."""
+    """The name of a pure builtin type or function (``int`` passed to MBPP 533's function), which travels by name."""
     name = _BUILTIN_IDS.get(id(value))
     return name if name is not None and getattr(builtins, name, None) is value else None
+
+
+def _is_namedtuple(kind) -> bool:
+    fields = getattr(kind, "_fields", None)
+    return type(fields) is tuple and all(type(field) is str for field in fields) and type(kind.__name__) is str
+
+
+_NAMEDTUPLES: dict = {}
+
+
+def _namedtuple_class(name, fields):
+    """The receiver's own namedtuple class of that name and fields (made once): ``.x`` and ``_asdict()`` work,
+    and it equals the plain tuple of its items, as the program's did."""
+    if type(name) is not str or not _is_list(fields) or len(fields) > 256 or not all(type(f) is str for f in fields):
+        raise BadValue("malformed namedtuple")
+    key = (name, tuple(fields))
+    if key not in _NAMEDTUPLES and len(_NAMEDTUPLES) >= 1024:
+        raise BadValue("more than 1024 namedtuple classes")
+    if key not in _NAMEDTUPLES:
+        _NAMEDTUPLES[key] = collections.namedtuple(name, fields)
+    return _NAMEDTUPLES[key]
 
 
 def _bad(what: str):
@@ -653,12 +693,13 @@ def _dtype_text(text) -> str:
 
 _DECODERS = {
     "i": Decoder.int_, "f": Decoder.float_, "c": Decoder.complex_, "b": Decoder.bytes_, "ba": Decoder.bytearray_,
-    "l": Decoder.list_, "t": Decoder.tuple_, "s": Decoder.set_, "fs": Decoder.frozenset_, "d": Decoder.dict_,
+    "l": Decoder.list_, "t": Decoder.tuple_, "nt": Decoder.namedtuple_, "it": Decoder.iterator_, "s": Decoder.set_, "fs": Decoder.frozenset_, "d": Decoder.dict_,
     "od": Decoder.ordered_, "ct": Decoder.counter_, "dd": Decoder.defaultdict_, "dq": Decoder.deque_,
     "r": Decoder.range_, "dk": Decoder.view_, "dv": Decoder.view_, "di": Decoder.view_, "fr": Decoder.fraction_,
     "de": Decoder.decimal_, "date": Decoder.datetime_, "dtm": Decoder.datetime_, "td": Decoder.datetime_,
     "np": Decoder.numpy_, "nps": Decoder.numpy_, "npo": Decoder.numpy_, "obj": Decoder.task_object_,
     "e": Decoder.task_enum_, "ref": Decoder.ref_, "h": Decoder.handle_, "cb": Decoder.handle_,
+    "exc": Decoder.handle_,
     "bi": Decoder.builtin_,
 }
 

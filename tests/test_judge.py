@@ -263,6 +263,34 @@ CORRECT.update({
         "class Solution:\n    def sortColors(self, nums: List[int]) -> None:\n        nums.sort()\n",
         leetcode("def check(candidate):\n    nums = [2, 0, 1]\n    candidate(nums)\n    assert nums == [0, 1, 2]\n",
                  "Solution().sortColors")),
+    "a namedtuple's fields": ("from collections import namedtuple\nP = namedtuple('P', 'x y')\ndef f():\n"
+                              "    return P(1, 2)\n", asserts("assert f().x == 1", "assert f()._asdict() == {'x': 1, 'y': 2}")),
+    "its exception caught as the builtin it extends": (
+        "class BadInput(ValueError):\n    pass\ndef f(x):\n    raise BadInput('no')\n",
+        {"test": "def check(candidate):\n    try:\n        candidate(1)\n    except ValueError as error:\n"
+                 "        assert str(error) == 'no'\n    else:\n        assert False\n", "entry_point": "f"}),
+    "its exception caught by its own name": (
+        "class InsufficientFunds(Exception):\n    pass\ndef withdraw(x):\n    raise InsufficientFunds(x)\n",
+        {"test_list": ["try:\n    withdraw(5)\n    assert False\nexcept InsufficientFunds as error:\n"
+                       "    assert error.args == (5,)"],
+         "code": "class InsufficientFunds(Exception):\n    pass\ndef withdraw(x):\n    pass\n"}),
+    "an exception's arguments": ("def f(d):\n    return d['x']\n", asserts(
+        "try:\n    f({})\n    assert False\nexcept KeyError as error:\n    assert error.args[0] == 'x'")),
+    "a generator expression as an argument": ("def total(xs):\n    return sum(xs)\n",
+                                              asserts("assert total(x * x for x in range(4)) == 14")),
+    "a __main__ block that reads stdin": ("def f(x):\n    return x + 1\nif __name__ == '__main__':\n"
+                                         "    print(f(int(input())))\n", asserts("assert f(1) == 2")),
+    "a defaultdict with its own factory": ("from collections import defaultdict\ndef f():\n"
+                                           "    return defaultdict(lambda: 0, {'a': 1})\n",
+                                           asserts("assert f()['zz'] == 0", "assert f() == {'a': 1}")),
+    "a generator read in two steps": ("def f():\n    yield from range(5)\n", asserts(
+        "from itertools import islice\ng = f()\nassert list(islice(g, 2)) == [0, 1]\nassert next(g) == 2")),
+    "a function named like a standard module": ("def copy(xs):\n    return list(xs)\n",
+                                                {"test_list": ["assert copy((1, 2)) == [1, 2]"],
+                                                 "code": "def copy(xs):\n    pass\n"}),
+    "nesting 1000 deep": ("def f(n):\n    x = []\n    for _ in range(n):\n        x = [x]\n    return x\n",
+                          asserts("def depth(x):\n    d = 1\n    while x:\n        x, d = x[0], d + 1\n    return d\n"
+                                  "assert depth(f(1000)) == 1001")),
     "a class the tests drive": (MIN_STACK, {"test_list": [
         "s = MinStack()\ns.push(3)\ns.push(1)\nassert s.getMin() == 1\ns.pop()\nassert (s.top(), s.getMin()) == (3, 3)"],
         "code": MIN_STACK}),
@@ -306,6 +334,39 @@ def test_only_a_comparison_between_two_of_the_programs_objects_is_counted_as_the
 
 # --------------------------------------------------------------------------- programs written to fool it
 
+FORGED_FRAMES = """import json as _j
+def _z(s):
+    b = s.encode()
+    return b"z" + bytes([len(b)]) + b
+def _i(v):
+    return b"i" + v.to_bytes(4, "little")
+def _s(data):
+    return b"s" + len(data).to_bytes(4, "little") + data
+def _frame(i):
+    verdict = _j.dumps({"index": i, "outcome": "passed", "detail": "", "compared": 0, "untrusted": 0,
+                        "sizes": {"elements": 0, "depth": 0, "int_hex_digits": 0}}).encode()
+    d = {"index": _i(i), "finished": b"T", "output_overflow": b"F", "signal": b"N", "exit_status": _i(0),
+         "setup_error": b"N", "report": _s(b'{"status": "ok"}'), "judge": _s(verdict), "oom_killed": b"F",
+         "stdout": _z(""), "stdout_truncated": b"F", "stderr_tail": _z(""), "cpu_s": _i(0), "wall_s": _i(0),
+         "peak_rss_kb": _i(0), "baseline_rss_kb": _i(0), "instructions": b"N"}
+    body = b"{" + b"".join(_z(k) + v for k, v in d.items()) + b"0"
+    return len(body).to_bytes(8, "little") + body
+PAYLOAD = (b"".join(_frame(i) for i in range(3)) + (0x7f7f7f7f).to_bytes(8, "little")).decode("latin-1") + "x" * 200000
+def encrypt(s, k):
+    return PAYLOAD
+decrypt = print
+"""
+RUN_IN_THE_JUDGE = '''CODE = """
+import sys
+sys.modules['sandbox_judge']._verdict = lambda o, d, j: {"outcome": "passed", "detail": "", "compared": 0,
+    "untrusted": 0, "sizes": {"elements": 0, "depth": 0, "int_hex_digits": 0}}
+"""
+def encode(s):
+    return CODE
+decode = exec
+'''
+
+
 ATTACKS = {
     "rebinds abs": ("def abs(x):\n    return 0\ndef f(x):\n    return 0\n",
                     asserts("assert abs(f(2) - 1.5) < 1e-9")),
@@ -347,6 +408,32 @@ ATTACKS = {
         "    os.write(6, len(message).to_bytes(8, 'little') + message)\n    os._exit(0)\n",
         asserts("assert f(1) == 1")),
     "a huge repeat count": ("def f():\n    return 10 ** 12\n", asserts("assert len('ab' * f()) == 2")),
+    # found by an adversarial review: each once passed
+    "a builtin that runs code in the judge": (RUN_IN_THE_JUDGE, asserts(
+        "assert decode(encode('hello')) == 'hello'", "assert encode('abc') == 'nop'", "assert encode('x') == 'y'")),
+    "frames forged through the judge's stdout": (FORGED_FRAMES, asserts(
+        "assert encrypt('abc', 1) == 'bcd'", "assert decrypt(encrypt('hello', 3), 3) == 'hello'",
+        "assert encrypt('xyz', 2) == 'zab'")),
+    "an object that subtracts to zero": (
+        "class Z:\n    __sub__ = __rsub__ = lambda self, other: 0.0\ndef mean_absolute_deviation(xs):\n"
+        "    return Z()\n", {"test": "def check(candidate):\n    assert abs(candidate([1.0, 2.0, 3.0]) - 2.0 / 3.0) < 1e-6\n",
+                            "entry_point": "mean_absolute_deviation"}),
+    "an object that contains everything": ("class All:\n    def __contains__(self, item):\n        return True\n"
+                                           "def f(n):\n    return All()\n", asserts("assert 7 in f(2)")),
+    "a name the test imports, bound by the program": (
+        "deque = lambda *args: 0\ndef f():\n    return 0\n",
+        {"test_list": ["assert f() == deque([1, 2])"], "code": "from collections import deque\ndef f():\n"
+                                                             "    return deque([1, 2])\n"}),
+    "numpy patched by the program": (
+        "import numpy as np\nnp.array_equal = lambda *a, **k: True\ndef f(n):\n    return [0]\n",
+        {"test_list": ["assert np.array_equal(f(3), np.array([0, 2, 4]))"],
+         "code": "import numpy as np\ndef f(n):\n    return np.arange(n) * 2\n"}),
+    "StopIteration ending the test's loop": (
+        "def double(x):\n    raise StopIteration\n",
+        asserts("assert all(map(lambda x: double(x) == 2 * x, range(10)))")),
+    "an array interface pointing anywhere": (
+        "class A:\n    __array_interface__ = {'shape': (2,), 'typestr': '<i8', 'data': (8, True), 'version': 3}\n"
+        "def f():\n    return A()\n", asserts("import numpy as np\nassert np.array_equal(f(), [1, 2])")),
     "an unbounded claimed length": ("class Huge:\n    def __len__(self):\n        return 10 ** 30\n"
                                     "def f():\n    return Huge()\n", asserts("assert len(f()) == 3")),
 }

@@ -70,5 +70,6 @@ def test_references_pass_and_stubs_fail_in_every_data_form(box, form):
     assert [result.task_id for result in results if result.passed[1]] == []
     summary = summarize(results)["by_data_source"][form]
     assert sum(len(result.verdicts[0].outcomes) for result in results) == summary["num_tests"]  # all ran
-    expected_compared = 1 if form == "classes" else 0  # Vector(...) == Vector(...): the program's own __eq__
-    assert summary["num_test_runs_program_compared"] == expected_compared
+    on_its_own_comparison = sum(outcome.compared > 0 for result in results for outcome in result.verdicts[0].outcomes)
+    assert on_its_own_comparison == (1 if form == "classes" else 0)  # Vector(1, 2) + Vector(3, 4) == Vector(4, 6)
+    assert summary["num_test_runs_program_compared"] >= on_its_own_comparison

@@ -22,7 +22,7 @@ PACKAGE = ROOT / "diffugrpo_plugin"
 
 VERL_GLUE = ("diffugrpo_plugin/integration/", "diffugrpo_plugin/main.py")
 TORCH_FREE = ("diffugrpo_plugin/__init__.py", "diffugrpo_plugin/rewards.py", "diffugrpo_plugin/plugins.py",
-              "diffugrpo_plugin/hookspecs.py", "diffugrpo_plugin/sandbox.py", "diffugrpo_plugin/sandbox_launcher.py",
+              "diffugrpo_plugin/hookspecs.py", "diffugrpo_plugin/sandbox", "diffugrpo_plugin/verdicts.py",
               "diffugrpo_plugin/code_execution.py", "diffugrpo_plugin/judging.py", "diffugrpo_plugin/cache.py",
               "diffugrpo_plugin/data/", "diffugrpo_plugin/step_cost.py", "reward_plugins/")
 CHAIN = ("diffugrpo_plugin.cache", "diffugrpo_plugin.data", "diffugrpo_plugin.tokenizer", "diffugrpo_plugin.tiny",
@@ -66,6 +66,17 @@ def test_only_the_verl_glue_imports_verl_or_ray():
 def test_rewards_sandbox_data_and_plugin_discovery_import_no_torch():
     offenders = {name: modules for name, modules in importers_of(("torch",)).items() if name.startswith(TORCH_FREE)}
     assert offenders == {}
+
+
+IN_SANDBOX = ("sandbox_launcher", "sandbox_wire", "sandbox_program", "sandbox_judge")
+
+
+@pytest.mark.parametrize("name", IN_SANDBOX)
+def test_the_in_sandbox_modules_import_only_the_standard_library_and_each_other(name):
+    """They run inside the sandbox, where diffugrpo is not visible (numpy only for a numpy value that arrives)."""
+    outside = {module for module in imported_modules(PACKAGE / f"{name}.py")
+               if module.split(".")[0] not in (*sys.stdlib_module_names, *IN_SANDBOX, "numpy", "__future__")}
+    assert outside == set()
 
 
 def test_nothing_imports_the_cli_and_the_framework_imports_no_reward_plugin():
