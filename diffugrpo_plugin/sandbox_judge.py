@@ -90,6 +90,8 @@ class Judging:
         self.task_classes = task_classes
         self.callbacks: list = []
         self.iterators: dict[int, RemoteIterator] = {}  # one per program iterator: its prefetched items stay
+        self.namespace: dict = {}  # the test's globals, once made
+        self.program_globals: set[str] = set()  # the names in it that are the program's
         self.compared = 0
         self.untrusted = 0
         self.sizes = dict.fromkeys(SIZE_KEYS, 0)
@@ -186,14 +188,24 @@ class Judging:
             answer = self.peer.request(["call", handle, encoded_args, encoded_kwargs])
         except wire.WireClosed:
             raise ProgramEnded() from None
-        if wire._is_list(answer, 3) and answer[0] == "ok" and wire._is_list(answer[2]):
+        if wire._is_list(answer, 4) and answer[0] == "ok" and wire._is_list(answer[2]) and wire._is_list(answer[3]):
             for position, state in answer[2]:
                 target = args[position] if type(position) is int and 0 <= position < len(args) else (
                     kwargs.get(position) if type(position) is str else None)
                 if target is not None:
                     _update_in_place(target, self.decode(state))
+            for name, state in answer[3]:
+                if type(name) is str and name in self.program_globals:
+                    self._update_global(name, self.decode(state))
             answer = answer[:2]
         return self.answer(answer)
+
+    def _update_global(self, name: str, value) -> None:
+        current = self.namespace.get(name)
+        if type(current) is type(value) and isinstance(value, (list, dict, set, bytearray)):
+            _update_in_place(current, value)  # the test may hold it under another name too
+        else:
+            self.namespace[name] = value
 
 
 def _update_in_place(target, state) -> None:
@@ -479,6 +491,8 @@ class Row:
             for name in wanted:
                 if name in found:
                     namespace[name] = found[name]
+                    judging.program_globals.add(name)
+        judging.namespace = namespace
         return namespace
 
 

@@ -69,6 +69,7 @@ class ProgramSide:
         self.task_classes = task_classes
         self.objects: list = []
         self.handles: dict[int, int] = {}  # id(object) -> its handle: one object, one handle
+        self.globals_sent: dict[str, object] = {}  # the program's globals the judge holds as values, as sent
         self.peer = wire.Peer(reading, writing, self.answer)
 
     def encode(self, value):
@@ -136,6 +137,10 @@ class ProgramSide:
         kind = request[0]
         if kind == "names":
             found = {name: self.namespace[name] for name in request[1] if type(name) is str and name in self.namespace}
+            for name, value in found.items():
+                encoded = self.encode(value)
+                if not (type(encoded) is list and encoded[0] in ("h", "cb", "exc")):
+                    self.globals_sent[name] = encoded
             return ["ok", self.encode(found)]
         if kind == "entry":
             return ["ok", self.encode(eval(request[1], self.namespace))]  # noqa: S307 - the task's entry point
@@ -156,7 +161,18 @@ class ProgramSide:
                 now = self.encode(value)
                 if now != sent:
                     changed.append([position, now])
-        return ["ok", self.encode(result), changed]
+        return ["ok", self.encode(result), changed, self._globals_changed()]
+
+    def _globals_changed(self) -> list:
+        """The program's globals the test holds as values whose value a call changed (``inventory`` after
+        ``add_item('apple')``), so the test reads them as Python would."""
+        changed = []
+        for name, sent in self.globals_sent.items():
+            now = self.encode(self.namespace.get(name))
+            if now != sent:
+                self.globals_sent[name] = now
+                changed.append([name, now])
+        return changed
 
     def _op(self, name: str, target, encoded_operands: list):
         operands = [self.decode(item) for item in encoded_operands]

@@ -291,6 +291,9 @@ CORRECT.update({
     "nesting 1000 deep": ("def f(n):\n    x = []\n    for _ in range(n):\n        x = [x]\n    return x\n",
                           asserts("def depth(x):\n    d = 1\n    while x:\n        x, d = x[0], d + 1\n    return d\n"
                                   "assert depth(f(1000)) == 1001")),
+    "its global read after a call": ("inventory = []\ncount = 0\ndef add_item(x):\n    global count\n"
+                                     "    inventory.append(x)\n    count += 1\n",
+                                     asserts("add_item('apple')\nassert inventory == ['apple'] and count == 1")),
     "a class the tests drive": (MIN_STACK, {"test_list": [
         "s = MinStack()\ns.push(3)\ns.push(1)\nassert s.getMin() == 1\ns.pop()\nassert (s.top(), s.getMin()) == (3, 3)"],
         "code": MIN_STACK}),
