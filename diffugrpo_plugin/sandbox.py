@@ -5,17 +5,19 @@ try anything that raises its reward: fool the comparison, forge the harness's me
 break other jobs, exhaust the host. What stops it (the in-sandbox half is ``sandbox_launcher.py``,
 the kernel-level limits ``sandbox_limits.py``):
 
-* **Verdicts outside.** A job can be given *probes* (expressions evaluated after its program, in
-  its namespace); their values come back as type-exact plain data and are compared by the harness
-  (:mod:`diffugrpo_plugin.verdicts`). Expected values never enter the sandbox. What a job writes
-  (stdout, files, its report) is data the harness parses strictly and shows escaped; the only
-  channel that can claim a setup error is closed before the job's code runs.
+* **The judge** (``sandbox_judge``). A test's verdict is decided by a second process in the same
+  sandbox that runs the test's own code and never the program's; the program's process answers its
+  requests (``sandbox_program``) over a pair of pipes, values crossing as data (``sandbox_wire``).
+  The tests and expected values reach the judge through a descriptor no job ever holds. What a job
+  writes (stdout, files, its report) is data the harness parses strictly and shows escaped; the
+  only channel that can claim a setup error is closed before the job's code runs.
 * **Namespaces.** ``bwrap`` with new PID, network, IPC, UTS, cgroup and mount namespaces (plus a
   user namespace when not root): no network, the job sees only its own processes, every process
   dies with the sandbox. Read-only ``/usr`` (and the interpreter's prefix); ``/tmp`` and the work
   dir ``/work`` are fresh tmpfs mounts with a size cap and a file-count cap.
-* **seccomp.** New namespaces (``unshare(CLONE_NEWUSER)``), mounts, the kernel keyring, ptrace,
-  ``process_vm_*``, bpf, perf events, userfaultfd and other kernel surface are refused.
+* **seccomp.** An allow list (``sandbox_limits.ALLOWED_SYSCALLS``): new namespaces, mounts, the kernel
+  keyring, ptrace, ``process_vm_*``, bpf, perf events, userfaultfd, io_uring, inotify, vsock and
+  every call not on the list are refused; file locks lock nothing, so jobs share no lock state.
 * **cgroups** (root): memory and processes of everything a job runs together, its CPU one core
   with an equal share, so escaping the process group escapes nothing and a job's spinners slow
   only that job.
