@@ -64,6 +64,9 @@ FORGERIES = {
     "SystemExit with a non-ASCII digit": "raise SystemExit('\\u0663')\n",
     "setup error claimed on stderr": "import sys\nsys.stderr.write('setup_error: PermissionError')\n"
                                      "raise SystemExit(70)\n",
+    "a malformed number in its answer": (  # once crashed the decoder: `rewards score` stopped, training scored None
+        "import os\ndef solve(x):\n    message = b'[\"answer\",[\"ok\",[\"i\",\"9x\"]]]'\n"
+        "    os.write(6, len(message).to_bytes(8, 'little') + message)\n    return 9\n"),
 }
 
 
