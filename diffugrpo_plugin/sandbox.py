@@ -348,6 +348,7 @@ class Sandbox:
         self._layout: InterpreterLayout | None = None
         self._layout_lock = threading.Lock()
         self._compiled: str | None = None
+        self._baseline: dict | None = None  # what the forked interpreter itself costs (time, memory, instructions)
         self.protections = host_protections(self.bwrap, self.is_root, self.config.cgroups, self.config.seccomp,
                                             self.config.inode_cap)
         self._require_protections()
@@ -439,6 +440,7 @@ class Sandbox:
         capped = privileged and self.protections["tmpfs_inode_cap"].active
         return {
             "judge": self._judge_payload(jobs, slot, judge_fd),
+            "baseline": self._baseline,
             "namespaced": self.isolated,
             "drop_to": [uid, uid] if self.is_root else None,
             "keep_capabilities": privileged,  # drops the CAP_SYS_ADMIN the capped tmpfs needed
@@ -583,7 +585,9 @@ class Sandbox:
             timed_out = True
             _kill_group(process)
             stdout, stderr = process.communicate()
-        frames = _launcher_frames(stdout, len(payload["jobs"]))
+        frames, calibration = _launcher_frames(stdout, len(payload["jobs"]))
+        if calibration is not None and self._baseline is None:
+            self._baseline = calibration  # measured once per sandbox, not once per completion
         if not timed_out and process.returncode != 0 and all(frame is None for frame in frames):
             raise SandboxError(
                 f"the sandbox failed to start (exit code {process.returncode}): "
@@ -627,13 +631,15 @@ def _kill_group(process: subprocess.Popen) -> None:
         process.kill()
 
 
-def _launcher_frames(stdout: bytes, count: int) -> list[dict | None]:
-    """The launcher's length-prefixed marshal frames, one per job; a frame cut short by a kill is dropped.
+def _launcher_frames(stdout: bytes, count: int) -> tuple[list[dict | None], dict | None]:
+    """The launcher's length-prefixed marshal frames, one per job (a frame cut short by a kill is dropped), and
+    its calibration (what a forked interpreter costs), when it measured one.
 
-    The launcher is trusted (the job never holds its stdout); what the job wrote travels inside a
+    The launcher is trusted (no job or judge holds its stdout); what the job wrote travels inside a
     frame as raw bytes and is parsed by :func:`job_result`.
     """
     frames: list[dict | None] = [None] * count
+    calibration = None
     offset = 0
     while offset + 8 <= len(stdout):
         size = int.from_bytes(stdout[offset:offset + 8], "little")
@@ -645,10 +651,12 @@ def _launcher_frames(stdout: bytes, count: int) -> list[dict | None]:
             report = marshal.loads(frame)
         except (ValueError, EOFError, TypeError):
             break
-        index = report.get("index", -1) if isinstance(report, dict) else -1
-        if 0 <= index < count:
+        index = report.get("index") if isinstance(report, dict) else None
+        if type(index) is int and 0 <= index < count:
             frames[index] = report
-    return frames
+        elif index == -1:
+            calibration = report.get("baseline")
+    return frames, calibration
 
 
 def escaped(text: str, limit: int = MESSAGE_CHARS) -> str:

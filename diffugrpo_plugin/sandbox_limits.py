@@ -93,6 +93,10 @@ def seccomp_program() -> tuple[bytes | None, str]:
         return None, f"pyseccomp / libseccomp unavailable ({error}); `pip install pyseccomp`, " \
                      f"`apt-get install -y libseccomp2`"
     rules = seccomp.SyscallFilter(defaction=seccomp.ERRNO(errno.EPERM))
+    try:
+        rules.set_attr(seccomp.Attr.CTL_OPTIMIZE, 2)  # a binary search over call numbers, not a 270-step list
+    except (AttributeError, ValueError, RuntimeError, OSError):
+        pass  # an older libseccomp: the linear filter, slower per system call, the same decisions
     allowed = 0
     for name in ALLOWED_SYSCALLS:
         try:
