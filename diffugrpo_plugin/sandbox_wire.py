@@ -383,8 +383,9 @@ class Decoder:
             for obj, entry in zip(self.objects, table):
                 state = object.__getattribute__(obj, "__dict__")
                 for name, value in self._pairs(entry[1], 1):
-                    if type(name) is not str:
-                        raise BadValue("attribute names must be strings")
+                    if type(name) is not str or name.startswith("__") or callable(getattr(type(obj), name, None)):
+                        # an instance attribute named like one of the class's methods would replace it
+                        raise BadValue(f"attribute {str(name)[:40]!r} of a {type(obj).__name__} is not a field")
                     state[name] = value
         except BadValue:
             raise

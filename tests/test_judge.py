@@ -437,6 +437,12 @@ ATTACKS = {
     "an array interface pointing anywhere": (
         "class A:\n    __array_interface__ = {'shape': (2,), 'typestr': '<i8', 'data': (8, True), 'version': 3}\n"
         "def f():\n    return A()\n", asserts("import numpy as np\nassert np.array_equal(f(), [1, 2])")),
+    "an instance attribute that replaces a task class's method": (
+        "class Solution:\n    def first(self, head):\n        head.same_as = lambda other: True\n        return head\n",
+        {"test": "def check(candidate):\n    assert candidate(head=Node(1)).same_as(Node(2))\n",
+         "entry_point": "Solution().first",
+         "test_imports": ["class Node:\n    def __init__(self, val):\n        self.val = val\n"
+                          "    def same_as(self, other):\n        return self.val == other.val\n"]}),
     "an unbounded claimed length": ("class Huge:\n    def __len__(self):\n        return 10 ** 30\n"
                                     "def f():\n    return Huge()\n", asserts("assert len(f()) == 3")),
 }
