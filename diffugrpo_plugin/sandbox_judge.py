@@ -74,12 +74,53 @@ def program_exception_class(type_name: str, base_name: str = "") -> type:
 
 def program_exception(type_name: str, message: str, base_name: str = "", args: tuple | None = None) -> BaseException:
     """The exception the program raised (see :func:`program_exception_class`), with its arguments where they
-    travelled (``e.args[0] == 'x'``), else its message."""
+    travelled (``e.args[0] == 'x'``), else its message; one its base cannot rebuild (an ``ExceptionGroup``)
+    arrives as a plain exception of its name, never as a ``TypeError`` a test might catch."""
     cls = program_exception_class(type_name, base_name)
+    for attempt in (lambda: cls(*args) if args is not None else cls(message), lambda: cls(message),
+                    lambda: program_exception_class(type_name, "Exception")(message)):
+        try:
+            return attempt()
+        except Exception:  # noqa: BLE001 - arguments its builtin base refuses
+            continue
+    return program_exception_class("Exception", "Exception")(message)
+
+
+class Unreadable(BaseException):
+    """The program's answer could not be read (malformed, or over a limit). A BaseException, like
+    :class:`ProgramEnded`: a test's own ``except ValueError`` must never take it for the program's error."""
+
+
+class Untrusted(BaseException):
+    """The test asked a question only the program's own code could answer about a value of the test
+    (membership by its ``__contains__``): not trusted, so the test fails saying so."""
+
+
+_ANSWER_ERRORS = (wire.BadValue, ValueError, TypeError, IndexError, KeyError, AttributeError)
+
+
+def _readable(read):
+    """``read()``, with a malformed answer turned into :class:`Unreadable` (the program's own exceptions pass)."""
     try:
-        return cls(*args) if args is not None else cls(message)
-    except Exception:  # noqa: BLE001 - arguments its builtin base refuses
-        return cls(message)
+        return read()
+    except _ANSWER_ERRORS as error:
+        if isinstance(error, FromProgram):
+            raise
+        raise Unreadable(str(error) if isinstance(error, wire.BadValue) else
+                         f"malformed answer ({type(error).__name__})") from None
+
+
+# Special methods a program object's type may have; a handle offers exactly those its object's type has, so
+# hasattr(), callable() and the collections.abc checks answer as they would for the object itself.
+CAPABILITIES = ("__iter__", "__next__", "__len__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
+                "__call__", "__reversed__", "__enter__", "__exit__", "__hash__")
+ALLOWED_MODULES = ("numpy",)  # besides the standard library: modules a program's names may come from
+# Modules whose objects a program's name may stand for (``from collections import Counter``): value types
+# and pure functions. Never builtins (pure ones travel as such), os, pickle, subprocess and the like, whose
+# functions the test might call on the program's values.
+VALUE_MODULES = ("math", "cmath", "statistics", "itertools", "functools", "operator", "heapq", "bisect",
+                 "collections", "fractions", "decimal", "string", "re", "datetime", "typing", "array", "copy",
+                 "enum", "dataclasses", "numbers", "numpy")
 
 
 class Judging:
@@ -89,6 +130,7 @@ class Judging:
         self.peer = wire.Peer(reading, writing, self.serve)
         self.task_classes = task_classes
         self.callbacks: list = []
+        self.remotes: dict[int, Remote] = {}  # one per program object, so `is` and hashing hold
         self.iterators: dict[int, RemoteIterator] = {}  # one per program iterator: its prefetched items stay
         self.namespace: dict = {}  # the test's globals, once made
         self.program_globals: set[str] = set()  # the names in it that are the program's
@@ -102,7 +144,7 @@ class Judging:
 
     def _unknown(self, value):
         if isinstance(value, Remote):
-            return ["h", object.__getattribute__(value, "_id")]
+            return ["h", _handle(value)]
         if isinstance(value, FromProgram) and isinstance(value, type):
             raise wire.BadValue("an exception class of the program is not sent back")
         if hasattr(type(value), "__next__") and hasattr(type(value), "__iter__"):
@@ -110,7 +152,7 @@ class Judging:
         if callable(value):
             self.callbacks.append(value)
             return ["cb", len(self.callbacks) - 1]
-        raise wire.BadValue(f"a {type(value).__name__} cannot be sent to the program")
+        raise wire.BadValue(f"a {type(value).__name__} of the test cannot be sent to the program")
 
     def _value_of_iterator(self, iterator):
         """An iterator of the test (a generator expression as an argument) travels as the items it yields."""
@@ -122,7 +164,7 @@ class Judging:
         return ["it", [wire.Encoder(self.task_classes, self._unknown)._value(item, 1) for item in items]]
 
     def iterator(self, remote: "Remote") -> "RemoteIterator":
-        handle = object.__getattribute__(remote, "_id")
+        handle = _handle(remote)
         if handle not in self.iterators:
             self.iterators[handle] = RemoteIterator(remote)
         return self.iterators[handle]
@@ -135,33 +177,66 @@ class Judging:
         return value
 
     def _remote(self, encoded):
-        if encoded[0] == "exc" and len(encoded) == 3 and type(encoded[1]) is str and type(encoded[2]) is str:
+        tag = encoded[0]
+        if tag == "exc" and len(encoded) == 3 and type(encoded[1]) is str and type(encoded[2]) is str:
             return program_exception_class(encoded[1], encoded[2])
-        if encoded[0] != "h" or len(encoded) != 4 or type(encoded[1]) is not int or type(encoded[2]) is not str:
+        if tag in ("mod", "std"):
+            return _module_object(encoded)
+        if tag != "h" or len(encoded) != 4 or type(encoded[1]) is not int or type(encoded[2]) is not str \
+                or not wire._is_list(encoded[3]) or not set(map(str, encoded[3])) <= set(CAPABILITIES):
             raise wire.BadValue("malformed handle")
-        return (RemoteCallable if encoded[3] is True else Remote)(self, encoded[1], encoded[2][:100])
+        handle = encoded[1]
+        if handle not in self.remotes:
+            self.remotes[handle] = remote_class(frozenset(encoded[3]))(self, handle, encoded[2][:100])
+        return self.remotes[handle]
 
     def ask(self, request):
         """The program's answer to ``request``, decoded; its exception re-raised here."""
+        return self.answer(self._request(request))
+
+    def _request(self, request):
         try:
-            answer = self.peer.request(request)
+            return self.peer.request(request)
         except wire.WireClosed:
             raise ProgramEnded() from None
-        return self.answer(answer)
+        except wire.BadValue as error:
+            raise Unreadable(str(error)) from None
 
     def answer(self, answer):
-        if not wire._is_list(answer) or not answer or type(answer[0]) is not str:
+        def read():
+            if not wire._is_list(answer) or not answer or type(answer[0]) is not str:
+                raise wire.BadValue("malformed answer")
+            if answer[0] == "ok" and len(answer) == 2:
+                return False, self.decode(answer[1])
+            if answer[0] == "raise" and len(answer) in (3, 5) and type(answer[1]) is str and type(answer[2]) is str:
+                if answer[1] == wire.OVER_LIMIT:
+                    raise wire.BadValue(answer[2][:MESSAGE_CHARS])
+                base, args = (answer[3], answer[4]) if len(answer) == 5 else ("", None)
+                arguments = self.decode(args) if args is not None else None
+                return True, program_exception(answer[1][:100], answer[2][:MESSAGE_CHARS],
+                                               base if type(base) is str else "",
+                                               tuple(arguments) if type(arguments) is list else None)
             raise wire.BadValue("malformed answer")
-        if answer[0] == "raise" and len(answer) in (3, 5) and type(answer[1]) is str and type(answer[2]) is str:
-            if answer[1] == wire.OVER_LIMIT:
-                raise wire.BadValue(answer[2][:MESSAGE_CHARS])
-            base, args = (answer[3], answer[4]) if len(answer) == 5 else ("", None)
-            arguments = self.decode(args) if args is not None else None
-            raise program_exception(answer[1][:100], answer[2][:MESSAGE_CHARS], base if type(base) is str else "",
-                                    tuple(arguments) if type(arguments) is list else None)
-        if answer[0] == "ok" and len(answer) == 2:
-            return self.decode(answer[1])
-        raise wire.BadValue("malformed answer")
+
+        raised, value = _readable(read)
+        if raised:
+            raise value
+        return value
+
+    def names(self, wanted: list[str]) -> dict:
+        """The program's values of ``wanted`` (those it has), each decoded on its own."""
+        answer = self._request(["names", wanted])
+
+        def read():
+            if not (wire._is_list(answer, 2) and answer[0] == "names" and wire._is_list(answer[1])):
+                return self.answer(answer)  # the program failed while answering: its exception
+            found = {}
+            for name, encoded in answer[1]:
+                if type(name) is str and name in wanted:
+                    found[name] = self.decode(encoded)
+            return found
+
+        return _readable(read)
 
     def serve(self, request):
         """A call the program makes to one of the test's own callables (a ``key=lambda ...`` it was given)."""
@@ -181,14 +256,19 @@ class Judging:
             return ["raise", type(error).__name__, _text(error)]
 
     def call(self, handle: int, args: tuple, kwargs: dict):
-        """Calls a program callable; arguments the program changed in place are changed here too."""
-        encoded_args = [self.encode(arg) for arg in args]
-        encoded_kwargs = [[name, self.encode(value)] for name, value in kwargs.items()]
+        """Calls a program callable. Arguments the program changed in place are changed here too, the
+        program's globals the test holds are refreshed, and a result that is one of the arguments is that
+        argument (``b = copy_list(a); assert b is not a`` holds as in Python)."""
         try:
-            answer = self.peer.request(["call", handle, encoded_args, encoded_kwargs])
-        except wire.WireClosed:
-            raise ProgramEnded() from None
-        if wire._is_list(answer, 4) and answer[0] == "ok" and wire._is_list(answer[2]) and wire._is_list(answer[3]):
+            request = ["call", handle, [self.encode(arg) for arg in args],
+                       [[name, self.encode(value)] for name, value in kwargs.items()]]
+        except wire.BadValue as error:
+            raise TypeError(f"cannot pass this argument to the program: {error}") from None
+        answer = self._request(request)
+        if not (wire._is_list(answer, 5) and answer[0] == "ok"):
+            return self.answer(answer)
+
+        def read():
             for position, state in answer[2]:
                 target = args[position] if type(position) is int and 0 <= position < len(args) else (
                     kwargs.get(position) if type(position) is str else None)
@@ -197,8 +277,14 @@ class Judging:
             for name, state in answer[3]:
                 if type(name) is str and name in self.program_globals:
                     self._update_global(name, self.decode(state))
-            answer = answer[:2]
-        return self.answer(answer)
+            same = answer[4]
+            if type(same) is int and 0 <= same < len(args):
+                return args[same]
+            if type(same) is str and same in kwargs:
+                return kwargs[same]
+            return self.decode(answer[1])
+
+        return _readable(read)
 
     def _update_global(self, name: str, value) -> None:
         current = self.namespace.get(name)
@@ -206,6 +292,28 @@ class Judging:
             _update_in_place(current, value)  # the test may hold it under another name too
         else:
             self.namespace[name] = value
+
+
+def _module_object(encoded):
+    """A module, or an object of one, that the program's name was bound to by an import: the judge's own copy
+    (a program that patched ``np.allclose`` in its process changes nothing here)."""
+    if not all(type(part) is str for part in encoded[1:]) or len(encoded) != (2 if encoded[0] == "mod" else 3):
+        raise wire.BadValue("malformed module reference")
+    module_name = encoded[1]
+    allowed = VALUE_MODULES if encoded[0] == "std" else (*sys.stdlib_module_names, *ALLOWED_MODULES)
+    if module_name.split(".")[0] not in allowed or module_name == "builtins" or \
+            not all(part.isidentifier() for part in module_name.split(".")):
+        raise wire.BadValue(f"{'.'.join(encoded[1:])[:80]} is not something the judge takes from a program's names")
+    try:
+        __import__(module_name)
+        value = sys.modules[module_name]
+        for part in (encoded[2].split(".") if encoded[0] == "std" else ()):
+            if not part.isidentifier() or part.startswith("_"):
+                raise wire.BadValue("malformed attribute path")
+            value = getattr(value, part)
+    except (ImportError, AttributeError):
+        raise wire.BadValue(f"{'.'.join(encoded[1:])[:80]} is not importable here") from None
+    return value
 
 
 def _update_in_place(target, state) -> None:
@@ -234,20 +342,39 @@ def _text(error: BaseException) -> str:
         return "<unprintable>"
 
 
-class Remote:
-    """One of the program's objects, used through requests; never equal to a value of this side."""
+def _judging(remote) -> Judging:
+    return object.__getattribute__(remote, "_diffugrpo_judging")
 
-    __slots__ = ("_judging", "_id", "_type")
+
+def _handle(remote) -> int:
+    return object.__getattribute__(remote, "_diffugrpo_handle")
+
+
+def _typed(value, kind: type, what: str):
+    if type(value) is not kind and not (kind is int and type(value) is bool):
+        raise TypeError(f"{what} of the program's object returned {type(value).__name__}, not {kind.__name__}")
+    return value
+
+
+class Remote:
+    """One of the program's objects, used through requests; never equal to a value of this side. The special
+    methods its object's type lacks are absent here too (see :func:`remote_class`)."""
+
+    __slots__ = ("_diffugrpo_judging", "_diffugrpo_handle", "_diffugrpo_type")
+    __hash__ = None  # unhashable unless its object's type is hashable (remote_class adds __hash__)
 
     def __init__(self, judging: Judging, handle: int, type_name: str):
-        object.__setattr__(self, "_judging", judging)
-        object.__setattr__(self, "_id", handle)
-        object.__setattr__(self, "_type", type_name)
+        object.__setattr__(self, "_diffugrpo_judging", judging)
+        object.__setattr__(self, "_diffugrpo_handle", handle)
+        object.__setattr__(self, "_diffugrpo_type", type_name)
 
     def _op(self, name: str, *operands):
-        judging = object.__getattribute__(self, "_judging")
-        return judging.ask(["op", name, object.__getattribute__(self, "_id"),
-                            [judging.encode(operand) for operand in operands]])
+        judging = _judging(self)
+        try:
+            encoded = [judging.encode(operand) for operand in operands]
+        except wire.BadValue as error:
+            raise TypeError(f"cannot pass this operand to the program: {error}") from None
+        return judging.ask(["op", name, _handle(self), encoded])
 
     def __getattr__(self, name: str):
         if name.startswith("__") and name.endswith("__") and name not in PASSED_DUNDERS:
@@ -270,39 +397,8 @@ class Remote:
     def __format__(self, spec: str) -> str:
         return _typed(self._op("format", spec), str, "__format__")
 
-    def __len__(self) -> int:
-        return _typed(self._op("len"), int, "__len__")
-
     def __bool__(self) -> bool:
         return _typed(self._op("bool"), bool, "__bool__")
-
-    def __iter__(self):
-        iterator = self._op("iter")
-        if not isinstance(iterator, Remote):
-            return iter(iterator)
-        return object.__getattribute__(self, "_judging").iterator(iterator)
-
-    def __next__(self):
-        return next(object.__getattribute__(self, "_judging").iterator(self))
-
-    def __getitem__(self, key):
-        return self._op("getitem", key)
-
-    def __setitem__(self, key, value) -> None:
-        self._op("setitem", key, value)
-
-    def __delitem__(self, key) -> None:
-        self._op("delitem", key)
-
-    def __contains__(self, item) -> bool:
-        if isinstance(item, Remote):
-            object.__getattribute__(self, "_judging").compared += 1
-            return _typed(self._op("contains", item), bool, "__contains__")
-        # A value of the test is never handed to the program to judge: its items are compared here.
-        return any(element is item or element == item for element in self)
-
-    def __hash__(self) -> int:
-        return hash(("program object", object.__getattribute__(self, "_id")))
 
     def __instancecheck__(self, instance) -> bool:
         return isinstance(instance, Remote) and _typed(instance._op("isinstance", self), bool, "isinstance")
@@ -311,7 +407,7 @@ class Remote:
         return isinstance(subclass, Remote) and _typed(subclass._op("issubclass", self), bool, "issubclass")
 
     def _compare(self, name: str, other):
-        judging = object.__getattribute__(self, "_judging")
+        judging = _judging(self)
         if not isinstance(other, Remote):
             if name in ("eq", "ne"):
                 judging.untrusted += 1
@@ -355,6 +451,9 @@ class Remote:
     def __abs__(self):
         return self._op("abs")
 
+    def __invert__(self):
+        return self._op("invert")
+
     def __round__(self, digits=None):
         return self._op("round", digits)
 
@@ -364,7 +463,7 @@ def _binary(name: str):
     test it is refused, as a builtin refuses an unknown type: the test's value never reaches the program's
     operator, so ``abs(f(x) - 3.14) < 1e-6`` cannot be answered by an object that subtracts to zero."""
     def forward(self, other):
-        judging = object.__getattribute__(self, "_judging")
+        judging = _judging(self)
         if not isinstance(other, Remote):
             judging.untrusted += 1
             return NotImplemented
@@ -379,19 +478,51 @@ for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "
     setattr(Remote, f"__{_name}__", _binary(_name))
 
 
-class RemoteCallable(Remote):
-    """A program object that can be called (a function, a class, a bound method)."""
-
-    __slots__ = ()
-
-    def __call__(self, *args, **kwargs):
-        return object.__getattribute__(self, "_judging").call(object.__getattribute__(self, "_id"), args, kwargs)
+def _iterate(self):
+    iterator = self._op("iter")
+    if not isinstance(iterator, Remote):
+        return iter(iterator)
+    return _judging(self).iterator(iterator)
 
 
-def _typed(value, kind: type, what: str):
-    if type(value) is not kind and not (kind is int and type(value) is bool):
-        raise TypeError(f"{what} of the program's object returned {type(value).__name__}, not {kind.__name__}")
-    return value
+def _contains(self, item) -> bool:
+    judging = _judging(self)
+    if not isinstance(item, Remote):
+        judging.untrusted += 1
+        raise Untrusted("membership of a test's value in a program object is decided by its own __contains__: "
+                        "not trusted (return a list, set or dict)")
+    judging.compared += 1
+    return _typed(self._op("contains", item), bool, "__contains__")
+
+
+def _exit(self, *exc_info):
+    return self._op("exit", *(None if value is None or isinstance(value, BaseException) or isinstance(value, type)
+                              else value for value in exc_info))
+
+
+_CAPABILITY_METHODS = {
+    "__iter__": _iterate,
+    "__next__": lambda self: next(_judging(self).iterator(self)),
+    "__len__": lambda self: _typed(self._op("len"), int, "__len__"),
+    "__getitem__": lambda self, key: self._op("getitem", key),
+    "__setitem__": lambda self, key, value: self._op("setitem", key, value),
+    "__delitem__": lambda self, key: self._op("delitem", key),
+    "__contains__": _contains,
+    "__call__": lambda self, *args, **kwargs: _judging(self).call(_handle(self), args, kwargs),
+    "__reversed__": lambda self: iter(list(RemoteIterator(self._op("reversed")))),
+    "__enter__": lambda self: self._op("enter"),
+    "__exit__": _exit,
+    "__hash__": lambda self: _typed(self._op("hash"), int, "__hash__"),
+}
+_REMOTE_CLASSES: dict[frozenset, type] = {}
+
+
+def remote_class(capabilities: frozenset) -> type:
+    """The handle class offering exactly ``capabilities`` (see :data:`CAPABILITIES`), made once per set."""
+    if capabilities not in _REMOTE_CLASSES:
+        methods = {name: _CAPABILITY_METHODS[name] for name in capabilities}
+        _REMOTE_CLASSES[capabilities] = type("Remote", (Remote,), {"__slots__": (), **methods})
+    return _REMOTE_CLASSES[capabilities]
 
 
 class RemoteIterator:
@@ -419,13 +550,19 @@ class RemoteIterator:
         return item
 
     def _fetch(self) -> None:
-        items, tail = self.remote._op("next", self.batch)
+        answer = self.remote._op("next", self.batch)
+
+        def read():
+            items, tail = answer
+            return list(items), tail
+
         self.batch = min(BATCH_LIMIT, self.batch * 2)
-        self.buffer, self.position = list(items), 0
+        (self.buffer, tail), self.position = _readable(read), 0
         if tail == "stop":
             self.end = StopIteration()
         elif tail is not None:
-            self.end = program_exception(str(tail[0])[:100], str(tail[1])[:MESSAGE_CHARS], str(tail[2])[:100])
+            self.end = _readable(lambda: program_exception(str(tail[0])[:100], str(tail[1])[:MESSAGE_CHARS],
+                                                           str(tail[2])[:100]))
 
 
 # --------------------------------------------------------------------------- one row's tests
@@ -485,9 +622,7 @@ class Row:
                 else:
                     wanted.append(name)
         if wanted:
-            found = judging.ask(["names", wanted])
-            if type(found) is not dict:
-                raise wire.BadValue("malformed names answer")
+            found = judging.names(wanted)
             for name in wanted:
                 if name in found:
                     namespace[name] = found[name]
@@ -525,8 +660,10 @@ def _run(row: Row, test: dict, judging: Judging) -> tuple[str, str]:
             namespace["check"](judging.ask(["entry", row.entry]))
     except ProgramEnded:
         return "ended", "the program's process ended during the test"
-    except wire.BadValue as error:
+    except Unreadable as error:
         return "failed", f"the program's answer could not be read: {error}"
+    except Untrusted as error:
+        return "failed", str(error)
     except AssertionError as error:
         if isinstance(error, FromProgram):
             return "failed", f"the program raised AssertionError: {_text(error)}"

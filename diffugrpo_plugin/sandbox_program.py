@@ -21,7 +21,10 @@ MESSAGE_CHARS = 500
 MUTABLE_TYPES = (list, dict, set, bytearray, collections.deque)
 
 UNARY = {"repr": repr, "str": str, "len": len, "bool": bool, "iter": iter, "int": int, "float": float,
-         "index": operator.index, "neg": operator.neg, "pos": operator.pos, "abs": abs}
+         "index": operator.index, "neg": operator.neg, "pos": operator.pos, "abs": abs, "invert": operator.invert,
+         "hash": hash, "reversed": reversed, "enter": lambda target: type(target).__enter__(target)}
+CAPABILITIES = ("__iter__", "__next__", "__len__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
+                "__call__", "__reversed__", "__enter__", "__exit__")
 BINARY = {
     "getattr": getattr, "delattr": delattr, "getitem": operator.getitem, "delitem": operator.delitem,
     "contains": operator.contains, "format": format, "round": round, "isinstance": isinstance,
@@ -34,6 +37,24 @@ BINARY = {
 BINARY.update({f"r{name}": (lambda function: lambda a, b: function(b, a))(BINARY[name])
                for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")})
 TERNARY = {"setattr": setattr, "setitem": operator.setitem}
+EXIT = "exit"  # __exit__(type, value, traceback): the judge sends None for each
+
+
+def imported_as(value) -> list | None:
+    """``["mod", name]`` for a module, ``["std", module, qualified name]`` for an object a module defines: where
+    the program's name came from by an import, so the judge uses its own copy (not the program's, which the
+    program may have patched)."""
+    if isinstance(value, type(sys)):
+        name = getattr(value, "__name__", None)
+        return ["mod", name] if type(name) is str and sys.modules.get(name) is value else None
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if type(module) is not str or type(qualname) is not str or module in ("__main__", "solution", "builtins") \
+            or module.split(".")[0] not in (*sys.stdlib_module_names, "numpy"):
+        return None
+    found = sys.modules.get(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return ["std", module, qualname] if found is value else None
 
 
 def builtin_base(cls: type) -> str:
@@ -84,7 +105,11 @@ class ProgramSide:
         if handle is None:
             handle = self.handles[id(value)] = len(self.objects)
             self.objects.append(value)
-        return ["h", handle, type(value).__name__, callable(value)]
+        kind = type(value)
+        capabilities = [name for name in CAPABILITIES if getattr(kind, name, None) is not None]
+        if getattr(kind, "__hash__", None) is not None:
+            capabilities.append("__hash__")
+        return ["h", handle, kind.__name__, capabilities]
 
     def decode(self, encoded):
         return wire.Decoder(self.task_classes, self._resolve).decode(encoded)
@@ -136,12 +161,14 @@ class ProgramSide:
     def _answer(self, request) -> list:
         kind = request[0]
         if kind == "names":
-            found = {name: self.namespace[name] for name in request[1] if type(name) is str and name in self.namespace}
-            for name, value in found.items():
-                encoded = self.encode(value)
-                if not (type(encoded) is list and encoded[0] in ("h", "cb", "exc")):
-                    self.globals_sent[name] = encoded
-            return ["ok", self.encode(found)]
+            found = []
+            for name in request[1]:
+                if type(name) is str and name in self.namespace:
+                    encoded = imported_as(self.namespace[name]) or self.encode(self.namespace[name])
+                    if not (type(encoded) is list and encoded[0] in ("h", "cb", "exc", "mod", "std")):
+                        self.globals_sent[name] = encoded
+                    found.append([name, encoded])
+            return ["names", found]
         if kind == "entry":
             return ["ok", self.encode(eval(request[1], self.namespace))]  # noqa: S307 - the task's entry point
         if kind == "call":
@@ -154,6 +181,9 @@ class ProgramSide:
         args = [self.decode(item) for item in encoded_args]
         kwargs = {name: self.decode(item) for name, item in encoded_kwargs}
         result = function(*args, **kwargs)
+        same = next((position for position, value in enumerate(args) if value is result), None)
+        if same is None:
+            same = next((name for name, value in kwargs.items() if value is result), None)
         changed = []
         for position, value, sent in [*zip(range(len(args)), args, encoded_args),
                                       *((name, kwargs[name], item) for name, item in encoded_kwargs)]:
@@ -161,7 +191,7 @@ class ProgramSide:
                 now = self.encode(value)
                 if now != sent:
                     changed.append([position, now])
-        return ["ok", self.encode(result), changed, self._globals_changed()]
+        return ["ok", self.encode(result) if same is None else None, changed, self._globals_changed(), same]
 
     def _globals_changed(self) -> list:
         """The program's globals the test holds as values whose value a call changed (``inventory`` after
@@ -182,6 +212,8 @@ class ProgramSide:
             return UNARY[name](target)
         if name in BINARY:
             return BINARY[name](target, *operands)
+        if name == EXIT:
+            return type(target).__exit__(target, None, None, None)
         return TERNARY[name](target, *operands)
 
     @staticmethod

@@ -21,7 +21,8 @@ Decoding is strict: a malformed or over-limit value raises :class:`BadValue` wit
 (:data:`LIMITS`), never anything else, and never runs code of the side that wrote it.
 
 Tags (first item of a JSON list): ``i`` int (hex), ``f`` float (hex), ``c`` complex, ``b`` bytes,
-``ba`` bytearray, ``l`` list, ``t`` tuple, ``nt`` namedtuple, ``it`` an iterator of the test (its items), ``s`` set, ``fs`` frozenset, ``d`` dict, ``r`` range,
+``ba`` bytearray, ``l`` list, ``t`` tuple, ``nt`` namedtuple, ``it`` an iterator of the test (its items),
+``sl`` slice, ``mod``/``std`` a module or a module's object a program's name was imported as, ``s`` set, ``fs`` frozenset, ``d`` dict, ``r`` range,
 ``dq`` deque, ``od`` OrderedDict, ``ct`` Counter, ``dd`` defaultdict, ``dk``/``dv``/``di`` dict
 views, ``fr`` Fraction, ``de`` Decimal, ``date``/``dtm``/``td`` datetime values, ``np``/``nps``/
 ``npo`` numpy array, scalar, object array, ``obj`` a task class instance (an index into the value's
@@ -272,6 +273,8 @@ class Encoder:
         module = getattr(kind, "__module__", "")
         if module == "collections":
             return self._collections(value, kind, depth)
+        if kind is slice:
+            return ["sl", [self._value(part, depth + 1) for part in (value.start, value.stop, value.step)]]
         if kind is range:
             return ["r", [_hex_int(value.start), _hex_int(value.stop), _hex_int(value.step)]]
         if module == "builtins" and kind.__name__ in ("dict_keys", "dict_values", "dict_items"):
@@ -464,6 +467,9 @@ class Decoder:
 
     def tuple_(self, encoded, depth):
         return tuple(self._items(encoded[1], depth))
+
+    def slice_(self, encoded, depth):
+        return slice(*self._items(encoded[1], depth)[:3])
 
     def iterator_(self, encoded, depth):
         return iter(self._items(encoded[1], depth))
@@ -694,7 +700,8 @@ def _dtype_text(text) -> str:
 
 _DECODERS = {
     "i": Decoder.int_, "f": Decoder.float_, "c": Decoder.complex_, "b": Decoder.bytes_, "ba": Decoder.bytearray_,
-    "l": Decoder.list_, "t": Decoder.tuple_, "nt": Decoder.namedtuple_, "it": Decoder.iterator_, "s": Decoder.set_, "fs": Decoder.frozenset_, "d": Decoder.dict_,
+    "l": Decoder.list_, "t": Decoder.tuple_, "nt": Decoder.namedtuple_, "it": Decoder.iterator_,
+    "sl": Decoder.slice_, "mod": Decoder.handle_, "std": Decoder.handle_, "s": Decoder.set_, "fs": Decoder.frozenset_, "d": Decoder.dict_,
     "od": Decoder.ordered_, "ct": Decoder.counter_, "dd": Decoder.defaultdict_, "dq": Decoder.deque_,
     "r": Decoder.range_, "dk": Decoder.view_, "dv": Decoder.view_, "di": Decoder.view_, "fr": Decoder.fraction_,
     "de": Decoder.decimal_, "date": Decoder.datetime_, "dtm": Decoder.datetime_, "td": Decoder.datetime_,

@@ -294,6 +294,22 @@ CORRECT.update({
     "its global read after a call": ("inventory = []\ncount = 0\ndef add_item(x):\n    global count\n"
                                      "    inventory.append(x)\n    count += 1\n",
                                      asserts("add_item('apple')\nassert inventory == ['apple'] and count == 1")),
+    "its frozen dataclasses in a set": (
+        "from dataclasses import dataclass\n@dataclass(frozen=True)\nclass Point:\n    x: int\n    y: int\n"
+        "def neighbors(p):\n    return {Point(p.x + 1, p.y), Point(p.x, p.y + 1)}\n",
+        asserts("assert Point(1, 0) in neighbors(Point(0, 0))", "assert len({Point(1, 2), Point(1, 2)}) == 1")),
+    "its argument returned as such": ("def sort_in_place(xs):\n    xs.sort()\n    return xs\n",
+                                      asserts("a = [2, 1]\nassert sort_in_place(a) is a and a == [1, 2]")),
+    "slices, ~, with and reversed on its objects": (
+        "class Vec:\n    def __init__(self, items):\n        self.items = list(items)\n"
+        "    def __getitem__(self, key):\n        return self.items[key]\n    def __invert__(self):\n"
+        "        return Vec(reversed(self.items))\n    def __reversed__(self):\n        return reversed(self.items)\n"
+        "    def __enter__(self):\n        return self\n    def __exit__(self, *exc):\n        return False\n"
+        "    def __len__(self):\n        return len(self.items)\n",
+        asserts("assert Vec([1, 2, 3])[0:2] == [1, 2]", "assert (~Vec([1, 2]))[0] == 2",
+                "with Vec([5]) as v:\n    assert v[0] == 5", "assert list(reversed(Vec([1, 2]))) == [2, 1]")),
+    "an attribute named like the handle's own": ("class R:\n    _id = 5\n    _type = 't'\ndef f():\n    return R()\n",
+                                                  asserts("assert (f()._id, f()._type) == (5, 't')")),
     "a class the tests drive": (MIN_STACK, {"test_list": [
         "s = MinStack()\ns.push(3)\ns.push(1)\nassert s.getMin() == 1\ns.pop()\nassert (s.top(), s.getMin()) == (3, 3)"],
         "code": MIN_STACK}),
@@ -443,6 +459,29 @@ ATTACKS = {
          "entry_point": "Solution().first",
          "test_imports": ["class Node:\n    def __init__(self, val):\n        self.val = val\n"
                           "    def same_as(self, other):\n        return self.val == other.val\n"]}),
+    # found by a second adversarial review
+    "an unreadable answer where the test expects ValueError": (
+        "def f(x):\n    if x < 0:\n        return [0] * 5_000_000\n    return int(x ** 0.5)\n",
+        {"test": "def check(candidate):\n    assert candidate(4) == 2\n    try:\n        candidate(-1)\n"
+                 "        assert False, 'no error'\n    except ValueError:\n        pass\n", "entry_point": "f"}),
+    "an exception its base cannot rebuild where the test expects TypeError": (
+        "def f(x):\n    if isinstance(x, str):\n        raise ExceptionGroup('x', [KeyError(1)])\n    return x\n",
+        {"test": "def check(candidate):\n    assert candidate(1) == 1\n    try:\n        candidate('a')\n"
+                 "        assert False\n    except TypeError:\n        pass\n", "entry_point": "f"}),
+    "its input returned where a copy is asked for": ("def copy_list(xs):\n    return xs\n", asserts(
+        "a = [1, 2, 3]\nb = copy_list(a)\nassert b == a and b is not a")),
+    "an object that claims every protocol": ("class X:\n    pass\ndef f():\n    return X()\n", asserts(
+        "assert hasattr(f(), '__iter__')", "from collections.abc import Sized\nassert isinstance(f(), Sized)")),
+    "membership decided by its own __contains__": (
+        "class S:\n    def __init__(self):\n        self.items = []\n    def add(self, x):\n"
+        "        self.items.append(x)\n    def __contains__(self, x):\n        return True\n"
+        "    def __iter__(self):\n        return iter(self.items)\n",
+        asserts("s = S()\ns.add(3)\nassert 4 in s")),
+    "numpy patched, no reference": ("import numpy as np\nnp.allclose = lambda *a, **k: True\ndef f():\n"
+                                    "    return [0]\n", asserts("assert np.allclose(f(), [1, 2])")),
+    "a name bound to a loader the test calls": (
+        "import pickle\ndecode = pickle.loads\ndef encode(x):\n    return pickle.dumps(x)\n",
+        asserts("assert decode(encode([1, 2])) == [1, 2]")),
     "an unbounded claimed length": ("class Huge:\n    def __len__(self):\n        return 10 ** 30\n"
                                     "def f():\n    return Huge()\n", asserts("assert len(f()) == 3")),
 }
