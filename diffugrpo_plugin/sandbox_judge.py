@@ -33,7 +33,6 @@ import sandbox_wire as wire
 MESSAGE_CHARS = 500
 VERDICT_KEYS = ("outcome", "detail", "compared", "untrusted", "sizes")
 SIZE_KEYS = ("elements", "depth", "int_hex_digits")  # the largest value of a test, against sandbox_wire.LIMITS
-BATCH_LIMIT = 1024  # items one iteration request may bring back
 PASSED_DUNDERS = ("__name__", "__qualname__", "__doc__", "__module__", "__dict__")
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -110,10 +109,6 @@ def _readable(read):
                          f"malformed answer ({type(error).__name__})") from None
 
 
-# Special methods a program object's type may have; a handle offers exactly those its object's type has, so
-# hasattr(), callable() and the collections.abc checks answer as they would for the object itself.
-CAPABILITIES = ("__iter__", "__next__", "__len__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
-                "__call__", "__reversed__", "__enter__", "__exit__", "__hash__")
 ALLOWED_MODULES = ("numpy",)  # besides the standard library: modules a program's names may come from
 # Modules whose objects a program's name may stand for (``from collections import Counter``): value types
 # and pure functions. Never builtins (pure ones travel as such), os, pickle, subprocess and the like, whose
@@ -183,7 +178,7 @@ class Judging:
         if tag in ("mod", "std"):
             return _module_object(encoded)
         if tag != "h" or len(encoded) != 4 or type(encoded[1]) is not int or type(encoded[2]) is not str \
-                or not wire._is_list(encoded[3]) or not set(map(str, encoded[3])) <= set(CAPABILITIES):
+                or not wire._is_list(encoded[3]) or not set(map(str, encoded[3])) <= set(wire.CAPABILITIES):
             raise wire.BadValue("malformed handle")
         handle = encoded[1]
         if handle not in self.remotes:
@@ -518,7 +513,7 @@ _REMOTE_CLASSES: dict[frozenset, type] = {}
 
 
 def remote_class(capabilities: frozenset) -> type:
-    """The handle class offering exactly ``capabilities`` (see :data:`CAPABILITIES`), made once per set."""
+    """The handle class offering exactly ``capabilities`` (see ``sandbox_wire.CAPABILITIES``), made once per set."""
     if capabilities not in _REMOTE_CLASSES:
         methods = {name: _CAPABILITY_METHODS[name] for name in capabilities}
         _REMOTE_CLASSES[capabilities] = type("Remote", (Remote,), {"__slots__": (), **methods})
@@ -556,7 +551,7 @@ class RemoteIterator:
             items, tail = answer
             return list(items), tail
 
-        self.batch = min(BATCH_LIMIT, self.batch * 2)
+        self.batch = min(wire.BATCH_LIMIT, self.batch * 2)
         (self.buffer, tail), self.position = _readable(read), 0
         if tail == "stop":
             self.end = StopIteration()

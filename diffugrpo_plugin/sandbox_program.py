@@ -16,15 +16,12 @@ import sys
 
 import sandbox_wire as wire
 
-BATCH_LIMIT = 1024
 MESSAGE_CHARS = 500
 MUTABLE_TYPES = (list, dict, set, bytearray, collections.deque)
 
 UNARY = {"repr": repr, "str": str, "len": len, "bool": bool, "iter": iter, "int": int, "float": float,
          "index": operator.index, "neg": operator.neg, "pos": operator.pos, "abs": abs, "invert": operator.invert,
          "hash": hash, "reversed": reversed, "enter": lambda target: type(target).__enter__(target)}
-CAPABILITIES = ("__iter__", "__next__", "__len__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
-                "__call__", "__reversed__", "__enter__", "__exit__")
 BINARY = {
     "getattr": getattr, "delattr": delattr, "getitem": operator.getitem, "delitem": operator.delitem,
     "contains": operator.contains, "format": format, "round": round, "isinstance": isinstance,
@@ -106,9 +103,7 @@ class ProgramSide:
             handle = self.handles[id(value)] = len(self.objects)
             self.objects.append(value)
         kind = type(value)
-        capabilities = [name for name in CAPABILITIES if getattr(kind, name, None) is not None]
-        if getattr(kind, "__hash__", None) is not None:
-            capabilities.append("__hash__")
+        capabilities = [name for name in wire.CAPABILITIES if getattr(kind, name, None) is not None]
         return ["h", handle, kind.__name__, capabilities]
 
     def decode(self, encoded):
@@ -219,7 +214,7 @@ class ProgramSide:
     @staticmethod
     def _next_batch(iterator, count: int) -> list:
         items = []
-        for _ in range(max(1, min(int(count), BATCH_LIMIT))):
+        for _ in range(max(1, min(int(count), wire.BATCH_LIMIT))):
             try:
                 items.append(next(iterator))
             except StopIteration:

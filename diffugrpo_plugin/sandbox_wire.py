@@ -48,6 +48,11 @@ LIMITS = {
 }
 NUMPY_KINDS = "biufcSU?"
 OVER_LIMIT = "ValueOverLimit"  # how the program's side says that its answer could not be encoded within LIMITS
+BATCH_LIMIT = 1024  # items one iteration request may bring back
+# Special methods a program object's type may have; its handle offers exactly those (``__hash__`` when its
+# type is hashable), so hasattr(), callable() and the collections.abc checks answer as for the object.
+CAPABILITIES = ("__iter__", "__next__", "__len__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
+                "__call__", "__reversed__", "__enter__", "__exit__", "__hash__")
 
 
 class BadValue(ValueError):
