@@ -180,6 +180,7 @@ class Judged:
     program_names: frozenset[str] = frozenset()
     entry: str = ""
     free_names: tuple[str, ...] = ()  # the names the test's code reads and never binds
+
     def row(self) -> dict[str, Any]:
         return {"preamble": self.preamble, "helpers": self.helpers, "program_names": sorted(self.program_names),
                 "entry": self.entry}
@@ -210,8 +211,8 @@ class JobResult:
     verdict for a judged test (``outcome`` in :data:`JUDGE_OUTCOMES`, ``detail``, ``compared``: how
     many comparisons the program's own code decided, ``untrusted``: how many of its objects were
     compared with a builtin value, ``sizes``: the largest value it sent, against the wire's limits);
-    None when the judge gave none. Every text field came from the
-    job or from values it sent: shown escaped, never interpreted.
+    None when the judge gave none. Every text field came from the job or from values it sent: shown
+    escaped, never interpreted.
     """
 
     status: str
