@@ -122,7 +122,8 @@ class TestSpec:
                    "entry": self.entry_point}
         tests = [("assert", test) for test in self.asserts] if self.kind == "asserts" else \
             [("check", self.check_source)]
-        tests = [Judged(kind, test, **context, free_names=free_names(test)) for kind, test in tests]
+        tests = [Judged(kind, test, **context, free_names=free_names(test)[0], called_only=free_names(test)[1])
+                 for kind, test in tests]
         return [Job(source, preamble=self.prelude, judged=test) for test in tests]
 
 
@@ -197,17 +198,21 @@ _ENTRY_NODES = (ast.Expression, ast.Name, ast.Attribute, ast.Call, ast.Load)
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
-def free_names(test: str) -> tuple[str, ...]:
+def free_names(test: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The names a test's code reads and never binds (assigned, defined, imported, a parameter or an
-    ``except`` name anywhere in it), sorted: the judge resolves each as the task says (see ``sandbox_judge``)."""
+    ``except`` name anywhere in it), sorted, and those of them it only ever calls: the judge resolves each
+    as the task says (see ``sandbox_judge``)."""
     try:
         tree = parse_python(test)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        return ()
-    read, bound = set(), set()
+        return (), ()
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    read, bound, not_called = set(), set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
             (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            if isinstance(node.ctx, ast.Load) and id(node) not in called:
+                not_called.add(node.id)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             bound.add(node.name)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -216,7 +221,8 @@ def free_names(test: str) -> tuple[str, ...]:
             bound.add(node.arg)
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
-    return tuple(sorted(read - bound))
+    free = read - bound
+    return tuple(sorted(free)), tuple(sorted(free - not_called))
 
 
 def entry_root(entry_point: str) -> str | None:

@@ -180,6 +180,7 @@ class Judged:
     program_names: frozenset[str] = frozenset()
     entry: str = ""
     free_names: tuple[str, ...] = ()  # the names the test's code reads and never binds
+    called_only: tuple[str, ...] = ()  # those of them it only ever calls
 
     def row(self) -> dict[str, Any]:
         return {"preamble": self.preamble, "helpers": self.helpers, "program_names": sorted(self.program_names),
@@ -602,8 +603,8 @@ class Sandbox:
 def judge_spec(jobs: Sequence[Job]) -> dict[str, Any]:
     """What the judge reads: the row's context and each judged test, in the order the jobs run."""
     judged = [job.judged for job in jobs if job.judged is not None]
-    return {**judged[0].row(), "tests": [{"kind": test.kind, "code": test.code, "names": list(test.free_names)}
-                                         for test in judged]}
+    return {**judged[0].row(), "tests": [{"kind": test.kind, "code": test.code, "names": list(test.free_names),
+                                          "called": list(test.called_only)} for test in judged]}
 
 
 @contextlib.contextmanager

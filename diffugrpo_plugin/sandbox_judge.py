@@ -90,6 +90,12 @@ class Unreadable(BaseException):
     :class:`ProgramEnded`: a test's own ``except ValueError`` must never take it for the program's error."""
 
 
+class Unsendable(BaseException):
+    """The test handed the program a value that cannot travel to another process (an open file, a compiled
+    pattern, an object of a class the test defines): the test fails saying so, and no ``except TypeError``
+    in it can take that for the program's error."""
+
+
 class Untrusted(BaseException):
     """The test asked a question only the program's own code could answer about a value of the test
     (membership by its ``__contains__``): not trusted, so the test fails saying so."""
@@ -114,8 +120,8 @@ ALLOWED_MODULES = ("numpy",)  # besides the standard library: modules a program'
 # and pure functions. Never builtins (pure ones travel as such), os, pickle, subprocess and the like, whose
 # functions the test might call on the program's values.
 VALUE_MODULES = ("math", "cmath", "statistics", "itertools", "functools", "operator", "heapq", "bisect",
-                 "collections", "fractions", "decimal", "string", "re", "datetime", "typing", "array", "copy",
-                 "enum", "dataclasses", "numbers", "numpy")
+                 "collections", "fractions", "decimal", "string", "re", "datetime", "array", "copy", "enum",
+                 "numbers", "numpy")
 
 
 class Judging:
@@ -258,7 +264,7 @@ class Judging:
             request = ["call", handle, [self.encode(arg) for arg in args],
                        [[name, self.encode(value)] for name, value in kwargs.items()]]
         except wire.BadValue as error:
-            raise TypeError(f"cannot pass this argument to the program: {error}") from None
+            raise Unsendable(str(error)) from None
         answer = self._request(request)
         if not (wire._is_list(answer, 5) and answer[0] == "ok"):
             return self.answer(answer)
@@ -295,19 +301,24 @@ def _module_object(encoded):
     if not all(type(part) is str for part in encoded[1:]) or len(encoded) != (2 if encoded[0] == "mod" else 3):
         raise wire.BadValue("malformed module reference")
     module_name = encoded[1]
-    allowed = VALUE_MODULES if encoded[0] == "std" else (*sys.stdlib_module_names, *ALLOWED_MODULES)
-    if module_name.split(".")[0] not in allowed or module_name == "builtins" or \
-            not all(part.isidentifier() for part in module_name.split(".")):
-        raise wire.BadValue(f"{'.'.join(encoded[1:])[:80]} is not something the judge takes from a program's names")
+    refused = wire.BadValue(f"{'.'.join(encoded[1:])[:80]} is not something the judge takes from a program's names")
+    if encoded[0] == "mod":
+        if module_name.split(".")[0] not in (*sys.stdlib_module_names, *ALLOWED_MODULES) or \
+                not all(part.isidentifier() for part in module_name.split(".")):
+            raise refused
+    elif module_name not in VALUE_MODULES or not encoded[2].isidentifier() or encoded[2].startswith("_"):
+        raise refused  # one attribute of a value module: no path through it to another module (os, builtins)
     try:
         __import__(module_name)
         value = sys.modules[module_name]
-        for part in (encoded[2].split(".") if encoded[0] == "std" else ()):
-            if not part.isidentifier() or part.startswith("_"):
-                raise wire.BadValue("malformed attribute path")
-            value = getattr(value, part)
+        if encoded[0] == "std":
+            value = getattr(value, encoded[2])
     except (ImportError, AttributeError):
         raise wire.BadValue(f"{'.'.join(encoded[1:])[:80]} is not importable here") from None
+    defined_in = str(getattr(value, "__module__", ""))
+    if encoded[0] == "std" and (isinstance(value, type(sys)) or not (
+            defined_in in (module_name, f"_{module_name}") or defined_in.startswith(f"{module_name}."))):
+        raise refused  # what the module merely re-exports (a module, a builtin such as exec) is not its own
     return value
 
 
@@ -368,7 +379,7 @@ class Remote:
         try:
             encoded = [judging.encode(operand) for operand in operands]
         except wire.BadValue as error:
-            raise TypeError(f"cannot pass this operand to the program: {error}") from None
+            raise Unsendable(str(error)) from None
         return judging.ask(["op", name, _handle(self), encoded])
 
     def __getattr__(self, name: str):
@@ -404,9 +415,10 @@ class Remote:
     def _compare(self, name: str, other):
         judging = _judging(self)
         if not isinstance(other, Remote):
-            if name in ("eq", "ne"):
+            if name in ("eq", "ne"):  # Python's default for objects of unrelated types: identity
                 judging.untrusted += 1
-            return NotImplemented  # Python's default: identity for ==, TypeError for ordering
+                return (name == "ne") != (other is self)
+            raise TypeError(f"'{name}' is not supported between a program object and a {type(other).__name__}")
         judging.compared += 1
         return self._op(name, other)
 
@@ -461,7 +473,7 @@ def _binary(name: str):
         judging = _judging(self)
         if not isinstance(other, Remote):
             judging.untrusted += 1
-            return NotImplemented
+            raise TypeError(f"unsupported operand for {name}: a program object and a {type(other).__name__}")
         judging.compared += 1
         return self._op(name, other)
     forward.__name__ = f"__{name}__"
@@ -491,8 +503,15 @@ def _contains(self, item) -> bool:
 
 
 def _exit(self, *exc_info):
-    return self._op("exit", *(None if value is None or isinstance(value, BaseException) or isinstance(value, type)
-                              else value for value in exc_info))
+    """The program's ``__exit__``, told nothing of an exception in the test's ``with`` body, and never allowed to
+    suppress one: an ``AssertionError`` of the test always goes on."""
+    self._op("exit")
+    return False
+
+
+def _reversed(self):
+    answer = self._op("reversed")
+    return iter(list(RemoteIterator(answer))) if isinstance(answer, Remote) else iter(answer)
 
 
 _CAPABILITY_METHODS = {
@@ -504,7 +523,7 @@ _CAPABILITY_METHODS = {
     "__delitem__": lambda self, key: self._op("delitem", key),
     "__contains__": _contains,
     "__call__": lambda self, *args, **kwargs: _judging(self).call(_handle(self), args, kwargs),
-    "__reversed__": lambda self: iter(list(RemoteIterator(self._op("reversed")))),
+    "__reversed__": _reversed,
     "__enter__": lambda self: self._op("enter"),
     "__exit__": _exit,
     "__hash__": lambda self: _typed(self._op("hash"), int, "__hash__"),
@@ -599,13 +618,15 @@ class Row:
             if name not in self.base and name not in self.program_names:
                 self.base[name] = value
 
-    def namespace(self, judging: Judging, free_names: list[str]) -> dict:
+    def namespace(self, judging: Judging, free_names: list[str], called_only: list[str]) -> dict:
         """The test's globals: the row's own names, then each name the test reads without binding it
-        (``free_names``, found by the harness) as the rule in the module docstring says."""
+        (``free_names``, found by the harness) as the rule in the module docstring says. A name the test only
+        ever calls cannot mean a module: it is the program's (a task's own ``tokenize`` or ``copy``)."""
         namespace = dict(self.base)
         wanted = []
         for name in free_names:
-            if name in self.program_names:
+            if name in self.program_names or (name in called_only and name not in namespace
+                                                and name not in BUILTIN_NAMES):
                 namespace.pop(name, None)
                 wanted.append(name)
             elif name in namespace or name in BUILTIN_NAMES:
@@ -649,7 +670,7 @@ def judge_test(row: Row, test: dict, reading: int, writing: int) -> dict:
 def _run(row: Row, test: dict, judging: Judging) -> tuple[str, str]:
     code = test["code"]
     try:
-        namespace = row.namespace(judging, test["names"])
+        namespace = row.namespace(judging, test["names"], test["called"])
         exec(compile(code, "<test>", "exec"), namespace)  # noqa: S102 - the test's own code, run here
         if test["kind"] == "check":
             namespace["check"](judging.ask(["entry", row.entry]))
@@ -659,6 +680,8 @@ def _run(row: Row, test: dict, judging: Judging) -> tuple[str, str]:
         return "failed", f"the program's answer could not be read: {error}"
     except Untrusted as error:
         return "failed", str(error)
+    except Unsendable as error:
+        return "failed", f"the test handed the program a value that cannot be sent to it: {error}"
     except AssertionError as error:
         if isinstance(error, FromProgram):
             return "failed", f"the program raised AssertionError: {_text(error)}"

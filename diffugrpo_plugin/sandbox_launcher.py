@@ -358,6 +358,7 @@ def start_judge(payload: dict, served: list[int], libc) -> dict:
             if payload["drop_to"] is None:
                 libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
             _isolate(payload, spec["limits"], spec["cpu_s"], spec.get("drop_to"), libc)
+            os.chdir("/")  # not the jobs' work dir: nothing the judge might write is left for a later test's program
             sandbox_judge.main(4, [(5 + 2 * n, 6 + 2 * n) for n in range(len(ends))], 3)
         except BaseException:  # noqa: BLE001 - a broken judge gives no verdicts; the tests then fail
             pass

@@ -48,10 +48,9 @@ def imported_as(value) -> list | None:
     if type(module) is not str or type(qualname) is not str or module in ("__main__", "solution", "builtins") \
             or module.split(".")[0] not in (*sys.stdlib_module_names, "numpy"):
         return None
-    found = sys.modules.get(module)
-    for part in qualname.split("."):
-        found = getattr(found, part, None)
-    return ["std", module, qualname] if found is value else None
+    if "." in qualname or not qualname.isidentifier():
+        return None
+    return ["std", module, qualname] if getattr(sys.modules.get(module), qualname, None) is value else None
 
 
 def builtin_base(cls: type) -> str:
@@ -208,7 +207,7 @@ class ProgramSide:
         if name in BINARY:
             return BINARY[name](target, *operands)
         if name == EXIT:
-            return type(target).__exit__(target, None, None, None)
+            return bool(type(target).__exit__(target, None, None, None))
         return TERNARY[name](target, *operands)
 
     @staticmethod

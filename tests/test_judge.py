@@ -310,6 +310,17 @@ CORRECT.update({
                 "with Vec([5]) as v:\n    assert v[0] == 5", "assert list(reversed(Vec([1, 2]))) == [2, 1]")),
     "an attribute named like the handle's own": ("class R:\n    _id = 5\n    _type = 't'\ndef f():\n    return R()\n",
                                                   asserts("assert (f()._id, f()._type) == (5, 't')")),
+    "multiprocessing.Pool inside the tested function": (
+        "from multiprocessing import Pool\ndef sq(x):\n    return x * x\ndef squares(xs):\n    with Pool(2) as pool:\n"
+        "        return pool.map(sq, xs)\n", asserts("assert squares([1, 2, 3]) == [1, 4, 9]")),
+    "functions named like standard modules, no reference": (
+        "def tokenize(s):\n    return s.split()\ndef copy(xs):\n    return list(xs)\n",
+        asserts("assert tokenize('a b') == ['a', 'b']", "assert copy((1,)) == [1]")),
+    "an exception in a with body reaches the test": (
+        "class Timer:\n    def __enter__(self):\n        return self\n    def __exit__(self, *exc):\n        return False\n",
+        asserts("try:\n    with Timer():\n        raise KeyError('k')\nexcept KeyError:\n    pass")),
+    "__reversed__ returning a list": ("class V:\n    def __reversed__(self):\n        return [3, 2, 1]\ndef f():\n"
+                                      "    return V()\n", asserts("assert list(reversed(f())) == [3, 2, 1]")),
     "a class the tests drive": (MIN_STACK, {"test_list": [
         "s = MinStack()\ns.push(3)\ns.push(1)\nassert s.getMin() == 1\ns.pop()\nassert (s.top(), s.getMin()) == (3, 3)"],
         "code": MIN_STACK}),
@@ -383,6 +394,18 @@ sys.modules['sandbox_judge']._verdict = lambda o, d, j: {"outcome": "passed", "d
 def encode(s):
     return CODE
 decode = exec
+'''
+
+
+EXEC_THROUGH_A_MODULE = '''import dataclasses, types
+CODE = 'import sys\\nsys.modules["sandbox_judge"]._verdict = lambda o, d, j: {"outcome": "passed", "detail": "", "compared": 0, "untrusted": 0, "sizes": {"elements": 0, "depth": 0, "int_hex_digits": 0}}'
+def decode(s):
+    return None
+decode.__module__ = 'dataclasses'
+decode.__qualname__ = 'builtins.exec'
+dataclasses.builtins = types.SimpleNamespace(exec=decode)
+def encode(s):
+    return CODE
 '''
 
 
@@ -482,6 +505,16 @@ ATTACKS = {
     "a name bound to a loader the test calls": (
         "import pickle\ndecode = pickle.loads\ndef encode(x):\n    return pickle.dumps(x)\n",
         asserts("assert decode(encode([1, 2])) == [1, 2]")),
+    # found by a third adversarial review
+    "exec reached through a module's attribute path": (EXEC_THROUGH_A_MODULE, asserts(
+        "assert decode(encode('hello')) == 'hello'", "assert encode('abc') == 'nop'", "assert encode('x') == 'y'")),
+    "an argument that cannot travel where the test expects TypeError": ("def add(a, b):\n    return 0\n", asserts(
+        "try:\n    add(object(), 1)\n    assert False\nexcept TypeError:\n    pass")),
+    "__eq__ called by name": ("class W:\n    pass\ndef f(x):\n    return W()\n", asserts("assert f(2).__eq__(4)")),
+    "an __exit__ that swallows the test's assertion": (
+        "class R:\n    value = 0\n    def __enter__(self):\n        return self\n    def __exit__(self, *exc):\n"
+        "        return True\ndef open_resource():\n    return R()\n",
+        asserts("with open_resource() as r:\n    assert r.value == 42")),
     "an unbounded claimed length": ("class Huge:\n    def __len__(self):\n        return 10 ** 30\n"
                                     "def f():\n    return Huge()\n", asserts("assert len(f()) == 3")),
 }
