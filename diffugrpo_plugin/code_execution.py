@@ -88,10 +88,11 @@ class TestSpec:
 
     ``prelude`` is the task's preamble (imports, ``ListNode`` helpers), run before the program and on the
     judge's side; ``setup`` runs after the program (MBPP's ``test_setup_code`` builds objects from the
-    program's classes); ``helpers`` is task code run on the judge's side only: the reference solution
-    for a check (the helpers it uses, HumanEval/38's ``encode_cyclic``), the reference's imports for
-    asserts (a test's ``deque`` or ``np``); ``program_names`` are the names a test uses that mean the
-    program's objects even where a builtin has the name (MBPP 126's ``sum``).
+    program's classes); ``helpers`` is the task's reference code, run on the judge's side for its imports,
+    constants and the helpers a check uses (a test's ``deque``, ``np`` or ``MOD``, HumanEval/38's
+    ``encode_cyclic``); ``program_names`` are the names a test uses that mean the program's objects even
+    where a builtin has the name (MBPP 126's ``sum``), and ``assigned`` the reference's names bound by
+    assignment (the program's too where the reference binds a function so).
     """
 
     __test__ = False
@@ -105,6 +106,7 @@ class TestSpec:
     setup: str = ""
     helpers: str = ""
     program_names: frozenset[str] = frozenset()
+    assigned: frozenset[str] = frozenset()
 
     def __len__(self) -> int:
         if self.kind == "asserts":
@@ -119,7 +121,7 @@ class TestSpec:
         if self.kind == "stdio":
             return [Job(source, stdin=stdin, preamble=self.prelude) for stdin, _ in self.stdio]
         context = {"preamble": self.prelude, "helpers": self.helpers, "program_names": self.program_names,
-                   "entry": self.entry_point}
+                   "assigned": self.assigned, "entry": self.entry_point}
         tests = [("assert", test) for test in self.asserts] if self.kind == "asserts" else \
             [("check", self.check_source)]
         tests = [Judged(kind, test, **context, free_names=free_names(test)[0], called_only=free_names(test)[1])
@@ -239,24 +241,17 @@ def entry_root(entry_point: str) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
-def defined_names(source: str) -> frozenset[str]:
-    """The names ``source`` defines at its top level by ``def``, ``class`` or assignment (not imports: those
-    are :func:`imports_of`, run on the judge's side)."""
-    names = set()
+def defined_names(source: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The names ``source`` defines at its top level: by ``def`` or ``class`` (what a task asks the program to
+    write), and by assignment (constants such as ``MOD``, run in the judge, unless the value is a function)."""
+    defined, assigned = set(), set()
     for node in _top_level(source):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
+            defined.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            names.update(n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name))
-    return frozenset(names)
-
-
-def imports_of(source: str) -> str:
-    """The top-level imports of the task's reference code: a test's ``deque``, ``np`` or ``inf`` means what the
-    task's own code imports, run by the judge, never what the program binds to that name."""
-    return "\n".join(ast.unparse(node) for node in _top_level(source) if isinstance(node, (ast.Import, ast.ImportFrom))
-                     and not (isinstance(node, ast.ImportFrom) and node.level))
+            assigned.update(n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name))
+    return frozenset(defined), frozenset(assigned - defined)
 
 
 def _top_level(source: str) -> list[ast.stmt]:
@@ -300,8 +295,9 @@ def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
             spec = _list_tests(_as_list(row[column], column), column, prelude, setup)
             if spec is not None and spec.kind == "asserts":
                 reference = reference_from_row(row) or ""
-                spec = TestSpec(**{**spec.__dict__, "program_names": defined_names(reference) | defined_names(setup),
-                                   "helpers": imports_of(reference)})
+                (defined, assigned), (set_up, set_up_assigned) = defined_names(reference), defined_names(setup)
+                spec = TestSpec(**{**spec.__dict__, "program_names": defined | set_up | set_up_assigned,
+                                   "assigned": assigned, "helpers": reference})
             return spec
     if row.get("inputs") is not None or row.get("outputs") is not None:
         return _stdio_tests(row, prelude)

@@ -135,6 +135,7 @@ class Judging:
         self.iterators: dict[int, RemoteIterator] = {}  # one per program iterator: its prefetched items stay
         self.namespace: dict = {}  # the test's globals, once made
         self.program_globals: set[str] = set()  # the names in it that are the program's
+        self.failed_callbacks: list[AssertionError] = []
         self.compared = 0
         self.untrusted = 0
         self.sizes = dict.fromkeys(SIZE_KEYS, 0)
@@ -150,10 +151,14 @@ class Judging:
             raise wire.BadValue("an exception class of the program is not sent back")
         if hasattr(type(value), "__next__") and hasattr(type(value), "__iter__"):
             return self._value_of_iterator(value)
-        if callable(value):
+        if isinstance(value, type) and value.__name__ in wire.BUILTIN_EXCEPTIONS \
+                and getattr(builtins, value.__name__) is value:
+            return ["bi", value.__name__]
+        if _test_function(value):
             self.callbacks.append(value)
             return ["cb", len(self.callbacks) - 1]
-        raise wire.BadValue(f"a {type(value).__name__} of the test cannot be sent to the program")
+        raise wire.BadValue(f"a {type(value).__name__} of the test cannot be sent to the program (only its own "
+                            f"functions and values travel)")
 
     def _value_of_iterator(self, iterator):
         """An iterator of the test (a generator expression as an argument) travels as the items it yields."""
@@ -170,12 +175,19 @@ class Judging:
             self.iterators[handle] = RemoteIterator(remote)
         return self.iterators[handle]
 
-    def decode(self, encoded):
-        decoder = wire.Decoder(self.task_classes, self._remote)
+    def decode(self, encoded, names: bool = False):
+        """A value the program sent. ``names``: an answer to the names request, the only one where a module
+        or a module's object (``["mod", ...]``, ``["std", ...]``) may stand for what the program imported."""
+        decoder = wire.Decoder(self.task_classes, self._remote if names else self._remote_value)
         value = decoder.decode(encoded)
         for key in SIZE_KEYS:
             self.sizes[key] = max(self.sizes[key], getattr(decoder, key))
         return value
+
+    def _remote_value(self, encoded):
+        if encoded[0] in ("mod", "std"):
+            raise wire.BadValue("a module travels only as what a program's name was imported as")
+        return self._remote(encoded)
 
     def _remote(self, encoded):
         tag = encoded[0]
@@ -234,7 +246,7 @@ class Judging:
             found = {}
             for name, encoded in answer[1]:
                 if type(name) is str and name in wanted:
-                    found[name] = self.decode(encoded)
+                    found[name] = self.decode(encoded, names=True)
             return found
 
         return _readable(read)
@@ -254,6 +266,8 @@ class Judging:
                 kwargs[pair[0]] = self.decode(pair[1])
             return ["ok", self.encode(self.callbacks[request[1]](*args, **kwargs))]
         except Exception as error:  # noqa: BLE001 - the test's callable failed: the program sees the exception
+            if isinstance(error, AssertionError) and not isinstance(error, FromProgram):
+                self.failed_callbacks.append(error)  # an assertion of the test fails the test, caught or not
             return ["raise", type(error).__name__, _text(error)]
 
     def call(self, handle: int, args: tuple, kwargs: dict):
@@ -293,6 +307,17 @@ class Judging:
             _update_in_place(current, value)  # the test may hold it under another name too
         else:
             self.namespace[name] = value
+
+
+TEST_FILES = ("<test>", "<preamble>", "<task>")
+
+
+def _test_function(value) -> bool:
+    """A function (or lambda, or bound method of a task object) the test, the preamble or the task's code
+    defines: the only callables the program may call back. Never a judge object a program value led to."""
+    function = getattr(value, "__func__", value)
+    code = getattr(function, "__code__", None) if type(function).__name__ == "function" else None
+    return code is not None and code.co_filename in TEST_FILES
 
 
 def _module_object(encoded):
@@ -597,7 +622,8 @@ class Row:
 
     def __init__(self, spec: dict):
         self.base = {"__name__": "__test__", "__builtins__": builtins}
-        self.program_names = frozenset(spec.get("program_names") or ())
+        self.program_names = set(spec.get("program_names") or ())
+        self.assigned = frozenset(spec.get("assigned") or ())
         self.entry = spec.get("entry") or ""
         exec(compile(spec.get("preamble") or "", "<preamble>", "exec"), self.base)  # noqa: S102 - the task's code
         self.task_classes = {name: value for name, value in self.base.items()
@@ -607,15 +633,18 @@ class Row:
             self._helpers(helpers)
 
     def _helpers(self, helpers: str) -> None:
-        """The task's reference code run here for the helpers a check uses (HumanEval/38's ``encode_cyclic``);
-        the entry point itself is always the program's."""
+        """The task's reference code run here: its imports, constants and the helpers a check uses (HumanEval/38's
+        ``encode_cyclic``, MBPP's ``MOD``) are the judge's own. What the task asks the program to write (its
+        functions and classes, the entry point, a function it binds by assignment) is always the program's."""
         namespace = dict(self.base)
         try:
             exec(compile(helpers, "<task>", "exec"), namespace)  # noqa: S102 - the task's own code
         except Exception:  # noqa: BLE001 - a reference that fails to load offers no helpers
             pass
         for name, value in namespace.items():
-            if name not in self.base and name not in self.program_names:
+            if name in self.assigned and callable(value) and not isinstance(value, type(sys)):
+                self.program_names.add(name)  # `add = lambda a, b: a + b` is the task's function
+            elif name not in self.base and name not in self.program_names:
                 self.base[name] = value
 
     def namespace(self, judging: Judging, free_names: list[str], called_only: list[str]) -> dict:
@@ -674,6 +703,8 @@ def _run(row: Row, test: dict, judging: Judging) -> tuple[str, str]:
         exec(compile(code, "<test>", "exec"), namespace)  # noqa: S102 - the test's own code, run here
         if test["kind"] == "check":
             namespace["check"](judging.ask(["entry", row.entry]))
+        if judging.failed_callbacks:
+            raise judging.failed_callbacks[0]
     except ProgramEnded:
         return "ended", "the program's process ended during the test"
     except Unreadable as error:

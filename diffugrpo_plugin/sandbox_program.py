@@ -106,7 +106,7 @@ class ProgramSide:
         return ["h", handle, kind.__name__, capabilities]
 
     def decode(self, encoded):
-        return wire.Decoder(self.task_classes, self._resolve).decode(encoded)
+        return wire.Decoder(self.task_classes, self._resolve, wire.PURE_BUILTINS | wire.BUILTIN_EXCEPTIONS).decode(encoded)
 
     def _resolve(self, encoded):
         index = encoded[1] if len(encoded) >= 2 else None

@@ -321,6 +321,11 @@ CORRECT.update({
         asserts("try:\n    with Timer():\n        raise KeyError('k')\nexcept KeyError:\n    pass")),
     "__reversed__ returning a list": ("class V:\n    def __reversed__(self):\n        return [3, 2, 1]\ndef f():\n"
                                       "    return V()\n", asserts("assert list(reversed(f())) == [3, 2, 1]")),
+    "a task function bound by assignment": ("add = lambda a, b: a + b\n", {"test_list": ["assert add(2, 3) == 5"],
+                                                                          "code": "add = lambda a, b: a + b\n"}),
+    "a builtin exception class handed to the program": (
+        "def raises(function, error):\n    try:\n        function()\n    except error:\n        return True\n"
+        "    return False\n", asserts("def boom():\n    raise KeyError('k')\nassert raises(boom, KeyError)")),
     "a class the tests drive": (MIN_STACK, {"test_list": [
         "s = MinStack()\ns.push(3)\ns.push(1)\nassert s.getMin() == 1\ns.pop()\nassert (s.top(), s.getMin()) == (3, 3)"],
         "code": MIN_STACK}),
@@ -407,6 +412,24 @@ dataclasses.builtins = types.SimpleNamespace(exec=decode)
 def encode(s):
     return CODE
 '''
+
+
+METHODCALLER = """import sys, operator, builtins
+_sp = sys.modules['sandbox_program']
+_orig = _sp.ProgramSide.encode
+def _enc(self, value):
+    if value is operator.methodcaller:
+        return ["std", "operator", "methodcaller"]
+    if isinstance(value, type(sys)):
+        return ["mod", value.__name__]
+    return _orig(self, value)
+_sp.ProgramSide.encode = _enc
+CODE = 'import sys\\nsys.modules["sandbox_judge"]._verdict = lambda o, d, j: {"outcome": "passed", "detail": "", "compared": 0, "untrusted": 0, "sizes": {"elements": 0, "depth": 0, "int_hex_digits": 0}}'
+def encode(s):
+    return operator.methodcaller
+def decode(mc):
+    mc("exec", CODE)(builtins)
+"""
 
 
 ATTACKS = {
@@ -515,6 +538,20 @@ ATTACKS = {
         "class R:\n    value = 0\n    def __enter__(self):\n        return self\n    def __exit__(self, *exc):\n"
         "        return True\ndef open_resource():\n    return R()\n",
         asserts("with open_resource() as r:\n    assert r.value == 42")),
+    # found by a fourth adversarial review
+    "a judge callable handed back and called with exec": (METHODCALLER, asserts(
+        "assert decode(encode('hello')) == 'hello'", "assert encode('abc') == 'nop'", "assert encode('x') == 'y'")),
+    "its exception name bound to AssertionError": (
+        "InsufficientFunds = AssertionError\ndef withdraw(x):\n    return 0\n",
+        {"test_list": ["try:\n    withdraw(5)\n    assert False\nexcept InsufficientFunds:\n    pass"],
+         "code": "class InsufficientFunds(Exception):\n    pass\ndef withdraw(x):\n    raise InsufficientFunds(x)\n"}),
+    "the reference's constant redefined": (
+        "MOD = 1\ndef count_ways(n):\n    return 0\n",
+        {"test_list": ["assert count_ways(100) == 573147844013817084101 % MOD"],
+         "code": "MOD = 10 ** 9 + 7\ndef count_ways(n):\n    return 573147844013817084101 % MOD\n"}),
+    "an assertion of the test's callback swallowed": (
+        "def visit(xs, callback):\n    for x in xs:\n        try:\n            callback(x)\n        except AssertionError:\n"
+        "            pass\n", asserts("def must_be_even(x):\n    assert x % 2 == 0\nvisit([1, 3], must_be_even)")),
     "an unbounded claimed length": ("class Huge:\n    def __len__(self):\n        return 10 ** 30\n"
                                     "def f():\n    return Huge()\n", asserts("assert len(f()) == 3")),
 }
