@@ -88,11 +88,11 @@ class TestSpec:
 
     ``prelude`` is the task's preamble (imports, ``ListNode`` helpers), run before the program and on the
     judge's side; ``setup`` runs after the program (MBPP's ``test_setup_code`` builds objects from the
-    program's classes); ``helpers`` is the task's reference code, run on the judge's side for its imports,
-    constants and the helpers a check uses (a test's ``deque``, ``np`` or ``MOD``, HumanEval/38's
-    ``encode_cyclic``); ``program_names`` are the names a test uses that mean the program's objects even
-    where a builtin has the name (MBPP 126's ``sum``), and ``assigned`` the reference's names bound by
-    assignment (the program's too where the reference binds a function so).
+    program's classes); ``helpers`` is the task's reference code for a check, run on the judge's side for the
+    helpers the check uses (HumanEval/38's ``encode_cyclic``); ``program_names`` are the names a test uses
+    that mean the program's objects even where a builtin has the name (for asserts: everything the reference
+    binds, MBPP 126's own ``sum``); ``has_reference``: whether the row says which names are the task's (without
+    one, a builtin name the program redefines must pass both ways, see ``sandbox_judge``).
     """
 
     __test__ = False
@@ -106,7 +106,7 @@ class TestSpec:
     setup: str = ""
     helpers: str = ""
     program_names: frozenset[str] = frozenset()
-    assigned: frozenset[str] = frozenset()
+    has_reference: bool = True
 
     def __len__(self) -> int:
         if self.kind == "asserts":
@@ -121,7 +121,7 @@ class TestSpec:
         if self.kind == "stdio":
             return [Job(source, stdin=stdin, preamble=self.prelude) for stdin, _ in self.stdio]
         context = {"preamble": self.prelude, "helpers": self.helpers, "program_names": self.program_names,
-                   "assigned": self.assigned, "entry": self.entry_point}
+                   "has_reference": self.has_reference, "entry": self.entry_point}
         tests = [("assert", test) for test in self.asserts] if self.kind == "asserts" else \
             [("check", self.check_source)]
         tests = [Judged(kind, test, **context, free_names=free_names(test)[0], called_only=free_names(test)[1])
@@ -241,17 +241,28 @@ def entry_root(entry_point: str) -> str | None:
     return names[0] if len(names) == 1 else None
 
 
-def defined_names(source: str) -> tuple[frozenset[str], frozenset[str]]:
-    """The names ``source`` defines at its top level: by ``def`` or ``class`` (what a task asks the program to
-    write), and by assignment (constants such as ``MOD``, run in the judge, unless the value is a function)."""
-    defined, assigned = set(), set()
-    for node in _top_level(source):
+def defined_names(source: str) -> frozenset[str]:
+    """Every name ``source`` binds at module level, as Python would see it after running it: ``def``, ``class``,
+    assignments, imports, and the same inside module-level ``if``/``try``/``for``/``while``/``with`` blocks.
+    In an assert test these are the program's: the task asks the program for them."""
+    names = set()
+    pending = list(_top_level(source))
+    while pending:
+        node = pending.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            defined.add(node.name)
-        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            assigned.update(n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name))
-    return frozenset(defined), frozenset(assigned - defined)
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name != "*")
+            continue
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                names.add(child.id)
+            elif isinstance(child, ast.ExceptHandler) and child.name:
+                names.add(child.name)
+            elif not isinstance(child, (ast.Lambda, ast.expr_context)):
+                pending.append(child)
+    return frozenset(names)
 
 
 def _top_level(source: str) -> list[ast.stmt]:
@@ -267,8 +278,10 @@ def _check_tests(row: Mapping[str, Any], prelude: str, setup: str) -> TestSpec:
     if root is None:
         raise ValueError(f"column 'test' (HumanEval / LeetCodeDataset style) needs an 'entry_point' naming the "
                          f"function (e.g. 'has_close_elements' or 'Solution().twoSum'), got {entry_point!r}")
+    reference = reference_from_row(row)
     return TestSpec(kind="check", check_source=str(row["test"]), entry_point=entry_point, prelude=prelude,
-                    setup=setup, helpers=reference_from_row(row) or "", program_names=frozenset({root}))
+                    setup=setup, helpers=reference or "", program_names=frozenset({root}),
+                    has_reference=reference is not None)
 
 
 def _stdio_tests(row: Mapping[str, Any], prelude: str) -> TestSpec | None:
@@ -294,10 +307,9 @@ def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
         if row.get(column) is not None:
             spec = _list_tests(_as_list(row[column], column), column, prelude, setup)
             if spec is not None and spec.kind == "asserts":
-                reference = reference_from_row(row) or ""
-                (defined, assigned), (set_up, set_up_assigned) = defined_names(reference), defined_names(setup)
-                spec = TestSpec(**{**spec.__dict__, "program_names": defined | set_up | set_up_assigned,
-                                   "assigned": assigned, "helpers": reference})
+                reference = reference_from_row(row)
+                spec = TestSpec(**{**spec.__dict__, "has_reference": reference is not None,
+                                   "program_names": defined_names(reference or "") | defined_names(setup)})
             return spec
     if row.get("inputs") is not None or row.get("outputs") is not None:
         return _stdio_tests(row, prelude)

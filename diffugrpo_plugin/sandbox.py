@@ -178,14 +178,14 @@ class Judged:
     preamble: str = ""
     helpers: str = ""
     program_names: frozenset[str] = frozenset()
-    assigned: frozenset[str] = frozenset()  # names the task's code binds by assignment (its callables: the program's)
+    has_reference: bool = True  # whether the task's code says which names are its own
     entry: str = ""
     free_names: tuple[str, ...] = ()  # the names the test's code reads and never binds
     called_only: tuple[str, ...] = ()  # those of them it only ever calls
 
     def row(self) -> dict[str, Any]:
         return {"preamble": self.preamble, "helpers": self.helpers, "program_names": sorted(self.program_names),
-                "assigned": sorted(self.assigned), "entry": self.entry}
+                "has_reference": self.has_reference, "entry": self.entry}
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,7 @@ class Judging:
         self.namespace: dict = {}  # the test's globals, once made
         self.program_globals: set[str] = set()  # the names in it that are the program's
         self.failed_callbacks: list[AssertionError] = []
+        self.ambiguous: set[str] = set()  # builtin names the program redefines, in a row without a reference
         self.compared = 0
         self.untrusted = 0
         self.sizes = dict.fromkeys(SIZE_KEYS, 0)
@@ -622,8 +623,8 @@ class Row:
 
     def __init__(self, spec: dict):
         self.base = {"__name__": "__test__", "__builtins__": builtins}
-        self.program_names = set(spec.get("program_names") or ())
-        self.assigned = frozenset(spec.get("assigned") or ())
+        self.program_names = frozenset(spec.get("program_names") or ())
+        self.has_reference = bool(spec.get("has_reference", True))
         self.entry = spec.get("entry") or ""
         exec(compile(spec.get("preamble") or "", "<preamble>", "exec"), self.base)  # noqa: S102 - the task's code
         self.task_classes = {name: value for name, value in self.base.items()
@@ -633,31 +634,34 @@ class Row:
             self._helpers(helpers)
 
     def _helpers(self, helpers: str) -> None:
-        """The task's reference code run here: its imports, constants and the helpers a check uses (HumanEval/38's
-        ``encode_cyclic``, MBPP's ``MOD``) are the judge's own. What the task asks the program to write (its
-        functions and classes, the entry point, a function it binds by assignment) is always the program's."""
+        """A check's reference code run here for the helpers the check uses (HumanEval/38's ``encode_cyclic``);
+        the entry point itself is always the program's."""
         namespace = dict(self.base)
         try:
             exec(compile(helpers, "<task>", "exec"), namespace)  # noqa: S102 - the task's own code
         except Exception:  # noqa: BLE001 - a reference that fails to load offers no helpers
             pass
         for name, value in namespace.items():
-            if name in self.assigned and callable(value) and not isinstance(value, type(sys)):
-                self.program_names.add(name)  # `add = lambda a, b: a + b` is the task's function
-            elif name not in self.base and name not in self.program_names:
+            if name not in self.base and name not in self.program_names:
                 self.base[name] = value
 
-    def namespace(self, judging: Judging, free_names: list[str], called_only: list[str]) -> dict:
+    def namespace(self, judging: Judging, free_names: list[str], called_only: list[str],
+                  programs_builtins: bool = False) -> dict:
         """The test's globals: the row's own names, then each name the test reads without binding it
         (``free_names``, found by the harness) as the rule in the module docstring says. A name the test only
-        ever calls cannot mean a module: it is the program's (a task's own ``tokenize`` or ``copy``)."""
+        ever calls cannot mean a module: it is the program's (a task's own ``tokenize`` or ``copy``). In a row
+        without a reference, a builtin name the program redefines is ambiguous (a task's own ``max``, or a
+        forged ``abs``): it is noted in ``judging.ambiguous``, and bound to the program's object only with
+        ``programs_builtins`` (the test must pass both ways)."""
         namespace = dict(self.base)
-        wanted = []
+        wanted, builtin_named = [], []
         for name in free_names:
             if name in self.program_names or (name in called_only and name not in namespace
                                                 and name not in BUILTIN_NAMES):
                 namespace.pop(name, None)
                 wanted.append(name)
+            elif name in BUILTIN_NAMES and name not in namespace and not self.has_reference:
+                builtin_named.append(name)
             elif name in namespace or name in BUILTIN_NAMES:
                 continue
             else:
@@ -666,12 +670,17 @@ class Row:
                     namespace[name] = module
                 else:
                     wanted.append(name)
-        if wanted:
-            found = judging.names(wanted)
+        if wanted or builtin_named:
+            found = judging.names(wanted + builtin_named)
             for name in wanted:
                 if name in found:
                     namespace[name] = found[name]
                     judging.program_globals.add(name)
+            for name in builtin_named:
+                if name in found and found[name] is not getattr(builtins, name):
+                    judging.ambiguous.add(name)
+                    if programs_builtins:
+                        namespace[name] = found[name]
         judging.namespace = namespace
         return namespace
 
@@ -697,9 +706,23 @@ def judge_test(row: Row, test: dict, reading: int, writing: int) -> dict:
 
 
 def _run(row: Row, test: dict, judging: Judging) -> tuple[str, str]:
+    """The test's verdict; where a builtin name is ambiguous (see :meth:`Row.namespace`), it must pass with
+    Python's builtin and again with the program's own object."""
+    outcome, detail = _attempt(row, test, judging, programs_builtins=False)
+    if outcome != "passed" or not judging.ambiguous:
+        return outcome, detail
+    outcome, detail = _attempt(row, test, judging, programs_builtins=True)
+    if outcome == "passed":
+        return outcome, detail
+    names = ", ".join(sorted(judging.ambiguous))
+    return outcome, (f"{detail} (with the program's own {names}; without a reference solution a test that uses a "
+                     f"builtin the program redefines must pass both with the builtin and with the program's)")
+
+
+def _attempt(row: Row, test: dict, judging: Judging, programs_builtins: bool) -> tuple[str, str]:
     code = test["code"]
     try:
-        namespace = row.namespace(judging, test["names"], test["called"])
+        namespace = row.namespace(judging, test["names"], test["called"], programs_builtins)
         exec(compile(code, "<test>", "exec"), namespace)  # noqa: S102 - the test's own code, run here
         if test["kind"] == "check":
             namespace["check"](judging.ask(["entry", row.entry]))

@@ -58,7 +58,7 @@ def test_extract_rejects_unknown_block_choice():
 
 def test_asserts_from_test_cases_and_mbpp_columns():
     spec = spec_of({"test_cases": ["assert f(1) == 1", "assert f(2) == 2"]})
-    assert spec == TestSpec(kind="asserts", asserts=("assert f(1) == 1", "assert f(2) == 2"))
+    assert spec == TestSpec(kind="asserts", asserts=("assert f(1) == 1", "assert f(2) == 2"), has_reference=False)
     mbpp = spec_of({"test_list": '["assert g() == 0"]', "test_setup_code": "x = 1", "test_imports": ["import math"]})
     assert (mbpp.kind, mbpp.asserts, mbpp.setup, mbpp.prelude) == ("asserts", ("assert g() == 0",), "x = 1",
                                                                     "import math")

@@ -326,6 +326,8 @@ CORRECT.update({
     "a builtin exception class handed to the program": (
         "def raises(function, error):\n    try:\n        function()\n    except error:\n        return True\n"
         "    return False\n", asserts("def boom():\n    raise KeyError('k')\nassert raises(boom, KeyError)")),
+    "its own max, no reference": ("def max(xs):\n    best = xs[0]\n    for x in xs:\n        if x > best:\n"
+                                  "            best = x\n    return best\n", asserts("assert max([1, 5, 3]) == 5")),
     "a class the tests drive": (MIN_STACK, {"test_list": [
         "s = MinStack()\ns.push(3)\ns.push(1)\nassert s.getMin() == 1\ns.pop()\nassert (s.top(), s.getMin()) == (3, 3)"],
         "code": MIN_STACK}),
@@ -485,10 +487,6 @@ ATTACKS = {
                             "entry_point": "mean_absolute_deviation"}),
     "an object that contains everything": ("class All:\n    def __contains__(self, item):\n        return True\n"
                                            "def f(n):\n    return All()\n", asserts("assert 7 in f(2)")),
-    "a name the test imports, bound by the program": (
-        "deque = lambda *args: 0\ndef f():\n    return 0\n",
-        {"test_list": ["assert f() == deque([1, 2])"], "code": "from collections import deque\ndef f():\n"
-                                                             "    return deque([1, 2])\n"}),
     "numpy patched by the program": (
         "import numpy as np\nnp.array_equal = lambda *a, **k: True\ndef f(n):\n    return [0]\n",
         {"test_list": ["assert np.array_equal(f(3), np.array([0, 2, 4]))"],
@@ -545,13 +543,21 @@ ATTACKS = {
         "InsufficientFunds = AssertionError\ndef withdraw(x):\n    return 0\n",
         {"test_list": ["try:\n    withdraw(5)\n    assert False\nexcept InsufficientFunds:\n    pass"],
          "code": "class InsufficientFunds(Exception):\n    pass\ndef withdraw(x):\n    raise InsufficientFunds(x)\n"}),
-    "the reference's constant redefined": (
-        "MOD = 1\ndef count_ways(n):\n    return 0\n",
-        {"test_list": ["assert count_ways(100) == 573147844013817084101 % MOD"],
-         "code": "MOD = 10 ** 9 + 7\ndef count_ways(n):\n    return 573147844013817084101 % MOD\n"}),
     "an assertion of the test's callback swallowed": (
         "def visit(xs, callback):\n    for x in xs:\n        try:\n            callback(x)\n        except AssertionError:\n"
         "            pass\n", asserts("def must_be_even(x):\n    assert x % 2 == 0\nvisit([1, 3], must_be_even)")),
+    # found by a fifth adversarial review
+    "an empty program where the reference's constant is the answer": (
+        "x = 0\n", {"test_list": ["assert capitals['France'] == 'Paris'"], "code": "capitals = {'France': 'Paris'}\n"}),
+    "an empty program where the reference's object is driven": (
+        "pass\n", {"test_list": ["account.deposit(50)\nassert account.balance == 150"],
+                   "code": "class BankAccount:\n    def __init__(self, b):\n        self.balance = b\n"
+                           "    def deposit(self, x):\n        self.balance += x\naccount = BankAccount(100)\n"}),
+    "a wrong function where the reference imports it": ("def gcd(a, b):\n    return 1\n", {
+        "test_list": ["assert gcd(12, 8) == 4"], "code": "from math import gcd\n"}),
+    "a wrong function where the reference defines it in a block": ("def f(x):\n    return 0\n", {
+        "test_list": ["assert f(2) == 4"], "code": "if True:\n    def f(x):\n        return x * x\n"}),
+    "a wrong max, no reference": ("def max(xs):\n    return 0\n", asserts("assert max([1, 5, 3]) == 5")),
     "an unbounded claimed length": ("class Huge:\n    def __len__(self):\n        return 10 ** 30\n"
                                     "def f():\n    return Huge()\n", asserts("assert len(f()) == 3")),
 }
