@@ -20,10 +20,9 @@ from pathlib import Path
 from diffugrpo_plugin import data
 from diffugrpo_plugin.code_execution import reference_from_row, tests_from_row
 from diffugrpo_plugin.sandbox import Job, SandboxConfig, shared_sandbox
-from diffugrpo_plugin.sandbox_wire import LIMITS
+from diffugrpo_plugin.sandbox_wire import LIMITS, SIZE_KEYS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "judge_forms"
-SIZE_TO_LIMIT = {"elements": "elements", "depth": "depth", "int_hex_digits": "int_hex_digits"}
 
 
 def rows_by_source(mbpp: str | None) -> dict[str, list[dict]]:
@@ -43,7 +42,7 @@ def rows_by_source(mbpp: str | None) -> dict[str, list[dict]]:
 def largest_values(rows: list[dict], box) -> tuple[dict[str, int], int, int, int]:
     """The largest size of each kind over every test of ``rows``; the tests judged, those passed and those
     whose verdict rests on the program's own comparison."""
-    largest = dict.fromkeys(SIZE_TO_LIMIT, 0)
+    largest = dict.fromkeys(SIZE_KEYS, 0)
     judged = passed = compared = 0
     for row in rows:
         spec, reference = tests_from_row(row), reference_from_row(row)
@@ -68,16 +67,16 @@ def main() -> None:
     box = shared_sandbox(SandboxConfig(timeout_s=20.0, memory_mb=1024))
     print("| source | tests judged (passed) | on the program's comparison | elements | depth | int hex digits |")
     print("|---|---|---|---|---|---|")
-    overall = dict.fromkeys(SIZE_TO_LIMIT, 0)
+    overall = dict.fromkeys(SIZE_KEYS, 0)
     for source, rows in rows_by_source(args.mbpp).items():
         largest, judged, passed, compared = largest_values(rows, box)
         overall = {key: max(overall[key], largest[key]) for key in overall}
         print(f"| {source} | {judged} ({passed}) | {compared} | "
-              + " | ".join(str(largest[key]) for key in SIZE_TO_LIMIT) + " |")
-    print("| **limit** (`sandbox_wire.LIMITS`) | | | " + " | ".join(str(LIMITS[SIZE_TO_LIMIT[key]])
-                                                           for key in SIZE_TO_LIMIT) + " |")
+              + " | ".join(str(largest[key]) for key in SIZE_KEYS) + " |")
+    print("| **limit** (`sandbox_wire.LIMITS`) | | | " + " | ".join(str(LIMITS[key])
+                                                           for key in SIZE_KEYS) + " |")
     print("| headroom (limit / largest) | | | " + " | ".join(
-        f"{LIMITS[SIZE_TO_LIMIT[key]] / max(1, overall[key]):.0f}x" for key in SIZE_TO_LIMIT) + " |")
+        f"{LIMITS[key] / max(1, overall[key]):.0f}x" for key in SIZE_KEYS) + " |")
 
 
 if __name__ == "__main__":

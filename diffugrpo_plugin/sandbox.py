@@ -35,7 +35,7 @@ No bubblewrap means untrusted code does not run: :class:`SandboxUnavailable` say
 it. Only an explicit opt-in (environment ``DIFFUGRPO_UNSAFE_NO_SANDBOX=1`` or config
 ``allow_unsandboxed_fallback_i_understand_the_risk: true``) runs jobs with rlimits alone.
 
-This module imports no torch; only the standard library and ``sandbox_limits``.
+This module imports no torch; only the standard library, ``sandbox_limits`` and ``sandbox_wire``.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from diffugrpo_plugin import sandbox_wire as wire
 from diffugrpo_plugin.sandbox_limits import (PROTECTION_NAMES, CgroupSlots, Protection, SlotLimits, host_protections,
                                              seccomp_program)
 
@@ -80,9 +81,6 @@ for name in sys.argv[4:]:
 """
 IN_SANDBOX_MODULES = ("sandbox_launcher.py", "sandbox_wire.py", "sandbox_program.py", "sandbox_judge.py")
 JUDGE_UID_OFFSET = 10_000_000  # the judge of slot s runs as uid_base + s + this: no job can signal or read it
-JUDGE_OUTCOMES = ("passed", "failed", "error", "memory", "ended", "judge_error")
-JUDGE_VERDICT_KEYS = {"index", "outcome", "detail", "compared", "untrusted", "sizes"}
-JUDGE_SIZE_KEYS = {"elements", "depth", "int_hex_digits"}
 WORK_DIR = "/work"
 SCRATCH_DIR = "/run/diffugrpo"
 PER_JOB_OVERHEAD_S = 0.5
@@ -210,7 +208,7 @@ class JobResult:
     ``max_output_bytes``: stopped there), ``vanished`` (exited without a well-formed report, e.g.
     ``os._exit``), ``setup_error`` (the launcher could not prepare the job), ``not_run`` (the
     sandbox ended before reaching it, or its judge had already failed). ``verdict``: the judge's
-    verdict for a judged test (``outcome`` in :data:`JUDGE_OUTCOMES`, ``detail``, ``compared``: how
+    verdict for a judged test (``outcome`` in ``sandbox_wire.VERDICT_OUTCOMES``, ``detail``, ``compared``: how
     many comparisons the program's own code decided, ``untrusted``: how many of its objects were
     compared with a builtin value, ``sizes``: the largest value it sent, against the wire's limits);
     None when the judge gave none. Every text field came from the job or from values it sent: shown
@@ -684,10 +682,10 @@ def job_report(raw: bytes) -> dict | None:
 def judge_verdict(raw: bytes | None) -> dict | None:
     """The judge's verdict line, parsed strictly (it carries text the program's values produced)."""
     verdict = _small_json_object(raw)
-    if verdict is None or set(verdict) != JUDGE_VERDICT_KEYS or verdict["outcome"] not in JUDGE_OUTCOMES \
+    if verdict is None or set(verdict) != set(wire.VERDICT_KEYS) or verdict["outcome"] not in wire.VERDICT_OUTCOMES \
             or not isinstance(verdict["detail"], str) \
             or not all(type(verdict[key]) is int and verdict[key] >= 0 for key in ("compared", "untrusted")) \
-            or not isinstance(verdict["sizes"], dict) or set(verdict["sizes"]) != JUDGE_SIZE_KEYS \
+            or not isinstance(verdict["sizes"], dict) or set(verdict["sizes"]) != set(wire.SIZE_KEYS) \
             or not all(type(size) is int and size >= 0 for size in verdict["sizes"].values()):
         return None
     return {**verdict, "detail": escaped(verdict["detail"])}

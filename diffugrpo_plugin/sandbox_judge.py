@@ -31,8 +31,6 @@ import sys
 import sandbox_wire as wire
 
 MESSAGE_CHARS = 500
-VERDICT_KEYS = ("outcome", "detail", "compared", "untrusted", "sizes")
-SIZE_KEYS = ("elements", "depth", "int_hex_digits")  # the largest value of a test, against sandbox_wire.LIMITS
 PASSED_DUNDERS = ("__name__", "__qualname__", "__doc__", "__module__", "__dict__")
 BUILTIN_NAMES = frozenset(dir(builtins))
 
@@ -139,7 +137,7 @@ class Judging:
         self.ambiguous: set[str] = set()  # builtin names the program redefines, in a row without a reference
         self.compared = 0
         self.untrusted = 0
-        self.sizes = dict.fromkeys(SIZE_KEYS, 0)
+        self.sizes = dict.fromkeys(wire.SIZE_KEYS, 0)
 
     # values both ways
     def encode(self, value):
@@ -181,7 +179,7 @@ class Judging:
         or a module's object (``["mod", ...]``, ``["std", ...]``) may stand for what the program imported."""
         decoder = wire.Decoder(self.task_classes, self._remote if names else self._remote_value)
         value = decoder.decode(encoded)
-        for key in SIZE_KEYS:
+        for key in wire.SIZE_KEYS:
             self.sizes[key] = max(self.sizes[key], getattr(decoder, key))
         return value
 
@@ -687,7 +685,7 @@ class Row:
 
 def judge_test(row: Row, test: dict, reading: int, writing: int) -> dict:
     """Runs one test against the program at the other end of the two pipes; its verdict as a dict of
-    :data:`VERDICT_KEYS`."""
+    :data:`sandbox_wire.VERDICT_KEYS`."""
     judging = Judging(reading, writing, row.task_classes)
     try:
         message = wire.receive_frame(reading)
@@ -792,7 +790,7 @@ def main(payload_fd: int, channels: list[tuple[int, int]], verdict_fd: int) -> N
     for index, test in enumerate(spec["tests"]):
         if row is None:
             verdict = {"outcome": "judge_error", "detail": broken, "compared": 0, "untrusted": 0,
-                       "sizes": dict.fromkeys(SIZE_KEYS, 0)}
+                       "sizes": dict.fromkeys(wire.SIZE_KEYS, 0)}
         else:
             verdict = judge_test(row, test, *channels[index])
         for fd in channels[index]:

@@ -49,6 +49,10 @@ LIMITS = {
 NUMPY_KINDS = "biufcSU?"
 OVER_LIMIT = "ValueOverLimit"  # how the program's side says that its answer could not be encoded within LIMITS
 BATCH_LIMIT = 1024  # items one iteration request may bring back
+# A judge's verdict line, as the judge writes it and the harness checks it.
+VERDICT_KEYS = ("index", "outcome", "detail", "compared", "untrusted", "sizes")
+VERDICT_OUTCOMES = ("passed", "failed", "error", "memory", "ended", "judge_error")
+SIZE_KEYS = ("elements", "depth", "int_hex_digits")  # the largest value of a test, against LIMITS
 # Special methods a program object's type may have; its handle offers exactly those (``__hash__`` when its
 # type is hashable), so hasattr(), callable() and the collections.abc checks answer as for the object.
 CAPABILITIES = ("__iter__", "__next__", "__len__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
