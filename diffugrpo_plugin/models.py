@@ -130,7 +130,7 @@ class DiffusionLM:
 
         with projected_rows(self.family, self.module, hidden_rows, head_logprobs):
             carried = self.family.call(self.module, input_ids, attention_mask, position_ids)
-        carried = carried.reshape(token_rows.numel(), -1)  # [R, 1 or 2]
+        carried = carried.reshape(token_rows.numel(), 2 if with_entropy else 1)  # [R, 1 or 2]; R may be 0
         return carried[:, 0], (carried[:, 1].detach() if with_entropy else None)
 
     def head_weight(self) -> torch.Tensor:

@@ -65,6 +65,18 @@ def test_entropy_is_the_fully_masked_views_entropy(tiny_lm):
     assert (out.entropy[~completion] == 0).all()
 
 
+def test_a_draw_that_masks_nothing_scores_zero_with_a_zero_gradient(tiny_lm):
+    """A random mask (the sft masker at a small t) can leave every completion token visible: no row is
+    projected, and the pass returns zeros instead of failing."""
+    input_ids, attention, completion = batch_with_padding()
+    views = make_d1(p_mask_prompt=0.0).views(input_ids, completion, MASK_ID, torch.tensor([1, 2]))
+    views.coef.zero_()
+    out = coupled_token_logprobs(tiny_lm, views, input_ids, attention, with_entropy=True)
+    assert (out.logp == 0).all() and (out.entropy == 0).all()
+    out.logp.sum().backward()
+    assert all(p.grad is None or (p.grad == 0).all() for p in tiny_lm.module.parameters())
+
+
 def test_left_padding_does_not_change_log_probs(tiny_lm):
     input_ids, attention, completion = batch_with_padding()
     masker = make_coupled()
