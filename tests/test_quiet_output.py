@@ -46,6 +46,26 @@ def test_the_step_line_adds_held_out_results_and_leaves_out_what_the_step_lacks(
                                                    "val mbpp/acc/mean@1 0.25")
 
 
+def test_the_learning_line_compares_the_first_and_last_steps_and_validations_by_hand():
+    summary = console.LearningSummary(["code", "code_format"], window=2)
+    summary.observe(0, {"val-core/synthetic/acc/mean@1": 0.25, "val-aux/synthetic/reward/mean@1": 9.0})
+    codes = [0.1, 0.2, float("nan"), 0.3, 0.5, 0.6]  # a NaN (no code scored that step) is left out of its mean
+    for step, code in enumerate(codes, start=1):
+        metrics = {"reward/code/mean": code, "reward/code_format/mean": 0.8}
+        if step == 6:
+            metrics["val-core/synthetic/acc/mean@1"] = 0.5
+        summary.observe(step, metrics)
+    assert summary.line() == ("learning: reward (mean of the first 2 steps -> the last 2): code 0.15 -> 0.55 | "
+                              "code_format 0.8 -> 0.8 | held-out synthetic/acc/mean@1 0.25 (step 0) -> 0.5 (step 6)")
+
+
+def test_the_learning_line_needs_two_steps_or_two_validations():
+    summary = console.LearningSummary(["code"])
+    assert summary.line() is None
+    summary.observe(1, {"reward/code/mean": 0.5, "val-core/synthetic/acc/mean@1": 0.1})
+    assert summary.line() is None
+
+
 @pytest.mark.parametrize("cores, trainers, storage_units, expected", [
     (2, 1, 1, 4),  # the default job on a 2-core host: 1 trainer + 1 storage unit + controller + 1 to place the rest
     (2, 2, 1, 5),

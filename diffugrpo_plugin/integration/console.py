@@ -96,6 +96,48 @@ def validation_line(step: int, metrics: Mapping[str, float]) -> str:
     return " | ".join([f"validation at step {step}", *_validation(metrics)])
 
 
+class LearningSummary:
+    """Whether the run learned, in one line at its end: each reward component's mean over the first and
+    the last ``window`` steps this process ran, and each held-out result at its first and last validation."""
+
+    def __init__(self, components: Iterable[str], window: int = 4):
+        self.components = list(components)
+        self.window = window
+        self.rewards: list[dict[str, float]] = []  # per step: component -> mean
+        self.held_out: dict[str, list[tuple[int, float]]] = {}  # metric -> (step, value) per validation
+
+    def observe(self, step: int, metrics: Mapping[str, float]) -> None:
+        rewards = {name: float(metrics[f"reward/{name}/mean"]) for name in self.components
+                   if f"reward/{name}/mean" in metrics}
+        if rewards:  # a validation before training has none
+            self.rewards.append(rewards)
+        for key, value in metrics.items():
+            if key.startswith(VALIDATION_PREFIX) and "/acc/" in key:
+                self.held_out.setdefault(key[len(VALIDATION_PREFIX):], []).append((step, float(value)))
+
+    def _mean(self, steps: list[dict[str, float]], name: str) -> float | None:
+        values = [step[name] for step in steps if name in step and not math.isnan(step[name])]
+        return sum(values) / len(values) if values else None
+
+    def line(self) -> str | None:
+        window = min(self.window, len(self.rewards) // 2)
+        parts = []
+        if window:
+            first, last = self.rewards[:window], self.rewards[-window:]
+            for name in self.components:
+                before, after = self._mean(first, name), self._mean(last, name)
+                if before is not None and after is not None:
+                    parts.append(f"{name} {_number(before)} -> {_number(after)}")
+            if parts:
+                parts[0] = f"reward (mean of the first {window} steps -> the last {window}): {parts[0]}"
+        for key, points in sorted(self.held_out.items()):
+            if len(points) > 1:
+                (first_step, before), (last_step, after) = points[0], points[-1]
+                parts.append(f"held-out {key} {_number(before)} (step {first_step}) -> {_number(after)} "
+                             f"(step {last_step})")
+        return "learning: " + " | ".join(parts) if parts else None
+
+
 @ray.remote(num_cpus=0)
 class StepBoard:
     """The lines the trainer has posted and the driver has not yet shown."""

@@ -63,7 +63,7 @@ from verl.utils.distributed import initialize_global_process_group_ray
 from verl.utils.profiler import DistProfiler
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from diffugrpo_plugin.integration.console import StepReporter, step_line, validation_line
+from diffugrpo_plugin.integration.console import LearningSummary, StepReporter, step_line, validation_line
 from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD
 from diffugrpo_plugin.integration.preflight import check_config
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
@@ -174,6 +174,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
         self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
         self.reporter = StepReporter()
+        self.learning = LearningSummary(self.reward_spec.names)
         self.training_started = False
 
     def on_step_end(self):
@@ -204,6 +205,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         metrics = super()._validate()
         if not self.training_started:  # validations during training are on their step's line
             self.reporter.report(validation_line(self.global_steps, metrics))
+            self.learning.observe(self.global_steps, {key: value for key, value in metrics.items()
+                                                      if key.startswith("val-core/")})
         return metrics
 
     def _put(self, batch, fields: dict) -> None:
@@ -307,6 +310,9 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         metrics.update(self._completion_length_metrics(batch, real))
         self.reporter.report(step_line(global_steps, self.total_training_steps, metrics, self.reward_spec.names),
                              step=global_steps)
+        self.learning.observe(global_steps, metrics)
+        if global_steps >= self.total_training_steps and (summary := self.learning.line()):
+            self.reporter.report(summary)
 
     def _completion_length_metrics(self, batch, real: list[int]) -> dict[str, float]:
         """Completion lengths up to the first EOS. verl measures the response, which for a diffusion
