@@ -1,0 +1,140 @@
+"""Coupled sampling against d1's one-step masker in the same training job: held-out results before and after.
+
+Each run is the default job (``python -m diffugrpo_plugin.main``: the warm-started tiny Dream-style model,
+the synthetic task family, code + code_format rewards in the sandbox) with one masker and one seed, and
+nothing else changed but the job's seeds (``data.seed``, ``actor_rollout_ref.rollout.seed``,
+``actor_rollout_ref.model.diffusion.mask_seed``):
+
+* ``coupled``: DiffuCoder's three views (the default);
+* ``d1``: d1's estimate, one view with the completion fully masked and prompt tokens masked at 15%
+  (``masker_kwargs={p_mask_prompt: 0.15}``, d1's setting).
+
+Read from each run's TensorBoard scalars: held-out pass@1 (``val-core/synthetic/acc/mean@1``, greedy, the
+36 validation functions) and held-out total reward (``val-aux/synthetic/reward/mean@1``) at the first
+validation (step 0, before any update) and the last; and the training ``code`` reward, mean of the first
+and of the last 4 steps. The table gives each masker's mean and standard deviation over seeds, then every
+run. A run whose results exist is not run again, so an interrupted ablation picks up where it stopped.
+
+    python benchmarks/masker_ablation.py                      # 2 maskers x seeds 0 1 2, ~6 min a run on 2 cores
+    python benchmarks/masker_ablation.py --seeds 0 --maskers d1 -- trainer.total_training_steps=8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MASKER_OVERRIDES = {
+    "coupled": [],
+    "d1": ["actor_rollout_ref.model.diffusion.masker=d1",
+           "actor_rollout_ref.model.diffusion.masker_kwargs={p_mask_prompt:0.15}"],
+}
+HELD_OUT = {"pass@1": "val-core/synthetic/acc/mean@1", "total reward": "val-aux/synthetic/reward/mean@1"}
+CODE = "reward/code/mean"
+WINDOW = 4
+
+
+def run_command(masker: str, seed: int, run_dir: Path, extra: list[str]) -> list[str]:
+    return [sys.executable, "-m", "diffugrpo_plugin.main", *MASKER_OVERRIDES[masker],
+            f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}",
+            f"actor_rollout_ref.model.diffusion.mask_seed={seed}",
+            f"trainer.experiment_name=ablation_{masker}_seed{seed}", "trainer.save_freq=-1",
+            f"trainer.default_local_dir={run_dir / 'ckpt'}", f"hydra.run.dir={run_dir / 'hydra'}", *extra]
+
+
+def summarise(event_dir: Path) -> dict[str, float]:
+    """First and last held-out values and the code reward's first and last :data:`WINDOW`-step means."""
+    from diffugrpo_plugin.plotting import find_event_dir, read_scalars
+
+    scalars = read_scalars(find_event_dir(event_dir))
+    missing = [tag for tag in (*HELD_OUT.values(), CODE) if tag not in scalars]
+    if missing:
+        raise SystemExit(f"benchmarks/masker_ablation.py: {event_dir} lacks {', '.join(missing)}; did the run "
+                         f"validate at step 0 and at its end (trainer.val_before_train, trainer.test_freq)?")
+    result = {}
+    for label, tag in HELD_OUT.items():
+        values = scalars[tag].values
+        result[f"{label} before"], result[f"{label} after"] = float(values[0]), float(values[-1])
+    code = [value for value in scalars[CODE].values if value == value]  # NaN: no code scored that step
+    window = min(WINDOW, len(code) // 2)
+    result["code first"] = statistics.fmean(code[:window])
+    result["code last"] = statistics.fmean(code[-window:])
+    return result
+
+
+def run(masker: str, seed: int, out: Path, extra: list[str]) -> dict[str, float]:
+    run_dir = out / f"{masker}_seed{seed}"
+    results_file = run_dir / "results.json"
+    if results_file.is_file():
+        return json.loads(results_file.read_text())
+    run_dir.mkdir(parents=True, exist_ok=True)
+    command = run_command(masker, seed, run_dir, extra)
+    print(f"[{masker} seed {seed}] {' '.join(command[1:])}", flush=True)
+    started = time.perf_counter()
+    with open(run_dir / "console.log", "w") as log:
+        done = subprocess.run(command, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT, check=False,
+                              env={**os.environ, "TENSORBOARD_DIR": str(run_dir / "tb")})
+    if done.returncode != 0:
+        raise SystemExit(f"[{masker} seed {seed}] the job failed (exit {done.returncode}); see {run_dir / 'console.log'}")
+    result = {**summarise(run_dir / "tb"), "seconds": time.perf_counter() - started}
+    results_file.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def spread(values: list[float], signed: bool = False) -> str:
+    mean = statistics.fmean(values)
+    text = f"{mean:+.3f}" if signed else f"{mean:.3f}"
+    return f"{text} ± {statistics.stdev(values):.3f}" if len(values) > 1 else text
+
+
+def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
+    lines = ["| masker | seeds | held-out pass@1 before -> after | change | held-out total reward before -> after | "
+             "change | train code reward, first 4 -> last 4 steps |",
+             "|---|---|---|---|---|---|---|"]
+    for masker, by_seed in results.items():
+        runs = list(by_seed.values())
+        cells = [masker, " ".join(str(seed) for seed in by_seed)]
+        for label in HELD_OUT:
+            before, after = [r[f"{label} before"] for r in runs], [r[f"{label} after"] for r in runs]
+            cells += [f"{spread(before)} -> {spread(after)}", spread([a - b for a, b in zip(after, before)], True)]
+        cells.append(f"{spread([r['code first'] for r in runs])} -> {spread([r['code last'] for r in runs])}")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| masker | seed | pass@1 before -> after | total reward before -> after | code first -> last | "
+                  "seconds |", "|---|---|---|---|---|---|"]
+    for masker, by_seed in results.items():
+        for seed, r in by_seed.items():
+            lines.append(f"| {masker} | {seed} | {r['pass@1 before']:.3f} -> {r['pass@1 after']:.3f} | "
+                         f"{r['total reward before']:.3f} -> {r['total reward after']:.3f} | "
+                         f"{r['code first']:.3f} -> {r['code last']:.3f} | {r['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     epilog="arguments after -- go to every run as Hydra overrides")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--maskers", nargs="+", default=list(MASKER_OVERRIDES), choices=list(MASKER_OVERRIDES))
+    parser.add_argument("--out", type=Path, default=Path("runs/masker_ablation"))
+    parser.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    out = args.out.resolve()
+    results = {masker: {seed: run(masker, seed, out, args.overrides) for seed in args.seeds}
+               for masker in args.maskers}
+    text = table(results)
+    (out / "results.md").write_text(text + "\n")
+    print(text)
+    print(f"\nwritten to {out / 'results.md'}")
+
+
+if __name__ == "__main__":
+    main()

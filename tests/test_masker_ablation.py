@@ -1,0 +1,74 @@
+"""benchmarks/masker_ablation.py's reading of a run and its table, on TensorBoard scalars written here."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ablation():
+    spec = importlib.util.spec_from_file_location("masker_ablation", REPO / "benchmarks" / "masker_ablation.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_run(directory: Path, pass_at_1: list[float], reward: list[float], code: list[float]) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(directory))
+    for step, (p, r) in zip((0, 10, 20), zip(pass_at_1, reward)):
+        writer.add_scalar("val-core/synthetic/acc/mean@1", p, step)
+        writer.add_scalar("val-aux/synthetic/reward/mean@1", r, step)
+    for step, value in enumerate(code, start=1):
+        writer.add_scalar("reward/code/mean", value, step)
+    writer.close()
+
+
+def test_a_run_is_read_as_first_and_last_validation_and_step_windows(ablation, tmp_path):
+    code = [0.1, 0.2, 0.3, 0.4, float("nan"), 0.5, 0.6, 0.7, 0.8, 0.9]
+    write_run(tmp_path, [0.25, 0.3, 0.5], [1.0, 1.1, 1.5], code)
+    result = ablation.summarise(tmp_path)
+    assert result["pass@1 before"] == pytest.approx(0.25) and result["pass@1 after"] == pytest.approx(0.5)
+    assert result["total reward before"] == pytest.approx(1.0) and result["total reward after"] == pytest.approx(1.5)
+    assert result["code first"] == pytest.approx((0.1 + 0.2 + 0.3 + 0.4) / 4)  # the NaN step is left out
+    assert result["code last"] == pytest.approx((0.6 + 0.7 + 0.8 + 0.9) / 4)
+
+
+def test_a_run_without_validation_says_which_setting_to_check(ablation, tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(tmp_path))
+    writer.add_scalar("reward/code/mean", 0.5, 1)
+    writer.close()
+    with pytest.raises(SystemExit, match="trainer.val_before_train, trainer.test_freq"):
+        ablation.summarise(tmp_path)
+
+
+def test_the_table_gives_mean_and_spread_over_seeds_then_every_run(ablation):
+    run = {"pass@1 before": 0.2, "pass@1 after": 0.3, "total reward before": 1.0, "total reward after": 1.2,
+           "code first": 0.1, "code last": 0.2, "seconds": 300.0}
+    other = {**run, "pass@1 after": 0.5, "total reward after": 1.6}
+    text = ablation.table({"coupled": {0: run, 1: other}})
+    summary = text.splitlines()[2]
+    # changes +0.1 and +0.3: mean +0.2, sample standard deviation 0.141
+    assert summary.startswith("| coupled | 0 1 | 0.200 ± 0.000 -> 0.400 ± 0.141 | +0.200 ± 0.141 |")
+    assert "| coupled | 1 | 0.200 -> 0.500 | 1.000 -> 1.600 | 0.100 -> 0.200 | 300 |" in text
+
+
+def test_each_run_changes_only_the_masker_and_the_seeds(ablation, tmp_path):
+    coupled = ablation.run_command("coupled", 1, tmp_path, ["trainer.total_training_steps=8"])
+    d1 = ablation.run_command("d1", 1, tmp_path, ["trainer.total_training_steps=8"])
+    assert [part for part in d1 if part not in coupled] == [
+        "actor_rollout_ref.model.diffusion.masker=d1", "actor_rollout_ref.model.diffusion.masker_kwargs={p_mask_prompt:0.15}",
+        "trainer.experiment_name=ablation_d1_seed1"]
+    assert [part for part in coupled if part not in d1] == ["trainer.experiment_name=ablation_coupled_seed1"]
+    assert {"data.seed=1", "actor_rollout_ref.rollout.seed=1", "actor_rollout_ref.model.diffusion.mask_seed=1"} <= set(d1)
+    assert coupled[-1] == "trainer.total_training_steps=8"
