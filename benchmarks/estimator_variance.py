@@ -221,7 +221,7 @@ def plot(results: list[Measurement], path: str) -> None:
         panels.append(("relative gradient variance", lambda r: r.rel_grad_variance))
     figure, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
     for axis, (title, field) in zip(axes[0], panels):
-        names = [f"{r.name}\n({r.passes} passes)" for r in results]
+        names = [f"{r.name}\n({r.passes} pass{'es' if r.passes > 1 else ''})" for r in results]
         values = [field(r) for r in results]
         errors = [[max(v.value - v.low, 0) for v in values], [max(v.high - v.value, 0) for v in values]]
         axis.bar(names, [v.value for v in values], yerr=errors, capsize=4, color="#4c72b0")
