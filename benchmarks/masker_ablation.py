@@ -9,9 +9,9 @@ nothing else changed but the job's seeds (``data.seed``, ``actor_rollout_ref.rol
 * ``d1``: d1's estimate, one view with the completion fully masked and prompt tokens masked at 15%
   (``masker_kwargs={p_mask_prompt: 0.15}``, d1's setting).
 
-Read from each run's TensorBoard scalars: held-out pass@1 (``val-core/synthetic/acc/mean@1``, greedy, the
-36 validation functions) and held-out total reward (``val-aux/synthetic/reward/mean@1``) at the first
-validation (step 0, before any update) and the last; and the training ``code`` reward, mean of the first
+Read from each run's TensorBoard scalars: held-out pass@1 (``val-core/synthetic/acc/mean@N``: the 36
+validation functions, N completions each sampled as the rollout samples) and held-out total reward
+(``val-aux/synthetic/reward/mean@N``) at the first validation (step 0, before any update) and the last; and the training ``code`` reward, mean of the first
 and of the last 4 steps. The table gives each masker's mean and standard deviation over seeds, then every
 run. A run whose results exist is not run again, so an interrupted ablation picks up where it stopped.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -35,7 +36,7 @@ MASKER_OVERRIDES = {
     "d1": ["actor_rollout_ref.model.diffusion.masker=d1",
            "actor_rollout_ref.model.diffusion.masker_kwargs={p_mask_prompt:0.15}"],
 }
-HELD_OUT = {"pass@1": "val-core/synthetic/acc/mean@1", "total reward": "val-aux/synthetic/reward/mean@1"}
+HELD_OUT = {"pass@1": r"val-core/synthetic/acc/mean@\d+", "total reward": r"val-aux/synthetic/reward/mean@\d+"}
 CODE = "reward/code/mean"
 WINDOW = 4
 
@@ -53,12 +54,14 @@ def summarise(event_dir: Path) -> dict[str, float]:
     from diffugrpo_plugin.plotting import find_event_dir, read_scalars
 
     scalars = read_scalars(find_event_dir(event_dir))
-    missing = [tag for tag in (*HELD_OUT.values(), CODE) if tag not in scalars]
+    tags = {label: next((tag for tag in scalars if re.fullmatch(pattern, tag)), None)
+            for label, pattern in HELD_OUT.items()}
+    missing = [HELD_OUT[label] for label, tag in tags.items() if tag is None] + ([CODE] if CODE not in scalars else [])
     if missing:
         raise SystemExit(f"benchmarks/masker_ablation.py: {event_dir} lacks {', '.join(missing)}; did the run "
                          f"validate at step 0 and at its end (trainer.val_before_train, trainer.test_freq)?")
     result = {}
-    for label, tag in HELD_OUT.items():
+    for label, tag in tags.items():
         values = scalars[tag].values
         result[f"{label} before"], result[f"{label} after"] = float(values[0]), float(values[-1])
     code = [value for value in scalars[CODE].values if value == value]  # NaN: no code scored that step

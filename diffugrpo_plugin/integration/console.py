@@ -24,6 +24,7 @@ import contextlib
 import logging
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -60,9 +61,15 @@ def _field(metrics: Mapping[str, float], label: str, key: str) -> list[str]:
     return [f"{label} {_number(float(metrics[key]))}"] if key in metrics else []
 
 
+def is_held_out_mean(key: str) -> bool:
+    """verl's held-out mean per data source (``val-core/<source>/acc/mean@N``: pass@1 over N samples); its
+    best@/maj@ statistics, also "core", stay in the log and TensorBoard."""
+    return key.startswith(VALIDATION_PREFIX) and re.search(r"/mean@\d+$", key) is not None
+
+
 def _validation(metrics: Mapping[str, float]) -> list[str]:
     return [f"val {key[len(VALIDATION_PREFIX):]} {_number(float(value))}"
-            for key, value in sorted(metrics.items()) if key.startswith(VALIDATION_PREFIX)]
+            for key, value in sorted(metrics.items()) if is_held_out_mean(key)]
 
 
 def _reward(metrics: Mapping[str, float], components: Iterable[str]) -> list[str]:
@@ -112,7 +119,7 @@ class LearningSummary:
         if rewards:  # a validation before training has none
             self.rewards.append(rewards)
         for key, value in metrics.items():
-            if key.startswith(VALIDATION_PREFIX) and "/acc/" in key:
+            if is_held_out_mean(key) and "/acc/" in key:
                 self.held_out.setdefault(key[len(VALIDATION_PREFIX):], []).append((step, float(value)))
 
     def _mean(self, steps: list[dict[str, float]], name: str) -> float | None:

@@ -205,8 +205,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         metrics = super()._validate()
         if not self.training_started:  # validations during training are on their step's line
             self.reporter.report(validation_line(self.global_steps, metrics))
-            self.learning.observe(self.global_steps, {key: value for key, value in metrics.items()
-                                                      if key.startswith("val-core/")})
+            self.learning.observe(self.global_steps, metrics)
         return metrics
 
     def _put(self, batch, fields: dict) -> None:
