@@ -62,6 +62,8 @@ def test_diffucoder_7b_example_composes_to_the_reference_recipe():
                             job.diffugrpo.ref_sync.alpha), (True, 64, 0.6)),
         "gradient checkpointing": (job.actor_rollout_ref.model.enable_gradient_checkpointing, True),
         "GPUs": (job.trainer.n_gpus_per_node * job.trainer.nnodes, 8),
+        "greedy validation, one per task": ((rollout.val_kwargs.n, rollout.val_kwargs.temperature,
+                                             rollout.val_kwargs.do_sample), (1, 0.0, False)),
     }
     wrong = {name: got for name, (got, want) in recipe.items() if got != want}
     assert not wrong, wrong
@@ -81,6 +83,8 @@ def test_llada_8b_example_names_the_family_and_llada_generation():
                     ("llada", "low_confidence", 32, 128)),
         "no top-k (LLaDA's generate has none)": ((rollout.top_k, rollout.val_kwargs.top_k), (-1, -1)),
         "completion length": (job.data.max_response_length, 256),
+        "greedy validation, one per task": ((rollout.val_kwargs.n, rollout.val_kwargs.temperature,
+                                             rollout.val_kwargs.do_sample), (1, 0.0, False)),
     }
     wrong = {name: got for name, (got, want) in expected.items() if got != want}
     assert not wrong, wrong
