@@ -7,7 +7,7 @@ nothing else changed but the job's seeds (``data.seed``, ``actor_rollout_ref.rol
 
 * ``coupled``: DiffuCoder's three views (the default);
 * ``d1``: d1's estimate, one view with the completion fully masked and prompt tokens masked at 15%
-  (``masker_kwargs={p_mask_prompt: 0.15}``, d1's setting).
+  (``masker_kwargs``: ``p_mask_prompt: 0.15``, d1's setting, and no ``t_range``).
 
 Read from each run's TensorBoard scalars: held-out pass@1 (``val-core/synthetic/acc/mean@N``: the 36
 validation functions, N completions each sampled as the rollout samples) and held-out total reward
@@ -33,8 +33,8 @@ from pathlib import Path
 
 MASKER_OVERRIDES = {
     "coupled": [],
-    "d1": ["actor_rollout_ref.model.diffusion.masker=d1",
-           "actor_rollout_ref.model.diffusion.masker_kwargs={p_mask_prompt:0.15}"],
+    "d1": ["actor_rollout_ref.model.diffusion.masker=d1", "~actor_rollout_ref.model.diffusion.masker_kwargs.t_range",
+           "actor_rollout_ref.model.diffusion.masker_kwargs.p_mask_prompt=0.15"],
 }
 HELD_OUT = {"pass@1": r"val-core/synthetic/acc/mean@\d+", "total reward": r"val-aux/synthetic/reward/mean@\d+"}
 CODE = "reward/code/mean"

@@ -64,12 +64,22 @@ def test_the_table_gives_mean_and_spread_over_seeds_then_every_run(ablation):
     assert "| coupled | 1 | 0.200 -> 0.500 | 1.000 -> 1.600 | 0.100 -> 0.200 | 300 |" in text
 
 
+def test_the_d1_runs_compose_to_d1s_masker_with_its_options_only(ablation, tmp_path):
+    from hydra import compose, initialize_config_module
+
+    overrides = [part for part in ablation.run_command("d1", 0, tmp_path, []) if part.startswith(("actor_", "~actor_"))]
+    with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
+        job = compose(config_name="diffugrpo", overrides=overrides)
+    diffusion = job.actor_rollout_ref.model.diffusion
+    assert (diffusion.masker, dict(diffusion.masker_kwargs)) == ("d1", {"p_mask_prompt": 0.15})
+
+
 def test_each_run_changes_only_the_masker_and_the_seeds(ablation, tmp_path):
     coupled = ablation.run_command("coupled", 1, tmp_path, ["trainer.total_training_steps=8"])
     d1 = ablation.run_command("d1", 1, tmp_path, ["trainer.total_training_steps=8"])
     assert [part for part in d1 if part not in coupled] == [
-        "actor_rollout_ref.model.diffusion.masker=d1", "actor_rollout_ref.model.diffusion.masker_kwargs={p_mask_prompt:0.15}",
-        "trainer.experiment_name=ablation_d1_seed1"]
+        "actor_rollout_ref.model.diffusion.masker=d1", "~actor_rollout_ref.model.diffusion.masker_kwargs.t_range",
+        "actor_rollout_ref.model.diffusion.masker_kwargs.p_mask_prompt=0.15", "trainer.experiment_name=ablation_d1_seed1"]
     assert [part for part in coupled if part not in d1] == ["trainer.experiment_name=ablation_coupled_seed1"]
     assert {"data.seed=1", "actor_rollout_ref.rollout.seed=1", "actor_rollout_ref.model.diffusion.mask_seed=1"} <= set(d1)
     assert coupled[-1] == "trainer.total_training_steps=8"
