@@ -26,7 +26,8 @@ from fresh mask seeds. Reported, per estimator:
 * ``grad var``: the total variance ``E ||g - E g||^2`` of the gradient ``g`` of the batch's token-mean
   estimate with respect to the model's parameters (``--grad-params`` restricts it to names matching a
   regular expression, for a large checkpoint), and ``rel grad var`` = that over ``||E g||^2``;
-* ``x coupled``: each estimator's ``CV`` and ``rel grad var`` over coupled's (above 1: coupled varies less).
+* ``x coupled``: each estimator's ``CV`` and ``rel grad var`` over coupled's (above 1: coupled varies less);
+  ``(x/ f)`` is its approximate 95% interval, the ratio divided or multiplied by ``f``.
 
 Confidence intervals (95%) come from batch means: the draws are split into ``--groups`` equal groups, the
 statistic is computed in each, and the interval is the groups' mean +- t(0.975, groups-1) x their
@@ -242,15 +243,13 @@ def completions_batch(lm, tokenizer, count: int, new_tokens: int, sampler_steps:
     itself at temperature 1 (the rollout's setting), joined as the engine joins them."""
     from diffugrpo_plugin import evaluation
     from diffugrpo_plugin.data import default_data_paths
-    from diffugrpo_plugin.sampling import build_sampler
+    from diffugrpo_plugin.sampling import build_sampler, left_pad
 
     train_file, validation_file = default_data_paths()
     problems = (evaluation.load_problems("parquet", path=validation_file)
                 + evaluation.load_problems("parquet", path=train_file))[:count]
     prompts = evaluation.encode_prompts(tokenizer, problems, new_tokens, None, True)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    from diffugrpo_plugin.sampling import left_pad
-
     prompt_ids, prompt_mask = left_pad(prompts, pad)
     sampler = build_sampler("entropy", steps=sampler_steps, temperature=1.0, top_p=0.95)
     with torch.no_grad():
