@@ -15,7 +15,7 @@ validation functions, N completions each sampled as the rollout samples) and hel
 and of the last 4 steps. The table gives each masker's mean and standard deviation over seeds, then every
 run. A run whose results exist is not run again, so an interrupted ablation picks up where it stopped.
 
-    python benchmarks/masker_ablation.py                      # 2 maskers x seeds 0 1 2, ~6 min a run on 2 cores
+    python benchmarks/masker_ablation.py                      # 2 maskers x seeds 0 1 2, ~4 min a run on 2 cores
     python benchmarks/masker_ablation.py --seeds 0 --maskers d1 -- trainer.total_training_steps=8
 """
 
