@@ -18,7 +18,7 @@ algorithm.register()  # what `import verl` does through our entry point; idempot
 
 @pytest.fixture(scope="module")
 def actor_config():
-    """The actor config ``algorithm=coupled_grpo`` composes (clip 0.5 / 0.5, k3 KL, beta 0.01)."""
+    """The actor config ``algorithm=coupled_grpo`` composes (clip 0.5 / 0.5, k3 KL, beta 0.05 on the tiny default)."""
     from verl.utils.config import omega_conf_to_dataclass
 
     with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
@@ -87,7 +87,7 @@ def test_the_kl_training_adds_is_k3(actor_config):
     logp, ref = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-1.5, -2.0]])
     d = -0.5  # ref - logp
     k3 = core_algos.kl_penalty(logp, ref, actor_config.kl_loss_type)
-    assert actor_config.use_kl_loss and actor_config.kl_loss_coef == 0.01
+    assert actor_config.use_kl_loss and actor_config.kl_loss_coef == 0.05
     assert k3[0].tolist() == pytest.approx([math.exp(d) - d - 1, 0.0], abs=1e-6)
 
 
@@ -116,6 +116,6 @@ def test_the_whole_loss_through_verls_ppo_loss(actor_config):
     # surrogate: -1, -min(2, 1.5) = -1.5, -min(-0.5, -0.5) = 0.5
     # k3 (ref = 0): d = -log r -> r^-1 + log r - 1: 0, 1/2 + log 2 - 1, 2 - log 2 - 1
     k3 = [0.0, 0.5 + math.log(2) - 1, 2 - math.log(2) - 1]
-    expected = (-1 - 1.5 + 0.5) / 3 + 0.01 * sum(k3) / 3
+    expected = (-1 - 1.5 + 0.5) / 3 + 0.05 * sum(k3) / 3
     assert loss.item() == pytest.approx(expected, abs=1e-6)
     assert metrics["actor/pg_clipfrac"].aggregate() == pytest.approx(1 / 3)
