@@ -300,5 +300,6 @@ def test_iteration_k_of_the_update_is_scored_with_mask_k(tiny_model_path):
     # ratio 1 everywhere: the loss is token-mean(-A) + beta k3 with ref - logp = -0.1 on every token
     counted = [len(r) - tail for r, tail in zip(responses, (0, 3, 0, 2))]  # tokens up to each EOS
     surrogate = -sum(a * n for a, n in zip(advantages, counted)) / sum(counted)
-    assert matched["loss"] == pytest.approx(surrogate + 0.01 * (math.exp(-0.1) + 0.1 - 1), rel=1e-4)
+    beta = coupled_grpo_actor_config().kl_loss_coef
+    assert matched["loss"] == pytest.approx(surrogate + beta * (math.exp(-0.1) + 0.1 - 1), rel=1e-4)
     assert max(abs(value) for value in values(swapped, "actor/ppo_kl")) > 1e-2  # the other mask shows at once
