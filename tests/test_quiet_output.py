@@ -182,9 +182,16 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     assert any(line.startswith("validation at step 0") for line in lines), terminal
     # the warm start passes tests from the first step: GRPO groups have code advantages to learn from
     learning = next(line for line in lines if line.startswith("learning: "))
-    first_code = float(learning.split("code ")[1].split(" -> ")[0])
+    first_code, last_code = map(float, learning.split("code ")[1].split(" |")[0].split(" -> "))
     assert first_code > 0.1, learning
-    assert "held-out synthetic/acc/mean@8" in learning and "(step 0) ->" in learning
+    # and it learns. Measured on seeds 0 1 2 (README, "Does the default job learn?"): train code, first 4 ->
+    # last 4 steps, +0.276 +0.291 +0.015; held-out pass@1 +0.080 +0.063 +0.090, with ±0.014 the noise
+    # of one validation. The held-out bar is half the lowest gain, over twice that noise.
+    assert last_code > first_code, learning
+    held_out = learning.split("held-out synthetic/acc/mean@8 ")[1]
+    before = float(held_out.split(" (step 0) -> ")[0])
+    after = float(held_out.split(" (step 0) -> ")[1].split(" (step 24)")[0])
+    assert after - before >= 0.03, learning
     for noise in ("target_num_threads", "NUMA", "does not match", "Final validation metrics", "ray init kwargs",
                   "num_cpus", "Training Progress", "UserWarning"):
         assert noise not in terminal, noise
