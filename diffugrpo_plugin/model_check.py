@@ -237,29 +237,26 @@ def _shape_from_config(config: Any, hidden: int) -> tuple[int, int, int]:
 
 def _meta_model(path: str, config: dict, config_object: Any, plan: Any):
     """The planned network built on the meta device: shapes and parameter count, no memory."""
-    import torch
+    from diffugrpo_plugin.models import remote_classes
+    from diffugrpo_plugin.weights import meta_model
 
-    with torch.device("meta"):
-        if plan.implementation == "native":
-            return plan.model_class(config_object)
-        if plan.implementation == "remote":
-            from diffugrpo_plugin.models import remote_classes
-
-            return remote_classes(path, config)[1](config_object)
-        from transformers import AutoModelForCausalLM
-
-        return AutoModelForCausalLM.from_config(config_object)
+    model_class = {"native": lambda: plan.model_class, "remote": lambda: remote_classes(path, config)[1],
+                   "stock": lambda: None}[plan.implementation]()
+    return meta_model(model_class, config_object)
 
 
 def _implementation_detail(plan: Any, config: dict, meta: Any) -> str:
+    """Which class runs and why (:attr:`~diffugrpo_plugin.models.LoadPlan.reason`)."""
     cls = type(meta)
     if plan.implementation == "native":
-        return f"native: {cls.__module__}.{cls.__name__} (no remote code runs)"
-    if plan.implementation == "remote":
+        chosen = f"native: {cls.__module__}.{cls.__name__} (no remote code runs)"
+    elif plan.implementation == "remote":
         auto_map = config.get("auto_map") or {}
         entry = auto_map.get("AutoModelForCausalLM") or auto_map.get("AutoModel") or cls.__name__
-        return f"remote: the checkpoint's own code, {entry} (trust_remote_code)"
-    return f"stock transformers: {cls.__name__}"
+        chosen = f"remote: {entry} (trust_remote_code)"
+    else:
+        chosen = f"stock transformers: {cls.__name__}"
+    return f"{chosen}; chosen because {plan.reason}"
 
 
 def load_tokenizer(path: str, trust_remote_code: bool = False):
@@ -294,10 +291,10 @@ def resolve_checkpoint(path: str, family: str | None = None, implementation: str
     local = os.path.expanduser(path)
     path = local if os.path.exists(local) else path
     config = read_model_config(path)
-    plan = plan_loading(config, family, implementation, trust_remote_code)
+    plan = plan_loading(config, family, implementation, trust_remote_code, path)
     found = plan.family
     config_object = load_model_config(path, plan)
-    tokenizer = load_tokenizer(path, trust_remote_code)
+    tokenizer = load_tokenizer(path, plan.trust_remote_code)  # remote code runs only where the model's does
     meta = _meta_model(path, config, config_object, plan)
 
     mask_id, mask_source = resolve_mask_token(found, config_object, tokenizer)
@@ -521,9 +518,7 @@ def load_for_probes(resolved: ResolvedCheckpoint, device: str = "cpu", dtype: st
     from diffugrpo_plugin.models import DiffusionLM, load_pretrained
 
     started = time.perf_counter()
-    module = load_pretrained(resolved.resolution.path, dtype=getattr(torch, dtype),
-                             trust_remote_code=resolved.trust_remote_code, family=resolved.family_override,
-                             implementation=resolved.implementation_flag)
+    module = load_pretrained(resolved.resolution.path, dtype=getattr(torch, dtype), plan=resolved.plan)
     module = module.to(device).eval()
     lm = DiffusionLM.wrap(module, resolved.tokenizer, family=resolved.family_override)
     cls = type(module)

@@ -30,10 +30,12 @@ from diffugrpo_plugin.families import (
 )
 from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, fused_head_logprob
 from diffugrpo_plugin.native import register_with_transformers
+from diffugrpo_plugin.weights import WeightFit, checkpoint_shapes, forward_problem, meta_model, one_line
+from diffugrpo_plugin.weights import fit as weight_fit
 
 __all__ = ["DiffusionLM", "LoadPlan", "ModelConfigError", "align_logits", "load_diffusion_lm", "load_model_config",
            "load_pretrained", "plan_loading", "position_ids_from_mask", "read_model_config", "remote_classes",
-           "resolve_mask_token", "supports_attention"]
+           "resolve_mask_token", "supports_attention", "tokenizer_without_remote_code"]
 
 
 def align_logits(logits: torch.Tensor, shift: bool) -> torch.Tensor:
@@ -150,6 +152,18 @@ def read_model_config(path: str) -> dict:
     return config
 
 
+def _ways_out(remote_tried: bool, names: tuple[str, ...] = ()) -> str:
+    """What a user can do about weights that fit nothing we would build (one sentence)."""
+    ways = [] if remote_tried else [
+        "actor_rollout_ref.model.diffusion.implementation=remote with the checkpoint's own modeling code beside its "
+        "weights (and actor_rollout_ref.model.trust_remote_code=true)"]
+    ways += ["actor_rollout_ref.model.diffusion.family=<name> if it is another family",
+             "or convert the weights to the family's published parameter names"]
+    adapter = ("They look like an un-merged adapter: merge it into the base weights (peft's merge_and_unload) first. "
+               if any("lora_" in name for name in names) else "")
+    return f"{adapter}Ways out: {'; '.join(ways)}."
+
+
 @dataclass(frozen=True)
 class LoadPlan:
     """How a checkpoint becomes a network: ``native`` (our class), ``remote`` (its own code) or ``stock``."""
@@ -157,6 +171,8 @@ class LoadPlan:
     family: ModelFamily
     implementation: str
     model_class: type | None = None  # the native class, for "native"
+    reason: str = ""  # why this implementation, in words (``diffugrpo check-model`` shows it)
+    native_refused: bool = False  # our native class was considered and does not fit
 
     @property
     def trust_remote_code(self) -> bool:
@@ -164,39 +180,100 @@ class LoadPlan:
 
 
 def plan_loading(config: dict, family: str | None = None, implementation: str = "auto",
-                 trust_remote_code: bool = False) -> LoadPlan:
+                 trust_remote_code: bool = False, path: str | None = None) -> LoadPlan:
     """Choose how to build the network for a ``config.json`` dict; errors say which key to set.
 
-    ``auto`` takes our native class when the family has one that runs these settings, the
-    checkpoint's own code otherwise (which needs ``trust_remote_code``).
+    ``auto`` takes our native class when it runs the config's settings and, for a local checkpoint
+    ``path``, the checkpoint's weights fit it name for name and shape for shape (read from the file
+    headers, see :mod:`diffugrpo_plugin.weights`); else the checkpoint's own code when it ships some
+    and ``trust_remote_code`` allows it; else one line saying which and why. Whatever is chosen, weights
+    that would be freshly initialised or dropped are an error, never a model that runs on random weights.
     """
     if implementation not in IMPLEMENTATIONS:
         raise ModelConfigError(f"unknown implementation '{implementation}' (actor_rollout_ref.model.diffusion."
                                f"implementation); choose one of {', '.join(IMPLEMENTATIONS)}")
     found = detect_family(config, family)
-    has_code = bool(config.get("auto_map"))
-    unsupported = found.native_unsupported(config) if found.native else []
-    if found.native and implementation != "remote" and not unsupported:
-        return LoadPlan(found, "native", found.native()[1])
-    if implementation == "native":
-        why = (f"these settings need its published code: {', '.join(unsupported)}" if unsupported
-               else f"the {found.name} family has no native implementation")
-        raise ModelConfigError(f"implementation=native cannot load this checkpoint: {why}. Use implementation=auto.")
-    if not has_code:
-        if found.native or implementation == "remote":
-            raise ModelConfigError(f"the checkpoint's config.json has no auto_map, so there is no remote code to run "
-                                   f"(implementation={implementation}); "
-                                   + (f"its settings need it: {', '.join(unsupported)}" if unsupported else
-                                      "use implementation=auto"))
-        return LoadPlan(found, "stock")
-    if not trust_remote_code:
-        reason = f"its settings need the published code ({', '.join(unsupported)})" if unsupported else (
-            "implementation=remote asks for its own code" if implementation == "remote" else
-            f"the {found.name} family has no native implementation")
-        raise ModelConfigError(f"this checkpoint must run its own modeling code: {reason}. Set "
-                               f"actor_rollout_ref.model.trust_remote_code=true (CLI: --trust-remote-code) if you "
-                               f"trust the code shipped with it.")
-    return LoadPlan(found, "remote")
+    local = path if path and os.path.isdir(path) else None
+    misfit, misfit_names = None, ()
+    if found.native and implementation != "remote":
+        misfit, misfit_names = _native_misfit(found, config, local)
+        if misfit is None:
+            weights = "the checkpoint's weights fit it" if local else "its weights are checked as they load"
+            return LoadPlan(found, "native", found.native()[1], f"it runs these settings and {weights}")
+        if implementation == "native":
+            raise ModelConfigError(f"implementation=native cannot load this checkpoint: {misfit}. Use "
+                                   f"implementation=auto (it runs the checkpoint's own code where ours does not fit)"
+                                   + (f". {_ways_out(True, misfit_names)}" if misfit_names else "."))
+        why = f"our native class does not fit: {misfit}"
+    elif implementation == "native":
+        raise ModelConfigError(f"implementation=native cannot load this checkpoint: the {found.name} family has no "
+                               f"native implementation. Use implementation=auto.")
+    else:
+        why = ("implementation=remote asks for it" if implementation == "remote" else
+               f"the {found.name} family has no native implementation")
+    if config.get("auto_map"):
+        if not trust_remote_code:
+            raise ModelConfigError(f"this checkpoint must run its own modeling code ({why}). Set "
+                                   f"actor_rollout_ref.model.trust_remote_code=true (CLI: --trust-remote-code) if "
+                                   f"you trust the code shipped with it.")
+        plan = LoadPlan(found, "remote", reason=why, native_refused=misfit is not None)
+    elif found.native or implementation == "remote":
+        raise ModelConfigError(f"cannot load this checkpoint: {why}; and its config.json has no auto_map, so it ships "
+                               f"no modeling code to run instead. {_ways_out(False, misfit_names)}")
+    else:
+        plan = LoadPlan(found, "stock", reason=why)
+    if local:
+        _refuse_misfit_weights(plan, config, local)
+    return plan
+
+
+def _native_misfit(found: ModelFamily, config: dict, path: str | None) -> tuple[str | None, tuple[str, ...]]:
+    """Why our native class cannot stand for this checkpoint (None when it can), and the checkpoint's
+    tensor names that do not fit it."""
+    unsupported = found.native_unsupported(config)
+    if unsupported:
+        return f"these settings need the published code: {', '.join(unsupported)}", ()
+    config_class, model_class = found.native()
+    try:
+        model = meta_model(model_class, config_class.from_dict(config))
+    except Exception as error:  # noqa: BLE001 - a config our class refuses is a reason to look elsewhere
+        return f"{model_class.__name__} cannot be built from this config.json ({one_line(error)})", ()
+    problem = forward_problem(model)
+    if problem:
+        return f"{model_class.__name__} cannot run these settings ({problem})", ()
+    shapes = checkpoint_shapes(path) if path else None
+    fit = weight_fit(model, shapes) if shapes is not None else None
+    if fit is not None and not fit.fits:
+        return (f"the checkpoint's weights do not fit {model_class.__name__}: {fit.describe()}",
+                fit.unexpected or fit.missing or tuple(name for name, _, _ in fit.mismatched))
+    return None, ()
+
+
+def _refuse_misfit_weights(plan: LoadPlan, config: dict, path: str) -> None:
+    """A one-line error when the checkpoint's weights do not fit the remote or stock class the plan builds."""
+    from transformers import AutoConfig
+
+    shapes = checkpoint_shapes(path)
+    if shapes is None:
+        return
+    try:
+        if plan.implementation == "remote":
+            config_class, model_class = remote_classes(path, config)
+            model = meta_model(model_class, config_class.from_pretrained(path))
+        else:
+            model = meta_model(None, AutoConfig.from_pretrained(path))
+    except Exception:  # noqa: BLE001 - code that cannot be built on the meta device is checked as it loads
+        return
+    fit = weight_fit(model, shapes)
+    if not fit.fits:
+        raise ModelConfigError(_misfit_message(plan, type(model).__name__, fit.describe(), fit.unexpected))
+
+
+def _misfit_message(plan: LoadPlan, class_name: str, problems: str, unexpected: tuple[str, ...]) -> str:
+    built = {"native": "our native class", "remote": "the checkpoint's own code", "stock": "a stock transformers class"}
+    also = " (our native class does not fit either)" if plan.native_refused else ""
+    return (f"the checkpoint's weights do not fit {class_name}, {built[plan.implementation]}{also}: {problems}; it "
+            f"would run on freshly initialised weights. {_ways_out(plan.implementation == 'remote', unexpected)}")
 
 
 def remote_classes(path: str, config: dict) -> tuple[type, type]:
@@ -243,43 +320,110 @@ def load_model_config(path: str, plan: LoadPlan):
     return AutoConfig.from_pretrained(path)
 
 
-def load_pretrained(path: str, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
-                    attn_implementation: str | None = None, family: str | None = None,
-                    implementation: str = "auto") -> torch.nn.Module:
-    """Load a diffusion LM checkpoint from a local path or hub id, as :func:`plan_loading` decides."""
-    from transformers import AutoModelForCausalLM
-
-    register_with_transformers()
+def _local_or_hub(path: str) -> str:
+    """``path`` expanded when it exists locally; a hub id as given; else a one-line error."""
     expanded = os.path.expanduser(path)
     is_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
     if not os.path.exists(expanded) and not is_hub_id:
         raise ModelConfigError(f"model path '{path}' does not exist. Point actor_rollout_ref.model.path at a "
                                f"checkpoint directory or a hub id such as apple/DiffuCoder-7B-Instruct.")
-    path = expanded if os.path.exists(expanded) else path
+    return expanded if os.path.exists(expanded) else path
+
+
+def load_pretrained(path: str, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
+                    attn_implementation: str | None = None, family: str | None = None,
+                    implementation: str = "auto", plan: LoadPlan | None = None) -> torch.nn.Module:
+    """Load a diffusion LM checkpoint from a local path or hub id, as :func:`plan_loading` decides (or ``plan``
+    says, when it was already made for this path)."""
+    from transformers import AutoModelForCausalLM
+
+    register_with_transformers()
+    path = _local_or_hub(path)
     config = read_model_config(path)
-    plan = plan_loading(config, family, implementation, trust_remote_code)
-    kwargs: dict[str, Any] = {"dtype": dtype}
+    plan = plan or plan_loading(config, family, implementation, trust_remote_code, path)
+    kwargs: dict[str, Any] = {"dtype": dtype, "output_loading_info": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
     if plan.implementation == "native":
-        return plan.model_class.from_pretrained(path, **kwargs)
-    if plan.implementation == "remote":
+        module, info = plan.model_class.from_pretrained(path, **kwargs)
+    elif plan.implementation == "remote":
         config_class, model_class = remote_classes(path, config)
         if not supports_attention(model_class, attn_implementation):
             kwargs.pop("attn_implementation", None)
-        return model_class.from_pretrained(path, config=config_class.from_pretrained(path), **kwargs)
-    return AutoModelForCausalLM.from_pretrained(path, **kwargs)
+        module, info = model_class.from_pretrained(path, config=config_class.from_pretrained(path), **kwargs)
+    else:
+        module, info = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    _refuse_partial_load(module, plan, info)
+    return module
+
+
+def _refuse_partial_load(module: torch.nn.Module, plan: LoadPlan, info: dict) -> None:
+    """After loading, what transformers reports (for a hub id, the first and only look at the weights):
+    any weight freshly initialised, dropped or of another shape is an error."""
+    fit = WeightFit.from_loading_info(info)
+    if not fit.fits:
+        raise ModelConfigError(_misfit_message(plan, type(module).__name__, fit.describe(), fit.unexpected))
 
 
 def load_diffusion_lm(path: str, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
                       trust_remote_code: bool = False, family: str | None = None,
                       implementation: str = "auto") -> tuple[DiffusionLM, Any]:
-    """A checkpoint ready to sample from: the wrapped model in eval mode on ``device`` and its tokenizer."""
+    """A checkpoint ready to sample from: the wrapped model in eval mode on ``device`` and its tokenizer.
+
+    The tokenizer runs the checkpoint's own code only when the model does (``trust_remote_code`` is a
+    permission): a native load of a checkpoint whose ``tokenization_*.py`` is missing still has a tokenizer.
+    """
     from transformers import AutoTokenizer
 
     register_with_transformers()  # Dream's tokenizer files name a tokenizer class only our registration knows
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
-    module = load_pretrained(path, dtype=dtype, trust_remote_code=trust_remote_code, family=family,
-                             implementation=implementation).to(device).eval()
+    path = _local_or_hub(path)
+    plan = plan_loading(read_model_config(path), family, implementation, trust_remote_code, path)
+    tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=plan.trust_remote_code)
+    module = load_pretrained(path, dtype=dtype, plan=plan).to(device).eval()
     return DiffusionLM.wrap(module, tokenizer, family=family), tokenizer
+
+
+TOKENIZER_CODE_FILES = ("tokenizer_config.json", "config.json")  # where an auto_map can send AutoTokenizer
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5")
+
+
+def tokenizer_without_remote_code(path: str) -> str:
+    """A directory holding the tokenizer at ``path`` whose files name no code to run: ``path`` itself when
+    neither its ``tokenizer_config.json`` nor its ``config.json`` has an ``auto_map``, else a copy of its
+    tokenizer and config files without one, built once in the cache (keyed by their contents).
+
+    verl's reward workers load the tokenizer with ``trust_remote_code=True`` whatever the job says; pointed at
+    this directory they load it as the rest of the job does, without running (or needing) the checkpoint's
+    ``tokenization_*.py``.
+    """
+    import hashlib
+    import json
+    import shutil
+
+    from diffugrpo_plugin.cache import build_once, diffugrpo_home
+
+    source = os.path.expanduser(path)
+    names = sorted(name for name in os.listdir(source) if os.path.isfile(os.path.join(source, name))
+                   and not name.endswith((".py", *WEIGHT_SUFFIXES)) and not name.startswith("."))
+
+    def settings(name: str) -> dict:
+        with open(os.path.join(source, name)) as handle:
+            return json.load(handle)
+
+    if not any("auto_map" in settings(name) for name in TOKENIZER_CODE_FILES if name in names):
+        return path
+    digest = hashlib.sha256()
+    for name in names:
+        with open(os.path.join(source, name), "rb") as handle:
+            digest.update(name.encode() + b"\0" + hashlib.sha256(handle.read()).digest())
+
+    def copy(staging) -> None:
+        for name in names:
+            if name in TOKENIZER_CODE_FILES:
+                kept = {key: value for key, value in settings(name).items() if key != "auto_map"}
+                (staging / name).write_text(json.dumps(kept, indent=2) + "\n")
+            else:
+                shutil.copy(os.path.join(source, name), staging / name)
+
+    return str(build_once(diffugrpo_home() / "tokenizers" / digest.hexdigest()[:16], copy))

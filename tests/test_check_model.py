@@ -68,7 +68,8 @@ def test_tiny_model_text_report(tiny_model_path, capsys):
     code, out, err = check_model(capsys, tiny_model_path, *SMALL_STEP)
     assert code == 0, err
     assert report_field(out, "family").startswith("bidirectional (detected from is_causal: false")
-    assert report_field(out, "implementation") == "stock transformers: Qwen2ForCausalLM"
+    assert report_field(out, "implementation") == ("stock transformers: Qwen2ForCausalLM; chosen because the "
+                                                   "bidirectional family has no native implementation")
     assert report_field(out, "calling convention") == "2D padding mask + position_ids (cumsum of the mask - 1)"
     assert report_field(out, "logit shift").startswith("yes")
     mask_id = tokenizer().mask_token_id

@@ -120,7 +120,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         path = self.model_config.local_path
         config = read_model_config(path)
         plan = plan_loading(config, settings.get("family"), settings.get("implementation") or "auto",
-                            self.model_config.trust_remote_code)
+                            self.model_config.trust_remote_code, path)
         self._family = plan.family
         if plan.implementation == "native":
             self.model_config.hf_config = _as_config_class(self.model_config.hf_config, plan.model_class.config_class)
