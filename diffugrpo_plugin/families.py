@@ -46,9 +46,21 @@ def unwrap(module: torch.nn.Module) -> torch.nn.Module:
     return getattr(module, "_fsdp_wrapped_module", module)
 
 
-def is_remote_code(module: torch.nn.Module) -> bool:
-    """Whether the model's class came from a checkpoint's own code (``trust_remote_code``)."""
-    return any(cls.__module__.startswith("transformers_modules") for cls in type(unwrap(module)).__mro__)
+TRANSFORMERS_CONVENTION_MODULES = ("diffugrpo_plugin.", "transformers.models.")
+
+
+def takes_padding_mask(module: torch.nn.Module) -> bool:
+    """Whether the model is called the transformers way: a 2D padding mask, ``position_ids``, a ``Cache``.
+
+    Our native classes and transformers' own model classes are (any class in the MRO, so FSDP2's
+    wrapper class counts as what it wraps); a family's published code is called as that code expects,
+    however it was imported (a checkpoint's ``auto_map`` or the file copied into a project), and a
+    forward without ``position_ids`` (LLaDA's) never gets them.
+    """
+    model = unwrap(module)
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        return False
+    return any(cls.__module__.startswith(TRANSFORMERS_CONVENTION_MODULES) for cls in type(model).__mro__)
 
 
 def _find(module: torch.nn.Module, path: str) -> torch.nn.Module | None:
@@ -107,21 +119,21 @@ def dream_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor | str:
 
 def call_dream_published(module, input_ids, attention_mask, position_ids) -> torch.Tensor:
     """Dream's published code: the mask as built by :func:`dream_attention_mask`, positions over real tokens."""
-    if is_remote_code(module):
-        return _logits_of(module(input_ids=input_ids, attention_mask=dream_attention_mask(attention_mask),
-                                 position_ids=position_ids))
-    return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
+    if takes_padding_mask(module):
+        return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
+    return _logits_of(module(input_ids=input_ids, attention_mask=dream_attention_mask(attention_mask),
+                             position_ids=position_ids))
 
 
 def call_llada_published(module, input_ids, attention_mask, position_ids) -> torch.Tensor:
     """LLaDA's published code: no ``position_ids`` parameter (positions are ``0..L-1``, which with left
     padding shifts every real token equally: RoPE attention depends on differences only), and a 2D mask."""
-    if is_remote_code(module):
-        padded = not bool(attention_mask.bool().all())
-        # use_cache stated: the published forward reads config.use_cache, which transformers 5 drops
-        return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask if padded else None,
-                                 use_cache=False))
-    return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
+    if takes_padding_mask(module):
+        return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
+    padded = not bool(attention_mask.bool().all())
+    # use_cache stated: the published forward reads config.use_cache, which transformers 5 drops
+    return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask if padded else None,
+                             use_cache=False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -222,7 +234,7 @@ class ModelFamily:
 
     def takes_cache(self, module: torch.nn.Module) -> bool:
         """Whether the model's forward fills a transformers ``Cache`` (for the sampler's prefix cache)."""
-        if is_remote_code(module) and not self.remote_prefix_cache:
+        if not takes_padding_mask(module) and not self.remote_prefix_cache:
             return False
         return "past_key_values" in inspect.signature(unwrap(module).forward).parameters
 

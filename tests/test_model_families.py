@@ -30,7 +30,7 @@ from family_standins import (  # noqa: F401  (session fixtures are used by name)
     tokenizer,
 )
 
-from diffugrpo_plugin.families import ModelConfigError, detect_family, is_remote_code
+from diffugrpo_plugin.families import ModelConfigError, detect_family, takes_padding_mask
 from diffugrpo_plugin.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.masking import make_coupled
 from diffugrpo_plugin.models import (
@@ -236,7 +236,7 @@ def test_default_loading_gives_the_native_class_without_remote_code(checkpoint):
     name, path = checkpoint
     module = load_pretrained(path)
     assert type(module) is (NativeDream if name == "dream" else NativeLLaDA)
-    assert not is_remote_code(module)
+    assert takes_padding_mask(module)  # called the transformers way
     state = module.state_dict()
     for key, value in saved_weights(path).items():
         assert torch.equal(state[key], value), key
@@ -248,7 +248,7 @@ def test_remote_implementation_loads_the_checkpoints_own_code(checkpoint):
     _, path = checkpoint
     remote_class(path, read_model_config(path))._auto_class = None  # as fresh as in a new process
     module = load_pretrained(path, trust_remote_code=True, implementation="remote")
-    assert is_remote_code(module) and type(module).__module__.startswith("transformers_modules.")
+    assert type(module).__module__.startswith("transformers_modules.") and not takes_padding_mask(module)
     state = module.state_dict()
     assert all(torch.equal(state[key], value) for key, value in saved_weights(path).items())
 
@@ -322,7 +322,7 @@ def test_load_diffusion_lm_wires_model_tokenizer_and_family(checkpoint, implemen
     name, path = checkpoint
     lm, tok = load_diffusion_lm(path, "cpu", trust_remote_code=implementation == "remote",
                                 implementation=implementation)
-    assert is_remote_code(lm.module) is (implementation == "remote")
+    assert takes_padding_mask(lm.module) is (implementation != "remote")
     assert not lm.module.training
     assert (lm.family.name, lm.shift_logits) == (("dream", True) if name == "dream" else ("llada", False))
     assert lm.mask_token_id == tok.mask_token_id == tokenizer().mask_token_id
