@@ -102,21 +102,42 @@ def test_kill_and_resume_continues_from_the_last_checkpoint(tmp_path):
     assert prompts["first"].get(3, prompts["reference"][3]) == prompts["reference"][3]
 
 
-@pytest.mark.parametrize("kind, loading", [
+def published_layout_without_code(path: Path) -> None:
+    """As a user copies a published checkpoint without its ``.py`` files: config.json keeps its ``auto_map``, and
+    a Dream tokenizer_config.json still names ``tokenization_dream.py`` (which verl's reward workers, trusting
+    remote code, would try to import)."""
+    for code in path.glob("*.py"):
+        code.unlink()
+    if json.loads((path / "config.json").read_text())["model_type"] == "Dream":
+        settings = json.loads((path / "tokenizer_config.json").read_text())
+        settings.update(tokenizer_class="DreamTokenizer",
+                        auto_map={"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]})
+        (path / "tokenizer_config.json").write_text(json.dumps(settings))
+
+
+LLADA_SAMPLER = ["actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=llada",
+                 "+actor_rollout_ref.rollout.engine_kwargs.diffusion.block_length=8"]
+
+
+@pytest.mark.parametrize("kind, tied, code, loading", [
     # its own code fills no transformers cache: the default sampler's prefix cache off, as the pre-flight says
-    ("dream", ["actor_rollout_ref.model.trust_remote_code=true", "actor_rollout_ref.model.diffusion.implementation=remote",
-               "actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=false",
-               "actor_rollout_ref.rollout.engine_kwargs.diffusion.cache_refresh=null"]),
-    ("llada", ["actor_rollout_ref.model.diffusion.family=llada",
-               "actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=llada",
-               "+actor_rollout_ref.rollout.engine_kwargs.diffusion.block_length=8"]),
-], ids=["dream-own-code", "llada-tied-native"])
-def test_the_main_job_trains_a_family_checkpoint_given_by_path(kind, loading, tmp_path):
-    """A Dream-style checkpoint through its own (stand-in) code and a weight-tied LLaDA-style one through our
-    native class, each named by actor_rollout_ref.model.path, train a few steps with their family's sampler."""
+    ("dream", False, True, ["actor_rollout_ref.model.trust_remote_code=true",
+                            "actor_rollout_ref.model.diffusion.implementation=remote",
+                            "actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=false",
+                            "actor_rollout_ref.rollout.engine_kwargs.diffusion.cache_refresh=null"]),
+    ("llada", True, True, ["actor_rollout_ref.model.diffusion.family=llada", *LLADA_SAMPLER]),
+    ("dream", False, False, ["actor_rollout_ref.model.trust_remote_code=true"]),  # trusting, but no code is there
+    ("llada", False, False, LLADA_SAMPLER),
+], ids=["dream-own-code", "llada-tied-native", "dream-native-without-code", "llada-native-without-code"])
+def test_the_main_job_trains_a_family_checkpoint_given_by_path(kind, tied, code, loading, tmp_path):
+    """A Dream-style checkpoint through its own (stand-in) code, a weight-tied LLaDA-style one through our native
+    class, and both families in the published layout without their .py files (native), each named by
+    actor_rollout_ref.model.path, train a few steps with their family's sampler."""
     from family_standins import save_standin
 
-    path = save_standin(kind, tmp_path / f"{kind}_checkpoint", tied=kind == "llada")
+    path = save_standin(kind, tmp_path / f"{kind}_checkpoint", tied=tied)
+    if not code:
+        published_layout_without_code(path)
     result = subprocess.run(
         main_command(f"actor_rollout_ref.model.path={path}", *loading, "trainer.total_training_steps=2",
                      "trainer.save_freq=-1", *SHORT, "data.max_prompt_length=80", "data.max_response_length=32",

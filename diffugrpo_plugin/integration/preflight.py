@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from diffugrpo_plugin.plugins import PluginError, build
 
@@ -74,7 +74,7 @@ def _check_model(config: DictConfig) -> None:
             return  # a hub id: checked when it is downloaded
         raise ConfigError(f"actor_rollout_ref.model.path '{path}' does not exist. Point it at a checkpoint directory "
                           f"or a hub id such as apple/DiffuCoder-7B-Instruct.")
-    from transformers import AutoTokenizer
+    from verl.utils import hf_tokenizer
 
     trust = bool(model.get("trust_remote_code", False))
     diffusion = model.get("diffusion", {}) or {}
@@ -82,8 +82,19 @@ def _check_model(config: DictConfig) -> None:
     try:
         checkpoint_config = read_model_config(expanded)
         plan = plan_loading(checkpoint_config, diffusion.get("family"), diffusion.get("implementation") or "auto",
-                            trust)
-        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path, trust_remote_code=trust)
+                            trust, expanded)
+    except ModelConfigError as error:
+        raise ConfigError(str(error)) from error
+    if not plan.trust_remote_code:
+        tokenizer_path = _load_without_remote_code(config, tokenizer_path)
+    # loaded as verl's reward workers load it (trust_remote_code=True always): a passing pre-flight is a job that runs
+    try:
+        tokenizer = hf_tokenizer(tokenizer_path, trust_remote_code=True)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"cannot load the tokenizer at '{tokenizer_path}' ({' '.join(str(error).split())}); set "
+                          f"actor_rollout_ref.model.tokenizer_path to a directory with the checkpoint's tokenizer "
+                          f"files") from error
+    try:
         resolve_mask_token(plan.family, load_model_config(expanded, plan), tokenizer, diffusion.get("mask_token_id"))
     except ModelConfigError as error:
         raise ConfigError(str(error)) from error
@@ -104,6 +115,21 @@ def _check_model(config: DictConfig) -> None:
             f"implementation=remote) does not. Use our native implementation "
             f"(actor_rollout_ref.model.diffusion.implementation=auto), or run without the cache: "
             f"...engine_kwargs.diffusion.{cache}=false ...engine_kwargs.diffusion.cache_refresh=null.")
+
+
+def _load_without_remote_code(config: DictConfig, tokenizer_path: str) -> str:
+    """The plan runs no remote code, so no process of the job does: ``trust_remote_code`` off for verl's model
+    config, and ``tokenizer_path`` at a copy whose files name no code when the checkpoint's do (verl's reward
+    workers load the tokenizer trusting remote code whatever the job says; a ``tokenization_*.py`` named there
+    might not even be beside the weights). Returns the tokenizer path the job now uses."""
+    from diffugrpo_plugin.models import tokenizer_without_remote_code
+
+    clean = tokenizer_without_remote_code(tokenizer_path)
+    with open_dict(config):
+        config.actor_rollout_ref.model.trust_remote_code = False
+        if clean != tokenizer_path:
+            config.actor_rollout_ref.model.tokenizer_path = clean
+    return clean
 
 
 def _check_data(config: DictConfig) -> None:
