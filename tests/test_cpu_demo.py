@@ -71,6 +71,15 @@ def test_demo_reads_mbpp_from_the_environment_or_the_command_line(tmp_path, monk
     mbpp = tmp_path / "out" / "data" / "mbpp"
     assert data.train[0] == str(mbpp / "train.parquet") and list(data.held_out) == ["mbpp", "synthetic"]
     assert pq.read_table(data.held_out["mbpp"]).num_rows == 3  # the fixture's validation task_ids 511, 555, 600
+    # SFT learns from both; RL prompts are the synthetic ones (MBPP gives this model no test signal) unless asked
+    synthetic = str(tmp_path / "out" / "data" / "synthetic-wide" / "train.parquet")
+    assert data.train == (str(mbpp / "train.parquet"), synthetic) and data.rl_train == (synthetic,)
+    command = demo.rl_command(settings, data, tmp_path / "sft", tmp_path / "rl", seed=0)
+    assert f"data.train_files=[{synthetic}]" in command and "actor_rollout_ref.actor.kl_loss_coef=0.01" in command
+    both, _ = demo.parse_args(["--mbpp", str(MINI_MBPP), "--out", str(tmp_path / "out"), "--rl-mbpp", "--rl-kl", "0.05"])
+    command = demo.rl_command(both, demo.prepare_data(both), tmp_path / "sft", tmp_path / "rl", seed=0)
+    assert f"data.train_files=[{mbpp / 'train.parquet'},{synthetic}]" in command
+    assert "actor_rollout_ref.actor.kl_loss_coef=0.05" in command
 
 
 @pytest.mark.slow

@@ -20,8 +20,9 @@ interrupted demo picks up where it stopped):
    step count leaves some seeds passing nothing and others nearly everything.
 2. ``eval_sft.json``: the held-out evaluation of the SFT checkpoint (below).
 3. ``rl/``: coupled-GRPO with ``python -m diffugrpo_plugin.main`` and command-line overrides only:
-   start from ``sft/``, train on the MBPP train + synthetic train prompts. TensorBoard scalars in
-   ``rl/tb``, the log in ``rl/train.log``, the final policy as an HF checkpoint.
+   start from ``sft/``, train on the synthetic train prompts (``--rl-mbpp``: MBPP train's too), KL
+   ``--rl-kl`` to the SFT model. TensorBoard scalars in ``rl/tb``, the log in ``rl/train.log``, the
+   final policy as an HF checkpoint.
 4. ``eval_rl.json``: the same evaluation of the RL policy; ``plots/``: ``diffugrpo plot`` of the run.
 
 Held-out evaluation: MBPP validation (task_ids 511-600) and the synthetic validation split (no
@@ -72,11 +73,12 @@ SFT_CHECK_PROBLEMS = 96  # synthetic train functions set aside to decide when SF
 
 @dataclass(frozen=True)
 class DemoData:
-    """Prepared parquet files: the RL/SFT training files and the held-out ones by data source."""
+    """Prepared parquet files: the SFT training files, the RL prompts and the held-out ones by data source."""
 
     train: tuple[str, ...]
     sft_check: str
     held_out: dict[str, str]
+    rl_train: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,8 @@ class Settings:
     sft_check_problems: int
     rl_steps: int
     rl_lr: float
+    rl_kl: float
+    rl_on_mbpp: bool
     rl_n: int
     rl_batch: int
     rl_mini_batch: int
@@ -160,7 +164,9 @@ def prepare_data(settings: Settings) -> DemoData:
         prepare_to_parquet("synthetic", ("validation",), synthetic, **options)
     train.append(str(synthetic / "train.parquet"))
     held_out["synthetic"] = str(synthetic / "validation.parquet")
-    return DemoData(train=tuple(train), sft_check=str(synthetic / "sft_check.parquet"), held_out=held_out)
+    rl_train = tuple(train) if settings.rl_on_mbpp else (str(synthetic / "train.parquet"),)
+    return DemoData(train=tuple(train), sft_check=str(synthetic / "sft_check.parquet"), held_out=held_out,
+                    rl_train=rl_train)
 
 
 def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> dict[str, Any]:
@@ -213,7 +219,7 @@ def rl_command(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, 
     steps = settings.rl_steps
     return [sys.executable, "-m", "diffugrpo_plugin.main",
             f"actor_rollout_ref.model.path={sft_dir}",
-            f"data.train_files=[{','.join(data.train)}]",
+            f"data.train_files=[{','.join(data.rl_train)}]",
             f"data.val_files=[{','.join(data.held_out.values())}]",
             f"data.max_response_length={settings.response_length}",
             f"data.train_batch_size={settings.rl_batch}",
@@ -230,6 +236,7 @@ def rl_command(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, 
             *(f"actor_rollout_ref.rollout.engine_kwargs.diffusion.{key}={_override_value(value)}"
               for key, value in settings.sampler_fast_path.items()),
             f"actor_rollout_ref.actor.optim.lr={settings.rl_lr}",
+            f"actor_rollout_ref.actor.kl_loss_coef={settings.rl_kl}",
             "actor_rollout_ref.actor.checkpoint.save_contents=[model,extra,hf_model]",
             f"trainer.total_training_steps={steps}",
             f"trainer.save_freq={steps}",
@@ -409,8 +416,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
                         help="stop SFT at the first check whose pass@1 on the SFT check split reaches this (0: never)")
     parser.add_argument("--sft-check-from", type=int, default=2000, help="first SFT step that is checked")
     parser.add_argument("--sft-check-every", type=int, default=250, help="SFT steps between checks")
-    parser.add_argument("--rl-steps", type=int, default=40)
+    parser.add_argument("--rl-steps", type=int, default=80)
     parser.add_argument("--rl-lr", type=float, default=1e-4)
+    parser.add_argument("--rl-kl", type=float, default=0.01,
+                        help="weight of the KL term to the SFT model (DiffuCoder's beta; the default job uses 0.05)")
+    parser.add_argument("--rl-mbpp", action="store_true",
+                        help="RL prompts from MBPP train too (default: the synthetic train split only; MBPP prompts "
+                             "give this model no test signal, its code does not pass them)")
     parser.add_argument("--rl-n", type=int, default=8, help="completions per prompt (GRPO group size)")
     parser.add_argument("--rl-batch", type=int, default=4, help="prompts per RL step")
     parser.add_argument("--rl-mini-batch", type=int, default=4, help="prompts per policy update")
@@ -440,7 +452,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
                         sft_steps=args.sft_steps, sft_lr=args.sft_lr, sft_stop_pass=args.sft_stop_pass,
                         sft_check_from=args.sft_check_from, sft_check_every=args.sft_check_every,
                         sft_check_problems=4 if args.smoke else SFT_CHECK_PROBLEMS,
-                        rl_steps=args.rl_steps, rl_lr=args.rl_lr,
+                        rl_steps=args.rl_steps, rl_lr=args.rl_lr, rl_kl=args.rl_kl, rl_on_mbpp=args.rl_mbpp,
                         rl_n=args.rl_n, rl_batch=args.rl_batch, rl_mini_batch=args.rl_mini_batch,
                         rl_epochs=args.rl_epochs, temperature=args.temperature,
                         sampler_steps=args.sampler_steps, eval_n=args.eval_n, eval_limit=args.eval_limit,
