@@ -58,6 +58,8 @@ def takes_padding_mask(module: torch.nn.Module) -> bool:
     forward without ``position_ids`` (LLaDA's) never gets them.
     """
     model = unwrap(module)
+    if hasattr(model, "get_base_model"):  # a peft wrapper: its forward passes keyword arguments through
+        model = model.get_base_model()
     if "position_ids" not in inspect.signature(model.forward).parameters:
         return False
     return any(cls.__module__.startswith(TRANSFORMERS_CONVENTION_MODULES) for cls in type(model).__mro__)

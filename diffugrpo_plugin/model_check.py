@@ -195,7 +195,9 @@ def checkpoint_path_problem(path: str) -> str | None:
             f"'{path}' has no config.json: point PATH at a checkpoint directory")
     if os.path.exists(expanded):
         return f"'{path}' is a file; point PATH at a checkpoint directory (holding config.json) or a hub id"
-    if path.count("/") == 1 and not path.startswith((".", "/", "~")):
+    from diffugrpo_plugin.models import is_hub_id
+
+    if is_hub_id(path):
         return None  # a hub id such as apple/DiffuCoder-7B-Instruct
     return f"model path '{path}' does not exist: point PATH at a checkpoint directory or a hub id"
 
@@ -352,10 +354,6 @@ def _chat(tokenizer, text: str) -> list[int]:
         text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                              add_generation_prompt=True)
     return list(tokenizer.encode(text, add_special_tokens=False))
-
-
-def _error(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def padding_probe(lm, short_ids: list[int], long_ids: list[int], pad_id: int, tolerance: float) -> PaddingProbe:
@@ -532,6 +530,7 @@ def run_probes(resolved: ResolvedCheckpoint, device: str = "cpu", dtype: str | N
     Loading errors propagate; a probe that raises is reported as failed with its error.
     """
     from diffugrpo_plugin.sampling import padding_id
+    from diffugrpo_plugin.weights import one_line
 
     dtype = probe_dtype(device, dtype, resolved.resolution.checkpoint_dtype)
     lm, load = load_for_probes(resolved, device, dtype)
@@ -549,22 +548,22 @@ def run_probes(resolved: ResolvedCheckpoint, device: str = "cpu", dtype: str | N
     try:
         check.padding = padding_probe(lm, short_ids, long_ids, pad_id, base)
     except Exception as exc:  # noqa: BLE001 - a probe's failure is a finding, reported with its error
-        check.padding = PaddingProbe(ok=False, error=_error(exc))
+        check.padding = PaddingProbe(ok=False, error=one_line(exc))
     try:
         check.head = head_probe(lm, long_ids + answer, base)
     except Exception as exc:  # noqa: BLE001
-        check.head = HeadProbe(ok=False, error=_error(exc))
+        check.head = HeadProbe(ok=False, error=one_line(exc))
     try:
         check.lean_mlp = lean_mlp_probe(lm, base)
     except Exception as exc:  # noqa: BLE001
-        check.lean_mlp = LeanProbe(ok=False, error=_error(exc))
+        check.lean_mlp = LeanProbe(ok=False, error=one_line(exc))
     try:
         check.logprob = logprob_probe(lm, [(short_ids, answer), (long_ids, answer)], pad_id, mask_seed)
     except Exception as exc:  # noqa: BLE001
-        check.logprob = LogprobProbe(ok=False, mask_seed=mask_seed, error=_error(exc))
+        check.logprob = LogprobProbe(ok=False, mask_seed=mask_seed, error=one_line(exc))
     name = sampler or natural_sampler(resolved.resolution.family)
     try:
         check.sampling = sampling_probe(lm, tokenizer, short_ids, name, sample_tokens, sample_steps, mask_seed)
     except Exception as exc:  # noqa: BLE001
-        check.sampling = SamplingProbe(ok=False, sampler=name, error=_error(exc))
+        check.sampling = SamplingProbe(ok=False, sampler=name, error=one_line(exc))
     return check

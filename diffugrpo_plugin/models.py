@@ -13,6 +13,7 @@ Plain torch + transformers; no verl.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,8 @@ from diffugrpo_plugin.weights import fit as weight_fit
 
 __all__ = ["DiffusionLM", "LoadPlan", "ModelConfigError", "align_logits", "load_diffusion_lm", "load_model_config",
            "load_pretrained", "plan_loading", "position_ids_from_mask", "read_model_config", "remote_classes",
-           "resolve_mask_token", "supports_attention", "tokenizer_without_remote_code"]
+           "is_hub_id", "refuse_unloaded_weights", "resolve_mask_token", "supports_attention",
+           "tokenizer_without_remote_code"]
 
 
 def align_logits(logits: torch.Tensor, shift: bool) -> torch.Tensor:
@@ -201,9 +203,10 @@ def plan_loading(config: dict, family: str | None = None, implementation: str = 
             weights = "the checkpoint's weights fit it" if local else "its weights are checked as they load"
             return LoadPlan(found, "native", found.native()[1], f"it runs these settings and {weights}")
         if implementation == "native":
-            raise ModelConfigError(f"implementation=native cannot load this checkpoint: {misfit}. Use "
-                                   f"implementation=auto (it runs the checkpoint's own code where ours does not fit)"
-                                   + (f". {_ways_out(True, misfit_names)}" if misfit_names else "."))
+            fallback = ("Use implementation=auto (it runs the checkpoint's own code where ours does not fit)"
+                        + (f". {_ways_out(True, misfit_names)}" if misfit_names else ".")
+                        if config.get("auto_map") else _ways_out(False, misfit_names))
+            raise ModelConfigError(f"implementation=native cannot load this checkpoint: {misfit}. {fallback}")
         why = f"our native class does not fit: {misfit}"
     elif implementation == "native":
         raise ModelConfigError(f"implementation=native cannot load this checkpoint: the {found.name} family has no "
@@ -265,15 +268,37 @@ def _refuse_misfit_weights(plan: LoadPlan, config: dict, path: str) -> None:
     except Exception:  # noqa: BLE001 - code that cannot be built on the meta device is checked as it loads
         return
     fit = weight_fit(model, shapes)
-    if not fit.fits:
-        raise ModelConfigError(_misfit_message(plan, type(model).__name__, fit.describe(), fit.unexpected))
+    if fit is not None and not fit.fits:
+        raise ModelConfigError(_misfit_message(plan, type(model).__name__, fit))
 
 
-def _misfit_message(plan: LoadPlan, class_name: str, problems: str, unexpected: tuple[str, ...]) -> str:
+def refuse_unloaded_weights(module: torch.nn.Module, path: str, plan: LoadPlan) -> None:
+    """After a loader we do not control (verl's engine) built ``module`` from ``path``: a one-line error when the
+    checkpoint's tensors do not fit it. For a hub id, the files the loader just fetched into the hub cache are
+    read (the pre-flight could not read them before the download)."""
+    directory = path if os.path.isdir(path) else _cached_snapshot(path)
+    shapes = checkpoint_shapes(directory) if directory else None
+    fit = weight_fit(module, shapes) if shapes is not None else None
+    if fit is not None and not fit.fits:
+        raise ModelConfigError(_misfit_message(plan, type(module).__name__, fit))
+
+
+def _cached_snapshot(repo_id: str) -> str | None:
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(repo_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 - not a hub id, or not in the cache: nothing to read
+        return None
+
+
+def _misfit_message(plan: LoadPlan, class_name: str, fit: WeightFit) -> str:
     built = {"native": "our native class", "remote": "the checkpoint's own code", "stock": "a stock transformers class"}
     also = " (our native class does not fit either)" if plan.native_refused else ""
-    return (f"the checkpoint's weights do not fit {class_name}, {built[plan.implementation]}{also}: {problems}; it "
-            f"would run on freshly initialised weights. {_ways_out(plan.implementation == 'remote', unexpected)}")
+    consequence = ("it would run with those weights freshly initialised" if fit.missing or fit.mismatched else
+                   "loading would drop those weights")
+    return (f"the checkpoint's weights do not fit {class_name}, {built[plan.implementation]}{also}: {fit.describe()}; "
+            f"{consequence}. {_ways_out(plan.implementation == 'remote', fit.unexpected or fit.missing)}")
 
 
 def remote_classes(path: str, config: dict) -> tuple[type, type]:
@@ -320,11 +345,15 @@ def load_model_config(path: str, plan: LoadPlan):
     return AutoConfig.from_pretrained(path)
 
 
+def is_hub_id(path: str) -> bool:
+    """Whether ``path`` reads as a hub id (``owner/name``) rather than a local path."""
+    return path.count("/") == 1 and not path.startswith((".", "/", "~"))
+
+
 def _local_or_hub(path: str) -> str:
     """``path`` expanded when it exists locally; a hub id as given; else a one-line error."""
     expanded = os.path.expanduser(path)
-    is_hub_id = path.count("/") == 1 and not path.startswith((".", "/", "~"))
-    if not os.path.exists(expanded) and not is_hub_id:
+    if not os.path.exists(expanded) and not is_hub_id(path):
         raise ModelConfigError(f"model path '{path}' does not exist. Point actor_rollout_ref.model.path at a "
                                f"checkpoint directory or a hub id such as apple/DiffuCoder-7B-Instruct.")
     return expanded if os.path.exists(expanded) else path
@@ -362,7 +391,7 @@ def _refuse_partial_load(module: torch.nn.Module, plan: LoadPlan, info: dict) ->
     any weight freshly initialised, dropped or of another shape is an error."""
     fit = WeightFit.from_loading_info(info)
     if not fit.fits:
-        raise ModelConfigError(_misfit_message(plan, type(module).__name__, fit.describe(), fit.unexpected))
+        raise ModelConfigError(_misfit_message(plan, type(module).__name__, fit))
 
 
 def load_diffusion_lm(path: str, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
@@ -385,17 +414,21 @@ def load_diffusion_lm(path: str, device: str | torch.device | None = None, dtype
 
 
 TOKENIZER_CODE_FILES = ("tokenizer_config.json", "config.json")  # where an auto_map can send AutoTokenizer
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5")
+TOKENIZER_FILES = re.compile(r"(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|"
+                             r"chat_template\..*|additional_chat_templates|.*\.model|.*\.tiktoken|config\.json|"
+                             r"generation_config\.json|(pre)?processor_config\.json)")
 
 
 def tokenizer_without_remote_code(path: str) -> str:
-    """A directory holding the tokenizer at ``path`` whose files name no code to run: ``path`` itself when
-    neither its ``tokenizer_config.json`` nor its ``config.json`` has an ``auto_map``, else a copy of its
-    tokenizer and config files without one, built once in the cache (keyed by their contents).
+    """A directory holding the tokenizer at ``path`` whose files name no code to run: ``path`` itself when it is
+    not a local directory or when neither its ``tokenizer_config.json`` nor its ``config.json`` has an
+    ``auto_map``; else a copy of its tokenizer files (:data:`TOKENIZER_FILES`) without one, built once in the
+    cache, keyed by their contents.
 
     verl's reward workers load the tokenizer with ``trust_remote_code=True`` whatever the job says; pointed at
     this directory they load it as the rest of the job does, without running (or needing) the checkpoint's
-    ``tokenization_*.py``.
+    ``tokenization_*.py``. The cache must be on storage every node sees (``$DIFFUGRPO_HOME``) for a
+    multi-node job.
     """
     import hashlib
     import json
@@ -404,8 +437,9 @@ def tokenizer_without_remote_code(path: str) -> str:
     from diffugrpo_plugin.cache import build_once, diffugrpo_home
 
     source = os.path.expanduser(path)
-    names = sorted(name for name in os.listdir(source) if os.path.isfile(os.path.join(source, name))
-                   and not name.endswith((".py", *WEIGHT_SUFFIXES)) and not name.startswith("."))
+    if not os.path.isdir(source):
+        return path
+    names = sorted(name for name in os.listdir(source) if TOKENIZER_FILES.fullmatch(name))
 
     def settings(name: str) -> dict:
         with open(os.path.join(source, name)) as handle:
@@ -415,14 +449,20 @@ def tokenizer_without_remote_code(path: str) -> str:
         return path
     digest = hashlib.sha256()
     for name in names:
-        with open(os.path.join(source, name), "rb") as handle:
-            digest.update(name.encode() + b"\0" + hashlib.sha256(handle.read()).digest())
+        top = os.path.join(source, name)
+        files = [top] if os.path.isfile(top) else sorted(os.path.join(root, file) for root, _, found in os.walk(top)
+                                                          for file in found)
+        for file in files:
+            with open(file, "rb") as handle:
+                digest.update(os.path.relpath(file, source).encode() + b"\0" + hashlib.sha256(handle.read()).digest())
 
     def copy(staging) -> None:
         for name in names:
             if name in TOKENIZER_CODE_FILES:
                 kept = {key: value for key, value in settings(name).items() if key != "auto_map"}
                 (staging / name).write_text(json.dumps(kept, indent=2) + "\n")
+            elif os.path.isdir(os.path.join(source, name)):
+                shutil.copytree(os.path.join(source, name), staging / name)
             else:
                 shutil.copy(os.path.join(source, name), staging / name)
 

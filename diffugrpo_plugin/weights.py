@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,18 @@ SHOWN = 3  # names quoted per kind of problem; the count says how many in all
 
 def checkpoint_shapes(path: str | os.PathLike) -> dict[str, Shape] | None:
     """Every tensor name and shape a local checkpoint directory holds, or None when it has no weight files
-    read here (a hub id, or a format other than safetensors / pytorch ``.bin``)."""
+    read here (a hub id, a format other than safetensors / pytorch ``.bin``, or files that do not parse:
+    loading then reports them in its own words)."""
     directory = Path(path)
     if not directory.is_dir():
         return None
+    try:
+        return _shapes_in(directory)
+    except Exception:  # noqa: BLE001 - an unreadable header is the loader's to report, not a misfit
+        return None
+
+
+def _shapes_in(directory: Path) -> dict[str, Shape] | None:
     for index_name, reader in (("model.safetensors.index.json", _safetensors_shapes),
                                ("pytorch_model.bin.index.json", _bin_shapes)):
         index = directory / index_name
@@ -58,13 +67,17 @@ def _safetensors_shapes(file: Path) -> dict[str, Shape]:
 
 
 def _bin_shapes(file: Path) -> dict[str, Shape]:
-    state = torch.load(str(file), map_location="meta", weights_only=True, mmap=True)
+    # mmap reads only what is needed, but works for zip-format files only (torch.save's default since 1.6)
+    state = torch.load(str(file), map_location="meta", weights_only=True, mmap=zipfile.is_zipfile(file))
     return {name: tuple(tensor.shape) for name, tensor in state.items()}
 
 
 def meta_model(model_class: Any, config: Any) -> torch.nn.Module:
     """``model_class`` built from ``config`` on the meta device (shapes only). ``model_class`` None: the stock
-    transformers class for the config (``AutoModelForCausalLM``)."""
+    transformers class for the config (``AutoModelForCausalLM``). Attention is SDPA's whatever the config
+    asks (a kernel this machine lacks, flash-attn say, says nothing about names, shapes or settings)."""
+    if getattr(config, "_attn_implementation", None) not in (None, "sdpa", "eager"):
+        config._attn_implementation = "sdpa"
     with torch.device("meta"):
         if model_class is None:
             from transformers import AutoModelForCausalLM
@@ -139,12 +152,39 @@ def compare(expected: dict[str, Shape], shared: list[set[str]], found: dict[str,
                      mismatched=mismatched, checked=len(expected))
 
 
-def fit(model: torch.nn.Module, found: dict[str, Shape]) -> WeightFit:
-    """How the tensors ``found`` in a checkpoint fit ``model`` (built on the meta device), as its class declares."""
+STALE_BUFFERS = {"rotary_emb.inv_freq": r"rotary_emb\.inv_freq", "position_ids": r"(^|\.)position_ids$"}
+
+
+def fit(model: torch.nn.Module, found: dict[str, Shape]) -> WeightFit | None:
+    """How the tensors ``found`` in a checkpoint fit ``model`` (built on the meta device), as transformers would
+    load them: its key renames applied, and what it ignores ignored (the class's own patterns, and the buffers
+    old checkpoints saved that are no longer persistent). None when the class converts keys in ways other than
+    renaming (fused experts, say): names cannot then be compared one to one, and loading checks them."""
+    renamed = _renamed_as_loaded(model, found)
+    if renamed is None:
+        return None
     expected, shared = class_shapes(model)
-    return compare(expected, shared, found, getattr(model, "base_model_prefix", "") or "",
+    buffers = [name for name, _ in model.named_buffers()]
+    stale = tuple(pattern for suffix, pattern in STALE_BUFFERS.items()
+                  if any(name.endswith(suffix) for name in buffers))
+    return compare(expected, shared, renamed, getattr(model, "base_model_prefix", "") or "",
                    tuple(getattr(model, "_keys_to_ignore_on_load_missing", None) or ()),
-                   tuple(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()))
+                   tuple(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()) + stale)
+
+
+def _renamed_as_loaded(model: torch.nn.Module, found: dict[str, Shape]) -> dict[str, Shape] | None:
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import WeightRenaming
+
+    if not hasattr(model, "config"):
+        return found
+    renamed = dict(found)
+    for transform in get_model_conversion_mapping(model):
+        if type(transform) is not WeightRenaming or getattr(transform, "scope_prefix", None):
+            return None
+        for source, target in zip(transform.source_patterns, transform.target_patterns):
+            renamed = {re.sub(source, target, name): shape for name, shape in renamed.items()}
+    return renamed
 
 
 def _not_matching(names: list[str], patterns: tuple[str, ...]) -> list[str]:
@@ -161,7 +201,8 @@ def _as_class_names(expected: dict[str, Shape], found: dict[str, Shape], base_pr
 
 
 def forward_problem(model: torch.nn.Module) -> str | None:
-    """Run a (meta) model once on 4 tokens; the error it raises, in one line, or None when it runs.
+    """Run a (meta) model once on 4 tokens; the error it raises, in one line, or None when it runs (or when the
+    run is inconclusive: code that reads a tensor's values, such as dynamic RoPE scaling, cannot run on meta).
 
     No padding mask is passed: building one reads values, which meta tensors do not have.
     """
@@ -169,8 +210,10 @@ def forward_problem(model: torch.nn.Module) -> str | None:
     try:
         with torch.no_grad():
             model(input_ids=input_ids)
-    except Exception as error:  # noqa: BLE001 - any failure means this class cannot run these settings
-        return one_line(error)
+    except NotImplementedError:
+        return None
+    except Exception as error:  # noqa: BLE001 - any other failure means this class cannot run these settings
+        return None if "meta tensor" in str(error) else one_line(error)
     return None
 
 

@@ -283,3 +283,94 @@ def assert_one_line(error: pytest.ExceptionInfo, *needles: str) -> None:
     assert "\n" not in message, message
     for needle in needles:
         assert needle in message, f"{needle!r} not in: {message}"
+
+
+# ---------------------------------------------------------------------------------------------
+# e. What transformers itself accepts is accepted (found by review)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_stale_rotary_buffers_of_old_checkpoints_are_ignored_as_transformers_ignores_them(tmp_path):
+    path = renamed_weights(save_standin("dream", tmp_path / "old_buffers_dream"), lambda name: name)
+    weights = load_file(str(path / "model.safetensors"))
+    weights["model.layers.0.self_attn.rotary_emb.inv_freq"] = torch.ones(4)
+    save_file(weights, str(path / "model.safetensors"), metadata={"format": "pt"})
+    assert plan_loading(read_model_config(str(path)), path=str(path)).implementation == "native"
+    load_pretrained(str(path))
+
+
+def test_unexpected_weights_alone_are_named_as_dropped_not_initialised(tmp_path):
+    path = without_auto_map(save_standin("dream", tmp_path / "extra_dream"))
+    weights = load_file(str(path / "model.safetensors"))
+    save_file({**weights, "value_head.weight": torch.ones(1, 4)}, str(path / "model.safetensors"))
+    with pytest.raises(ModelConfigError) as refused:
+        plan_loading(read_model_config(str(path)), path=str(path))
+    assert_one_line(refused, "1 unexpected (value_head.weight)")
+
+
+def test_a_legacy_pickle_bin_checkpoint_is_read(tmp_path):
+    path = save_standin("dream", tmp_path / "legacy_bin_dream")
+    weights = load_file(str(path / "model.safetensors"))
+    (path / "model.safetensors").unlink()
+    torch.save(weights, path / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    assert checkpoint_shapes(path) == {name: tuple(tensor.shape) for name, tensor in weights.items()}
+    assert plan_loading(read_model_config(str(path)), path=str(path)).implementation == "native"
+
+
+def test_settings_the_meta_run_cannot_judge_keep_the_native_class(tmp_path):
+    """Dynamic RoPE scaling reads a tensor's value: on the meta device that is inconclusive, not a misfit; and a
+    config asking for an attention kernel this machine lacks still builds on meta."""
+    path = save_standin("dream", tmp_path / "dynamic_rope_dream")
+    config = json.loads((path / "config.json").read_text())
+    config.update(rope_scaling={"type": "dynamic", "factor": 2.0}, attn_implementation="flash_attention_2")
+    (path / "config.json").write_text(json.dumps(config))
+    assert plan_loading(read_model_config(str(path)), path=str(path)).implementation == "native"
+
+
+def test_a_stock_model_whose_keys_transformers_converts_is_not_refused(tmp_path):
+    """Mixtral's experts are fused as they load (not a one-to-one rename): names cannot be compared before
+    loading, so the check is left to the load, which finds them all."""
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    config = MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, num_key_value_heads=1, num_local_experts=2, is_causal=False)
+    MixtralForCausalLM(config).save_pretrained(tmp_path / "moe")
+    plan = plan_loading(read_model_config(str(tmp_path / "moe")), path=str(tmp_path / "moe"))
+    assert plan.implementation == "stock"
+    load_pretrained(str(tmp_path / "moe"))
+
+
+def test_the_tokenizer_copy_keeps_chat_template_folders_and_leaves_hub_ids_alone(tmp_path, monkeypatch):
+    from diffugrpo_plugin.models import tokenizer_without_remote_code
+
+    monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path / "home"))
+    path = dream_tokenizer_naming_its_code(without_code(save_standin("dream", tmp_path / "templates_dream")))
+    (path / "additional_chat_templates").mkdir()
+    (path / "additional_chat_templates" / "tool_use.jinja").write_text("{{ messages }}")
+    copy = Path(tokenizer_without_remote_code(str(path)))
+    assert (copy / "additional_chat_templates" / "tool_use.jinja").read_text() == "{{ messages }}"
+    assert not list(copy.glob("*.safetensors"))
+    assert tokenizer_without_remote_code("Dream-org/Dream-v0-Instruct-7B") == "Dream-org/Dream-v0-Instruct-7B"
+
+
+def test_weights_a_loader_fetched_from_the_hub_are_checked_after_it_built_the_model(tmp_path, monkeypatch):
+    """verl's engine builds the module itself; for a hub id the files it downloaded into the hub cache are read
+    then. A cache laid out as huggingface_hub lays it out, holding the mismatched checkpoint."""
+    from diffugrpo_plugin.models import refuse_unloaded_weights
+    from diffugrpo_plugin.native.dream import DreamConfig, DreamModel
+
+    checkpoint = without_auto_map(renamed_weights(save_standin("dream", tmp_path / "hub_dream"),
+                                                  lambda name: "transformer." + name))
+    cache = tmp_path / "hub"
+    snapshot = cache / "models--someone--dream" / "snapshots" / "0123abcd"
+    shutil.copytree(checkpoint, snapshot)
+    (cache / "models--someone--dream" / "refs").mkdir()
+    (cache / "models--someone--dream" / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
+    plan = plan_loading(read_model_config(str(checkpoint)), implementation="native")  # no path: headers unread
+    built = DreamModel(DreamConfig.from_pretrained(checkpoint))
+    with pytest.raises(ModelConfigError) as refused:
+        refuse_unloaded_weights(built, "someone/dream", plan)
+    assert_one_line(refused, "do not fit DreamModel", "freshly initialised")
+    refuse_unloaded_weights(built, "someone/absent", plan)  # nothing cached: nothing to read

@@ -31,7 +31,14 @@ from verl.workers.engine.utils import detach_tree
 from diffugrpo_plugin.lean_mlp import make_lean
 from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
 from diffugrpo_plugin.masking import check_views
-from diffugrpo_plugin.models import DiffusionLM, plan_loading, read_model_config, remote_classes, supports_attention
+from diffugrpo_plugin.models import (
+    DiffusionLM,
+    plan_loading,
+    read_model_config,
+    refuse_unloaded_weights,
+    remote_classes,
+    supports_attention,
+)
 from diffugrpo_plugin.plugins import build
 from diffugrpo_plugin.warm_start import built_if_default
 
@@ -133,10 +140,12 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         for key, value in replaced.items():
             object.__setattr__(self.model_config, key, value)
         try:
-            return super()._build_module()
+            module = super()._build_module()
         finally:
             for key, value in original.items():
                 object.__setattr__(self.model_config, key, value)
+        refuse_unloaded_weights(module, path, plan)  # a hub id's weights are first readable here
+        return module
 
     def _build_fsdp_module(self, module):
         # here, not in _build_module: LoRA adapters (and Liger, QAT) are in place, and a block they changed stays stock

@@ -62,15 +62,16 @@ def _check_rewards(config: DictConfig) -> None:
 
 def _check_model(config: DictConfig) -> None:
     from diffugrpo_plugin.models import ModelConfigError, load_model_config, plan_loading, read_model_config
-    from diffugrpo_plugin.models import remote_classes, resolve_mask_token
+    from diffugrpo_plugin.models import is_hub_id, remote_classes, resolve_mask_token
 
     from diffugrpo_plugin.warm_start import built_if_default
+    from diffugrpo_plugin.weights import one_line
 
     model = config.actor_rollout_ref.model
     path = built_if_default(str(model.path))
     expanded = os.path.expanduser(path)
     if not os.path.exists(expanded):
-        if path.count("/") == 1 and not path.startswith((".", "/", "~")):
+        if is_hub_id(path):
             return  # a hub id: checked when it is downloaded
         raise ConfigError(f"actor_rollout_ref.model.path '{path}' does not exist. Point it at a checkpoint directory "
                           f"or a hub id such as apple/DiffuCoder-7B-Instruct.")
@@ -91,7 +92,7 @@ def _check_model(config: DictConfig) -> None:
     try:
         tokenizer = hf_tokenizer(tokenizer_path, trust_remote_code=True)
     except (OSError, ValueError) as error:
-        raise ConfigError(f"cannot load the tokenizer at '{tokenizer_path}' ({' '.join(str(error).split())}); set "
+        raise ConfigError(f"cannot load the tokenizer at '{tokenizer_path}' ({one_line(error)}); set "
                           f"actor_rollout_ref.model.tokenizer_path to a directory with the checkpoint's tokenizer "
                           f"files") from error
     try:
