@@ -416,7 +416,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
                         help="stop SFT at the first check whose pass@1 on the SFT check split reaches this (0: never)")
     parser.add_argument("--sft-check-from", type=int, default=2000, help="first SFT step that is checked")
     parser.add_argument("--sft-check-every", type=int, default=250, help="SFT steps between checks")
-    parser.add_argument("--rl-steps", type=int, default=80)
+    parser.add_argument("--rl-steps", type=int, default=160)
     parser.add_argument("--rl-lr", type=float, default=1e-4)
     parser.add_argument("--rl-kl", type=float, default=0.01,
                         help="weight of the KL term to the SFT model (DiffuCoder's beta; the default job uses 0.05)")
