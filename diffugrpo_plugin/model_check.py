@@ -235,16 +235,6 @@ def _shape_from_config(config: Any, hidden: int) -> tuple[int, int, int]:
     return int(layers or 0), int(intermediate), int(kv_heads) * int(head_dim)
 
 
-def _meta_model(path: str, config: dict, config_object: Any, plan: Any):
-    """The planned network built on the meta device: shapes and parameter count, no memory."""
-    from diffugrpo_plugin.models import remote_classes
-    from diffugrpo_plugin.weights import meta_model
-
-    model_class = {"native": lambda: plan.model_class, "remote": lambda: remote_classes(path, config)[1],
-                   "stock": lambda: None}[plan.implementation]()
-    return meta_model(model_class, config_object)
-
-
 def _implementation_detail(plan: Any, config: dict, meta: Any) -> str:
     """Which class runs and why (:attr:`~diffugrpo_plugin.models.LoadPlan.reason`)."""
     cls = type(meta)
@@ -283,7 +273,8 @@ def resolve_checkpoint(path: str, family: str | None = None, implementation: str
     """
     from diffugrpo_plugin.families import ModelConfigError, submodule
     from diffugrpo_plugin.lean_mlp import make_lean
-    from diffugrpo_plugin.models import load_model_config, plan_loading, read_model_config, resolve_mask_token
+    from diffugrpo_plugin.models import load_model_config, plan_loading, planned_meta_model, read_model_config
+    from diffugrpo_plugin.models import resolve_mask_token
 
     problem = checkpoint_path_problem(path)
     if problem:
@@ -295,7 +286,7 @@ def resolve_checkpoint(path: str, family: str | None = None, implementation: str
     found = plan.family
     config_object = load_model_config(path, plan)
     tokenizer = load_tokenizer(path, plan.trust_remote_code)  # remote code runs only where the model's does
-    meta = _meta_model(path, config, config_object, plan)
+    meta = planned_meta_model(path, config, config_object, plan)
 
     mask_id, mask_source = resolve_mask_token(found, config_object, tokenizer)
     head_weight = found.head_weight(meta)  # [V, H]

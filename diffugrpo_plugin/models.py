@@ -36,7 +36,7 @@ from diffugrpo_plugin.weights import fit as weight_fit
 
 __all__ = ["DiffusionLM", "LoadPlan", "ModelConfigError", "align_logits", "load_diffusion_lm", "load_model_config",
            "load_pretrained", "plan_loading", "position_ids_from_mask", "read_model_config", "remote_classes",
-           "is_hub_id", "refuse_unloaded_weights", "resolve_mask_token", "supports_attention",
+           "is_hub_id", "planned_meta_model", "refuse_unloaded_weights", "resolve_mask_token", "supports_attention",
            "tokenizer_without_remote_code"]
 
 
@@ -254,20 +254,25 @@ def _native_misfit(found: ModelFamily, config: dict, path: str | None) -> tuple[
 
 def _refuse_misfit_weights(plan: LoadPlan, config: dict, path: str) -> None:
     """A one-line error when the checkpoint's weights do not fit the remote or stock class the plan builds."""
-    from transformers import AutoConfig
-
     shapes = checkpoint_shapes(path)
     if shapes is None:
         return
     try:
-        if plan.implementation == "remote":
-            config_class, model_class = remote_classes(path, config)
-            model = meta_model(model_class, config_class.from_pretrained(path))
-        else:
-            model = meta_model(None, AutoConfig.from_pretrained(path))
+        model = planned_meta_model(path, config, load_model_config(path, plan), plan)
     except Exception:  # noqa: BLE001 - code that cannot be built on the meta device is checked as it loads
         return
-    fit = weight_fit(model, shapes)
+    _refuse_misfit(plan, model, shapes)
+
+
+def planned_meta_model(path: str, config: dict, config_object: Any, plan: LoadPlan) -> torch.nn.Module:
+    """The planned network built on the meta device: names, shapes and parameter count, no memory."""
+    model_class = {"native": lambda: plan.model_class, "remote": lambda: remote_classes(path, config)[1],
+                   "stock": lambda: None}[plan.implementation]()
+    return meta_model(model_class, config_object)
+
+
+def _refuse_misfit(plan: LoadPlan, model: torch.nn.Module, shapes: dict[str, tuple[int, ...]] | None) -> None:
+    fit = weight_fit(model, shapes) if shapes is not None else None
     if fit is not None and not fit.fits:
         raise ModelConfigError(_misfit_message(plan, type(model).__name__, fit))
 
@@ -277,10 +282,7 @@ def refuse_unloaded_weights(module: torch.nn.Module, path: str, plan: LoadPlan) 
     checkpoint's tensors do not fit it. For a hub id, the files the loader just fetched into the hub cache are
     read (the pre-flight could not read them before the download)."""
     directory = path if os.path.isdir(path) else _cached_snapshot(path)
-    shapes = checkpoint_shapes(directory) if directory else None
-    fit = weight_fit(module, shapes) if shapes is not None else None
-    if fit is not None and not fit.fits:
-        raise ModelConfigError(_misfit_message(plan, type(module).__name__, fit))
+    _refuse_misfit(plan, module, checkpoint_shapes(directory) if directory else None)
 
 
 def _cached_snapshot(repo_id: str) -> str | None:
