@@ -42,8 +42,10 @@ class ModelConfigError(ValueError):
 
 
 def unwrap(module: torch.nn.Module) -> torch.nn.Module:
-    """The model inside an FSDP1 wrapper (FSDP2 keeps the module itself)."""
-    return getattr(module, "_fsdp_wrapped_module", module)
+    """The model inside an FSDP1 wrapper (FSDP2 keeps the module itself) and a peft (LoRA) wrapper: the family's
+    module paths and calling convention are the base model's; its adapted layers stay in place inside it."""
+    model = getattr(module, "_fsdp_wrapped_module", module)
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
 
 
 TRANSFORMERS_CONVENTION_MODULES = ("diffugrpo_plugin.", "transformers.models.")
@@ -58,8 +60,6 @@ def takes_padding_mask(module: torch.nn.Module) -> bool:
     forward without ``position_ids`` (LLaDA's) never gets them.
     """
     model = unwrap(module)
-    if hasattr(model, "get_base_model"):  # a peft wrapper: its forward passes keyword arguments through
-        model = model.get_base_model()
     if "position_ids" not in inspect.signature(model.forward).parameters:
         return False
     return any(cls.__module__.startswith(TRANSFORMERS_CONVENTION_MODULES) for cls in type(model).__mro__)

@@ -180,6 +180,7 @@ class ResolvedCheckpoint:
     plan: Any = field(repr=False)
     tokenizer: Any = field(repr=False)
     family_override: str | None = None
+    meta: Any = field(repr=False, default=None)  # the planned network on the meta device
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,7 +322,7 @@ def resolve_checkpoint(path: str, family: str | None = None, implementation: str
         embedding_parameters=embedding_weight.numel(), head_parameters=0 if tied else head_weight.numel(),
         lean_mlp=lean.summary(), lean_mlp_everywhere=lean.installed > 0 and not lean.skipped)
     return ResolvedCheckpoint(resolution=resolution, config=config, config_object=config_object, plan=plan,
-                              tokenizer=tokenizer, family_override=family)
+                              tokenizer=tokenizer, family_override=family, meta=meta)
 
 
 # ---------------------------------------------------------------------------------------------

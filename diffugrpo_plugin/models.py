@@ -398,8 +398,9 @@ def _refuse_partial_load(module: torch.nn.Module, plan: LoadPlan, info: dict) ->
 
 def load_diffusion_lm(path: str, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
                       trust_remote_code: bool = False, family: str | None = None,
-                      implementation: str = "auto") -> tuple[DiffusionLM, Any]:
-    """A checkpoint ready to sample from: the wrapped model in eval mode on ``device`` and its tokenizer.
+                      implementation: str = "auto", adapter: str | None = None) -> tuple[DiffusionLM, Any]:
+    """A checkpoint ready to sample from: the wrapped model in eval mode on ``device`` and its tokenizer; with a
+    LoRA ``adapter`` folder (a training checkpoint's ``actor/lora_adapter``), the adapter merged in.
 
     The tokenizer runs the checkpoint's own code only when the model does (``trust_remote_code`` is a
     permission): a native load of a checkpoint whose ``tokenization_*.py`` is missing still has a tokenizer.
@@ -411,8 +412,12 @@ def load_diffusion_lm(path: str, device: str | torch.device | None = None, dtype
     path = _local_or_hub(path)
     plan = plan_loading(read_model_config(path), family, implementation, trust_remote_code, path)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=plan.trust_remote_code)
-    module = load_pretrained(path, dtype=dtype, plan=plan).to(device).eval()
-    return DiffusionLM.wrap(module, tokenizer, family=family), tokenizer
+    module = load_pretrained(path, dtype=dtype, plan=plan)
+    if adapter is not None:
+        from diffugrpo_plugin.lora import apply_adapter
+
+        module = apply_adapter(module, adapter)
+    return DiffusionLM.wrap(module.to(device).eval(), tokenizer, family=family), tokenizer
 
 
 TOKENIZER_CODE_FILES = ("tokenizer_config.json", "config.json")  # where an auto_map can send AutoTokenizer

@@ -101,6 +101,13 @@ class SFTConfig:
     eval_every: int = field(default=0, metadata={"help": "validation loss every N steps (0: at the end only)"})
     val_masks: int = field(default=4, metadata={"help": "fixed masks per validation example"})
     tensorboard_dir: str | None = field(default=None, metadata={"help": "write train/loss, train/lr, val/loss here"})
+    lora_rank: int = field(default=0, metadata={
+        "help": "train LoRA adapters of this rank instead of every weight (0: full fine-tuning); the checkpoint is the "
+                "merged model, with the adapter alone in <output_dir>/lora_adapter"})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA scale numerator (scale = lora_alpha / lora_rank)"})
+    lora_dropout: float = field(default=0.0, metadata={"help": "dropout on each adapter's input"})
+    target_modules: str = field(default="all-linear", metadata={
+        "help": "comma-separated module names to adapt, or all-linear (every linear layer but the vocabulary head)"})
     threads: int = field(default=1, metadata={
         "help": "torch intra-op threads while training (0: leave torch's setting); one suits tiny models, several "
                 "spin against each other on a loaded host (measured 3-5x slower on a busy 2-core machine)"})
@@ -108,8 +115,10 @@ class SFTConfig:
     def __post_init__(self) -> None:
         positive = ("steps", "batch_size", "max_prompt_length", "completion_length", "log_every", "val_masks")
         bad = [f"{name}={getattr(self, name)}" for name in positive if getattr(self, name) < 1]
-        bad += [f"{name}={getattr(self, name)}" for name in ("warmup_steps", "eval_every", "weight_decay", "threads")
-                if getattr(self, name) < 0]
+        bad += [f"{name}={getattr(self, name)}" for name in ("warmup_steps", "eval_every", "weight_decay", "threads",
+                                                              "lora_rank") if getattr(self, name) < 0]
+        if not 0 <= self.lora_dropout < 1:
+            bad.append(f"lora_dropout={self.lora_dropout} (must be in [0, 1))")
         if self.seed < 0:
             bad.append(f"seed={self.seed} (must be non-negative)")
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
@@ -352,8 +361,29 @@ def load_model_and_tokenizer(config: SFTConfig) -> tuple[DiffusionLM, Any]:
         model_path = default_tiny_model_path()
     lm, tokenizer = load_diffusion_lm(model_path, "cpu", trust_remote_code=config.trust_remote_code,
                                       family=config.family, implementation=config.implementation)
+    if config.lora_rank:
+        lm = _with_adapters(lm, tokenizer, config)
     lm.module.train()
     return lm, tokenizer
+
+
+def _with_adapters(lm: DiffusionLM, tokenizer: Any, config: SFTConfig) -> DiffusionLM:
+    """The model with trainable LoRA adapters (peft, as the RL engine builds them) and every other weight frozen."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    from diffugrpo_plugin.lora import accept_causal_lm_wrapper, refuse_adapted_head
+
+    targets = config.target_modules if config.target_modules == "all-linear" else [
+        name.strip() for name in config.target_modules.split(",") if name.strip()]
+    try:
+        model = get_peft_model(accept_causal_lm_wrapper(lm.module), LoraConfig(
+            task_type=TaskType.CAUSAL_LM, r=config.lora_rank, lora_alpha=config.lora_alpha,
+            lora_dropout=config.lora_dropout, target_modules=targets))
+    except ValueError as error:
+        raise SFTError(f"LoRA: {' '.join(str(error).split())} (--target-modules)") from error
+    refuse_adapted_head(model, lm.family)
+    return DiffusionLM.wrap(model, tokenizer, mask_token_id=lm.mask_token_id, logits_shift=lm.shift_logits,
+                            family=lm.family.name)
 
 
 StopRule = Callable[[int, DiffusionLM, Any], bool]
@@ -387,7 +417,8 @@ def _train(config: SFTConfig, echo: Callable[[str], None], stop_when: StopRule |
     started = time.perf_counter()
     lm, tokenizer = load_model_and_tokenizer(config)
     examples, val = _load_data(config, tokenizer, echo)
-    optimizer = torch.optim.AdamW(lm.module.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    trainable = [parameter for parameter in lm.module.parameters() if parameter.requires_grad]
+    optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
     learner = _Learner(lm=lm, optimizer=optimizer, schedule=lr_schedule(optimizer, config), masker=make_sft(config.eps),
                        pad_id=padding_id(tokenizer), eos_id=tokenizer.eos_token_id)
     scalars = _Scalars(config.tensorboard_dir)
@@ -433,6 +464,12 @@ def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig, 
     and how many steps it ran."""
     output = Path(config.output_dir)
     output.mkdir(parents=True, exist_ok=True)
+    if hasattr(module, "peft_config"):  # LoRA: the adapter alone, then the merged model (what the RL job loads)
+        from diffugrpo_plugin.lora import adapter_state, save_adapter
+
+        save_adapter(output / "lora_adapter", adapter_state(module), module.peft_config["default"].to_dict(),
+                     config.model_path)
+        module = module.merge_and_unload()
     module.save_pretrained(output)
     tokenizer.save_pretrained(output)
     settings = {name: value for name, value in asdict(config).items() if name != "output_dir"}  # may be a staging dir

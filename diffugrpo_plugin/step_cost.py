@@ -266,6 +266,11 @@ class StepSetup:
         sampler_kv_cache: the sampler keeps the prompt's keys/values (the training default's prefix cache).
         lean_mlp: the training engine's SwiGLU blocks save 2 of their 4 activations (``diffusion.lean_mlp``,
             on by default, for the families and implementations whose blocks it recognises).
+        lora_parameters: adapter parameters with LoRA (``actor_rollout_ref.model.lora_rank`` > 0; see
+            ``diffugrpo check-model --lora-rank``); 0 trains every weight.
+        model_dtype: the sharded policy weights' storage dtype (verl's ``actor.fsdp_config.model_dtype``,
+            fp32 by default). Full fine-tuning keeps gradients and AdamW moments in it; with LoRA the base
+            weights are frozen in it and the adapters train in it too (verl casts them to the base's dtype).
     """
 
     batch: int
@@ -285,6 +290,8 @@ class StepSetup:
     sampler_window_copies: int = 10
     sampler_kv_cache: bool = True  # engine_kwargs.diffusion.kv_cache, on in the training default
     lean_mlp: bool = True
+    lora_parameters: int = 0
+    model_dtype: str = "fp32"
 
     @property
     def tokens(self) -> int:
@@ -361,14 +368,19 @@ def _n(value: float) -> str:
     return f"{value:.3g}"
 
 
-def policy_state_bytes(parameters: float, gpus: int) -> float:
-    """Sharded training states: fp32 master parameters (4) + fp32 gradients (4) + AdamW's two fp32
-    moments (8) = 16 bytes per parameter, divided over the FSDP shards.
+def policy_state_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") -> float:
+    """Sharded training states: master parameters, gradients and AdamW's two moments, 4 x ``model_dtype``
+    bytes per parameter (16 in fp32), divided over the FSDP shards.
 
     verl builds the actor with ``model_dtype: fp32`` and keeps gradients and optimizer states
     in the sharded parameters' dtype; ``param_dtype`` only sets the gathered compute copy.
     """
-    return 16.0 * parameters / gpus
+    return 4.0 * dtype_bytes(model_dtype) * parameters / gpus
+
+
+def frozen_base_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") -> float:
+    """With LoRA: the base weights, frozen (no gradients, no optimizer state), sharded in ``model_dtype``."""
+    return dtype_bytes(model_dtype) * parameters / gpus
 
 
 def reference_bytes(parameters: float, gpus: int, dtype: str) -> float:
@@ -438,31 +450,53 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
     pb, pdt = dtype_bytes(setup.param_dtype), setup.param_dtype
     rb = dtype_bytes(setup.rollout_dtype)
     s, t, c, v, h = setup.sequences, setup.tokens, setup.completion_length, model.vocab, model.hidden
-    terms: list[MemoryTerm] = [
-        MemoryTerm("policy: fp32 params + grads + AdamW moments (sharded)", "held", policy_state_bytes(n, g),
-                   f"16 B x {_n(n)} / {g}",
-                   "fp32 master params 4 + fp32 grads 4 + AdamW exp_avg 4 + exp_avg_sq 4 bytes per parameter, "
-                   "sharded over the FSDP workers (verl's actor model_dtype fp32)"),
-    ]
-    if setup.reference_dtype:
+    a, mdt = setup.lora_parameters, setup.model_dtype
+    mb = dtype_bytes(mdt)
+    if a:
+        terms: list[MemoryTerm] = [
+            MemoryTerm(f"policy: frozen base weights ({mdt}, sharded)", "held", frozen_base_bytes(n, g, mdt),
+                       f"{mb} B x {_n(n)} / {g}",
+                       "LoRA: the base weights take no gradient and no optimizer state (verl's actor model_dtype)"),
+            MemoryTerm(f"LoRA adapters: params, grads, AdamW ({mdt}, sharded)", "held",
+                       policy_state_bytes(a, g, mdt), f"{4 * mb} B x {_n(a)} / {g}",
+                       "the adapters train like full weights (param, grad, two AdamW moments), in the base's dtype: "
+                       "verl casts them to it for FSDP"),
+        ]
+    else:
+        terms = [
+            MemoryTerm(f"policy: {mdt} params + grads + AdamW moments (sharded)", "held",
+                       policy_state_bytes(n, g, mdt), f"{4 * mb} B x {_n(n)} / {g}",
+                       f"master params + grads + AdamW exp_avg + exp_avg_sq, {mb} bytes each per parameter, sharded "
+                       f"over the FSDP workers (verl's actor model_dtype, fp32 by default)"),
+        ]
+    if setup.reference_dtype and a:
+        terms.append(MemoryTerm("reference model: the base without adapters", "held", 0.0, "0",
+                                "with LoRA verl computes the reference with the actor's adapters disabled: no copy"))
+    elif setup.reference_dtype:
         terms.append(MemoryTerm(f"reference model ({setup.reference_dtype}, sharded)", "held",
                                 reference_bytes(n, g, setup.reference_dtype),
                                 f"{dtype_bytes(setup.reference_dtype)} B x {_n(n)} / {g}",
                                 "forward only: no grads, no optimizer; verl 0.9.1 stores it in ref.fsdp_config."
                                 "model_dtype (default fp32), sharded like the actor"))
     terms.append(MemoryTerm(f"rollout policy copy ({setup.rollout_dtype}, unsharded)", "held",
-                            rollout_copy_bytes(n, setup.rollout_dtype), f"{rb} B x {_n(n)}",
+                            rollout_copy_bytes(n + a, setup.rollout_dtype), f"{rb} B x {_n(n + a)}",
                             "one full copy per trainer worker (integration/rollout.py), kept on the GPU "
-                            "(free_cache_engine: false)"))
+                            "(free_cache_engine: false)" + ("; with LoRA the base plus the adapters it samples "
+                                                            "through" if a else "")))
 
     terms.append(MemoryTerm(f"FSDP gathered params ({pdt})", "update", fsdp_gathered_bytes(model, pdt),
                             f"{pb} B x ({_n(model.root_parameters)} root + 2 x {_n(model.layer_parameters)} layer)",
                             "root unit (embedding, head) gathered for the whole pass, plus the current and the "
                             "prefetched decoder layer"))
-    terms.append(MemoryTerm(f"FSDP unsharded grads ({pdt})", "update", fsdp_unsharded_grad_bytes(model, pdt),
-                            f"{pb} B x ({_n(model.root_parameters)} root + {_n(model.layer_parameters)} layer)",
-                            "the root unit's gradients live from the head's backward to the end of the backward; "
-                            "plus one layer's before its reduce-scatter"))
+    if a:
+        terms.append(MemoryTerm(f"FSDP unsharded adapter grads ({pdt})", "update", a * pb,
+                                f"{pb} B x {_n(a)}", "at most every adapter's gradient before its reduce-scatter; "
+                                                     "the frozen base has none"))
+    else:
+        terms.append(MemoryTerm(f"FSDP unsharded grads ({pdt})", "update", fsdp_unsharded_grad_bytes(model, pdt),
+                                f"{pb} B x ({_n(model.root_parameters)} root + {_n(model.layer_parameters)} layer)",
+                                "the root unit's gradients live from the head's backward to the end of the backward; "
+                                "plus one layer's before its reduce-scatter"))
     per_layer, extra = layer_saved_bytes(model, pb, setup.lean_mlp), backward_extra_bytes(model, pb, setup.lean_mlp)
     norm = norm_saved_bytes(model, pb)
     mlp_saved = "2 lean MLP activations" if setup.lean_mlp else "4 MLP activations"

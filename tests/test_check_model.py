@@ -624,3 +624,34 @@ def test_readme_7b_table_comes_from_step_cost():
     assert seen == set(rows)
     assert math.isclose(flops.generation / flops.total, 256 / 292)  # "Generation is ~88% of the FLOPs"
     assert "~88% of the FLOPs" in text
+
+
+def test_lora_memory_terms_by_hand():
+    """LoRA (10M adapter parameters) on the 1B model, weights stored in bf16: frozen base 2 B per parameter, the
+    adapters' param + grad + two AdamW moments in bf16 (verl casts adapters to the base's dtype), no reference
+    copy, the rollout holding base + adapters, and only the adapters' gradients unsharded."""
+    setup = dataclasses.replace(ONE_B_STEP, lora_parameters=10_000_000, model_dtype="bf16")
+    found = terms_by_name(step_cost.memory_estimate(ONE_B, setup))
+    assert found["policy: frozen base weights (bf16, sharded)"] == ("held", 2 * 1e9 / 4)
+    assert found["LoRA adapters: params, grads, AdamW (bf16, sharded)"] == ("held", 4 * 2 * 10e6 / 4)
+    assert found["reference model: the base without adapters"] == ("held", 0.0)
+    assert found["rollout policy copy (bf16, unsharded)"] == ("held", 2 * (1e9 + 10e6))
+    assert found["FSDP unsharded adapter grads (bf16)"] == ("update", 2 * 10e6)
+    assert "FSDP unsharded grads (bf16)" not in found and "reference model (fp32, sharded)" not in found
+    full = terms_by_name(step_cost.memory_estimate(ONE_B, dataclasses.replace(ONE_B_STEP, model_dtype="bf16")))
+    assert full["policy: bf16 params + grads + AdamW moments (sharded)"] == ("held", 4 * 2 * 1e9 / 4)
+
+
+def test_check_model_counts_d1s_adapters_on_llada(llada_standin, capsys):
+    """--lora-rank with d1's seven target names on LLaDA: peft adapts q/k/v/up only; the count is rank x (in + out)
+    of each, summed by hand from the stand-in's sizes (hidden 32, MLP 64, 2 layers, 2 of 4 heads for k/v)."""
+    d1 = "q_proj,k_proj,v_proj,o_proj,up_proj,down_proj,gate_proj"
+    payload = check_model_json(capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules", d1)
+    hidden, inner, kv = 32, 64, 16  # k/v project to 2 heads of 8
+    per_layer = 8 * ((hidden + hidden) + 2 * (hidden + kv) + (hidden + inner))
+    assert payload["estimate"]["setup"]["lora_parameters"] == 2 * per_layer
+    names = [term["name"] for term in payload["estimate"]["memory"]["terms"]]
+    assert "LoRA adapters: params, grads, AdamW (fp32, sharded)" in names
+    code, out, err = check_model(capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules",
+                                 "q_proj,ff_out")
+    assert code == 2 and "LoRA adapts 'model.transformer.ff_out', the vocabulary projection" in err

@@ -115,3 +115,22 @@ def test_seed_help_says_it_does_nothing_at_temperature_zero(command, capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert "no effect at temperature 0 (the samplers' default)" in help_text
     assert "completion length (default: 48, as in training)" in help_text
+
+
+def test_adapter_flag_generates_as_the_merged_model(checkpoint, tmp_path, capsys):
+    """``--adapter`` merges a LoRA folder into ``--model``: the completions are the merged checkpoint's. A folder
+    that holds no adapter is a one-line error naming it."""
+    from test_engine_ray import saved_merged_model, saved_random_adapter
+
+    adapter = saved_random_adapter(checkpoint, tmp_path / "adapter")
+    merged = saved_merged_model(checkpoint, adapter, tmp_path / "merged")
+    argv = ["--prompt", "def add(a, b):", "--prompt", "Sort a list.", "--max-new-tokens", "8", "--json"]
+    outputs = {}
+    for name, model_args in (("base", ["--model", checkpoint]), ("adapter", ["--model", checkpoint, "--adapter", adapter]),
+                             ("merged", ["--model", merged])):
+        assert main([*model_args, *argv]) == 0
+        outputs[name] = [json.loads(line)["completion"] for line in capsys.readouterr().out.splitlines()]
+    assert outputs["adapter"] == outputs["merged"] != outputs["base"]
+    assert main(["--model", checkpoint, "--adapter", str(tmp_path), *argv]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("diffugrpo generate: error")]
+    assert len(errors) == 1 and "not a LoRA adapter folder" in errors[0]

@@ -78,7 +78,7 @@ def direct_response_logprobs(model_path, prompts, responses, seeds):
 
 
 def build_worker_group(model_path: str, workers: int, trust_remote_code: bool = False,
-                       gradient_checkpointing: bool = True, lr: float = 1e-2, **diffusion):
+                       gradient_checkpointing: bool = True, lr: float = 1e-2, lora: dict | None = None, **diffusion):
     import ray
 
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
@@ -94,7 +94,7 @@ def build_worker_group(model_path: str, workers: int, trust_remote_code: bool = 
                                           override_config={"attn_implementation": "sdpa"},
                                           trust_remote_code=trust_remote_code,
                                           enable_gradient_checkpointing=gradient_checkpointing,
-                                          diffusion={"masker": "coupled", **diffusion}),
+                                          diffusion={"masker": "coupled", **diffusion}, **(lora or {})),
         engine_config=FSDPEngineConfig(strategy="fsdp2", use_torch_compile=False,
                                        mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32",
                                                         "buffer_dtype": "fp32"}),
@@ -303,3 +303,88 @@ def test_iteration_k_of_the_update_is_scored_with_mask_k(tiny_model_path):
     beta = coupled_grpo_actor_config().kl_loss_coef
     assert matched["loss"] == pytest.approx(surrogate + beta * (math.exp(-0.1) + 0.1 - 1), rel=1e-4)
     assert max(abs(value) for value in values(swapped, "actor/ppo_kl")) > 1e-2  # the other mask shows at once
+
+
+def saved_random_adapter(model_path: str, directory) -> str:
+    """A LoRA adapter (rank 4 on every linear layer, B random so it changes the model) in peft's folder format."""
+    from peft import LoraConfig, TaskType, get_peft_model
+
+    from diffugrpo_plugin.lora import adapter_state, save_adapter
+    from diffugrpo_plugin.models import load_pretrained
+
+    model = get_peft_model(load_pretrained(model_path), LoraConfig(task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8,
+                                                                    target_modules="all-linear"))
+    generator = torch.Generator().manual_seed(11)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.copy_(0.2 * torch.randn(parameter.shape, generator=generator))
+    return str(save_adapter(directory, adapter_state(model), model.peft_config["default"].to_dict(), model_path))
+
+
+def saved_merged_model(model_path: str, adapter: str, directory) -> str:
+    """The checkpoint with the adapter merged into its weights, and its tokenizer."""
+    from transformers import AutoTokenizer
+
+    from diffugrpo_plugin.lora import apply_adapter
+    from diffugrpo_plugin.models import load_pretrained
+
+    apply_adapter(load_pretrained(model_path), adapter).save_pretrained(directory)
+    AutoTokenizer.from_pretrained(model_path).save_pretrained(directory)
+    return str(directory)
+
+
+def weight_sums(worker) -> dict[str, float]:
+    """On a worker: the sum of its local shard of every parameter (adapters' names contain ``lora_``)."""
+    return {name: float((p.to_local() if hasattr(p, "to_local") else p).detach().double().sum())
+            for name, p in worker.engine.module.named_parameters()}
+
+
+def test_lora_engine_scores_the_merged_model_trains_only_adapters_and_two_workers_agree(tiny_model_path, tmp_path):
+    """LoRA through verl's FSDP2 engine (lora_rank / lora_alpha / lora_adapter_path): the coupled log-probs equal the
+    formula on the merged model (W + alpha/r BA), and with verl's ``no_lora_adapter`` (how verl computes the
+    reference from the actor) the formula on the base model. A PPO step on 2 workers equals the step on 1 (loss,
+    gradient norm, log-probs after), and changes the adapters only."""
+    from functools import partial
+
+    import ray
+
+    from verl.utils import tensordict_utils as tu
+    from verl.workers.utils.losses import ppo_loss
+
+    adapter = saved_random_adapter(tiny_model_path, tmp_path / "adapter")
+    merged = saved_merged_model(tiny_model_path, adapter, tmp_path / "merged")
+    prompts, responses, seeds = make_batch(vocab=64)
+    want_policy = direct_response_logprobs(merged, prompts, responses, seeds)
+    want_reference = direct_response_logprobs(tiny_model_path, prompts, responses, seeds)
+    lora = {"lora_rank": 4, "lora_alpha": 8, "lora_adapter_path": adapter}
+    loss_fn = partial(ppo_loss, config=coupled_grpo_actor_config())
+    results = {}
+    for workers in (2, 1):
+        group = build_worker_group(tiny_model_path, workers=workers, lora=lora, lr=1e-2)
+        try:
+            policy = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
+            base_batch = tensordict_for(prompts, responses, seeds, 1)
+            tu.assign_non_tensor(base_batch, no_lora_adapter=True)
+            reference = response_logprobs(group.infer_batch(base_batch).get(), responses)
+            if workers == 2:
+                for got, want in ((policy, want_policy), (reference, want_reference)):
+                    assert all(torch.allclose(g, w, atol=1e-4) for g, w in zip(got, want))
+                before = ray.get([worker.__ray_call__.remote(weight_sums) for worker in group.workers])
+            group.set_loss_fn(loss_fn)
+            metrics = group.train_batch(ppo_batch(prompts, responses, seeds, policy, reference)).get()["metrics"]
+            after = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
+            if workers == 2:
+                moved = ray.get([worker.__ray_call__.remote(weight_sums) for worker in group.workers])
+        finally:
+            release(group)
+        results[workers] = (metrics["loss"], metrics["grad_norm"], after)
+    for sums_before, sums_after in zip(before, moved):
+        changed = {name for name in sums_before if sums_before[name] != sums_after[name]}
+        assert changed and all("lora_" in name for name in changed), sorted(changed)[:5]
+        assert any("lora_B" in name for name in changed) and any("lora_A" in name for name in changed)
+    (loss2, grad2, after2), (loss1, grad1, after1) = results[2], results[1]
+    assert loss1 == pytest.approx(loss2, rel=1e-4, abs=1e-6)
+    assert grad1 == pytest.approx(grad2, rel=1e-4)
+    for a, b in zip(after1, after2):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -104,3 +104,27 @@ def test_the_command_line_stops_before_ray_starts():
     assert result.returncode == 2
     assert "diffugrpo: configuration error: actor_rollout_ref.model.path '/no/model' does not exist" in result.stderr
     assert "Ray" not in result.stdout + result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["actor_rollout_ref.model.lora.rank=8"], "lora.rank=8 is verl's Megatron key; the FSDP engine adapts with "
+                                               "actor_rollout_ref.model.lora_rank=8"),
+    (["actor_rollout_ref.model.lora_rank=8", "diffugrpo.ref_sync.enable=true"],
+     "with LoRA the reference is the base model without its adapters"),
+    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[q_proj,lm_head]"],
+     "LoRA adapts 'lm_head', the vocabulary projection"),
+    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[no_such_layer]"],
+     "LoRA on Qwen2ForCausalLM: .*no_such_layer"),
+    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_adapter_path=/no/such/adapter"],
+     "lora_adapter_path '/no/such/adapter' holds no adapter_config.json"),
+])
+def test_lora_mistakes_name_their_fix(valid, overrides, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
+        check_config(composed(*valid, *overrides))
+
+
+def test_lora_target_names_that_adapt_nothing_are_said(valid, capsys):
+    check_config(composed(*valid, "actor_rollout_ref.model.lora_rank=8",
+                          "actor_rollout_ref.model.target_modules=[q_proj,v_proj,attn_out]"))
+    assert ("LoRA: target_modules attn_out name no module of Qwen2ForCausalLM and adapt nothing; q_proj, v_proj do "
+            "(4 modules)") in capsys.readouterr().err

@@ -182,6 +182,46 @@ def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_mo
     assert saved["steps"] == saved["steps_done"] == result.steps_done == 40
 
 
+def test_lora_sft_trains_only_adapters_and_saves_the_merged_model_and_the_adapter(tiny_model_path, tmp_path):
+    """--lora-rank: the loss goes down with every base weight frozen; the checkpoint is the merged model (what the RL
+    job loads), and the adapter folder merged into the starting checkpoint gives the same model."""
+    from transformers import AutoTokenizer
+
+    from diffugrpo_plugin.lora import apply_adapter
+
+    # a random model's head (std 0.02) caps its logits near 0 whatever the layers do; frozen, it would leave LoRA
+    # nothing to learn, so this starting model's (tied) head is scaled up
+    start = load_pretrained(tiny_model_path)
+    with torch.no_grad():
+        start.get_output_embeddings().weight.mul_(40)
+    start.save_pretrained(tmp_path / "start")
+    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(tmp_path / "start")
+    tiny_model_path = str(tmp_path / "start")
+    data = write_parquet(prepare("synthetic", "train")[:64], tmp_path / "train.parquet")
+    config = sft.SFTConfig(train_files=(str(data),), val_files=(str(data),), output_dir=str(tmp_path / "out"),
+                           model_path=tiny_model_path, steps=40, batch_size=8, lr=3e-2, warmup_steps=2, log_every=10,
+                           lora_rank=8, lora_alpha=16, target_modules="q_proj,v_proj,up_proj,down_proj")
+    lm, tokenizer = sft.load_model_and_tokenizer(config)
+    trainable = {name for name, parameter in lm.module.named_parameters() if parameter.requires_grad}
+    assert trainable and all("lora_" in name for name in trainable)
+    assert {name.split(".")[-4] for name in trainable} == {"q_proj", "v_proj", "up_proj", "down_proj"}
+    val_examples = sft.load_examples(config.val_files, tokenizer, 48, 160).examples
+    before = sft.validation_loss(lm, val_examples, config, tokenizer.pad_token_id, tokenizer.eos_token_id, make_sft())
+    result = sft.train(config, echo=lambda line: None)
+    assert result.val_losses[-1][1] < 0.7 * before, (before, result.val_losses)
+
+    saved = load_pretrained(config.output_dir).eval()
+    assert not any("lora_" in name for name, _ in saved.named_parameters())
+    merged_again = apply_adapter(load_pretrained(tiny_model_path), tmp_path / "out" / "lora_adapter").eval()
+    ids = torch.randint(5, 60, (2, 10))
+    with torch.no_grad():
+        assert torch.allclose(saved(input_ids=ids).logits, merged_again(input_ids=ids).logits, atol=1e-5)
+        assert not torch.allclose(saved(input_ids=ids).logits, load_pretrained(tiny_model_path)(input_ids=ids).logits)
+    with pytest.raises(sft.SFTError, match="target-modules"):
+        sft.load_model_and_tokenizer(sft.SFTConfig(train_files=("x",), output_dir="y", model_path=tiny_model_path,
+                                                   lora_rank=4, target_modules="no_such_layer"))
+
+
 # --------------------------------------------------------------------------- the warm-started default model
 
 

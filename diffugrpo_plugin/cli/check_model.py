@@ -99,6 +99,16 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     estimate.add_argument("--no-lean-mlp", action="store_true",
                           help="the SwiGLU blocks save all four activations (diffusion.lean_mlp=false; the training "
                                "default saves two where the model's blocks allow it)")
+    estimate.add_argument("--model-dtype", choices=("fp32", "bf16"), default="fp32",
+                          help="the sharded policy weights' storage dtype (verl's actor.fsdp_config.model_dtype; "
+                               "default: fp32)")
+    estimate.add_argument("--lora-rank", type=int, default=0,
+                          help="LoRA adapters of this rank (actor_rollout_ref.model.lora_rank): frozen base weights, "
+                               "adapters and their optimizer state, no reference copy (default: 0, every weight "
+                               "trains)")
+    estimate.add_argument("--target-modules", default="all-linear",
+                          help="with --lora-rank: comma-separated module names to adapt, or all-linear "
+                               "(actor_rollout_ref.model.target_modules; default: all-linear)")
     estimate.add_argument("--diffusion-steps", type=int, default=DEFAULTS["diffusion_steps"],
                           help="rollout denoising steps, for the FLOP count (default: %(default)s)")
     estimate.add_argument("--iterations", type=int, default=DEFAULTS["iterations"],
@@ -119,7 +129,22 @@ def _check_numbers(args: argparse.Namespace) -> str | None:
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be at least 1, got {value}"
+    if args.lora_rank < 0:
+        return f"--lora-rank must be 0 (no LoRA) or more, got {args.lora_rank}"
     return None
+
+
+def _adapters(resolved, args) -> tuple[int, int]:
+    """With ``--lora-rank``: adapter parameters and adapted modules, as peft builds them on the planned network."""
+    if not args.lora_rank:
+        return 0, 0
+    from diffugrpo_plugin.lora import adapted_copy, adapter_parameters, adapted_module_names, refuse_adapted_head
+
+    targets = args.target_modules if args.target_modules == "all-linear" else [
+        name.strip() for name in args.target_modules.split(",") if name.strip()]
+    adapted = adapted_copy(resolved.meta, args.lora_rank, targets)
+    refuse_adapted_head(adapted, resolved.plan.family)
+    return adapter_parameters(adapted), len(adapted_module_names(adapted))
 
 
 @contextlib.contextmanager
@@ -169,6 +194,7 @@ def _run(args: argparse.Namespace) -> int:
                                               implementation=args.implementation or "auto",
                                               trust_remote_code=bool(args.trust_remote_code))
     resolution = resolved.resolution
+    adapter_count, adapted_modules = _adapters(resolved, args)
     setup = step_cost.StepSetup(
         batch=args.batch, prompt_length=args.prompt_length, completion_length=args.completion_length,
         gpus=args.gpus, gradient_checkpointing=args.gradient_checkpointing, param_dtype=args.param_dtype,
@@ -176,7 +202,8 @@ def _run(args: argparse.Namespace) -> int:
         rollout_micro_batch=args.rollout_micro_batch, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
         logits_shift=bool(resolution.logits_shift), views=step_cost.MASKER_SHAPES[args.masker][0],
         scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1], sampler_kv_cache=not args.no_kv_cache,
-        lean_mlp=resolution.lean_mlp_everywhere and not args.no_lean_mlp)
+        lean_mlp=resolution.lean_mlp_everywhere and not args.no_lean_mlp, lora_parameters=adapter_count,
+        model_dtype=args.model_dtype)
     memory = step_cost.memory_estimate(resolution.shape(), setup)
     flops = step_cost.step_flops(resolution.parameters, args.batch, setup.tokens, args.diffusion_steps,
                                  args.iterations, setup.views, args.gradient_checkpointing,
@@ -200,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
     else:
         if not args.config_only:
             print(_probes_text(check))
-        print(_estimate_text(setup, memory, flops, resolution, args))
+        print(_estimate_text(setup, memory, flops, resolution, args, adapted_modules))
     return 0 if check.probes_ok else 1
 
 
@@ -300,14 +327,17 @@ def _probes_text(check) -> str:
     return "\n".join(lines)
 
 
-def _estimate_text(setup, memory, flops, r, args) -> str:
+def _estimate_text(setup, memory, flops, r, args, adapted_modules: int = 0) -> str:
     from diffugrpo_plugin import step_cost
 
     checkpointing = "on" if setup.gradient_checkpointing else "off"
     head = (f"\nmemory per GPU, one training step: {setup.batch} completions x ({setup.prompt_length} + "
             f"{setup.completion_length}) tokens x {setup.views} views, {_plural(setup.gpus, 'GPU')}, param_dtype "
             f"{setup.param_dtype}, gradient checkpointing {checkpointing}, rollout micro-batch "
-            f"{setup.sampler_batch} in {setup.rollout_dtype}")
+            f"{setup.sampler_batch} in {setup.rollout_dtype}, weights stored in {setup.model_dtype}")
+    if setup.lora_parameters:
+        head += (f"; LoRA rank {args.lora_rank} on {adapted_modules} modules ({args.target_modules}): "
+                 f"{_count(setup.lora_parameters)} adapter parameters")
     h100 = step_cost.H100_BF16_DENSE_FLOPS * step_cost.DEFAULT_UTILIZATION
     flop_lines = [
         f"\nFLOPs of one micro-batch of {setup.batch} completions on one GPU (F = 2 x {r.parameters:,} params x "

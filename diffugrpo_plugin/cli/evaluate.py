@@ -182,7 +182,8 @@ def _generate(args: argparse.Namespace, problems, ks: list[int]):
     completions = evaluation.generate_completions(
         sampler, lm, tokenizer, problems, chosen["n"], chosen["max_new_tokens"], seed=chosen["seed"],
         batch_size=chosen["batch_size"], chat_template=not args.no_chat_template, progress=_progress)
-    settings = {"model": args.model or DEFAULT_MODEL_HELP, "sampler_options": options, **chosen}
+    settings = {"model": args.model or DEFAULT_MODEL_HELP, "adapter": args.adapter, "sampler_options": options,
+                **chosen}
     return completions, settings
 
 

@@ -20,6 +20,9 @@ def add_model_flags(group: argparse._ArgumentGroup, with_model: bool = True,
     if with_model:
         group.add_argument("--model", default=None,
                            help=f"checkpoint directory or hub id (default: {DEFAULT_MODEL_HELP})")
+        group.add_argument("--adapter", default=None, metavar="DIR",
+                           help="a LoRA adapter folder to merge into --model (a LoRA training checkpoint's "
+                                "global_step_N/actor/lora_adapter, or any peft adapter of the same model)")
     group.add_argument("--family", default=None,
                        help="model family: dream (DiffuCoder too), llada, bidirectional or a plugin's (default: "
                             "detected from the checkpoint's config.json)")
@@ -46,4 +49,5 @@ def load_model(args: argparse.Namespace):
     from diffugrpo_plugin.models import load_diffusion_lm
 
     return load_diffusion_lm(model_path(args), args.device, trust_remote_code=bool(args.trust_remote_code),
-                             family=args.family, implementation=args.implementation or "auto")
+                             family=args.family, implementation=args.implementation or "auto",
+                             adapter=getattr(args, "adapter", None))

@@ -14,6 +14,7 @@ a sample use identical masks, while different samples and steps get different on
 from __future__ import annotations
 
 import functools
+import os
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
@@ -29,6 +30,13 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.utils import detach_tree
 
 from diffugrpo_plugin.lean_mlp import make_lean
+from diffugrpo_plugin.lora import (
+    accept_causal_lm_wrapper,
+    adapter_state,
+    refuse_adapted_head,
+    save_adapter,
+    set_dropout,
+)
 from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
 from diffugrpo_plugin.masking import check_views
 from diffugrpo_plugin.models import (
@@ -44,6 +52,7 @@ from diffugrpo_plugin.warm_start import built_if_default
 
 MODEL_TYPE = "diffusion_lm"
 MASK_SEED_FIELD = "mask_seed"
+ADAPTER_FOLDER = "lora_adapter"  # in each checkpoint's actor folder: peft's adapter format
 
 
 @dataclass
@@ -146,6 +155,29 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 object.__setattr__(self.model_config, key, value)
         refuse_unloaded_weights(module, path, plan)  # a hub id's weights are first readable here
         return module
+
+    def _build_lora_module(self, module):
+        # verl's FSDP LoRA (lora_rank, lora_alpha, target_modules, exclude_modules, lora_adapter_path), plus
+        # lora.dropout (verl's key, which its FSDP engine does not pass to peft) and the diffusion checks
+        module = super()._build_lora_module(accept_causal_lm_wrapper(module))
+        dropout = float((self.model_config.lora or {}).get("dropout", 0.0) or 0.0)
+        if dropout:  # else peft's: none for a new adapter, its own for one from lora_adapter_path
+            set_dropout(module, dropout)
+        refuse_adapted_head(module, self._family)
+        return module
+
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None, **kwargs):
+        """verl's checkpoint (resumes the run exactly), plus with LoRA the adapter alone in peft's format in
+        ``<local_path>/lora_adapter``, which ``diffugrpo generate/eval --adapter`` and peft load."""
+        super().save_checkpoint(local_path, hdfs_path=hdfs_path, global_step=global_step,
+                                max_ckpt_to_keep=max_ckpt_to_keep, **kwargs)
+        if not self._is_lora:
+            return
+        state = adapter_state(self.module)  # every rank: gathering the shards is collective
+        if self.rank == 0:
+            settings = self.module.peft_config["default"].to_dict()
+            save_adapter(os.path.join(local_path, ADAPTER_FOLDER), state, settings, base_model=self.model_config.path)
+        torch.distributed.barrier()
 
     def _build_fsdp_module(self, module):
         # here, not in _build_module: LoRA adapters (and Liger, QAT) are in place, and a block they changed stays stock

@@ -7,7 +7,9 @@ divide, unknown sampler / masker / reward names, bad reward weights.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -62,7 +64,7 @@ def _check_rewards(config: DictConfig) -> None:
 
 def _check_model(config: DictConfig) -> None:
     from diffugrpo_plugin.models import ModelConfigError, load_model_config, plan_loading, read_model_config
-    from diffugrpo_plugin.models import is_hub_id, remote_classes, resolve_mask_token
+    from diffugrpo_plugin.models import is_hub_id, planned_meta_model, remote_classes, resolve_mask_token
 
     from diffugrpo_plugin.warm_start import built_if_default
     from diffugrpo_plugin.weights import one_line
@@ -96,9 +98,12 @@ def _check_model(config: DictConfig) -> None:
                           f"actor_rollout_ref.model.tokenizer_path to a directory with the checkpoint's tokenizer "
                           f"files") from error
     try:
-        resolve_mask_token(plan.family, load_model_config(expanded, plan), tokenizer, diffusion.get("mask_token_id"))
+        config_object = load_model_config(expanded, plan)
+        resolve_mask_token(plan.family, config_object, tokenizer, diffusion.get("mask_token_id"))
     except ModelConfigError as error:
         raise ConfigError(str(error)) from error
+    if int(model.get("lora_rank", 0) or 0) > 0:
+        _check_adapters(model, planned_meta_model(expanded, checkpoint_config, config_object, plan), plan.family)
     if plan.implementation == "remote" and model.get("enable_gradient_checkpointing", False):
         model_class = remote_classes(expanded, checkpoint_config)[1]
         if not getattr(model_class, "supports_gradient_checkpointing", False):
@@ -116,6 +121,55 @@ def _check_model(config: DictConfig) -> None:
             f"implementation=remote) does not. Use our native implementation "
             f"(actor_rollout_ref.model.diffusion.implementation=auto), or run without the cache: "
             f"...engine_kwargs.diffusion.{cache}=false ...engine_kwargs.diffusion.cache_refresh=null.")
+
+
+def _check_lora_keys(config: DictConfig) -> None:
+    """verl's FSDP engine adapts with ``lora_rank``; ``lora.rank`` is its Megatron key, which makes verl's trainer
+    take the reference from the actor without adapters while the FSDP engine builds none."""
+    model = config.actor_rollout_ref.model
+    rank, megatron_rank = int(model.get("lora_rank", 0) or 0), int((model.get("lora") or {}).get("rank", 0) or 0)
+    if megatron_rank > 0 and rank <= 0:
+        raise ConfigError(f"actor_rollout_ref.model.lora.rank={megatron_rank} is verl's Megatron key; the FSDP engine "
+                          f"adapts with actor_rollout_ref.model.lora_rank={megatron_rank} (and lora_alpha, "
+                          f"target_modules)")
+    from diffugrpo_plugin.lora import ADAPTER_CONFIG
+
+    adapter = model.get("lora_adapter_path")
+    if adapter and not os.path.isfile(os.path.join(os.path.expanduser(str(adapter)), ADAPTER_CONFIG)):
+        raise ConfigError(f"actor_rollout_ref.model.lora_adapter_path '{adapter}' holds no {ADAPTER_CONFIG}; "
+                          f"point it at a peft adapter folder (a checkpoint's actor/lora_adapter)")
+    if (rank > 0 or adapter) and OmegaConf.select(config, "diffugrpo.ref_sync.enable", default=False):
+        raise ConfigError("diffugrpo.ref_sync mixes the policy into a separate reference model; with LoRA the reference "
+                          "is the base model without its adapters (verl's way: no second copy), which cannot move "
+                          "alone. Set diffugrpo.ref_sync.enable=false")
+
+
+def _check_adapters(model: DictConfig, meta, family) -> None:
+    """Build the adapters on the meta device as the engine will (peft resolves ``target_modules``): names that
+    match nothing are said (peft ignores them silently), an adapter on the vocabulary projection is refused."""
+    import sys
+
+    from diffugrpo_plugin.lora import ADAPTER_CONFIG, adapted_copy, adapted_module_names, refuse_adapted_head
+    from diffugrpo_plugin.lora import target_report
+    from diffugrpo_plugin.models import ModelConfigError
+    from diffugrpo_plugin.weights import one_line
+
+    targets, exclude = (OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+                        for value in (model.get("target_modules"), model.get("exclude_modules")))
+    rank = int(model.lora_rank)
+    if model.get("lora_adapter_path"):  # verl's engine then builds the adapter the folder describes
+        saved = json.loads(Path(os.path.expanduser(str(model.lora_adapter_path)), ADAPTER_CONFIG).read_text())
+        targets, exclude, rank = saved.get("target_modules"), saved.get("exclude_modules"), int(saved.get("r", rank))
+    try:
+        adapted = adapted_copy(meta, rank, targets, exclude)
+        refuse_adapted_head(adapted, family)
+    except (ValueError, ModelConfigError) as error:
+        raise ConfigError(f"LoRA on {type(meta).__name__}: {one_line(error)}") from error
+    matched, unmatched = target_report([name for name, _ in meta.named_modules()], targets)
+    if unmatched:
+        print(f"[diffugrpo] LoRA: target_modules {', '.join(unmatched)} name no module of {type(meta).__name__} "
+              f"and adapt nothing; {', '.join(matched)} do ({len(adapted_module_names(adapted))} modules)",
+              file=sys.stderr)
 
 
 def _load_without_remote_code(config: DictConfig, tokenizer_path: str) -> str:
@@ -194,6 +248,7 @@ def _check_strategy(config: DictConfig) -> None:
 def check_config(config: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first problem found."""
     _check_strategy(config)
+    _check_lora_keys(config)
     _check_batch_sizes(config)
     _check_plugins(config)
     _check_training_pass(config)

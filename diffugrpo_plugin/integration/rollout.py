@@ -37,6 +37,13 @@ from verl.utils.device import get_device_name
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
+from diffugrpo_plugin.lora import (
+    adapted_module_names,
+    canonical_weight_name,
+    inject_adapter,
+    is_adapter_weight,
+    refuse_adapted_head,
+)
 from diffugrpo_plugin.models import DiffusionLM, load_pretrained
 from diffugrpo_plugin.plugins import factory_options, lookup
 from diffugrpo_plugin.sampling import build_sampler, left_pad, padding_id
@@ -98,22 +105,35 @@ class DiffusionRollout(BaseRollout):
             torch.cuda.empty_cache()
 
     async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None],
-                             wire_format: str = "named_tensors", **kwargs):
+                             wire_format: str = "named_tensors", peft_config: dict | None = None,
+                             base_sync_done: bool = False, **kwargs):
+        """Copy the trainer's weights in by name. With LoRA (verl's default ``lora.merge=false``) verl sends the
+        adapters alone with their ``peft_config``: the first such update adds the same adapters to this copy, and
+        sampling runs through them (exact; a sync moves the adapters only). ``lora.merge=true`` sends whole
+        merged weights, as without LoRA."""
         if wire_format != "named_tensors":
             raise NotImplementedError(f"the diffusion rollout takes full named tensors, not '{wire_format}'; "
                                       f"use actor_rollout_ref.rollout.checkpoint_engine.backend=naive")
-        # state_dict keys include both names of tied weights (embeddings / lm_head)
-        targets = self.lm.module.state_dict(keep_vars=True)
+        module = self.lm.module
+        if peft_config is not None and not adapted_module_names(module):
+            inject_adapter(module, peft_config)
+            refuse_adapted_head(module, self.lm.family)
+            module.to(self.device).eval()
+        adapters_only = peft_config is not None and base_sync_done
+        # one spelling per weight (peft's wrapper prefix, base_layer and adapter name dropped); state_dict keys
+        # include both names of tied weights (embeddings / lm_head)
+        targets = {canonical_weight_name(name): tensor for name, tensor in module.state_dict(keep_vars=True).items()}
         updated = set()
         with torch.no_grad():
             for name, tensor in weights:
-                target = targets.get(name)
+                target = targets.get(canonical_weight_name(name))
                 if target is None:
                     raise KeyError(f"weight '{name}' from the trainer has no counterpart in the rollout model "
-                                   f"({type(self.lm.module).__name__})")
+                                   f"({type(module).__name__}{' with LoRA adapters' if peft_config else ''})")
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
                 updated.add(id(target))
-        stale = [n for n, p in self.lm.module.named_parameters() if id(p) not in updated]
+        stale = [n for n, p in module.named_parameters()
+                 if id(p) not in updated and is_adapter_weight(n) == adapters_only]
         if stale:
             raise RuntimeError(f"weight update left {len(stale)} rollout parameters stale, e.g. {stale[:3]}")
         if kwargs.get("global_steps") is not None:
