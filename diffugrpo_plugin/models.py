@@ -55,18 +55,24 @@ def resolve_mask_token(family: ModelFamily, config: Any = None, tokenizer: Any =
                        override: int | None = None) -> tuple[int, str]:
     """The mask token id and where it came from, in this order: the override, the model config, the
     tokenizer's ``mask_token``, a family token name in the tokenizer, the family's published id."""
-    if override is not None:
-        return int(override), "set in config (diffusion.mask_token_id)"
-    from_config = family.config_mask_token_id(config) if config is not None else None
-    if from_config is not None:
-        return int(from_config), "model config (mask_token_id)"
+    vocab_size = getattr(config, "vocab_size", None)
+    stated = ((override, "set in config (diffusion.mask_token_id)"),
+              (family.config_mask_token_id(config) if config is not None else None, "model config (mask_token_id)"))
+    for mask_id, source in stated:
+        if mask_id is None:
+            continue
+        if vocab_size is not None and not 0 <= int(mask_id) < vocab_size:
+            raise ModelConfigError(
+                f"mask token id {mask_id} ({source}) is outside the model's vocabulary of {vocab_size}: set "
+                f"actor_rollout_ref.model.diffusion.mask_token_id to this model's mask token id, or null to read it "
+                f"from the model and its tokenizer")
+        return int(mask_id), source
     if getattr(tokenizer, "mask_token_id", None) is not None:
         return int(tokenizer.mask_token_id), f"tokenizer mask_token {tokenizer.mask_token!r}"
     vocabulary = tokenizer.get_vocab() if tokenizer is not None else {}
     for name in family.mask_token_names:
         if name in vocabulary:
             return int(vocabulary[name]), f"tokenizer token {name!r}"
-    vocab_size = getattr(config, "vocab_size", None)
     if family.default_mask_token_id is not None and (vocab_size is None or family.default_mask_token_id < vocab_size):
         return family.default_mask_token_id, f"the {family.name} family's published mask id"
     name = getattr(tokenizer, "name_or_path", None) or getattr(config, "_name_or_path", None) or "the model"

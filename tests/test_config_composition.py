@@ -148,3 +148,44 @@ def test_a_mapping_in_a_users_config_file_replaces_the_default(tmp_path):
         job = compose(config_name="mine")
     rewards = OmegaConf.to_container(job.diffugrpo.rewards, resolve=True)
     assert RewardSpec.from_config(rewards).weights == {"code": 1.0}  # replaced, not merged with code_format
+
+
+def test_d1_example_carries_d1s_recipe_key_by_key():
+    """examples/d1_llada: each of d1's train.yaml settings (dllm-reasoning/d1) on the verl key that carries it."""
+    with initialize_config_dir(config_dir=os.path.join(REPO, "examples", "d1_llada"), version_base=None):
+        job = compose(config_name="d1_llada", overrides=["data.train_files=t.parquet", "data.val_files=v.parquet"])
+    model, actor, rollout = job.actor_rollout_ref.model, job.actor_rollout_ref.actor, job.actor_rollout_ref.rollout
+    diffusion = rollout.engine_kwargs.diffusion
+    from diffugrpo_plugin.plugins import build
+
+    masker = build("masker", model.diffusion.masker, dict(model.diffusion.masker_kwargs or {}))  # as the engine does
+    d1 = {
+        "lora_r, lora_alpha, lora_dropout": ((model.lora_rank, model.lora_alpha, model.lora.dropout), (128, 64, 0.05)),
+        "LoraConfig target_modules": (list(model.target_modules),
+                                      ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]),
+        "masker, p_mask_prompt, random_masking": ((model.diffusion.masker, masker.p_mask_prompt,
+                                                   model.diffusion.random_masking), ("d1", 0.15, True)),
+        "num_iterations": (actor.ppo_epochs, 12),
+        "epsilon": ((actor.clip_ratio, actor.clip_ratio_low, actor.clip_ratio_high), (0.5, 0.5, 0.5)),
+        "beta": ((actor.use_kl_loss, actor.kl_loss_coef), (True, 0.04)),
+        "learning rate, constant with warmup": ((actor.optim.lr, actor.optim.lr_scheduler_type,
+                                                 actor.optim.lr_warmup_steps_ratio), (3e-6, "constant", 1e-4)),
+        "adam betas, weight decay, max grad norm": ((list(actor.optim.betas), actor.optim.weight_decay,
+                                                     actor.optim.clip_grad), ([0.9, 0.99], 0.1, 0.2)),
+        "per device batch 6, accumulation 2, 8 GPUs": ((actor.ppo_micro_batch_size_per_gpu, actor.ppo_mini_batch_size,
+                                                        job.trainer.n_gpus_per_node), (6, 16, 8)),
+        "num_generations, temperature": ((rollout.n, rollout.temperature), (6, 0.9)),
+        "generation": ((diffusion.sampler, diffusion.remasking, diffusion.block_length, diffusion.steps,
+                        diffusion.micro_batch_size), ("llada", "low_confidence", 32, 128, 6)),
+        "lengths": ((job.data.max_prompt_length, job.data.max_response_length), (200, 256)),
+        "gradient checkpointing off, bf16": ((model.enable_gradient_checkpointing, actor.fsdp_config.model_dtype,
+                                              actor.fsdp_config.mixed_precision.param_dtype), (False, "bf16", "bf16")),
+        "reference: the base without adapters": (job.diffugrpo.ref_sync.enable, False),
+    }
+    wrong = {name: got for name, (got, want) in d1.items() if got != want}
+    assert not wrong, wrong
+    # 16 prompts x 6 completions over 8 GPUs divide into micro-batches of 6: the pre-flight's batch checks pass
+    from diffugrpo_plugin.integration.preflight import _check_batch_sizes, _check_lora_keys
+
+    _check_batch_sizes(job)
+    _check_lora_keys(job)

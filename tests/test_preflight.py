@@ -48,6 +48,8 @@ def test_a_valid_configuration_passes(valid):
     ("actor_rollout_ref.model.diffusion.lean_mlp=yes", "diffusion.lean_mlp='yes': set true"),
     ("actor_rollout_ref.model.diffusion.chunk_rows=0", "diffusion.chunk_rows=0: set a positive whole number"),
     ("actor_rollout_ref.model.diffusion.chunk_rows=1.5", "diffusion.chunk_rows=1.5: set a positive whole number"),
+    ("actor_rollout_ref.model.diffusion.mask_token_id=126336", "outside the model's vocabulary of 1645: set "
+                                                               "actor_rollout_ref.model.diffusion.mask_token_id"),
 ])
 def test_each_mistake_names_its_fix(valid, override, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):
