@@ -20,7 +20,7 @@ adapters applied (how ``integration/rollout.py`` samples after each sync: exact,
 only) and with the adapters merged into a copy of the weights (what ``lora.merge=true`` would give it); same
 tokens required, then seconds per batch, round-robin.
 
-    python benchmarks/lora.py                    # hidden 512, 8 layers, vocab 32k; about 3 min on 2 cores
+    python benchmarks/lora.py --repeats 5        # hidden 512, 8 layers, vocab 32k; about 8 min on 2 cores
     python benchmarks/lora.py --hidden 128 --layers 4 --vocab 1645 --repeats 5   # the tiny default's shape
 """
 

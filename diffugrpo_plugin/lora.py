@@ -86,6 +86,27 @@ def refuse_adapted_head(module: torch.nn.Module, family: ModelFamily) -> None:
             f"it out of actor_rollout_ref.model.target_modules (or name it in exclude_modules).")
 
 
+UNSUPPORTED = {"use_dora": "DoRA (use_dora)", "modules_to_save": "fully trained modules (modules_to_save)",
+               "target_parameters": "adapters on bare parameters (target_parameters)",
+               "bias": "trained biases (bias other than none)"}
+
+
+def refuse_unsupported(settings: dict[str, Any], where: str) -> None:
+    """One-line error for the peft features the rollout sync and the coupled pass do not carry: they would train
+    weights the rollout never receives under their names."""
+    found = [label for key, label in UNSUPPORTED.items()
+             if settings.get(key) not in (None, False, [], (), "none", {})]
+    if found:
+        raise ModelConfigError(f"{where} asks for {', '.join(found)}, which diffugrpo's LoRA does not carry to the "
+                               f"rollout; use plain LoRA adapters (peft's LoraConfig without them)")
+
+
+def linear_names(module: torch.nn.Module) -> list[str]:
+    """The distinct last names of a model's linear layers: what ``target_modules`` may list."""
+    return sorted({name.rsplit(".", 1)[-1] for name, layer in unwrap(module).named_modules()
+                   if isinstance(layer, torch.nn.Linear)})
+
+
 def set_dropout(module: torch.nn.Module, probability: float) -> None:
     """Dropout on every adapter's input at ``probability`` (peft's ``lora_dropout``), in the adapters and in the
     saved adapter config. verl's FSDP engine builds its ``LoraConfig`` without a dropout key."""
@@ -115,6 +136,7 @@ def inject_adapter(module: torch.nn.Module, settings: dict[str, Any]) -> None:
     and a sync moves the adapters only)."""
     from peft import inject_adapter_in_model
 
+    refuse_unsupported(settings, "the trainer's LoRA config")
     inject_adapter_in_model(lora_config(settings), module, adapter_name=ADAPTER_NAME)
 
 
@@ -154,6 +176,7 @@ def apply_adapter(module: torch.nn.Module, adapter_dir: str | Path, merge: bool 
     if not is_adapter_dir(adapter_dir):
         raise ModelConfigError(f"{adapter_dir} is not a LoRA adapter folder (no {ADAPTER_CONFIG}); pass the "
                                f"checkpoint's actor/lora_adapter folder or one saved by peft's save_pretrained")
+    refuse_unsupported(json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text()), f"the adapter in {adapter_dir}")
     accept_causal_lm_wrapper(module)
     try:
         adapted = PeftModel.from_pretrained(module, str(adapter_dir), is_trainable=not merge)
@@ -187,6 +210,15 @@ def adapted_copy(model: torch.nn.Module, rank: int, targets: Any = "all-linear",
     return get_peft_model(accept_causal_lm_wrapper(copy.deepcopy(model)), LoraConfig(
         task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=rank, target_modules=targets, exclude_modules=exclude),
         low_cpu_mem_usage=True)
+
+
+def adapted_inputs_per_layer(model: torch.nn.Module, layers: int) -> int:
+    """The adapted modules' input widths summed and divided over ``layers``: the elements per token and layer that
+    adapter dropout keeps for the backward (see ``step_cost.StepSetup.lora_dropout_inputs``)."""
+    from peft.tuners.lora import LoraLayer
+
+    widths = [layer.in_features for layer in unwrap(model).modules() if isinstance(layer, LoraLayer)]
+    return sum(widths) // max(layers, 1)
 
 
 def adapter_parameters(model: torch.nn.Module) -> int:

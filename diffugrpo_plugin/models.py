@@ -56,16 +56,18 @@ def resolve_mask_token(family: ModelFamily, config: Any = None, tokenizer: Any =
     """The mask token id and where it came from, in this order: the override, the model config, the
     tokenizer's ``mask_token``, a family token name in the tokenizer, the family's published id."""
     vocab_size = getattr(config, "vocab_size", None)
+    # the logits' width: LLaDA pads its embedding (and head) past vocab_size to embedding_size
+    width = max(vocab_size or 0, getattr(config, "embedding_size", None) or 0) or None
     stated = ((override, "set in config (diffusion.mask_token_id)"),
               (family.config_mask_token_id(config) if config is not None else None, "model config (mask_token_id)"))
     for mask_id, source in stated:
         if mask_id is None:
             continue
-        if vocab_size is not None and not 0 <= int(mask_id) < vocab_size:
+        if width is not None and not 0 <= int(mask_id) < width:
             raise ModelConfigError(
-                f"mask token id {mask_id} ({source}) is outside the model's vocabulary of {vocab_size}: set "
-                f"actor_rollout_ref.model.diffusion.mask_token_id to this model's mask token id, or null to read it "
-                f"from the model and its tokenizer")
+                f"mask token id {mask_id} ({source}) is outside the model's {width} logits: give the model's own mask "
+                f"token id (actor_rollout_ref.model.diffusion.mask_token_id in training, mask_token_id in its "
+                f"config.json), or leave diffusion.mask_token_id null to read it from the model and its tokenizer")
         return int(mask_id), source
     if getattr(tokenizer, "mask_token_id", None) is not None:
         return int(tokenizer.mask_token_id), f"tokenizer mask_token {tokenizer.mask_token!r}"

@@ -461,7 +461,8 @@ def _asks_to_stop(stop_when: StopRule, done: int, lm: DiffusionLM, tokenizer: An
 
 def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig, steps_done: int) -> Path:
     """An HF checkpoint the RL job loads (``actor_rollout_ref.model.path``), plus the run's settings
-    and how many steps it ran."""
+    and how many steps it ran. A LoRA ``module`` (peft) also leaves its adapter in ``lora_adapter/`` and is merged
+    in place: call this last."""
     output = Path(config.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     if hasattr(module, "peft_config"):  # LoRA: the adapter alone, then the merged model (what the RL job loads)

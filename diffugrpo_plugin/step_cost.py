@@ -268,6 +268,9 @@ class StepSetup:
             on by default, for the families and implementations whose blocks it recognises).
         lora_parameters: adapter parameters with LoRA (``actor_rollout_ref.model.lora_rank`` > 0; see
             ``diffugrpo check-model --lora-rank``); 0 trains every weight.
+        lora_dropout_inputs: with adapter dropout, the elements per token and decoder layer it keeps for the
+            backward: the sum of the adapted modules' input widths in one layer (0 without dropout, where the
+            adapters read the input the base layer already keeps).
         model_dtype: the sharded policy weights' storage dtype (verl's ``actor.fsdp_config.model_dtype``,
             fp32 by default). Full fine-tuning keeps gradients and AdamW moments in it; with LoRA the base
             weights are frozen in it and the adapters train in it too (verl casts them to the base's dtype).
@@ -291,6 +294,7 @@ class StepSetup:
     sampler_kv_cache: bool = True  # engine_kwargs.diffusion.kv_cache, on in the training default
     lean_mlp: bool = True
     lora_parameters: int = 0
+    lora_dropout_inputs: int = 0
     model_dtype: str = "fp32"
 
     @property
@@ -522,6 +526,13 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
                                 f"{s} x {t} x {extra} B",
                                 f"gradients of a layer's hidden states and MLP activations 2H + {mlp_gradients} per "
                                 f"token"))
+    if setup.lora_dropout_inputs:
+        kept_layers = 1 if setup.gradient_checkpointing else model.layers
+        terms.append(MemoryTerm("activations: adapter dropout's kept inputs", "update",
+                                s * t * kept_layers * setup.lora_dropout_inputs * (pb + 1),
+                                f"{s} x {t} x {kept_layers} layers x {setup.lora_dropout_inputs} x ({pb} + 1) B",
+                                "each adapted module keeps its dropped-out input for the adapter's backward, and the "
+                                "mask (1 byte); with checkpointing, one layer's at a time"))
     rows = setup.scored_rows_per_token * setup.batch * c
     width = min(v, max(1, min(setup.slice_columns, setup.chunk_rows * v // rows)))  # logprobs._vocab_slices
     head_dtype_slice = 0 if pb == 4 else pb

@@ -638,6 +638,14 @@ def test_lora_memory_terms_by_hand():
     assert found["rollout policy copy (bf16, unsharded)"] == ("held", 2 * (1e9 + 10e6))
     assert found["FSDP unsharded adapter grads (bf16)"] == ("update", 2 * 10e6)
     assert "FSDP unsharded grads (bf16)" not in found and "reference model (fp32, sharded)" not in found
+    # adapter dropout on adapters whose inputs add up to 6144 elements per token and layer: with checkpointing one
+    # layer's dropped inputs (bf16) and masks (1 byte) at a time, over the 3,000 token rows; without, all 16 layers'
+    dropout = dataclasses.replace(setup, lora_dropout_inputs=6144)
+    term = "activations: adapter dropout's kept inputs"
+    assert terms_by_name(step_cost.memory_estimate(ONE_B, dropout))[term] == ("update", 3000 * 6144 * 3)
+    no_checkpointing = dataclasses.replace(dropout, gradient_checkpointing=False)
+    assert terms_by_name(step_cost.memory_estimate(ONE_B, no_checkpointing))[term] == ("update", 3000 * 16 * 6144 * 3)
+    assert term not in found
     full = terms_by_name(step_cost.memory_estimate(ONE_B, dataclasses.replace(ONE_B_STEP, model_dtype="bf16")))
     assert full["policy: bf16 params + grads + AdamW moments (sharded)"] == ("held", 4 * 2 * 1e9 / 4)
 
@@ -652,6 +660,11 @@ def test_check_model_counts_d1s_adapters_on_llada(llada_standin, capsys):
     assert payload["estimate"]["setup"]["lora_parameters"] == 2 * per_layer
     names = [term["name"] for term in payload["estimate"]["memory"]["terms"]]
     assert "LoRA adapters: params, grads, AdamW (fp32, sharded)" in names
+    with_dropout = check_model_json(capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules", d1,
+                                    "--lora-dropout", "0.05")
+    # per layer the adapted q, k, v and up projections each read the 32-wide hidden state
+    assert with_dropout["estimate"]["setup"]["lora_dropout_inputs"] == 4 * hidden
+    assert payload["estimate"]["setup"]["lora_dropout_inputs"] == 0
     code, out, err = check_model(capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules",
                                  "q_proj,ff_out")
     assert code == 2 and "LoRA adapts 'model.transformer.ff_out', the vocabulary projection" in err

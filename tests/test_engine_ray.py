@@ -376,6 +376,7 @@ def test_lora_engine_scores_the_merged_model_trains_only_adapters_and_two_worker
             after = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
             if workers == 2:
                 moved = ray.get([worker.__ray_call__.remote(weight_sums) for worker in group.workers])
+                group.save_checkpoint(str(tmp_path / "saved"), global_step=1)
         finally:
             release(group)
         results[workers] = (metrics["loss"], metrics["grad_norm"], after)
@@ -388,3 +389,8 @@ def test_lora_engine_scores_the_merged_model_trains_only_adapters_and_two_worker
     assert grad1 == pytest.approx(grad2, rel=1e-4)
     for a, b in zip(after1, after2):
         assert torch.allclose(a, b, atol=1e-5)
+    # the adapter the checkpoint holds (gathered from both shards) is the trained one: merged into the base, the
+    # formula gives the log-probs the engine computed after the step
+    trained = saved_merged_model(tiny_model_path, str(tmp_path / "saved" / "lora_adapter"), tmp_path / "trained")
+    for got, want in zip(after2, direct_response_logprobs(trained, prompts, responses, seeds)):
+        assert torch.allclose(got, want, atol=1e-4)

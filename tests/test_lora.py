@@ -232,3 +232,81 @@ def test_rollout_samples_through_synced_adapters_as_the_merged_model_does(rollou
     partial = dict(list(zeroed.items())[1:])
     with pytest.raises(RuntimeError, match="stale"):
         asyncio.run(rollout.update_weights(iter(partial.items()), peft_config=settings, base_sync_done=True))
+
+
+def test_dropout_is_applied_to_every_adapter_and_saved():
+    from diffugrpo_plugin.families import ModelConfigError
+    from diffugrpo_plugin.lora import set_dropout
+
+    model = adapted(build_tiny_module("dream"), targets=["q_proj", "up_proj"])
+    set_dropout(model, 0.5)
+    assert model.peft_config["default"].lora_dropout == 0.5
+    ids = torch.randint(5, 60, (2, 9))
+    model.train()
+    assert not torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)  # dropout draws differ
+    model.eval()
+    assert torch.equal(model(input_ids=ids).logits, model(input_ids=ids).logits)
+    with pytest.raises(ModelConfigError, match=r"lora.dropout must be in \[0, 1\)"):
+        set_dropout(model, 1.0)
+
+
+def test_rollout_follows_verls_own_sync_of_base_then_adapters(rollout, tiny_model_path):
+    """What verl's engine really sends (verl.utils.fsdp_utils.collect_lora_params and replace_lora_wrapper): a base
+    sync (base_sync_done=False: base weights, targeted ones under ``base_layer`` names) then the adapters alone.
+    The rollout ends up computing exactly the trainer's logits."""
+    from verl.utils.fsdp_utils import collect_lora_params, replace_lora_wrapper
+
+    from diffugrpo_plugin.models import load_pretrained
+
+    policy = adapted(load_pretrained(tiny_model_path).eval(), targets=["q_proj", "v_proj", "down_proj"], seed=6)
+    with torch.no_grad():  # the trainer's base moved too, as after full-weight training before the adapters
+        for name, parameter in policy.named_parameters():
+            if "lora_" not in name:
+                parameter.mul_(1.01)
+    settings = policy.peft_config["default"]
+    base = collect_lora_params(policy, layered_summon=False, base_sync_done=False)
+    base = {replace_lora_wrapper(name, settings): tensor for name, tensor in base.items()}
+    assert any(".base_layer.weight" in name for name in base) and not any("lora_" in name for name in base)
+    asyncio.run(rollout.update_weights(iter(base.items()), peft_config=settings.to_dict(), base_sync_done=False))
+    adapters = collect_lora_params(policy, layered_summon=False, base_sync_done=True)
+    assert adapters and all("lora_" in name for name in adapters)
+    asyncio.run(rollout.update_weights(iter(adapters.items()), peft_config=settings.to_dict(), base_sync_done=True,
+                                       global_steps=1))
+    ids = torch.randint(5, 60, (3, 12))
+    with torch.no_grad():
+        assert torch.equal(rollout.lm.module(input_ids=ids).logits, policy(input_ids=ids).logits)
+
+
+def test_adapters_the_rollout_cannot_carry_are_refused_where_they_load(tmp_path, tiny_model_path):
+    from diffugrpo_plugin.families import ModelConfigError
+    from diffugrpo_plugin.lora import adapter_state, apply_adapter, inject_adapter, save_adapter
+    from diffugrpo_plugin.models import load_pretrained
+
+    dora = adapted(load_pretrained(tiny_model_path), targets=["q_proj"], use_dora=True)
+    settings = dora.peft_config["default"].to_dict()
+    save_adapter(tmp_path / "dora", adapter_state(dora), settings)
+    with pytest.raises(ModelConfigError, match=r"asks for DoRA \(use_dora\)"):
+        apply_adapter(load_pretrained(tiny_model_path), tmp_path / "dora")
+    with pytest.raises(ModelConfigError, match=r"the trainer's LoRA config asks for DoRA"):
+        inject_adapter(load_pretrained(tiny_model_path), settings)
+
+
+def test_the_lora_benchmark_trains_the_parameters_it_says():
+    """``benchmarks/lora.py`` at a tiny shape: its trainable counts are the ones worked out by hand for a Qwen2 of
+    hidden 64 (MLP 192, 4 heads of 16, 2 key/value heads), 2 layers, vocabulary 1000, untied head."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "benchmarks/lora.py", "--hidden", "64", "--layers", "2", "--vocab", "1000",
+                           "--prompt", "16", "--completion", "16", "--repeats", "1", "--threads", "1"], cwd=repo,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| ")}
+    # per layer: q 64x64 + 64, k and v 64x32 + 32, o 64x64, gate/up/down 64x192, two norms; embeddings, head, norm
+    full = 1000 * 64 * 2 + 2 * (4160 + 2 * 2080 + 4096 + 3 * 12288 + 128) + 64
+    # rank 16 x (in + out) of q, k, v, o, gate, up, down in each layer
+    lora = 2 * 16 * ((64 + 64) + 2 * (64 + 32) + (64 + 64) + 3 * (64 + 192))
+    assert f"| {full:,} |" in rows["full"] and f"| {lora:,} |" in rows["lora"]
+    assert "adapters applied" in rows and "adapters merged" in rows and "applied / merged:" in done.stdout

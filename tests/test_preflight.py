@@ -48,8 +48,8 @@ def test_a_valid_configuration_passes(valid):
     ("actor_rollout_ref.model.diffusion.lean_mlp=yes", "diffusion.lean_mlp='yes': set true"),
     ("actor_rollout_ref.model.diffusion.chunk_rows=0", "diffusion.chunk_rows=0: set a positive whole number"),
     ("actor_rollout_ref.model.diffusion.chunk_rows=1.5", "diffusion.chunk_rows=1.5: set a positive whole number"),
-    ("actor_rollout_ref.model.diffusion.mask_token_id=126336", "outside the model's vocabulary of 1645: set "
-                                                               "actor_rollout_ref.model.diffusion.mask_token_id"),
+    ("actor_rollout_ref.model.diffusion.mask_token_id=126336", "outside the model's 1645 logits: give the model's own "
+                                                               "mask token id"),
 ])
 def test_each_mistake_names_its_fix(valid, override, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):
@@ -119,6 +119,12 @@ def test_the_command_line_stops_before_ray_starts():
      "LoRA on Qwen2ForCausalLM: .*no_such_layer"),
     (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_adapter_path=/no/such/adapter"],
      "lora_adapter_path '/no/such/adapter' holds no adapter_config.json"),
+    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"],
+     "backend=nccl sends the rollout the base weights without the LoRA adapters; use backend=naive"),
+    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora.dropout=1.5"],
+     "lora.dropout=1.5: set a probability in"),
+    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[nope]"],
+     "set actor_rollout_ref.model.target_modules to names among its linear layers: down_proj, gate_proj, k_proj"),
 ])
 def test_lora_mistakes_name_their_fix(valid, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
@@ -130,3 +136,22 @@ def test_lora_target_names_that_adapt_nothing_are_said(valid, capsys):
                           "actor_rollout_ref.model.target_modules=[q_proj,v_proj,attn_out]"))
     assert ("LoRA: target_modules attn_out name no module of Qwen2ForCausalLM and adapt nothing; q_proj, v_proj do "
             "(4 modules)") in capsys.readouterr().err
+
+
+def test_adapters_the_rollout_cannot_carry_are_refused(valid, tmp_path, tiny_model_path):
+    """A DoRA adapter given as lora_adapter_path, or the same adapter folder without lora_rank: one line each."""
+    import json
+
+    from peft import LoraConfig, get_peft_model
+
+    from diffugrpo_plugin.lora import adapter_state, save_adapter
+    from diffugrpo_plugin.models import load_pretrained
+
+    model = get_peft_model(load_pretrained(tiny_model_path), LoraConfig(r=4, target_modules=["q_proj"], use_dora=True))
+    folder = save_adapter(tmp_path / "dora", adapter_state(model), model.peft_config["default"].to_dict())
+    assert json.loads((folder / "adapter_config.json").read_text())["use_dora"] is True
+    with pytest.raises(ConfigError, match=r"the adapter in .*dora asks for DoRA \(use_dora\)"):
+        check_config(composed(*valid, "actor_rollout_ref.model.lora_rank=4",
+                              f"actor_rollout_ref.model.lora_adapter_path={folder}"))
+    with pytest.raises(ConfigError, match="lora_adapter_path needs actor_rollout_ref.model.lora_rank > 0"):
+        check_config(composed(*valid, f"actor_rollout_ref.model.lora_adapter_path={folder}"))

@@ -109,6 +109,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     estimate.add_argument("--target-modules", default="all-linear",
                           help="with --lora-rank: comma-separated module names to adapt, or all-linear "
                                "(actor_rollout_ref.model.target_modules; default: all-linear)")
+    estimate.add_argument("--lora-dropout", type=float, default=0.0,
+                          help="with --lora-rank: adapter dropout (actor_rollout_ref.model.lora.dropout); above 0 it "
+                               "keeps a copy of each adapted module's input for the backward (default: 0)")
     estimate.add_argument("--diffusion-steps", type=int, default=DEFAULTS["diffusion_steps"],
                           help="rollout denoising steps, for the FLOP count (default: %(default)s)")
     estimate.add_argument("--iterations", type=int, default=DEFAULTS["iterations"],
@@ -131,20 +134,32 @@ def _check_numbers(args: argparse.Namespace) -> str | None:
             return f"--{name.replace('_', '-')} must be at least 1, got {value}"
     if args.lora_rank < 0:
         return f"--lora-rank must be 0 (no LoRA) or more, got {args.lora_rank}"
+    if not 0 <= args.lora_dropout < 1:
+        return f"--lora-dropout must be in [0, 1), got {args.lora_dropout}"
     return None
 
 
-def _adapters(resolved, args) -> tuple[int, int]:
-    """With ``--lora-rank``: adapter parameters and adapted modules, as peft builds them on the planned network."""
+def _adapters(resolved, args) -> tuple[int, int, bool | None, int]:
+    """With ``--lora-rank``: adapter parameters and adapted modules, as peft builds them on the planned network,
+    whether every SwiGLU block stays lean with them in place (an adapted down projection keeps its block stock), and
+    the elements per token and layer adapter dropout keeps."""
     if not args.lora_rank:
-        return 0, 0
-    from diffugrpo_plugin.lora import adapted_copy, adapter_parameters, adapted_module_names, refuse_adapted_head
+        return 0, 0, None, 0
+    from diffugrpo_plugin.lean_mlp import make_lean
+    from diffugrpo_plugin.lora import adapted_copy, adapted_inputs_per_layer, adapted_module_names, adapter_parameters
+    from diffugrpo_plugin.lora import refuse_adapted_head
 
     targets = args.target_modules if args.target_modules == "all-linear" else [
         name.strip() for name in args.target_modules.split(",") if name.strip()]
-    adapted = adapted_copy(resolved.meta, args.lora_rank, targets)
+    try:
+        adapted = adapted_copy(resolved.meta, args.lora_rank, targets)
+    except ValueError as error:  # peft's own: no module matched
+        raise ValueError(f"--target-modules {args.target_modules}: {' '.join(str(error).split())}") from error
     refuse_adapted_head(adapted, resolved.plan.family)
-    return adapter_parameters(adapted), len(adapted_module_names(adapted))
+    lean = make_lean(adapted, resolved.plan.family.swiglu)
+    dropped = adapted_inputs_per_layer(adapted, resolved.resolution.layers) if args.lora_dropout > 0 else 0
+    return (adapter_parameters(adapted), len(adapted_module_names(adapted)), lean.installed > 0 and not lean.skipped,
+            dropped)
 
 
 @contextlib.contextmanager
@@ -194,7 +209,8 @@ def _run(args: argparse.Namespace) -> int:
                                               implementation=args.implementation or "auto",
                                               trust_remote_code=bool(args.trust_remote_code))
     resolution = resolved.resolution
-    adapter_count, adapted_modules = _adapters(resolved, args)
+    adapter_count, adapted_modules, lean_with_adapters, dropped = _adapters(resolved, args)
+    lean_everywhere = resolution.lean_mlp_everywhere if lean_with_adapters is None else lean_with_adapters
     setup = step_cost.StepSetup(
         batch=args.batch, prompt_length=args.prompt_length, completion_length=args.completion_length,
         gpus=args.gpus, gradient_checkpointing=args.gradient_checkpointing, param_dtype=args.param_dtype,
@@ -202,7 +218,7 @@ def _run(args: argparse.Namespace) -> int:
         rollout_micro_batch=args.rollout_micro_batch, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
         logits_shift=bool(resolution.logits_shift), views=step_cost.MASKER_SHAPES[args.masker][0],
         scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1], sampler_kv_cache=not args.no_kv_cache,
-        lean_mlp=resolution.lean_mlp_everywhere and not args.no_lean_mlp, lora_parameters=adapter_count,
+        lean_mlp=lean_everywhere and not args.no_lean_mlp, lora_parameters=adapter_count, lora_dropout_inputs=dropped,
         model_dtype=args.model_dtype)
     memory = step_cost.memory_estimate(resolution.shape(), setup)
     flops = step_cost.step_flops(resolution.parameters, args.batch, setup.tokens, args.diffusion_steps,

@@ -26,6 +26,7 @@ from verl.utils.device import get_device_id, get_device_name
 from verl.workers.config import HFModelConfig
 from verl.workers.engine.base import EngineRegistry
 from verl.workers.engine.fsdp import transformer_impl
+from verl.utils.fsdp_utils import load_fsdp_model_to_gpu, offload_fsdp_model_to_cpu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.utils import detach_tree
 
@@ -169,15 +170,26 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None, **kwargs):
         """verl's checkpoint (resumes the run exactly), plus with LoRA the adapter alone in peft's format in
         ``<local_path>/lora_adapter``, which ``diffugrpo generate/eval --adapter`` and peft load."""
+        state = self._gathered_adapter() if self._is_lora else None
         super().save_checkpoint(local_path, hdfs_path=hdfs_path, global_step=global_step,
                                 max_ckpt_to_keep=max_ckpt_to_keep, **kwargs)
-        if not self._is_lora:
+        if state is None:
             return
-        state = adapter_state(self.module)  # every rank: gathering the shards is collective
         if self.rank == 0:
             settings = self.module.peft_config["default"].to_dict()
             save_adapter(os.path.join(local_path, ADAPTER_FOLDER), state, settings, base_model=self.model_config.path)
         torch.distributed.barrier()
+
+    def _gathered_adapter(self) -> dict[str, torch.Tensor]:
+        """The whole adapter on every rank (gathering the shards is collective), with offloaded parameters brought
+        to the device for it."""
+        if self._is_offload_param:
+            load_fsdp_model_to_gpu(self.module)
+        try:
+            return adapter_state(self.module)
+        finally:
+            if self._is_offload_param:
+                offload_fsdp_model_to_cpu(self.module)
 
     def _build_fsdp_module(self, module):
         # here, not in _build_module: LoRA adapters (and Liger, QAT) are in place, and a block they changed stays stock

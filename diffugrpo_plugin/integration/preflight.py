@@ -135,13 +135,29 @@ def _check_lora_keys(config: DictConfig) -> None:
     from diffugrpo_plugin.lora import ADAPTER_CONFIG
 
     adapter = model.get("lora_adapter_path")
-    if adapter and not os.path.isfile(os.path.join(os.path.expanduser(str(adapter)), ADAPTER_CONFIG)):
+    local = adapter and "://" not in str(adapter)  # verl copies remote (hdfs://) adapters to local itself
+    if local and not os.path.isfile(os.path.join(os.path.expanduser(str(adapter)), ADAPTER_CONFIG)):
         raise ConfigError(f"actor_rollout_ref.model.lora_adapter_path '{adapter}' holds no {ADAPTER_CONFIG}; "
                           f"point it at a peft adapter folder (a checkpoint's actor/lora_adapter)")
-    if (rank > 0 or adapter) and OmegaConf.select(config, "diffugrpo.ref_sync.enable", default=False):
+    if adapter and rank <= 0:
+        raise ConfigError("actor_rollout_ref.model.lora_adapter_path needs actor_rollout_ref.model.lora_rank > 0: "
+                          "without it verl's FSDP engine builds no adapters, while its trainer takes the reference "
+                          "from the actor with adapters disabled")
+    if rank <= 0:
+        return
+    if OmegaConf.select(config, "diffugrpo.ref_sync.enable", default=False):
         raise ConfigError("diffugrpo.ref_sync mixes the policy into a separate reference model; with LoRA the reference "
                           "is the base model without its adapters (verl's way: no second copy), which cannot move "
                           "alone. Set diffugrpo.ref_sync.enable=false")
+    backend = OmegaConf.select(config, "actor_rollout_ref.rollout.checkpoint_engine.backend", default="naive")
+    merge = bool((model.get("lora") or {}).get("merge", False))
+    if backend != "naive" and not merge:
+        raise ConfigError(f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend} sends the rollout the base "
+                          f"weights without the LoRA adapters; use backend=naive (the diffusion rollout's), or "
+                          f"actor_rollout_ref.model.lora.merge=true")
+    dropout = (model.get("lora") or {}).get("dropout", 0.0) or 0.0
+    if not 0.0 <= float(dropout) < 1.0:
+        raise ConfigError(f"actor_rollout_ref.model.lora.dropout={dropout}: set a probability in [0, 1)")
 
 
 def _check_adapters(model: DictConfig, meta, family) -> None:
@@ -149,22 +165,31 @@ def _check_adapters(model: DictConfig, meta, family) -> None:
     match nothing are said (peft ignores them silently), an adapter on the vocabulary projection is refused."""
     import sys
 
-    from diffugrpo_plugin.lora import ADAPTER_CONFIG, adapted_copy, adapted_module_names, refuse_adapted_head
-    from diffugrpo_plugin.lora import target_report
+    from diffugrpo_plugin.lora import ADAPTER_CONFIG, adapted_copy, adapted_module_names, linear_names
+    from diffugrpo_plugin.lora import refuse_adapted_head, refuse_unsupported, target_report
     from diffugrpo_plugin.models import ModelConfigError
     from diffugrpo_plugin.weights import one_line
 
     targets, exclude = (OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
                         for value in (model.get("target_modules"), model.get("exclude_modules")))
-    rank = int(model.lora_rank)
-    if model.get("lora_adapter_path"):  # verl's engine then builds the adapter the folder describes
-        saved = json.loads(Path(os.path.expanduser(str(model.lora_adapter_path)), ADAPTER_CONFIG).read_text())
-        targets, exclude, rank = saved.get("target_modules"), saved.get("exclude_modules"), int(saved.get("r", rank))
+    rank, where = int(model.lora_rank), "actor_rollout_ref.model"
+    settings = {"target_parameters": OmegaConf.select(model, "target_parameters", default=None)}
+    adapter = model.get("lora_adapter_path")
+    if adapter and "://" not in str(adapter):  # verl's engine then builds the adapter the folder describes
+        settings = json.loads(Path(os.path.expanduser(str(adapter)), ADAPTER_CONFIG).read_text())
+        targets, exclude, rank = settings.get("target_modules"), settings.get("exclude_modules"), int(settings["r"])
+        where = f"the adapter in {adapter}"
     try:
+        refuse_unsupported(settings, where)
         adapted = adapted_copy(meta, rank, targets, exclude)
         refuse_adapted_head(adapted, family)
-    except (ValueError, ModelConfigError) as error:
-        raise ConfigError(f"LoRA on {type(meta).__name__}: {one_line(error)}") from error
+    except ModelConfigError as error:
+        raise ConfigError(str(error)) from error
+    except ValueError as error:  # peft's own: no module matched
+        fix = (f"{where} was made for another model" if adapter else
+               f"set actor_rollout_ref.model.target_modules to names among its linear layers: "
+               f"{', '.join(linear_names(meta))}")
+        raise ConfigError(f"LoRA on {type(meta).__name__}: {one_line(error)}; {fix}") from error
     matched, unmatched = target_report([name for name, _ in meta.named_modules()], targets)
     if unmatched:
         print(f"[diffugrpo] LoRA: target_modules {', '.join(unmatched)} name no module of {type(meta).__name__} "

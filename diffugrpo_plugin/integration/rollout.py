@@ -129,13 +129,17 @@ class DiffusionRollout(BaseRollout):
                 target = targets.get(canonical_weight_name(name))
                 if target is None:
                     raise KeyError(f"weight '{name}' from the trainer has no counterpart in the rollout model "
-                                   f"({type(module).__name__}{' with LoRA adapters' if peft_config else ''})")
+                                   f"({type(module).__name__}{' with LoRA adapters' if peft_config else ''}); the "
+                                   f"trainer and the rollout must build the same model: same path, family and "
+                                   f"implementation (actor_rollout_ref.model.diffusion)")
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
                 updated.add(id(target))
         stale = [n for n, p in module.named_parameters()
                  if id(p) not in updated and is_adapter_weight(n) == adapters_only]
         if stale:
-            raise RuntimeError(f"weight update left {len(stale)} rollout parameters stale, e.g. {stale[:3]}")
+            raise RuntimeError(f"weight update left {len(stale)} rollout parameters stale, e.g. {stale[:3]}: the "
+                               f"trainer sent a different model (actor_rollout_ref.model and its diffusion settings "
+                               f"must describe one model for both)")
         if kwargs.get("global_steps") is not None:
             self.global_steps = int(kwargs["global_steps"])
 

@@ -14,12 +14,16 @@ import json
 from pathlib import Path
 
 from diffugrpo_plugin import step_cost
-from diffugrpo_plugin.lora import adapted_copy, adapted_module_names, adapter_parameters, target_report
+from diffugrpo_plugin.families import LLADA
+from diffugrpo_plugin.lean_mlp import make_lean
+from diffugrpo_plugin.lora import adapted_copy, adapted_inputs_per_layer, adapted_module_names, adapter_parameters
+from diffugrpo_plugin.lora import target_report
 from diffugrpo_plugin.native.llada import LLaDAConfig, LLaDAModelLM
 from diffugrpo_plugin.weights import meta_model
 
 D1_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]
 D1_RANK = 128
+D1_DROPOUT = 0.05
 GPUS_GB = (24, 40, 80)
 ALLOCATOR_MARGIN = 0.15
 CONTEXT_GIB = 1.0
@@ -40,13 +44,14 @@ def llada_8b():
     return model, shape
 
 
-def d1_setup(**changes) -> step_cost.StepSetup:
-    """d1's train.yaml per GPU: 6 completions per device batch, prompts 200 and completions 256 tokens, its
-    one-view masker, bf16, no gradient checkpointing, the sampler denoising the 6 completions together."""
-    settings = dict(batch=6, prompt_length=200, completion_length=256, gpus=1, gradient_checkpointing=False,
+def d1_setup(lean_mlp: bool, **changes) -> step_cost.StepSetup:
+    """The recipe per GPU (d1's train.yaml): 6 completions per device batch, prompts 200 and completions 256 tokens,
+    its one-view masker, bf16 compute, the sampler denoising the 6 completions together; weights stored in fp32
+    (verl's default, so the adapters train in fp32 as d1's do), and so gradient checkpointing on (d1: off)."""
+    settings = dict(batch=6, prompt_length=200, completion_length=256, gpus=1, gradient_checkpointing=True,
                     param_dtype="bf16", rollout_dtype="bf16", rollout_micro_batch=6, views=1,
-                    scored_rows_per_token=1, logits_shift=False, sampler_kv_cache=False, model_dtype="bf16",
-                    reference_dtype="bf16")
+                    scored_rows_per_token=1, logits_shift=False, sampler_kv_cache=False, model_dtype="fp32",
+                    reference_dtype="bf16", lean_mlp=lean_mlp)
     settings.update(changes)
     return step_cost.StepSetup(**settings)
 
@@ -55,28 +60,37 @@ def main() -> None:
     model, shape = llada_8b()
     adapted = adapted_copy(model, D1_RANK, D1_TARGETS)
     adapters = adapter_parameters(adapted)
+    lean = make_lean(adapted, LLADA.swiglu)  # lean unless a down projection (ff_out) carries an adapter
+    stock = lean.installed == 0
+    dropped = adapted_inputs_per_layer(adapted, shape.layers) if D1_DROPOUT else 0  # lora_dropout 0.05
     matched, unmatched = target_report([name for name, _ in model.named_modules()], D1_TARGETS)
     print(f"LLaDA-8B: {shape.parameters / 1e9:.2f}B parameters. d1's LoRA, rank {D1_RANK}, targets "
           f"{', '.join(D1_TARGETS)}: in LLaDA's module names only {', '.join(matched)} exist "
           f"({', '.join(unmatched)} adapt nothing), so {len(adapted_module_names(adapted))} modules carry "
-          f"{adapters / 1e6:.0f}M adapter parameters ({100 * adapters / shape.parameters:.1f}% of the model).\n")
+          f"{adapters / 1e6:.0f}M adapter parameters ({100 * adapters / shape.parameters:.1f}% of the model); "
+          f"{'blocks with an adapter keep their own SwiGLU code (all their activations)' if stock else 'lean MLP'}.\n")
     rows = [
-        ("d1 as configured: LoRA, bf16 base, no checkpointing", d1_setup(lora_parameters=adapters)),
-        ("... with gradient checkpointing", d1_setup(lora_parameters=adapters, gradient_checkpointing=True)),
-        ("... checkpointing, 1 completion per micro-batch", d1_setup(lora_parameters=adapters, batch=1,
-                                                                      gradient_checkpointing=True)),
-        ("... fp32 base (verl's default model_dtype)", d1_setup(lora_parameters=adapters, model_dtype="fp32",
-                                                                gradient_checkpointing=True)),
-        ("full fine-tuning, bf16 states, bf16 reference, checkpointing", d1_setup(gradient_checkpointing=True)),
+        ("the recipe: LoRA, fp32 base and adapters, checkpointing",
+         d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped)),
+        ("... without checkpointing (d1's setting)",
+         d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, gradient_checkpointing=False)),
+        ("... 1 completion per micro-batch and sampler batch",
+         d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, batch=1, rollout_micro_batch=1)),
+        ("... bf16 base (adapters in bf16 too: too coarse for lr 3e-6)",
+         d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, model_dtype="bf16")),
+        ("full fine-tuning, fp32 states, bf16 reference", d1_setup(True)),
     ]
     width = max(len(name) for name, _ in rows)
-    print(f"| {'setting (one GPU, one training step)':<{width}} | GiB | " + " | ".join(f"{gb} GB" for gb in GPUS_GB)
-          + " |")
-    print(f"|{'-' * (width + 2)}|-----|" + "|".join("-" * (len(str(gb)) + 5) for gb in GPUS_GB) + "|")
+    print(f"| {'setting (one GPU, one training step)':<{width}} | GiB | held | update | rollout | "
+          + " | ".join(f"{gb} GB" for gb in GPUS_GB) + " |")
+    print(f"|{'-' * (width + 2)}|-----|------|--------|---------|" + "|".join("-" * (len(str(gb)) + 5) for gb in GPUS_GB)
+          + "|")
     for name, setup in rows:
-        total = step_cost.memory_estimate(shape, setup).total_gib
+        estimate = step_cost.memory_estimate(shape, setup)
+        total = estimate.total_gib
         fits = " | ".join(f"{'yes' if fits_on(total, gb) else 'no':<{len(str(gb)) + 3}}" for gb in GPUS_GB)
-        print(f"| {name:<{width}} | {total:.1f} | {fits} |")
+        phases = " | ".join(f"{estimate.phase_bytes(phase) / 2**30:.1f}" for phase in step_cost.PHASES)
+        print(f"| {name:<{width}} | {total:.1f} | {phases} | {fits} |")
     print(f"\n'yes': the estimate plus {ALLOCATOR_MARGIN:.0%} (allocator, terms not counted) and {CONTEXT_GIB} GiB of CUDA "
           f"context fit the card (GB = 10^9 bytes, as cards are sold). 4-bit base weights (d1's load_in_4bit) are "
           f"not supported yet.")
