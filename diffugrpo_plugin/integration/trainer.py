@@ -304,6 +304,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         sampling = {(extras[i] or {}).get("generation_batch"): (extras[i] or {}).get("generation_seconds", 0.0)
                     for i in real}
         metrics["timing_s/rollout_sampling"] = float(sum(sampling.values()))
+        metrics["rollout/sampler_batches"] = len(sampling)  # sampler calls this step (each pays every forward)
         metrics["timing_s/reward_scoring"] = float(sum(reward_seconds))
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         metrics.update(self._completion_length_metrics(batch, real))
