@@ -45,15 +45,12 @@ VARIANTS = ("full", "lora")
 def build(settings: Settings, variant: str, rank: int):
     """The workload and its optimizer for one variant."""
     from diffugrpo_plugin.lean_mlp import make_lean
-    from diffugrpo_plugin.lora import accept_causal_lm_wrapper
+    from diffugrpo_plugin.lora import with_adapters
     from diffugrpo_plugin.models import DiffusionLM
 
     work = build_workload(settings, lean_mlp=variant == "full")
     if variant == "lora":
-        from peft import LoraConfig, TaskType, get_peft_model
-
-        module = get_peft_model(accept_causal_lm_wrapper(work.lm.module), LoraConfig(
-            task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=2 * rank, target_modules="all-linear"))
+        module = with_adapters(work.lm.module, rank, "all-linear", alpha=2 * rank)
         make_lean(module, work.lm.family.swiglu)  # as the engine does: adapted blocks stay stock
         work.lm = DiffusionLM.wrap(module, mask_token_id=work.lm.mask_token_id, logits_shift=True)
     trainable = [p for p in work.lm.module.parameters() if p.requires_grad]

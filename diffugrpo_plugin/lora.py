@@ -200,16 +200,24 @@ def adapter_file_names(adapter_dir: str | Path) -> list[str]:
         return list(handle.keys())
 
 
-def adapted_copy(model: torch.nn.Module, rank: int, targets: Any = "all-linear", exclude: Any = None):
-    """A copy of ``model`` (typically built on the meta device) with LoRA adapters of ``rank`` where the engine would
-    put them: peft's ``CAUSAL_LM`` wrapper resolves ``targets`` and ``exclude`` as verl's engine asks it to."""
-    import copy
-
+def with_adapters(model: torch.nn.Module, rank: int, targets: Any = "all-linear", exclude: Any = None,
+                  alpha: float | None = None, dropout: float = 0.0, on_meta: bool = False):
+    """``model`` wrapped with trainable LoRA adapters of ``rank`` where verl's engine puts them: peft's ``CAUSAL_LM``
+    wrapper resolves ``targets`` and ``exclude``; every other weight is frozen. ``on_meta``: a model built on the
+    meta device (the adapters are made there too)."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    return get_peft_model(accept_causal_lm_wrapper(copy.deepcopy(model)), LoraConfig(
-        task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=rank, target_modules=targets, exclude_modules=exclude),
-        low_cpu_mem_usage=True)
+    return get_peft_model(accept_causal_lm_wrapper(model), LoraConfig(
+        task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=rank if alpha is None else alpha, lora_dropout=dropout,
+        target_modules=targets, exclude_modules=exclude), low_cpu_mem_usage=on_meta)
+
+
+def adapted_copy(model: torch.nn.Module, rank: int, targets: Any = "all-linear", exclude: Any = None):
+    """A copy of a model built on the meta device with the adapters the engine would give it (see
+    :func:`with_adapters`): what the pre-flight and ``check-model`` count and check, without any memory."""
+    import copy
+
+    return with_adapters(copy.deepcopy(model), rank, targets, exclude, on_meta=True)
 
 
 def adapted_inputs_per_layer(model: torch.nn.Module, layers: int) -> int:

@@ -369,16 +369,13 @@ def load_model_and_tokenizer(config: SFTConfig) -> tuple[DiffusionLM, Any]:
 
 def _with_adapters(lm: DiffusionLM, tokenizer: Any, config: SFTConfig) -> DiffusionLM:
     """The model with trainable LoRA adapters (peft, as the RL engine builds them) and every other weight frozen."""
-    from peft import LoraConfig, TaskType, get_peft_model
-
-    from diffugrpo_plugin.lora import accept_causal_lm_wrapper, refuse_adapted_head
+    from diffugrpo_plugin.lora import refuse_adapted_head, with_adapters
 
     targets = config.target_modules if config.target_modules == "all-linear" else [
         name.strip() for name in config.target_modules.split(",") if name.strip()]
     try:
-        model = get_peft_model(accept_causal_lm_wrapper(lm.module), LoraConfig(
-            task_type=TaskType.CAUSAL_LM, r=config.lora_rank, lora_alpha=config.lora_alpha,
-            lora_dropout=config.lora_dropout, target_modules=targets))
+        model = with_adapters(lm.module, config.lora_rank, targets, alpha=config.lora_alpha,
+                              dropout=config.lora_dropout)
     except ValueError as error:
         raise SFTError(f"LoRA: {' '.join(str(error).split())} (--target-modules)") from error
     refuse_adapted_head(model, lm.family)
