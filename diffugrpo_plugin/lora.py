@@ -200,6 +200,11 @@ def adapter_file_names(adapter_dir: str | Path) -> list[str]:
         return list(handle.keys())
 
 
+def parse_targets(text: str) -> str | list[str]:
+    """A command line's ``--target-modules``: ``all-linear`` as it is, else the comma-separated module names."""
+    return text if text == "all-linear" else [name.strip() for name in text.split(",") if name.strip()]
+
+
 def with_adapters(model: torch.nn.Module, rank: int, targets: Any = "all-linear", exclude: Any = None,
                   alpha: float | None = None, dropout: float = 0.0, on_meta: bool = False):
     """``model`` wrapped with trainable LoRA adapters of ``rank`` where verl's engine puts them: peft's ``CAUSAL_LM``

@@ -369,13 +369,11 @@ def load_model_and_tokenizer(config: SFTConfig) -> tuple[DiffusionLM, Any]:
 
 def _with_adapters(lm: DiffusionLM, tokenizer: Any, config: SFTConfig) -> DiffusionLM:
     """The model with trainable LoRA adapters (peft, as the RL engine builds them) and every other weight frozen."""
-    from diffugrpo_plugin.lora import refuse_adapted_head, with_adapters
+    from diffugrpo_plugin.lora import parse_targets, refuse_adapted_head, with_adapters
 
-    targets = config.target_modules if config.target_modules == "all-linear" else [
-        name.strip() for name in config.target_modules.split(",") if name.strip()]
     try:
-        model = with_adapters(lm.module, config.lora_rank, targets, alpha=config.lora_alpha,
-                              dropout=config.lora_dropout)
+        model = with_adapters(lm.module, config.lora_rank, parse_targets(config.target_modules),
+                              alpha=config.lora_alpha, dropout=config.lora_dropout)
     except ValueError as error:
         raise SFTError(f"LoRA: {' '.join(str(error).split())} (--target-modules)") from error
     refuse_adapted_head(model, lm.family)

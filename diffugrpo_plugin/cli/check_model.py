@@ -147,12 +147,10 @@ def _adapters(resolved, args) -> tuple[int, int, bool | None, int]:
         return 0, 0, None, 0
     from diffugrpo_plugin.lean_mlp import make_lean
     from diffugrpo_plugin.lora import adapted_copy, adapted_inputs_per_layer, adapted_module_names, adapter_parameters
-    from diffugrpo_plugin.lora import refuse_adapted_head
+    from diffugrpo_plugin.lora import parse_targets, refuse_adapted_head
 
-    targets = args.target_modules if args.target_modules == "all-linear" else [
-        name.strip() for name in args.target_modules.split(",") if name.strip()]
     try:
-        adapted = adapted_copy(resolved.meta, args.lora_rank, targets)
+        adapted = adapted_copy(resolved.meta, args.lora_rank, parse_targets(args.target_modules))
     except ValueError as error:  # peft's own: no module matched
         raise ValueError(f"--target-modules {args.target_modules}: {' '.join(str(error).split())}") from error
     refuse_adapted_head(adapted, resolved.plan.family)
