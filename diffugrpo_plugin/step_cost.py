@@ -259,7 +259,7 @@ class StepSetup:
             view scores every token, the complementary pair scores each token once more).
         chunk_rows: the fused head's memory cap, at most ``chunk_rows x vocab`` logits at a time
             (``diffusion.chunk_rows``, logprobs.DEFAULT_CHUNK_ROWS).
-        slice_columns: the fused head's widest vocabulary slice (logprobs.SLICE_COLUMNS).
+        slice_columns: the fused head's widest vocabulary slice on a GPU (logprobs.SLICE_COLUMNS_GPU).
         logits_shift: the model shifts its logits (Dream): aligning them copies the sampler's logits once more.
         sampler_window_copies: fp32 window-sized ``[micro_batch, completion, vocab]`` buffers a sampler step
             holds at its peak (counted from sampling/engine.py, dream.py and decoding.py; see the term's assumption).
@@ -288,7 +288,7 @@ class StepSetup:
     views: int = 3
     scored_rows_per_token: int = 2
     chunk_rows: int = 128  # logprobs.DEFAULT_CHUNK_ROWS (not imported: this module imports no torch)
-    slice_columns: int = 1024  # logprobs.SLICE_COLUMNS (a test ties the two)
+    slice_columns: int = 16384  # logprobs.SLICE_COLUMNS_GPU (a test ties the two)
     logits_shift: bool = True
     sampler_window_copies: int = 10
     sampler_kv_cache: bool = True  # engine_kwargs.diffusion.kv_cache, on in the training default
@@ -373,13 +373,21 @@ def _n(value: float) -> str:
 
 
 def policy_state_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") -> float:
-    """Sharded training states: master parameters, gradients and AdamW's two moments, 4 x ``model_dtype``
-    bytes per parameter (16 in fp32), divided over the FSDP shards.
+    """Sharded training states held for the whole step: master parameters and AdamW's two moments,
+    3 x ``model_dtype`` bytes per parameter (12 in fp32), divided over the FSDP shards.
 
     verl builds the actor with ``model_dtype: fp32`` and keeps gradients and optimizer states
     in the sharded parameters' dtype; ``param_dtype`` only sets the gathered compute copy.
+    The gradients are not held: see :func:`sharded_grad_bytes`.
     """
-    return 4.0 * dtype_bytes(model_dtype) * parameters / gpus
+    return 3.0 * dtype_bytes(model_dtype) * parameters / gpus
+
+
+def sharded_grad_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") -> float:
+    """The sharded gradients, ``model_dtype`` bytes per parameter over the shards: they exist during the update
+    only (verl's train mode calls ``zero_grad()`` on exit, which frees them; measured on an H100,
+    benchmarks/gpu.py: memory held between steps is parameters + moments + reference + rollout copy)."""
+    return dtype_bytes(model_dtype) * parameters / gpus
 
 
 def frozen_base_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") -> float:
@@ -461,18 +469,24 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             MemoryTerm(f"policy: frozen base weights ({mdt}, sharded)", "held", frozen_base_bytes(n, g, mdt),
                        f"{mb} B x {_n(n)} / {g}",
                        "LoRA: the base weights take no gradient and no optimizer state (verl's actor model_dtype)"),
-            MemoryTerm(f"LoRA adapters: params, grads, AdamW ({mdt}, sharded)", "held",
-                       policy_state_bytes(a, g, mdt), f"{4 * mb} B x {_n(a)} / {g}",
-                       "the adapters train like full weights (param, grad, two AdamW moments), in the base's dtype: "
+            MemoryTerm(f"LoRA adapters: params + AdamW moments ({mdt}, sharded)", "held",
+                       policy_state_bytes(a, g, mdt), f"{3 * mb} B x {_n(a)} / {g}",
+                       "the adapters train like full weights (param, two AdamW moments), in the base's dtype: "
                        "verl casts them to it for FSDP"),
         ]
+        gradients = MemoryTerm(f"LoRA adapters: sharded grads ({mdt})", "update", sharded_grad_bytes(a, g, mdt),
+                               f"{mb} B x {_n(a)} / {g}", "freed when the update ends (verl's zero_grad on exit)")
     else:
         terms = [
-            MemoryTerm(f"policy: {mdt} params + grads + AdamW moments (sharded)", "held",
-                       policy_state_bytes(n, g, mdt), f"{4 * mb} B x {_n(n)} / {g}",
-                       f"master params + grads + AdamW exp_avg + exp_avg_sq, {mb} bytes each per parameter, sharded "
+            MemoryTerm(f"policy: {mdt} params + AdamW moments (sharded)", "held",
+                       policy_state_bytes(n, g, mdt), f"{3 * mb} B x {_n(n)} / {g}",
+                       f"master params + AdamW exp_avg + exp_avg_sq, {mb} bytes each per parameter, sharded "
                        f"over the FSDP workers (verl's actor model_dtype, fp32 by default)"),
         ]
+        gradients = MemoryTerm(f"policy: sharded grads ({mdt})", "update", sharded_grad_bytes(n, g, mdt),
+                               f"{mb} B x {_n(n)} / {g}",
+                               "every gradient counted for the whole update (an upper bound: the root's are written "
+                               "last); freed when the update ends (verl's zero_grad on exit), not held in the rollout")
     if setup.reference_dtype and a:
         terms.append(MemoryTerm("reference model: the base without adapters", "held", 0.0, "0",
                                 "with LoRA verl computes the reference with the actor's adapters disabled: no copy"))
@@ -488,6 +502,7 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
                             "(free_cache_engine: false)" + ("; with LoRA the base plus the adapters it samples "
                                                             "through" if a else "")))
 
+    terms.append(gradients)
     terms.append(MemoryTerm(f"FSDP gathered params ({pdt})", "update", fsdp_gathered_bytes(model, pdt),
                             f"{pb} B x ({_n(model.root_parameters)} root + 2 x {_n(model.layer_parameters)} layer)",
                             "root unit (embedding, head) gathered for the whole pass, plus the current and the "

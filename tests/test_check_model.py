@@ -167,7 +167,8 @@ def test_config_only_on_a_diffucoder_7b_config(tmp_path, capsys):
     assert resolution["checkpoint_dtype"] == "bfloat16"
     memory = report["estimate"]["memory"]
     terms = {term["name"]: term["bytes"] for term in memory["terms"]}
-    assert terms["policy: fp32 params + grads + AdamW moments (sharded)"] == 16 * 7_615_616_512 / 8
+    assert terms["policy: fp32 params + AdamW moments (sharded)"] == 12 * 7_615_616_512 / 8
+    assert terms["policy: sharded grads (fp32)"] == 4 * 7_615_616_512 / 8
     assert terms["rollout policy copy (bf16, unsharded)"] == 2 * 7_615_616_512
     assert 40 < memory["total_gib"] < 80  # fits an 80 GB GPU, with room for what is not counted
     assert resolution["lean_mlp"] == "28 SwiGLU block(s) keep 2 of 4 activations"
@@ -401,18 +402,19 @@ def test_memory_terms_by_hand_with_checkpointing():
     backward = 2 * (2 * 2048 + 3 * 8192)
     rows = 2 * 4 * 150  # coupled: two head rows per completion token = 1,200
     expected = {
-        "policy: fp32 params + grads + AdamW moments (sharded)": ("held", (4 + 4 + 4 + 4) * 1e9 / 4),  # 4.0e9
+        "policy: fp32 params + AdamW moments (sharded)": ("held", (4 + 4 + 4) * 1e9 / 4),  # 3.0e9
         "reference model (fp32, sharded)": ("held", 4 * 1e9 / 4),  # 1.0e9
         "rollout policy copy (bf16, unsharded)": ("held", 2 * 1e9),  # 2.0e9: unsharded
+        "policy: sharded grads (fp32)": ("update", 4 * 1e9 / 4),  # 1.0e9: freed when the update ends
         "FSDP gathered params (bf16)": ("update", 2 * (204.8e6 + 2 * layer)),  # 608.4e6
         "FSDP unsharded grads (bf16)": ("update", 2 * (204.8e6 + layer)),  # 509.0e6
         "activations: kept layer inputs (checkpointing)": ("update", tokens * (16 * 2048 * 2 + norm)),  # 245.76e6
         # 399.4e6
         "activations: one layer recomputed + its backward": ("update", tokens * (lean_layer_saved + backward)),
         "fused head: saved rows (bf16) + their fp32 gradient": ("update", rows * 2048 * (2 + 4)),  # 14.7e6
-        # 1,024 columns (the cap 1000 x 50k elements allows 41,666) x 1,200 rows x (fp32 buffer, bf16 slice, two
-        # entropy temporaries) = 17.2e6
-        "fused head: one vocabulary slice of logits": ("update", 1024 * rows * (4 + 2 + 8)),
+        # 16,384 columns (the GPU width; the cap 1000 x 50k elements allows 41,666) x 1,200 rows x (fp32 buffer, bf16
+        # slice, two entropy temporaries) = 275.3e6
+        "fused head: one vocabulary slice of logits": ("update", 16384 * rows * (4 + 2 + 8)),
         "sampler: model logits (bf16)": ("rollout", 2 * 8 * 250 * 50_000 * 2),  # 400e6, x2: shifted logits aligned
         "sampler: fp32 window buffers": ("rollout", 10 * 8 * 150 * 50_000 * 4),  # 2.4e9: 10 copies at top-p's peak
         "sampler: prefix KV cache (bf16)": ("rollout", 2 * 16 * 8 * 100 * 512 * 2),  # 26.2e6: k and v, every layer
@@ -424,22 +426,22 @@ def test_memory_terms_by_hand_with_checkpointing():
     for name, (phase, value) in expected.items():
         assert found[name][0] == phase, name
         assert found[name][1] == pytest.approx(value, rel=1e-12), name
-    held, update, rollout = 7.0e9, 1_794_468_800, 3_043_302_400
+    held, update, rollout = 6.0e9, 3_052_516_800, 3_043_302_400
     assert estimate.phase_bytes("held") == pytest.approx(held)
     assert estimate.phase_bytes("update") == pytest.approx(update)
     assert estimate.phase_bytes("rollout") == pytest.approx(rollout)
-    assert estimate.peak_phase == "rollout"
-    assert estimate.total_bytes == pytest.approx(held + rollout)  # training and sampling never overlap
-    assert estimate.total_gib == pytest.approx(10_043_302_400 / 2**30)
+    assert estimate.peak_phase == "update"
+    assert estimate.total_bytes == pytest.approx(held + update)  # training and sampling never overlap
+    assert estimate.total_gib == pytest.approx(9_052_516_800 / 2**30)
     table = step_cost.format_memory_table(estimate)
-    assert f"{10_043_302_400 / 2**30:>9.3f}  peak in rollout" in table and "phases (GiB): held 6.519" in table
+    assert f"{9_052_516_800 / 2**30:>9.3f}  peak in update" in table and "phases (GiB): held 5.588" in table
 
 
 def test_memory_model_uses_the_fused_heads_own_constants():
     from diffugrpo_plugin import logprobs
 
     assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).chunk_rows == logprobs.DEFAULT_CHUNK_ROWS
-    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).slice_columns == logprobs.SLICE_COLUMNS
+    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).slice_columns == logprobs.SLICE_COLUMNS_GPU
 
 
 def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
@@ -455,11 +457,12 @@ def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
     stock = terms_by_name(step_cost.memory_estimate(ONE_B, dataclasses.replace(setup, lean_mlp=False)))
     assert stock["activations: every layer's saved tensors"][1] == 3000 * (16 * 108_544 + 16_384)
     assert stock["activations: backward gradients of one layer"][1] == 3000 * 40_960
-    assert found["fused head: one vocabulary slice of logits"][1] == 1024 * 1200 * 14  # slice_columns binds
+    assert found["fused head: one vocabulary slice of logits"][1] == 16384 * 1200 * 14  # slice_columns binds
     fp32 = step_cost.memory_estimate(ONE_B, step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150,
                                                                  param_dtype="fp32", rollout_dtype="fp32"))
     in_fp32 = terms_by_name(fp32)
-    assert in_fp32["fused head: one vocabulary slice of logits"][1] == 1024 * 1200 * (4 + 8)  # fp32: no copy
+    # fp32: no copy of the slice; the default chunk_rows 128 caps it at 128 x 50k / 1,200 rows = 5,333 columns
+    assert in_fp32["fused head: one vocabulary slice of logits"][1] == 5333 * 1200 * (4 + 8)
     capped = terms_by_name(step_cost.memory_estimate(ONE_B, step_cost.StepSetup(
         batch=4, prompt_length=100, completion_length=150, chunk_rows=1)))
     assert capped["fused head: one vocabulary slice of logits"][1] == 41 * 1200 * 14  # 1 x 50k elements: 41 columns
@@ -532,7 +535,8 @@ def test_layer_saved_bytes_match_autograd(kind, dtype, lean):
 
 
 def test_memory_units_and_dtypes():
-    assert step_cost.policy_state_bytes(1e9, 8) == 2e9  # 16 bytes per parameter over 8 shards
+    assert step_cost.policy_state_bytes(1e9, 8) == 1.5e9  # 12 bytes per parameter (params, 2 moments) over 8 shards
+    assert step_cost.sharded_grad_bytes(1e9, 8) == 0.5e9  # 4 bytes per parameter over 8 shards, update only
     assert step_cost.reference_bytes(1e9, 8, "bf16") == 0.25e9
     assert step_cost.rollout_copy_bytes(7e9, "bfloat16") == 14e9
     with pytest.raises(ValueError, match="unknown dtype 'int8'"):
@@ -628,12 +632,13 @@ def test_readme_7b_table_comes_from_step_cost():
 
 def test_lora_memory_terms_by_hand():
     """LoRA (10M adapter parameters) on the 1B model, weights stored in bf16: frozen base 2 B per parameter, the
-    adapters' param + grad + two AdamW moments in bf16 (verl casts adapters to the base's dtype), no reference
+    adapters' param and two AdamW moments in bf16 (their grad during the update only) (verl casts adapters to the base's dtype), no reference
     copy, the rollout holding base + adapters, and only the adapters' gradients unsharded."""
     setup = dataclasses.replace(ONE_B_STEP, lora_parameters=10_000_000, model_dtype="bf16")
     found = terms_by_name(step_cost.memory_estimate(ONE_B, setup))
     assert found["policy: frozen base weights (bf16, sharded)"] == ("held", 2 * 1e9 / 4)
-    assert found["LoRA adapters: params, grads, AdamW (bf16, sharded)"] == ("held", 4 * 2 * 10e6 / 4)
+    assert found["LoRA adapters: params + AdamW moments (bf16, sharded)"] == ("held", 3 * 2 * 10e6 / 4)
+    assert found["LoRA adapters: sharded grads (bf16)"] == ("update", 2 * 10e6 / 4)
     assert found["reference model: the base without adapters"] == ("held", 0.0)
     assert found["rollout policy copy (bf16, unsharded)"] == ("held", 2 * (1e9 + 10e6))
     assert found["FSDP unsharded adapter grads (bf16)"] == ("update", 2 * 10e6)
@@ -647,7 +652,7 @@ def test_lora_memory_terms_by_hand():
     assert terms_by_name(step_cost.memory_estimate(ONE_B, no_checkpointing))[term] == ("update", 3000 * 16 * 6144 * 3)
     assert term not in found
     full = terms_by_name(step_cost.memory_estimate(ONE_B, dataclasses.replace(ONE_B_STEP, model_dtype="bf16")))
-    assert full["policy: bf16 params + grads + AdamW moments (sharded)"] == ("held", 4 * 2 * 1e9 / 4)
+    assert full["policy: bf16 params + AdamW moments (sharded)"] == ("held", 3 * 2 * 1e9 / 4)
 
 
 def test_check_model_counts_d1s_adapters_on_llada(llada_standin, capsys):
@@ -659,7 +664,7 @@ def test_check_model_counts_d1s_adapters_on_llada(llada_standin, capsys):
     per_layer = 8 * ((hidden + hidden) + 2 * (hidden + kv) + (hidden + inner))
     assert payload["estimate"]["setup"]["lora_parameters"] == 2 * per_layer
     names = [term["name"] for term in payload["estimate"]["memory"]["terms"]]
-    assert "LoRA adapters: params, grads, AdamW (fp32, sharded)" in names
+    assert "LoRA adapters: params + AdamW moments (fp32, sharded)" in names
     with_dropout = check_model_json(capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules", d1,
                                     "--lora-dropout", "0.05")
     # per layer the adapted q, k, v and up projections each read the 32-wide hidden state

@@ -273,6 +273,16 @@ def test_fused_head_slices_are_cache_sized_below_the_memory_cap():
     assert {s.stop - s.start for s in _vocab_slices(num_rows=100, vocab=50, chunk_rows=1)} == {1}
 
 
+def test_fused_head_slices_are_wider_on_a_gpu():
+    """The slice width follows the head's device: 1024 columns on CPU, 16384 elsewhere (measured on an H100)."""
+    from diffugrpo_plugin.logprobs import SLICE_COLUMNS, SLICE_COLUMNS_GPU, _vocab_slices, slice_columns
+
+    assert (slice_columns(torch.device("cpu")), slice_columns(torch.device("cuda", 0))) == (1024, 16384)
+    wide = _vocab_slices(num_rows=64, vocab=40_000, chunk_rows=1024, columns=SLICE_COLUMNS_GPU)
+    assert [s.stop - s.start for s in wide] == [16384, 16384, 40_000 - 2 * 16384]
+    assert SLICE_COLUMNS < SLICE_COLUMNS_GPU
+
+
 def test_fused_head_online_normaliser_when_every_slice_raises_the_maximum():
     """Logits 0, 10, ..., 200 (exp overflows fp32 past 88) seen one column at a time, so every slice raises the
     running maximum: log-probs and entropy equal the float64 formula."""
