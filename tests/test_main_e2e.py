@@ -338,3 +338,31 @@ def test_the_d1_recipe_runs_end_to_end_on_a_tiny_llada(tmp_path):
     adapter = json.loads((tmp_path / "ckpt" / "global_step_2" / "actor" / "lora_adapter" / "adapter_config.json")
                          .read_text())
     assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"]) == (128, 64, 0.05)
+
+
+def test_the_curriculum_logs_its_level_and_a_resumed_run_draws_what_the_whole_run_drew(tmp_path):
+    """The curriculum sampler through verl's trainer: its level rises by the step schedule, and a run resumed from
+    step 2's checkpoint continues the level and draws the same prompts at steps 3 and 4 as the run that went on."""
+    common = ["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum", "data.sampler.class_name=CurriculumSampler",
+              "data.sampler.curriculum.schedule=step", "data.sampler.curriculum.every=1",
+              "data.sampler.curriculum.start=0.2", "data.sampler.curriculum.increment=0.2",
+              "trainer.total_training_steps=4", *SHORT]
+    whole = subprocess.run(main_command(*common, "trainer.save_freq=2", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                                        f"trainer.rollout_data_dir={tmp_path / 'whole'}"),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    log = whole.stdout + whole.stderr
+    assert whole.returncode == 0, log[-5000:]
+    assert metric_by_step(log, "curriculum/level") == pytest.approx({1: 0.4, 2: 0.6, 3: 0.8, 4: 1.0})
+
+    resumed = subprocess.run(main_command(*common, "trainer.save_freq=-1", "trainer.resume_mode=resume_path",
+                                          f"trainer.resume_from_path={tmp_path / 'ckpt' / 'global_step_2'}",
+                                          f"trainer.default_local_dir={tmp_path / 'other'}",
+                                          f"trainer.rollout_data_dir={tmp_path / 'resumed'}"),
+                             cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, log[-5000:]
+    assert logged_steps(log) == [3, 4]
+    assert metric_by_step(log, "curriculum/level") == pytest.approx({3: 0.8, 4: 1.0})
+    prompts = {name: {step: Counter(s["input"] for s in samples) for step, samples in rollouts_by_step(tmp_path / name).items()}
+               for name in ("whole", "resumed")}
+    assert prompts["resumed"][3] == prompts["whole"][3] and prompts["resumed"][4] == prompts["whole"][4]

@@ -155,3 +155,27 @@ def test_adapters_the_rollout_cannot_carry_are_refused(valid, tmp_path, tiny_mod
                               f"actor_rollout_ref.model.lora_adapter_path={folder}"))
     with pytest.raises(ConfigError, match="lora_adapter_path needs actor_rollout_ref.model.lora_rank > 0"):
         check_config(composed(*valid, f"actor_rollout_ref.model.lora_adapter_path={folder}"))
+
+
+CURRICULUM = ["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum", "data.sampler.class_name=CurriculumSampler"]
+
+
+def test_the_curriculum_sampler_configuration_passes(valid):
+    check_config(composed(*valid, *CURRICULUM, "data.sampler.curriculum.schedule=gated"))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum"], "needs both class_path and class_name"),
+    (["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum", "data.sampler.class_name=Nope"],
+     "data.sampler: cannot load Nope from pkg://diffugrpo_plugin.curriculum"),
+    (["data.sampler.class_path=pkg://no_such_module", "data.sampler.class_name=Sampler"], "cannot load Sampler"),
+    (["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum", "data.sampler.class_name=SCHEDULES"],
+     "is a tuple, not a sampler class"),
+    ([*CURRICULUM, "data.dataloader_num_workers=2"], "needs data.dataloader_num_workers=0"),
+    ([*CURRICULUM, "data.sampler.curriculum.schedule=cosine"], "schedule must be one of"),
+    ([*CURRICULUM, "+data.sampler.curriculum.levels=3"], "unknown data.sampler.curriculum option(s) ['levels']"),
+])
+def test_data_sampler_mistakes_name_their_fix(valid, overrides, message):
+    with pytest.raises(ConfigError) as error:
+        check_config(composed(*valid, *overrides))
+    assert message in str(error.value) and "\n" not in str(error.value)

@@ -258,6 +258,42 @@ def _check_batch_sizes(config: DictConfig) -> None:
                           f"of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})")
 
 
+def data_sampler_class(config: DictConfig):
+    """The class ``data.sampler.class_path`` / ``class_name`` name (verl's loader), or None when unset."""
+    from verl.utils.import_utils import load_extern_object
+
+    sampler = config.data.get("sampler") or {}
+    path, name = sampler.get("class_path"), sampler.get("class_name")
+    if not path and not name:
+        return None
+    if not (path and name):
+        raise ConfigError("data.sampler needs both class_path and class_name (the curriculum: class_path="
+                          "pkg://diffugrpo_plugin.curriculum class_name=CurriculumSampler)")
+    try:
+        found = load_extern_object(path, name)
+    except Exception as error:  # noqa: BLE001 - any import failure becomes the one-line message
+        raise ConfigError(f"data.sampler: cannot load {name} from {path} ({type(error).__name__}: {error})") from None
+    if not isinstance(found, type):
+        raise ConfigError(f"data.sampler: {name} in {path} is a {type(found).__name__}, not a sampler class")
+    return found
+
+
+def _check_data_sampler(config: DictConfig) -> None:
+    from diffugrpo_plugin.curriculum import CurriculumConfigError, CurriculumOptions, CurriculumSampler
+
+    sampler_class = data_sampler_class(config)
+    if sampler_class is None:
+        return
+    if int(config.data.get("dataloader_num_workers", 0) or 0):
+        raise ConfigError("data.sampler: a custom sampler needs data.dataloader_num_workers=0 (worker processes "
+                          "draw ahead, and the trainer must know which draw each prompt came from)")
+    if issubclass(sampler_class, CurriculumSampler):
+        try:
+            CurriculumOptions.from_config((config.data.get("sampler") or {}).get("curriculum"))
+        except CurriculumConfigError as error:
+            raise ConfigError(str(error)) from None
+
+
 SUPPORTED_STRATEGIES = ("fsdp", "fsdp2")
 
 
@@ -278,5 +314,6 @@ def check_config(config: DictConfig) -> None:
     _check_plugins(config)
     _check_training_pass(config)
     _check_rewards(config)
+    _check_data_sampler(config)
     _check_model(config)
     _check_data(config)

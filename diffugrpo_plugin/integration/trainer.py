@@ -20,7 +20,9 @@ One training step, in order: verl's stage (``PPOTrainer.fit`` / ``_step_once``),
    ``engine.DiffusionLMEngine.forward_step`` -> the masker's views ->
    ``logprobs.coupled_token_logprobs``.
 4. **ref**: :meth:`DiffuGRPOTrainer._compute_ref_log_prob`, the same per iteration on the reference.
-5. **adv**: :meth:`DiffuGRPOTrainer._compute_advantage` rewrites the scores to group-normalised
+5. **adv**: :meth:`DiffuGRPOTrainer._compute_advantage` first hands the step's completions to a custom data
+   sampler, if ``data.sampler`` names one (the curriculum: ``curriculum.CurriculumSampler``), then rewrites
+   the scores to group-normalised
    totals when ``diffugrpo.rewards.aggregation=group_normalized`` (GDPO-style, it needs the groups),
    then verl's step calls ``algorithm.compute_coupled_grpo_advantage`` (leave-one-out).
 6. **update_actor**: :meth:`DiffusionActorRolloutRefWorker.update_actor` expands the batch
@@ -65,7 +67,8 @@ from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from diffugrpo_plugin.integration.console import LearningSummary, StepReporter, step_line, validation_line
 from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD
-from diffugrpo_plugin.integration.preflight import check_config
+from diffugrpo_plugin.curriculum import CurriculumFeedback, RecordingSampler, group_positions
+from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.masking import mask_seed_table
 from diffugrpo_plugin.rewards import RewardSpec, group_normalized_totals, step_metrics
@@ -177,6 +180,41 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.learning = LearningSummary(self.reward_spec.names)
         self.training_started = False
 
+    def _init_dataloader(self):
+        """verl's dataloaders; with ``data.sampler.class_path`` / ``class_name`` the training one draws through that
+        sampler (verl 0.9.1 has no such hook; later versions read the same keys), recorded so that each prompt's
+        dataset position is known when its rewards come back."""
+        super()._init_dataloader()
+        self.data_sampler, self.prompt_positions = None, {}
+        sampler_class = data_sampler_class(self.config)
+        if sampler_class is None:
+            return
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        loader = self.train_dataloader
+        self.data_sampler = RecordingSampler(sampler_class(data_source=self.train_dataset, data_config=self.config.data))
+        self.train_dataloader = StatefulDataLoader(dataset=loader.dataset, batch_size=loader.batch_size,
+                                                   num_workers=loader.num_workers, drop_last=loader.drop_last,
+                                                   collate_fn=loader.collate_fn, sampler=self.data_sampler)
+
+    def _fetch_one_gen_batch(self):
+        batch = super()._fetch_one_gen_batch()
+        if self.data_sampler is not None:
+            self.prompt_positions.update(zip(list(batch["uid"]), self.data_sampler.take(len(batch))))
+        return batch
+
+    def _update_data_sampler(self, batch, metrics) -> None:
+        """The step's completions to the sampler (before the checkpoint, so a resumed run has seen them)."""
+        real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        samples, _, uids = self._reward_components(batch)
+        totals = [float(row.sum()) for row in self._get(batch, ["rm_scores"])["rm_scores"].unbind()]
+        positions = group_positions([uids[i] for i in real], self.prompt_positions)
+        self.data_sampler.update(CurriculumFeedback(positions=positions, rewards=[totals[i] for i in real],
+                                                    components=[samples[i] for i in real]))
+        for uid in set(uids):
+            self.prompt_positions.pop(uid, None)
+        metrics.update(self.data_sampler.metrics())
+
     def on_step_end(self):
         super().on_step_end()
         if self.ref_sync_steps and self.use_reference_policy and self.global_steps % self.ref_sync_steps == 0:
@@ -280,6 +318,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
                 f"from the last checkpoint; diffugrpo.rewards.stop_after_failed_steps=0 never stops.")
 
     def _compute_advantage(self, batch, metrics):
+        if self.data_sampler is not None:
+            self._update_data_sampler(batch, metrics)
         if self.reward_spec.aggregation == "group_normalized":
             samples, _, groups = self._reward_components(batch)
             totals = group_normalized_totals(samples, groups, self.reward_spec.weights)
