@@ -64,6 +64,7 @@ PASS_VARIANTS = ("model head (materialised logits)", "fused head, stock MLP", "o
 FAST = {"kv_cache": True, "cache_refresh": 2, "threshold": 0.99, "compact": True, "reuse_logits": True,
         "head_on_masked": True}  # the training default (config/algorithm/coupled_grpo.yaml)
 GIB = 2**30
+CHUNK_ROWS_KEY = "actor_rollout_ref.model.diffusion.chunk_rows"  # the fused head's memory cap, as training runs it
 
 
 # ---------------------------------------------------------------------------------------------
@@ -193,11 +194,12 @@ def unfused_logprobs(lm, views, ids, attention):
 
 
 def training_pass(lm, work, fused: bool) -> None:
+    from diffugrpo_plugin.config import training_default
     from diffugrpo_plugin.logprobs import coupled_token_logprobs
 
     ids, attention, completion_mask, views = work
-    logp = (coupled_token_logprobs(lm, views, ids, attention).logp if fused
-            else unfused_logprobs(lm, views, ids, attention))  # [B, L]
+    logp = (coupled_token_logprobs(lm, views, ids, attention, chunk_rows=training_default(CHUNK_ROWS_KEY)).logp
+            if fused else unfused_logprobs(lm, views, ids, attention))  # [B, L]
     ((logp * completion_mask).sum() / completion_mask.sum()).backward()
 
 
@@ -205,10 +207,12 @@ def estimated_pass_bytes(shape, rows: int, prompt: int, completion: int, checkpo
     """The memory model's terms for the pass itself: activations and the fused head. The FSDP terms (gathered
     parameters, unsharded gradients) have no counterpart in an unsharded model whose ``.grad`` tensors exist
     before the pass; the ``step`` part checks them."""
+    from diffugrpo_plugin.config import training_default
     from diffugrpo_plugin.step_cost import StepSetup, memory_estimate
 
     setup = StepSetup(batch=rows, prompt_length=prompt, completion_length=completion, gpus=1,
-                      gradient_checkpointing=checkpointing, lean_mlp=lean, reference_dtype=None)
+                      gradient_checkpointing=checkpointing, lean_mlp=lean, reference_dtype=None,
+                      chunk_rows=training_default(CHUNK_ROWS_KEY))
     terms = [t for t in memory_estimate(shape, setup).terms
              if t.phase == "update" and t.name.startswith(("activations", "fused head"))]
     return {t.name: t.bytes for t in terms}
@@ -492,13 +496,32 @@ def ppo_loss(logp, old_logp, ref_logp, advantages, completion_mask, clip: float 
     return (per_token * completion_mask).sum() / completion_mask.sum()
 
 
+def update_flops(shape, rows: int, prompt: int, completion: int, views: int = 3, scored_rows: int = 2) -> dict:
+    """FLOPs of one coupled update: the body over every view's tokens, the fused head over the scored rows only
+    (``scored_rows`` per completion token). ``hardware`` counts what runs with checkpointing (forward, recomputed
+    forward, backward at twice the forward; the fused head recomputes its logits likewise); ``model`` what the
+    maths needs (forward + backward, no recomputation), the numerator of MFU."""
+    body = shape.parameters - shape.embedding_parameters - shape.head_parameters
+    forward = 2 * body * views * rows * (prompt + completion) + 2 * shape.vocab * shape.hidden * scored_rows * rows * completion
+    return {"hardware": 4 * forward, "model": 3 * forward}
+
+
+def first_matrix(module: torch.nn.Module) -> tuple[str, torch.Tensor]:
+    """The first decoder-layer weight matrix and a copy of its full value (to see the update move it)."""
+    name, parameter = next((n, p) for n, p in module.named_parameters() if p.dim() == 2 and "embed" not in n
+                           and "wte" not in n)
+    full = parameter.full_tensor() if hasattr(parameter, "full_tensor") else parameter
+    return name, full.detach().clone()
+
+
 def step_part(args, results: list) -> None:
+    from diffugrpo_plugin.config import training_default
     from diffugrpo_plugin.lean_mlp import make_lean
     from diffugrpo_plugin.logprobs import coupled_token_logprobs
     from diffugrpo_plugin.sampling import build_sampler
-    from diffugrpo_plugin.step_cost import StepSetup, memory_estimate, step_flops
+    from diffugrpo_plugin.step_cost import StepSetup, memory_estimate
 
-    device, rows = args.device, args.step_rows
+    device, rows, chunk_rows = args.device, args.step_rows, training_default(CHUNK_ROWS_KEY)
     resolved = resolve(family_config("dream", args.tiny, args.step_layers))
     shape = resolved.resolution.shape()
     trace = []
@@ -530,6 +553,7 @@ def step_part(args, results: list) -> None:
         generator = torch.Generator().manual_seed(7)
         prompt = torch.randint(0, lm.mask_token_id, (1, args.prompt), generator=generator).repeat(rows, 1).to(device)
         steps = []
+        watched, before = first_matrix(policy)
         for step in range(args.step_repeats):
             stages = {}
             synchronize(device)
@@ -543,12 +567,12 @@ def step_part(args, results: list) -> None:
             completion_mask[:, args.prompt:] = out.completion_mask.to(device).bool()
             views = coupled_views(ids, completion_mask, lm.mask_token_id, seed=step + 1)
             with torch.no_grad(), measured(device, stages.setdefault("old log-probs", {})):
-                old_logp = coupled_token_logprobs(lm, views, ids, attention).logp
+                old_logp = coupled_token_logprobs(lm, views, ids, attention, chunk_rows=chunk_rows).logp
             with torch.no_grad(), measured(device, stages.setdefault("ref log-probs", {})):
-                ref_logp = coupled_token_logprobs(ref_lm, views, ids, attention).logp
+                ref_logp = coupled_token_logprobs(ref_lm, views, ids, attention, chunk_rows=chunk_rows).logp
             advantages = torch.randn(rows, generator=generator).to(device)
             with measured(device, stages.setdefault("update", {})):
-                logp = coupled_token_logprobs(lm, views, ids, attention).logp
+                logp = coupled_token_logprobs(lm, views, ids, attention, chunk_rows=chunk_rows).logp
                 ppo_loss(logp, old_logp, ref_logp, advantages, completion_mask.float()).backward()
                 torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.2)
                 optimizer.step()
@@ -557,14 +581,14 @@ def step_part(args, results: list) -> None:
                 sync_rollout(policy, rollout)
             steps.append({"held_bytes": held, "stages": stages, "forwards": out.forwards})
             allocated(f"after step {step + 1}")
-        flops = step_flops(shape.parameters - shape.embedding_parameters, rows, args.prompt + args.completion, 32,
-                           gradient_checkpointing=True)
+        moved = not torch.equal(before, first_matrix(policy)[1])
+        flops = update_flops(shape, rows, args.prompt, args.completion)
         setup = StepSetup(batch=rows, prompt_length=args.prompt, completion_length=args.completion, gpus=1,
-                          reference_dtype="fp32", rollout_micro_batch=rows)
+                          reference_dtype="fp32", rollout_micro_batch=rows, chunk_rows=chunk_rows)
         estimate = memory_estimate(shape, setup)
     measured_steps = steps[1:] or steps  # the first step allocates AdamW's moments and compiles kernels
     record = {"part": "step", "layers": args.step_layers, "parameters": shape.parameters, "rows": rows,
-              "steps": steps, "update_flops": flops.update, "allocated_trace": trace,
+              "steps": steps, "update_flops": flops, "allocated_trace": trace, "weights_moved": {watched: moved},
               "estimate": {"held_bytes": estimate.phase_bytes("held"), "update_bytes": estimate.phase_bytes("update"),
                            "rollout_bytes": estimate.phase_bytes("rollout"), "total_bytes": estimate.total_bytes}}
     print(f"\nstep: Dream-7B shape cut to {args.step_layers} layers ({shape.parameters / 1e9:.2f}B parameters), "
@@ -579,9 +603,10 @@ def step_part(args, results: list) -> None:
               + (f"{max(peaks) / GIB:>10.2f}" if peaks else ""))
     update = statistics.median(s["stages"]["update"]["seconds"] for s in measured_steps)
     record["update_seconds"] = update
-    record["update_flops_per_s"] = flops.update / update
-    print(f"update: {flops.update / 1e12:.1f} TFLOP (non-embedding parameters, 3 views, checkpointing) in "
-          f"{update:.3f} s = {flops.update / update / 1e12:.0f} TFLOP/s")
+    record["update_flops_per_s"] = {kind: value / update for kind, value in flops.items()}
+    print(f"update: {flops['hardware'] / 1e12:.1f} TFLOP run (with the recomputation; the head on the scored rows "
+          f"only) in {update:.3f} s = {flops['hardware'] / update / 1e12:.0f} TFLOP/s; model FLOPs "
+          f"{flops['model'] / update / 1e12:.0f} TFLOP/s; {watched} {'moved' if moved else 'DID NOT MOVE'}")
     if device.startswith("cuda"):
         peak = max(s["stages"][stage]["peak_absolute"] for s in measured_steps for stage in s["stages"])
         held = statistics.median(s["held_bytes"] for s in measured_steps)

@@ -7,7 +7,7 @@ each step with :class:`CurriculumFeedback` (the trainer's ``update`` call). It i
 Difficulty. Either a column of the data (``difficulty_key``, dotted for nested fields:
 ``extra_info.difficulty``; larger is harder), or measured: one minus the prompt's pass rate over the groups
 rolled out for it so far (``metric``: the reward component whose per-completion value is the pass, ``code``
-by default; the total reward where the component is absent). Each prompt's rank is the fraction of prompts
+by default). Each prompt's rank is the fraction of prompts
 strictly easier than it, and a prompt is in the pool while its rank is below the **level** (0-1]: at level
 0.25 the easiest quarter of the data is in play (ties enter together; the easiest prompts always). With a
 measured difficulty the ranks are among the prompts rolled out so far, and a prompt never rolled out is
@@ -17,12 +17,18 @@ Schedules (the level after ``step`` updates):
 
 * ``linear``: ``start`` rising to 1 over ``linear_steps`` steps;
 * ``step``: ``start``, raised by ``increment`` every ``every`` steps;
-* ``gated``: ``start``, raised by ``increment`` once the mean pass rate of the last ``window`` steps' groups
-  reaches ``threshold`` (the window then starts again at the new level).
+* ``gated``: ``start``, raised by ``increment`` once the mean of the last ``window`` steps' pass rates (each
+  step's: the mean over its groups) reaches ``threshold`` (the window then starts again at the new level).
+
+The pass is the ``metric`` reward component of each completion (a reward in [0, 1], such as ``code``); a
+completion where it is None (not applicable, or failed) does not count, and a group with none is left out of
+the statistics.
 
 Groups with one reward for every completion teach nothing under a group-relative advantage (every advantage
-is 0). ``zero_advantage_weight`` scales the chance of drawing a prompt whose latest group was such a group:
-1 keeps it as likely as any other, 0 skips it until the level changes or, for a measured difficulty, it moves.
+is 0). ``zero_advantage_weight`` scales the chance of drawing a prompt whose latest group was such a group,
+for ``zero_advantage_steps`` steps after it: 1 keeps it as likely as any other, 0 skips it for that long (the
+policy may have moved by then). With a measured difficulty the prompts the policy always solves rank easiest
+and stay in the pool: a weight below 1 draws them less.
 
 Draws are with replacement from the pool, weighted, ``len(data_source)`` per epoch, from a seeded generator
 (``data.seed``). The sampler's whole state (level, statistics, generator, position in the epoch) is a plain
@@ -50,7 +56,7 @@ class CurriculumConfigError(ValueError):
 @dataclass(frozen=True)
 class CurriculumFeedback:
     """One step's completions, for a sampler's ``update``: the dataset position each was prompted from (the
-    sampler's own index), its total reward and its reward components (None where not applicable)."""
+    sampler's own index), its total reward and its reward components (None where not applicable or failed)."""
 
     positions: list[int]
     rewards: list[float]
@@ -71,6 +77,7 @@ class CurriculumOptions:
     threshold: float = 0.6
     window: int = 4
     zero_advantage_weight: float = 1.0
+    zero_advantage_steps: int = 50
 
     @classmethod
     def from_config(cls, options: Mapping | None) -> "CurriculumOptions":
@@ -87,7 +94,7 @@ class CurriculumOptions:
             value = getattr(parsed, name)
             if not (isinstance(value, (int, float)) and low < value <= high):
                 raise CurriculumConfigError(f"{prefix}.{name} must be in ({low}, {high}], got {value!r}")
-        for name in ("linear_steps", "every", "window"):
+        for name in ("linear_steps", "every", "window", "zero_advantage_steps"):
             value = getattr(parsed, name)
             if not (isinstance(value, int) and value >= 1):
                 raise CurriculumConfigError(f"{prefix}.{name} must be a whole number of steps >= 1, got {value!r}")
@@ -158,8 +165,10 @@ class CurriculumSampler(Sampler[int]):
         self.drawn_in_epoch = 0
         self.pass_sum = np.zeros(self.size)  # [N] summed group pass rates
         self.groups_seen = np.zeros(self.size, dtype=np.int64)  # [N]
-        self.uniform_last = np.zeros(self.size, dtype=bool)  # [N] latest group had one reward for all
-        self.window: deque[float] = deque(maxlen=self.options.window)
+        self.uniform_since = np.full(self.size, -1, dtype=np.int64)  # [N] first step after a one-reward group
+        self.window: deque[float] = deque(maxlen=self.options.window)  # the last steps' pass rates
+        self.zero_advantage_share = 0.0  # of the last step's groups
+        self._weights: np.ndarray | None = None  # cached between updates: ranking sorts every prompt
 
     # -- what is drawn ---------------------------------------------------------------------------
 
@@ -182,11 +191,18 @@ class CurriculumSampler(Sampler[int]):
 
     def weights(self) -> np.ndarray:
         """Draw weights: the pool at the current level, zero-advantage prompts scaled.  # [N], sums to 1"""
-        in_pool = self.in_pool()
-        weights = in_pool * np.where(self.uniform_last, self.options.zero_advantage_weight, 1.0)
-        if weights.sum() == 0:  # every prompt in play gave its group one reward: draw among them anyway
-            weights = in_pool.astype(np.float64)
-        return weights / weights.sum()
+        if self._weights is None:
+            in_pool = self.in_pool()
+            weights = in_pool * np.where(self.zero_advantage(), self.options.zero_advantage_weight, 1.0)
+            if weights.sum() == 0:  # every prompt in play gave its group one reward: draw among them anyway
+                weights = in_pool.astype(np.float64)
+            self._weights = weights / weights.sum()
+        return self._weights
+
+    def zero_advantage(self) -> np.ndarray:
+        """Prompts whose latest group got one reward for every completion, within the last
+        ``zero_advantage_steps`` steps.  # [N] bool"""
+        return (self.uniform_since >= 0) & (self.step - self.uniform_since < self.options.zero_advantage_steps)
 
     def __len__(self) -> int:
         return self.size
@@ -202,31 +218,37 @@ class CurriculumSampler(Sampler[int]):
 
     def update(self, feedback: CurriculumFeedback) -> None:
         """One step's completions: per prompt, the group's pass rate and whether its rewards were all equal."""
-        groups: dict[int, list[tuple[float, float]]] = {}
+        groups: dict[int, list[tuple[float | None, float]]] = {}
         components = feedback.components or [{}] * len(feedback.positions)
         for position, reward, parts in zip(feedback.positions, feedback.rewards, components, strict=True):
-            passed = parts.get(self.options.metric)
-            groups.setdefault(int(position), []).append((float(reward if passed is None else passed), float(reward)))
+            groups.setdefault(int(position), []).append((parts.get(self.options.metric), float(reward)))
+        step_rates, uniform = [], 0
         for position, rows in groups.items():
-            pass_rate = sum(passed for passed, _ in rows) / len(rows)
-            self.pass_sum[position] += pass_rate
-            self.groups_seen[position] += 1
-            self.uniform_last[position] = len({reward for _, reward in rows}) == 1
-            self.window.append(pass_rate)
+            one_reward = len({reward for _, reward in rows}) == 1
+            uniform += one_reward
+            self.uniform_since[position] = self.step + 1 if one_reward else -1  # the first step it holds for
+            passes = [float(passed) for passed, _ in rows if passed is not None]
+            if passes:
+                step_rates.append(sum(passes) / len(passes))
+                self.pass_sum[position] += step_rates[-1]
+                self.groups_seen[position] += 1
+        if step_rates:
+            self.window.append(sum(step_rates) / len(step_rates))
+        self.zero_advantage_share = uniform / max(len(groups), 1)
         self.step += 1
         full = len(self.window) == self.window.maxlen
         level = scheduled_level(self.options, self.step, self.level, float(np.mean(self.window)) if full else None)
         if level != self.level:
             self.level = level
             self.window.clear()
+        self._weights = None
 
     def metrics(self) -> dict[str, float]:
-        """``curriculum/*`` for the step's log: the level, the pool's size and the share of zero-advantage
-        prompts among those rolled out so far."""
-        seen = self.groups_seen > 0
+        """``curriculum/*`` for the step's log, after its update: the level and the pool the next step draws from,
+        the share of this step's groups with one reward for all, the gated schedule's window."""
         return {"curriculum/level": self.level,
                 "curriculum/pool": float((self.weights() > 0).sum()),
-                "curriculum/zero_advantage_share": float(self.uniform_last[seen].mean()) if seen.any() else 0.0,
+                "curriculum/zero_advantage_share": self.zero_advantage_share,
                 "curriculum/window_pass_rate": float(np.mean(self.window)) if self.window else math.nan}
 
     # -- resuming --------------------------------------------------------------------------------
@@ -235,7 +257,8 @@ class CurriculumSampler(Sampler[int]):
         return {"options": asdict(self.options), "step": self.step, "level": self.level,
                 "drawn_in_epoch": self.drawn_in_epoch, "rng": self.rng.bit_generator.state,
                 "pass_sum": self.pass_sum.tolist(), "groups_seen": self.groups_seen.tolist(),
-                "uniform_last": self.uniform_last.tolist(), "window": list(self.window)}
+                "uniform_since": self.uniform_since.tolist(), "window": list(self.window),
+                "zero_advantage_share": self.zero_advantage_share}
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["pass_sum"]) != self.size:
@@ -249,8 +272,10 @@ class CurriculumSampler(Sampler[int]):
         self.rng.bit_generator.state = state["rng"]
         self.pass_sum = np.asarray(state["pass_sum"], dtype=np.float64)
         self.groups_seen = np.asarray(state["groups_seen"], dtype=np.int64)
-        self.uniform_last = np.asarray(state["uniform_last"], dtype=bool)
+        self.uniform_since = np.asarray(state["uniform_since"], dtype=np.int64)
+        self.zero_advantage_share = float(state["zero_advantage_share"])
         self.window = deque(state["window"], maxlen=self.options.window)
+        self._weights = None
 
 
 class RecordingSampler(Sampler[int]):
@@ -266,6 +291,9 @@ class RecordingSampler(Sampler[int]):
         return len(self.inner)
 
     def __iter__(self) -> Iterator[int]:
+        # A new pass over the data: draws left from the last one went to a partial batch the loader dropped
+        # (drop_last), so no prompt of them will come back.
+        self.drawn.clear()
         for position in self.inner:
             self.drawn.append(int(position))
             yield position

@@ -62,18 +62,23 @@ def test_linear_schedule_widens_the_pool_as_steps_pass():
     assert set(draws(sampler, 400)) == set(range(8))
 
 
-def test_gated_schedule_raises_the_level_once_the_window_passes_then_starts_the_window_again():
-    data = rows(list(range(4)))
+def test_gated_schedule_raises_the_level_once_the_window_of_steps_passes_then_starts_the_window_again():
+    data = rows(list(range(8)))
     sampler = CurriculumSampler(data, config(difficulty_key="extra_info.difficulty", schedule="gated", start=0.25,
                                              increment=0.25, threshold=0.6, window=2))
-    feed = lambda passed: sampler.update(CurriculumFeedback(positions=[0, 0], rewards=[0.0, 0.0],  # noqa: E731
-                                                            components=[{"code": passed}, {"code": passed}]))
-    feed(0.5)
-    feed(0.5)
-    assert sampler.level == 0.25  # window mean 0.5 < 0.6
-    feed(1.0)
-    assert sampler.level == 0.5  # window (0.5, 1.0) mean 0.75 >= 0.6; the window starts again
-    feed(1.0)
+
+    def step(*group_rates):  # one step: a group of two completions per prompt, each group's pass rate given
+        positions = [p for p in range(len(group_rates)) for _ in range(2)]
+        passes = [rate for rate in group_rates for _ in range(2)]
+        sampler.update(CurriculumFeedback(positions=positions, rewards=[0.0] * len(positions),
+                                          components=[{"code": passed} for passed in passes]))
+
+    step(1.0, 0.0, 0.5, 0.5)  # the step's pass rate: the mean over its 4 groups, 0.5
+    step(1.0, 1.0, 0.0, 0.0)  # 0.5: the window (0.5, 0.5) is full, its mean 0.5 < 0.6
+    assert sampler.level == 0.25 and list(sampler.window) == [0.5, 0.5]
+    step(1.0, 1.0, 1.0, 0.6)  # 0.9: window (0.5, 0.9), mean 0.7 >= 0.6; the window starts again
+    assert sampler.level == 0.5 and list(sampler.window) == []
+    step(1.0, 1.0)
     assert sampler.level == 0.5 and list(sampler.window) == [1.0]
 
 
@@ -88,19 +93,30 @@ def test_measured_difficulty_holds_back_the_seen_prompts_the_policy_fails_most()
     assert set(draws(sampler, 200)) == {1, 2, 3}
 
 
-def test_the_total_reward_stands_in_for_a_missing_metric():
-    sampler = CurriculumSampler(list(range(2)), config(metric="code"))
-    sampler.update(CurriculumFeedback(positions=[0, 0], rewards=[1.0, 0.0], components=[{"code": None}, {}]))
-    assert sampler.pass_sum[0] == pytest.approx(0.5)
+def test_completions_without_the_metric_do_not_count_as_passes():
+    sampler = CurriculumSampler(list(range(2)), config(metric="code", schedule="gated"))
+    # prompt 0: one completion passed, one has no code score (failed harness); prompt 1: none has one
+    sampler.update(CurriculumFeedback(positions=[0, 0, 1, 1], rewards=[2.5, 0.5, 0.5, 0.5],
+                                      components=[{"code": 1.0}, {"code": None}, {"code": None}, {}]))
+    assert sampler.pass_sum.tolist() == [1.0, 0.0] and sampler.groups_seen.tolist() == [1, 0]
+    assert list(sampler.window) == [1.0]
 
 
 def test_zero_advantage_prompts_are_skipped_at_weight_zero():
     data = rows([0, 0, 0, 0])  # all in the pool at any level
     sampler = CurriculumSampler(data, config(difficulty_key="extra_info.difficulty", zero_advantage_weight=0.0))
     sampler.update(CurriculumFeedback(positions=[0, 0, 1, 1], rewards=[2.5, 2.5, 2.5, 0.0]))
-    assert sampler.uniform_last.tolist() == [True, False, False, False]
+    assert sampler.zero_advantage().tolist() == [True, False, False, False]
     assert 0 not in set(draws(sampler, 300))
-    assert sampler.metrics()["curriculum/zero_advantage_share"] == 0.5  # of the 2 prompts rolled out
+    assert sampler.metrics()["curriculum/zero_advantage_share"] == 0.5  # of the step's 2 groups
+    expiring = CurriculumSampler(data, config(difficulty_key="extra_info.difficulty", zero_advantage_weight=0.0,
+                                              zero_advantage_steps=2))
+    expiring.update(CurriculumFeedback(positions=[0, 0], rewards=[1.0, 1.0]))  # one reward: skip for 2 steps
+    assert expiring.weights()[0] == 0.0  # the next step's draws
+    expiring.update(CurriculumFeedback(positions=[1, 1], rewards=[1.0, 0.0]))
+    assert expiring.weights()[0] == 0.0  # and the one after
+    expiring.update(CurriculumFeedback(positions=[1, 1], rewards=[1.0, 0.0]))
+    assert expiring.weights()[0] > 0.0  # then the mark has expired: the policy may have moved
     halved = CurriculumSampler(data, config(difficulty_key="extra_info.difficulty", zero_advantage_weight=0.5))
     halved.update(CurriculumFeedback(positions=[0, 0], rewards=[1.0, 1.0]))
     assert halved.weights().tolist() == pytest.approx([0.5 / 3.5, 1 / 3.5, 1 / 3.5, 1 / 3.5])
@@ -184,6 +200,18 @@ def test_resuming_through_the_stateful_dataloader_draws_what_the_uninterrupted_r
     resumed = iter(restored)  # the loader applies a loaded state when iterated
     assert restored_sampler.inner.level == level_at_checkpoint > 0.2
     assert run_steps(restored_sampler, resumed, 3) == later
+
+
+def test_draws_of_a_dropped_partial_batch_never_pair_with_later_prompts():
+    """5 prompts in batches of 2 with drop_last: each epoch draws 5 and drops the fifth; the next epoch's
+    batches must still map to their own draws."""
+    dataset = Rows(rows(list(range(5))))
+    recording = RecordingSampler(CurriculumSampler(dataset, config(seed=1, difficulty_key="extra_info.difficulty",
+                                                                   start=1.0)))
+    data = loader(recording, dataset)
+    for _ in range(3):  # epochs
+        for batch in data:
+            assert recording.take(len(batch)) == batch
 
 
 def test_recorded_positions_map_completions_to_their_prompts():

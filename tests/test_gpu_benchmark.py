@@ -73,4 +73,19 @@ def test_fsdp2_step_runs_every_stage(records):
     for one in step["steps"]:
         assert list(one["stages"]) == ["rollout", "old log-probs", "ref log-probs", "update", "weight sync"]
         assert all(stage["seconds"] > 0 for stage in one["stages"].values())
-    assert step["update_flops"] > 0 and step["estimate"]["total_bytes"] > step["estimate"]["held_bytes"]
+    assert step["estimate"]["total_bytes"] > step["estimate"]["held_bytes"]
+    assert all(step["weights_moved"].values()), step["weights_moved"]  # AdamW changed the policy
+    assert step["update_flops"]["hardware"] == pytest.approx(4 / 3 * step["update_flops"]["model"])
+
+
+def test_update_flops_by_hand():
+    """The body over 3 views of every token, the head over 2 rows per completion token (the scored rows)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu import update_flops
+
+    from diffugrpo_plugin.step_cost import ModelShape
+
+    shape = ModelShape(parameters=1000, vocab=10, hidden=4, layers=1, intermediate=8, kv_dim=4,
+                       embedding_parameters=40, head_parameters=40)
+    forward = 2 * 920 * 3 * 2 * (5 + 3) + 2 * 10 * 4 * 2 * 2 * 3  # body 920 parameters; 2 completions of 3 tokens
+    assert update_flops(shape, rows=2, prompt=5, completion=3) == {"hardware": 4 * forward, "model": 3 * forward}

@@ -162,6 +162,7 @@ CURRICULUM = ["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum", "data
 
 def test_the_curriculum_sampler_configuration_passes(valid):
     check_config(composed(*valid, *CURRICULUM, "data.sampler.curriculum.schedule=gated"))
+    check_config(composed(*valid, *CURRICULUM, "data.sampler.curriculum.difficulty_key=extra_info.index"))
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -174,6 +175,11 @@ def test_the_curriculum_sampler_configuration_passes(valid):
     ([*CURRICULUM, "data.dataloader_num_workers=2"], "needs data.dataloader_num_workers=0"),
     ([*CURRICULUM, "data.sampler.curriculum.schedule=cosine"], "schedule must be one of"),
     ([*CURRICULUM, "+data.sampler.curriculum.levels=3"], "unknown data.sampler.curriculum option(s) ['levels']"),
+    ([*CURRICULUM, "data.sampler.curriculum.metric=syntax"],
+     "data.sampler.curriculum.metric='syntax' is not one of the rewards in use ['code', 'code_format']"),
+    ([*CURRICULUM, "data.sampler.curriculum.difficulty_key=extra_info.level"],
+     "difficulty_key='extra_info.level' is not a field of data.train_files"),
+    ([*CURRICULUM, "data.sampler.curriculum.difficulty_key=level"], "difficulty_key='level' is not a field"),
 ])
 def test_data_sampler_mistakes_name_their_fix(valid, overrides, message):
     with pytest.raises(ConfigError) as error:

@@ -92,7 +92,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                           help="completions the sampler denoises together (engine_kwargs.diffusion.micro_batch_size; "
                                "default: %(default)s)")
     estimate.add_argument("--chunk-rows", type=int, default=None,
-                          help="rows per fp32 log-softmax chunk (default: logprobs.DEFAULT_CHUNK_ROWS)")
+                          help="the fused head's memory cap, at most chunk_rows x vocabulary logits at a time "
+                               "(actor_rollout_ref.model.diffusion.chunk_rows; default: the training default's)")
     estimate.add_argument("--no-kv-cache", action="store_true",
                           help="the rollout samples without the prefix KV cache (the reference sampler; the training "
                                "default keeps one)")
@@ -201,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from diffugrpo_plugin import model_check, step_cost
-    from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS
+    from diffugrpo_plugin.config import training_default
 
     resolved = model_check.resolve_checkpoint(args.path, family=args.family,
                                               implementation=args.implementation or "auto",
@@ -213,7 +214,8 @@ def _run(args: argparse.Namespace) -> int:
         batch=args.batch, prompt_length=args.prompt_length, completion_length=args.completion_length,
         gpus=args.gpus, gradient_checkpointing=args.gradient_checkpointing, param_dtype=args.param_dtype,
         reference_dtype=None if args.no_reference else args.reference_dtype, rollout_dtype=args.rollout_dtype,
-        rollout_micro_batch=args.rollout_micro_batch, chunk_rows=args.chunk_rows or DEFAULT_CHUNK_ROWS,
+        rollout_micro_batch=args.rollout_micro_batch,
+        chunk_rows=args.chunk_rows or training_default("actor_rollout_ref.model.diffusion.chunk_rows"),
         logits_shift=bool(resolution.logits_shift), views=step_cost.MASKER_SHAPES[args.masker][0],
         scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1], sampler_kv_cache=not args.no_kv_cache,
         lean_mlp=lean_everywhere and not args.no_lean_mlp, lora_parameters=adapter_count, lora_dropout_inputs=dropped,

@@ -287,11 +287,40 @@ def _check_data_sampler(config: DictConfig) -> None:
     if int(config.data.get("dataloader_num_workers", 0) or 0):
         raise ConfigError("data.sampler: a custom sampler needs data.dataloader_num_workers=0 (worker processes "
                           "draw ahead, and the trainer must know which draw each prompt came from)")
-    if issubclass(sampler_class, CurriculumSampler):
-        try:
-            CurriculumOptions.from_config((config.data.get("sampler") or {}).get("curriculum"))
-        except CurriculumConfigError as error:
-            raise ConfigError(str(error)) from None
+    if not issubclass(sampler_class, CurriculumSampler):
+        return
+    try:
+        options = CurriculumOptions.from_config((config.data.get("sampler") or {}).get("curriculum"))
+    except CurriculumConfigError as error:
+        raise ConfigError(str(error)) from None
+    _check_curriculum_fields(config, options)
+
+
+def _check_curriculum_fields(config: DictConfig, options) -> None:
+    """The curriculum's pass is a reward in use, and its difficulty column is in every training file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from diffugrpo_plugin.rewards import RewardSpec
+
+    rewards = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True)).names
+    if options.metric not in rewards:
+        raise ConfigError(f"data.sampler.curriculum.metric='{options.metric}' is not one of the rewards in use "
+                          f"{list(rewards)}; name the reward whose value in [0, 1] is the pass (code)")
+    if not options.difficulty_key:
+        return
+    head, *rest = options.difficulty_key.split(".")
+    files = config.data.get("train_files")
+    for path in [files] if isinstance(files, str) else list(files or []):
+        schema = pq.read_schema(os.path.expanduser(str(path)))
+        field_type = schema.field(head).type if head in schema.names else None
+        for part in rest:
+            is_struct = field_type is not None and pa.types.is_struct(field_type)
+            field_type = {child.name: child.type for child in field_type}.get(part) if is_struct else None
+        if field_type is None:
+            raise ConfigError(f"data.sampler.curriculum.difficulty_key='{options.difficulty_key}' is not a field of "
+                              f"data.train_files '{path}' (columns {schema.names}); name a numeric column, dotted "
+                              f"for nested fields, or null to measure pass rates")
 
 
 SUPPORTED_STRATEGIES = ("fsdp", "fsdp2")
@@ -314,6 +343,6 @@ def check_config(config: DictConfig) -> None:
     _check_plugins(config)
     _check_training_pass(config)
     _check_rewards(config)
-    _check_data_sampler(config)
     _check_model(config)
     _check_data(config)
+    _check_data_sampler(config)

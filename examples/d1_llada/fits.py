@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from diffugrpo_plugin import step_cost
+from diffugrpo_plugin.config import training_default
 from diffugrpo_plugin.families import LLADA
 from diffugrpo_plugin.lean_mlp import make_lean
 from diffugrpo_plugin.lora import adapted_copy, adapted_inputs_per_layer, adapted_module_names, adapter_parameters
@@ -49,6 +50,7 @@ def d1_setup(lean_mlp: bool, **changes) -> step_cost.StepSetup:
     its one-view masker, bf16 compute, the sampler denoising the 6 completions together; weights stored in fp32
     (verl's default, so the adapters train in fp32 as d1's do), and so gradient checkpointing on (d1: off)."""
     settings = dict(batch=6, prompt_length=200, completion_length=256, gpus=1, gradient_checkpointing=True,
+                    chunk_rows=training_default("actor_rollout_ref.model.diffusion.chunk_rows"),
                     param_dtype="bf16", rollout_dtype="bf16", rollout_micro_batch=6, views=1,
                     scored_rows_per_token=1, logits_shift=False, sampler_kv_cache=False, model_dtype="fp32",
                     reference_dtype="bf16", lean_mlp=lean_mlp)
