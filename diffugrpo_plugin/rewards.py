@@ -8,8 +8,9 @@ Config (``config.diffugrpo.rewards``; every key optional)::
     # or: reward_funcs: {code: 2.0, code_format: 0.5}
     # neither (null): DiffuCoder's {code: 2.0, code_format: 0.5}
     reward_kwargs: {code: {timeout_s: 5}}  # options: keyword-only parameters of that function
-    aggregation: fixed                     # fixed | gated | group_normalized
-    gate_reward: code                      # gated: quality terms count only when this is 1.0
+    aggregation: fixed                     # fixed | gated | group_normalized | learned
+    gate_reward: code                      # gated: quality terms count only when this is 1.0;
+                                           # learned: the correctness the weights are fitted to predict
     quality_rewards: [efficiency, maintainability, comments]
     code_block: first                      # first (DiffuCoder) | last (open-r1)
     sample_deadline_s: 300                 # reward manager: per-completion backstop
@@ -43,12 +44,10 @@ Aggregation modes:
   before weighting (:func:`group_normalized_totals`), so a component with a large raw spread
   cannot drown the others. It needs the groups, so the advantage estimator applies it; the
   per-completion total reported to verl is the ``fixed`` one.
-
-Why there is no learned weight network (GRPO4CodeGen's ``RewardWeightNet``): its weights are
-trained to maximise the weighted reward itself, a target every weighting reaches equally well
-up to scale, so its only stable solution is equal weights; it adds parameters and noise without
-adding information. Group normalisation addresses the actual problem it aimed at (components
-on different scales) with no parameters.
+* ``learned`` -- each auxiliary reward's weight scaled by how well it predicts correctness
+  (``gate_reward``), fitted online (:mod:`diffugrpo_plugin.reward_weights`, which says why
+  GRPO4CodeGen's weight network, trained on the weighted reward itself, is not copied). Like
+  ``group_normalized`` the trainer applies it; the total reported per completion is ``fixed``.
 
 No torch here: reward workers run on CPU.
 """
@@ -72,7 +71,7 @@ from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig, shared_sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")
 
-AGGREGATIONS = ("fixed", "gated", "group_normalized")
+AGGREGATIONS = ("fixed", "gated", "group_normalized", "learned")
 DEFAULT_QUALITY_REWARDS = ("efficiency", "maintainability", "comments")
 CONFIG_KEYS = ("reward_funcs", "reward_weights", "reward_kwargs", "aggregation", "gate_reward",
                "quality_rewards", "code_block", "sample_deadline_s", "stop_after_failed_steps", "sandbox")
@@ -348,9 +347,9 @@ class RewardSpec:
         components = _resolve(weights, _reward_kwargs(config.get("reward_kwargs"), weights))
         aggregation = _choice(config, "aggregation", AGGREGATIONS, "fixed")
         gate_reward = config.get("gate_reward", "code")
-        if aggregation == "gated" and gate_reward not in weights:
-            raise RewardConfigError(f"aggregation 'gated' needs its gate_reward '{gate_reward}' among reward_funcs "
-                                    f"{list(weights)}")
+        if aggregation in ("gated", "learned") and gate_reward not in weights:
+            raise RewardConfigError(f"aggregation '{aggregation}' needs its gate_reward '{gate_reward}' among "
+                                    f"reward_funcs {list(weights)}")
         patience = config.get("stop_after_failed_steps", 3)
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
             raise RewardConfigError(f"stop_after_failed_steps must be a whole number of steps >= 0 (0: never stop), "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -366,3 +367,27 @@ def test_the_curriculum_logs_its_level_and_a_resumed_run_draws_what_the_whole_ru
     prompts = {name: {step: Counter(s["input"] for s in samples) for step, samples in rollouts_by_step(tmp_path / name).items()}
                for name in ("whole", "resumed")}
     assert prompts["resumed"][3] == prompts["whole"][3] and prompts["resumed"][4] == prompts["whole"][4]
+
+
+def test_learned_reward_weights_are_logged_saved_and_resumed(tmp_path):
+    """aggregation=learned through verl's trainer: the weights are logged each step, saved beside the checkpoint
+    with the fit's state, and a resumed run starts from them (no warning that they were missing)."""
+    common = ["diffugrpo.rewards.aggregation=learned", *SHORT, f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    first = subprocess.run(main_command(*common, "trainer.total_training_steps=2", "trainer.save_freq=2"),
+                           cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    log = first.stdout + first.stderr
+    assert first.returncode == 0, log[-5000:]
+    assert sorted(metric_by_step(log, "reward_weights/code")) == [1, 2]
+    assert set(metric_by_step(log, "reward_weights/code").values()) == {2.0}  # correctness keeps its weight
+    state = json.loads((tmp_path / "ckpt" / "global_step_2" / "diffugrpo_reward_weights.json").read_text())
+    assert state["auxiliaries"] == ["code_format"] and state["updates"] == 2
+
+    resumed = subprocess.run(main_command(*common, "trainer.total_training_steps=3", "trainer.save_freq=-1"),
+                             cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, log[-5000:]
+    assert logged_steps(log) == [3] and "learned reward weights start again" not in log
+    # step 3 totals use the weights the checkpoint saved after step 2's fit
+    weight = metric_by_step(log, "reward_weights/code_format")[3]
+    expected = 0.5 * min(1.0, math.log1p(math.exp(state["theta"][0])))
+    assert weight == pytest.approx(expected, rel=1e-4)

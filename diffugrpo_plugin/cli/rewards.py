@@ -73,8 +73,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                                                     "or .parquet; - reads standard input")
     score.add_argument("--reward", dest="rewards", action="append", type=reward_weight, metavar="NAME=WEIGHT",
                        help=f"a reward and its weight; repeat for several (default: {' '.join(DEFAULT_REWARDS)})")
-    score.add_argument("--aggregation", choices=AGGREGATIONS, default="fixed",
-                       help="how the weighted rewards combine (README, Rewards)")
+    score.add_argument("--aggregation", choices=[mode for mode in AGGREGATIONS if mode != "learned"], default="fixed",
+                       help="how the weighted rewards combine (README, Rewards; 'learned' fits its weights during "
+                            "training, so it has no offline form)")
     score.add_argument("--group-by", default="task_id", metavar="FIELD",
                        help="group_normalized: rows with equal FIELD are one group (default: task_id)")
     score.add_argument("--code-block", choices=("first", "last"), default="first",

@@ -48,7 +48,9 @@ three, and the replay buffer polls without verl's 2 s sleep.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import sys
 
 import ray
@@ -71,9 +73,11 @@ from diffugrpo_plugin.curriculum import CurriculumFeedback, RecordingSampler, gr
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.masking import mask_seed_table
+from diffugrpo_plugin.reward_weights import LearnedWeights
 from diffugrpo_plugin.rewards import RewardSpec, group_normalized_totals, step_metrics
 
 TRAINER_MODE = "diffugrpo"
+LEARNED_WEIGHTS_FILE = "diffugrpo_reward_weights.json"
 REPLAY_POLL_INTERVAL_S = 0.05
 
 
@@ -175,6 +179,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         if self.ref_sync_steps and not 0.0 < self.ref_sync_alpha <= 1.0:
             raise ValueError(f"diffugrpo.ref_sync.alpha must be in (0, 1], got {self.ref_sync_alpha}")
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
+        self.learned_weights = (LearnedWeights(self.reward_spec.weights, self.reward_spec.gate_reward)
+                                if self.reward_spec.aggregation == "learned" else None)
         self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
         self.reporter = StepReporter()
         self.learning = LearningSummary(self.reward_spec.names)
@@ -322,15 +328,47 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             self._update_data_sampler(batch, metrics)
         if self.reward_spec.aggregation == "group_normalized":
             samples, _, groups = self._reward_components(batch)
-            totals = group_normalized_totals(samples, groups, self.reward_spec.weights)
-            rm_scores = self._get(batch, ["rm_scores"])["rm_scores"]  # nested [B, j]
-            rewritten = []
-            for row, total in zip(rm_scores.unbind(), totals):
-                outcome = torch.zeros_like(row)
-                outcome[-1] = total  # verl's convention: the sequence reward sits on the last token
-                rewritten.append(outcome)
-            self._put(batch, {"rm_scores": torch.nested.as_nested_tensor(rewritten, layout=torch.jagged)})
+            self._rewrite_totals(batch, group_normalized_totals(samples, groups, self.reward_spec.weights))
+        elif self.learned_weights is not None:
+            samples, _, _ = self._reward_components(batch)
+            real = [samples[i] for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+            self._rewrite_totals(batch, self.learned_weights.totals(samples))  # the weights before this step's fit
+            metrics.update(self.learned_weights.metrics())
+            if (loss := self.learned_weights.fit(real)) is not None:
+                metrics["reward_weights/fit_loss"] = loss
         return super()._compute_advantage(batch, metrics)
+
+    def _rewrite_totals(self, batch, totals: list[float]) -> None:
+        """Each completion's reward replaced by ``totals`` (verl's convention: on the sequence's last token)."""
+        rm_scores = self._get(batch, ["rm_scores"])["rm_scores"]  # nested [B, j]
+        rewritten = []
+        for row, total in zip(rm_scores.unbind(), totals):
+            outcome = torch.zeros_like(row)
+            outcome[-1] = total
+            rewritten.append(outcome)
+        self._put(batch, {"rm_scores": torch.nested.as_nested_tensor(rewritten, layout=torch.jagged)})
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        if self.learned_weights is not None:
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+            with open(os.path.join(folder, LEARNED_WEIGHTS_FILE), "w") as handle:
+                json.dump(self.learned_weights.state_dict(), handle)
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()
+        if self.learned_weights is None or not self.global_steps:
+            return
+        trainer = self.config.trainer
+        folder = (trainer.resume_from_path if trainer.resume_mode == "resume_path"
+                  else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
+        path = os.path.join(os.path.abspath(folder), LEARNED_WEIGHTS_FILE)
+        if not os.path.exists(path):
+            print(f"[diffugrpo] {path} is missing: the learned reward weights start again from the fixed ones",
+                  file=sys.stderr, flush=True)
+            return
+        with open(path) as handle:
+            self.learned_weights.load_state_dict(json.load(handle))
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
