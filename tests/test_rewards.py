@@ -64,7 +64,7 @@ def test_an_unknown_name_is_reported_before_the_weights_it_miscounts():
     ({"reward_funcs": ["code"], "reward_kwargs": {"code": {"timeout": 3}}},
      r"reward 'code' has no option\(s\) \['timeout'\]; its options are \['code_block', 'require_format', 'timeout_s'\]"),
     ({"reward_funcs": ["code"], "reward_kwargs": {"syntax": {}}}, r"gives options for \['syntax'\], which reward_funcs"),
-    ({"reward_funcs": ["code"], "aggregation": "dynamic"}, r"aggregation must be one of \[.fixed., .gated., .group_normalized.\], got .dynamic."),
+    ({"reward_funcs": ["code"], "aggregation": "dynamic"}, r"aggregation must be one of \[.fixed., .gated., .group_normalized., .learned.\], got .dynamic."),
     ({"reward_funcs": ["code_format"], "aggregation": "gated"}, "needs its gate_reward 'code' among reward_funcs"),
     ({"reward_funcs": ["code"], "code_block": "middle"}, r"code_block must be one of \[.first., .last.\], got .middle."),
     ({"reward_funcs": ["code"], "rewards_weights": [1]}, r"unknown rewards option\(s\) \['rewards_weights'\]"),
