@@ -1,46 +1,45 @@
 """Learned reward weights (``aggregation: learned``): auxiliary rewards count as far as they track correctness.
 
 GRPO4CodeGen's weight network is trained to maximise the weighted reward itself, a target every weighting
-reaches equally well up to scale, so nothing pins its weights down. Here the model is fitted to a target the
-weights cannot move: the correctness reward (``gate_reward``, ``code`` by default) on the completions where it
-was measured. For the auxiliary components ``x_k`` (every other reward in use; None counts as 0)::
+reaches equally well up to scale, so nothing pins its weights down. Here each auxiliary's weight is fitted to a
+target the weights cannot move: the correctness reward (``gate_reward``, ``code`` by default) of the completions
+where it was measured.
 
-    y_hat = b + sum_k a_k x_k,   a_k = softplus(theta_k) >= 0
-    loss  = mean over rows with a correctness value (y_hat - y)^2 + RIDGE * sum_k a_k^2
+What counts is what the advantage sees. The advantage compares the completions of one prompt, so the fit does
+too: for every group of completions of a prompt, the deviations of an auxiliary ``x_k`` and of the correctness
+``y`` from their group means. For each auxiliary separately, the least-squares line through the standardised
+deviations has slope
 
-fitted online: each step takes ``STEPS_PER_UPDATE`` gradient steps on that step's rows, from where the last
-step left off. The completion's total is then the fixed weighted sum with each auxiliary's weight scaled by
-``min(1, a_k)``::
+    rho_k = sum(dx_k dy) / sqrt(sum(dx_k^2) sum(dy^2))
 
-    total = w_y y + sum_k w_k min(1, a_k) x_k
+(the within-group correlation, in [-1, 1], whatever the auxiliary's units), and the completion's total is the
+fixed weighted sum with each auxiliary's weight scaled by ``max(0, rho_k)``::
 
-``a_k`` starts at 1 (the ``fixed`` total). An auxiliary that predicts a unit of correctness per unit of itself
-keeps its configured weight; one that predicts nothing (a style score unrelated to passing) or works against
-correctness decays towards 0. One that every completion gets equally is as well explained by the intercept, so
-only the ridge term moves it, slowly (such a reward changes no group-relative advantage anyway); the ridge term
-also settles what collinear auxiliaries share. The policy can raise an auxiliary's weight only by making it track correctness better, which is what the
-weighting asks for; the correctness term keeps its weight whatever the fit says. Totals use the weights from
-before the step's fit, so a step's rewards never weight themselves.
+    total = w_y y + sum_k w_k max(0, rho_k) x_k
 
-Plain Python and numpy (no torch): it runs in the trainer process. The state is a small dict, saved in each
-checkpoint and restored on resume.
+The sums are kept across steps with a decay of ``DECAY`` per step (a running fit that follows the policy) and
+start empty: until an auxiliary and the correctness have both varied within a group, its scale stays 1, the
+``fixed`` total. An auxiliary that tracks which completions of a prompt pass keeps its weight; one that does not
+(a style score that differs between completions regardless of passing, one that works against passing) falls
+to 0, and one that every completion of a prompt gets alike changes no advantage and keeps its scale. Easy and
+hard prompts cannot prop an auxiliary up: only differences inside a group count. The policy can raise a weight
+only by making the auxiliary tell its passing completions from its failing ones, which is what the weighting
+asks for; the correctness term keeps its weight whatever the fit says, and every step's totals use the scales
+from before its own fit, so a step's rewards never weight themselves. Rows with a non-finite value are left
+out of the fit.
+
+Plain Python and numpy (no torch): it runs in the trainer process. The state is a few sums per auxiliary, saved
+in each checkpoint and restored on resume.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 
 import numpy as np
 
-RIDGE = 0.01
-STEPS_PER_UPDATE = 20
-LEARNING_RATE = 0.5
-INITIAL_THETA = math.log(math.e - 1.0)  # softplus(INITIAL_THETA) == 1
-
-
-def softplus(x: np.ndarray) -> np.ndarray:
-    return np.logaddexp(0.0, x)
+DECAY = 0.9  # per step: the sums' memory is about ten steps
 
 
 class LearnedWeights:
@@ -53,13 +52,17 @@ class LearnedWeights:
                              f"which is not among reward_funcs {list(weights)}")
         self.weights, self.target = dict(weights), target
         self.auxiliaries = [name for name in weights if name != target]
-        self.theta = np.full(len(self.auxiliaries), INITIAL_THETA)  # [K]
-        self.bias = 0.0
+        self.sum_xy = np.zeros(len(self.auxiliaries))  # [K] decayed sums of within-group deviation products
+        self.sum_xx = np.zeros(len(self.auxiliaries))  # [K]
+        self.sum_yy = np.zeros(len(self.auxiliaries))  # [K] per auxiliary: only rows where it has a value count
         self.updates = 0
 
     def scales(self) -> dict[str, float]:
-        """Each auxiliary's ``min(1, a_k)``."""
-        return {name: float(min(1.0, value)) for name, value in zip(self.auxiliaries, softplus(self.theta))}
+        """Each auxiliary's ``max(0, rho_k)``; 1 while it or the correctness has not varied within a group."""
+        scales = {}
+        for name, xy, xx, yy in zip(self.auxiliaries, self.sum_xy, self.sum_xx, self.sum_yy):
+            scales[name] = float(max(0.0, xy / math.sqrt(xx * yy))) if xx > 0 and yy > 0 else 1.0
+        return scales
 
     def effective_weights(self) -> dict[str, float]:
         scales = self.scales()
@@ -71,36 +74,46 @@ class LearnedWeights:
         return [float(sum(weights[name] * value for name, value in sample.items()
                           if value is not None and name in weights)) for sample in samples]
 
-    def fit(self, samples: Sequence[Mapping[str, float | None]]) -> float | None:
-        """One step's gradient descent on the rows with a correctness value; returns their loss before it (None
-        when no row has one, or there are no auxiliaries: nothing to learn)."""
-        rows = [sample for sample in samples if sample.get(self.target) is not None]
-        if not rows or not self.auxiliaries:
-            return None
-        x = np.array([[sample.get(name) or 0.0 for name in self.auxiliaries] for sample in rows])  # [R, K]
-        y = np.array([float(sample[self.target]) for sample in rows])  # [R]
-        first_loss = None
-        for _ in range(STEPS_PER_UPDATE):
-            a = softplus(self.theta)  # [K]
-            residual = self.bias + x @ a - y  # [R]
-            loss = float(np.mean(residual**2) + RIDGE * np.sum(a**2))
-            first_loss = loss if first_loss is None else first_loss
-            grad_a = 2 * (x.T @ residual) / len(y) + 2 * RIDGE * a  # [K]
-            self.theta -= LEARNING_RATE * grad_a / (1.0 + np.exp(-self.theta))  # d softplus / d theta = sigmoid
-            self.bias -= LEARNING_RATE * 2 * float(np.mean(residual))
+    def fit(self, samples: Sequence[Mapping[str, float | None]], groups: Sequence[Hashable]) -> int:
+        """Add one step's completions (``groups``: each one's prompt); returns how many groups taught something."""
+        rows: dict[Hashable, list[Mapping[str, float | None]]] = {}
+        for sample, group in zip(samples, groups, strict=True):
+            rows.setdefault(group, []).append(sample)
+        self.sum_xy *= DECAY
+        self.sum_xx *= DECAY
+        self.sum_yy *= DECAY
+        used = 0
+        for members in rows.values():
+            taught = False
+            for k, name in enumerate(self.auxiliaries):
+                pairs = np.array([(sample[name], sample[self.target]) for sample in members
+                                  if _finite(sample.get(name)) and _finite(sample.get(self.target))], dtype=np.float64)
+                if len(pairs) < 2:
+                    continue
+                deviations = pairs - pairs.mean(axis=0)  # [n, 2]: dx, dy within the group
+                self.sum_xy[k] += float(deviations[:, 0] @ deviations[:, 1])
+                self.sum_xx[k] += float(deviations[:, 0] @ deviations[:, 0])
+                self.sum_yy[k] += float(deviations[:, 1] @ deviations[:, 1])
+                taught = True
+            used += taught
         self.updates += 1
-        return first_loss
+        return used
 
     def metrics(self) -> dict[str, float]:
         return {f"reward_weights/{name}": value for name, value in self.effective_weights().items()}
 
     def state_dict(self) -> dict:
-        return {"auxiliaries": self.auxiliaries, "theta": self.theta.tolist(), "bias": self.bias,
-                "updates": self.updates}
+        return {"auxiliaries": self.auxiliaries, "sum_xy": self.sum_xy.tolist(), "sum_xx": self.sum_xx.tolist(),
+                "sum_yy": self.sum_yy.tolist(), "updates": self.updates}
 
     def load_state_dict(self, state: dict) -> None:
         if state["auxiliaries"] != self.auxiliaries:
             raise ValueError(f"the checkpoint's learned reward weights are for {state['auxiliaries']}, this run's "
                              f"auxiliary rewards are {self.auxiliaries}: resume with the same reward_funcs")
-        self.theta = np.asarray(state["theta"], dtype=np.float64)
-        self.bias, self.updates = float(state["bias"]), int(state["updates"])
+        self.sum_xy, self.sum_xx, self.sum_yy = (np.asarray(state[key], dtype=np.float64)
+                                                 for key in ("sum_xy", "sum_xx", "sum_yy"))
+        self.updates = int(state["updates"])
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)

@@ -44,10 +44,10 @@ Aggregation modes:
   before weighting (:func:`group_normalized_totals`), so a component with a large raw spread
   cannot drown the others. It needs the groups, so the advantage estimator applies it; the
   per-completion total reported to verl is the ``fixed`` one.
-* ``learned`` -- each auxiliary reward's weight scaled by how well it predicts correctness
-  (``gate_reward``), fitted online (:mod:`diffugrpo_plugin.reward_weights`, which says why
-  GRPO4CodeGen's weight network, trained on the weighted reward itself, is not copied). Like
-  ``group_normalized`` the trainer applies it; the total reported per completion is ``fixed``.
+* ``learned`` -- each auxiliary reward's weight scaled by how well it tells a prompt's passing
+  completions (``gate_reward``) from its failing ones, learned online (:mod:`diffugrpo_plugin.reward_weights`,
+  which says why GRPO4CodeGen's weight network, trained on the weighted reward itself, is not copied).
+  Like ``group_normalized`` the trainer applies it; the total reported per completion is ``fixed``.
 
 No torch here: reward workers run on CPU.
 """

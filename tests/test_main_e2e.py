@@ -389,5 +389,6 @@ def test_learned_reward_weights_are_logged_saved_and_resumed(tmp_path):
     assert logged_steps(log) == [3] and "learned reward weights start again" not in log
     # step 3 totals use the weights the checkpoint saved after step 2's fit
     weight = metric_by_step(log, "reward_weights/code_format")[3]
-    expected = 0.5 * min(1.0, math.log1p(math.exp(state["theta"][0])))
+    xy, xx, yy = state["sum_xy"][0], state["sum_xx"][0], state["sum_yy"][0]
+    expected = 0.5 * (max(0.0, xy / math.sqrt(xx * yy)) if xx > 0 and yy > 0 else 1.0)
     assert weight == pytest.approx(expected, rel=1e-4)

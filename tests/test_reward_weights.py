@@ -1,5 +1,5 @@
-"""Learned reward weights: the fit against hand-computed gradient steps, what it learns from correctness, and
-that the totals and the state behave."""
+"""Learned reward weights: within-group correlations against hand-computed cases, what the fit learns, the
+totals and the state."""
 
 import math
 
@@ -13,6 +13,13 @@ from diffugrpo_plugin.rewards import RewardConfigError, RewardSpec
 WEIGHTS = {"code": 2.0, "code_format": 0.5}
 
 
+def step(learned, *groups):
+    """One step: each group a list of (code_format, code) pairs of one prompt's completions."""
+    samples = [{"code": y, "code_format": x} for group in groups for x, y in group]
+    ids = [i for i, group in enumerate(groups) for _ in group]
+    return learned.fit(samples, ids)
+
+
 def test_the_weights_start_as_the_fixed_ones():
     learned = LearnedWeights(WEIGHTS, "code")
     assert learned.effective_weights() == pytest.approx(WEIGHTS)
@@ -20,58 +27,65 @@ def test_the_weights_start_as_the_fixed_ones():
     assert learned.totals(samples) == pytest.approx([2.5, 0.0, 0.0])  # None and absent components count 0
 
 
-def test_one_gradient_step_by_hand(monkeypatch):
-    """Rows x = (1, 1, 1, 1), y = (1, 0, 1, 0), from a = 1, b = 0: residual (0, 1, 0, 1), loss 0.5 + 0.01 x 1;
-    d loss / d a = 2 x (x . r) / 4 + 2 x 0.01 x a = 1.02, d softplus / d theta = sigmoid(theta0) = 1 - 1/e;
-    d loss / d b = 2 x mean(r) = 1."""
-    monkeypatch.setattr(reward_weights, "STEPS_PER_UPDATE", 1)
+def test_the_within_group_correlation_by_hand():
+    """Group A: format (1, 0), code (1, 0): deviations (.5, -.5) each, so xy = xx = yy = .5. Group B: format (1, 1)
+    (no deviation), code (1, 0): yy += .5. rho = .5 / sqrt(.5 x 1.0) = 1/sqrt(2)."""
     learned = LearnedWeights(WEIGHTS, "code")
-    theta0 = learned.theta[0]
-    loss = learned.fit([{"code": y, "code_format": 1.0} for y in (1.0, 0.0, 1.0, 0.0)])
-    assert loss == pytest.approx(0.51)
-    assert learned.theta[0] == pytest.approx(theta0 - 0.5 * 1.02 * (1 - 1 / math.e))
-    assert learned.bias == pytest.approx(-0.5)
+    assert step(learned, [(1.0, 1.0), (0.0, 0.0)], [(1.0, 1.0), (1.0, 0.0)]) == 2
+    assert learned.scales()["code_format"] == pytest.approx(1 / math.sqrt(2))
+    assert learned.effective_weights()["code_format"] == pytest.approx(0.5 / math.sqrt(2))
+    # the next step first decays the sums by DECAY: xy = .45 + (-.5), xx = .45 + .5, yy = .9 + .5
+    step(learned, [(1.0, 0.0), (0.0, 1.0)])
+    xy, xx, yy = 0.5 * reward_weights.DECAY - 0.5, 0.5 * reward_weights.DECAY + 0.5, reward_weights.DECAY + 0.5
+    assert learned.scales()["code_format"] == pytest.approx(max(0.0, xy / math.sqrt(xx * yy)))
 
 
-def fitted(pairs, steps=200):
+def test_an_auxiliary_that_tells_passing_completions_apart_keeps_its_weight():
     learned = LearnedWeights(WEIGHTS, "code")
-    for _ in range(steps):
-        learned.fit([{"code": y, "code_format": x} for x, y in pairs])
-    return learned.scales()["code_format"]
+    for _ in range(5):
+        step(learned, [(1.0, 1.0), (0.0, 0.0), (1.0, 1.0)], [(0.5, 0.0), (1.0, 1.0)])
+    assert learned.scales()["code_format"] > 0.9
 
 
-def test_an_auxiliary_that_tracks_correctness_keeps_its_weight():
-    # format right exactly when the tests pass: it predicts a unit of correctness per unit of itself
-    assert fitted([(1.0, 1.0), (0.0, 0.0)] * 4) > 0.95
-
-
-def test_an_auxiliary_every_completion_gets_loses_its_weight():
-    # the format is always right, the tests pass half the time: the intercept explains it as well as the format
-    # does, and only the ridge term decides between them, so the weight falls slowly (a constant reward moves no
-    # group-relative advantage anyway)
-    pairs = [(1.0, 1.0), (1.0, 0.0)] * 4
-    assert fitted(pairs, steps=50) > fitted(pairs, steps=200) and fitted(pairs, steps=200) < 0.2
-
-
-def test_an_auxiliary_against_correctness_loses_its_weight():
-    assert fitted([(0.0, 1.0), (1.0, 0.0)] * 4) < 0.05
-
-
-def test_the_correctness_weight_never_moves_and_rows_without_it_teach_nothing():
+def test_easy_and_hard_prompts_do_not_prop_up_an_auxiliary_unrelated_within_groups():
+    """Easy prompts pass and score high on the auxiliary, hard ones fail and score low, but inside each group the
+    auxiliary is unrelated to passing: only within-group differences reach the advantage, so it gets no weight."""
     learned = LearnedWeights(WEIGHTS, "code")
-    assert learned.fit([{"code": None, "code_format": 1.0}]) is None
-    assert learned.updates == 0
-    for _ in range(100):
-        learned.fit([{"code": 1.0, "code_format": 1.0}, {"code": 0.0, "code_format": 1.0}])
-    assert learned.effective_weights()["code"] == 2.0
+    easy = [(0.9, 1.0), (0.7, 1.0), (0.9, 0.0), (0.7, 0.0)]
+    hard = [(0.3, 1.0), (0.1, 1.0), (0.3, 0.0), (0.1, 0.0)]
+    for _ in range(5):
+        step(learned, easy, hard)
+    assert learned.scales()["code_format"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_an_auxiliary_against_correctness_loses_its_weight_and_units_do_not_matter():
+    learned = LearnedWeights(WEIGHTS, "code")
+    step(learned, [(0.0, 1.0), (1.0, 0.0)])
+    assert learned.scales()["code_format"] == 0.0
+    scaled = LearnedWeights(WEIGHTS, "code")
+    step(scaled, [(10.0, 1.0), (0.0, 0.0)], [(7.0, 1.0), (-3.0, 0.0)])  # a reward on another scale, tracking code
+    assert scaled.scales()["code_format"] == pytest.approx(1.0)
+
+
+def test_what_teaches_nothing_changes_nothing():
+    learned = LearnedWeights(WEIGHTS, "code")
+    # every completion of a prompt gets the same format; a group of one; no correctness; a non-finite value
+    assert step(learned, [(1.0, 1.0), (1.0, 0.0)]) == 1  # code varied: the group counts, format explains none of it
+    fresh = LearnedWeights(WEIGHTS, "code")
+    assert step(fresh, [(1.0, 1.0)], [(1.0, None), (0.0, None)], [(math.inf, 1.0), (0.0, 0.0)]) == 0
+    assert fresh.scales()["code_format"] == 1.0 and fresh.updates == 1
+    for _ in range(20):
+        step(learned, [(1.0, 1.0), (0.0, 0.0)])
+    assert learned.effective_weights()["code"] == 2.0  # the correctness weight never moves
 
 
 def test_state_round_trip_and_mismatch():
     learned = LearnedWeights(WEIGHTS, "code")
-    learned.fit([{"code": 1.0, "code_format": 0.0}, {"code": 0.0, "code_format": 1.0}])
+    step(learned, [(1.0, 1.0), (0.0, 0.0)], [(0.0, 1.0), (1.0, 0.0), (1.0, 1.0)])
     copy = LearnedWeights(WEIGHTS, "code")
     copy.load_state_dict(learned.state_dict())
-    assert np.array_equal(copy.theta, learned.theta) and copy.bias == learned.bias and copy.updates == 1
+    assert copy.scales() == learned.scales() and copy.updates == 1
+    assert np.array_equal(copy.sum_xy, learned.sum_xy)
     other = LearnedWeights({"code": 2.0, "syntax": 0.5}, "code")
     with pytest.raises(ValueError, match="resume with the same reward_funcs"):
         other.load_state_dict(learned.state_dict())

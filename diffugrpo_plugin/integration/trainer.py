@@ -330,12 +330,12 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             samples, _, groups = self._reward_components(batch)
             self._rewrite_totals(batch, group_normalized_totals(samples, groups, self.reward_spec.weights))
         elif self.learned_weights is not None:
-            samples, _, _ = self._reward_components(batch)
-            real = [samples[i] for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+            samples, _, groups = self._reward_components(batch)
+            real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
             self._rewrite_totals(batch, self.learned_weights.totals(samples))  # the weights before this step's fit
             metrics.update(self.learned_weights.metrics())
-            if (loss := self.learned_weights.fit(real)) is not None:
-                metrics["reward_weights/fit_loss"] = loss
+            metrics["reward_weights/groups_fitted"] = self.learned_weights.fit([samples[i] for i in real],
+                                                                               [groups[i] for i in real])
         return super()._compute_advantage(batch, metrics)
 
     def _rewrite_totals(self, batch, totals: list[float]) -> None:
@@ -349,11 +349,14 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self._put(batch, {"rm_scores": torch.nested.as_nested_tensor(rewritten, layout=torch.jagged)})
 
     def _save_checkpoint(self):
-        super()._save_checkpoint()
-        if self.learned_weights is not None:
+        if self.learned_weights is not None:  # before verl marks the checkpoint as the latest
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-            with open(os.path.join(folder, LEARNED_WEIGHTS_FILE), "w") as handle:
+            os.makedirs(folder, exist_ok=True)
+            staging = os.path.join(folder, LEARNED_WEIGHTS_FILE + ".tmp")
+            with open(staging, "w") as handle:
                 json.dump(self.learned_weights.state_dict(), handle)
+            os.replace(staging, os.path.join(folder, LEARNED_WEIGHTS_FILE))
+        super()._save_checkpoint()
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
