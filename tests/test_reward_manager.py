@@ -124,10 +124,18 @@ def test_a_completion_past_its_deadline_scores_none_without_blocking(manager_cla
     assert result["reward_score"] == 0.0
     assert 0.3 <= result["seconds"] < 1.5  # gave up at the deadline instead of waiting for the sandbox
     # The abandoned job still ends by itself within the sandbox's own limits (2 tests x (1.5 s + overhead)),
-    # leaving no process behind.
-    give_up_at = time.monotonic() + 20.0
-    while processes_with_uids(TEST_UID_BASE, TEST_UID_BASE + 64) and time.monotonic() < give_up_at:
+    # leaving no process behind. Between its two tests no process runs for a moment, so "none right now" is not
+    # "done": the sandbox's uids must stay unused for quiet_s seconds in a row.
+    quiet_s, quiet_since, give_up_at = 3.0, None, time.monotonic() + 20.0
+    while time.monotonic() < give_up_at:
+        if processes_with_uids(TEST_UID_BASE, TEST_UID_BASE + 64):
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= quiet_s:
+            break
         time.sleep(0.1)
+    assert quiet_since is not None and time.monotonic() - quiet_since >= quiet_s, "sandbox processes still running"
     assert processes_with_uids(TEST_UID_BASE, TEST_UID_BASE + 64) == []
 
 
