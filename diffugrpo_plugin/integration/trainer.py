@@ -101,6 +101,11 @@ def expand_iterations(data: TensorDict, iterations: int) -> TensorDict:
     return expanded
 
 
+def real_rows(batch) -> list[int]:
+    """Indices of the batch's completions, without the padding verl adds to make it divide."""
+    return [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+
+
 def mix_into_reference(reference: torch.nn.Module, policy: torch.nn.Module, alpha: float) -> None:
     """``ref <- alpha * policy + (1 - alpha) * ref`` parameter by parameter (TRL's SyncRefModelCallback).
 
@@ -211,7 +216,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
 
     def _update_data_sampler(self, batch, metrics) -> None:
         """The step's completions to the sampler (before the checkpoint, so a resumed run has seen them)."""
-        real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        real = real_rows(batch)
         samples, _, uids = self._reward_components(batch)
         totals = [float(row.sum()) for row in self._get(batch, ["rm_scores"])["rm_scores"].unbind()]
         positions = group_positions([uids[i] for i in real], self.prompt_positions)
@@ -331,7 +336,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             self._rewrite_totals(batch, group_normalized_totals(samples, groups, self.reward_spec.weights))
         elif self.learned_weights is not None:
             samples, _, groups = self._reward_components(batch)
-            real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+            real = real_rows(batch)
             self._rewrite_totals(batch, self.learned_weights.totals(samples))  # the weights before this step's fit
             metrics.update(self.learned_weights.metrics())
             metrics["reward_weights/groups_fitted"] = self.learned_weights.fit([samples[i] for i in real],
@@ -374,7 +379,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             self.learned_weights.load_state_dict(json.load(handle))
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
-        real = [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
+        real = real_rows(batch)
         samples, failed, _ = self._reward_components(batch)
         data = self._get(batch, ["rm_scores", "extra_fields"])
         totals = [float(row.sum()) for row in data["rm_scores"].unbind()]
