@@ -38,6 +38,10 @@ from diffugrpo_plugin.verdicts import parse_python
 
 SIGXCPU = 24
 CACHE_SIZE = 4096
+# Counting lines (a Python callback per executed line) makes a pure-Python loop about 3.6x slower on
+# CPython 3.11; a counted run gets this many times the test's CPU limit, so a program that passed its
+# tests is not cut short only because it is being measured.
+LINE_COUNT_SLOWDOWN = 6.0
 BLOCK_CHOICES = ("first", "last")
 _FENCED_PYTHON = re.compile(r"```(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
@@ -71,6 +75,7 @@ class TestOutcome:
     memory_kb: int = 0  # peak resident memory above the bare interpreter
     instructions: int | None = None  # user-space instructions, where the CPU exposes a counter
     compared: int = 0
+    lines: int | None = None  # executed source lines, in a run that counted them (the program's own claim)
 
     @property
     def passed(self) -> bool:
@@ -79,7 +84,7 @@ class TestOutcome:
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "outcome": self.outcome.value, "detail": self.detail, "cpu_s": self.cpu_s,
                 "wall_s": self.wall_s, "memory_kb": self.memory_kb, "instructions": self.instructions,
-                "compared": self.compared}
+                "compared": self.compared, "lines": self.lines}
 
 
 @dataclass(frozen=True)
@@ -407,14 +412,18 @@ def judge(result: JobResult, job: Job, index: int, timeout_s: float, expected_ou
     outcome, detail = verdict
     compared = result.verdict["compared"] if result.verdict else 0
     return TestOutcome(index=index, outcome=outcome, detail=detail, cpu_s=result.cpu_s, wall_s=result.wall_s,
-                       memory_kb=result.memory_kb, instructions=result.instructions, compared=compared)
+                       memory_kb=result.memory_kb, instructions=result.instructions, compared=compared,
+                       lines=result.lines)
 
 
-def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None) -> list[TestOutcome]:
+def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None,
+                  count_lines: bool = False) -> list[TestOutcome]:
     if not parses(code):
         return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
     limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
-    jobs = [Job(job.source, job.stdin, limit, job.judged, job.preamble) for job in spec.jobs(code)]
+    if count_lines:
+        limit *= LINE_COUNT_SLOWDOWN
+    jobs = [Job(job.source, job.stdin, limit, job.judged, job.preamble, count_lines) for job in spec.jobs(code)]
     expected = [output for _, output in spec.stdio] if spec.kind == "stdio" else [None] * len(jobs)
     results = sandbox.run(jobs)
     return [judge(result, job, index, limit, output)
@@ -454,22 +463,25 @@ _cache = _RunCache(CACHE_SIZE)
 
 
 def run_tests(code: str, spec: TestSpec, sandbox: Sandbox | None = None,
-              timeout_s: float | None = None, cache: bool = True) -> list[TestOutcome]:
+              timeout_s: float | None = None, cache: bool = True, count_lines: bool = False) -> list[TestOutcome]:
     """Runs every test of ``spec`` against ``code``; one outcome per test, in order.
 
     Code that does not parse gets SYNTAX_ERROR for every test without being run. ``timeout_s``
-    overrides the sandbox's per-test limit; ``cache=False`` forces a fresh run (benchmarks).
-    Raises :class:`SandboxError` (never a verdict) when the sandbox itself fails.
+    overrides the sandbox's per-test limit; ``cache=False`` forces a fresh run (benchmarks);
+    ``count_lines`` counts each test's executed lines (``TestOutcome.lines``) under a CPU limit
+    ``LINE_COUNT_SLOWDOWN`` times larger. Raises :class:`SandboxError` (never a verdict) when the
+    sandbox itself fails.
     """
     sandbox = sandbox or shared_sandbox()
     if not cache:
-        return _run_uncached(code, spec, sandbox, timeout_s)
-    key = (code, spec, timeout_s, sandbox.config)
-    return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s))
+        return _run_uncached(code, spec, sandbox, timeout_s, count_lines)
+    key = (code, spec, timeout_s, sandbox.config, count_lines)
+    return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s, count_lines))
 
 
 def run_tests_many(items: Sequence[tuple[str, TestSpec]], sandbox: Sandbox | None = None,
-                   timeout_s: float | None = None, cache: bool = True) -> list[list[TestOutcome] | SandboxError]:
+                   timeout_s: float | None = None, cache: bool = True,
+                   count_lines: bool = False) -> list[list[TestOutcome] | SandboxError]:
     """:func:`run_tests` for many (code, spec) pairs, up to the sandbox's concurrency at once.
 
     A pair whose sandbox failed yields its :class:`SandboxError` in place of outcomes.
@@ -478,7 +490,7 @@ def run_tests_many(items: Sequence[tuple[str, TestSpec]], sandbox: Sandbox | Non
 
     def one(item: tuple[str, TestSpec]) -> list[TestOutcome] | SandboxError:
         try:
-            return run_tests(item[0], item[1], sandbox, timeout_s, cache)
+            return run_tests(item[0], item[1], sandbox, timeout_s, cache, count_lines)
         except SandboxError as exc:
             return exc
 

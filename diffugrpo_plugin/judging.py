@@ -184,14 +184,15 @@ def rows_of(columns: Mapping[str, Sequence], count: int) -> list[dict[str, Any]]
 
 
 def outcomes_for(pairs: Sequence[tuple[str, TestSpec] | None], sandbox: Sandbox | None,
-                 timeout_s: float | None) -> list[list[TestOutcome] | None]:
-    """Sandboxed outcomes for each (code, tests) pair, concurrently and cached; None for a None pair.
+                 timeout_s: float | None, count_lines: bool = False) -> list[list[TestOutcome] | None]:
+    """Sandboxed outcomes for each (code, tests) pair, concurrently and cached; None for a None pair
+    (``count_lines``: see :func:`~diffugrpo_plugin.code_execution.run_tests`).
 
     Raises the :class:`SandboxError` of a pair whose sandbox failed: a harness fault is never the
     code's fault and never a score (the rewards core then scores the rows it concerns None, flagged).
     """
     wanted = [pair for pair in pairs if pair is not None]
-    results = iter(run_tests_many(wanted, sandbox, timeout_s))
+    results = iter(run_tests_many(wanted, sandbox, timeout_s, count_lines=count_lines))
     outcomes: list[list[TestOutcome] | None] = []
     for pair in pairs:
         result = next(results) if pair is not None else None

@@ -86,7 +86,7 @@ SCRATCH_DIR = "/run/diffugrpo"
 PER_JOB_OVERHEAD_S = 0.5
 MESSAGE_CHARS = 500
 REPORT_MAX_BYTES = 1 << 20
-REPORT_KEYS = {"status", "exception", "message", "exit_code"}
+REPORT_KEYS = {"status", "exception", "message", "exit_code", "lines"}
 REPORT_STATUSES = ("ok", "exception", "exit")
 EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 MARSHAL_VERSION = 4  # the launcher speaks marshal: built in, so it costs nothing to import
@@ -196,6 +196,7 @@ class Job:
     timeout_s: float | None = None
     judged: Judged | None = None
     preamble: str = ""
+    count_lines: bool = False  # count the program's executed lines (slows it: see code_execution.LINE_COUNT_SLOWDOWN)
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,7 @@ class JobResult:
     peak_rss_kb: int = 0
     baseline_rss_kb: int = 0
     instructions: int | None = None
+    lines: int | None = None  # executed source lines, for a job that counted them (the job's own claim)
     oom_killed: bool = False  # the job's cgroup hit its memory limit
     verdict: dict | None = None
 
@@ -419,7 +421,7 @@ class Sandbox:
     def _job_payload(self, job: Job) -> dict[str, Any]:
         timeout_s = job.timeout_s if job.timeout_s is not None else self.config.timeout_s
         return {"source": job.source, "preamble": job.preamble, "stdin": job.stdin, "timeout_s": timeout_s,
-                "serve": job.judged is not None, "wall_s": timeout_s * self.config.wall_timeout_factor,
+                "serve": job.judged is not None, "count_lines": job.count_lines, "wall_s": timeout_s * self.config.wall_timeout_factor,
                 "cpu_s": int(math.ceil(timeout_s)) + 1}
 
     def _judge_payload(self, jobs: list[Job], slot: int, judge_fd: int | None) -> dict[str, Any] | None:
@@ -666,17 +668,19 @@ def escaped(text: str, limit: int = MESSAGE_CHARS) -> str:
 
 
 def job_report(raw: bytes) -> dict | None:
-    """The job's own report (``{"status", "exception", "message", "exit_code"}``), parsed strictly: None for
-    anything but a size-capped JSON object of exactly that shape."""
+    """The job's own report (``{"status", "exception", "message", "exit_code"}``, and ``lines`` where it counted
+    them), parsed strictly: None for anything but a size-capped JSON object of exactly that shape."""
     report = _small_json_object(raw)
     if report is None or not set(report) <= REPORT_KEYS or report.get("status") not in REPORT_STATUSES:
         return None
     exception, message, exit_code = report.get("exception"), report.get("message", ""), report.get("exit_code")
-    if (exception is not None and not (isinstance(exception, str) and EXCEPTION_NAME.fullmatch(exception))) \
+    lines = report.get("lines")
+    if (lines is not None and not (type(lines) is int and 0 <= lines < (1 << 63))) or (exception is not None and not (isinstance(exception, str) and EXCEPTION_NAME.fullmatch(exception))) \
             or not isinstance(message, str) \
             or (exit_code is not None and (type(exit_code) is not int or not -(1 << 31) <= exit_code < (1 << 31))):
         return None
-    return {"status": report["status"], "exception": exception, "message": escaped(message), "exit_code": exit_code}
+    return {"status": report["status"], "exception": exception, "message": escaped(message), "exit_code": exit_code,
+            "lines": lines}
 
 
 def judge_verdict(raw: bytes | None) -> dict | None:

@@ -231,7 +231,11 @@ def _child(job: dict, payload: dict, paths: dict, streams: dict, setup_w: int, l
         os._exit(70)
     os.close(4)  # from here on the job's code runs: no channel left to claim a setup error
     job_pid = os.getpid()
-    report = _execute(job)
+    counter = LineCounter() if job.get("count_lines") else None
+    report = _execute(job, counter)
+    if counter is not None:
+        counter.stop()
+        report["lines"] = None if counter.tampered else counter.lines
     if os.getpid() != job_pid:
         os._exit(0)  # a process the job forked came back out of its code: only the job itself reports
     for stream in (sys.stdout, sys.stderr):
@@ -283,9 +287,12 @@ def _leave(code=None):
     raise SystemExit(code)
 
 
-def _finish_like_the_interpreter() -> None:
+def _finish_like_the_interpreter(counter: "LineCounter | None") -> None:
     """What CPython does when a script ends: wait for non-daemon threads, then run the atexit handlers
-    (a threaded ``main()``, output written at exit, a ``multiprocessing.Pool`` closed by its finaliser)."""
+    (a threaded ``main()``, output written at exit, a ``multiprocessing.Pool`` closed by its finaliser).
+    The main thread's lines stop counting here (this waiting is the harness's); the threads' own go on."""
+    if counter is not None:
+        counter.stop()
     threading = sys.modules.get("threading")
     try:
         if threading is not None:
@@ -300,8 +307,66 @@ def _finish_like_the_interpreter() -> None:
         pass
 
 
-def _execute(job: dict) -> dict:
-    """Runs the task's preamble and the program as ``__main__``; for a judged test, then answers the judge."""
+class LineCounter:
+    """Counts the source lines the program executes (Python's ``line`` trace events), its threads included:
+    a cost that does not move with the host's load, for hosts without a hardware instruction counter.
+
+    It lives in the job's own process, so a program can stop or forge it. A program that sets a tracer or a
+    profiler of its own gets no count (an audit hook sees it); other forgeries are bounded by the efficiency
+    reward, which never lets this count claim more than the CPU time measured out here allows.
+    The harness's own frames (this file, ``sandbox_program``, ``sandbox_wire``: answering the judge) are not
+    counted, so the count is the program's work alone; nor is ``threading`` (its waiting loops run as often
+    as the scheduler makes them). Processes the program forks are not counted.
+    """
+
+    def __init__(self):
+        self.lines = 0
+        self.counting = False
+        self.tampered = False
+        self.harness_files = {_execute.__code__.co_filename}
+        for name in ("sandbox_program", "sandbox_wire"):
+            module = sys.modules.get(name)
+            if module is not None:
+                self.harness_files.update(value.__code__.co_filename for value in vars(module).values()
+                                          if hasattr(value, "__code__") and value.__module__ == name)
+
+    def start(self) -> None:
+        import threading
+
+        # threading's own lines wait on locks: how many run depends on scheduling, not on the program
+        self.harness_files.add(threading.Thread.join.__code__.co_filename)
+        sys.addaudithook(self._on_audit)  # for good: an audit hook cannot be removed
+        threading.settrace(self._on_call)
+        sys.settrace(self._on_call)
+        self.counting = True
+
+    def stop(self) -> None:
+        """Stops counting this thread and threads started from now on (threads already running count on)."""
+        self.counting = False
+        sys.settrace(None)
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            threading.settrace(None)
+
+    def _on_audit(self, event, args):
+        # a thread started by threading sets the tracer threading holds: harness code; the program's own call
+        # replaces the tracer, and its count no longer says what it ran
+        if self.counting and event in ("sys.settrace", "sys.setprofile") \
+                and sys._getframe(1).f_code.co_filename not in self.harness_files:
+            self.tampered = True
+
+    def _on_call(self, frame, event, arg):
+        return None if frame.f_code.co_filename in self.harness_files else self._on_line
+
+    def _on_line(self, frame, event, arg):
+        if event == "line":
+            self.lines += 1
+        return self._on_line
+
+
+def _execute(job: dict, counter: "LineCounter | None" = None) -> dict:
+    """Runs the task's preamble and the program as ``__main__``; for a judged test, then answers the judge.
+    With a ``counter``, the program's lines are counted from its first statement on."""
     # A judged program is imported as a module, as the datasets' own harnesses exec it: its
     # `if __name__ == "__main__":` block (a demo reading stdin) does not run. A stdin/stdout program is the
     # script. Either way a real module in sys.modules, so pickle (multiprocessing) finds its functions.
@@ -317,16 +382,19 @@ def _execute(job: dict) -> dict:
             exec(compile(job["preamble"], "<preamble>", "exec"), namespace)  # noqa: S102 - the task's own code
             task_classes = {key: value for key, value in namespace.items()
                             if isinstance(value, type) and value.__module__ == name}
-        exec(compile(job["source"], "solution.py", "exec"), namespace)  # noqa: S102 - this is the sandboxed job
+        program = compile(job["source"], "solution.py", "exec")
+        if counter is not None:
+            counter.start()
+        exec(program, namespace)  # noqa: S102 - this is the sandboxed job
         if job.get("serve"):
             sandbox_program = sys.modules["sandbox_program"]  # imported by the launcher before the fork
             sandbox_program.ProgramSide(5, 6, namespace, task_classes).serve()
         else:
-            _finish_like_the_interpreter()
+            _finish_like_the_interpreter(counter)
     except SyntaxError as exc:
         return {"status": "exception", "exception": "SyntaxError", "message": str(exc)[:MESSAGE_CHARS]}
     except SystemExit as exc:
-        _finish_like_the_interpreter()
+        _finish_like_the_interpreter(counter)
         code = exc.code
         return {"status": "exit", "exit_code": code if type(code) is int else (None if code is None else 1)}
     except BaseException as exc:  # noqa: BLE001 - every failure of the job is reported

@@ -1,9 +1,23 @@
 """The ``efficiency`` reward: how cheaply correct code runs, relative to the reference solution.
 
-Measured inside the sandbox for each test (CPU time, or user-space instructions where the CPU
-exposes a counter to both runs; peak memory above the bare interpreter), summed over tests
-(memory: the maximum). Zero unless every test passes, so slow-but-right always beats
-fast-but-wrong; None when the row has no tests (both with the reason).
+Zero unless every test passes, so slow-but-right always beats fast-but-wrong; None when the row has
+no tests (both with the reason). A passing completion's score says which cost measured it.
+
+Time is measured by one of three costs (``cost``, default ``auto``):
+
+- ``instructions``: user-space instructions from the CPU's counter, opened by the sandbox's launcher
+  and never reachable by the program. Deterministic up to a few per mille; only where the host
+  exposes the counter (``auto`` takes it then).
+- ``lines``: the source lines the program executes, counted in a second, traced run of the candidate
+  and the reference (``auto`` takes it where there is no counter). Deterministic, and it does not move
+  with the host's load; but the count lives in the program's process, which could stop or forge it. A
+  program that sets its own tracer gets no count (CPU time then measures it), and the lines score is
+  never more than the CPU-time score plus ``CPU_SCORE_BAND`` (that score's spread under load): a forged
+  count earns at most what one lucky CPU-time measurement would.
+- ``cpu``: CPU seconds of every process of the test, measured by the launcher; moves with load.
+
+Memory is the peak resident memory above the bare interpreter, measured by the launcher from outside
+(repeatable to a few pages; ``benchmarks/efficiency_spread.py`` measures all four spreads).
 
 With a reference solution (``reference_solution`` and friends, see
 :func:`diffugrpo_plugin.code_execution.reference_from_row`) that passes its own tests::
@@ -11,85 +25,172 @@ With a reference solution (``reference_solution`` and friends, see
     time   = min(1, (ref_cost + floor) / (cost + floor))
     memory = min(1, (ref_mem + 1 MiB) / (mem + 1 MiB))
 
-Without one, absolute scales: ``time = scale / (scale + cpu_s per test)`` (scale
-``time_scale_s``) and ``memory = scale / (scale + MiB)`` (scale ``memory_scale_mb``). The reward
-is ``time_weight * time + (1 - time_weight) * memory``. The floors keep millisecond noise on
-trivial tests from swinging the ratio.
+Without one, absolute scales: ``time = scale / (scale + cost per test)`` (scale ``time_scale_s`` CPU
+seconds, or as many lines as CPython runs in that time) and ``memory = scale / (scale + MiB)`` (scale
+``memory_scale_mb``). The reward is ``time_weight * time + (1 - time_weight) * memory``. The floors keep
+noise on trivial tests from swinging the ratio.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import TestOutcome, reference_from_row
 from diffugrpo_plugin.judging import code_outcomes, correctness_gate, outcomes_for, rows_of
-from diffugrpo_plugin.rewards import Explained
+from diffugrpo_plugin.rewards import Explained, Reason
 from diffugrpo_plugin.sandbox import Sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")
 
+COSTS = ("auto", "instructions", "lines", "cpu")
 CPU_FLOOR_S = 0.005  # per test
-INSTRUCTION_FLOOR = 5_000_000  # per test
+LINES_PER_CPU_SECOND = 20_000_000  # CPython 3.11, simple statements, untraced: CPU seconds in lines
+FLOORS = {"cpu": CPU_FLOOR_S, "instructions": 5_000_000, "lines": CPU_FLOOR_S * LINES_PER_CPU_SECOND}
+CPU_SCORE_BAND = 0.1  # see benchmarks/efficiency_spread.py
 MEMORY_FLOOR_KB = 1024
 
 
-def _cost(outcomes: Sequence[TestOutcome], use_instructions: bool) -> float:
-    if use_instructions:
-        return float(sum(outcome.instructions for outcome in outcomes))
-    return sum(outcome.cpu_s for outcome in outcomes)
+@dataclass(frozen=True)
+class Runs:
+    """One completion's (or reference's) outcomes on the row's tests: the plain run, and the line-counted
+    run when the cost is ``lines`` (None otherwise, or when that run did not pass or gave no count)."""
+
+    plain: Sequence[TestOutcome]
+    counted: Sequence[TestOutcome] | None = None
 
 
-def _has_instructions(outcomes: Sequence[TestOutcome]) -> bool:
-    return all(outcome.instructions is not None for outcome in outcomes)
+def _cost(runs: Runs, measure: str) -> float:
+    if measure == "instructions":
+        return float(sum(outcome.instructions for outcome in runs.plain))
+    if measure == "lines":
+        return float(sum(outcome.lines for outcome in runs.counted))
+    return sum(outcome.cpu_s for outcome in runs.plain)
 
 
-def relative_score(candidate: Sequence[TestOutcome], reference: Sequence[TestOutcome], time_weight: float) -> float:
+def _shown(runs: Runs, measure: str) -> str:
+    cost = _cost(runs, measure)
+    return f"{cost:.4f} s" if measure == "cpu" else f"{cost:,.0f}"
+
+
+def _memory_kb(runs: Runs) -> int:
+    return max(outcome.memory_kb for outcome in runs.plain)
+
+
+def relative_time(candidate: Runs, reference: Runs, measure: str) -> float:
+    """``min(1, (ref_cost + floor) / (cost + floor))``; a line count capped by the CPU-time score."""
+    floor = FLOORS[measure] * len(candidate.plain)
+    score = min(1.0, (_cost(reference, measure) + floor) / (_cost(candidate, measure) + floor))
+    if measure == "lines":
+        score = min(score, relative_time(candidate, reference, "cpu") + CPU_SCORE_BAND)
+    return score
+
+
+def absolute_time(candidate: Runs, measure: str, time_scale_s: float) -> float:
+    """``scale / (scale + cost per test)``: 1.0 for free, 0.5 at the scale; a line count capped as above."""
+    scale = time_scale_s * (LINES_PER_CPU_SECOND if measure == "lines" else 1.0)
+    per_test = _cost(candidate, measure) / len(candidate.plain)
+    score = scale / (scale + per_test)
+    if measure == "lines":
+        score = min(score, absolute_time(candidate, "cpu", time_scale_s) + CPU_SCORE_BAND)
+    return score
+
+
+def relative_score(candidate: Runs, reference: Runs, time_weight: float, measure: str = "cpu") -> float:
     """Candidate against reference on the same tests (both must have passed them)."""
-    use_instructions = _has_instructions(candidate) and _has_instructions(reference)
-    floor = (INSTRUCTION_FLOOR if use_instructions else CPU_FLOOR_S) * len(candidate)
-    time_score = min(1.0, (_cost(reference, use_instructions) + floor) / (_cost(candidate, use_instructions) + floor))
-    memory = max(outcome.memory_kb for outcome in candidate)
-    reference_memory = max(outcome.memory_kb for outcome in reference)
-    memory_score = min(1.0, (reference_memory + MEMORY_FLOOR_KB) / (memory + MEMORY_FLOOR_KB))
-    return time_weight * time_score + (1.0 - time_weight) * memory_score
+    memory_score = min(1.0, (_memory_kb(reference) + MEMORY_FLOOR_KB) / (_memory_kb(candidate) + MEMORY_FLOOR_KB))
+    return time_weight * relative_time(candidate, reference, measure) + (1.0 - time_weight) * memory_score
 
 
-def absolute_score(candidate: Sequence[TestOutcome], time_weight: float, time_scale_s: float,
-                   memory_scale_mb: float) -> float:
-    """Candidate alone: 1.0 for free, 0.5 at the scale, towards 0 beyond it."""
-    cpu_per_test = _cost(candidate, use_instructions=False) / len(candidate)
-    memory_mb = max(outcome.memory_kb for outcome in candidate) / 1024
-    time_score = time_scale_s / (time_scale_s + cpu_per_test)
-    memory_score = memory_scale_mb / (memory_scale_mb + memory_mb)
-    return time_weight * time_score + (1.0 - time_weight) * memory_score
+def absolute_score(candidate: Runs, time_weight: float, time_scale_s: float, memory_scale_mb: float,
+                   measure: str = "cpu") -> float:
+    """Candidate alone: 1.0 for free, 0.5 at the scales, towards 0 beyond them."""
+    memory_score = memory_scale_mb / (memory_scale_mb + _memory_kb(candidate) / 1024)
+    return time_weight * absolute_time(candidate, measure, time_scale_s) + (1.0 - time_weight) * memory_score
+
+
+def _passed(outcomes: Sequence[TestOutcome] | None) -> bool:
+    return outcomes is not None and all(outcome.passed for outcome in outcomes)
+
+
+def _counted(outcomes: Sequence[TestOutcome] | None) -> Sequence[TestOutcome] | None:
+    return outcomes if _passed(outcomes) and all(o.lines is not None for o in outcomes) else None
+
+
+def _measure(cost: str, candidate: Runs, reference: Runs | None) -> tuple[str, str]:
+    """The cost that measures this row, and what the reason says about it."""
+    runs = [candidate] if reference is None else [candidate, reference]
+    if cost in ("auto", "instructions") and all(o.instructions is not None for r in runs for o in r.plain):
+        return "instructions", "user-space instructions"
+    if cost == "instructions":
+        raise ValueError("efficiency: cost=instructions, but this host offers no hardware instruction counter "
+                         "(a VM without a virtual PMU, or kernel.perf_event_paranoid > 2); set cost to lines or auto")
+    if cost == "cpu":
+        return "cpu", "CPU time"
+    if all(r.counted is not None for r in runs):
+        return "lines", "executed lines"
+    return "cpu", "CPU time (the line-counted run gave no count: it failed a test, ran over its limit or " \
+                  "replaced the tracer)"
 
 
 def efficiency_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
                       timeout_s: float | None = None, sandbox: Sandbox | None = None, time_weight: float = 0.5,
-                      time_scale_s: float = 0.1, memory_scale_mb: float = 64.0,
+                      time_scale_s: float = 0.1, memory_scale_mb: float = 64.0, cost: str = "auto",
                       **columns: Any) -> list[float | Explained]:
-    """Run time and peak memory inside the sandbox vs the reference; 0 unless all tests pass."""
+    """Time (by ``cost``) and peak memory inside the sandbox vs the reference; 0 unless all tests pass."""
+    if cost not in COSTS:
+        raise ValueError(f"efficiency: cost must be one of {list(COSTS)}, got {cost!r}")
     judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
                            timeout_s=timeout_s, sandbox=sandbox)
     references = [reference_from_row(row) if one.all_passed else None
                   for row, one in zip(rows_of(columns, len(completions)), judged)]
-    reference_runs = outcomes_for([(reference, one.spec) if reference is not None else None
-                                   for reference, one in zip(references, judged)], sandbox, timeout_s)
+    reference_pairs = [(reference, one.spec) if reference is not None else None
+                       for reference, one in zip(references, judged)]
+    reference_runs = outcomes_for(reference_pairs, sandbox, timeout_s)
+    reference_runs = [runs if _passed(runs) else None for runs in reference_runs]
+    for reference, runs in zip(references, reference_runs):
+        if reference is not None and runs is None:
+            logger.warning("efficiency: the row's reference solution failed its own tests or could not run; "
+                           "scoring against absolute scales instead")
+    counted, counted_references = _counted_runs(cost, judged, reference_pairs, reference_runs, sandbox, timeout_s)
     scores: list[float | Explained] = []
-    for one, reference, reference_outcomes in zip(judged, references, reference_runs):
-        outcomes = one.outcomes
+    for one, plain_reference, candidate_counted, reference_counted in zip(judged, reference_runs, counted,
+                                                                          counted_references):
         if not one.all_passed:
             scores.append(correctness_gate(one))
-        elif reference_outcomes is not None and all(outcome.passed for outcome in reference_outcomes):
-            scores.append(relative_score(outcomes, reference_outcomes, time_weight))
+            continue
+        candidate = Runs(one.outcomes, _counted(candidate_counted))
+        reference = None if plain_reference is None else Runs(plain_reference, _counted(reference_counted))
+        measure, named = _measure(cost, candidate, reference)
+        if reference is not None:
+            value = relative_score(candidate, reference, time_weight, measure)
+            detail = (f"time by {named}: {_shown(candidate, measure)} against the reference's "
+                      f"{_shown(reference, measure)}; peak memory above the interpreter: "
+                      f"{_memory_kb(candidate):,} KiB against {_memory_kb(reference):,}")
         else:
-            if reference is not None:
-                logger.warning("efficiency: the row's reference solution failed its own tests or could not run; "
-                               "scoring against absolute scales instead")
-            scores.append(absolute_score(outcomes, time_weight, time_scale_s, memory_scale_mb))
+            value = absolute_score(candidate, time_weight, time_scale_s, memory_scale_mb, measure)
+            detail = (f"time by {named}: {_shown(candidate, measure)} over {len(candidate.plain)} tests, on "
+                      f"absolute scales (no passing reference solution); peak memory above the interpreter: "
+                      f"{_memory_kb(candidate):,} KiB")
+        scores.append(Explained(value, Reason("measured", detail)))
     return scores
+
+
+def _counted_runs(cost: str, judged: list, reference_pairs: list, reference_runs: list, sandbox: Sandbox | None,
+                  timeout_s: float | None) -> tuple[list, list]:
+    """The line-counted runs of the passing completions and of their passing references (Nones where not
+    needed: another cost, a host with the hardware counter under ``auto``, a failing completion)."""
+    wanted = cost == "lines" or (cost == "auto" and not any(
+        one.all_passed and all(o.instructions is not None for o in one.outcomes) for one in judged))
+    if not wanted:
+        return [None] * len(judged), [None] * len(judged)
+    candidates = [(one.code, one.spec) if one.all_passed else None for one in judged]
+    references = [pair if one.all_passed and runs is not None else None
+                  for one, pair, runs in zip(judged, reference_pairs, reference_runs)]
+    both = outcomes_for(candidates + references, sandbox, timeout_s, count_lines=True)
+    return both[:len(judged)], both[len(judged):]
 
 
 @hookimpl

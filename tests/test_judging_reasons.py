@@ -132,6 +132,18 @@ def test_the_quality_rewards_say_they_are_gated_or_why_they_give_nothing(box):
     assert (no_block.value, kind_and_detail(no_block)) == (0.0, ("no_code_block", "no fenced ```python block"))
 
 
+def test_efficiency_says_which_cost_measured_it(box):
+    tracer_replaced = "```python\nimport sys\nsys.settrace(None)\ndef add(a, b):\n    return a + b\n```\n"
+    honest, replaced = efficiency_reward([f"```python\n{ADD}```\n", tracer_replaced], test_cases=[ADD_TESTS] * 2,
+                                         reference_solution=[ADD] * 2, sandbox=box, cost="lines")
+    assert kind_and_detail(honest)[0] == "measured"
+    assert kind_and_detail(honest)[1].startswith("time by executed lines: 4 against the reference's 4; peak memory")
+    assert kind_and_detail(replaced)[1].startswith("time by CPU time (the line-counted run gave no count: it failed "
+                                                   "a test, ran over its limit or replaced the tracer): ")
+    [absolute] = efficiency_reward([f"```python\n{ADD}```\n"], test_cases=[ADD_TESTS], sandbox=box, cost="cpu")
+    assert "s over 2 tests, on absolute scales (no passing reference solution)" in kind_and_detail(absolute)[1]
+
+
 def test_full_marks_need_no_reason(box):
     completion = f"```python\n{ADD}```\n"
     assert code_reward([completion], test_cases=[ADD_TESTS], sandbox=box) == [1.0]

@@ -18,7 +18,7 @@ from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, code_outcomes, format
     syntax_problem
 from diffugrpo_plugin.rewards import RewardSpec, value_of
 from reward_plugins.code import code_reward
-from reward_plugins.efficiency import efficiency_reward
+from reward_plugins.efficiency import CPU_SCORE_BAND, efficiency_reward
 from reward_support import tight_sandbox
 
 TESTS = ["assert solve(3) == 9", "assert solve(4) == 16"]
@@ -224,6 +224,26 @@ def test_efficiency_counts_the_cpu_of_children_nobody_waits_for(box):
                                reference_solution=[direct, direct], sandbox=box)
     hidden_score, direct_score = map(value_of, judged)
     assert hidden_score < 0.8 < direct_score
+
+
+def test_a_judged_programs_line_count_is_its_own_work_not_the_judges():
+    """Answering the judge (encoding values, the wire) runs in the program's process but is not counted."""
+    spec = code_execution.tests_from_row({"test_cases": TESTS})
+    outcomes = run_tests(CORRECT, spec, tight_sandbox(timeout_s=2.0), cache=False, count_lines=True)
+    assert [o.lines for o in outcomes] == [2, 2]  # the `def` line, then `return x * x` once per test
+
+
+def test_a_forged_line_count_earns_no_more_than_cpu_time_plus_its_band(box):
+    """The program zeroes the counter it can reach (``sys.gettrace().__self__``), after a 4M-step loop."""
+    forger = ("import sys\ndef solve(x):\n    total = 0\n    for i in range(4_000_000):\n        total += i\n"
+              "    if sys.gettrace():\n        sys.gettrace().__self__.lines = 0\n    return x * x\n")
+    [score] = efficiency_reward([fenced(forger)], test_cases=[TESTS], reference_solution=[CORRECT], sandbox=box,
+                                cost="lines", time_weight=1.0)
+    spec = code_execution.tests_from_row({"test_cases": TESTS, "reference_solution": CORRECT})
+    plain, reference = run_tests(forger, spec, box), run_tests(CORRECT, spec, box)  # the runs it was scored on
+    by_cpu = min(1.0, (sum(o.cpu_s for o in reference) + 0.01) / (sum(o.cpu_s for o in plain) + 0.01))
+    assert by_cpu < 0.5  # the loop is real work
+    assert score.value == pytest.approx(by_cpu + CPU_SCORE_BAND)  # not the 1.0 its count of 1 line would give
 
 
 # --------------------------------------------------------------------------- size caps

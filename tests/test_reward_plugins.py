@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from diffugrpo_plugin.code_execution import Outcome, TestOutcome
+from diffugrpo_plugin import code_execution
+from diffugrpo_plugin.code_execution import Outcome, TestOutcome, run_tests
+from diffugrpo_plugin.sandbox import instruction_counter_available
 from diffugrpo_plugin.judging import format_verdict
 from diffugrpo_plugin.rewards import value_of
 from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward
 from reward_plugins.comments import comments_reward, static_comment_score
-from reward_plugins.efficiency import absolute_score, efficiency_reward, relative_score
+from reward_plugins.efficiency import (CPU_SCORE_BAND, Runs, absolute_score, absolute_time, efficiency_reward,
+                                       relative_score, relative_time)
 from reward_plugins.maintainability import maintainability_reward, maintainability_score, mean_complexity
 from reward_plugins.syntax import syntax_reward
 from reward_support import tight_sandbox
@@ -94,29 +97,53 @@ def test_syntax_reward():
 
 # --- efficiency ------------------------------------------------------------------------------
 
-def _passed(cpu_s=0.0, memory_kb=0, instructions=None):
-    return TestOutcome(0, Outcome.PASSED, cpu_s=cpu_s, memory_kb=memory_kb, instructions=instructions)
+def _passed(cpu_s=0.0, memory_kb=0, instructions=None, lines=None):
+    return TestOutcome(0, Outcome.PASSED, cpu_s=cpu_s, memory_kb=memory_kb, instructions=instructions, lines=lines)
+
+
+def _runs(cpu_s=0.0, memory_kb=0, instructions=None, lines=None):
+    """One test's plain run and, given ``lines``, its line-counted run."""
+    counted = [_passed(lines=lines)] if lines is not None else None
+    return Runs([_passed(cpu_s, memory_kb, instructions)], counted)
 
 
 def test_relative_efficiency_by_hand():
-    candidate, reference = [_passed(cpu_s=0.095, memory_kb=3072)], [_passed(cpu_s=0.015, memory_kb=1024)]
+    candidate, reference = _runs(cpu_s=0.095, memory_kb=3072), _runs(cpu_s=0.015, memory_kb=1024)
     # time: (0.015 + 0.005) / (0.095 + 0.005) = 0.2; memory: (1024 + 1024) / (3072 + 1024) = 0.5
     assert relative_score(candidate, reference, time_weight=0.5) == pytest.approx(0.35)
     # faster than the reference caps at 1
     assert relative_score(reference, candidate, time_weight=0.5) == pytest.approx(1.0)
 
 
-def test_relative_efficiency_prefers_instruction_counts_when_both_have_them():
-    candidate = [_passed(cpu_s=9.0, instructions=15_000_000)]
-    reference = [_passed(cpu_s=0.001, instructions=5_000_000)]
+def test_relative_efficiency_by_instruction_counts_ignores_cpu_time():
+    candidate = _runs(cpu_s=9.0, instructions=15_000_000)
+    reference = _runs(cpu_s=0.001, instructions=5_000_000)
     # (5e6 + 5e6) / (15e6 + 5e6) = 0.5, and the CPU seconds are ignored
-    assert relative_score(candidate, reference, time_weight=1.0) == pytest.approx(0.5)
+    assert relative_score(candidate, reference, time_weight=1.0, measure="instructions") == pytest.approx(0.5)
+
+
+def test_relative_efficiency_by_lines_by_hand():
+    # floor: 0.005 s x 20M lines/s = 100,000 lines per test; (50,000 + 100,000) / (350,000 + 100,000) = 1/3
+    candidate, reference = _runs(cpu_s=0.005, lines=350_000), _runs(cpu_s=0.005, lines=50_000)
+    assert relative_time(candidate, reference, "lines") == pytest.approx(1 / 3)
+
+
+def test_a_line_count_never_claims_more_than_the_cpu_time_score_plus_its_band():
+    """A forged count of 0 lines on a program 21x slower by CPU time than the reference."""
+    forged, reference = _runs(cpu_s=0.105, lines=0), _runs(cpu_s=0.005, lines=50_000)
+    by_cpu = (0.005 + 0.005) / (0.105 + 0.005)  # 0.0909
+    assert relative_time(forged, reference, "cpu") == pytest.approx(by_cpu)
+    assert relative_time(forged, reference, "lines") == pytest.approx(by_cpu + CPU_SCORE_BAND)
+    # absolute scales: 2M lines per test (0.1 s x 20M) scores 0.5; CPU time 0 would allow 1.1
+    assert absolute_time(_runs(cpu_s=0.0, lines=2_000_000), "lines", time_scale_s=0.1) == pytest.approx(0.5)
+    # 0.3 s of CPU per test scores 0.1 / 0.4 = 0.25 by CPU time, so a count of 0 gets 0.35
+    assert absolute_time(_runs(cpu_s=0.3, lines=0), "lines", time_scale_s=0.1) == pytest.approx(0.25 + CPU_SCORE_BAND)
 
 
 def test_absolute_efficiency_by_hand():
-    outcomes = [_passed(cpu_s=0.1, memory_kb=64 * 1024), _passed(cpu_s=0.1, memory_kb=0)]
+    candidate = Runs([_passed(cpu_s=0.1, memory_kb=64 * 1024), _passed(cpu_s=0.1, memory_kb=0)])
     # 0.1 s per test at scale 0.1 -> 0.5; 64 MiB peak at scale 64 -> 0.5
-    assert absolute_score(outcomes, 0.5, time_scale_s=0.1, memory_scale_mb=64.0) == pytest.approx(0.5)
+    assert absolute_score(candidate, 0.5, time_scale_s=0.1, memory_scale_mb=64.0) == pytest.approx(0.5)
 
 
 def test_efficiency_is_gated_and_compares_to_the_reference(box):
@@ -125,10 +152,37 @@ def test_efficiency_is_gated_and_compares_to_the_reference(box):
     wrong = "def add(a, b):\n    return a * b\n"
     completions = [fenced(reference), fenced(slow), fenced(wrong), fenced(reference)]
     columns = {"test_cases": [ADD_TESTS] * 3 + [[]], "reference_solution": [reference] * 4}
-    same, slower, failing, untested = values(efficiency_reward(completions, sandbox=box, **columns))
-    assert same > 0.8  # equal code: ratio 1 up to timing noise, damped by the floors
-    assert slower < 0.6 and slower < same
-    assert (failing, untested) == (0.0, None)
+    for cost in ("cpu", "lines"):
+        same, slower, failing, untested = values(efficiency_reward(completions, sandbox=box, cost=cost, **columns))
+        assert same > 0.8  # equal code: ratio 1 up to timing noise, damped by the floors
+        assert slower < 0.6 and slower < same
+        assert (failing, untested) == (0.0, None)
+
+
+def test_efficiency_by_lines_is_the_same_on_every_run(box):
+    """The 3M-iteration loop: 6,000,002 lines per test against the reference's 1, whatever the host's load."""
+    reference = "def add(a, b):\n    return a + b\n"
+    slow = "def add(a, b):\n    total = 0\n    for _ in range(3_000_000):\n        total += 1\n    return a + b\n"
+    spec = code_execution.tests_from_row({"test_cases": ADD_TESTS})
+    counts = [[o.lines for o in run_tests(slow, spec, box, cache=False, count_lines=True)] for _ in range(2)]
+    # per test: `total = 0`, 3M + 1 `for` checks, 3M bodies, `return`: 6,000,003; the module's `def`: once more
+    assert counts == [[6_000_004, 6_000_004]] * 2
+    [score] = efficiency_reward([fenced(slow)], test_cases=[ADD_TESTS], reference_solution=[reference],
+                                sandbox=box, cost="lines")
+    # the same count every time, so the same time score whenever the CPU-time cap does not bind:
+    # (4 + 2 x 100,000) / (12,000,008 + 2 x 100,000); memory scores at most 1
+    assert "time by executed lines: 12,000,008 against the reference's 4" in score.reason.detail
+    time_score = 200_004 / 12_200_008
+    assert 0.5 * time_score < score.value <= 0.5 * time_score + 0.5 + 1e-12
+
+
+def test_efficiency_says_a_cost_it_cannot_use(box):
+    completion = fenced("def add(a, b):\n    return a + b\n")
+    with pytest.raises(ValueError, match="cost must be one of"):
+        efficiency_reward([completion], test_cases=[ADD_TESTS], sandbox=box, cost="wall")
+    if not instruction_counter_available():
+        with pytest.raises(ValueError, match="no hardware instruction counter.*set cost to lines or auto"):
+            efficiency_reward([completion], test_cases=[ADD_TESTS], sandbox=box, cost="instructions")
 
 
 # --- maintainability -------------------------------------------------------------------------

@@ -134,6 +134,28 @@ def test_time_and_memory_are_measured_inside_the_sandbox(box):
     assert 95_000 <= big.memory_kb <= 130_000  # the 100 MiB it touched, not the interpreter's own
 
 
+def test_a_counted_job_reports_the_lines_its_program_ran(box):
+    loop = "x = 0\nfor i in range(5):\n    x += i\nprint(x)\n"
+    threaded = ("import threading\ndef work():\n    for i in range(3):\n        pass\n"
+                "t = threading.Thread(target=work)\nt.start()\nt.join()\n")
+    plain, *counted = box.run([Job(loop), Job(loop, count_lines=True), Job(loop, count_lines=True),
+                               *[Job(threaded, count_lines=True)] * 3])
+    assert plain.lines is None and plain.stdout == "10\n"
+    # line 1 once, the `for` line 5 + 1 times (the last finds range exhausted), the body 5 times, print once
+    assert [job.lines for job in counted[:2]] == [13, 13]
+    # the thread's body (4 + 3 lines) and the main thread's 5 lines at least, the same count every time
+    thread_counts = {job.lines for job in counted[2:]}
+    assert len(thread_counts) == 1 and thread_counts.pop() >= 12
+
+
+def test_a_program_that_replaces_the_line_tracer_gets_no_count(box):
+    stopped, profiled = box.run([
+        Job("import sys\nsys.settrace(None)\nfor i in range(100):\n    pass\n", count_lines=True),
+        Job("import sys\nsys.setprofile(lambda *a: None)\nx = 1\n", count_lines=True)])
+    assert (stopped.status, profiled.status) == ("ok", "ok")
+    assert stopped.lines is None and profiled.lines is None
+
+
 def test_whole_run_deadline_kills_the_sandbox(box, monkeypatch):
     """If the launcher itself stalls, the caller still gets an answer at the run's deadline."""
     monkeypatch.setattr(Sandbox, "_deadline_s", lambda self, payload: 1.0)
