@@ -33,15 +33,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from diffugrpo_plugin.sandbox import Job, JobResult, Judged, Sandbox, SandboxError, escaped, shared_sandbox
+from diffugrpo_plugin.sandbox import (LINE_COUNT_SLOWDOWN, Job, JobResult, Judged, Sandbox, SandboxError, escaped,
+                                      shared_sandbox)
 from diffugrpo_plugin.verdicts import parse_python
 
 SIGXCPU = 24
 CACHE_SIZE = 4096
-# Counting lines (a Python callback per executed line) makes a pure-Python loop about 3.6x slower on
-# CPython 3.11; a counted run gets this many times the test's CPU limit, so a program that passed its
-# tests is not cut short only because it is being measured.
-LINE_COUNT_SLOWDOWN = 6.0
 BLOCK_CHOICES = ("first", "last")
 _FENCED_PYTHON = re.compile(r"```(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
@@ -421,12 +418,11 @@ def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float 
     if not parses(code):
         return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
     limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
-    if count_lines:
-        limit *= LINE_COUNT_SLOWDOWN
     jobs = [Job(job.source, job.stdin, limit, job.judged, job.preamble, count_lines) for job in spec.jobs(code)]
     expected = [output for _, output in spec.stdio] if spec.kind == "stdio" else [None] * len(jobs)
     results = sandbox.run(jobs)
-    return [judge(result, job, index, limit, output)
+    cpu_limit = limit * LINE_COUNT_SLOWDOWN if count_lines else limit
+    return [judge(result, job, index, cpu_limit, output)
             for index, (result, job, output) in enumerate(zip(results, jobs, expected))]
 
 
@@ -469,7 +465,7 @@ def run_tests(code: str, spec: TestSpec, sandbox: Sandbox | None = None,
     Code that does not parse gets SYNTAX_ERROR for every test without being run. ``timeout_s``
     overrides the sandbox's per-test limit; ``cache=False`` forces a fresh run (benchmarks);
     ``count_lines`` counts each test's executed lines (``TestOutcome.lines``) under a CPU limit
-    ``LINE_COUNT_SLOWDOWN`` times larger. Raises :class:`SandboxError` (never a verdict) when the
+    ``sandbox.LINE_COUNT_SLOWDOWN`` times larger. Raises :class:`SandboxError` (never a verdict) when the
     sandbox itself fails.
     """
     sandbox = sandbox or shared_sandbox()

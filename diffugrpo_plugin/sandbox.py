@@ -84,6 +84,10 @@ JUDGE_UID_OFFSET = 10_000_000  # the judge of slot s runs as uid_base + s + this
 WORK_DIR = "/work"
 SCRATCH_DIR = "/run/diffugrpo"
 PER_JOB_OVERHEAD_S = 0.5
+# Counting lines (a Python callback per executed line) makes a pure-Python loop about 3.6x slower on
+# CPython 3.11; a counted job gets this many times its CPU limit, so a program that passed its tests
+# is not cut short only because it is being measured.
+LINE_COUNT_SLOWDOWN = 6.0
 MESSAGE_CHARS = 500
 REPORT_MAX_BYTES = 1 << 20
 REPORT_KEYS = {"status", "exception", "message", "exit_code", "lines"}
@@ -196,7 +200,7 @@ class Job:
     timeout_s: float | None = None
     judged: Judged | None = None
     preamble: str = ""
-    count_lines: bool = False  # count the program's executed lines (slows it: see code_execution.LINE_COUNT_SLOWDOWN)
+    count_lines: bool = False  # count the program's executed lines, under LINE_COUNT_SLOWDOWN x the CPU limit
 
 
 @dataclass(frozen=True)
@@ -420,9 +424,13 @@ class Sandbox:
 
     def _job_payload(self, job: Job) -> dict[str, Any]:
         timeout_s = job.timeout_s if job.timeout_s is not None else self.config.timeout_s
+        # a counted job gets the CPU its tracer costs, and that much more wall clock (not the wall factor
+        # times it: a program that sleeps is held no longer than uncounted, plus the tracer's share)
+        tracer_s = timeout_s * (LINE_COUNT_SLOWDOWN - 1) if job.count_lines else 0.0
         return {"source": job.source, "preamble": job.preamble, "stdin": job.stdin, "timeout_s": timeout_s,
-                "serve": job.judged is not None, "count_lines": job.count_lines, "wall_s": timeout_s * self.config.wall_timeout_factor,
-                "cpu_s": int(math.ceil(timeout_s)) + 1}
+                "serve": job.judged is not None, "count_lines": job.count_lines,
+                "wall_s": timeout_s * self.config.wall_timeout_factor + tracer_s,
+                "cpu_s": int(math.ceil(timeout_s + tracer_s)) + 1}
 
     def _judge_payload(self, jobs: list[Job], slot: int, judge_fd: int | None) -> dict[str, Any] | None:
         """The judge's limits and uid; its tests travel apart, through ``judge_fd`` (see :func:`judge_spec`)."""

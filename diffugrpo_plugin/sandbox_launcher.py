@@ -65,6 +65,11 @@ PERF_FLAG_INHERIT = 1 << 1
 PERF_FLAG_EXCLUDE_KERNEL = 1 << 5
 PERF_FLAG_EXCLUDE_HV = 1 << 6
 
+# Standard-library code (files, and packages by their directory) whose lines wait on other threads or processes
+WAITING_LIBRARY = ("threading.py", "queue.py", "selectors.py", "subprocess.py", "multiprocessing" + os.sep,
+                   "concurrent" + os.sep, "asyncio" + os.sep)
+
+
 def load_libc():
     import ctypes
 
@@ -315,12 +320,14 @@ class LineCounter:
     profiler of its own gets no count (an audit hook sees it); other forgeries are bounded by the efficiency
     reward, which never lets this count claim more than the CPU time measured out here allows.
     The harness's own frames (this file, ``sandbox_program``, ``sandbox_wire``: answering the judge) are not
-    counted, so the count is the program's work alone; nor is ``threading`` (its waiting loops run as often
-    as the scheduler makes them). Processes the program forks are not counted.
+    counted, so the count is the program's work alone; nor is the standard library's waiting code
+    (``WAITING_LIBRARY``: its loops run as often as the scheduler makes them). Processes the program forks
+    are not counted.
     """
 
     def __init__(self):
         self.lines = 0
+        self.waiting_code: tuple[str, ...] = ()
         self.counting = False
         self.tampered = False
         self.harness_files = {_execute.__code__.co_filename}
@@ -333,8 +340,9 @@ class LineCounter:
     def start(self) -> None:
         import threading
 
-        # threading's own lines wait on locks: how many run depends on scheduling, not on the program
-        self.harness_files.add(threading.Thread.join.__code__.co_filename)
+        # these wait on locks, queues, pipes and timers: how many of their lines run depends on the scheduler
+        library = os.path.dirname(threading.Thread.join.__code__.co_filename)
+        self.waiting_code = tuple(os.path.join(library, name) for name in WAITING_LIBRARY)
         sys.addaudithook(self._on_audit)  # for good: an audit hook cannot be removed
         threading.settrace(self._on_call)
         sys.settrace(self._on_call)
@@ -342,21 +350,26 @@ class LineCounter:
 
     def stop(self) -> None:
         """Stops counting this thread and threads started from now on (threads already running count on)."""
+        if not self.counting:
+            return
+        if sys.modules["threading"]._trace_hook != self._on_call:
+            self.tampered = True  # the program set the tracer of its threads (threading.settrace is not audited)
         self.counting = False
         sys.settrace(None)
-        threading = sys.modules.get("threading")
-        if threading is not None:
-            threading.settrace(None)
+        sys.modules["threading"].settrace(None)
 
     def _on_audit(self, event, args):
         # a thread started by threading sets the tracer threading holds: harness code; the program's own call
         # replaces the tracer, and its count no longer says what it ran
         if self.counting and event in ("sys.settrace", "sys.setprofile") \
-                and sys._getframe(1).f_code.co_filename not in self.harness_files:
+                and not self._uncounted(sys._getframe(1).f_code.co_filename):
             self.tampered = True
 
+    def _uncounted(self, filename: str) -> bool:
+        return filename in self.harness_files or filename.startswith(self.waiting_code)
+
     def _on_call(self, frame, event, arg):
-        return None if frame.f_code.co_filename in self.harness_files else self._on_line
+        return None if self._uncounted(frame.f_code.co_filename) else self._on_line
 
     def _on_line(self, frame, event, arg):
         if event == "line":

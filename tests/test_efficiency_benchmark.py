@@ -20,4 +20,4 @@ def test_line_counts_repeat_exactly_under_load_and_the_table_prints(capsys):
     assert len(lines) == 1  # the load changed nothing
     report(results)
     printed = capsys.readouterr().out
-    assert "widest CPU-time score range" in printed and "trial division     lines" in printed
+    assert "widest CPU-time score deviation from its median" in printed and "trial division     lines" in printed

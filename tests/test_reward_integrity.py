@@ -233,7 +233,7 @@ def test_a_judged_programs_line_count_is_its_own_work_not_the_judges():
     assert [o.lines for o in outcomes] == [2, 2]  # the `def` line, then `return x * x` once per test
 
 
-def test_a_forged_line_count_earns_no_more_than_cpu_time_plus_its_band(box):
+def test_a_forged_line_count_earns_no_more_than_the_cpu_time_score_plus_its_band(box):
     """The program zeroes the counter it can reach (``sys.gettrace().__self__``), after a 4M-step loop."""
     forger = ("import sys\ndef solve(x):\n    total = 0\n    for i in range(4_000_000):\n        total += i\n"
               "    if sys.gettrace():\n        sys.gettrace().__self__.lines = 0\n    return x * x\n")

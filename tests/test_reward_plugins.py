@@ -21,8 +21,8 @@ from diffugrpo_plugin.rewards import value_of
 from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward
 from reward_plugins.comments import comments_reward, static_comment_score
-from reward_plugins.efficiency import (CPU_SCORE_BAND, Runs, absolute_score, absolute_time, efficiency_reward,
-                                       relative_score, relative_time)
+from reward_plugins.efficiency import (CPU_SCORE_BAND, Runs, absolute_score, absolute_time, cost_ratio,
+                                       efficiency_reward, relative_score, relative_time)
 from reward_plugins.maintainability import maintainability_reward, maintainability_score, mean_complexity
 from reward_plugins.syntax import syntax_reward
 from reward_support import tight_sandbox
@@ -123,19 +123,24 @@ def test_relative_efficiency_by_instruction_counts_ignores_cpu_time():
 
 
 def test_relative_efficiency_by_lines_by_hand():
-    # floor: 0.005 s x 20M lines/s = 100,000 lines per test; (50,000 + 100,000) / (350,000 + 100,000) = 1/3
-    candidate, reference = _runs(cpu_s=0.005, lines=350_000), _runs(cpu_s=0.005, lines=50_000)
-    assert relative_time(candidate, reference, "lines") == pytest.approx(1 / 3)
+    # floor: 0.005 s x 50M lines/s = 250,000 lines per test; (50,000 + 250,000) / (350,000 + 250,000) = 0.5,
+    # and CPU time agrees: (0.005 + 0.005) / (0.015 + 0.005) = 0.5
+    candidate, reference = _runs(cpu_s=0.015, lines=350_000), _runs(cpu_s=0.005, lines=50_000)
+    assert relative_time(candidate, reference, "lines") == pytest.approx(0.5)
 
 
-def test_a_line_count_never_claims_more_than_the_cpu_time_score_plus_its_band():
-    """A forged count of 0 lines on a program 21x slower by CPU time than the reference."""
+def test_a_line_count_stays_within_the_band_of_the_cpu_time_score():
+    """A forged count of 0 lines on a program 11x slower by CPU time than the reference; and a program whose
+    lines are many but cheap against a reference whose work is in C (``x in big_list`` is one line)."""
     forged, reference = _runs(cpu_s=0.105, lines=0), _runs(cpu_s=0.005, lines=50_000)
     by_cpu = (0.005 + 0.005) / (0.105 + 0.005)  # 0.0909
     assert relative_time(forged, reference, "cpu") == pytest.approx(by_cpu)
     assert relative_time(forged, reference, "lines") == pytest.approx(by_cpu + CPU_SCORE_BAND)
-    # absolute scales: 2M lines per test (0.1 s x 20M) scores 0.5; CPU time 0 would allow 1.1
-    assert absolute_time(_runs(cpu_s=0.0, lines=2_000_000), "lines", time_scale_s=0.1) == pytest.approx(0.5)
+    python_set, c_scans = _runs(cpu_s=0.010, lines=2_250_000), _runs(cpu_s=0.136, lines=0)
+    assert cost_ratio(python_set, c_scans, "lines") == pytest.approx(0.1)  # 250,000 / 2,500,000
+    assert relative_time(python_set, c_scans, "lines") == pytest.approx(1.0 - CPU_SCORE_BAND)  # CPU time: 1.0
+    # absolute scales: 5M lines per test (0.1 s x 50M) scores 0.5, as does 0.1 s of CPU per test
+    assert absolute_time(_runs(cpu_s=0.1, lines=5_000_000), "lines", time_scale_s=0.1) == pytest.approx(0.5)
     # 0.3 s of CPU per test scores 0.1 / 0.4 = 0.25 by CPU time, so a count of 0 gets 0.35
     assert absolute_time(_runs(cpu_s=0.3, lines=0), "lines", time_scale_s=0.1) == pytest.approx(0.25 + CPU_SCORE_BAND)
 
@@ -169,10 +174,10 @@ def test_efficiency_by_lines_is_the_same_on_every_run(box):
     assert counts == [[6_000_004, 6_000_004]] * 2
     [score] = efficiency_reward([fenced(slow)], test_cases=[ADD_TESTS], reference_solution=[reference],
                                 sandbox=box, cost="lines")
-    # the same count every time, so the same time score whenever the CPU-time cap does not bind:
-    # (4 + 2 x 100,000) / (12,000,008 + 2 x 100,000); memory scores at most 1
+    # the same count every time, so the same time score while CPU time's stays within its band:
+    # (4 + 2 x 250,000) / (12,000,008 + 2 x 250,000); memory scores at most 1
     assert "time by executed lines: 12,000,008 against the reference's 4" in score.reason.detail
-    time_score = 200_004 / 12_200_008
+    time_score = 500_004 / 12_500_008
     assert 0.5 * time_score < score.value <= 0.5 * time_score + 0.5 + 1e-12
 
 

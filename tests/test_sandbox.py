@@ -148,12 +148,29 @@ def test_a_counted_job_reports_the_lines_its_program_ran(box):
     assert len(thread_counts) == 1 and thread_counts.pop() >= 12
 
 
+def test_a_pool_of_threads_is_counted_the_same_every_time(box):
+    pooled = ("from concurrent.futures import ThreadPoolExecutor\ndef square(x):\n    return x * x\n"
+              "with ThreadPoolExecutor(2) as pool:\n    print(list(pool.map(square, range(50))))\n")
+    counts = {job.lines for job in box.run([Job(pooled, count_lines=True)] * 3)}
+    assert len(counts) == 1 and counts.pop() >= 50 + 4  # square's line 50 times, the module's 4 lines
+
+
 def test_a_program_that_replaces_the_line_tracer_gets_no_count(box):
-    stopped, profiled = box.run([
+    stopped, profiled, threads_traced = box.run([
         Job("import sys\nsys.settrace(None)\nfor i in range(100):\n    pass\n", count_lines=True),
-        Job("import sys\nsys.setprofile(lambda *a: None)\nx = 1\n", count_lines=True)])
-    assert (stopped.status, profiled.status) == ("ok", "ok")
-    assert stopped.lines is None and profiled.lines is None
+        Job("import sys\nsys.setprofile(lambda *a: None)\nx = 1\n", count_lines=True),
+        Job("import threading\nthreading.settrace(lambda *a: None)\nx = 1\n", count_lines=True)])
+    assert [job.status for job in (stopped, profiled, threads_traced)] == ["ok"] * 3
+    assert stopped.lines is None and profiled.lines is None and threads_traced.lines is None
+
+
+def test_a_counted_job_gets_the_tracers_time_and_no_more():
+    """6x the CPU limit, and the 5 extra seconds on the wall clock, not 6x the wall limit: a program that
+    sleeps when traced holds its slot little longer than one that sleeps anyway."""
+    box = Sandbox(SandboxConfig(timeout_s=1.0, wall_timeout_factor=3.0))
+    plain, counted = box._job_payload(Job("x = 1")), box._job_payload(Job("x = 1", count_lines=True))
+    assert (plain["cpu_s"], plain["wall_s"]) == (2, 3.0)
+    assert (counted["cpu_s"], counted["wall_s"]) == (7, 8.0)
 
 
 def test_whole_run_deadline_kills_the_sandbox(box, monkeypatch):
