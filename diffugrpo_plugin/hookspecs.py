@@ -21,6 +21,7 @@ hook                                entry-point group               the objects 
 ``diffugrpo_maskers``               ``diffugrpo.maskers``           masker factories
 ``diffugrpo_samplers``              ``diffugrpo.samplers``          sampler factories
 ``diffugrpo_model_families``        ``diffugrpo.model_families``    ``ModelFamily`` records
+``diffugrpo_loss_terms``            ``diffugrpo.loss_terms``        loss-term factories
 ==================================  ==============================  ===========================
 
 A group is loaded only when its kind is first needed, so a reward worker never imports
@@ -151,4 +152,26 @@ def diffugrpo_samplers() -> dict[str, Callable[..., Any]]:
 
     See :mod:`diffugrpo_plugin.sampling.contract` for what the arguments and the output mean
     (left padding, per-row seeds, padding after the first EOS).
+    """
+
+
+@hookspec
+def diffugrpo_loss_terms() -> dict[str, Callable[..., Any]]:
+    """Loss terms: named terms added, with a weight, to the policy loss of each update.
+
+    Each value is a factory called with a term's options from config
+    (``actor_rollout_ref.model.diffusion.loss_terms.<name>``, all but ``weight``) that returns an
+    object with::
+
+        prepare(step: StepBatch) -> dict[str, Tensor]   # on the trainer, once per step: [B] or jagged [B, j]
+        loss(inputs: TermInputs) -> Tensor               # in each micro-batch of the update: [B]
+
+    ``prepare`` sees the whole step (groups, rewards, the rows' data, sequence log-ratios, the
+    tokenizer); what it returns travels with each sample into the update, where ``loss`` reads it
+    from ``inputs.fields`` beside the policy's coupled log-probs (with gradient), the reference's, the
+    masks' seeds and the model. The engine adds ``weight x`` the mean per-sample loss over the
+    mini-batch and logs it as ``loss_terms/<name>``. A term that runs the model must run it on every
+    micro-batch, whatever its samples (under FSDP a forward gathers parameters collectively: ranks that
+    ran different forwards wait on each other forever); weight the samples it does not apply to by 0.
+    See :mod:`diffugrpo_plugin.loss_terms` for both records and the built-ins (``sft``, ``preference``).
     """

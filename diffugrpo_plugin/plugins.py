@@ -121,6 +121,16 @@ def _sampler_problem(sampler: Any) -> str | None:
     return None
 
 
+def _loss_term_problem(term: Any) -> str | None:
+    prepare, loss = getattr(term, "prepare", None), getattr(term, "loss", None)
+    if not (callable(prepare) and _binds(prepare, None) and callable(loss) and _binds(loss, None)):
+        return (f"the factory built {type(term).__name__}, which must have prepare(step) -> dict of per-sample "
+                f"tensors and loss(inputs) -> per-sample loss [B]; got prepare "
+                f"{_signature(prepare) if callable(prepare) else 'missing'}, loss "
+                f"{_signature(loss) if callable(loss) else 'missing'}")
+    return None
+
+
 @dataclass(frozen=True)
 class PluginKind:
     """One kind of plugin: its hook, its entry-point group and its contract."""
@@ -139,6 +149,8 @@ KINDS = {
                           _sampler_problem),
     "model_family": PluginKind("diffugrpo_model_families", "diffugrpo.model_families", "model families",
                                _model_family_problem),
+    "loss_term": PluginKind("diffugrpo_loss_terms", "diffugrpo.loss_terms", "loss terms", _factory_problem,
+                            _loss_term_problem),
 }
 
 

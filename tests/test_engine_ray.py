@@ -394,3 +394,65 @@ def test_lora_engine_scores_the_merged_model_trains_only_adapters_and_two_worker
     trained = saved_merged_model(tiny_model_path, str(tmp_path / "saved" / "lora_adapter"), tmp_path / "trained")
     for got, want in zip(after2, direct_response_logprobs(trained, prompts, responses, seeds)):
         assert torch.allclose(got, want, atol=1e-4)
+
+
+def test_loss_terms_join_the_update_by_their_formulas_and_two_workers_agree(tiny_model_path):
+    """verl's PPO loss plus the preference term (DPO on groups {0, 1} and {2, 3}) and the SFT term, on 1 and 2
+    workers: each term's logged value is its formula's (the SFT term computed here, in this process), and both
+    runs take the same step."""
+    from functools import partial
+
+    from verl.utils.metric import Metric
+    from verl.workers.utils.losses import ppo_loss
+
+    from diffugrpo_plugin.integration.engine import LOSS_TERM_FIELD
+    from diffugrpo_plugin.loss_terms import ReferenceSFT, StepBatch, TermInputs
+    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+
+    prompts, responses, seeds = make_batch(vocab=64)
+    generator = torch.Generator().manual_seed(5)
+    targets = [torch.randint(5, 56, (len(r),), generator=generator) for r in responses]
+    scored_counts = [int(m.sum()) for m in loss_masks(responses)]  # 5, 5, 3, 4
+    terms = {"preference": {"weight": 0.5, "beta": 0.1}, "sft": {"weight": 0.2}}
+    # the batch's old - ref is 0.15 per scored token (ppo_batch: old + 0.05, ref - 0.1), the policy's own - ref 0.1
+    fields = {"preference__role": torch.tensor([1.0, -1.0, -1.0, 1.0]),
+              "preference__partner_logratio": torch.tensor([0.15 * n for n in (5, 5, 4, 3)]),
+              "sft__target": nested(targets), "sft__has_target": torch.tensor([1.0, 1.0, 0.0, 1.0])}
+    z = [s * 0.1 * (0.1 * n - p) for s, n, p in zip((1, -1, -1, 1), scored_counts, (0.75, 0.75, 0.6, 0.45))]
+    want_preference = sum(math.log1p(math.exp(-value)) for value in z) / 4
+
+    lm = DiffusionLM.wrap(load_pretrained(tiny_model_path).eval())
+    ids = [torch.cat([p, r]) for p, r in zip(prompts, responses)]
+    per_sample = []
+    with torch.no_grad():
+        for prompt, row, response, seed, index in zip(prompts, ids, responses, seeds, range(4)):
+            canvas = torch.zeros(1, len(row), dtype=torch.bool)
+            canvas[0, len(prompt):] = True
+            inputs = TermInputs(lm=lm, input_ids=row[None], attention=torch.ones(1, len(row)),
+                                positions=torch.arange(len(row))[None], prompt=~canvas, canvas=canvas, scored=canvas,
+                                logp=torch.zeros(1, len(row)), reference_logp=torch.zeros(1, len(row)),
+                                mask_seeds=seed[None], fields={"target": nested([targets[index]]),
+                                                               "has_target": fields["sft__has_target"][index:index + 1]})
+            per_sample.append(float(ReferenceSFT().loss(inputs)[0]))
+    want_sft = sum(per_sample) / 4
+    assert want_sft > 0
+
+    loss_fn = partial(ppo_loss, config=coupled_grpo_actor_config())
+    results = {}
+    for workers in (1, 2):
+        group = build_worker_group(tiny_model_path, workers=workers, loss_terms=terms)
+        try:
+            start = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
+            data = ppo_batch(prompts, responses, seeds, start, start)
+            for key, value in fields.items():
+                name, field = key.split("__")
+                data[LOSS_TERM_FIELD.format(name=name, field=field)] = value
+            group.set_loss_fn(loss_fn)
+            results[workers] = group.train_batch(data).get()["metrics"]
+        finally:
+            release(group)
+    for metrics in results.values():  # per rank, per micro-batch: reduced as verl's update reduces them
+        assert Metric.aggregate_dp(metrics["loss_terms/preference"]) == pytest.approx(want_preference, rel=1e-4)
+        assert Metric.aggregate_dp(metrics["loss_terms/sft"]) == pytest.approx(want_sft, rel=1e-4)
+    assert results[1]["loss"] == pytest.approx(results[2]["loss"], rel=1e-4)
+    assert results[1]["grad_norm"] == pytest.approx(results[2]["grad_norm"], rel=1e-4)

@@ -102,6 +102,19 @@ def test_a_model_family_must_be_a_model_family_record(register_in_code):
         plugins.registrations("model_family")
 
 
+def test_a_loss_term_without_prepare_fails_when_built(register_in_code):
+    class LossOnly:
+        def loss(self, inputs):
+            return inputs
+
+    register_in_code("loss_term", diffugrpo_loss_terms=lambda: {"loss_only": LossOnly})
+    with pytest.raises(PluginError, match=r"loss_term 'loss_only' from .* breaks the contract in "
+                                          r"diffugrpo_plugin/hookspecs\.py: the factory built LossOnly, which must have "
+                                          r"prepare\(step\) -> dict of per-sample tensors and loss\(inputs\) -> "
+                                          r"per-sample loss \[B\]; got prepare missing"):
+        plugins.build("loss_term", "loss_only", {})
+
+
 def test_a_module_listed_in_a_group_without_its_hook_is_named(tmp_path, monkeypatch):
     (tmp_path / "wrong_group_plugin.py").write_text(
         "from diffugrpo_plugin import hookimpl\n\n@hookimpl\ndef diffugrpo_maskers():\n    return {}\n")

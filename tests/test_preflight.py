@@ -36,6 +36,8 @@ def test_a_valid_configuration_passes(valid):
     ("actor_rollout_ref.model.path=/no/such/model", "does not exist"),
     ("actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=bogus", "unknown sampler 'bogus'. Known samplers:"),
     ("+actor_rollout_ref.rollout.engine_kwargs.diffusion.stepz=3", "no option stepz"),
+    ("actor_rollout_ref.model.diffusion.loss_terms={dpo: {weight: 1.0}}", "unknown loss term 'dpo'. Known loss terms:"),
+    ("actor_rollout_ref.model.diffusion.loss_terms={sft: {eps: 0.01}}", "loss_terms.sft.weight must be a positive number"),
     ("actor_rollout_ref.model.diffusion.masker=bogus", "unknown masker 'bogus'. Known maskers: coupled"),
     ("diffugrpo.rewards.reward_funcs=[code,bogus]", "unknown reward 'bogus'. Known rewards: code"),
     ("diffugrpo.rewards.reward_funcs=[nope]", "unknown reward 'nope'. Known rewards: code"),

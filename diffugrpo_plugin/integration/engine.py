@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 import torch
 from tensordict import TensorDict
 
+from verl.trainer.ppo.core_algos import agg_loss
 from verl.utils import tensordict_utils as tu
+from verl.utils.metric import AggregationType, Metric
 from verl.utils.device import get_device_id, get_device_name
 from verl.workers.config import HFModelConfig
 from verl.workers.engine.base import EngineRegistry
@@ -39,6 +41,7 @@ from diffugrpo_plugin.lora import (
     set_dropout,
 )
 from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
+from diffugrpo_plugin.loss_terms import TermInputs, configured_terms
 from diffugrpo_plugin.masking import check_views
 from diffugrpo_plugin.models import (
     DiffusionLM,
@@ -53,6 +56,7 @@ from diffugrpo_plugin.warm_start import built_if_default
 
 MODEL_TYPE = "diffusion_lm"
 MASK_SEED_FIELD = "mask_seed"
+LOSS_TERM_FIELD = "loss_term__{name}__{field}"  # a term's prepared per-sample tensors in the batch
 ADAPTER_FOLDER = "lora_adapter"  # in each checkpoint's actor folder: peft's adapter format
 
 
@@ -124,6 +128,10 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
 
     def _diffusion_settings(self) -> dict:
         return dict(getattr(self.model_config, "diffusion", None) or {})
+
+    @functools.cached_property
+    def _loss_terms(self):
+        return configured_terms(self._diffusion_settings().get("loss_terms"))
 
     @functools.cached_property
     def _masker(self):
@@ -250,7 +258,46 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
             if loss_function is not None:
                 loss, metrics = loss_function(model_output=model_output, data=micro_batch,
                                               dp_group=self.get_data_parallel_group())
+                if not forward_only and self._loss_terms:
+                    inputs = TermInputs(lm=lm, input_ids=ids, attention=attention, positions=positions, prompt=prompt,
+                                        canvas=in_response, scored=scored, logp=out.logp,
+                                        reference_logp=self._reference_logp(micro_batch, in_response, response_cols),
+                                        mask_seeds=micro_batch[MASK_SEED_FIELD],
+                                        chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)))
+                    loss = loss + self._added_terms(inputs, micro_batch, metrics)
             else:
                 assert forward_only, "forward_only must be True when loss_function is None"
                 loss, metrics = torch.tensor(1.0, device=get_device_name()), {}
         return loss, {"model_output": detach_tree(model_output), "loss": loss.detach().item(), "metrics": metrics}
+
+    @staticmethod
+    def _reference_logp(micro_batch: TensorDict, in_response: torch.Tensor, response_cols: torch.Tensor):
+        """The reference model's per-token log-probs for this sample's masks (the old policy's without a reference
+        model), token-aligned.  # [B, L]"""
+        name = next((key for key in ("ref_log_prob", "old_log_probs") if key in micro_batch.keys()), None)
+        if name is None:
+            raise KeyError("loss terms need the batch's 'ref_log_prob' or 'old_log_probs' (the trainer's update "
+                           "batch has them); this batch has neither")
+        per_response = micro_batch[name]  # nested [B, r]
+        padded = _padded(per_response, int(per_response.offsets().diff().max())).to(in_response.device)  # [B, R]
+        aligned = torch.zeros(in_response.shape, dtype=padded.dtype, device=in_response.device)  # [B, L]
+        aligned[in_response] = padded.gather(1, response_cols.clamp(min=0, max=padded.size(1) - 1))[in_response]
+        return aligned
+
+    def _added_terms(self, inputs: TermInputs, micro_batch: TensorDict, metrics: dict) -> torch.Tensor:
+        """Each loss term's per-sample loss, aggregated as verl aggregates a per-sequence loss over the global
+        mini-batch, times its weight; logged as ``loss_terms/<name>``."""
+        dp_size = tu.get_non_tensor_data(data=micro_batch, key="dp_size", default=1)
+        global_batch_size = tu.get_non_tensor_data(data=micro_batch, key="global_batch_size", default=None)
+        aggregation = AggregationType.SUM if dp_size > 1 or global_batch_size is not None else AggregationType.MEAN
+        total = inputs.logp.new_zeros(())
+        for name, (weight, term) in self._loss_terms.items():
+            prefix = LOSS_TERM_FIELD.format(name=name, field="")
+            inputs.fields = {key[len(prefix):]: micro_batch[key] for key in micro_batch.keys()
+                             if isinstance(key, str) and key.startswith(prefix)}
+            per_sample = term.loss(inputs).float()  # [B]
+            value = agg_loss(loss_mat=per_sample[:, None], loss_mask=torch.ones_like(per_sample[:, None]),
+                             loss_agg_mode="seq-mean-token-sum", dp_size=dp_size, global_batch_size=global_batch_size)
+            metrics[f"loss_terms/{name}"] = Metric(value=value.detach(), aggregation=aggregation)
+            total = total + weight * value
+        return total

@@ -21,8 +21,9 @@ class ConfigError(ValueError):
 
 
 def _check_plugins(config: DictConfig) -> None:
-    """The masker and sampler build from their config (names, option names and values); a plugin's own
-    bug (any other exception) propagates with its traceback."""
+    """The masker, sampler and loss terms build from their config (names, option names and values, weights); a
+    plugin's own bug (any other exception) propagates with its traceback."""
+    from diffugrpo_plugin.loss_terms import configured_terms
     from diffugrpo_plugin.sampling import build_sampler
 
     diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
@@ -31,6 +32,8 @@ def _check_plugins(config: DictConfig) -> None:
     try:
         build("masker", diffusion.get("masker", "coupled"), dict(diffusion.get("masker_kwargs") or {}))
         build_sampler(settings.pop("sampler", "entropy"), **settings)
+        terms = diffusion.get("loss_terms")
+        configured_terms(OmegaConf.to_container(terms, resolve=True) if terms is not None else None)
     except (PluginError, ValueError) as error:
         raise ConfigError(str(error)) from error
 

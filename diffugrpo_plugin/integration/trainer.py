@@ -68,10 +68,11 @@ from verl.utils.profiler import DistProfiler
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from diffugrpo_plugin.integration.console import LearningSummary, StepReporter, step_line, validation_line
-from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD
+from diffugrpo_plugin.integration.engine import LOSS_TERM_FIELD, MASK_SEED_FIELD
 from diffugrpo_plugin.curriculum import CurriculumFeedback, RecordingSampler, group_positions
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
+from diffugrpo_plugin.loss_terms import StepBatch, configured_terms
 from diffugrpo_plugin.masking import mask_seed_table
 from diffugrpo_plugin.reward_weights import LearnedWeights
 from diffugrpo_plugin.rewards import RewardSpec, group_normalized_totals, step_metrics
@@ -186,6 +187,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
         self.learned_weights = (LearnedWeights(self.reward_spec.weights, self.reward_spec.gate_reward)
                                 if self.reward_spec.aggregation == "learned" else None)
+        self.loss_terms = configured_terms(diffusion.get("loss_terms"))
+        self.prompt_rows: dict[str, dict] = {}  # uid -> the prompt's data (extra_info), for the loss terms
         self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
         self.reporter = StepReporter()
         self.learning = LearningSummary(self.reward_spec.names)
@@ -212,6 +215,9 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         batch = super()._fetch_one_gen_batch()
         if self.data_sampler is not None:
             self.prompt_positions.update(zip(list(batch["uid"]), self.data_sampler.take(len(batch))))
+        if self.loss_terms:
+            rows = list(batch["extra_info"]) if "extra_info" in batch.keys() else [{}] * len(batch)
+            self.prompt_rows.update(zip(list(batch["uid"]), [dict(row or {}) for row in rows]))
         return batch
 
     def _update_data_sampler(self, batch, metrics) -> None:
@@ -258,10 +264,13 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         return metrics
 
     def _put(self, batch, fields: dict) -> None:
+        """Stores ``fields`` for the batch's samples; the batch's field list then names them, so the stages after
+        this one (the update) fetch them."""
         import transfer_queue as tq
 
-        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                        fields=TensorDict(fields, batch_size=len(batch)))
+        stored = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
+                                 fields=TensorDict(fields, batch_size=len(batch)))
+        batch.fields = stored.fields
 
     def _get(self, batch, fields: list[str]) -> TensorDict:
         import transfer_queue as tq
@@ -341,7 +350,32 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             metrics.update(self.learned_weights.metrics())
             metrics["reward_weights/groups_fitted"] = self.learned_weights.fit([samples[i] for i in real],
                                                                                [groups[i] for i in real])
-        return super()._compute_advantage(batch, metrics)
+        batch = super()._compute_advantage(batch, metrics)
+        if self.loss_terms:
+            self._prepare_loss_terms(batch)
+        return batch
+
+    def _prepare_loss_terms(self, batch) -> None:
+        """Each loss term's per-sample tensors, from the step's groups, rewards, data and log-ratios, into the batch
+        the update reads (``LOSS_TERM_FIELD``)."""
+        names = ["uid", "rm_scores", "responses", "response_mask", "old_log_probs"]
+        with_reference = self.use_reference_policy
+        data = self._get(batch, names + (["ref_log_prob"] if with_reference else []))
+        uids = list(data["uid"])
+        real = torch.zeros(len(uids), dtype=torch.bool)
+        real[real_rows(batch)] = True
+        masks, olds = data["response_mask"].unbind(), data["old_log_probs"].unbind()
+        refs = data["ref_log_prob"].unbind() if with_reference else olds
+        step = StepBatch(groups=uids, rewards=torch.tensor([float(row.sum()) for row in data["rm_scores"].unbind()]),
+                         rows=[self.prompt_rows.get(uid, {}) for uid in uids],
+                         response_lengths=data["responses"].offsets().diff(),
+                         logratios=torch.stack([((old - ref) * mask).sum() for old, ref, mask in zip(olds, refs, masks)]),
+                         real=real, tokenizer=self.tokenizer)
+        for name, (_, term) in self.loss_terms.items():
+            fields = term.prepare(step)
+            self._put(batch, {LOSS_TERM_FIELD.format(name=name, field=key): value for key, value in fields.items()})
+        for uid in set(uids):
+            self.prompt_rows.pop(uid, None)
 
     def _rewrite_totals(self, batch, totals: list[float]) -> None:
         """Each completion's reward replaced by ``totals`` (verl's convention: on the sequence's last token)."""
