@@ -166,11 +166,13 @@ def diffugrpo_loss_terms() -> dict[str, Callable[..., Any]]:
         prepare(step: StepBatch) -> dict[str, Tensor]   # on the trainer, once per step: [B] or jagged [B, j]
         loss(inputs: TermInputs) -> Tensor               # in each micro-batch of the update: [B]
 
-    ``prepare`` sees the whole step (groups, rewards, the rows' data, sequence log-ratios, the
-    tokenizer); what it returns travels with each sample into the update, where ``loss`` reads it
-    from ``inputs.fields`` beside the policy's coupled log-probs (with gradient), the reference's, the
-    masks' seeds and the model. The engine adds ``weight x`` the mean per-sample loss over the
-    mini-batch and logs it as ``loss_terms/<name>``. A term that runs the model must run it on every
+    ``prepare`` sees the whole step (groups, rewards, the rows' data, sequence log-ratios per pass of
+    the update, the tokenizer); what it returns travels with each sample into the update, where
+    ``loss`` reads it from ``inputs.fields`` beside the policy's coupled log-probs (with gradient),
+    the reference's, the pass each sample is scored in (``inputs.iteration``: a ``[B, K]`` field
+    holds one column per pass) and the model. The engine adds ``weight x`` the mean per-sample loss
+    over the mini-batch and logs it as ``loss_terms/<name>``, and the share of samples with a
+    non-zero loss as ``loss_terms/<name>/applied``. A term that runs the model must run it on every
     micro-batch, whatever its samples (under FSDP a forward gathers parameters collectively: ranks that
     ran different forwards wait on each other forever); weight the samples it does not apply to by 0.
     See :mod:`diffugrpo_plugin.loss_terms` for both records and the built-ins (``sft``, ``preference``).

@@ -28,7 +28,7 @@ Plain torch: this module imports neither verl nor Ray.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Protocol, Sequence
+from typing import Any, Hashable, Mapping, Protocol, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +37,7 @@ from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import reference_from_row
 from diffugrpo_plugin.data import format_completion
 from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
-from diffugrpo_plugin.masking import make_sft
+from diffugrpo_plugin.masking import make_sft, mask_seed_table
 
 
 @dataclass
@@ -47,9 +47,11 @@ class StepBatch:
     ``groups``: each sample's prompt group (verl's ``uid``); ``rewards``: each sample's total reward
     ``[B]``; ``rows``: each sample's data columns (its ``extra_info``, where prepared data keeps
     ``reference_solution``, tests, ...); ``response_lengths``: each sample's canvas length ``[B]``;
-    ``logratios``: each sample's sequence log-ratio ``sum(old - ref)`` over its scored tokens (the
-    first iteration's masks; zero without a reference model) ``[B]``; ``real``: False on the padding
-    samples verl adds to make the batch divide ``[B]``; ``tokenizer``: the policy's."""
+    ``logratios``: each sample's sequence log-ratio ``sum(old - ref)`` over its scored tokens, one column per
+    pass of the update (``actor.ppo_epochs``: pass ``k`` scores with mask ``k``; zero without a reference
+    model) ``[B, K]``; ``real``: False on the padding samples verl adds to make the batch divide ``[B]``;
+    ``step``: the training step; ``tokenizer``: the policy's. A field ``prepare`` returns as ``[B, K]`` is read
+    in the update through ``TermInputs.iteration`` (see ``GroupPreference``)."""
 
     groups: Sequence[Hashable]
     rewards: torch.Tensor
@@ -57,7 +59,12 @@ class StepBatch:
     response_lengths: torch.Tensor
     logratios: torch.Tensor
     real: torch.Tensor
+    step: int = 0
     tokenizer: Any = None
+
+    @property
+    def passes(self) -> int:
+        return int(self.logratios.shape[1])
 
 
 @dataclass
@@ -68,7 +75,8 @@ class TermInputs:
     ``positions`` ``[B, L]``; ``prompt``, ``canvas`` (the response positions) and ``scored`` (the
     response tokens the loss counts) ``[B, L]`` bool; ``logp``: the policy's coupled log-probs, with
     gradient ``[B, L]``; ``reference_logp``: the reference model's for the same masks, or the old
-    policy's without one, no gradient ``[B, L]``; ``mask_seeds`` ``[B]``; ``fields``: this term's
+    policy's without one, no gradient ``[B, L]``; ``iteration``: which pass of the
+    update (``actor.ppo_epochs``) each sample is scored in, so which mask ``[B]``; ``fields``: this term's
     prepared tensors for these samples (jagged ones as given)."""
 
     lm: Any
@@ -80,7 +88,7 @@ class TermInputs:
     scored: torch.Tensor
     logp: torch.Tensor
     reference_logp: torch.Tensor
-    mask_seeds: torch.Tensor
+    iteration: torch.Tensor
     fields: dict[str, torch.Tensor] = field(default_factory=dict)
     chunk_rows: int = DEFAULT_CHUNK_ROWS
 
@@ -92,23 +100,49 @@ class LossTerm(Protocol):
         """Per-sample tensors (``[B]`` or jagged ``[B, j]``) the update's ``loss`` reads from ``inputs.fields``."""
 
     def loss(self, inputs: TermInputs) -> torch.Tensor:
-        """The per-sample loss ``[B]`` (0 for a sample the term does not apply to)."""
+        """The per-sample loss ``[B]`` (0 for a sample the term does not apply to; the share of non-zero ones is
+        logged as ``loss_terms/<name>/applied``)."""
 
 
-def configured_terms(settings: dict | None) -> dict[str, tuple[float, LossTerm]]:
+CONFIG_KEY = "actor_rollout_ref.model.diffusion.loss_terms"
+
+
+def configured_terms(settings: Mapping | None) -> dict[str, tuple[float, LossTerm]]:
     """``loss_terms`` from config (``name -> {weight, **options}``) as ``name -> (weight, term)``, each term built
-    by its plugin; a term without a positive weight, or with an option its factory lacks, is an error naming it."""
+    by its plugin; every mistake is a ``ValueError`` or ``PluginError`` naming the key to fix."""
     from diffugrpo_plugin.plugins import build
 
+    if settings is None:
+        return {}
+    example = "e.g. {sft: {weight: 0.1}, preference: {weight: 0.1, beta: 0.1}}"
+    if not isinstance(settings, Mapping):
+        raise ValueError(f"{CONFIG_KEY} must map each term's name to its settings, {example}; got {settings!r}")
     terms = {}
-    for name, options in (settings or {}).items():
-        options = dict(options or {})
+    for name, options in settings.items():
+        key = f"{CONFIG_KEY}.{name}"
+        if not isinstance(options, Mapping):
+            raise ValueError(f"{key} must be a mapping with the term's weight and options, {example}; got {options!r}")
+        if "__" in str(name):
+            raise ValueError(f"{key}: a loss term's name may not contain '__' (it separates the batch's field names)")
+        options = dict(options)
         weight = options.pop("weight", None)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
-            raise ValueError(f"actor_rollout_ref.model.diffusion.loss_terms.{name}.weight must be a positive number "
-                             f"(the term's weight beside the policy loss), got {weight!r}")
-        terms[str(name)] = (float(weight), build("loss_term", str(name), options))
+            raise ValueError(f"{key}.weight must be a positive number (the term's weight beside the policy loss), "
+                             f"got {weight!r}")
+        try:
+            term = build("loss_term", str(name), options)
+        except ValueError as error:
+            raise ValueError(f"{key}: {error}") from error
+        terms[str(name)] = (float(weight), term)
     return terms
+
+
+def per_pass(values: torch.Tensor, iteration: torch.Tensor) -> torch.Tensor:
+    """Each sample's entry for the pass it is scored in (the trainer's transfer may hand ``[B, K]`` over as a
+    jagged tensor of rows of K).  # [B, K], [B] -> [B]"""
+    if values.is_nested:
+        values = torch.nested.to_padded_tensor(values, 0.0)
+    return values.to(iteration.device).gather(1, iteration.long()[:, None]).squeeze(1)
 
 
 # --------------------------------------------------------------------------- preference (DPO on each group)
@@ -135,11 +169,11 @@ class GroupPreference:
     each group's best and worst completion.
 
     The two members of a pair may sit in different micro-batches or on different workers, so each member's
-    loss takes its partner's log-ratio from ``prepare`` (the rollout policy's, a constant): member ``m`` with
-    role ``s`` (+1 best, -1 worst) has ``z = s * beta * (r_m - r_partner)`` and loss ``softplus(-z)``. Both
-    members carry the pair's DPO loss, so the term's value is the DPO loss summed over pairs, per sample; its
-    gradient is DPO's wherever the partner's log-ratio is still the rollout policy's (the first mini-batch
-    of a step, and every one with ``ppo_epochs=1`` and one mini-batch)."""
+    loss takes its partner's log-ratio from ``prepare`` (the rollout policy's, under the same pass's mask, a
+    constant): member ``m`` with role ``s`` (+1 best, -1 worst) has ``z = s * beta * (r_m - r_partner)`` and loss
+    ``softplus(-z)``. Both members carry the pair's DPO loss, so the logged value is twice the sum over pairs of
+    DPO's loss, per completion; the gradient is once DPO's per pair, per completion, wherever the partner's
+    log-ratio is still the rollout policy's (the first mini-batch of a step: every one with one mini-batch)."""
 
     def __init__(self, beta: float = 0.1):
         if not float(beta) > 0:
@@ -148,7 +182,7 @@ class GroupPreference:
 
     def prepare(self, step: StepBatch) -> dict[str, torch.Tensor]:
         role = best_and_worst(step.groups, step.rewards, step.real)  # [B]
-        partner = torch.zeros(len(role))  # [B]
+        partner = torch.zeros(len(role), step.passes)  # [B, K]
         index_of = {(group, value): i for i, (group, value) in enumerate(zip(step.groups, role.tolist())) if value}
         for i, (group, value) in enumerate(zip(step.groups, role.tolist())):
             if value:
@@ -157,7 +191,8 @@ class GroupPreference:
 
     def loss(self, inputs: TermInputs) -> torch.Tensor:
         role = inputs.fields["role"].to(inputs.logp.device, torch.float32)  # [B]
-        partner = inputs.fields["partner_logratio"].to(inputs.logp.device, torch.float32)  # [B]
+        partner = per_pass(inputs.fields["partner_logratio"], inputs.iteration).to(inputs.logp.device,
+                                                                                   torch.float32)  # [B]
         scored = inputs.scored.to(inputs.logp.dtype)
         logratio = ((inputs.logp - inputs.reference_logp) * scored).sum(dim=1).float()  # [B]
         z = role * self.beta * (logratio - partner)  # [B]
@@ -170,9 +205,9 @@ class GroupPreference:
 class ReferenceSFT:
     """LLaDA's masked-diffusion SFT loss on each row's reference solution, after the row's prompt: the solution
     written as a completion (``data.format_completion``), EOS-padded to the sample's canvas, masked at ``t ~ U(eps, 1)``
-    with the sample's mask seed; per sample ``-sum(masked log-probs / t) / canvas length``."""
+    with a seed of its own per step, sample and pass; per sample ``-sum(masked log-probs / t) / canvas length``."""
 
-    SEED_OFFSET = 0x5F7_0000  # its masks apart from the coupled views', which the same sample seeds
+    SEED_BASE = 0x5F7  # its own seeds: fresh per step, sample and pass even where the coupled masks are fixed
 
     def __init__(self, eps: float = 1e-3):
         self.masker = make_sft(eps)
@@ -195,7 +230,9 @@ class ReferenceSFT:
                 targets.append(torch.tensor(ids + [eos] * (length - len(ids))))
             else:
                 targets.append(torch.full((length,), eos))
-        return {"target": torch.nested.as_nested_tensor(targets, layout=torch.jagged), "has_target": has}
+        seeds = mask_seed_table(self.SEED_BASE, step.step, len(step.rows), step.passes)  # [B, K]
+        return {"target": torch.nested.as_nested_tensor(targets, layout=torch.jagged), "has_target": has,
+                "seed": seeds}
 
     def loss(self, inputs: TermInputs) -> torch.Tensor:
         # The forward runs on every row of every micro-batch, rows without a target weighted 0: under FSDP each
@@ -206,7 +243,7 @@ class ReferenceSFT:
         target = inputs.fields["target"]
         for row in has.nonzero().squeeze(1).tolist():
             ids[row, canvas[row]] = target[row].to(ids.device)
-        seeds = inputs.mask_seeds.cpu() + self.SEED_OFFSET
+        seeds = per_pass(inputs.fields["seed"], inputs.iteration).cpu()  # [B]
         views = self.masker.views(ids, canvas, inputs.lm.mask_token_id, seeds)
         logp = coupled_token_logprobs(inputs.lm, views, ids, inputs.attention.long(), inputs.positions,
                                       chunk_rows=inputs.chunk_rows).logp  # [B, L], weighted by 1/t where masked

@@ -415,9 +415,11 @@ def test_loss_terms_join_the_update_by_their_formulas_and_two_workers_agree(tiny
     scored_counts = [int(m.sum()) for m in loss_masks(responses)]  # 5, 5, 3, 4
     terms = {"preference": {"weight": 0.5, "beta": 0.1}, "sft": {"weight": 0.2}}
     # the batch's old - ref is 0.15 per scored token (ppo_batch: old + 0.05, ref - 0.1), the policy's own - ref 0.1
+    sft_seeds = torch.tensor([[21], [22], [23], [24]])
     fields = {"preference__role": torch.tensor([1.0, -1.0, -1.0, 1.0]),
-              "preference__partner_logratio": torch.tensor([0.15 * n for n in (5, 5, 4, 3)]),
-              "sft__target": nested(targets), "sft__has_target": torch.tensor([1.0, 1.0, 0.0, 1.0])}
+              "preference__partner_logratio": torch.tensor([[0.15 * n] for n in (5, 5, 4, 3)]),
+              "sft__target": nested(targets), "sft__has_target": torch.tensor([1.0, 1.0, 0.0, 1.0]),
+              "sft__seed": sft_seeds}
     z = [s * 0.1 * (0.1 * n - p) for s, n, p in zip((1, -1, -1, 1), scored_counts, (0.75, 0.75, 0.6, 0.45))]
     want_preference = sum(math.log1p(math.exp(-value)) for value in z) / 4
 
@@ -425,14 +427,15 @@ def test_loss_terms_join_the_update_by_their_formulas_and_two_workers_agree(tiny
     ids = [torch.cat([p, r]) for p, r in zip(prompts, responses)]
     per_sample = []
     with torch.no_grad():
-        for prompt, row, response, seed, index in zip(prompts, ids, responses, seeds, range(4)):
+        for prompt, row, index in zip(prompts, ids, range(4)):
             canvas = torch.zeros(1, len(row), dtype=torch.bool)
             canvas[0, len(prompt):] = True
             inputs = TermInputs(lm=lm, input_ids=row[None], attention=torch.ones(1, len(row)),
                                 positions=torch.arange(len(row))[None], prompt=~canvas, canvas=canvas, scored=canvas,
                                 logp=torch.zeros(1, len(row)), reference_logp=torch.zeros(1, len(row)),
-                                mask_seeds=seed[None], fields={"target": nested([targets[index]]),
-                                                               "has_target": fields["sft__has_target"][index:index + 1]})
+                                iteration=torch.zeros(1, dtype=torch.long),
+                                fields={"target": nested([targets[index]]), "seed": sft_seeds[index:index + 1],
+                                        "has_target": fields["sft__has_target"][index:index + 1]})
             per_sample.append(float(ReferenceSFT().loss(inputs)[0]))
     want_sft = sum(per_sample) / 4
     assert want_sft > 0
@@ -454,5 +457,6 @@ def test_loss_terms_join_the_update_by_their_formulas_and_two_workers_agree(tiny
     for metrics in results.values():  # per rank, per micro-batch: reduced as verl's update reduces them
         assert Metric.aggregate_dp(metrics["loss_terms/preference"]) == pytest.approx(want_preference, rel=1e-4)
         assert Metric.aggregate_dp(metrics["loss_terms/sft"]) == pytest.approx(want_sft, rel=1e-4)
+        assert Metric.aggregate_dp(metrics["loss_terms/preference/applied"]) == 1.0  # every sample is paired
     assert results[1]["loss"] == pytest.approx(results[2]["loss"], rel=1e-4)
     assert results[1]["grad_norm"] == pytest.approx(results[2]["grad_norm"], rel=1e-4)

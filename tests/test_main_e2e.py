@@ -395,11 +395,14 @@ def test_learned_reward_weights_are_logged_saved_and_resumed(tmp_path):
 
 
 def test_loss_terms_run_through_the_trainer_and_are_logged(tmp_path):
-    """Both built-in loss terms beside coupled-GRPO through verl's trainer: the trainer prepares each term's
-    fields from the step's groups, rewards, the rows' reference solutions and log-ratios, the update adds them,
-    and each is logged every step (the SFT term on the synthetic tasks' reference solutions is positive)."""
-    log = run_main(tmp_path, "trainer.total_training_steps=2",
+    """Both built-in loss terms beside coupled-GRPO through verl's trainer, with two passes per update (each
+    reads its own column of the per-pass fields): the trainer prepares each term's fields from the step's groups,
+    rewards, the rows' reference solutions and log-ratios, the update adds them, and each is logged every step
+    (the SFT term on the synthetic tasks' reference solutions is positive)."""
+    log = run_main(tmp_path, "trainer.total_training_steps=2", "actor_rollout_ref.actor.ppo_epochs=2",
                    "actor_rollout_ref.model.diffusion.loss_terms={sft: {weight: 0.1}, preference: {weight: 0.1, beta: 0.1}}")
     sft, preference = metric_by_step(log, "actor/loss_terms/sft"), metric_by_step(log, "actor/loss_terms/preference")
     assert sorted(sft) == [1, 2] and all(value > 0 for value in sft.values()), sft
     assert sorted(preference) == [1, 2] and all(value >= 0 for value in preference.values()), preference
+    applied = metric_by_step(log, "actor/loss_terms/sft/applied")  # every synthetic row has a reference solution
+    assert sorted(applied) == [1, 2] and all(value > 0.9 for value in applied.values()), applied

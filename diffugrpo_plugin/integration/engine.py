@@ -56,6 +56,7 @@ from diffugrpo_plugin.warm_start import built_if_default
 
 MODEL_TYPE = "diffusion_lm"
 MASK_SEED_FIELD = "mask_seed"
+ITERATION_FIELD = "update_iteration"  # which pass of the update (ppo_epochs) a row of the expanded batch is
 LOSS_TERM_FIELD = "loss_term__{name}__{field}"  # a term's prepared per-sample tensors in the batch
 ADAPTER_FOLDER = "lora_adapter"  # in each checkpoint's actor folder: peft's adapter format
 
@@ -262,7 +263,8 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                     inputs = TermInputs(lm=lm, input_ids=ids, attention=attention, positions=positions, prompt=prompt,
                                         canvas=in_response, scored=scored, logp=out.logp,
                                         reference_logp=self._reference_logp(micro_batch, in_response, response_cols),
-                                        mask_seeds=micro_batch[MASK_SEED_FIELD],
+                                        iteration=(micro_batch[ITERATION_FIELD] if ITERATION_FIELD in micro_batch.keys()
+                                                   else torch.zeros(len(ids), dtype=torch.long)),
                                         chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)))
                     loss = loss + self._added_terms(inputs, micro_batch, metrics)
             else:
@@ -286,18 +288,27 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
 
     def _added_terms(self, inputs: TermInputs, micro_batch: TensorDict, metrics: dict) -> torch.Tensor:
         """Each loss term's per-sample loss, aggregated as verl aggregates a per-sequence loss over the global
-        mini-batch, times its weight; logged as ``loss_terms/<name>``."""
+        mini-batch, times its weight; logged as ``loss_terms/<name>`` and ``loss_terms/<name>/applied``."""
         dp_size = tu.get_non_tensor_data(data=micro_batch, key="dp_size", default=1)
         global_batch_size = tu.get_non_tensor_data(data=micro_batch, key="global_batch_size", default=None)
-        aggregation = AggregationType.SUM if dp_size > 1 or global_batch_size is not None else AggregationType.MEAN
+        batch_num_tokens = tu.get_non_tensor_data(data=micro_batch, key="batch_num_tokens", default=None)
+        summed = dp_size > 1 or global_batch_size is not None or batch_num_tokens is not None  # as ppo_loss decides
         total = inputs.logp.new_zeros(())
         for name, (weight, term) in self._loss_terms.items():
             prefix = LOSS_TERM_FIELD.format(name=name, field="")
             inputs.fields = {key[len(prefix):]: micro_batch[key] for key in micro_batch.keys()
                              if isinstance(key, str) and key.startswith(prefix)}
-            per_sample = term.loss(inputs).float()  # [B]
-            value = agg_loss(loss_mat=per_sample[:, None], loss_mask=torch.ones_like(per_sample[:, None]),
-                             loss_agg_mode="seq-mean-token-sum", dp_size=dp_size, global_batch_size=global_batch_size)
-            metrics[f"loss_terms/{name}"] = Metric(value=value.detach(), aggregation=aggregation)
+            per_sample = term.loss(inputs)
+            if not (isinstance(per_sample, torch.Tensor) and per_sample.shape == (len(inputs.input_ids),)):
+                raise ValueError(f"loss term '{name}' returned {getattr(per_sample, 'shape', type(per_sample))}; "
+                                 f"loss(inputs) must return one loss per sample, [B] = [{len(inputs.input_ids)}] "
+                                 f"(diffugrpo_plugin/hookspecs.py)")
+            per_sample = per_sample.float()[:, None]  # [B, 1]
+            value = agg_loss(loss_mat=per_sample, loss_mask=torch.ones_like(per_sample), loss_agg_mode="seq-mean-token-sum",
+                             dp_size=dp_size, global_batch_size=global_batch_size)
+            metrics[f"loss_terms/{name}"] = Metric(value=value.detach(), aggregation=AggregationType.SUM if summed
+                                                   else AggregationType.MEAN)
+            metrics[f"loss_terms/{name}/applied"] = Metric(value=(per_sample != 0).float().mean(),
+                                                           aggregation=AggregationType.MEAN)
             total = total + weight * value
         return total

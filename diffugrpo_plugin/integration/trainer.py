@@ -68,7 +68,7 @@ from verl.utils.profiler import DistProfiler
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
 from diffugrpo_plugin.integration.console import LearningSummary, StepReporter, step_line, validation_line
-from diffugrpo_plugin.integration.engine import LOSS_TERM_FIELD, MASK_SEED_FIELD
+from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD
 from diffugrpo_plugin.curriculum import CurriculumFeedback, RecordingSampler, group_positions
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
@@ -91,11 +91,13 @@ def iteration_field(name: str, iteration: int) -> str:
 
 
 def expand_iterations(data: TensorDict, iterations: int) -> TensorDict:
-    """Repeat a batch once per iteration, iteration-major, giving copy ``k`` mask seed ``k`` and the
-    old/reference log-probs computed with that mask.  # [B, ...] -> [K*B, ...]"""
+    """Repeat a batch once per iteration, iteration-major, giving copy ``k`` mask seed ``k``, the old/reference
+    log-probs computed with that mask, and ``k`` itself (``ITERATION_FIELD``: the loss terms' per-pass fields).
+    # [B, ...] -> [K*B, ...]"""
     batch = data.batch_size[0]
     expanded = tu.index_select_tensor_dict(data, torch.arange(batch).repeat(iterations))
     expanded[MASK_SEED_FIELD] = torch.cat([data[iteration_field(MASK_SEED_FIELD, k)] for k in range(iterations)])
+    expanded[ITERATION_FIELD] = torch.arange(iterations).repeat_interleave(batch)
     for name in ("old_log_probs", "ref_log_prob"):
         if iteration_field(name, 0) in data.keys():
             expanded[name] = tu.concat_nested_tensors([data[iteration_field(name, k)] for k in range(iterations)])
@@ -188,7 +190,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.learned_weights = (LearnedWeights(self.reward_spec.weights, self.reward_spec.gate_reward)
                                 if self.reward_spec.aggregation == "learned" else None)
         self.loss_terms = configured_terms(diffusion.get("loss_terms"))
-        self.prompt_rows: dict[str, dict] = {}  # uid -> the prompt's data (extra_info), for the loss terms
+        self.prompt_rows: dict[str, tuple[int, dict]] = {}  # uid -> (step fetched, its extra_info): for the loss terms
         self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
         self.reporter = StepReporter()
         self.learning = LearningSummary(self.reward_spec.names)
@@ -217,7 +219,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             self.prompt_positions.update(zip(list(batch["uid"]), self.data_sampler.take(len(batch))))
         if self.loss_terms:
             rows = list(batch["extra_info"]) if "extra_info" in batch.keys() else [{}] * len(batch)
-            self.prompt_rows.update(zip(list(batch["uid"]), [dict(row or {}) for row in rows]))
+            self.prompt_rows.update(zip(list(batch["uid"]), [(self.global_steps, dict(row or {})) for row in rows]))
         return batch
 
     def _update_data_sampler(self, batch, metrics) -> None:
@@ -356,26 +358,35 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         return batch
 
     def _prepare_loss_terms(self, batch) -> None:
-        """Each loss term's per-sample tensors, from the step's groups, rewards, data and log-ratios, into the batch
-        the update reads (``LOSS_TERM_FIELD``)."""
-        names = ["uid", "rm_scores", "responses", "response_mask", "old_log_probs"]
-        with_reference = self.use_reference_policy
-        data = self._get(batch, names + (["ref_log_prob"] if with_reference else []))
+        """Each loss term's per-sample tensors, from the step's groups, rewards, data and per-pass log-ratios, into
+        the batch the update reads (``LOSS_TERM_FIELD``)."""
+        passes = range(self.num_iterations)
+        olds = [iteration_field("old_log_probs", k) for k in passes]
+        refs = [iteration_field("ref_log_prob", k) for k in passes] if self.use_reference_policy else olds
+        data = self._get(batch, sorted({"uid", "rm_scores", "responses", "response_mask", *olds, *refs}))
         uids = list(data["uid"])
         real = torch.zeros(len(uids), dtype=torch.bool)
         real[real_rows(batch)] = True
-        masks, olds = data["response_mask"].unbind(), data["old_log_probs"].unbind()
-        refs = data["ref_log_prob"].unbind() if with_reference else olds
+        masks = data["response_mask"].unbind()
+        logratios = torch.stack([torch.stack([((old - ref) * mask).sum() for old, ref, mask in
+                                              zip(data[old_name].unbind(), data[ref_name].unbind(), masks)])
+                                 for old_name, ref_name in zip(olds, refs)], dim=1).float()  # [B, K]
         step = StepBatch(groups=uids, rewards=torch.tensor([float(row.sum()) for row in data["rm_scores"].unbind()]),
-                         rows=[self.prompt_rows.get(uid, {}) for uid in uids],
-                         response_lengths=data["responses"].offsets().diff(),
-                         logratios=torch.stack([((old - ref) * mask).sum() for old, ref, mask in zip(olds, refs, masks)]),
-                         real=real, tokenizer=self.tokenizer)
+                         rows=[self.prompt_rows.get(uid, (0, {}))[1] for uid in uids],
+                         response_lengths=data["responses"].offsets().diff(), logratios=logratios, real=real,
+                         step=self.global_steps, tokenizer=self.tokenizer)
         for name, (_, term) in self.loss_terms.items():
             fields = term.prepare(step)
+            wrong = [key for key, value in fields.items() if not (isinstance(value, torch.Tensor)
+                                                                  and value.size(0) == len(uids))]
+            if wrong:
+                raise ValueError(f"loss term '{name}' prepared {wrong} without one entry per sample ({len(uids)}); "
+                                 f"prepare(step) must return [B] or jagged [B, j] tensors (diffugrpo_plugin/hookspecs.py)")
             self._put(batch, {LOSS_TERM_FIELD.format(name=name, field=key): value for key, value in fields.items()})
-        for uid in set(uids):
-            self.prompt_rows.pop(uid, None)
+        # this step's prompts are done with, and so are any fetched before the previous step that never came back
+        done = set(uids)
+        self.prompt_rows = {uid: kept for uid, kept in self.prompt_rows.items()
+                            if uid not in done and kept[0] >= self.global_steps - 1}
 
     def _rewrite_totals(self, batch, totals: list[float]) -> None:
         """Each completion's reward replaced by ``totals`` (verl's convention: on the sequence's last token)."""
