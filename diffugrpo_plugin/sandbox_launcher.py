@@ -330,6 +330,10 @@ class LineCounter:
         self.waiting_code: tuple[str, ...] = ()
         self.counting = False
         self.tampered = False
+        # the functions it calls, held before the program runs: the program may replace sys's attributes or
+        # remove modules from sys.modules, and nothing it does may make the harness's own calls fail
+        self._settrace, self._getframe = sys.settrace, sys._getframe
+        self._threading = None
         self.harness_files = {_execute.__code__.co_filename}
         for name in ("sandbox_program", "sandbox_wire"):
             module = sys.modules.get(name)
@@ -340,29 +344,34 @@ class LineCounter:
     def start(self) -> None:
         import threading
 
+        self._threading = threading
         # these wait on locks, queues, pipes and timers: how many of their lines run depends on the scheduler
         library = os.path.dirname(threading.Thread.join.__code__.co_filename)
         self.waiting_code = tuple(os.path.join(library, name) for name in WAITING_LIBRARY)
         sys.addaudithook(self._on_audit)  # for good: an audit hook cannot be removed
         threading.settrace(self._on_call)
-        sys.settrace(self._on_call)
+        self._settrace(self._on_call)
         self.counting = True
 
     def stop(self) -> None:
-        """Stops counting this thread and threads started from now on (threads already running count on)."""
+        """Stops counting this thread and threads started from now on (threads already running count on).
+        Never raises, whatever the program did to the interpreter: a job's process must reach its report."""
         if not self.counting:
             return
-        if sys.modules["threading"]._trace_hook != self._on_call:
-            self.tampered = True  # the program set the tracer of its threads (threading.settrace is not audited)
         self.counting = False
-        sys.settrace(None)
-        sys.modules["threading"].settrace(None)
+        try:
+            if self._threading._trace_hook != self._on_call:
+                self.tampered = True  # the program set the tracer of its threads (threading.settrace is not audited)
+            self._settrace(None)
+            self._threading.settrace(None)
+        except BaseException:  # noqa: BLE001 - the program broke what stopping needs: its count is void
+            self.tampered = True
 
     def _on_audit(self, event, args):
         # a thread started by threading sets the tracer threading holds: harness code; the program's own call
         # replaces the tracer, and its count no longer says what it ran
         if self.counting and event in ("sys.settrace", "sys.setprofile") \
-                and not self._uncounted(sys._getframe(1).f_code.co_filename):
+                and not self._uncounted(self._getframe(1).f_code.co_filename):
             self.tampered = True
 
     def _uncounted(self, filename: str) -> bool:

@@ -164,6 +164,18 @@ def test_a_program_that_replaces_the_line_tracer_gets_no_count(box):
     assert stopped.lines is None and profiled.lines is None and threads_traced.lines is None
 
 
+def test_a_program_that_breaks_what_the_counter_needs_still_ends_in_its_own_report(box):
+    """The harness's last steps run in the job's process after the program: they must not fail because of it."""
+    unthreaded = "import sys\nsys.modules.pop('threading', None)\nraise SystemExit(3)\n"
+    no_settrace = "import sys\ndef broken(*a):\n    raise RuntimeError('no')\nsys.settrace = broken\nx = 1\n"
+    first, second, after = box.run([Job(unthreaded, count_lines=True), Job(no_settrace, count_lines=True),
+                                    Job("print('next')", count_lines=True)])
+    # the counter holds its own references: what the program removed or replaced is not what it calls
+    assert (first.status, first.exit_code, first.lines) == ("exit", 3, 3)
+    assert second.status == "ok" and second.lines == 4
+    assert (after.status, after.stdout, after.lines) == ("ok", "next\n", 1)
+
+
 def test_a_counted_job_gets_the_tracers_time_and_no_more():
     """6x the CPU limit, and the 5 extra seconds on the wall clock, not 6x the wall limit: a program that
     sleeps when traced holds its slot little longer than one that sleeps anyway."""
