@@ -124,6 +124,11 @@ def absolute_score(candidate: Runs, time_weight: float, time_scale_s: float, mem
     return time_weight * absolute_time(candidate, measure, time_scale_s) + (1.0 - time_weight) * memory_score
 
 
+def _counts_instructions(outcomes: Sequence[TestOutcome]) -> bool:
+    """Whether the hardware counter measured these runs (it is there for every run on a host, or for none)."""
+    return all(outcome.instructions is not None for outcome in outcomes)
+
+
 def _passed(outcomes: Sequence[TestOutcome] | None) -> bool:
     return outcomes is not None and all(outcome.passed for outcome in outcomes)
 
@@ -135,7 +140,7 @@ def _counted(outcomes: Sequence[TestOutcome] | None) -> Sequence[TestOutcome] | 
 def _measure(cost: str, candidate: Runs, reference: Runs | None) -> tuple[str, str]:
     """The cost that measures this row, and what the reason says about it."""
     runs = [candidate] if reference is None else [candidate, reference]
-    if cost in ("auto", "instructions") and all(o.instructions is not None for r in runs for o in r.plain):
+    if cost in ("auto", "instructions") and all(_counts_instructions(r.plain) for r in runs):
         return "instructions", "user-space instructions"
     if cost == "instructions":
         raise ValueError("efficiency: cost=instructions, but this host offers no hardware instruction counter "
@@ -196,7 +201,7 @@ def _counted_runs(cost: str, judged: list, reference_pairs: list, reference_runs
     """The line-counted runs of the passing completions and of their passing references (Nones where not
     needed: another cost, a host with the hardware counter under ``auto``, a failing completion)."""
     wanted = cost == "lines" or (cost == "auto" and not any(
-        one.all_passed and all(o.instructions is not None for o in one.outcomes) for one in judged))
+        one.all_passed and _counts_instructions(one.outcomes) for one in judged))
     if not wanted:
         return [None] * len(judged), [None] * len(judged)
     candidates = [(one.code, one.spec) if one.all_passed else None for one in judged]

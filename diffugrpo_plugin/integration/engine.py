@@ -118,6 +118,15 @@ def _padded(nested: torch.Tensor, length: int, value: int = 0) -> torch.Tensor:
     return torch.nested.to_padded_tensor(nested, padding=value, output_size=(nested.size(0), length))
 
 
+def _on_canvas(per_response: torch.Tensor, in_response: torch.Tensor, response_cols: torch.Tensor) -> torch.Tensor:
+    """Response-level values (jagged ``[B, r]``: verl's ``response_mask``, ``old_log_probs``) at their tokens' columns,
+    0 elsewhere.  # -> [B, L]"""
+    padded = _padded(per_response, in_response.size(1))  # [B, L], response-relative
+    placed = torch.zeros_like(padded)  # [B, L]
+    placed[in_response] = padded.gather(1, response_cols.clamp(min=0))[in_response]
+    return placed
+
+
 def _nested(padded: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """The first ``lengths[b]`` entries of each row, as a jagged nested tensor.  # [B, L] -> [B, j]"""
     return torch.nested.as_nested_tensor([row[:n] for row, n in zip(padded, lengths.tolist())], layout=torch.jagged)
@@ -229,11 +238,10 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         positions = _padded(micro_batch["position_ids"], max_len)  # [B, L]
         columns = torch.arange(max_len, device=ids.device)[None]  # [1, L]
         attention = columns < seq_lens[:, None]  # [B, L]
-        response_mask = _padded(micro_batch["response_mask"], max_len)  # [B, L], response-relative
         response_cols = columns - prompt_lens[:, None]  # [B, L], index into the response
         in_response = (response_cols >= 0) & attention  # [B, L]: the generation canvas
-        scored = torch.zeros_like(attention)  # [B, L]: canvas tokens that count (up to the first EOS)
-        scored[in_response] = response_mask.gather(1, response_cols.clamp(min=0))[in_response].bool()
+        # canvas tokens that count (up to the first EOS)
+        scored = _on_canvas(micro_batch["response_mask"], in_response, response_cols).bool()  # [B, L]
         prompt = attention & (columns < prompt_lens[:, None])
 
         calculate_entropy = tu.get_non_tensor_data(data=micro_batch, key="calculate_entropy", default=False)
@@ -280,11 +288,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         if name is None:
             raise KeyError("loss terms need the batch's 'ref_log_prob' or 'old_log_probs' (the trainer's update "
                            "batch has them); this batch has neither")
-        per_response = micro_batch[name]  # nested [B, r]
-        padded = _padded(per_response, int(per_response.offsets().diff().max())).to(in_response.device)  # [B, R]
-        aligned = torch.zeros(in_response.shape, dtype=padded.dtype, device=in_response.device)  # [B, L]
-        aligned[in_response] = padded.gather(1, response_cols.clamp(min=0, max=padded.size(1) - 1))[in_response]
-        return aligned
+        return _on_canvas(micro_batch[name], in_response, response_cols)
 
     def _added_terms(self, inputs: TermInputs, micro_batch: TensorDict, metrics: dict) -> torch.Tensor:
         """Each loss term's per-sample loss, aggregated as verl aggregates a per-sequence loss over the global
