@@ -1,0 +1,232 @@
+"""A whole training step two ways, same model, same settings, one run: DiffuCoder's trainer written out
+reference-style (one process, plain loops) against our job through verl.
+
+Settings (issue 33's): 4 prompts x 4 completions, 64 tokens in 64 diffusion steps, 2 iterations, beta 0.01,
+clip 0.5, fp32, lr 1e-4, code x2.0 + code_format x0.5 in the sandbox, the warm-started tiny model.
+
+* **reference-style**, in a process of its own, as DiffuCoder's TRL trainer does a step: generate with Dream's
+  loop (``dream_loop.py``: entropy, temperature 1, top-p 0.95, top-k 50); score the rewards; leave-one-out
+  advantages; for each iteration's mask seed, the three coupled views (DiffuCoder's ``forward_process``)
+  through the policy and the reference, full-vocabulary log-softmax in fp32 (old and reference log-probs);
+  then per iteration the same views with gradients, the clipped loss plus k3 KL, token mean, gradient norm
+  clipped at 0.2, one AdamW step.
+* **ours**: ``python -m verl.trainer.main algorithm=coupled_grpo`` with the same settings
+  (``ppo_epochs=2`` is the iterations), once with the reference sampler (every fast-path lever off) and
+  once with the job's fast sampler; stage times from verl's ``timing_s/*`` (rollout includes the reward
+  scoring that overlaps it).
+
+The first step of each is start-up and is left out; the table gives the median and range of the rest and
+the ratio of ours to the reference-style median. Memory: the peak of the summed proportional set size (PSS)
+of each run's whole process tree, sandboxes included, sampled every 0.5 s (``processes.py``).
+
+    python benchmarks/whole_step.py                  # 6 steps each, about 12 minutes on 2 cores
+    python benchmarks/whole_step.py --steps 4 --model PATH
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parent
+PROMPTS, GENERATIONS, NEW_TOKENS, DIFFUSION_STEPS, ITERATIONS, BETA, CLIP, LR = 4, 4, 64, 64, 2, 0.01, 0.5, 1e-4
+JOB_SETTINGS = [f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.rollout.n={GENERATIONS}",
+                f"data.max_response_length={NEW_TOKENS}",
+                f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={DIFFUSION_STEPS}",
+                f"actor_rollout_ref.actor.ppo_epochs={ITERATIONS}", f"actor_rollout_ref.actor.kl_loss_coef={BETA}",
+                f"actor_rollout_ref.actor.optim.lr={LR}", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}"]
+STAGES = (("rollout + reward", ("timing_s/gen",)), ("old + ref log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
+          ("update", ("timing_s/update_actor",)), ("step", ("timing_s/step",)))
+
+
+def coupled_logprobs(module, lm, input_ids, attention, positions, prompt_length: int, seed: int):
+    """DiffuCoder's coupled per-token log-probs of the completion, written plainly.  # [B, N]"""
+    import torch
+
+    from diffugrpo_plugin.coupled import forward_process
+    from diffugrpo_plugin.models import align_logits
+
+    rows, length = input_ids.shape
+    prompt_index = torch.arange(length) < prompt_length  # [T]
+    noisy, weights, in_v2 = forward_process(input_ids, prompt_index, lm.mask_token_id, seed)
+    views = torch.cat(noisy)  # [3B, T]
+    logits = align_logits(lm.family.call(module, views, attention.repeat(3, 1), positions.repeat(3, 1)),
+                          lm.shift_logits)  # [3B, T, V]
+    logp = logits.float().log_softmax(dim=-1).gather(-1, input_ids.repeat(3, 1).unsqueeze(-1)).squeeze(-1)  # [3B, T]
+    full, first, second = logp.split(rows)  # [B, T] each
+    combined = (full * weights[0] + torch.where(in_v2, first * weights[1], second * weights[2])) / 2  # [B, T]
+    return combined[:, prompt_length:]  # [B, N]
+
+
+def reference_style(steps: int, model: str, out: Path) -> None:
+    """Runs ``steps`` reference-style steps in this process; writes each step's stage seconds to ``out``."""
+    import torch
+
+    from dream_loop import JOB_SAMPLING, dream_loop
+    from sampler import pad_id
+
+    from diffugrpo_plugin.rewards import RewardSpec
+
+    from diffugrpo_plugin.data import prepare
+    from diffugrpo_plugin.models import load_diffusion_lm, position_ids_from_mask
+    from diffugrpo_plugin.sampling import left_pad
+    from diffugrpo_plugin.sampling.engine import cut_after_eos
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    lm, tokenizer = load_diffusion_lm(model, "cpu")
+    policy, reference = lm.module, copy.deepcopy(lm.module).eval()
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=LR, betas=(0.9, 0.99), weight_decay=0.1)
+    all_rows = prepare("synthetic", "train")
+    generator = torch.Generator().manual_seed(0)
+    eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
+    spec = RewardSpec.from_config({"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]})
+    timings = []
+    for step in range(steps):
+        rows = [row for row in all_rows[step * PROMPTS:(step + 1) * PROMPTS] for _ in range(GENERATIONS)]
+        texts = [tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True)
+                 for row in rows]
+        ids, mask = left_pad([tokenizer.encode(text, add_special_tokens=False) for text in texts], pad)
+        seconds = {}
+        started = time.perf_counter()
+        policy.eval()
+        completion = dream_loop(lm, ids, mask, NEW_TOKENS, DIFFUSION_STEPS, JOB_SAMPLING["temperature"],
+                                JOB_SAMPLING["top_p"], JOB_SAMPLING["top_k"], generator)  # [B, N]
+        completion, kept = cut_after_eos(completion, eos, pad)  # [B, N] each
+        answers = [tokenizer.decode(row[:int(n)], skip_special_tokens=True) for row, n in zip(completion, kept.sum(1))]
+        columns = {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
+        rewards = torch.tensor([spec.total(scored.values) for scored in spec.score(answers, columns)])  # [B]
+        seconds["rollout + reward"] = time.perf_counter() - started
+
+        grouped = rewards.view(PROMPTS, GENERATIONS)  # [P, G]
+        advantages = (grouped - (grouped.sum(1, keepdim=True) - grouped) / (GENERATIONS - 1)).view(-1, 1)  # [B, 1]
+        input_ids = torch.cat([ids, completion], dim=1)  # [B, T]
+        attention = torch.cat([mask, kept], dim=1)  # [B, T]
+        positions = position_ids_from_mask(attention)  # [B, T]
+        seeds = torch.randint(0, 2**31, (ITERATIONS,), generator=generator).tolist()
+        started = time.perf_counter()
+        with torch.no_grad():
+            old = [coupled_logprobs(policy, lm, input_ids, attention, positions, ids.shape[1], s) for s in seeds]
+            ref = [coupled_logprobs(reference, lm, input_ids, attention, positions, ids.shape[1], s) for s in seeds]
+        seconds["old + ref log-probs"] = time.perf_counter() - started
+
+        started = time.perf_counter()
+        policy.train()
+        weight = kept.float()  # [B, N]
+        for k, seed in enumerate(seeds):
+            new = coupled_logprobs(policy, lm, input_ids, attention, positions, ids.shape[1], seed)  # [B, N]
+            ratio = torch.exp(new - old[k])
+            surrogate = torch.min(ratio * advantages, ratio.clamp(1 - CLIP, 1 + CLIP) * advantages)
+            gap = ref[k] - new
+            kl = torch.exp(gap) - gap - 1
+            loss = ((-surrogate + BETA * kl) * weight).sum() / weight.sum()
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.2)
+            optimizer.step()
+        seconds["update"] = time.perf_counter() - started
+        seconds["step"] = sum(seconds.values())
+        timings.append(seconds)
+        print(f"reference-style step {step + 1}/{steps}: {seconds['step']:.1f} s", file=sys.stderr, flush=True)
+    out.write_text(json.dumps(timings))
+
+
+def peak_pss_of(command: list[str], env: dict[str, str], cwd: Path) -> int:
+    """Runs ``command``; returns the peak summed PSS (KiB) of its process tree."""
+    from processes import snapshot
+
+    job = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           start_new_session=True)
+    peak = 0
+    while job.poll() is None:
+        peak = max(peak, sum(pss for _, _, pss, _ in snapshot(job.pid)))
+        time.sleep(0.5)
+    if job.returncode:
+        raise SystemExit(f"{' '.join(command)} failed (exit {job.returncode}):\n{job.stderr.read()[-3000:]}")
+    return peak
+
+
+def run_ours(label: str, steps: int, model: str, sampler_options: list[str], workdir: Path):
+    from step import SAMPLER_KEY
+
+    from diffugrpo_plugin.plotting import find_event_dir, read_scalars
+
+    tensorboard = workdir / label / "tensorboard"
+    command = [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo", *JOB_SETTINGS,
+               f"actor_rollout_ref.model.path={model}", f"trainer.total_training_steps={steps}", "trainer.test_freq=-1",
+               "trainer.val_before_train=false", "trainer.save_freq=-1",
+               f"trainer.default_local_dir={workdir / label / 'checkpoints'}", f"hydra.run.dir={workdir / label / 'hydra'}",
+               *[f"++{SAMPLER_KEY}.{option}" for option in sampler_options]]
+    peak = peak_pss_of(command, {**os.environ, "TENSORBOARD_DIR": str(tensorboard)}, workdir)
+    scalars = read_scalars(find_event_dir(tensorboard))
+    split = {}
+    for stage, tags in STAGES:
+        per_tag = [dict(zip(scalars[tag].steps, scalars[tag].values)) for tag in tags if tag in scalars]
+        later = sorted(step for step in per_tag[0] if step > 1)
+        split[stage] = [sum(values[step] for values in per_tag) for step in later]
+    print(f"{label}: done", flush=True)
+    return split, peak
+
+
+def run_reference_style(steps: int, model: str, workdir: Path):
+    out = workdir / "reference_style.json"
+    command = [sys.executable, __file__, "--reference-style-worker", str(out), "--steps", str(steps), "--model", model]
+    peak = peak_pss_of(command, {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")]))}, workdir)
+    timings = json.loads(out.read_text())[1:]
+    print("reference-style: done", flush=True)
+    return {stage: [t[stage] for t in timings] for stage, _ in STAGES}, peak
+
+
+def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
+    baseline, baseline_peak = runs["reference-style"]
+    labels = list(runs)
+    print(f"\nseconds per step, median [range] of steps 2..N; 'x' = reference-style median / this run's median "
+          f"(above 1: faster than the reference-style step)")
+    header = f"{'stage':<22}" + "".join(f"{label:>30}" for label in labels)
+    print(header + "\n" + "-" * len(header))
+    for stage, _ in STAGES:
+        cells = []
+        for label in labels:
+            values = runs[label][0][stage]
+            ratio = statistics.median(baseline[stage]) / statistics.median(values)
+            cells.append(f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}] x{ratio:.2f}")
+        print(f"{stage:<22}" + "".join(f"{cell:>30}" for cell in cells))
+    print(f"{'peak PSS, whole tree':<22}" + "".join(
+        f"{f'{peak / 1024:.0f} MiB x{peak / baseline_peak:.2f}':>30}" for _, peak in runs.values()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=6, help="steps per run (the first is not counted)")
+    parser.add_argument("--model", default=None, help="checkpoint (default: the warm-started tiny Dream-style model)")
+    parser.add_argument("--reference-style-worker", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.steps < 2:
+        parser.error("--steps must be at least 2: the first step is start-up and is not counted")
+    if args.model is None:
+        from diffugrpo_plugin.warm_start import default_warm_model_path
+
+        args.model = default_warm_model_path()
+    if args.reference_style_worker:
+        reference_style(args.steps, args.model, args.reference_style_worker)
+        return
+    from step import REFERENCE_SAMPLER
+
+    with tempfile.TemporaryDirectory(prefix="diffugrpo-whole-step-") as workdir:
+        runs = {"reference-style": run_reference_style(args.steps, args.model, Path(workdir)),
+                "ours, reference sampler": run_ours("reference", args.steps, args.model, list(REFERENCE_SAMPLER),
+                                                    Path(workdir)),
+                "ours, fast sampler": run_ours("fast", args.steps, args.model, [], Path(workdir))}
+    print_table(runs)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+"""benchmarks/dream_loop.py's baseline is Dream's loop: batched and left-padded, greedy, it produces our plain
+entropy sampler's tokens, so the benchmark times the same work both ways."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from test_samplers_real import EOS, LONG, PAD, SHORT, lm_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from dream_loop import PLAIN_LEVERS, dream_loop  # noqa: E402
+
+from diffugrpo_plugin.sampling import build_sampler, left_pad  # noqa: E402
+from diffugrpo_plugin.sampling.engine import cut_after_eos  # noqa: E402
+
+
+@pytest.mark.parametrize("steps, top_k", [(16, None), (5, 5)])
+def test_the_batched_dream_loop_gives_the_plain_samplers_tokens(steps, top_k):
+    lm = lm_for("dream")
+    ids, mask = left_pad([SHORT, LONG, [7, 8]], PAD)
+    ours = build_sampler("entropy", steps=steps, temperature=0.0, top_p=None, top_k=top_k, **PLAIN_LEVERS)
+    expected = ours.generate(lm, ids, mask, 16, eos_token_id=EOS, pad_token_id=PAD, seeds=[0, 1, 2]).completion_ids
+    loop = dream_loop(lm, ids, mask, 16, steps, 0.0, None, top_k, torch.Generator().manual_seed(0))
+    assert cut_after_eos(loop, EOS, PAD)[0].tolist() == expected.tolist()
+

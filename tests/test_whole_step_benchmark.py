@@ -1,0 +1,35 @@
+"""benchmarks/whole_step.py's reference-style step scores what our engine scores: its plain coupled log-probs
+(three views, full-vocabulary log-softmax) equal the package's DiffuCoder-compatible ``get_per_token_logps`` on
+every completion token the attention mask keeps, so the benchmark compares the same arithmetic both ways."""
+
+import sys
+from pathlib import Path
+
+import torch
+from test_samplers_real import lm_for
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from whole_step import coupled_logprobs  # noqa: E402
+
+from diffugrpo_plugin.coupled import get_per_token_logps  # noqa: E402
+from diffugrpo_plugin.models import position_ids_from_mask  # noqa: E402
+
+
+def test_the_reference_style_log_probs_equal_the_packages_coupled_log_probs():
+    lm = lm_for("dream")
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(3, 20, (3, 5), generator=generator)  # [B, P]
+    completion = torch.randint(3, 20, (3, 6), generator=generator)  # [B, N]
+    input_ids = torch.cat([prompt, completion], dim=1)  # [B, T]
+    attention = torch.ones_like(input_ids)
+    attention[0, :2] = 0  # left padding
+    attention[1, -2:] = 0  # after the EOS
+    positions = position_ids_from_mask(attention)
+    with torch.no_grad():
+        ours = coupled_logprobs(lm.module, lm, input_ids, attention, positions, prompt_length=5, seed=7)  # [B, N]
+        package = get_per_token_logps(lm, input_ids, 6, [7], attention_mask=attention)[:, 0]  # [B, N]
+    kept = attention[:, 5:].bool()
+    assert kept.sum() == 16
+    torch.testing.assert_close(ours[kept], package[kept], rtol=1e-5, atol=1e-5)
+    assert (ours[kept] < 0).all()
