@@ -26,11 +26,10 @@ import time
 import torch
 
 from sampler import pad_id, task_rows
+from step import PLAIN_LEVERS
 
 JOB_SAMPLING = {"temperature": 1.0, "top_p": 0.95, "top_k": 50}
 LOOP = "Dream's loop"
-PLAIN_LEVERS = {"kv_cache": False, "cache_refresh": None, "threshold": None, "compact": False,
-                "reuse_logits": False, "head_on_masked": False}
 
 
 @torch.no_grad()

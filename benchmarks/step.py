@@ -30,8 +30,9 @@ SAMPLER_KEY = "actor_rollout_ref.rollout.engine_kwargs.diffusion"
 STAGES = (("rollout", ("timing_s/gen",)), ("old + ref log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
           ("update", ("timing_s/update_actor",)), ("step", ("timing_s/step",)))
 # the plain sampler: every lever the training default turns on, off
-REFERENCE_SAMPLER = ("kv_cache=false", "cache_refresh=null", "threshold=null", "compact=false", "reuse_logits=false",
-                     "head_on_masked=false")
+PLAIN_LEVERS = {"kv_cache": False, "cache_refresh": None, "threshold": None, "compact": False, "reuse_logits": False,
+                "head_on_masked": False}
+REFERENCE_SAMPLER = tuple(f"{lever}={'null' if value is None else str(value).lower()}" for lever, value in PLAIN_LEVERS.items())
 
 
 def run_job(label: str, steps: int, sampler_options: list[str], workdir: Path) -> dict[str, list[float]]:

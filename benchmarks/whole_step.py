@@ -2,7 +2,9 @@
 reference-style (one process, plain loops) against our job through verl.
 
 Settings (issue 33's): 4 prompts x 4 completions, 64 tokens in 64 diffusion steps, 2 iterations, beta 0.01,
-clip 0.5, fp32, lr 1e-4, code x2.0 + code_format x0.5 in the sandbox, the warm-started tiny model.
+clip 0.5, fp32, lr 1e-4, code x2.0 + code_format x0.5 in the sandbox, the warm-started tiny model. That model
+was fine-tuned on 48-token completions and writes no passing code at 64 (its mean reward row says so);
+``--new-tokens 48 --diffusion-steps 32``, the job's own lengths, compares the samplers where it does.
 
 * **reference-style**, in a process of its own, as DiffuCoder's TRL trainer does a step: generate with Dream's
   loop (``dream_loop.py``: entropy, temperature 1, top-p 0.95, top-k 50); score the rewards; leave-one-out
@@ -16,11 +18,16 @@ clip 0.5, fp32, lr 1e-4, code x2.0 + code_format x0.5 in the sandbox, the warm-s
   scoring that overlaps it).
 
 The first step of each is start-up and is left out; the table gives the median and range of the rest and
-the ratio of ours to the reference-style median. Memory: the peak of the summed proportional set size (PSS)
-of each run's whole process tree, sandboxes included, sampled every 0.5 s (``processes.py``).
+the ratio of ours to the reference-style median; then each run's mean reward per step (mean and range over
+the same steps: the runs train, and the reference-style step draws its prompts in its own order, so this
+checks that the samplers' completions score alike; it is not a paired comparison). Memory: the peak of the
+summed proportional set size (PSS) of each run's whole process tree, sandboxes included, sampled every
+0.5 s (``processes.py``).
 
     python benchmarks/whole_step.py                  # 6 steps each, about 12 minutes on 2 cores
+    python benchmarks/whole_step.py --new-tokens 48 --diffusion-steps 32   # the job's lengths: rewards above 0
     python benchmarks/whole_step.py --steps 4 --model PATH
+    python benchmarks/whole_step.py -o actor_rollout_ref.model.diffusion.lean_mlp=false   # a setting of ours
 """
 
 from __future__ import annotations
@@ -37,12 +44,11 @@ import time
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parent
-PROMPTS, GENERATIONS, NEW_TOKENS, DIFFUSION_STEPS, ITERATIONS, BETA, CLIP, LR = 4, 4, 64, 64, 2, 0.01, 0.5, 1e-4
+PROMPTS, GENERATIONS, ITERATIONS, BETA, CLIP, LR = 4, 4, 2, 0.01, 0.5, 1e-4
 JOB_SETTINGS = [f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.rollout.n={GENERATIONS}",
-                f"data.max_response_length={NEW_TOKENS}",
-                f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={DIFFUSION_STEPS}",
                 f"actor_rollout_ref.actor.ppo_epochs={ITERATIONS}", f"actor_rollout_ref.actor.kl_loss_coef={BETA}",
                 f"actor_rollout_ref.actor.optim.lr={LR}", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}"]
+REWARD = ("mean reward", ("critic/score/mean",))  # code x2.0 + code_format x0.5, mean over the step's completions
 STAGES = (("rollout + reward", ("timing_s/gen",)), ("old + ref log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
           ("update", ("timing_s/update_actor",)), ("step", ("timing_s/step",)))
 
@@ -66,7 +72,12 @@ def coupled_logprobs(module, lm, input_ids, attention, positions, prompt_length:
     return combined[:, prompt_length:]  # [B, N]
 
 
-def reference_style(steps: int, model: str, out: Path) -> None:
+def length_settings(new_tokens: int, diffusion_steps: int) -> list[str]:
+    return [f"data.max_response_length={new_tokens}",
+            f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={diffusion_steps}"]
+
+
+def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: int, out: Path) -> None:
     """Runs ``steps`` reference-style steps in this process; writes each step's stage seconds to ``out``."""
     import torch
 
@@ -97,7 +108,7 @@ def reference_style(steps: int, model: str, out: Path) -> None:
         seconds = {}
         started = time.perf_counter()
         policy.eval()
-        completion = dream_loop(lm, ids, mask, NEW_TOKENS, DIFFUSION_STEPS, JOB_SAMPLING["temperature"],
+        completion = dream_loop(lm, ids, mask, new_tokens, diffusion_steps, JOB_SAMPLING["temperature"],
                                 JOB_SAMPLING["top_p"], JOB_SAMPLING["top_k"], generator)  # [B, N]
         completion, kept = cut_after_eos(completion, eos, pad)  # [B, N] each
         answers = [tokenizer.decode(row[:int(n)], skip_special_tokens=True) for row, n in zip(completion, kept.sum(1))]
@@ -133,7 +144,7 @@ def reference_style(steps: int, model: str, out: Path) -> None:
             optimizer.step()
         seconds["update"] = time.perf_counter() - started
         seconds["step"] = sum(seconds.values())
-        timings.append(seconds)
+        timings.append({**seconds, REWARD[0]: rewards.mean().item()})
         print(f"reference-style step {step + 1}/{steps}: {seconds['step']:.1f} s", file=sys.stderr, flush=True)
     out.write_text(json.dumps(timings))
 
@@ -153,7 +164,7 @@ def peak_pss_of(command: list[str], env: dict[str, str], cwd: Path) -> int:
     return peak
 
 
-def run_ours(label: str, steps: int, model: str, sampler_options: list[str], workdir: Path):
+def run_ours(label: str, steps: int, model: str, sampler_options: list[str], settings: list[str], workdir: Path):
     from step import SAMPLER_KEY
 
     from diffugrpo_plugin.plotting import find_event_dir, read_scalars
@@ -163,11 +174,11 @@ def run_ours(label: str, steps: int, model: str, sampler_options: list[str], wor
                f"actor_rollout_ref.model.path={model}", f"trainer.total_training_steps={steps}", "trainer.test_freq=-1",
                "trainer.val_before_train=false", "trainer.save_freq=-1",
                f"trainer.default_local_dir={workdir / label / 'checkpoints'}", f"hydra.run.dir={workdir / label / 'hydra'}",
-               *[f"++{SAMPLER_KEY}.{option}" for option in sampler_options]]
+               *[f"++{SAMPLER_KEY}.{option}" for option in sampler_options], *settings]
     peak = peak_pss_of(command, {**os.environ, "TENSORBOARD_DIR": str(tensorboard)}, workdir)
     scalars = read_scalars(find_event_dir(tensorboard))
     split = {}
-    for stage, tags in STAGES:
+    for stage, tags in (*STAGES, REWARD):
         per_tag = [dict(zip(scalars[tag].steps, scalars[tag].values)) for tag in tags if tag in scalars]
         later = sorted(step for step in per_tag[0] if step > 1)
         split[stage] = [sum(values[step] for values in per_tag) for step in later]
@@ -175,14 +186,15 @@ def run_ours(label: str, steps: int, model: str, sampler_options: list[str], wor
     return split, peak
 
 
-def run_reference_style(steps: int, model: str, workdir: Path):
+def run_reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: int, workdir: Path):
     out = workdir / "reference_style.json"
-    command = [sys.executable, __file__, "--reference-style-worker", str(out), "--steps", str(steps), "--model", model]
+    command = [sys.executable, __file__, "--reference-style-worker", str(out), "--steps", str(steps), "--model", model,
+               "--new-tokens", str(new_tokens), "--diffusion-steps", str(diffusion_steps)]
     peak = peak_pss_of(command, {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")]))}, workdir)
     timings = json.loads(out.read_text())[1:]
     print("reference-style: done", flush=True)
-    return {stage: [t[stage] for t in timings] for stage, _ in STAGES}, peak
+    return {stage: [t[stage] for t in timings] for stage, _ in (*STAGES, REWARD)}, peak
 
 
 def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
@@ -199,6 +211,8 @@ def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
             ratio = statistics.median(baseline[stage]) / statistics.median(values)
             cells.append(f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}] x{ratio:.2f}")
         print(f"{stage:<22}" + "".join(f"{cell:>30}" for cell in cells))
+    rewards = [runs[label][0][REWARD[0]] for label in labels]
+    print(f"{REWARD[0]:<22}" + "".join(f"{f'{statistics.mean(r):.2f} [{min(r):.2f}-{max(r):.2f}]':>30}" for r in rewards))
     print(f"{'peak PSS, whole tree':<22}" + "".join(
         f"{f'{peak / 1024:.0f} MiB x{peak / baseline_peak:.2f}':>30}" for _, peak in runs.values()))
 
@@ -207,6 +221,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=6, help="steps per run (the first is not counted)")
     parser.add_argument("--model", default=None, help="checkpoint (default: the warm-started tiny Dream-style model)")
+    parser.add_argument("--new-tokens", type=int, default=64, help="completion length (issue 33's: 64; the job's: 48)")
+    parser.add_argument("--diffusion-steps", type=int, default=64, help="issue 33's: 64; the job's: 32")
+    parser.add_argument("-o", "--override", action="append", default=[],
+                        help="a Hydra override added to both of our runs (to try a setting of ours; the "
+                             "reference-style step is unchanged)")
     parser.add_argument("--reference-style-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 2:
@@ -216,15 +235,17 @@ def main() -> None:
 
         args.model = default_warm_model_path()
     if args.reference_style_worker:
-        reference_style(args.steps, args.model, args.reference_style_worker)
+        reference_style(args.steps, args.model, args.new_tokens, args.diffusion_steps, args.reference_style_worker)
         return
     from step import REFERENCE_SAMPLER
 
+    settings = [*length_settings(args.new_tokens, args.diffusion_steps), *args.override]
     with tempfile.TemporaryDirectory(prefix="diffugrpo-whole-step-") as workdir:
-        runs = {"reference-style": run_reference_style(args.steps, args.model, Path(workdir)),
+        runs = {"reference-style": run_reference_style(args.steps, args.model, args.new_tokens, args.diffusion_steps,
+                                                       Path(workdir)),
                 "ours, reference sampler": run_ours("reference", args.steps, args.model, list(REFERENCE_SAMPLER),
-                                                    Path(workdir)),
-                "ours, fast sampler": run_ours("fast", args.steps, args.model, [], Path(workdir))}
+                                                    settings, Path(workdir)),
+                "ours, fast sampler": run_ours("fast", args.steps, args.model, [], settings, Path(workdir))}
     print_table(runs)
 
 
