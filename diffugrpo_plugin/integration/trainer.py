@@ -282,25 +282,26 @@ class DiffuGRPOTrainer(PPOTrainerSync):
     def _compute_old_log_prob(self, batch, metrics):
         seeds = mask_seed_table(self.mask_seed_base, self.global_steps, len(batch), self.num_iterations,
                                 self.random_masking)  # [B, K]
-        self._put(batch, {iteration_field(MASK_SEED_FIELD, k): seeds[:, k].contiguous()
-                          for k in range(self.num_iterations)})
-        return self._per_iteration(batch, metrics, super()._compute_old_log_prob, "old_log_probs")
+        per_iteration = {iteration_field(MASK_SEED_FIELD, k): seeds[:, k].contiguous() for k in range(self.num_iterations)}
+        self._put(batch, per_iteration)
+        return self._per_iteration(batch, metrics, super()._compute_old_log_prob, "old_log_probs", per_iteration)
 
     def _compute_ref_log_prob(self, batch, metrics):
-        return self._per_iteration(batch, metrics, super()._compute_ref_log_prob, "ref_log_prob")
+        fields = [iteration_field(MASK_SEED_FIELD, k) for k in range(self.num_iterations)]
+        return self._per_iteration(batch, metrics, super()._compute_ref_log_prob, "ref_log_prob",
+                                   self._get(batch, fields))
 
-    def _per_iteration(self, batch, metrics, compute, output_field: str):
-        """Run ``compute`` once per iteration with that iteration's masks and keep each result."""
+    def _per_iteration(self, batch, metrics, compute, output_field: str, seeds):
+        """Run ``compute`` once per iteration with that iteration's masks (``seeds``: the per-iteration seed
+        fields) and keep each result; the results go back to the store in one put."""
+        results = {}
         for k in range(self.num_iterations):
-            seed_field = iteration_field(MASK_SEED_FIELD, k)
-            self._put(batch, {MASK_SEED_FIELD: self._get(batch, [seed_field])[seed_field]})
+            self._put(batch, {MASK_SEED_FIELD: seeds[iteration_field(MASK_SEED_FIELD, k)]})
             batch = compute(batch, metrics)
-            result = self._get(batch, [output_field])[output_field]
-            self._put(batch, {iteration_field(output_field, k): result})
-        if self.num_iterations > 1:
-            # verl's own uses of old/ref log-probs (metrics, rollout correction) see iteration 0
-            self._put(batch, {output_field: self._get(batch, [iteration_field(output_field, 0)])[
-                iteration_field(output_field, 0)]})
+            results[iteration_field(output_field, k)] = self._get(batch, [output_field])[output_field]
+        # verl's own uses of old/ref log-probs (metrics, rollout correction) see iteration 0
+        results[output_field] = results[iteration_field(output_field, 0)]
+        self._put(batch, results)
         return batch
 
     def _reward_components(self, batch) -> tuple[list[dict[str, float | None]], list[set[str]], list]:
