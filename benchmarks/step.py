@@ -32,7 +32,8 @@ STAGES = (("rollout", ("timing_s/gen",)), ("old + ref log-probs", ("timing_s/old
 # the plain sampler: every lever the training default turns on, off
 PLAIN_LEVERS = {"kv_cache": False, "cache_refresh": None, "threshold": None, "compact": False, "reuse_logits": False,
                 "head_on_masked": False}
-REFERENCE_SAMPLER = tuple(f"{lever}={'null' if value is None else str(value).lower()}" for lever, value in PLAIN_LEVERS.items())
+REFERENCE_SAMPLER = tuple(f"{lever}={'null' if value is None else str(value).lower()}"
+                          for lever, value in PLAIN_LEVERS.items())
 
 
 def run_job(label: str, steps: int, sampler_options: list[str], workdir: Path) -> dict[str, list[float]]:

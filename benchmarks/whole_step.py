@@ -173,7 +173,8 @@ def run_ours(label: str, steps: int, model: str, sampler_options: list[str], set
     command = [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo", *JOB_SETTINGS,
                f"actor_rollout_ref.model.path={model}", f"trainer.total_training_steps={steps}", "trainer.test_freq=-1",
                "trainer.val_before_train=false", "trainer.save_freq=-1",
-               f"trainer.default_local_dir={workdir / label / 'checkpoints'}", f"hydra.run.dir={workdir / label / 'hydra'}",
+               f"trainer.default_local_dir={workdir / label / 'checkpoints'}",
+               f"hydra.run.dir={workdir / label / 'hydra'}",
                *[f"++{SAMPLER_KEY}.{option}" for option in sampler_options], *settings]
     peak = peak_pss_of(command, {**os.environ, "TENSORBOARD_DIR": str(tensorboard)}, workdir)
     scalars = read_scalars(find_event_dir(tensorboard))
@@ -212,7 +213,8 @@ def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
             cells.append(f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}] x{ratio:.2f}")
         print(f"{stage:<22}" + "".join(f"{cell:>30}" for cell in cells))
     rewards = [runs[label][0][REWARD[0]] for label in labels]
-    print(f"{REWARD[0]:<22}" + "".join(f"{f'{statistics.mean(r):.2f} [{min(r):.2f}-{max(r):.2f}]':>30}" for r in rewards))
+    cells = [f"{statistics.mean(r):.2f} [{min(r):.2f}-{max(r):.2f}]" for r in rewards]
+    print(f"{REWARD[0]:<22}" + "".join(f"{cell:>30}" for cell in cells))
     print(f"{'peak PSS, whole tree':<22}" + "".join(
         f"{f'{peak / 1024:.0f} MiB x{peak / baseline_peak:.2f}':>30}" for _, peak in runs.values()))
 

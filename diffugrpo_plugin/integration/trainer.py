@@ -282,7 +282,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
     def _compute_old_log_prob(self, batch, metrics):
         seeds = mask_seed_table(self.mask_seed_base, self.global_steps, len(batch), self.num_iterations,
                                 self.random_masking)  # [B, K]
-        per_iteration = {iteration_field(MASK_SEED_FIELD, k): seeds[:, k].contiguous() for k in range(self.num_iterations)}
+        per_iteration = {iteration_field(MASK_SEED_FIELD, k): seeds[:, k].contiguous()
+                         for k in range(self.num_iterations)}
         self._put(batch, per_iteration)
         return self._per_iteration(batch, metrics, super()._compute_old_log_prob, "old_log_probs", per_iteration)
 
