@@ -110,7 +110,7 @@ def task_reward(rows: list[dict]):
     """DiffuCoder's task reward (code x2.0 + code_format x0.5, tests in the sandbox) of each completion."""
     from diffugrpo_plugin.rewards import RewardSpec
 
-    spec = RewardSpec.from_config({"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]})
+    spec = RewardSpec.from_config({})  # the framework's default: DiffuCoder's code x2.0 + code_format x0.5
     columns = {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
 
     def reward(texts: list[str]) -> list[float]:

@@ -84,10 +84,9 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
     from dream_loop import JOB_SAMPLING, dream_loop
     from sampler import pad_id
 
-    from diffugrpo_plugin.rewards import RewardSpec
-
     from diffugrpo_plugin.data import prepare
     from diffugrpo_plugin.models import load_diffusion_lm, position_ids_from_mask
+    from diffugrpo_plugin.rewards import RewardSpec
     from diffugrpo_plugin.sampling import left_pad
     from diffugrpo_plugin.sampling.engine import cut_after_eos
 
@@ -98,7 +97,7 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
     all_rows = prepare("synthetic", "train")
     generator = torch.Generator().manual_seed(0)
     eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
-    spec = RewardSpec.from_config({"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]})
+    spec = RewardSpec.from_config({})  # the framework's default: DiffuCoder's code x2.0 + code_format x0.5
     timings = []
     for step in range(steps):
         rows = [row for row in all_rows[step * PROMPTS:(step + 1) * PROMPTS] for _ in range(GENERATIONS)]
@@ -153,14 +152,16 @@ def peak_pss_of(command: list[str], env: dict[str, str], cwd: Path) -> int:
     """Runs ``command``; returns the peak summed PSS (KiB) of its process tree."""
     from processes import snapshot
 
-    job = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                           start_new_session=True)
-    peak = 0
-    while job.poll() is None:
-        peak = max(peak, sum(pss for _, _, pss, _ in snapshot(job.pid)))
-        time.sleep(0.5)
-    if job.returncode:
-        raise SystemExit(f"{' '.join(command)} failed (exit {job.returncode}):\n{job.stderr.read()[-3000:]}")
+    with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: a chatty job never blocks on a full pipe
+        job = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=errors, text=True,
+                               start_new_session=True)
+        peak = 0
+        while job.poll() is None:
+            peak = max(peak, sum(pss for _, _, pss, _ in snapshot(job.pid)))
+            time.sleep(0.5)
+        if job.returncode:
+            errors.seek(0)
+            raise SystemExit(f"{' '.join(command)} failed (exit {job.returncode}):\n{errors.read()[-3000:]}")
     return peak
 
 
