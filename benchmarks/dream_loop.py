@@ -35,7 +35,11 @@ LOOP = "Dream's loop"
 @torch.no_grad()
 def dream_loop(lm, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, steps: int, temperature: float,
                top_p: float | None, top_k: int | None, generator: torch.Generator, eps: float = 1e-3) -> torch.Tensor:
-    """Dream's diffusion_generate, alg=entropy, for a left-padded batch; returns the completions.  # [B, N]"""
+    """Dream's diffusion_generate, alg=entropy, for a left-padded batch; returns the completions.  # [B, N]
+
+    Its filtering and ranking are its own, not ``sampling.decoding``'s, so it shares no code with the sampler
+    it is timed against and the greedy equality test compares two independent implementations.
+    """
     from diffugrpo_plugin.models import position_ids_from_mask
 
     rows = ids.shape[0]
