@@ -7,7 +7,9 @@ reward imports no masker, sampler or model code (and so no torch). This module c
 plugin's hook itself (rather than through pluggy's aggregate call) so that every registered name
 keeps the distribution that provided it, checks what a plugin hands back against the contract of
 its kind, and turns every way this can go wrong into an error that names the plugin and the fix.
-No torch import: reward workers and the CLI use it.
+Plugins written for the first published contract, one ``diffugrpo`` group for every hook, are still
+found: each kind also reads that group, uses the modules that implement its hook, and warns once per
+plugin with the group to move it to. No torch import: reward workers and the CLI use it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import dataclasses
 import functools
 import importlib.metadata
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -24,6 +27,8 @@ import pluggy
 from diffugrpo_plugin import PROJECT_NAME, hookspecs
 
 HOOKSPEC_FILE = "diffugrpo_plugin/hookspecs.py"
+LEGACY_GROUP = PROJECT_NAME
+"""The one entry-point group of the first plugin contract; read after each kind's own group, for compatibility."""
 INJECTED_REWARD_OPTIONS = ("sandbox", "code_block")
 """Keyword-only reward parameters diffugrpo fills in itself (see the reward hook in hookspecs.py)."""
 
@@ -192,6 +197,19 @@ def _kind(kind: str) -> PluginKind:
     return KINDS[kind]
 
 
+def _load(entry_point: importlib.metadata.EntryPoint):
+    """The plugin's module and the distribution that declared it; a failed import names the package to fix."""
+    distribution = _distribution_of(entry_point)
+    try:
+        return entry_point.load(), distribution
+    except Exception as exc:  # noqa: BLE001 - re-raised with the plugin named
+        raise PluginError(
+            f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} "
+            f"failed to import: {type(exc).__name__}: {exc}. Fix or uninstall that package "
+            f"(`pip uninstall {distribution.split()[0]}`)."
+        ) from exc
+
+
 @functools.lru_cache(maxsize=None)
 def plugin_manager(kind: str) -> tuple[pluggy.PluginManager, dict[str, str]]:
     """Load the entry points of one kind's group, once per process.
@@ -204,36 +222,34 @@ def plugin_manager(kind: str) -> tuple[pluggy.PluginManager, dict[str, str]]:
     manager = pluggy.PluginManager(PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     provenance: dict[str, str] = {}
-    seen: set[tuple[str, str]] = set()
-    for entry_point in importlib.metadata.entry_points(group=spec.group):
-        distribution = _distribution_of(entry_point)
-        # An editable install next to a regular one lists the same entry point twice.
-        if (entry_point.name, entry_point.value) in seen:
-            continue
-        seen.add((entry_point.name, entry_point.value))
-        try:
-            module = entry_point.load()
-        except Exception as exc:  # noqa: BLE001 - re-raised with the plugin named
-            raise PluginError(
-                f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} "
-                f"failed to import: {type(exc).__name__}: {exc}. Fix or uninstall that package "
-                f"(`pip uninstall {distribution.split()[0]}`)."
-            ) from exc
-        if not callable(getattr(module, spec.hook, None)):
-            raise PluginError(f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} is "
-                              f"listed in the entry-point group '{spec.group}' but implements no {spec.hook}() hook "
-                              f"(see {HOOKSPEC_FILE}).")
-        plugin_name = entry_point.name
-        if manager.has_plugin(plugin_name):
-            plugin_name = f"{entry_point.name}@{distribution}"
-        try:
-            manager.register(module, name=plugin_name)
-        except pluggy.PluginValidationError as exc:
-            raise PluginError(
-                f"diffugrpo plugin '{entry_point.name}' from {distribution} implements a hook "
-                f"wrongly: {exc}. The hooks are documented in {HOOKSPEC_FILE}."
-            ) from exc
-        provenance[plugin_name] = distribution
+    seen: set[str] = set()  # an editable install next to a regular one, or a module in both groups, lists it twice
+    for group in (spec.group, LEGACY_GROUP):
+        for entry_point in importlib.metadata.entry_points(group=group):
+            if entry_point.value in seen:
+                continue
+            seen.add(entry_point.value)
+            module, distribution = _load(entry_point)
+            if not callable(getattr(module, spec.hook, None)):
+                if group == LEGACY_GROUP and any(callable(getattr(module, other.hook, None)) for other in KINDS.values()):
+                    continue  # the old group holds every kind: this one provides another
+                raise PluginError(f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} "
+                                  f"is listed in the entry-point group '{group}' but implements no {spec.hook}() "
+                                  f"hook (see {HOOKSPEC_FILE}).")
+            if group == LEGACY_GROUP:
+                warnings.warn(f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} is "
+                              f"listed in the first contract's entry-point group '{LEGACY_GROUP}'; it still works, "
+                              f"but move its {spec.hook}() to the group '{spec.group}'", FutureWarning, stacklevel=2)
+            plugin_name = entry_point.name
+            if manager.has_plugin(plugin_name):
+                plugin_name = f"{entry_point.name}@{distribution}"
+            try:
+                manager.register(module, name=plugin_name)
+            except pluggy.PluginValidationError as exc:
+                raise PluginError(
+                    f"diffugrpo plugin '{entry_point.name}' from {distribution} implements a hook "
+                    f"wrongly: {exc}. The hooks are documented in {HOOKSPEC_FILE}."
+                ) from exc
+            provenance[plugin_name] = distribution
     return manager, provenance
 
 

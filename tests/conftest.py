@@ -52,6 +52,13 @@ def installed_example(folder: str, distribution: str, scratch: Path):
     """
     source = scratch / folder
     shutil.copytree(REPO / "examples" / folder, source)  # the build writes egg-info beside the sources
+    with installed_package(source, distribution):
+        yield
+
+
+@contextmanager
+def installed_package(source: Path, distribution: str):
+    """pip-install the package whose ``pyproject.toml`` is in ``source`` for the duration, then uninstall it."""
     done = pip("install", "--no-deps", "--no-build-isolation", "-q", str(source))
     assert done.returncode == 0, done.stderr
     try:
@@ -59,6 +66,7 @@ def installed_example(folder: str, distribution: str, scratch: Path):
     finally:
         removed = pip("uninstall", "-y", "-q", distribution)
         assert removed.returncode == 0, removed.stderr
+
 
 # The tiny test models spin with several threads on a loaded 2-core machine.
 torch.set_num_threads(1)
