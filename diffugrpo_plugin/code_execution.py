@@ -40,6 +40,9 @@ from diffugrpo_plugin.verdicts import parse_python
 SIGXCPU = 24
 CACHE_SIZE = 4096
 BLOCK_CHOICES = ("first", "last")
+FORMAT_ENDS = ("exact", "lenient")
+"""What may follow the closing fence in DiffuCoder's format: exactly one newline (its pattern), or any
+whitespace or nothing (a completion that stops at EOS right after the fence)."""
 _FENCED_PYTHON = re.compile(r"```(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 

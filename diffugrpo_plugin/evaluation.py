@@ -386,12 +386,13 @@ class ProblemResult:
 
 
 def judge_completions(problems: Sequence[EvalProblem], completions: Mapping[str, Sequence[Completion]], *,
-                      code_block: str = "first", require_format: bool = True, bare_code: bool = False,
-                      sandbox: Sandbox | None = None, timeout_s: float | None = None) -> list[ProblemResult]:
+                      code_block: str = "first", require_format: bool = True, format_end: str = "exact",
+                      bare_code: bool = False, sandbox: Sandbox | None = None, timeout_s: float | None = None
+                      ) -> list[ProblemResult]:
     """Judges every completion of every problem that has some, in the order of ``problems``.
 
-    ``code_block`` and ``require_format`` are the ``code`` reward's options (defaults: as in
-    training); ``bare_code`` judges a completion without any ``` fence as code, appended to the
+    ``code_block``, ``require_format`` and ``format_end`` are the ``code`` reward's options (defaults: as
+    in training); ``bare_code`` judges a completion without any ``` fence as code, appended to the
     problem's :attr:`~EvalProblem.starter_code` as HumanEval's own harness does. All (code,
     tests) pairs run concurrently, up to the sandbox's concurrency. Raises
     :class:`EvaluationError` when the sandbox itself fails: a harness fault is not a score.
@@ -401,8 +402,8 @@ def judge_completions(problems: Sequence[EvalProblem], completions: Mapping[str,
         raise EvaluationError("no completion belongs to any of the problems loaded")
     specs = {problem.task_id: problem.tests() for problem in judged}
     items = [(problem.task_id, completion,
-              _with_hint(offered_code(completion.text, code_block, require_format, bare_code, problem.starter_code),
-                         require_format, bare_code))
+              _with_hint(offered_code(completion.text, code_block, require_format, bare_code, problem.starter_code,
+                                      format_end), require_format, bare_code))
              for problem in judged for completion in completions[problem.task_id]]
     runnable = [(offer.code, specs[task_id]) for task_id, _, offer in items if offer.code is not None]
     verdicts = _verdicts(items, run_tests_many(runnable, sandbox, timeout_s))

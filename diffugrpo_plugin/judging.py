@@ -1,8 +1,9 @@
 """What the code rewards and the evaluation share: the code a completion offers, its test outcomes,
 and the reason a completion scored less than full marks.
 
-* :func:`format_verdict`: DiffuCoder's format rule (one fenced ```python block ending the text)
-  and, where it fails, how.
+* :func:`format_verdict`: DiffuCoder's format rule (one fenced ```python block ending the text,
+  then exactly one newline; ``format_end="lenient"`` also accepts other whitespace or none) and,
+  where it fails, how.
 * :func:`offered_code`: the code a completion offers for judging, or the reason it offers none.
 * :func:`code_outcomes`: per completion, the row's tests, the code judged, every test's sandboxed
   outcome and the reason it did not pass; ``code``, ``efficiency``, ``maintainability``,
@@ -31,7 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, run_tests_many, tests_from_row
+from diffugrpo_plugin.code_execution import (FORMAT_ENDS, TestOutcome, TestSpec, extract_code, run_tests_many,
+                                             tests_from_row)
 from diffugrpo_plugin.rewards import Explained, Reason
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
 from diffugrpo_plugin.verdicts import parse_python
@@ -82,14 +84,16 @@ def _unfenced(text: str) -> Reason:
     return Reason("no_code_block", "no fenced ```python block")
 
 
-def _format_shape(text: str) -> tuple[str | None, Reason | None]:
+def _format_shape(text: str, format_end: str = "exact") -> tuple[str | None, Reason | None]:
     """The code of DiffuCoder's single block, or how ``text`` misses that shape.
 
     DiffuCoder's pattern (``re.fullmatch``): no ``` before the ```python fence, none inside the
-    block, and the closing fence ends the text followed by a newline. Here the closing fence may
-    be followed by any whitespace or by nothing: a completion that stops at EOS right after the
-    fence is in the format.
+    block, and the closing fence followed by exactly one newline ends the text. With
+    ``format_end="lenient"`` the closing fence may be followed by any whitespace or by nothing (a
+    completion that stops at EOS right after the fence).
     """
+    if format_end not in FORMAT_ENDS:
+        raise ValueError(f"format_end must be one of {FORMAT_ENDS}, got {format_end!r}")
     first = text.find(FENCE)
     if first == -1:
         return None, _unfenced(text)
@@ -107,15 +111,20 @@ def _format_shape(text: str) -> tuple[str | None, Reason | None]:
     if tail.strip():
         return None, Reason("format", f"text after the closing fence: {_excerpt(tail.strip())}; the block must "
                                       f"end the completion")
+    if format_end == "exact" and tail != "\n":
+        found = "nothing" if not tail else _excerpt(tail)
+        return None, Reason("format", f"{found} after the closing fence; DiffuCoder's format ends with exactly one "
+                                      f"newline there (format_end=lenient accepts any whitespace or none)")
     return text[body:close], None
 
 
-def format_verdict(text: str) -> tuple[float, Reason | None]:
+def format_verdict(text: str, format_end: str = "exact") -> tuple[float, Reason | None]:
     """DiffuCoder's format reward and, below 1.0, why: 0.0 (wrong shape, or longer than
-    :data:`MAX_COMPLETION_CHARS`), 0.5 (right shape, the code does not parse) or 1.0."""
+    :data:`MAX_COMPLETION_CHARS`), 0.5 (right shape, the code does not parse) or 1.0.
+    ``format_end``: what may follow the closing fence (:data:`~diffugrpo_plugin.code_execution.FORMAT_ENDS`)."""
     if len(text) > MAX_COMPLETION_CHARS:
         return 0.0, Reason("too_long", f"{len(text)} characters, over the {MAX_COMPLETION_CHARS} judged: not parsed")
-    code, reason = _format_shape(text)
+    code, reason = _format_shape(text, format_end)
     if code is None:
         return 0.0, reason
     problem = syntax_problem(code)
@@ -131,27 +140,28 @@ class Offer:
 
 
 def offered_code(completion: Any, code_block: str = "first", require_format: bool = True, bare_code: bool = False,
-                 starter: str | None = None) -> Offer:
+                 starter: str | None = None, format_end: str = "exact") -> Offer:
     """The code a completion offers for judging, or the reason it offers none.
 
     With ``require_format`` (DiffuCoder's behaviour) only completions whose format score is 1.0
-    count; they hold exactly one block, so ``code_block`` matters only without it. With
+    count (``format_end`` as in :func:`format_verdict`); they hold exactly one block, so
+    ``code_block`` matters only without it. With
     ``bare_code``, a completion without any ``` fence is code itself, HumanEval-style: appended
     to ``starter`` (the signature and docstring the prompt showed) when there is one. Text longer
     than :data:`MAX_COMPLETION_CHARS` offers none: it is never parsed.
     """
     text = completion_text(completion)
     if len(text) > MAX_COMPLETION_CHARS:
-        return Offer(None, format_verdict(text)[1])
+        return Offer(None, format_verdict(text, format_end)[1])
     if bare_code and FENCE not in text and text.strip():
         return Offer(f"{starter.rstrip()}\n{text}" if starter else text)
     if require_format:
-        score, reason = format_verdict(text)
+        score, reason = format_verdict(text, format_end)
         if score != 1.0:
             return Offer(None, reason)
     code = extract_code(text, code_block)
     if code is None:
-        reason = _unfenced(text) if FENCE not in text else _format_shape(text)[1]
+        reason = _unfenced(text) if FENCE not in text else _format_shape(text, format_end)[1]
         return Offer(None, reason or Reason("no_code_block", "no closed, fenced ```python block"))
     return Offer(code)
 
@@ -234,8 +244,8 @@ class Judged:
 
 
 def code_outcomes(completions: Sequence, columns: Mapping[str, Sequence], *, code_block: str = "first",
-                  require_format: bool = True, timeout_s: float | None = None, sandbox: Sandbox | None = None
-                  ) -> list[Judged]:
+                  require_format: bool = True, format_end: str = "exact", timeout_s: float | None = None,
+                  sandbox: Sandbox | None = None) -> list[Judged]:
     """Every completion judged against its row's tests (see :class:`Judged`).
 
     Runs are cached, so the quality rewards reuse the ``code`` reward's run. Raises ValueError
@@ -243,7 +253,8 @@ def code_outcomes(completions: Sequence, columns: Mapping[str, Sequence], *, cod
     :class:`~diffugrpo_plugin.sandbox.SandboxError` when the sandbox itself failed.
     """
     specs = [tests_from_row(row) for row in rows_of(columns, len(completions))]
-    offers = [offered_code(completion, code_block, require_format) for completion in completions]
+    offers = [offered_code(completion, code_block, require_format, format_end=format_end)
+              for completion in completions]
     pairs = [(offer.code, spec) if offer.code is not None and spec is not None else None
              for offer, spec in zip(offers, specs)]
     outcomes = outcomes_for(pairs, sandbox, timeout_s)

@@ -29,7 +29,7 @@ from diffugrpo_plugin import PROJECT_NAME, hookspecs
 HOOKSPEC_FILE = "diffugrpo_plugin/hookspecs.py"
 LEGACY_GROUP = PROJECT_NAME
 """The one entry-point group of the first plugin contract; read after each kind's own group, for compatibility."""
-INJECTED_REWARD_OPTIONS = ("sandbox", "code_block")
+INJECTED_REWARD_OPTIONS = ("sandbox", "code_block", "format_end")
 """Keyword-only reward parameters diffugrpo fills in itself (see the reward hook in hookspecs.py)."""
 
 

@@ -13,6 +13,8 @@ Config (``config.diffugrpo.rewards``; every key optional)::
                                            # learned: the correctness the weights are fitted to predict
     quality_rewards: [efficiency, maintainability, comments]
     code_block: first                      # first (DiffuCoder) | last (open-r1)
+    format_end: exact                      # after the closing fence: exactly one newline (DiffuCoder's
+                                           # pattern) | lenient (any whitespace or none)
     sample_deadline_s: 300                 # reward manager: per-completion backstop
     stop_after_failed_steps: 3             # trainer: stop after this many steps in a row in which a
                                            # reward failed on half the completions or more (0: never)
@@ -66,7 +68,7 @@ from typing import Any, Callable, Collection, Hashable, Mapping, Sequence
 from omegaconf import OmegaConf
 
 from diffugrpo_plugin import plugins
-from diffugrpo_plugin.code_execution import BLOCK_CHOICES
+from diffugrpo_plugin.code_execution import BLOCK_CHOICES, FORMAT_ENDS
 from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig, shared_sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")
@@ -74,7 +76,8 @@ logger = logging.getLogger("diffugrpo.rewards")
 AGGREGATIONS = ("fixed", "gated", "group_normalized", "learned")
 DEFAULT_QUALITY_REWARDS = ("efficiency", "maintainability", "comments")
 CONFIG_KEYS = ("reward_funcs", "reward_weights", "reward_kwargs", "aggregation", "gate_reward",
-               "quality_rewards", "code_block", "sample_deadline_s", "stop_after_failed_steps", "sandbox")
+               "quality_rewards", "code_block", "format_end", "sample_deadline_s", "stop_after_failed_steps",
+               "sandbox")
 SMOKE_TEST_REWARDS = ("constant",)
 DIFFUCODER_REWARDS = {"code": 2.0, "code_format": 0.5}
 PASS_TOLERANCE = 1e-9
@@ -189,11 +192,14 @@ def keyword_options(fn: Callable) -> set[str]:
 def _check_options(name: str, fn: Callable, options: Any) -> dict[str, Any]:
     if not isinstance(options, Mapping):
         raise RewardConfigError(f"reward_kwargs.{name} must be a mapping of option -> value, got {options!r}")
-    accepted = keyword_options(fn) - {"sandbox"}  # code_block may be set per reward; the sandbox never
+    accepted = keyword_options(fn) - {"sandbox"}  # code_block, format_end may be set per reward; sandbox never
     unknown = sorted(set(options) - accepted)
     if unknown:
         raise RewardConfigError(f"reward '{name}' has no option(s) {unknown}; its options are "
                                 f"{sorted(accepted) or 'none'}")
+    for key, choices in (("code_block", BLOCK_CHOICES), ("format_end", FORMAT_ENDS)):
+        if key in options and options[key] not in choices:
+            raise RewardConfigError(f"reward_kwargs.{name}.{key} must be one of {list(choices)}, got {options[key]!r}")
     return dict(options)
 
 
@@ -328,6 +334,7 @@ class RewardSpec:
     gate_reward: str = "code"
     quality_rewards: frozenset[str] = frozenset(DEFAULT_QUALITY_REWARDS)
     code_block: str = "first"
+    format_end: str = "exact"
     sample_deadline_s: float = 300.0
     stop_after_failed_steps: int = 3
     sandbox_config: SandboxConfig = field(default_factory=SandboxConfig)
@@ -368,6 +375,7 @@ class RewardSpec:
         return cls(components=components, aggregation=aggregation, gate_reward=gate_reward,
                    quality_rewards=frozenset(map(str, quality)),
                    code_block=_choice(config, "code_block", BLOCK_CHOICES, "first"),
+                   format_end=_choice(config, "format_end", FORMAT_ENDS, "exact"),
                    sample_deadline_s=float(deadline), stop_after_failed_steps=patience,
                    sandbox_config=sandbox_config)
 
@@ -388,6 +396,8 @@ class RewardSpec:
         injected: dict[str, Any] = {}
         if "code_block" in accepted:
             injected["code_block"] = self.code_block
+        if "format_end" in accepted:
+            injected["format_end"] = self.format_end
         if "sandbox" in accepted:
             injected["sandbox"] = self.sandbox()
         kwargs = {**{k: v for k, v in columns.items() if k != "completions"}, **injected, **component.options}

@@ -154,14 +154,15 @@ def _measure(cost: str, candidate: Runs, reference: Runs | None) -> tuple[str, s
 
 
 def efficiency_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
-                      timeout_s: float | None = None, sandbox: Sandbox | None = None, time_weight: float = 0.5,
-                      time_scale_s: float = 0.1, memory_scale_mb: float = 64.0, cost: str = "auto",
+                      format_end: str = "exact", timeout_s: float | None = None, sandbox: Sandbox | None = None,
+                      time_weight: float = 0.5, time_scale_s: float = 0.1, memory_scale_mb: float = 64.0,
+                      cost: str = "auto",
                       **columns: Any) -> list[float | Explained]:
     """Time (by ``cost``) and peak memory inside the sandbox vs the reference; 0 unless all tests pass."""
     if cost not in COSTS:
         raise ValueError(f"efficiency: cost must be one of {list(COSTS)}, got {cost!r}")
     judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
-                           timeout_s=timeout_s, sandbox=sandbox)
+                           format_end=format_end, timeout_s=timeout_s, sandbox=sandbox)
     references = [reference_from_row(row) if one.all_passed else None
                   for row, one in zip(rows_of(columns, len(completions)), judged)]
     reference_pairs = [(reference, one.spec) if reference is not None else None

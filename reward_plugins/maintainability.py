@@ -68,11 +68,11 @@ def maintainability_score(code: str, reference: str | None, min_statements: int 
 
 
 def maintainability_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
-                           timeout_s: float | None = None, sandbox: Sandbox | None = None,
+                           format_end: str = "exact", timeout_s: float | None = None, sandbox: Sandbox | None = None,
                            min_statements: int = 2, **columns: Any) -> list[float | Explained]:
     """Radon MI and lizard CC vs the reference; 0 unless all tests pass or for trivial code."""
     judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
-                           timeout_s=timeout_s, sandbox=sandbox)
+                           format_end=format_end, timeout_s=timeout_s, sandbox=sandbox)
     scores: list[float | Explained] = []
     for row, one in zip(rows_of(columns, len(completions)), judged):
         if not one.all_passed:

@@ -1,6 +1,7 @@
 """Every "why is this 0 (or None)?" has an answer: each reason kind with its detail, from the format
 rule, the code offered, the test run and every built-in reward, and as ``rewards score`` prints it.
-The closing fence may end a completion without a newline."""
+The format is DiffuCoder's exactly by default; with ``format_end="lenient"`` the closing fence may end a
+completion without a newline, or be followed by other whitespace."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import re
 import pytest
 from reward_support import tight_sandbox
 
-from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, format_verdict, offered_code
+from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, Offer, format_verdict, offered_code
 from diffugrpo_plugin.rewards import Explained, Reason
 from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward
@@ -22,7 +23,7 @@ from reward_plugins.syntax import syntax_reward
 
 ADD = "def add(a, b):\n    return a + b\n"
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]
-# DiffuCoder's format pattern; ours lets whitespace, or nothing, follow the closing fence.
+# DiffuCoder's format pattern; the lenient end lets whitespace, or nothing, follow the closing fence.
 DIFFUCODER_PATTERN = re.compile(r"^(?:(?!```)[\s\S])*?```python\n((?:(?!```)[\s\S])*?)```\n$")
 RELAXED_PATTERN = re.compile(r"^(?:(?!```)[\s\S])*?```python\n((?:(?!```)[\s\S])*?)```\s*$")
 
@@ -60,27 +61,42 @@ def test_each_format_failure_says_how(text, score, kind, detail):
 
 
 @pytest.mark.parametrize("ending", ["```", "```\n", "```\n\n", "```  \n  "])
-def test_a_closing_fence_needs_no_newline_after_it(ending):
+def test_with_the_lenient_end_a_closing_fence_needs_no_newline_after_it(ending):
     text = f"Sure:\n```python\n{ADD}{ending}"
-    assert format_verdict(text) == (1.0, None)
-    assert offered_code(text) == offered_code(f"Sure:\n```python\n{ADD}```\n")
+    assert format_verdict(text, "lenient") == (1.0, None)
+    assert offered_code(text, format_end="lenient") == offered_code(f"Sure:\n```python\n{ADD}```\n")
+    assert code_format_reward([text], format_end="lenient") == [1.0]
 
 
-def test_the_rule_is_diffucoders_pattern_with_any_whitespace_after_the_fence():
+@pytest.mark.parametrize("ending, found", [("```", "nothing"), ("```\n\n", r"'\n\n'"), ("```  \n  ", r"'  \n  '"),
+                                           ("``` \n", r"' \n'")])
+def test_by_default_the_closing_fence_is_followed_by_exactly_one_newline(ending, found):
+    text = f"Sure:\n```python\n{ADD}{ending}"
+    reason = Reason("format", f"{found} after the closing fence; DiffuCoder's format ends with exactly one newline "
+                              f"there (format_end=lenient accepts any whitespace or none)")
+    assert format_verdict(text) == (0.0, reason)
+    assert code_format_reward([text]) == [Explained(0.0, reason)]
+    assert offered_code(text) == Offer(None, reason)
+
+
+@pytest.mark.parametrize("format_end, pattern", [("exact", DIFFUCODER_PATTERN), ("lenient", RELAXED_PATTERN)])
+def test_the_rule_is_diffucoders_pattern_or_its_lenient_end(format_end, pattern):
     pieces = ["```", "```python\n", "```py\n", "python", "\n", " ", "x = 1", "(", "`"]
     generator = random.Random(0)
     for _ in range(5000):
         text = "".join(generator.choice(pieces) for _ in range(generator.randint(0, 8)))
-        relaxed = RELAXED_PATTERN.fullmatch(text)
-        assert (format_verdict(text)[0] > 0.0) == (relaxed is not None), text
+        assert (format_verdict(text, format_end)[0] > 0.0) == (pattern.fullmatch(text) is not None), text
         if DIFFUCODER_PATTERN.fullmatch(text):
-            assert relaxed is not None, text  # whatever DiffuCoder accepts, we accept
+            assert RELAXED_PATTERN.fullmatch(text) is not None, text  # the lenient end accepts all DiffuCoder does
 
 
 # --- the code rewards ------------------------------------------------------------------------
 
-def test_a_correct_completion_closed_without_a_newline_passes(box):
-    assert code_reward([f"```python\n{ADD}```"], test_cases=[ADD_TESTS], sandbox=box) == [1.0]
+def test_a_correct_completion_closed_without_a_newline_passes_with_the_lenient_end_only(box):
+    no_newline = f"```python\n{ADD}```"
+    assert code_reward([no_newline], test_cases=[ADD_TESTS], sandbox=box, format_end="lenient") == [1.0]
+    [exact] = code_reward([no_newline], test_cases=[ADD_TESTS], sandbox=box)
+    assert exact.value == 0.0 and kind_and_detail(exact)[1].startswith("tests not run: nothing after the closing fence")
 
 
 def test_the_code_reward_says_why_the_tests_were_not_run(box):
@@ -155,7 +171,7 @@ def test_full_marks_need_no_reason(box):
 def test_rewards_score_prints_each_rows_reasons(tmp_path, capsys):
     from diffugrpo_plugin.cli import main
 
-    rows = [{"completion": f"```python\n{ADD}```", "test_cases": ADD_TESTS},
+    rows = [{"completion": f"```python\n{ADD}```\n", "test_cases": ADD_TESTS},
             {"completion": "    return a + b\n", "test_cases": ADD_TESTS},
             {"completion": f"```python\n{ADD}```\n"}]
     path = tmp_path / "rows.jsonl"

@@ -52,8 +52,8 @@ def box():
     ("Sure, here:\n```python\nx = 1\n```\n", 1.0),
     ("```python\n```\n", 1.0),  # an empty block parses
     ("```python\ndef f(:\n```\n", 0.5),
-    ("```python\nx = 1\n```", 1.0),  # stopped at EOS right after the fence: DiffuCoder's pattern wants a newline
-    ("```python\nx = 1\n```\n\n  ", 1.0),  # whitespace after the fence changes nothing
+    ("```python\nx = 1\n```", 0.0),  # stopped at EOS right after the fence: DiffuCoder's pattern wants a newline
+    ("```python\nx = 1\n```\n\n  ", 0.0),  # ... and exactly one
     ("```python\nx = 1\n```\nHope this helps\n", 0.0),
     ("```python\nx = 1\n```\n```python\ny = 2\n```\n", 0.0),  # exactly one block
     ("```py\nx = 1\n```\n", 0.0),  # the tag is python

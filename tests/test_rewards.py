@@ -62,11 +62,15 @@ def test_an_unknown_name_is_reported_before_the_weights_it_miscounts():
 
 @pytest.mark.parametrize("config, message", [
     ({"reward_funcs": ["code"], "reward_kwargs": {"code": {"timeout": 3}}},
-     r"reward 'code' has no option\(s\) \['timeout'\]; its options are \['code_block', 'require_format', 'timeout_s'\]"),
+     r"reward 'code' has no option\(s\) \['timeout'\]; its options are \['code_block', 'format_end', "
+     r"'require_format', 'timeout_s'\]"),
     ({"reward_funcs": ["code"], "reward_kwargs": {"syntax": {}}}, r"gives options for \['syntax'\], which reward_funcs"),
     ({"reward_funcs": ["code"], "aggregation": "dynamic"}, r"aggregation must be one of \[.fixed., .gated., .group_normalized., .learned.\], got .dynamic."),
     ({"reward_funcs": ["code_format"], "aggregation": "gated"}, "needs its gate_reward 'code' among reward_funcs"),
     ({"reward_funcs": ["code"], "code_block": "middle"}, r"code_block must be one of \[.first., .last.\], got .middle."),
+    ({"reward_funcs": ["code"], "format_end": "loose"}, r"format_end must be one of \[.exact., .lenient.\], got .loose."),
+    ({"reward_funcs": ["code_format"], "reward_kwargs": {"code_format": {"format_end": "any"}}},
+     r"reward_kwargs.code_format.format_end must be one of \[.exact., .lenient.\], got .any."),
     ({"reward_funcs": ["code"], "rewards_weights": [1]}, r"unknown rewards option\(s\) \['rewards_weights'\]"),
     ({"reward_funcs": ["code"], "sandbox": {"memroy_mb": 1}}, r"rewards.sandbox: unknown sandbox option"),
     ({"reward_funcs": ["code"], "sample_deadline_s": 0}, "sample_deadline_s must be a positive number"),

@@ -24,6 +24,7 @@ from typing import Any
 from diffugrpo_plugin.cli.generate import DEFAULT_SAMPLER
 from diffugrpo_plugin.cli.model_flags import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MODEL_HELP, SEED_HELP, add_model_flags, \
     load_model
+from diffugrpo_plugin.code_execution import FORMAT_ENDS
 
 GENERATION_ONLY = ("model", "family", "implementation", "trust_remote_code", "sampler", "option", "steps", "n",
                    "max_new_tokens", "seed", "batch_size", "device", "no_chat_template")
@@ -77,6 +78,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     judging.add_argument("--k", default="1", help="comma-separated k values for pass@k (default: 1)")
     judging.add_argument("--code-block", choices=("first", "last"), default="first",
                          help="which fenced python block is judged (first: DiffuCoder, as in training)")
+    judging.add_argument("--format-end", choices=FORMAT_ENDS, default="exact",
+                         help="what may follow the closing fence in the training format: exact (DiffuCoder's "
+                              "pattern: one newline) or lenient (any whitespace or none)")
     judging.add_argument("--lenient-format", action="store_true",
                          help="judge the chosen python block even when the completion is not in the training "
                               "format (default: such completions offer no code and fail)")
@@ -112,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
             completions, settings = _generate(args, problems, ks)
         generated = time.perf_counter()
         results = evaluation.judge_completions(problems, completions, code_block=args.code_block,
-                                               require_format=not args.lenient_format, bare_code=args.bare_code,
-                                               sandbox=sandbox)
+                                               require_format=not args.lenient_format, format_end=args.format_end,
+                                               bare_code=args.bare_code, sandbox=sandbox)
         summary = evaluation.summarize(results, ks)
     except (evaluation.EvaluationError, ValueError, OSError, PluginError, SamplerOptionError,
             ModelConfigError) as exc:
@@ -122,6 +126,7 @@ def run(args: argparse.Namespace) -> int:
     judged = time.perf_counter()
     summary["settings"] = {"dataset": args.dataset, "split": args.split, "data": args.data, "limit": args.limit,
                            "k": ks, "code_block": args.code_block, "require_format": not args.lenient_format,
+                           "format_end": args.format_end,
                            "bare_code": args.bare_code, **settings}
     summary["timing_s"] = {"generate": round(generated - started, 3), "judge": round(judged - generated, 3)}
     out_dir = args.out or time.strftime(f"eval/{args.dataset}-%Y%m%d-%H%M%S")

@@ -32,7 +32,7 @@ import sys
 from typing import Any, Iterator
 
 from diffugrpo_plugin.cli import report_error
-from diffugrpo_plugin.code_execution import tests_from_row
+from diffugrpo_plugin.code_execution import FORMAT_ENDS, tests_from_row
 from diffugrpo_plugin.data.records import DataError, Record, checked_field, read_records
 from diffugrpo_plugin.plugins import PluginError
 from diffugrpo_plugin.rewards import AGGREGATIONS, RewardConfigError, RewardSpec, group_normalized_totals
@@ -80,6 +80,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="group_normalized: rows with equal FIELD are one group (default: task_id)")
     score.add_argument("--code-block", choices=("first", "last"), default="first",
                        help="which fenced python block is judged (first: DiffuCoder, last: open-r1)")
+    score.add_argument("--format-end", choices=FORMAT_ENDS, default="exact",
+                       help="what may follow the closing fence: exact (DiffuCoder's pattern: one newline) or "
+                            "lenient (any whitespace or none)")
     score.add_argument("--timeout-s", type=float, default=None, help="wall-clock limit per test")
     score.add_argument("--max-concurrency", type=int, default=None, help="sandboxes running at once")
     score.set_defaults(func=score_command)
@@ -106,7 +109,7 @@ def rewards_config(args: argparse.Namespace) -> dict[str, Any]:
     sandbox = {key: value for key, value in (("timeout_s", args.timeout_s), ("max_concurrency", args.max_concurrency))
                if value is not None}
     return {"reward_funcs": {name: weight for name, weight in pairs}, "aggregation": args.aggregation,
-            "code_block": args.code_block, "sandbox": sandbox}
+            "code_block": args.code_block, "format_end": args.format_end, "sandbox": sandbox}
 
 
 def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -124,7 +127,8 @@ def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         **({"errors": scored.errors} if scored.errors else {})})
     code = next((component for component in spec.components if component.name == "code"), None)
     if code is not None:
-        options = {"code_block": spec.code_block, "sandbox": spec.sandbox(), **code.options}
+        options = {"code_block": spec.code_block, "format_end": spec.format_end, "sandbox": spec.sandbox(),
+                   **code.options}
         judged = code_outcomes(completions, columns, **options)  # cached: the code reward's own run
         for output, one in zip(outputs, judged):
             output["tests"] = [outcome.to_dict() for outcome in one.outcomes] if one.outcomes is not None else None
