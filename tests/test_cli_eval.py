@@ -175,7 +175,7 @@ def test_bare_bodies_pass_with_bare_code_and_say_why_they_fail_without(tmp_path,
                                             "fence is judged as bare code, HumanEval-style, with --bare-code)"}] * 3
 
 
-def test_a_closing_fence_without_a_newline_passes_and_failures_say_why(tmp_path, capsys):
+def test_a_closing_fence_without_a_newline_passes_with_the_lenient_end_and_failures_say_why(tmp_path, capsys):
     first, second, third = humaneval_problems(3)
     answers = [{"task_id": first["task_id"],
                 "completion": f"```python\n{first['prompt']}{first['canonical_solution']}```"},
@@ -183,9 +183,18 @@ def test_a_closing_fence_without_a_newline_passes_and_failures_say_why(tmp_path,
                {"task_id": third["task_id"],
                 "completion": f"```python\n{third['prompt']}    return 0.0\n```\nThis truncates.\n"}]
     completions = write_jsonl(tmp_path / "c.jsonl", answers)
+    exact = tmp_path / "exact"
+    assert run_cli(["--dataset", "humaneval", "--completions", completions, "--out", str(exact), "--json"]) == 0
+    assert json_summary(capsys)["not_passed_by_reason"] == {"format": 2, "syntax_error": 1}
+    assert outcome_records(exact)[0]["reason"]["detail"].startswith(
+        "tests not run: nothing after the closing fence; DiffuCoder's format ends with exactly one newline there "
+        "(format_end=lenient accepts any whitespace or none)")
     out = tmp_path / "out"
-    assert run_cli(["--dataset", "humaneval", "--completions", completions, "--out", str(out), "--json"]) == 0
-    assert json_summary(capsys)["not_passed_by_reason"] == {"format": 1, "syntax_error": 1}
+    assert run_cli(["--dataset", "humaneval", "--completions", completions, "--format-end", "lenient", "--out",
+                    str(out), "--json"]) == 0
+    summary = json_summary(capsys)
+    assert summary["not_passed_by_reason"] == {"format": 1, "syntax_error": 1}
+    assert summary["settings"]["format_end"] == "lenient"
     passed, unparsable, chatty = outcome_records(out)
     assert passed["passed"] and passed["reason"] is None
     assert unparsable["reason"]["kind"] == "syntax_error" and unparsable["tests"] is None
