@@ -14,7 +14,7 @@ model (Dream-style, shifted logits), the same batch and the same ``coupled`` mas
   what the head and the MLPs each take off.
 * **unfused**: the previous release's pass: the same rows through the model's own head, so
   their ``[2 x B x completion, V]`` logits are materialised, then a chunked fp32 log-softmax
-  with a one-buffer backward (``logprobs.chunked_gathered_logprob``).
+  with a one-buffer backward (``kernels.chunked_gathered_logprob``).
 * **reference-style**: written the way DiffuCoder's trainer does it: the three views
   concatenated through the model, full aligned logits ``[3B, L, V]``, the completion slice,
   then per sample a full-vocabulary ``log_softmax`` over its three versions, a gather, and the
@@ -160,7 +160,7 @@ def reference_style(work: Workload) -> torch.Tensor:
 def unfused(work: Workload) -> torch.Tensor:
     """The scored rows through the model's own head (materialised logits), then the chunked log-softmax.  # -> [B, L]"""
     from diffugrpo_plugin.families import final_hidden_rows
-    from diffugrpo_plugin.logprobs import chunked_gathered_logprob
+    from diffugrpo_plugin.kernels import chunked_gathered_logprob
     from diffugrpo_plugin.models import position_ids_from_mask
 
     lm, views = work.lm, work.views

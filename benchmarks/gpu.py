@@ -178,7 +178,7 @@ def matmul_rate(device: str, size: int) -> float | None:
 def unfused_logprobs(lm, views, ids, attention):
     """The scored rows through the model's own head: ``[rows, V]`` logits materialised.  # -> [B, L]"""
     from diffugrpo_plugin.families import final_hidden_rows, position_ids_from_mask
-    from diffugrpo_plugin.logprobs import chunked_gathered_logprob
+    from diffugrpo_plugin.kernels import chunked_gathered_logprob
 
     num_views, rows, length = views.coef.shape
     stacked = views.noisy.reshape(num_views * rows, length)  # [V*B, L]
@@ -270,7 +270,7 @@ def logprob_part(family: str, module, resolved, args, results: list) -> None:
 def head_values(family: str, lm, device: str, rows: int = 2048) -> dict:
     """The fused head's log-probs and hidden-state gradient on the model's head weight against fp64; the
     model head's bf16 logits (then an fp32 log-softmax) against the same reference, for scale."""
-    from diffugrpo_plugin.logprobs import fused_head_logprob
+    from diffugrpo_plugin.kernels import fused_head_logprob
 
     weight = lm.head_weight().detach()  # [V, H] bf16
     generator = torch.Generator(device=device).manual_seed(1)
@@ -306,7 +306,7 @@ def head_values(family: str, lm, device: str, rows: int = 2048) -> dict:
 
 def head_speed(family: str, lm, args, widths=(1024, 4096, 16384), repeats: int = 5) -> dict:
     """Forward + backward of the vocabulary head alone on DiffuCoder's scored rows (2 x G x completion): the fused
-    head at several slice widths (``logprobs.SLICE_COLUMNS`` / ``SLICE_COLUMNS_GPU``) against the materialised
+    head at several slice widths (``kernels.SLICE_COLUMNS`` / ``SLICE_COLUMNS_GPU``) against the materialised
     logits."""
     from diffugrpo_plugin import logprobs
 

@@ -6,6 +6,8 @@ it for :data:`hookimpl` alone.
 
 import pluggy
 
+from diffugrpo_plugin.hooktypes import Explained, Reason
+
 __version__ = "0.1.0"
 
 PROJECT_NAME = "diffugrpo"
@@ -14,4 +16,4 @@ PROJECT_NAME = "diffugrpo"
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 """Marker for plugin hook implementations: ``@diffugrpo_plugin.hookimpl``."""
 
-__all__ = ["PROJECT_NAME", "hookimpl", "__version__"]
+__all__ = ["PROJECT_NAME", "Explained", "Reason", "hookimpl", "__version__"]

@@ -19,7 +19,8 @@ from typing import Sequence
 
 import torch
 
-from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, chunked_gathered_logprob, coupled_token_logprobs
+from diffugrpo_plugin.kernels import DEFAULT_CHUNK_ROWS, chunked_gathered_logprob
+from diffugrpo_plugin.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.masking import MaskedViews
 from diffugrpo_plugin.models import DiffusionLM, position_ids_from_mask
 

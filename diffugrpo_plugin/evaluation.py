@@ -41,7 +41,7 @@ from diffugrpo_plugin.data import DataError, prepare
 from diffugrpo_plugin.data.records import checked_field, read_records
 from diffugrpo_plugin.data.rows import read_parquet_rows
 from diffugrpo_plugin.judging import Offer, offered_code, outcomes_reason
-from diffugrpo_plugin.rewards import Reason
+from diffugrpo_plugin.hooktypes import Reason
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
 
 DATASETS = ("humaneval", "mbpp", "parquet")

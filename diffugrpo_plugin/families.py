@@ -1,7 +1,8 @@
 """Model families: how each kind of diffusion LM is called, aligned, projected and masked.
 
 A checkpoint's family is read from its ``config.json`` (``model_type``, the ``auto_map`` code
-files, ``architectures``); ``actor_rollout_ref.model.diffusion.family`` overrides it. A family says:
+files, ``architectures``) by :mod:`diffugrpo_plugin.family_detection`;
+``actor_rollout_ref.model.diffusion.family`` overrides it. A family says:
 
 * **calling convention**: the keyword arguments its network takes. Our native Dream/LLaDA
   classes and stock transformers models take a 2D padding mask and ``position_ids``. Dream's
@@ -170,7 +171,7 @@ class ModelFamily:
         remote_prefix_cache: whether the published code's forward fills a transformers ``Cache``.
         complete_remote_config: adds to the published config object what verl reads and it lacks.
         logit_scale: config -> the factor the network multiplies its head's output by (LLaDA's
-            ``scale_logits``); the fused head (:mod:`diffugrpo_plugin.logprobs`) applies it.
+            ``scale_logits``); the fused head (:mod:`diffugrpo_plugin.kernels`) applies it.
         swiglu: where the SwiGLU feed-forward blocks are, for the training engine's lean backward
             (:mod:`diffugrpo_plugin.lean_mlp`); None: every block keeps its own code.
     """
@@ -339,61 +340,6 @@ LLADA = ModelFamily(
 def diffugrpo_model_families() -> dict[str, ModelFamily]:
     """The built-in families (registered through the same entry point a third party uses)."""
     return {"dream": DREAM, "diffucoder": DREAM, "llada": LLADA, "bidirectional": BIDIRECTIONAL}
-
-
-# ---------------------------------------------------------------------------------------------
-# Detection and resolution
-# ---------------------------------------------------------------------------------------------
-
-SELECT_HINT = ("Set actor_rollout_ref.model.diffusion.family=<name> (CLI: --family), or register a family for "
-               "your model through the diffugrpo_model_families hook (diffugrpo_plugin/hookspecs.py)")
-
-
-def known_families() -> dict[str, ModelFamily]:
-    from diffugrpo_plugin.plugins import registrations
-
-    return {name: registration.obj for name, registration in registrations("model_family").items()}
-
-
-def _names_by_family(families: dict[str, ModelFamily]) -> list[tuple[ModelFamily, list[str]]]:
-    """Each family once, with every name it is registered under (``dream / diffucoder``)."""
-    grouped: dict[int, tuple[ModelFamily, list[str]]] = {}
-    for name, family in families.items():
-        grouped.setdefault(id(family), (family, []))[1].append(name)
-    return list(grouped.values())
-
-
-def family_named(name: str) -> ModelFamily:
-    """The registered family ``name``, or an error listing the known ones."""
-    from diffugrpo_plugin.plugins import PluginError, lookup
-
-    try:
-        return lookup("model_family", name).obj
-    except PluginError as error:
-        raise ModelConfigError(f"{error} {SELECT_HINT}.") from error
-
-
-def detect_family(config: dict, override: str | None = None) -> ModelFamily:
-    """The family a ``config.json`` dict belongs to (``override`` wins), or an error naming what to set."""
-    if override:
-        return family_named(override)
-    families = known_families()
-    found = {family.name: family for family in families.values() if family is not BIDIRECTIONAL and family.matches(config)}
-    if len(found) == 1:
-        return next(iter(found.values()))
-    if len(found) > 1:
-        raise ModelConfigError(f"the model config matches several families ({', '.join(sorted(found))}). "
-                               f"{SELECT_HINT}.")
-    if config.get("is_causal") is False:
-        return BIDIRECTIONAL
-    listing = "; ".join(f"{' / '.join(names)}: {family.description}" for family, names in _names_by_family(families))
-    causal = (" It has causal attention (no is_causal: false), so it looks like an autoregressive model; a stock "
-              "transformers model trained as a masked diffusion LM needs is_causal: false in its config.json."
-              if not config.get("auto_map") else "")
-    raise ModelConfigError(
-        f"cannot tell which diffusion-LM family this model is: model_type={config.get('model_type')!r}, "
-        f"architectures={config.get('architectures')}, auto_map={sorted((config.get('auto_map') or {}).values())}."
-        f"{causal} Known families: {listing}. {SELECT_HINT}.")
 
 
 @contextmanager

@@ -46,14 +46,12 @@ take is an error that lists the ones it does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import pluggy
 
 from diffugrpo_plugin import PROJECT_NAME
-
-if TYPE_CHECKING:
-    from diffugrpo_plugin.rewards import Explained
+from diffugrpo_plugin.hooktypes import Explained
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 
@@ -69,8 +67,8 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | 
     returns one item per completion: a finite float, or ``None`` for "not applicable to this row"
     (excluded from the component's mean and from the weighted total, never counted as zero).
 
-    Either may come with its reason: ``Explained(value, Reason(kind, detail))`` (both in
-    :mod:`diffugrpo_plugin.rewards`) in place of the bare value, above all where the value is 0
+    Either may come with its reason: ``Explained(value, Reason(kind, detail))`` (both exported
+    beside ``hookimpl``: ``from diffugrpo_plugin import Explained, Reason, hookimpl``) in place of the bare value, above all where the value is 0
     or ``None``. ``kind`` is a short fixed code a program can count (``no_code_block``,
     ``syntax_error``, ``tests_failed``: the built-in kinds are listed in
     :mod:`diffugrpo_plugin.judging`), ``detail`` the sentence a person reads (``syntax error at

@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from diffugrpo_plugin import hookimpl
 from diffugrpo_plugin.code_execution import reference_from_row
 from diffugrpo_plugin.data import format_completion
-from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
+from diffugrpo_plugin.kernels import DEFAULT_CHUNK_ROWS
+from diffugrpo_plugin.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.masking import make_sft, mask_seed_table
 
 

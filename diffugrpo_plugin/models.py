@@ -23,13 +23,12 @@ from diffugrpo_plugin.families import (
     IMPLEMENTATIONS,
     ModelConfigError,
     ModelFamily,
-    detect_family,
-    family_named,
     projected_rows,
     position_ids_from_mask,
     unwrap,
 )
-from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, fused_head_logprob
+from diffugrpo_plugin.family_detection import detect_family, family_named
+from diffugrpo_plugin.kernels import DEFAULT_CHUNK_ROWS, fused_head_logprob
 from diffugrpo_plugin.native import register_with_transformers
 from diffugrpo_plugin.weights import WeightFit, checkpoint_shapes, forward_problem, meta_model, one_line
 from diffugrpo_plugin.weights import fit as weight_fit
@@ -123,7 +122,7 @@ class DiffusionLM:
                         token_rows: torch.Tensor, targets: torch.Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS,
                         with_entropy: bool = False):
         """fp32 ``log p(targets)`` at the flat positions ``token_rows`` of ``input_ids.flatten()`` (and the entropy
-        of those predictive distributions), through the fused head (:func:`~diffugrpo_plugin.logprobs.fused_head_logprob`).
+        of those predictive distributions), through the fused head (:func:`~diffugrpo_plugin.kernels.fused_head_logprob`).
 
         Only those rows are projected, inside the model's forward (see
         :func:`~diffugrpo_plugin.families.projected_rows`); a shifted model reads each token's

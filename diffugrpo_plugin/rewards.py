@@ -68,6 +68,7 @@ from typing import Any, Callable, Collection, Hashable, Mapping, Sequence
 from omegaconf import OmegaConf
 
 from diffugrpo_plugin import plugins
+from diffugrpo_plugin.hooktypes import Explained, Reason
 from diffugrpo_plugin.code_execution import BLOCK_CHOICES, FORMAT_ENDS
 from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig, shared_sandbox
 
@@ -86,26 +87,6 @@ CRASH_LOG_WINDOW_S = 60.0
 
 class RewardConfigError(ValueError):
     """The rewards config names something unknown or gives a value that cannot be used."""
-
-
-@dataclass(frozen=True)
-class Reason:
-    """Why a completion scored what it did: ``kind``, a short fixed code a program can count
-    (``no_code_block``, ``syntax_error``, ...), and ``detail``, the sentence a person reads."""
-
-    kind: str
-    detail: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"kind": self.kind, "detail": self.detail}
-
-
-@dataclass(frozen=True)
-class Explained:
-    """One completion's reward value (a finite float, or None: not applicable) with its :class:`Reason`."""
-
-    value: float | None
-    reason: Reason
 
 
 def value_of(item: Any) -> Any:

@@ -258,8 +258,8 @@ class StepSetup:
         scored_rows_per_token: vocabulary-head rows per completion token (2 for coupled: the fully masked
             view scores every token, the complementary pair scores each token once more).
         chunk_rows: the fused head's memory cap, at most ``chunk_rows x vocab`` logits at a time
-            (``diffusion.chunk_rows``, logprobs.DEFAULT_CHUNK_ROWS).
-        slice_columns: the fused head's widest vocabulary slice on a GPU (logprobs.SLICE_COLUMNS_GPU).
+            (``diffusion.chunk_rows``, kernels.DEFAULT_CHUNK_ROWS).
+        slice_columns: the fused head's widest vocabulary slice on a GPU (kernels.SLICE_COLUMNS_GPU).
         logits_shift: the model shifts its logits (Dream): aligning them copies the sampler's logits once more.
         sampler_window_copies: fp32 window-sized ``[micro_batch, completion, vocab]`` buffers a sampler step
             holds at its peak (counted from sampling/engine.py, dream.py and decoding.py; see the term's assumption).
@@ -287,8 +287,8 @@ class StepSetup:
     rollout_micro_batch: int | None = None
     views: int = 3
     scored_rows_per_token: int = 2
-    chunk_rows: int = 128  # logprobs.DEFAULT_CHUNK_ROWS (not imported: this module imports no torch)
-    slice_columns: int = 16384  # logprobs.SLICE_COLUMNS_GPU (a test ties the two)
+    chunk_rows: int = 128  # kernels.DEFAULT_CHUNK_ROWS (not imported: this module imports no torch)
+    slice_columns: int = 16384  # kernels.SLICE_COLUMNS_GPU (a test ties the two)
     logits_shift: bool = True
     sampler_window_copies: int = 10
     sampler_kv_cache: bool = True  # engine_kwargs.diffusion.kv_cache, on in the training default
@@ -549,7 +549,7 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
                                 "each adapted module keeps its dropped-out input for the adapter's backward, and the "
                                 "mask (1 byte); with checkpointing, one layer's at a time"))
     rows = setup.scored_rows_per_token * setup.batch * c
-    width = min(v, max(1, min(setup.slice_columns, setup.chunk_rows * v // rows)))  # logprobs._vocab_slices
+    width = min(v, max(1, min(setup.slice_columns, setup.chunk_rows * v // rows)))  # kernels._vocab_slices
     head_dtype_slice = 0 if pb == 4 else pb
     terms.append(MemoryTerm(f"fused head: saved rows ({pdt}) + their fp32 gradient", "update",
                             rows * h * (pb + 4), f"{rows} rows x {h} x ({pb} + 4) B",

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from diffugrpo_plugin import hookimpl
+from diffugrpo_plugin import Explained, hookimpl
 from diffugrpo_plugin.code_execution import pass_rate
 from diffugrpo_plugin.judging import Judged, code_outcomes
-from diffugrpo_plugin.rewards import Explained
 from diffugrpo_plugin.sandbox import Sandbox
 
 

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from diffugrpo_plugin import hookimpl
+from diffugrpo_plugin import Explained, hookimpl
 from diffugrpo_plugin.judging import completion_text, format_verdict
-from diffugrpo_plugin.rewards import Explained
 
 
 def code_format_reward(completions: list, *, format_end: str = "exact", **columns: Any) -> list[float | Explained]:

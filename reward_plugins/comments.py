@@ -30,9 +30,8 @@ import tokenize
 import urllib.request
 from typing import Any
 
-from diffugrpo_plugin import hookimpl
+from diffugrpo_plugin import Explained, Reason, hookimpl
 from diffugrpo_plugin.judging import offered_code, syntax_problem
-from diffugrpo_plugin.rewards import Explained, Reason
 from diffugrpo_plugin.verdicts import parse_python
 
 logger = logging.getLogger("diffugrpo.rewards")

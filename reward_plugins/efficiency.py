@@ -40,10 +40,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from diffugrpo_plugin import hookimpl
+from diffugrpo_plugin import Explained, Reason, hookimpl
 from diffugrpo_plugin.code_execution import TestOutcome, reference_from_row
 from diffugrpo_plugin.judging import code_outcomes, correctness_gate, outcomes_for, rows_of
-from diffugrpo_plugin.rewards import Explained, Reason
 from diffugrpo_plugin.sandbox import Sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")

@@ -16,10 +16,9 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from diffugrpo_plugin import hookimpl
+from diffugrpo_plugin import Explained, Reason, hookimpl
 from diffugrpo_plugin.code_execution import parses, reference_from_row
 from diffugrpo_plugin.judging import code_outcomes, correctness_gate, rows_of
-from diffugrpo_plugin.rewards import Explained, Reason
 from diffugrpo_plugin.verdicts import parse_python
 from diffugrpo_plugin.sandbox import Sandbox
 

@@ -438,10 +438,10 @@ def test_memory_terms_by_hand_with_checkpointing():
 
 
 def test_memory_model_uses_the_fused_heads_own_constants():
-    from diffugrpo_plugin import logprobs
+    from diffugrpo_plugin import kernels
 
-    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).chunk_rows == logprobs.DEFAULT_CHUNK_ROWS
-    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).slice_columns == logprobs.SLICE_COLUMNS_GPU
+    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).chunk_rows == kernels.DEFAULT_CHUNK_ROWS
+    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).slice_columns == kernels.SLICE_COLUMNS_GPU
 
 
 def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():

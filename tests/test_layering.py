@@ -5,6 +5,8 @@
   the reward plugins import no torch either.
 * nothing imports the CLI, and nothing in the framework imports the built-in reward plugins.
 * the data-to-model chain only imports downwards: cache < data < tokenizer < tiny < sft < warm_start.
+* no module of ours imports itself through others: no import cycle, counting imports inside functions and
+  ``TYPE_CHECKING`` blocks (as import-linter does), so the layers above form a directed acyclic graph.
 """
 
 from __future__ import annotations
@@ -21,10 +23,10 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "diffugrpo_plugin"
 
 VERL_GLUE = ("diffugrpo_plugin/integration/", "diffugrpo_plugin/main.py")
-TORCH_FREE = ("diffugrpo_plugin/__init__.py", "diffugrpo_plugin/rewards.py", "diffugrpo_plugin/plugins.py",
-              "diffugrpo_plugin/hookspecs.py", "diffugrpo_plugin/sandbox", "diffugrpo_plugin/verdicts.py",
-              "diffugrpo_plugin/code_execution.py", "diffugrpo_plugin/judging.py", "diffugrpo_plugin/cache.py",
-              "diffugrpo_plugin/data/", "diffugrpo_plugin/step_cost.py", "reward_plugins/")
+TORCH_FREE = ("diffugrpo_plugin/__init__.py", "diffugrpo_plugin/hooktypes.py", "diffugrpo_plugin/rewards.py",
+              "diffugrpo_plugin/plugins.py", "diffugrpo_plugin/hookspecs.py", "diffugrpo_plugin/sandbox",
+              "diffugrpo_plugin/verdicts.py", "diffugrpo_plugin/code_execution.py", "diffugrpo_plugin/judging.py",
+              "diffugrpo_plugin/cache.py", "diffugrpo_plugin/data/", "diffugrpo_plugin/step_cost.py", "reward_plugins/")
 CHAIN = ("diffugrpo_plugin.cache", "diffugrpo_plugin.data", "diffugrpo_plugin.tokenizer", "diffugrpo_plugin.tiny",
          "diffugrpo_plugin.sft", "diffugrpo_plugin.warm_start")
 
@@ -97,6 +99,49 @@ def test_the_data_to_model_chain_only_imports_downwards(position):
     assert all(not modules for modules in upward.values()), upward
 
 
+def module_name(relative: str) -> str:
+    """``diffugrpo_plugin/sampling/__init__.py`` -> ``diffugrpo_plugin.sampling``."""
+    parts = relative.removesuffix(".py").split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of ours -> the modules of ours it imports anywhere in its file."""
+    files = {module_name(name): path for name, path in sources().items()}
+
+    def owner(imported: str) -> str | None:  # ``diffugrpo_plugin.rewards.RewardSpec`` -> ``diffugrpo_plugin.rewards``
+        while imported and imported not in files:
+            imported = imported.rpartition(".")[0]
+        return imported or None
+
+    return {module: {found for found in map(owner, imported_modules(path)) if found not in (None, module)}
+            for module, path in files.items()}
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, stack = set(), list(graph[start])
+    while stack:
+        module = stack.pop()
+        if module not in seen:
+            seen.add(module)
+            stack.extend(graph[module])
+    return seen
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert "diffugrpo_plugin.kernels" in graph and "diffugrpo_plugin.kernels" in graph["diffugrpo_plugin.models"]
+    reach = {module: reachable(graph, module) for module in graph}
+    cycles = {frozenset({module} | {other for other in reach[module] if module in reach[other]})
+              for module in graph if module in reach[module]}
+    assert sorted(sorted(cycle) for cycle in cycles) == []
+
+
+def test_the_cycle_check_sees_a_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert {module for module in graph if module in reachable(graph, module)} == {"a", "b", "c"}
+
+
 def fresh(code: str) -> str:
     result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -128,7 +173,8 @@ def test_preparing_the_default_data_loads_no_torch(tmp_path):
 def test_the_math_loads_no_verl_or_ray():
     loaded = fresh("""
         import sys
-        import diffugrpo_plugin.coupled, diffugrpo_plugin.logprobs, diffugrpo_plugin.masking, diffugrpo_plugin.models
+        import diffugrpo_plugin.coupled, diffugrpo_plugin.kernels, diffugrpo_plugin.logprobs, diffugrpo_plugin.masking
+        import diffugrpo_plugin.models
         import diffugrpo_plugin.sampling.samplers, diffugrpo_plugin.sft
         print(sorted(name for name in ("verl", "ray") if name in sys.modules))
     """)

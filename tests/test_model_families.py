@@ -30,7 +30,8 @@ from family_standins import (  # noqa: F401  (session fixtures are used by name)
     tokenizer,
 )
 
-from diffugrpo_plugin.families import ModelConfigError, detect_family, takes_padding_mask
+from diffugrpo_plugin.families import ModelConfigError, takes_padding_mask
+from diffugrpo_plugin.family_detection import detect_family
 from diffugrpo_plugin.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.masking import make_coupled
 from diffugrpo_plugin.models import (

@@ -40,7 +40,8 @@ from diffugrpo_plugin.lora import (
     save_adapter,
     set_dropout,
 )
-from diffugrpo_plugin.logprobs import DEFAULT_CHUNK_ROWS, coupled_token_logprobs
+from diffugrpo_plugin.kernels import DEFAULT_CHUNK_ROWS
+from diffugrpo_plugin.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.loss_terms import TermInputs, configured_terms
 from diffugrpo_plugin.masking import check_views
 from diffugrpo_plugin.models import (
