@@ -37,7 +37,7 @@ ROLES = (  # first match wins: (role, what to look for in the command line)
     ("verl task runner (the trainer loop)", "TaskRunner"),
     ("reward worker", "Reward"),
     ("agent loop worker", "AgentLoop"),
-    ("rollout server (batches requests)", "DiffusionServer"),
+    ("rollout server (batches requests)", "RequestBatcher"),
     ("verl request load balancer", "LoadBalancer"),
     ("verl replay buffer / transfer queue", "ReplayBuffer"),
     ("verl replay buffer / transfer queue", "TransferQueue"),

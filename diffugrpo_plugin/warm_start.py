@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from diffugrpo_plugin.cache import build_once, diffugrpo_home
+from diffugrpo_plugin.config import training_default
 from diffugrpo_plugin.data import SYNTHETIC_VERSION, default_data_paths
 from diffugrpo_plugin.sft import SFTConfig, train
 from diffugrpo_plugin.tiny import TinySpec, tiny_model_path
@@ -45,7 +46,8 @@ class WarmStart:
     batch_size: int = 8
     lr: float = 2e-3
     warmup_steps: int = 30
-    completion_length: int = 48
+    # the job's completion length: a model fine-tuned on other lengths scores 0 in it
+    completion_length: int = field(default_factory=lambda: int(training_default("data.max_response_length")))
     seed: int = 0
     data_seed: int = 0
     threads: int = 2

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -81,27 +80,81 @@ def test_bad_sampler_option_fails_at_start_up(tiny_model_path):
         DiffusionRollout(config, DiffusionModelConfig(path=tiny_model_path, model_type="diffusion_lm"), None)
 
 
+def pulling_worker(server, batches: list[int], stop: asyncio.Event, fail: bool = False):
+    """What the trainer worker's thread does, in the test's event loop: pull a batch, answer it, again."""
+    async def loop():
+        while not stop.is_set():
+            taken = await server.next_batch(0.05)
+            if taken is None:
+                continue
+            batch_id, requests = taken
+            batches.append(len(requests))
+            await asyncio.sleep(0.01)
+            if fail:
+                await server.deliver(batch_id, error="ValueError: the sampler says no")
+            else:
+                await server.deliver(batch_id, [{"token_ids": [len(r["prompt_ids"])], "global_steps": 3,
+                                                 "generation_batch": "0:1", "generation_seconds": 0.01}
+                                                for r in requests])
+    return asyncio.create_task(loop())
+
+
 def test_server_batches_concurrent_requests_and_keeps_order():
-    from diffugrpo_plugin.integration.rollout import DiffusionServer
+    from diffugrpo_plugin.request_batcher import RequestBatcher
 
     batches = []
 
-    async def call_worker(function, batch):
-        batches.append(len(batch))
-        await asyncio.sleep(0.01)
-        return [{"token_ids": [len(r["prompt_ids"])], "global_steps": 3, "generation_batch": "0:1",
-                 "generation_seconds": 0.01} for r in batch]
-
-    worker = SimpleNamespace(__ray_call__=SimpleNamespace(remote=call_worker))
-
     async def scenario():
-        server = DiffusionServer(worker, batch_window_s=0.01)
+        server, stop = RequestBatcher(batch_window_s=0.01), asyncio.Event()
+        worker = pulling_worker(server, batches, stop)
         first = [server.generate(f"r{i}", [1] * (i + 1), {"temperature": 1.0}) for i in range(5)]
         outputs = await asyncio.gather(*first)
         late = await server.generate("late", [1] * 9, {"temperature": 1.0})
+        stop.set()
+        await worker
         return outputs, late
 
     outputs, late = asyncio.run(scenario())
     assert [o.token_ids for o in outputs] == [[1], [2], [3], [4], [5]]
     assert late.token_ids == [9] and late.extra_fields["global_steps"] == 3
     assert batches == [5, 1]
+
+
+def test_a_failed_batch_fails_each_of_its_requests_with_the_reason():
+    from diffugrpo_plugin.request_batcher import RequestBatcher
+
+    async def scenario():
+        server, stop = RequestBatcher(batch_window_s=0.01), asyncio.Event()
+        worker = pulling_worker(server, [], stop, fail=True)
+        outcomes = await asyncio.gather(*[server.generate(f"r{i}", [1], {}) for i in range(3)], return_exceptions=True)
+        stop.set()
+        await worker
+        return outcomes
+
+    assert [str(outcome) for outcome in asyncio.run(scenario())] == [
+        "diffusion rollout: ValueError: the sampler says no"] * 3
+
+
+def test_requests_fail_once_the_worker_has_been_silent_too_long():
+    """A worker that died mid-batch never delivers: its requests fail, saying so, instead of waiting for ever."""
+    from diffugrpo_plugin.request_batcher import RequestBatcher
+
+    async def scenario():
+        server = RequestBatcher(batch_window_s=0.01, silence_limit_s=0.2)
+        waiting = asyncio.ensure_future(server.generate("r0", [1], {}))
+        assert (await server.next_batch(1.0))[1] == [{"prompt_ids": [1], "sampling_params": {}}]  # taken, then silence
+        return await asyncio.gather(waiting, return_exceptions=True)
+
+    [outcome] = asyncio.run(scenario())
+    assert isinstance(outcome, RuntimeError) and "has not been heard from for" in str(outcome)
+
+
+def test_the_server_process_needs_neither_torch_verl_nor_ray():
+    """Ray imports the server's class (and what it imports) into the server's own process."""
+    import subprocess
+    import sys
+
+    loaded = subprocess.run([sys.executable, "-c", "import sys, diffugrpo_plugin.request_batcher; "
+                             "print(sorted(m for m in ('torch', 'verl', 'ray') if m in sys.modules))"],
+                            capture_output=True, text=True, timeout=120)
+    assert loaded.stdout.strip() == "[]", loaded.stderr

@@ -6,9 +6,11 @@ registers three small pieces in verl's two rollout registries:
 * :class:`DiffusionRollout` (``BaseRollout``): lives in each trainer worker process (hybrid
   engine, colocated with the actor). It keeps an unsharded copy of the policy on the worker's
   device, receives every weight update verl pushes after a training step, and runs the sampler.
-* :class:`DiffusionServer`: a light Ray actor with verl's token-in/token-out ``generate``. It
-  gathers the requests that arrive together (verl's agent loop sends one per sample) and hands
-  them to its worker's :class:`DiffusionRollout` as one batch.
+* the server, :class:`~diffugrpo_plugin.request_batcher.RequestBatcher`: a light Ray actor with verl's
+  token-in/token-out ``generate``. It gathers the requests that arrive together (verl's agent loop
+  sends one per sample); a thread in the worker (:func:`_serve_from_worker`) pulls each batch, runs it
+  through the worker's :class:`DiffusionRollout` and delivers the results. The server never calls the
+  worker, so it never loads the worker's class, torch or verl.
 * :class:`DiffusionReplica` (``RolloutReplica``): one server per trainer worker, so generation is
   data-parallel across workers.
 
@@ -24,9 +26,9 @@ global RNG is never used.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import logging
+import threading
 import time
 from typing import Any, Generator
 
@@ -35,7 +37,7 @@ import torch
 
 from verl.utils.device import get_device_name
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutReplica, TokenOutput
+from verl.workers.rollout.replica import RolloutReplica
 
 from diffugrpo_plugin.lora import (
     adapted_module_names,
@@ -46,13 +48,15 @@ from diffugrpo_plugin.lora import (
 )
 from diffugrpo_plugin.models import DiffusionLM, load_pretrained
 from diffugrpo_plugin.plugins import factory_options, lookup
+from diffugrpo_plugin.request_batcher import RequestBatcher
 from diffugrpo_plugin.sampling import build_sampler, left_pad, padding_id
 
 logger = logging.getLogger("diffugrpo.rollout")
 
 NAME = "diffusion"
 DEFAULT_SAMPLER = "entropy"
-BATCH_WINDOW_S = 0.02
+POLL_S = 5.0  # how long one pull waits for a request; the worker polls again after
+HEARTBEAT_S = 5.0
 
 _local_rollout: "DiffusionRollout | None" = None
 
@@ -191,71 +195,49 @@ class DiffusionRollout(BaseRollout):
         return results
 
 
-def _generate_in_worker(_worker_actor, requests):
+def _serve_from_worker(_worker_actor, server: ray.actor.ActorHandle) -> None:
+    """Runs in the trainer worker (through ``__ray_call__``): starts the threads that take batches from ``server``
+    and generate them with this process's :class:`DiffusionRollout`, and that tell the server the worker lives."""
     if _local_rollout is None:
         raise RuntimeError("no diffusion rollout in this worker process; is actor_rollout_ref.rollout.name=diffusion?")
-    return _local_rollout.generate_batch(requests)
+    device = torch.accelerator.current_device_index() if torch.accelerator.is_available() else None
+    threading.Thread(target=_generate_batches, args=(_local_rollout, server, device), daemon=True,
+                     name="diffusion-rollout").start()
+    threading.Thread(target=_send_heartbeats, args=(server,), daemon=True, name="diffusion-heartbeat").start()
 
 
-class DiffusionServer:
-    """Token-in/token-out server for one worker: batches concurrent requests into one sampler call."""
-
-    def __init__(self, worker: ray.actor.ActorHandle, batch_window_s: float = BATCH_WINDOW_S):
-        self.worker = worker
-        self.batch_window_s = batch_window_s
-        self.pending: list[tuple[dict[str, Any], asyncio.Future]] = []
-        self.flush_task: asyncio.Task | None = None
-
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data=None, video_data=None, **kwargs) -> TokenOutput:
-        if image_data or video_data:
-            raise ValueError("the diffusion rollout generates text only; this request carries images/video")
-        future = asyncio.get_running_loop().create_future()
-        self.pending.append(({"prompt_ids": list(prompt_ids), "sampling_params": dict(sampling_params)}, future))
-        if self.flush_task is None or self.flush_task.done():
-            self.flush_task = asyncio.create_task(self._flush_after_window())
-        result = await future
-        return TokenOutput(token_ids=result["token_ids"], log_probs=None, stop_reason="completed",
-                           extra_fields={key: result[key] for key in ("global_steps", "generation_batch",
-                                                                      "generation_seconds")})
-
-    async def _flush_after_window(self):
-        # keep draining: requests that arrive while a batch is generating form the next batch
-        while self.pending:
-            await asyncio.sleep(self.batch_window_s)
-            batch, self.pending = self.pending, []
-            try:
-                results = await self.worker.__ray_call__.remote(_generate_in_worker,
-                                                                [request for request, _ in batch])
-            except Exception as exc:  # every waiting request learns why
-                for _, future in batch:
-                    future.set_exception(exc)
+def _generate_batches(rollout: DiffusionRollout, server: ray.actor.ActorHandle, device: int | None) -> None:
+    if device is not None:
+        torch.accelerator.set_device_index(device)  # the current device is per thread; the worker's main thread set it
+    try:
+        while True:
+            taken = ray.get(server.next_batch.remote(POLL_S))
+            if taken is None:
                 continue
-            for (_, future), result in zip(batch, results):
-                future.set_result(result)
+            batch_id, requests = taken
+            try:
+                results = rollout.generate_batch(requests)
+            except Exception as exc:  # noqa: BLE001 - every waiting request learns why
+                logger.exception("diffusion rollout: generating a batch failed")
+                server.deliver.remote(batch_id, error=f"{type(exc).__name__}: {exc}")
+            else:
+                server.deliver.remote(batch_id, results)
+    except ray.exceptions.RayError:
+        return  # the server is gone: the run is shutting down
 
-    # verl's replica control surface: the policy copy lives in the worker, so these are no-ops here.
-    async def wake_up(self): ...
 
-    async def sleep(self): ...
-
-    async def clear_kv_cache(self): ...
-
-    async def release_kv_cache(self): ...
-
-    async def resume_kv_cache(self): ...
-
-    async def abort_all_requests(self, reject_request: bool = False): ...
-
-    async def resume_generation(self): ...
-
-    async def start_profile(self, **kwargs): ...
-
-    async def stop_profile(self): ...
+def _send_heartbeats(server: ray.actor.ActorHandle) -> None:
+    try:
+        while True:
+            ray.get(server.heartbeat.remote())
+            time.sleep(HEARTBEAT_S)
+    except ray.exceptions.RayError:
+        return
 
 
 class DiffusionReplica(RolloutReplica):
-    """One :class:`DiffusionServer` per trainer worker (rollout tensor parallel size must be 1)."""
+    """One server (:class:`~diffugrpo_plugin.request_batcher.RequestBatcher`) per trainer worker (rollout tensor
+    parallel size must be 1)."""
 
     async def launch_servers(self):
         if self.world_size != 1:
@@ -264,13 +246,14 @@ class DiffusionReplica(RolloutReplica):
                              f"sizes 1); got a rollout world size of {self.world_size}")
         worker = self.workers[0]
         node_id = await worker.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
-        server = ray.remote(DiffusionServer).options(
+        server = ray.remote(RequestBatcher).options(
             name=f"diffusion_server_{self.replica_rank}{self.name_suffix}",
             num_cpus=0,
             max_concurrency=self.max_concurrency,
             scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id,
                                                                                              soft=False),
-        ).remote(worker)
+        ).remote()
+        await worker.__ray_call__.remote(_serve_from_worker, server)
         self.servers = [server]
         self._server_handle = server
         self._server_address = f"diffusion://replica-{self.replica_rank}"

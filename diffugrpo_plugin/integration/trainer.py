@@ -6,8 +6,8 @@ Registered with ``verl.trainer.ppo.v1.register_trainer`` and selected by
 One training step, in order: verl's stage (``PPOTrainer.fit`` / ``_step_once``), then what runs there.
 
 1. **gen** (verl's replay buffer asks the agent loops): ``agent_loop.DiffusionAgentLoop`` sends each
-   prompt ``n`` times to ``rollout.DiffusionServer``, which batches requests into
-   ``rollout.DiffusionRollout.generate_batch`` in the trainer worker: a sampler
+   prompt ``n`` times to the rollout server (``request_batcher.RequestBatcher``), which batches requests
+   that the trainer worker pulls into ``rollout.DiffusionRollout.generate_batch``: a sampler
    (``sampling/``) fills the whole canvas on the rollout's policy copy; the loop masks everything
    after the first EOS out of the loss.
 2. **reward** (verl's reward workers, while generation goes on):
