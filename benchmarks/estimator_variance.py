@@ -50,7 +50,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from diffugrpo_plugin.masking import Masker, MaskedViews, make_coupled, make_d1, make_sft
+from diffugrpo_plugin.masking import MaskedViews, Masker, make_coupled, make_d1, make_sft
 
 # t quantiles (0.975) by degrees of freedom: the batch-means interval with few groups needs Student's t
 T_975 = {4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179,

@@ -81,14 +81,13 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
     """Runs ``steps`` reference-style steps in this process; writes each step's stage seconds to ``out``."""
     import torch
 
-    from dream_loop import JOB_SAMPLING, dream_loop
-    from sampler import pad_id
-
     from diffugrpo_plugin.data import prepare
     from diffugrpo_plugin.models import load_diffusion_lm, position_ids_from_mask
     from diffugrpo_plugin.rewards import RewardSpec
     from diffugrpo_plugin.sampling import left_pad
     from diffugrpo_plugin.sampling.engine import cut_after_eos
+    from dream_loop import JOB_SAMPLING, dream_loop
+    from sampler import pad_id
 
     torch.set_num_threads(os.cpu_count() or 1)
     lm, tokenizer = load_diffusion_lm(model, "cpu")
@@ -166,9 +165,8 @@ def peak_pss_of(command: list[str], env: dict[str, str], cwd: Path) -> int:
 
 
 def run_ours(label: str, steps: int, model: str, sampler_options: list[str], settings: list[str], workdir: Path):
-    from step import SAMPLER_KEY
-
     from diffugrpo_plugin.plotting import find_event_dir, read_scalars
+    from step import SAMPLER_KEY
 
     tensorboard = workdir / label / "tensorboard"
     command = [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo", *JOB_SETTINGS,
@@ -202,8 +200,8 @@ def run_reference_style(steps: int, model: str, new_tokens: int, diffusion_steps
 def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
     baseline, baseline_peak = runs["reference-style"]
     labels = list(runs)
-    print(f"\nseconds per step, median [range] of steps 2..N; 'x' = reference-style median / this run's median "
-          f"(above 1: faster than the reference-style step)")
+    print("\nseconds per step, median [range] of steps 2..N; 'x' = reference-style median / this run's median "
+          "(above 1: faster than the reference-style step)")
     header = f"{'stage':<22}" + "".join(f"{label:>30}" for label in labels)
     print(header + "\n" + "-" * len(header))
     for stage, _ in STAGES:

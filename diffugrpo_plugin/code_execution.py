@@ -33,8 +33,15 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from diffugrpo_plugin.sandbox import (LINE_COUNT_SLOWDOWN, Job, JobResult, Judged, Sandbox, SandboxError, escaped,
-                                      shared_sandbox)
+from diffugrpo_plugin.sandbox import (
+    LINE_COUNT_SLOWDOWN,
+    Job,
+    JobResult,
+    Judged,
+    Sandbox,
+    SandboxError,
+    shared_sandbox,
+)
 from diffugrpo_plugin.verdicts import parse_python
 
 SIGXCPU = 24

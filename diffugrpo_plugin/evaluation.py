@@ -35,13 +35,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from diffugrpo_plugin.code_execution import TestOutcome, TestSpec, extract_code, pass_rate, \
-    run_tests_many, tests_from_row
+from diffugrpo_plugin.code_execution import (
+    TestOutcome,
+    TestSpec,
+    extract_code,
+    pass_rate,
+    run_tests_many,
+    tests_from_row,
+)
 from diffugrpo_plugin.data import DataError, prepare
 from diffugrpo_plugin.data.records import checked_field, read_records
 from diffugrpo_plugin.data.rows import read_parquet_rows
-from diffugrpo_plugin.judging import Offer, offered_code, outcomes_reason
 from diffugrpo_plugin.hooktypes import Reason
+from diffugrpo_plugin.judging import Offer, offered_code, outcomes_reason
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
 
 DATASETS = ("humaneval", "mbpp", "parquet")

@@ -32,8 +32,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from diffugrpo_plugin.code_execution import (FORMAT_ENDS, TestOutcome, TestSpec, extract_code, run_tests_many,
-                                             tests_from_row)
+from diffugrpo_plugin.code_execution import (
+    FORMAT_ENDS,
+    TestOutcome,
+    TestSpec,
+    extract_code,
+    run_tests_many,
+    tests_from_row,
+)
 from diffugrpo_plugin.hooktypes import Explained, Reason
 from diffugrpo_plugin.sandbox import Sandbox, SandboxError
 from diffugrpo_plugin.verdicts import parse_python

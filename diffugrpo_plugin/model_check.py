@@ -274,8 +274,13 @@ def resolve_checkpoint(path: str, family: str | None = None, implementation: str
     """
     from diffugrpo_plugin.families import ModelConfigError, submodule
     from diffugrpo_plugin.lean_mlp import make_lean
-    from diffugrpo_plugin.models import load_model_config, plan_loading, planned_meta_model, read_model_config
-    from diffugrpo_plugin.models import resolve_mask_token
+    from diffugrpo_plugin.models import (
+        load_model_config,
+        plan_loading,
+        planned_meta_model,
+        read_model_config,
+        resolve_mask_token,
+    )
 
     problem = checkpoint_path_problem(path)
     if problem:

@@ -23,8 +23,8 @@ from diffugrpo_plugin.families import (
     IMPLEMENTATIONS,
     ModelConfigError,
     ModelFamily,
-    projected_rows,
     position_ids_from_mask,
+    projected_rows,
     unwrap,
 )
 from diffugrpo_plugin.family_detection import detect_family, family_named

@@ -68,8 +68,8 @@ from typing import Any, Callable, Collection, Hashable, Mapping, Sequence
 from omegaconf import OmegaConf
 
 from diffugrpo_plugin import plugins
-from diffugrpo_plugin.hooktypes import Explained, Reason
 from diffugrpo_plugin.code_execution import BLOCK_CHOICES, FORMAT_ENDS
+from diffugrpo_plugin.hooktypes import Explained, Reason
 from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig, shared_sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")

@@ -62,8 +62,14 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from diffugrpo_plugin import sandbox_wire as wire
-from diffugrpo_plugin.sandbox_limits import (PROTECTION_NAMES, CgroupSlots, Protection, SlotLimits, host_protections,
-                                             seccomp_program)
+from diffugrpo_plugin.sandbox_limits import (
+    PROTECTION_NAMES,
+    CgroupSlots,
+    Protection,
+    SlotLimits,
+    host_protections,
+    seccomp_program,
+)
 
 logger = logging.getLogger("diffugrpo.sandbox")
 

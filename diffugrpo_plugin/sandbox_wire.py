@@ -423,7 +423,7 @@ class Decoder:
         except BadValue:
             raise
         except RecursionError:
-            raise BadValue(f"value nested deeper than this side can rebuild") from None
+            raise BadValue("value nested deeper than this side can rebuild") from None
         except (TypeError, ValueError, IndexError, KeyError, OverflowError, ArithmeticError) as error:
             raise BadValue(f"malformed {tag[:20]!r} value ({type(error).__name__}: {str(error)[:100]})") from None
 
@@ -706,7 +706,7 @@ def _shape(shape) -> tuple:
 
 
 def _dtype_text(text) -> str:
-    if type(text) is not str or len(text) > 8 or not text.isascii() or not text[:1] in "<>|=":
+    if type(text) is not str or len(text) > 8 or not text.isascii() or text[:1] not in "<>|=":
         raise BadValue("malformed numpy dtype")
     return text
 

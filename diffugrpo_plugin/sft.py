@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-
 from transformers import HfArgumentParser
 from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
 

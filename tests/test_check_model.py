@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from diffugrpo_plugin import step_cost
+from diffugrpo_plugin.cli import main as cli_main
 from family_standins import (  # noqa: F401  (session fixtures are used by name)
     dream_standin,
     llada_standin,
@@ -26,9 +29,6 @@ from family_standins import (  # noqa: F401  (session fixtures are used by name)
     save_standin,
     tokenizer,
 )
-
-from diffugrpo_plugin import step_cost
-from diffugrpo_plugin.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
 # a small step shape so the estimate's arithmetic stays readable; the defaults are DiffuCoder's recipe

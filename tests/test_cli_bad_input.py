@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MINI_MBPP, REPO
 
+from conftest import MINI_MBPP, REPO
 from diffugrpo_plugin import __version__
 from diffugrpo_plugin.cli import main
 

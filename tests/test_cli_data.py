@@ -11,8 +11,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import MINI_MBPP
 
+from conftest import MINI_MBPP
 from diffugrpo_plugin.cli import data as cli_data
 from diffugrpo_plugin.data import synthetic_problems
 

@@ -10,13 +10,12 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import mbpp_file
-from reward_support import require_bwrap
-from samplers_support import single_thread
 
+from conftest import mbpp_file
 from diffugrpo_plugin.cli import evaluate
 from diffugrpo_plugin.data import format_completion, prepare
-
+from reward_support import require_bwrap
+from samplers_support import single_thread
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 

@@ -6,9 +6,9 @@ import argparse
 import json
 
 import pytest
-from samplers_support import single_thread
 
 from diffugrpo_plugin.cli import generate
+from samplers_support import single_thread
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 

@@ -12,8 +12,8 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import REPO
 
+from conftest import REPO
 from diffugrpo_plugin import rewards
 from diffugrpo_plugin.cli import rewards as rewards_cli
 from reward_support import TEST_UID_BASE, require_bwrap

@@ -7,10 +7,18 @@ import json
 import random
 
 import pytest
-from conftest import mbpp_file
 
-from diffugrpo_plugin.code_execution import (Outcome, TestSpec, extract_code, outputs_match, pass_rate,
-                                             reference_from_row, run_tests, run_tests_many)
+from conftest import mbpp_file
+from diffugrpo_plugin.code_execution import (
+    Outcome,
+    TestSpec,
+    extract_code,
+    outputs_match,
+    pass_rate,
+    reference_from_row,
+    run_tests,
+    run_tests_many,
+)
 from diffugrpo_plugin.code_execution import tests_from_row as spec_of  # a 'test*' name pytest would collect
 from reward_support import tight_sandbox
 

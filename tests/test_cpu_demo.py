@@ -10,6 +10,7 @@ import sys
 
 import pyarrow.parquet as pq
 import pytest
+
 from conftest import MBPP_DIR_VAR, MINI_MBPP, REPO, mbpp_file
 
 DEMO = REPO / "examples" / "cpu_demo" / "run_demo.py"

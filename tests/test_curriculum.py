@@ -5,9 +5,16 @@ import numpy as np
 import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from diffugrpo_plugin.curriculum import (CurriculumConfigError, CurriculumFeedback, CurriculumOptions,
-                                         CurriculumSampler, RecordingSampler, difficulty_ranks, group_positions,
-                                         scheduled_level)
+from diffugrpo_plugin.curriculum import (
+    CurriculumConfigError,
+    CurriculumFeedback,
+    CurriculumOptions,
+    CurriculumSampler,
+    RecordingSampler,
+    difficulty_ranks,
+    group_positions,
+    scheduled_level,
+)
 
 
 def rows(difficulties):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from conftest import MASK_ID, build_tiny_module, installed_example
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,12 +10,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import MINI_MBPP, MINI_SANITIZED_MBPP, mbpp_file
 
+from conftest import MINI_MBPP, MINI_SANITIZED_MBPP, mbpp_file
 from diffugrpo_plugin import data
-from diffugrpo_plugin.data import records, sources
+from diffugrpo_plugin.data import DataError, Problem, records, sources
 from diffugrpo_plugin.data import rows as row_format
-from diffugrpo_plugin.data import DataError, Problem
 
 
 def write_jsonl(path: Path, rows: list) -> Path:
@@ -585,6 +584,7 @@ def test_writing_no_rows_is_an_error(tmp_path):
 
 def test_verl_rlhf_dataset_reads_our_parquet_with_our_tokenizer(tmp_path):
     from omegaconf import OmegaConf
+
     from verl.utils.dataset.rl_dataset import RLHFDataset
     from verl.utils.tokenizer import normalize_token_ids
 

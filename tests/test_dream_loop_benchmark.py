@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from test_samplers_real import EOS, LONG, PAD, SHORT, lm_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from dream_loop import dream_loop  # noqa: E402
-from step import PLAIN_LEVERS  # noqa: E402
-
 from diffugrpo_plugin.sampling import build_sampler, left_pad  # noqa: E402
 from diffugrpo_plugin.sampling.engine import cut_after_eos  # noqa: E402
+from dream_loop import dream_loop  # noqa: E402
+from step import PLAIN_LEVERS  # noqa: E402
 
 
 @pytest.mark.parametrize("steps, top_k", [(16, None), (5, 5)])

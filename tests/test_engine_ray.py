@@ -406,7 +406,7 @@ def test_loss_terms_join_the_update_by_their_formulas_and_two_workers_agree(tiny
     from verl.workers.utils.losses import ppo_loss
 
     from diffugrpo_plugin.integration.engine import LOSS_TERM_FIELD
-    from diffugrpo_plugin.loss_terms import ReferenceSFT, StepBatch, TermInputs
+    from diffugrpo_plugin.loss_terms import ReferenceSFT, TermInputs
     from diffugrpo_plugin.models import DiffusionLM, load_pretrained
 
     prompts, responses, seeds = make_batch(vocab=64)

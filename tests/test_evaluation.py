@@ -9,14 +9,11 @@ import math
 from fractions import Fraction
 
 import pytest
-from conftest import mbpp_file
-from reward_support import require_bwrap
-from samplers_support import single_thread
 
+from conftest import mbpp_file
 from diffugrpo_plugin import evaluation
 from diffugrpo_plugin.code_execution import Outcome, TestOutcome
 from diffugrpo_plugin.data import format_completion, prepare, write_parquet
-from diffugrpo_plugin.rewards import Reason
 from diffugrpo_plugin.evaluation import (
     Completion,
     EvalProblem,
@@ -25,6 +22,9 @@ from diffugrpo_plugin.evaluation import (
     Verdict,
     pass_at_k,
 )
+from diffugrpo_plugin.rewards import Reason
+from reward_support import require_bwrap
+from samplers_support import single_thread
 
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(-1, 1) == 0"]
 CORRECT = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"

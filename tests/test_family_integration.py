@@ -9,6 +9,7 @@ import json
 
 import pytest
 import torch
+
 from conftest import ray_cluster  # noqa: F401  (fixture)
 from family_standins import dream_standin, llada_standin, llada_tied_standin  # noqa: F401  (fixtures)
 from test_engine_ray import build_worker_group, check_formula_then_one_ascent_step, loss_masks, make_batch

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from diffugrpo_plugin import sandbox_wire as wire
-from diffugrpo_plugin.code_execution import Outcome, run_tests_many
+from diffugrpo_plugin.code_execution import run_tests_many
 from diffugrpo_plugin.code_execution import tests_from_row as spec_of  # a 'test*' name pytest would collect
 from reward_support import tight_sandbox
 

@@ -10,7 +10,6 @@ import random
 import re
 
 import pytest
-from reward_support import tight_sandbox
 
 from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, Offer, format_verdict, offered_code
 from diffugrpo_plugin.rewards import Explained, Reason
@@ -20,6 +19,7 @@ from reward_plugins.comments import comments_reward
 from reward_plugins.efficiency import efficiency_reward
 from reward_plugins.maintainability import maintainability_reward
 from reward_plugins.syntax import syntax_reward
+from reward_support import tight_sandbox
 
 ADD = "def add(a, b):\n    return a + b\n"
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]

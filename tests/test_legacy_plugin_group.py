@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from conftest import installed_package
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from family_standins import STANDINS, llada_standin, save_standin, tokenizer  # noqa: F401  (fixture used by name)
 from safetensors.torch import load_file, save_file
 
 from diffugrpo_plugin.families import takes_padding_mask
 from diffugrpo_plugin.models import DiffusionLM, ModelConfigError, load_pretrained, plan_loading, read_model_config
 from diffugrpo_plugin.weights import checkpoint_shapes, compare
+from family_standins import STANDINS, llada_standin, save_standin, tokenizer  # noqa: F401  (fixture used by name)
 
 # ---------------------------------------------------------------------------------------------
 # a. The comparison itself, on hand-written name lists
@@ -245,6 +245,7 @@ def dream_tokenizer_naming_its_code(path: Path) -> Path:
 
 def test_a_checkpoint_without_its_code_passes_the_preflight_that_verl_workers_honour(tmp_path):
     from hydra import compose, initialize_config_module
+
     from verl.utils import hf_tokenizer
 
     from diffugrpo_plugin.data import prepare, write_parquet

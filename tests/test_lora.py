@@ -135,11 +135,10 @@ def test_an_adapter_on_the_vocabulary_head_is_refused(targets, where):
 
 
 def test_an_adapter_on_a_tied_embedding_is_refused(llada_tied_standin):
-    from family_standins import tokenizer
-
     from diffugrpo_plugin.families import ModelConfigError
     from diffugrpo_plugin.lora import refuse_adapted_head
     from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+    from family_standins import tokenizer
 
     model = adapted(load_pretrained(llada_tied_standin), targets=["q_proj", "wte"])
     family = DiffusionLM.wrap(model, tokenizer=tokenizer()).family

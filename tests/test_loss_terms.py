@@ -10,8 +10,14 @@ import math
 import pytest
 import torch
 
-from diffugrpo_plugin.loss_terms import (GroupPreference, ReferenceSFT, StepBatch, TermInputs, best_and_worst,
-                                         configured_terms)
+from diffugrpo_plugin.loss_terms import (
+    GroupPreference,
+    ReferenceSFT,
+    StepBatch,
+    TermInputs,
+    best_and_worst,
+    configured_terms,
+)
 from diffugrpo_plugin.plugins import PluginError, PluginOptionError
 
 

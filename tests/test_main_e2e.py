@@ -312,9 +312,8 @@ def test_the_d1_recipe_runs_end_to_end_on_a_tiny_llada(tmp_path):
     """examples/d1_llada as written (d1's masker, LoRA rank 128 on d1's target list, 12 iterations, beta 0.04,
     LLaDA's sampler), scaled to a tiny LLaDA-style checkpoint on one CPU worker in fp32, trains 2 steps and saves
     the adapter."""
-    from family_standins import save_standin
-
     from diffugrpo_plugin.data import prepare_to_parquet
+    from family_standins import save_standin
 
     path = save_standin("llada", tmp_path / "llada_checkpoint")
     prepare_to_parquet("synthetic", ["train", "validation"], tmp_path / "data")

@@ -20,15 +20,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from family_standins import (  # noqa: F401  (session fixtures are used by name)
-    dream_standin,
-    llada_scaled_standin,
-    llada_standin,
-    llada_tied_standin,
-    load_remote,
-    remote_class,
-    tokenizer,
-)
 
 from diffugrpo_plugin.families import ModelConfigError, takes_padding_mask
 from diffugrpo_plugin.family_detection import detect_family
@@ -45,6 +36,15 @@ from diffugrpo_plugin.native import register_with_transformers
 from diffugrpo_plugin.native.dream import DreamModel as NativeDream
 from diffugrpo_plugin.native.llada import LLaDAConfig as NativeLLaDAConfig
 from diffugrpo_plugin.native.llada import LLaDAModelLM as NativeLLaDA
+from family_standins import (  # noqa: F401  (session fixtures are used by name)
+    dream_standin,
+    llada_scaled_standin,
+    llada_standin,
+    llada_tied_standin,
+    load_remote,
+    remote_class,
+    tokenizer,
+)
 
 CHECKPOINTS = ["dream", "llada", "llada_tied"]
 OLMO_MASK_ID = 50256

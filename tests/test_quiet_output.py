@@ -16,8 +16,12 @@ import pytest
 from omegaconf import OmegaConf
 
 from diffugrpo_plugin.integration import console
-from diffugrpo_plugin.integration.platform import (ray_logical_cpus, size_ray_workers, torch_threads_per_trainer,
-                                                   worker_thread_env)
+from diffugrpo_plugin.integration.platform import (
+    ray_logical_cpus,
+    size_ray_workers,
+    torch_threads_per_trainer,
+    worker_thread_env,
+)
 
 STEP_METRICS = {
     "reward/total/mean": 0.453125, "reward/code/mean": 0.0, "reward/code_format/mean": 0.90625,

@@ -14,8 +14,7 @@ import pytest
 from diffugrpo_plugin import code_execution
 from diffugrpo_plugin.code_execution import Outcome, run_tests
 from diffugrpo_plugin.evaluation import Completion, EvalProblem, judge_completions, summarize
-from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, code_outcomes, format_verdict, offered_code, \
-    syntax_problem
+from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, code_outcomes, format_verdict, offered_code, syntax_problem
 from diffugrpo_plugin.rewards import RewardSpec, value_of
 from reward_plugins.code import code_reward
 from reward_plugins.efficiency import CPU_SCORE_BAND, efficiency_reward

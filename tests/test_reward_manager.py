@@ -12,6 +12,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from verl import DataProto
+
 from diffugrpo_plugin.integration import reward_manager
 from diffugrpo_plugin.integration.reward_manager import extra_info, row_columns
 from reward_support import TEST_UID_BASE, processes_with_uids, require_bwrap
@@ -49,10 +51,8 @@ def _config(**rewards):
     return OmegaConf.create({"diffugrpo": {"rewards": settings}, "trainer": {"experiment_name": "test"}})
 
 
-def _row(tokenizer, response: str, extra: dict, **top_level) -> "DataProto":
+def _row(tokenizer, response: str, extra: dict, **top_level) -> DataProto:
     """One verl row: left-padded prompt, right-padded response, non-tensor columns as verl stores them."""
-    from verl import DataProto
-
     response_ids = tokenizer(response, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     assert len(response_ids) <= RESPONSE_LENGTH
     prompt_ids = tokenizer("add?", add_special_tokens=False)["input_ids"]

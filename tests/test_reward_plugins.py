@@ -15,14 +15,22 @@ import pytest
 
 from diffugrpo_plugin import code_execution
 from diffugrpo_plugin.code_execution import Outcome, TestOutcome, run_tests
-from diffugrpo_plugin.sandbox import instruction_counter_available
 from diffugrpo_plugin.judging import format_verdict
 from diffugrpo_plugin.rewards import value_of
+from diffugrpo_plugin.sandbox import instruction_counter_available
 from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward
 from reward_plugins.comments import comments_reward, static_comment_score
-from reward_plugins.efficiency import (CPU_SCORE_BAND, Runs, absolute_score, absolute_time, cost_ratio,
-                                       efficiency_reward, relative_score, relative_time)
+from reward_plugins.efficiency import (
+    CPU_SCORE_BAND,
+    Runs,
+    absolute_score,
+    absolute_time,
+    cost_ratio,
+    efficiency_reward,
+    relative_score,
+    relative_time,
+)
 from reward_plugins.maintainability import maintainability_reward, maintainability_score, mean_complexity
 from reward_plugins.syntax import syntax_reward
 from reward_support import tight_sandbox

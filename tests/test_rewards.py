@@ -9,9 +9,20 @@ import math
 import pytest
 
 from diffugrpo_plugin.plugins import PluginError
-from diffugrpo_plugin.rewards import (Explained, Reason, RewardComponent, RewardConfigError, RewardSpec, gated_total,
-                                      group_normalized_totals, normalize_by_group, parse_weights, step_metrics,
-                                      value_of, weighted_total)
+from diffugrpo_plugin.rewards import (
+    Explained,
+    Reason,
+    RewardComponent,
+    RewardConfigError,
+    RewardSpec,
+    gated_total,
+    group_normalized_totals,
+    normalize_by_group,
+    parse_weights,
+    step_metrics,
+    value_of,
+    weighted_total,
+)
 
 # --- config ----------------------------------------------------------------------------------
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from samplers_support import FAKE_EOS, FAKE_PAD, fake_lm, log_probs, single_thread
-from test_samplers_real import LONG, SHORT, lm_for, run
 
 from diffugrpo_plugin.models import ModelConfigError
 from diffugrpo_plugin.sampling import SamplerOptionError
 from diffugrpo_plugin.sampling.decoding import factor_choice
 from diffugrpo_plugin.sampling.samplers import EntropySampler, LLaDASampler, MaskGitPlusSampler
+from samplers_support import FAKE_EOS, FAKE_PAD, fake_lm, log_probs, single_thread
+from test_samplers_real import LONG, SHORT, lm_for, run
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 

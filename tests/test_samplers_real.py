@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import MASK_ID, build_tiny_module
-from samplers_support import fake_lm, log_probs, single_thread
 
+from conftest import MASK_ID, build_tiny_module
 from diffugrpo_plugin.models import DiffusionLM, ModelConfigError
 from diffugrpo_plugin.sampling import left_pad
 from diffugrpo_plugin.sampling.forward import DualCachedForward, FullForward, PrefixCachedForward
@@ -18,6 +17,7 @@ from diffugrpo_plugin.sampling.samplers import (
     OriginSampler,
     TopKMarginSampler,
 )
+from samplers_support import fake_lm, log_probs, single_thread
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 

@@ -65,6 +65,7 @@ def test_bad_option_values_are_named(factory, options, message):
 
 def test_layout_errors_name_the_option():
     import torch
+
     from samplers_support import FAKE_EOS, FAKE_PAD, fake_lm, log_probs
 
     lm = fake_lm({1: [log_probs(0.5, 0.5)] * 9})
@@ -79,6 +80,7 @@ def test_layout_errors_name_the_option():
 
 def test_bad_prompts_are_named():
     import torch
+
     from samplers_support import FAKE_EOS, FAKE_PAD, fake_lm, log_probs
 
     lm = fake_lm({1: [log_probs(0.5, 0.5)] * 5})

@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 import torch
-from samplers_support import FAKE_EOS, FAKE_MASK, FAKE_PAD, fake_lm, log_probs, single_thread
 
 from diffugrpo_plugin.sampling.decoding import (
     dream_transfer_count,
@@ -26,6 +25,7 @@ from diffugrpo_plugin.sampling.samplers import (
     OriginSampler,
     TopKMarginSampler,
 )
+from samplers_support import FAKE_EOS, FAKE_MASK, FAKE_PAD, fake_lm, log_probs, single_thread
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 

@@ -17,8 +17,14 @@ from pathlib import Path
 import pytest
 
 from diffugrpo_plugin import sandbox as sandbox_module
-from diffugrpo_plugin.sandbox import (Job, Sandbox, SandboxConfig, SandboxError, SandboxUnavailable,
-                                      instruction_counter_available)
+from diffugrpo_plugin.sandbox import (
+    Job,
+    Sandbox,
+    SandboxConfig,
+    SandboxError,
+    SandboxUnavailable,
+    instruction_counter_available,
+)
 from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, require_bwrap, tight_sandbox
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import MASK_ID, VOCAB, build_tiny_module, mbpp_file
 
+from conftest import MASK_ID, VOCAB, build_tiny_module, mbpp_file
 from diffugrpo_plugin import sft
 from diffugrpo_plugin.data import prepare, write_parquet
 from diffugrpo_plugin.masking import make_sft

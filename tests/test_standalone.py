@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from conftest import MBPP_DIR_VAR, REPO, mbpp_file
 
 

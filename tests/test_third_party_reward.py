@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from conftest import installed_example
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import mbpp_file
 
+from conftest import mbpp_file
 from diffugrpo_plugin import tokenizer as tk
 
 

@@ -6,8 +6,13 @@ import pytest
 import torch
 from tensordict import TensorDict
 
-from diffugrpo_plugin.integration.trainer import (DiffuGRPOTrainer, RewardFailure, expand_iterations, iteration_field,
-                                                  mix_into_reference)
+from diffugrpo_plugin.integration.trainer import (
+    DiffuGRPOTrainer,
+    RewardFailure,
+    expand_iterations,
+    iteration_field,
+    mix_into_reference,
+)
 
 
 def nested(rows):

@@ -6,14 +6,14 @@ import sys
 from pathlib import Path
 
 import torch
+
 from test_samplers_real import lm_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from whole_step import coupled_logprobs  # noqa: E402
-
 from diffugrpo_plugin.coupled import get_per_token_logps  # noqa: E402
 from diffugrpo_plugin.models import position_ids_from_mask  # noqa: E402
+from whole_step import coupled_logprobs  # noqa: E402
 
 
 def test_the_reference_style_log_probs_equal_the_packages_coupled_log_probs():

@@ -147,8 +147,14 @@ def _adapters(resolved, args) -> tuple[int, int, bool | None, int]:
     if not args.lora_rank:
         return 0, 0, None, 0
     from diffugrpo_plugin.lean_mlp import make_lean
-    from diffugrpo_plugin.lora import adapted_copy, adapted_inputs_per_layer, adapted_module_names, adapter_parameters
-    from diffugrpo_plugin.lora import parse_targets, refuse_adapted_head
+    from diffugrpo_plugin.lora import (
+        adapted_copy,
+        adapted_inputs_per_layer,
+        adapted_module_names,
+        adapter_parameters,
+        parse_targets,
+        refuse_adapted_head,
+    )
 
     try:
         adapted = adapted_copy(resolved.meta, args.lora_rank, parse_targets(args.target_modules))

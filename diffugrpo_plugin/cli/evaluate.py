@@ -22,8 +22,13 @@ import time
 from typing import Any
 
 from diffugrpo_plugin.cli.generate import DEFAULT_SAMPLER
-from diffugrpo_plugin.cli.model_flags import DEFAULT_MAX_NEW_TOKENS, DEFAULT_MODEL_HELP, SEED_HELP, add_model_flags, \
-    load_model
+from diffugrpo_plugin.cli.model_flags import (
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_MODEL_HELP,
+    SEED_HELP,
+    add_model_flags,
+    load_model,
+)
 from diffugrpo_plugin.code_execution import FORMAT_ENDS
 
 GENERATION_ONLY = ("model", "family", "implementation", "trust_remote_code", "sampler", "option", "steps", "n",

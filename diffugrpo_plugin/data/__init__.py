@@ -18,8 +18,13 @@ from typing import Any, Iterable
 from diffugrpo_plugin.cache import build_once, diffugrpo_home
 from diffugrpo_plugin.data.records import DataError, check_choice
 from diffugrpo_plugin.data.rows import Problem, build_prompt, format_completion, to_row, write_parquet
-from diffugrpo_plugin.data.sources import (acecode_problems, humaneval_problems, jsonl_problems, leetcode_problems,
-                                           mbpp_problems)
+from diffugrpo_plugin.data.sources import (
+    acecode_problems,
+    humaneval_problems,
+    jsonl_problems,
+    leetcode_problems,
+    mbpp_problems,
+)
 from diffugrpo_plugin.data.synthetic import SYNTHETIC_FAMILIES, SYNTHETIC_SPLITS, SYNTHETIC_VERSION, synthetic_problems
 
 __all__ = ["DataError", "Problem", "SOURCES", "SYNTHETIC_FAMILIES", "SYNTHETIC_SPLITS", "SYNTHETIC_VERSION",

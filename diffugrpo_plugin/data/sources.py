@@ -35,8 +35,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from diffugrpo_plugin.data.records import (DataError, Record, check_choice, checked_field, input_name, one_line,
-                                           read_records)
+from diffugrpo_plugin.data.records import (
+    DataError,
+    Record,
+    check_choice,
+    checked_field,
+    input_name,
+    one_line,
+    read_records,
+)
 from diffugrpo_plugin.data.rows import Problem
 
 MBPP_SPLITS = {"prompt": (1, 10), "test": (11, 510), "validation": (511, 600), "train": (601, 974)}

@@ -23,16 +23,18 @@ from tensordict import TensorDict
 
 from verl.trainer.ppo.core_algos import agg_loss
 from verl.utils import tensordict_utils as tu
-from verl.utils.metric import AggregationType, Metric
 from verl.utils.device import get_device_id, get_device_name
+from verl.utils.fsdp_utils import load_fsdp_model_to_gpu, offload_fsdp_model_to_cpu
+from verl.utils.metric import AggregationType, Metric
 from verl.workers.config import HFModelConfig
 from verl.workers.engine.base import EngineRegistry
 from verl.workers.engine.fsdp import transformer_impl
-from verl.utils.fsdp_utils import load_fsdp_model_to_gpu, offload_fsdp_model_to_cpu
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.utils import detach_tree
 
+from diffugrpo_plugin.kernels import DEFAULT_CHUNK_ROWS
 from diffugrpo_plugin.lean_mlp import make_lean
+from diffugrpo_plugin.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.lora import (
     accept_causal_lm_wrapper,
     adapter_state,
@@ -40,8 +42,6 @@ from diffugrpo_plugin.lora import (
     save_adapter,
     set_dropout,
 )
-from diffugrpo_plugin.kernels import DEFAULT_CHUNK_ROWS
-from diffugrpo_plugin.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.loss_terms import TermInputs, configured_terms
 from diffugrpo_plugin.masking import check_views
 from diffugrpo_plugin.models import (

@@ -66,9 +66,16 @@ def _check_rewards(config: DictConfig) -> None:
 
 
 def _check_model(config: DictConfig) -> None:
-    from diffugrpo_plugin.models import ModelConfigError, load_model_config, plan_loading, read_model_config
-    from diffugrpo_plugin.models import is_hub_id, planned_meta_model, remote_classes, resolve_mask_token
-
+    from diffugrpo_plugin.models import (
+        ModelConfigError,
+        is_hub_id,
+        load_model_config,
+        plan_loading,
+        planned_meta_model,
+        read_model_config,
+        remote_classes,
+        resolve_mask_token,
+    )
     from diffugrpo_plugin.warm_start import built_if_default
     from diffugrpo_plugin.weights import one_line
 
@@ -168,8 +175,15 @@ def _check_adapters(model: DictConfig, meta, family) -> None:
     match nothing are said (peft ignores them silently), an adapter on the vocabulary projection is refused."""
     import sys
 
-    from diffugrpo_plugin.lora import ADAPTER_CONFIG, adapted_copy, adapted_module_names, linear_names
-    from diffugrpo_plugin.lora import refuse_adapted_head, refuse_unsupported, target_report
+    from diffugrpo_plugin.lora import (
+        ADAPTER_CONFIG,
+        adapted_copy,
+        adapted_module_names,
+        linear_names,
+        refuse_adapted_head,
+        refuse_unsupported,
+        target_report,
+    )
     from diffugrpo_plugin.models import ModelConfigError
     from diffugrpo_plugin.weights import one_line
 

@@ -260,12 +260,12 @@ class DiffusionReplica(RolloutReplica):
 
 
 def register() -> None:
+    from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
     from verl.workers.rollout.base import _ROLLOUT_REGISTRY
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-    from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
-
-    from diffugrpo_plugin.integration.agent_loop import NAME as AGENT_LOOP, DiffusionAgentLoop
+    from diffugrpo_plugin.integration.agent_loop import NAME as AGENT_LOOP
+    from diffugrpo_plugin.integration.agent_loop import DiffusionAgentLoop
 
     _ROLLOUT_REGISTRY[(NAME, "async")] = f"{__name__}.DiffusionRollout"
     RolloutReplicaRegistry.register(NAME, lambda: DiffusionReplica)

@@ -17,8 +17,13 @@ from diffugrpo_plugin import step_cost
 from diffugrpo_plugin.config import training_default
 from diffugrpo_plugin.families import LLADA
 from diffugrpo_plugin.lean_mlp import make_lean
-from diffugrpo_plugin.lora import adapted_copy, adapted_inputs_per_layer, adapted_module_names, adapter_parameters
-from diffugrpo_plugin.lora import target_report
+from diffugrpo_plugin.lora import (
+    adapted_copy,
+    adapted_inputs_per_layer,
+    adapted_module_names,
+    adapter_parameters,
+    target_report,
+)
 from diffugrpo_plugin.native.llada import LLaDAConfig, LLaDAModelLM
 from diffugrpo_plugin.weights import meta_model
 
