@@ -308,7 +308,7 @@ def head_speed(family: str, lm, args, widths=(1024, 4096, 16384), repeats: int =
     """Forward + backward of the vocabulary head alone on DiffuCoder's scored rows (2 x G x completion): the fused
     head at several slice widths (``kernels.SLICE_COLUMNS`` / ``SLICE_COLUMNS_GPU``) against the materialised
     logits."""
-    from diffugrpo_plugin import logprobs
+    from diffugrpo_plugin import kernels
 
     weight = lm.head_weight().detach().requires_grad_(True)  # [V, H]
     rows = 2 * args.rows * args.completion
@@ -316,18 +316,18 @@ def head_speed(family: str, lm, args, widths=(1024, 4096, 16384), repeats: int =
     targets = torch.randint(0, weight.shape[0], (rows,), device=args.device)  # [R]
 
     def fused():
-        logprobs.fused_head_logprob(hidden, weight, targets, chunk_rows=1024).sum().backward()
+        kernels.fused_head_logprob(hidden, weight, targets, chunk_rows=1024).sum().backward()
 
     def materialised():
-        logprobs.chunked_gathered_logprob(hidden @ weight.T, targets, chunk_rows=1024).sum().backward()
+        kernels.chunked_gathered_logprob(hidden @ weight.T, targets, chunk_rows=1024).sum().backward()
 
     record = {"part": "head_speed", "family": family, "rows": rows, "timings": {}}
-    defaults = logprobs.SLICE_COLUMNS, logprobs.SLICE_COLUMNS_GPU
+    defaults = kernels.SLICE_COLUMNS, kernels.SLICE_COLUMNS_GPU
     try:
         for label, width, run in [*((f"fused, slices of {w}", w, fused) for w in widths),
                                   ("materialised logits", None, materialised)]:
             if width:
-                logprobs.SLICE_COLUMNS = logprobs.SLICE_COLUMNS_GPU = width
+                kernels.SLICE_COLUMNS = kernels.SLICE_COLUMNS_GPU = width
             run()
             times, peaks = [], []
             for _ in range(repeats):
@@ -341,7 +341,7 @@ def head_speed(family: str, lm, args, widths=(1024, 4096, 16384), repeats: int =
             print(f"{family}: head fwd+bwd, {rows} rows, {label:<24}{1e3 * statistics.median(times):>9.1f} ms"
                   + (f"{statistics.median(peaks) / GIB:>8.2f} GiB" if peaks[0] is not None else ""))
     finally:
-        logprobs.SLICE_COLUMNS, logprobs.SLICE_COLUMNS_GPU = defaults
+        kernels.SLICE_COLUMNS, kernels.SLICE_COLUMNS_GPU = defaults
     return record
 
 
