@@ -16,7 +16,7 @@ the code is what :func:`diffugrpo_plugin.judging.offered_code` extracts (by defa
 completion in DiffuCoder's format, one closing ```python block, offers code; with ``bare_code``
 a completion without a fence is code itself, HumanEval-style, after the problem's starter
 code), and every test runs as its own sandboxed process. A completion passes when every test of
-its problem passes; one that does not carries the reason (:class:`~diffugrpo_plugin.rewards.Reason`:
+its problem passes; one that does not carries the reason (:class:`~diffugrpo_plugin.hooktypes.Reason`:
 no code block and why, syntax error and its line, which test failed first and how).
 
 pass@k uses the unbiased estimator of Chen et al. (2021), averaged over problems. A sandbox

@@ -11,7 +11,7 @@ and the reason a completion scored less than full marks.
   same everywhere.
 * :func:`rows_of` / :func:`completion_text`: TRL's column-per-field calling convention.
 
-Reasons are :class:`~diffugrpo_plugin.rewards.Reason` values; the kinds given here:
+Reasons are :class:`~diffugrpo_plugin.hooktypes.Reason` values; the kinds given here:
 
 ==================  ==========================================================================
 ``empty``           the completion is empty
@@ -71,12 +71,14 @@ def _excerpt(text: str) -> str:
     return repr(_shortened(text))
 
 
-def syntax_problem(code: str) -> Reason | None:
-    """Why ``code`` does not parse (parsed only, never executed); None when it does."""
+def syntax_problem(code: str, lines_before: int = 0) -> Reason | None:
+    """Why ``code`` does not parse (parsed only, never executed); None when it does. ``lines_before``: lines of
+    the block cut off before ``code``, so that the reason names the block's own line."""
     try:
         parse_python(code)
     except SyntaxError as error:
-        return Reason("syntax_error", f"syntax error at line {error.lineno} of the code: {error.msg}")
+        line = error.lineno + lines_before if error.lineno is not None else None
+        return Reason("syntax_error", f"syntax error at line {line} of the code: {error.msg}")
     except ValueError as error:  # a null byte
         return Reason("syntax_error", f"the code cannot be parsed: {error}")
     except (RecursionError, MemoryError):
@@ -133,7 +135,10 @@ def format_verdict(text: str, format_end: str = "exact") -> tuple[float, Reason 
     code, reason = _format_shape(text, format_end)
     if code is None:
         return 0.0, reason
-    problem = syntax_problem(code)
+    # DiffuCoder parses the block stripped: indentation shared by the whole block is not a syntax error here
+    # (running it still is, for the code reward, as there)
+    stripped = code.strip()
+    problem = syntax_problem(stripped, lines_before=code[:len(code) - len(code.lstrip())].count("\n"))
     return (0.5, problem) if problem is not None else (1.0, None)
 
 

@@ -9,7 +9,7 @@ keeps the distribution that provided it, checks what a plugin hands back against
 its kind, and turns every way this can go wrong into an error that names the plugin and the fix.
 Plugins written for the first published contract, one ``diffugrpo`` group for every hook, are still
 found: each kind also reads that group, uses the modules that implement its hook, and warns once per
-plugin with the group to move it to. No torch import: reward workers and the CLI use it.
+plugin and kind with the group to move it to. No torch import: reward workers and the CLI use it.
 """
 
 from __future__ import annotations
@@ -222,19 +222,26 @@ def plugin_manager(kind: str) -> tuple[pluggy.PluginManager, dict[str, str]]:
     manager = pluggy.PluginManager(PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     provenance: dict[str, str] = {}
-    seen: set[str] = set()  # an editable install next to a regular one, or a module in both groups, lists it twice
+    # an editable install next to a regular one, or a plugin listed in both groups (maybe as a package that
+    # re-exports the module's hook), names one hook twice: it is registered once
+    seen_values: set[str] = set()
+    seen_hooks: set[int] = set()
     for group in (spec.group, LEGACY_GROUP):
         for entry_point in importlib.metadata.entry_points(group=group):
-            if entry_point.value in seen:
+            if entry_point.value in seen_values:
                 continue
-            seen.add(entry_point.value)
+            seen_values.add(entry_point.value)
             module, distribution = _load(entry_point)
-            if not callable(getattr(module, spec.hook, None)):
+            hook = getattr(module, spec.hook, None)
+            if not callable(hook):
                 if group == LEGACY_GROUP and any(callable(getattr(module, other.hook, None)) for other in KINDS.values()):
                     continue  # the old group holds every kind: this one provides another
                 raise PluginError(f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} "
                                   f"is listed in the entry-point group '{group}' but implements no {spec.hook}() "
                                   f"hook (see {HOOKSPEC_FILE}).")
+            if id(hook) in seen_hooks:
+                continue
+            seen_hooks.add(id(hook))
             if group == LEGACY_GROUP:
                 warnings.warn(f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} is "
                               f"listed in the first contract's entry-point group '{LEGACY_GROUP}'; it still works, "

@@ -115,3 +115,31 @@ def test_rewards_list_shows_it(installed):
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith("legacy_words"))
     assert line.split()[1:3] == [DISTRIBUTION, "0.3.0"]
+
+
+def test_a_plugin_in_both_groups_is_registered_once(tmp_path, monkeypatch):
+    """A package moving to the new group may list its module there and, still, the package (which re-exports the
+    hook) under the old one: one hook, one registration, no 'registered twice' error."""
+    import importlib.metadata
+
+    from diffugrpo_plugin import plugins
+
+    package = tmp_path / "moving_plugin"
+    package.mkdir()
+    (package / "rewards.py").write_text("from diffugrpo_plugin import hookimpl\n\n\ndef short(completions, **columns):\n"
+                                        "    return [1.0 for _ in completions]\n\n\n@hookimpl\n"
+                                        "def diffugrpo_reward_functions():\n    return {'moving_short': short}\n")
+    (package / "__init__.py").write_text("from moving_plugin.rewards import diffugrpo_reward_functions\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    listed = {"diffugrpo.rewards": importlib.metadata.EntryPoint("moving", "moving_plugin.rewards", "diffugrpo.rewards"),
+              "diffugrpo": importlib.metadata.EntryPoint("moving", "moving_plugin", "diffugrpo")}
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda group: [*real(group=group), *([listed[group]] if group in listed else [])])
+    plugins.plugin_manager.cache_clear()
+    try:
+        assert plugins.registrations("reward")["moving_short"].plugin == "moving"
+    finally:
+        plugins.plugin_manager.cache_clear()
+        for name in ("moving_plugin", "moving_plugin.rewards"):
+            sys.modules.pop(name, None)

@@ -158,3 +158,57 @@ def test_the_server_process_needs_neither_torch_verl_nor_ray():
                              "print(sorted(m for m in ('torch', 'verl', 'ray') if m in sys.modules))"],
                             capture_output=True, text=True, timeout=120)
     assert loaded.stdout.strip() == "[]", loaded.stderr
+
+
+class CountingRollout:
+    """Stands in for DiffusionRollout in the worker's threads: answers each request with its prompt's length."""
+
+    def __init__(self, fail_with: BaseException | None = None):
+        self.fail_with = fail_with
+        self.batches = []
+
+    def generate_batch(self, requests):
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.batches.append(len(requests))
+        return [{"token_ids": [len(r["prompt_ids"])], "global_steps": 1, "generation_batch": "0:1",
+                 "generation_seconds": 0.0} for r in requests]
+
+
+def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(ray_cluster):
+    """Through Ray, as in a run: 1,100 requests wait at once (verl's cap is 1,000 and up; each waiting request
+    holds a slot) and the worker's pulling thread still gets them all, in order."""
+    import threading
+
+    import ray
+
+    from diffugrpo_plugin.integration.rollout import SERVER_MAX_CONCURRENCY, _generate_batches
+    from diffugrpo_plugin.request_batcher import RequestBatcher
+
+    server = ray.remote(RequestBatcher).options(max_concurrency=SERVER_MAX_CONCURRENCY).remote(batch_window_s=0.05)
+    rollout = CountingRollout()
+    threading.Thread(target=_generate_batches, args=(rollout, server, None), daemon=True).start()
+    outputs = ray.get([server.generate.remote(f"r{i}", [1] * (1 + i % 7), {}) for i in range(1100)], timeout=120)
+    assert [o.token_ids for o in outputs] == [[1 + i % 7] for i in range(1100)]
+    assert sum(rollout.batches) == 1100
+    ray.kill(server)
+
+
+def test_requests_fail_when_the_generating_thread_dies(ray_cluster):
+    """A thread that dies (here on a BaseException no handler catches) stops the heartbeats, so the server fails
+    its requests instead of leaving them waiting for ever."""
+    import threading
+
+    import ray
+
+    from diffugrpo_plugin.integration import rollout as rollout_module
+    from diffugrpo_plugin.request_batcher import RequestBatcher
+
+    server = ray.remote(RequestBatcher).remote(batch_window_s=0.01, silence_limit_s=2.0)
+    generating = threading.Thread(target=rollout_module._generate_batches,
+                                  args=(CountingRollout(fail_with=SystemExit(3)), server, None), daemon=True)
+    generating.start()
+    threading.Thread(target=rollout_module._send_heartbeats, args=(server, generating), daemon=True).start()
+    with pytest.raises(ray.exceptions.RayTaskError, match="has not been heard from"):
+        ray.get(server.generate.remote("r0", [1], {}), timeout=60)
+    ray.kill(server)

@@ -57,6 +57,8 @@ NAME = "diffusion"
 DEFAULT_SAMPLER = "entropy"
 POLL_S = 5.0  # how long one pull waits for a request; the worker polls again after
 HEARTBEAT_S = 5.0
+MAX_PULL_FAILURES = 10
+SERVER_MAX_CONCURRENCY = 1_000_000  # asyncio calls at once in the server: requests are cheap coroutines
 
 _local_rollout: "DiffusionRollout | None" = None
 
@@ -196,43 +198,55 @@ class DiffusionRollout(BaseRollout):
 
 
 def _serve_from_worker(_worker_actor, server: ray.actor.ActorHandle) -> None:
-    """Runs in the trainer worker (through ``__ray_call__``): starts the threads that take batches from ``server``
-    and generate them with this process's :class:`DiffusionRollout`, and that tell the server the worker lives."""
+    """Runs in the trainer worker (through ``__ray_call__``): starts the thread that takes batches from ``server``
+    and generates them with this process's :class:`DiffusionRollout`, and the one that tells the server, while the
+    first lives, that the worker does."""
     if _local_rollout is None:
         raise RuntimeError("no diffusion rollout in this worker process; is actor_rollout_ref.rollout.name=diffusion?")
     device = torch.accelerator.current_device_index() if torch.accelerator.is_available() else None
-    threading.Thread(target=_generate_batches, args=(_local_rollout, server, device), daemon=True,
-                     name="diffusion-rollout").start()
-    threading.Thread(target=_send_heartbeats, args=(server,), daemon=True, name="diffusion-heartbeat").start()
+    generating = threading.Thread(target=_generate_batches, args=(_local_rollout, server, device), daemon=True,
+                                  name="diffusion-rollout")
+    generating.start()
+    threading.Thread(target=_send_heartbeats, args=(server, generating), daemon=True,
+                     name="diffusion-heartbeat").start()
 
 
 def _generate_batches(rollout: DiffusionRollout, server: ray.actor.ActorHandle, device: int | None) -> None:
     if device is not None:
         torch.accelerator.set_device_index(device)  # the current device is per thread; the worker's main thread set it
-    try:
-        while True:
+    failures = 0
+    while True:
+        try:
             taken = ray.get(server.next_batch.remote(POLL_S))
-            if taken is None:
-                continue
-            batch_id, requests = taken
-            try:
-                results = rollout.generate_batch(requests)
-            except Exception as exc:  # noqa: BLE001 - every waiting request learns why
-                logger.exception("diffusion rollout: generating a batch failed")
-                server.deliver.remote(batch_id, error=f"{type(exc).__name__}: {exc}")
-            else:
-                server.deliver.remote(batch_id, results)
-    except ray.exceptions.RayError:
-        return  # the server is gone: the run is shutting down
+        except ray.exceptions.ActorDiedError:
+            return  # the server is gone: the run is shutting down
+        except ray.exceptions.RayError:
+            failures += 1
+            if failures > MAX_PULL_FAILURES:
+                logger.exception("diffusion rollout: the server did not answer %d pulls in a row; stopping, so that "
+                                 "its waiting requests fail", failures)
+                return  # the heartbeats stop with this thread
+            time.sleep(1.0)
+            continue
+        failures = 0
+        if taken is None:
+            continue
+        batch_id, requests = taken
+        try:
+            results = rollout.generate_batch(requests)
+            server.deliver.remote(batch_id, results)
+        except Exception as exc:  # noqa: BLE001 - every waiting request learns why
+            logger.exception("diffusion rollout: generating or delivering a batch failed")
+            server.deliver.remote(batch_id, error=f"{type(exc).__name__}: {exc}")
 
 
-def _send_heartbeats(server: ray.actor.ActorHandle) -> None:
-    try:
-        while True:
+def _send_heartbeats(server: ray.actor.ActorHandle, generating: threading.Thread) -> None:
+    while generating.is_alive():
+        try:
             ray.get(server.heartbeat.remote())
-            time.sleep(HEARTBEAT_S)
-    except ray.exceptions.RayError:
-        return
+        except ray.exceptions.RayError:
+            return
+        time.sleep(HEARTBEAT_S)
 
 
 class DiffusionReplica(RolloutReplica):
@@ -249,7 +263,9 @@ class DiffusionReplica(RolloutReplica):
         server = ray.remote(RequestBatcher).options(
             name=f"diffusion_server_{self.replica_rank}{self.name_suffix}",
             num_cpus=0,
-            max_concurrency=self.max_concurrency,
+            # every waiting generate() holds a slot until its batch comes back, and the worker's pulls need theirs:
+            # verl's cap (1000 and up) would deadlock a server holding that many requests
+            max_concurrency=SERVER_MAX_CONCURRENCY,
             scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id,
                                                                                              soft=False),
         ).remote()
