@@ -68,6 +68,32 @@ def installed_package(source: Path, distribution: str):
         assert removed.returncode == 0, removed.stderr
 
 
+@contextmanager
+def listed_plugins(monkeypatch, folder: Path, sources: dict[str, str], *entry_points):
+    """Plugin modules written under ``folder`` (relative path -> source) and listed by ``entry_points`` (each an
+    ``importlib.metadata.EntryPoint``) as if an installed package declared them, for the duration; discovery's
+    per-process cache is cleared on the way in and out."""
+    import importlib.metadata
+
+    from diffugrpo_plugin import plugins
+
+    for relative, source in sources.items():
+        (folder / relative).parent.mkdir(parents=True, exist_ok=True)
+        (folder / relative).write_text(source)
+    monkeypatch.syspath_prepend(str(folder))
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [
+        *real(group=group), *(entry_point for entry_point in entry_points if entry_point.group == group)])
+    plugins.plugin_manager.cache_clear()
+    try:
+        yield
+    finally:
+        plugins.plugin_manager.cache_clear()
+        for relative in sources:
+            name = relative.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            sys.modules.pop(name, None)
+
+
 # The tiny test models spin with several threads on a loaded 2-core machine.
 torch.set_num_threads(1)
 

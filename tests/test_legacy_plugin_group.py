@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import installed_package
+from conftest import installed_package, listed_plugins
 
 REPO = Path(__file__).resolve().parents[1]
 DISTRIBUTION = "diffugrpo-legacy-plugin"
@@ -124,22 +124,12 @@ def test_a_plugin_in_both_groups_is_registered_once(tmp_path, monkeypatch):
 
     from diffugrpo_plugin import plugins
 
-    package = tmp_path / "moving_plugin"
-    package.mkdir()
-    (package / "rewards.py").write_text("from diffugrpo_plugin import hookimpl\n\n\ndef short(completions, **columns):\n"
-                                        "    return [1.0 for _ in completions]\n\n\n@hookimpl\n"
-                                        "def diffugrpo_reward_functions():\n    return {'moving_short': short}\n")
-    (package / "__init__.py").write_text("from moving_plugin.rewards import diffugrpo_reward_functions\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    listed = {"diffugrpo.rewards": importlib.metadata.EntryPoint("moving", "moving_plugin.rewards", "diffugrpo.rewards"),
-              "diffugrpo": importlib.metadata.EntryPoint("moving", "moving_plugin", "diffugrpo")}
-    real = importlib.metadata.entry_points
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group: [*real(group=group), *([listed[group]] if group in listed else [])])
-    plugins.plugin_manager.cache_clear()
-    try:
+    sources = {"moving_plugin/rewards.py": "from diffugrpo_plugin import hookimpl\n\n\n"
+                                           "def short(completions, **columns):\n    return [1.0 for _ in completions]\n"
+                                           "\n\n@hookimpl\ndef diffugrpo_reward_functions():\n"
+                                           "    return {'moving_short': short}\n",
+               "moving_plugin/__init__.py": "from moving_plugin.rewards import diffugrpo_reward_functions\n"}
+    with listed_plugins(monkeypatch, tmp_path, sources,
+                        importlib.metadata.EntryPoint("moving", "moving_plugin.rewards", "diffugrpo.rewards"),
+                        importlib.metadata.EntryPoint("moving", "moving_plugin", "diffugrpo")):
         assert plugins.registrations("reward")["moving_short"].plugin == "moving"
-    finally:
-        plugins.plugin_manager.cache_clear()
-        for name in ("moving_plugin", "moving_plugin.rewards"):
-            sys.modules.pop(name, None)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib.metadata
-import sys
 import types
 
 import pytest
 import torch
 
+from conftest import listed_plugins
 from diffugrpo_plugin import hookimpl, plugins
 from diffugrpo_plugin.masking import MaskedViews, check_views
 from diffugrpo_plugin.plugins import PluginError
@@ -116,39 +116,22 @@ def test_a_loss_term_without_prepare_fails_when_built(register_in_code):
 
 
 def test_a_module_listed_in_a_group_without_its_hook_is_named(tmp_path, monkeypatch):
-    (tmp_path / "wrong_group_plugin.py").write_text(
-        "from diffugrpo_plugin import hookimpl\n\n@hookimpl\ndef diffugrpo_maskers():\n    return {}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    source = "from diffugrpo_plugin import hookimpl\n\n@hookimpl\ndef diffugrpo_maskers():\n    return {}\n"
     listed = importlib.metadata.EntryPoint(name="mine", value="wrong_group_plugin", group="diffugrpo.rewards")
-    real = importlib.metadata.entry_points
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group: [*real(group=group), listed] if group == "diffugrpo.rewards" else real(group=group))
-    plugins.plugin_manager.cache_clear()
-    try:
+    with listed_plugins(monkeypatch, tmp_path, {"wrong_group_plugin.py": source}, listed):
         with pytest.raises(PluginError, match=r"plugin 'mine' \(wrong_group_plugin\) from <unknown distribution> is "
                                               r"listed in the entry-point group 'diffugrpo.rewards' but implements no "
                                               r"diffugrpo_reward_functions\(\) hook"):
             plugins.registrations("reward")
-    finally:
-        plugins.plugin_manager.cache_clear()
-        sys.modules.pop("wrong_group_plugin", None)
 
 
 def test_a_module_in_the_old_group_that_implements_no_hook_is_named(tmp_path, monkeypatch):
     """The first contract's one group may hold any kind, so a module there is skipped by the kinds it does not
     provide; one that provides none is still an error."""
-    (tmp_path / "hookless_plugin.py").write_text("def diffugrpo_reward_functions_typo():\n    return {}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
+    source = "def diffugrpo_reward_functions_typo():\n    return {}\n"
     listed = importlib.metadata.EntryPoint(name="old", value="hookless_plugin", group="diffugrpo")
-    real = importlib.metadata.entry_points
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda group: [*real(group=group), listed] if group == "diffugrpo" else real(group=group))
-    plugins.plugin_manager.cache_clear()
-    try:
+    with listed_plugins(monkeypatch, tmp_path, {"hookless_plugin.py": source}, listed):
         with pytest.raises(PluginError, match=r"plugin 'old' \(hookless_plugin\) from <unknown distribution> is "
                                               r"listed in the entry-point group 'diffugrpo' but implements no "
                                               r"diffugrpo_reward_functions\(\) hook"):
             plugins.registrations("reward")
-    finally:
-        plugins.plugin_manager.cache_clear()
-        sys.modules.pop("hookless_plugin", None)
