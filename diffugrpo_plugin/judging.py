@@ -135,8 +135,8 @@ def format_verdict(text: str, format_end: str = "exact") -> tuple[float, Reason 
     code, reason = _format_shape(text, format_end)
     if code is None:
         return 0.0, reason
-    # DiffuCoder parses the block stripped: indentation shared by the whole block is not a syntax error here
-    # (running it still is, for the code reward, as there)
+    # DiffuCoder parses the block stripped (``code.strip()``): whitespace before its first line is no syntax error
+    # here (running the code still fails, for the code reward, as there)
     stripped = code.strip()
     problem = syntax_problem(stripped, lines_before=code[:len(code) - len(code.lstrip())].count("\n"))
     return (0.5, problem) if problem is not None else (1.0, None)

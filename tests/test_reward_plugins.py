@@ -60,7 +60,7 @@ def box():
     ("Sure, here:\n```python\nx = 1\n```\n", 1.0),
     ("```python\n```\n", 1.0),  # an empty block parses
     ("```python\ndef f(:\n```\n", 0.5),
-    ("```python\n    x = 1\n```\n", 1.0),  # DiffuCoder parses the block stripped: shared indentation is no error
+    ("```python\n    x = 1\n```\n", 1.0),  # DiffuCoder parses the block stripped
     ("```python\nx = 1\n```", 0.0),  # stopped at EOS right after the fence: DiffuCoder's pattern wants a newline
     ("```python\nx = 1\n```\n\n  ", 0.0),  # ... and exactly one
     ("```python\nx = 1\n```\nHope this helps\n", 0.0),
