@@ -68,8 +68,8 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | 
     (excluded from the component's mean and from the weighted total, never counted as zero).
 
     Either may come with its reason: ``Explained(value, Reason(kind, detail))`` (both exported
-    beside ``hookimpl``: ``from diffugrpo_plugin import Explained, Reason, hookimpl``) in place of the bare value, above all where the value is 0
-    or ``None``. ``kind`` is a short fixed code a program can count (``no_code_block``,
+    beside ``hookimpl``: ``from diffugrpo_plugin import Explained, Reason, hookimpl``) in place of
+    the bare value, above all where the value is 0 or ``None``. ``kind`` is a short fixed code a program can count (``no_code_block``,
     ``syntax_error``, ``tests_failed``: the built-in kinds are listed in
     :mod:`diffugrpo_plugin.judging`), ``detail`` the sentence a person reads (``syntax error at
     line 3 of the code: invalid syntax``). Only the value enters the totals and the metrics; the
@@ -87,9 +87,11 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | 
 
     Its options are its keyword-only parameters, set per reward in config
     (``diffugrpo.rewards.reward_kwargs.<name>``); an unknown option is an error listing the
-    accepted ones. Two keyword-only parameters are filled in by diffugrpo when declared:
+    accepted ones. Three keyword-only parameters are filled in by diffugrpo when declared:
     ``sandbox`` (the shared bubblewrap :class:`~diffugrpo_plugin.sandbox.Sandbox`: run any model
-    code through it, never in-process) and ``code_block`` (``"first"`` or ``"last"`` fenced block).
+    code through it, never in-process), ``code_block`` (``"first"`` or ``"last"`` fenced block) and
+    ``format_end`` (``"exact"`` or ``"lenient"``: what may follow the closing fence of DiffuCoder's
+    format).
     """
 
 
