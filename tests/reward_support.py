@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 
-import pytest
-
+from conftest import BWRAP_HINT, missing
 from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig
 
 # Far from real accounts and distinct per test process, so leftover checks see only this run's jobs.
@@ -14,9 +13,10 @@ TEST_UID_BASE = 3_000_000 + (os.getpid() % 10_000) * 256
 
 
 def require_bwrap() -> None:
-    """The sandbox tests need bubblewrap: a clear failure, never a skip."""
+    """The sandbox tests need bubblewrap: without it they are skipped, saying so, or fail where CI requires
+    every test (:func:`conftest.missing`)."""
     if shutil.which("bwrap") is None:
-        pytest.fail("these tests need bubblewrap, which runs the untrusted code: apt-get install -y bubblewrap")
+        missing(BWRAP_HINT)
 
 
 def tight_sandbox(**overrides) -> Sandbox:

@@ -19,7 +19,7 @@ from reward_plugins.comments import comments_reward
 from reward_plugins.efficiency import efficiency_reward
 from reward_plugins.maintainability import maintainability_reward
 from reward_plugins.syntax import syntax_reward
-from reward_support import tight_sandbox
+from reward_support import require_bwrap, tight_sandbox
 
 ADD = "def add(a, b):\n    return a + b\n"
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]
@@ -170,6 +170,8 @@ def test_full_marks_need_no_reason(box):
 
 def test_rewards_score_prints_each_rows_reasons(tmp_path, capsys):
     from diffugrpo_plugin.cli import main
+
+    require_bwrap()  # the CLI checks the sandbox before scoring
 
     rows = [{"completion": f"```python\n{ADD}```\n", "test_cases": ADD_TESTS},
             {"completion": "    return a + b\n", "test_cases": ADD_TESTS},

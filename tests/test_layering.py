@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from reward_support import require_bwrap
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "diffugrpo_plugin"
 
@@ -149,6 +151,7 @@ def fresh(code: str) -> str:
 
 
 def test_choosing_and_building_rewards_loads_no_torch_verl_or_ray():
+    require_bwrap()  # building the code rewards checks the sandbox
     loaded = fresh("""
         import sys
         from diffugrpo_plugin.rewards import RewardSpec

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import missing
 from diffugrpo_plugin import sandbox as sandbox_module
 from diffugrpo_plugin.sandbox import (
     Job,
@@ -271,8 +272,9 @@ def test_config_errors_name_the_option():
 def test_non_root_mode_under_a_user_namespace(tmp_path):
     """As an ordinary user: bwrap makes a user namespace, limits still hold (run as nobody with the
     system interpreter, which that user can read; it has no pyseccomp, so seccomp is not required)."""
+    require_bwrap()
     if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3") or shutil.which("setpriv") is None:
-        pytest.fail("this test switches to the 'nobody' user: it needs root, setpriv and /usr/bin/python3")
+        missing("root, setpriv and /usr/bin/python3: it switches to the 'nobody' user")
     package = tmp_path / "diffugrpo_plugin"  # the sandbox modules alone (the package's __init__ needs pluggy)
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -354,3 +356,14 @@ def test_no_file_lock_is_shared_between_two_jobs_at_once():
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda _: two.run([Job(locker)])[0], range(2)))
     assert [(r.status, r.stdout) for r in results] == [("ok", '"locked"\n')] * 2
+
+
+def test_a_missing_host_facility_skips_saying_what_unless_every_test_is_required(monkeypatch):
+    from conftest import BWRAP_HINT, REQUIRE_ALL_VAR
+
+    monkeypatch.delenv(REQUIRE_ALL_VAR, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="needs bubblewrap, which runs the untrusted code: apt-get"):
+        missing(BWRAP_HINT)
+    monkeypatch.setenv(REQUIRE_ALL_VAR, "1")
+    with pytest.raises(pytest.fail.Exception, match="DIFFUGRPO_REQUIRE_ALL is set: every test must run here"):
+        missing(BWRAP_HINT)
