@@ -194,6 +194,7 @@ def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(r
     ray.kill(server)
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread dies on purpose
 def test_requests_fail_when_the_generating_thread_dies(ray_cluster):
     """A thread that dies (here on a BaseException no handler catches) stops the heartbeats, so the server fails
     its requests instead of leaving them waiting for ever."""
