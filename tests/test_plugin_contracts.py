@@ -115,23 +115,17 @@ def test_a_loss_term_without_prepare_fails_when_built(register_in_code):
         plugins.build("loss_term", "loss_only", {})
 
 
-def test_a_module_listed_in_a_group_without_its_hook_is_named(tmp_path, monkeypatch):
-    source = "from diffugrpo_plugin import hookimpl\n\n@hookimpl\ndef diffugrpo_maskers():\n    return {}\n"
-    listed = importlib.metadata.EntryPoint(name="mine", value="wrong_group_plugin", group="diffugrpo.rewards")
-    with listed_plugins(monkeypatch, tmp_path, {"wrong_group_plugin.py": source}, listed):
-        with pytest.raises(PluginError, match=r"plugin 'mine' \(wrong_group_plugin\) from <unknown distribution> is "
-                                              r"listed in the entry-point group 'diffugrpo.rewards' but implements no "
-                                              r"diffugrpo_reward_functions\(\) hook"):
-            plugins.registrations("reward")
-
-
-def test_a_module_in_the_old_group_that_implements_no_hook_is_named(tmp_path, monkeypatch):
-    """The first contract's one group may hold any kind, so a module there is skipped by the kinds it does not
-    provide; one that provides none is still an error."""
-    source = "def diffugrpo_reward_functions_typo():\n    return {}\n"
-    listed = importlib.metadata.EntryPoint(name="old", value="hookless_plugin", group="diffugrpo")
-    with listed_plugins(monkeypatch, tmp_path, {"hookless_plugin.py": source}, listed):
-        with pytest.raises(PluginError, match=r"plugin 'old' \(hookless_plugin\) from <unknown distribution> is "
-                                              r"listed in the entry-point group 'diffugrpo' but implements no "
-                                              r"diffugrpo_reward_functions\(\) hook"):
+@pytest.mark.parametrize("group, source", [
+    # a masker module listed as a reward
+    ("diffugrpo.rewards", "from diffugrpo_plugin import hookimpl\n\n@hookimpl\ndef diffugrpo_maskers():\n    return {}\n"),
+    # the first contract's one group may hold any kind, so a module there is skipped by the kinds it does not
+    # provide; one that provides none is still an error
+    ("diffugrpo", "def diffugrpo_reward_functions_typo():\n    return {}\n"),
+])
+def test_a_module_listed_in_a_group_without_its_hook_is_named(tmp_path, monkeypatch, group, source):
+    listed = importlib.metadata.EntryPoint(name="mine", value="misfiled_plugin", group=group)
+    with listed_plugins(monkeypatch, tmp_path, {"misfiled_plugin.py": source}, listed):
+        with pytest.raises(PluginError, match=rf"plugin 'mine' \(misfiled_plugin\) from <unknown distribution> is "
+                                              rf"listed in the entry-point group '{group}' but implements no "
+                                              rf"diffugrpo_reward_functions\(\) hook"):
             plugins.registrations("reward")
