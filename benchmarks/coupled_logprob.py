@@ -3,8 +3,8 @@
 Both variants compute DiffuCoder's coupled estimate for the same tiny bidirectional Qwen2
 model (Dream-style, shifted logits), the same batch and the same ``coupled`` masks:
 
-* **ours**: the training engine's pass: :func:`diffugrpo_plugin.logprobs.coupled_token_logprobs` on the
-  model with lean SwiGLU blocks (:func:`diffugrpo_plugin.lean_mlp.make_lean`, each MLP keeps two of
+* **ours**: the training engine's pass: :func:`diffugrpo_plugin.core.logprobs.coupled_token_logprobs` on the
+  model with lean SwiGLU blocks (:func:`diffugrpo_plugin.models.lean_mlp.make_lean`, each MLP keeps two of
   its four activations for the backward). The transformer body runs on the three views; only the
   rows a view scores (every completion token in the fully masked view, each completion token once
   across the complementary pair: ``2 x B x completion`` rows) reach the fused head, which projects
@@ -83,11 +83,11 @@ class Settings:
 class Workload:
     """The model and one batch with its coupled masks, identical in every process for equal settings."""
 
-    lm: object  # diffugrpo_plugin.models.DiffusionLM
+    lm: object  # diffugrpo_plugin.models.dlm.DiffusionLM
     input_ids: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor  # [B, L]
     completion_mask: torch.Tensor  # [B, L] bool
-    views: object  # diffugrpo_plugin.masking.MaskedViews, [3, B, L]
+    views: object  # diffugrpo_plugin.core.masking.MaskedViews, [3, B, L]
 
 
 def build_workload(settings: Settings, lean_mlp: bool = False) -> Workload:
@@ -95,9 +95,9 @@ def build_workload(settings: Settings, lean_mlp: bool = False) -> Workload:
     ``lean_mlp`` its SwiGLU blocks made lean as the training engine makes them."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from diffugrpo_plugin.lean_mlp import make_lean
-    from diffugrpo_plugin.masking import make_coupled
-    from diffugrpo_plugin.models import DiffusionLM
+    from diffugrpo_plugin.core.masking import make_coupled
+    from diffugrpo_plugin.models.dlm import DiffusionLM
+    from diffugrpo_plugin.models.lean_mlp import make_lean
 
     torch.set_num_threads(settings.threads)
     config = Qwen2Config(vocab_size=settings.vocab, hidden_size=settings.hidden,
@@ -130,7 +130,7 @@ def build_workload(settings: Settings, lean_mlp: bool = False) -> Workload:
 def fused_head(work: Workload) -> torch.Tensor:
     """The coupled log-probs through the row-selective pass and the fused head (``ours`` when the model's
     SwiGLU blocks are lean).  # -> [B, L]"""
-    from diffugrpo_plugin.logprobs import coupled_token_logprobs
+    from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 
     return coupled_token_logprobs(work.lm, work.views, work.input_ids, work.attention_mask).logp
 
@@ -159,9 +159,9 @@ def reference_style(work: Workload) -> torch.Tensor:
 
 def unfused(work: Workload) -> torch.Tensor:
     """The scored rows through the model's own head (materialised logits), then the chunked log-softmax.  # -> [B, L]"""
-    from diffugrpo_plugin.families import final_hidden_rows
-    from diffugrpo_plugin.kernels import chunked_gathered_logprob
-    from diffugrpo_plugin.models import position_ids_from_mask
+    from diffugrpo_plugin.models.dlm import position_ids_from_mask
+    from diffugrpo_plugin.models.families import final_hidden_rows
+    from diffugrpo_plugin.models.kernels import chunked_gathered_logprob
 
     lm, views = work.lm, work.views
     num_views, batch, length = views.coef.shape

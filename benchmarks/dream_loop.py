@@ -40,7 +40,7 @@ def dream_loop(lm, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, steps
     Its filtering and ranking are its own, not ``sampling.decoding``'s, so it shares no code with the sampler
     it is timed against and the greedy equality test compares two independent implementations.
     """
-    from diffugrpo_plugin.models import position_ids_from_mask
+    from diffugrpo_plugin.models.dlm import position_ids_from_mask
 
     rows = ids.shape[0]
     x = torch.cat([ids, ids.new_full((rows, new_tokens), lm.mask_token_id)], dim=1)  # [B, T]
@@ -102,10 +102,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
-    from diffugrpo_plugin.models import load_diffusion_lm
+    from diffugrpo_plugin.models.dlm import load_diffusion_lm
     from diffugrpo_plugin.sampling import build_sampler, left_pad
     from diffugrpo_plugin.sampling.engine import cut_after_eos
-    from diffugrpo_plugin.warm_start import default_warm_model_path
+    from diffugrpo_plugin.training.warm_start import default_warm_model_path
 
     torch.set_num_threads(args.threads)
     lm, tokenizer = load_diffusion_lm(args.model or default_warm_model_path(), "cpu")

@@ -22,8 +22,8 @@ import statistics
 import subprocess
 import sys
 
-from diffugrpo_plugin.code_execution import TestSpec, run_tests, tests_from_row
-from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig, instruction_counter_available
+from diffugrpo_plugin.rewards.code_tests import TestSpec, run_tests, tests_from_row
+from diffugrpo_plugin.sandbox.host import Sandbox, SandboxConfig, instruction_counter_available
 from reward_plugins.efficiency import CPU_SCORE_BAND, Runs, cost_ratio, relative_time
 
 TESTS = ["assert count_primes(30000) == 3245", "assert count_primes(20000) == 2262",

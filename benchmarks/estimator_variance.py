@@ -5,7 +5,7 @@ Coupled-GRPO's case (DiffuCoder) is that its three views (the completion fully m
 complementary pair in which every completion token is masked exactly once) estimate the completion's
 log-likelihood with less variance than the alternatives at the same cost. This script measures that on a
 model and on completions that model sampled itself. Every estimator is a registered masker scored by the
-training engine's own pass (:func:`diffugrpo_plugin.logprobs.coupled_token_logprobs`):
+training engine's own pass (:func:`diffugrpo_plugin.core.logprobs.coupled_token_logprobs`):
 
 * ``coupled``: one draw of the ``coupled`` masker (3 views, so 3 forward passes);
 * ``d1 x3``: d1's one-step estimate (the ``d1`` masker: completion fully masked, prompt tokens masked at
@@ -50,7 +50,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from diffugrpo_plugin.masking import MaskedViews, Masker, make_coupled, make_d1, make_sft
+from diffugrpo_plugin.core.masking import MaskedViews, Masker, make_coupled, make_d1, make_sft
 
 # t quantiles (0.975) by degrees of freedom: the batch-means interval with few groups needs Student's t
 T_975 = {4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179,
@@ -241,9 +241,9 @@ def plot(results: list[Measurement], path: str) -> None:
 def completions_batch(lm, tokenizer, count: int, new_tokens: int, sampler_steps: int, seed: int) -> Batch:
     """``count`` synthetic prompts (validation split first) with one completion each, sampled by the model
     itself at temperature 1 (the rollout's setting), joined as the engine joins them."""
-    from diffugrpo_plugin import evaluation
     from diffugrpo_plugin.data import default_data_paths
     from diffugrpo_plugin.sampling import build_sampler, left_pad
+    from diffugrpo_plugin.tools import evaluation
 
     train_file, validation_file = default_data_paths()
     problems = (evaluation.load_problems("parquet", path=validation_file)
@@ -264,7 +264,7 @@ def completions_batch(lm, tokenizer, count: int, new_tokens: int, sampler_steps:
 
 def model_scorer(lm, batch: Batch) -> Scorer:
     """The training engine's coupled pass on ``lm``."""
-    from diffugrpo_plugin.logprobs import coupled_token_logprobs
+    from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 
     return lambda views: coupled_token_logprobs(lm, views, batch.input_ids, batch.attention_mask).logp
 
@@ -290,9 +290,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    from diffugrpo_plugin.models import load_diffusion_lm
-    from diffugrpo_plugin.tiny import TinySpec, tiny_model_path
-    from diffugrpo_plugin.warm_start import warm_model_path
+    from diffugrpo_plugin.models.dlm import load_diffusion_lm
+    from diffugrpo_plugin.models.tiny import TinySpec, tiny_model_path
+    from diffugrpo_plugin.training.warm_start import warm_model_path
 
     torch.set_num_threads(args.threads)
     path = args.model or (tiny_model_path(TinySpec()) if args.random_model else warm_model_path())

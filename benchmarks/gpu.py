@@ -8,7 +8,7 @@ Three parts, each a table (and the whole record as JSON with ``--json PATH``):
   engine's pass (fused head + lean MLP), the fused head on stock MLPs, and the model's own head
   (materialised logits). Peak memory is ``max_memory_allocated`` during the pass minus what was
   allocated before it (weights and already-allocated gradients), against the activation and fused-head
-  terms of ``diffugrpo_plugin.step_cost.memory_estimate`` for the same shape (``check-model``'s model).
+  terms of ``diffugrpo_plugin.tools.step_cost.memory_estimate`` for the same shape (``check-model``'s model).
   A second row without checkpointing, at G=2, checks the other activation formula. Also: the fused
   head's log-probs and gradient against an fp64 reference on the model's head weight, and which
   scaled-dot-product-attention kernel PyTorch ran, with and without left padding (profiler).
@@ -84,8 +84,8 @@ def family_config(family: str, tiny: bool, layers: int | None = None) -> dict:
 
 def resolve(config: dict):
     """What ``check-model`` resolves for this config (family, plan, shape), with a tokenizer built in code."""
-    from diffugrpo_plugin.model_check import resolve_checkpoint
-    from diffugrpo_plugin.tokenizer import build_tokenizer
+    from diffugrpo_plugin.models.tokenizer import build_tokenizer
+    from diffugrpo_plugin.tools.model_check import resolve_checkpoint
 
     directory = tempfile.mkdtemp(prefix="gpu_bench_")
     (Path(directory) / "config.json").write_text(json.dumps(config))
@@ -103,14 +103,14 @@ def build_model(resolved, device: str, dtype: torch.dtype, seed: int = 0) -> tor
 
 
 def wrap(module, resolved):
-    from diffugrpo_plugin.models import DiffusionLM
+    from diffugrpo_plugin.models.dlm import DiffusionLM
 
     return DiffusionLM.wrap(module, mask_token_id=resolved.resolution.mask_token_id)
 
 
 def coupled_views(ids: torch.Tensor, completion_mask: torch.Tensor, mask_id: int, seed: int):
     """The coupled masker's views of ``ids`` [B, L], drawn on CPU as the engine draws them, on ids' device."""
-    from diffugrpo_plugin.masking import make_coupled
+    from diffugrpo_plugin.core.masking import make_coupled
 
     seeds = torch.arange(ids.shape[0], dtype=torch.int64) + 1000 * seed  # [B]
     views = make_coupled().views(ids.cpu(), completion_mask.cpu(), mask_id, seeds)
@@ -177,8 +177,8 @@ def matmul_rate(device: str, size: int) -> float | None:
 
 def unfused_logprobs(lm, views, ids, attention):
     """The scored rows through the model's own head: ``[rows, V]`` logits materialised.  # -> [B, L]"""
-    from diffugrpo_plugin.families import final_hidden_rows, position_ids_from_mask
-    from diffugrpo_plugin.kernels import chunked_gathered_logprob
+    from diffugrpo_plugin.models.families import final_hidden_rows, position_ids_from_mask
+    from diffugrpo_plugin.models.kernels import chunked_gathered_logprob
 
     num_views, rows, length = views.coef.shape
     stacked = views.noisy.reshape(num_views * rows, length)  # [V*B, L]
@@ -195,7 +195,7 @@ def unfused_logprobs(lm, views, ids, attention):
 
 def training_pass(lm, work, fused: bool) -> None:
     from diffugrpo_plugin.config import training_default
-    from diffugrpo_plugin.logprobs import coupled_token_logprobs
+    from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 
     ids, attention, completion_mask, views = work
     logp = (coupled_token_logprobs(lm, views, ids, attention, chunk_rows=training_default(CHUNK_ROWS_KEY)).logp
@@ -208,7 +208,7 @@ def estimated_pass_bytes(shape, rows: int, prompt: int, completion: int, checkpo
     parameters, unsharded gradients) have no counterpart in an unsharded model whose ``.grad`` tensors exist
     before the pass; the ``step`` part checks them."""
     from diffugrpo_plugin.config import training_default
-    from diffugrpo_plugin.step_cost import StepSetup, memory_estimate
+    from diffugrpo_plugin.tools.step_cost import StepSetup, memory_estimate
 
     setup = StepSetup(batch=rows, prompt_length=prompt, completion_length=completion, gpus=1,
                       gradient_checkpointing=checkpointing, lean_mlp=lean, reference_dtype=None,
@@ -219,7 +219,7 @@ def estimated_pass_bytes(shape, rows: int, prompt: int, completion: int, checkpo
 
 
 def logprob_part(family: str, module, resolved, args, results: list) -> None:
-    from diffugrpo_plugin.lean_mlp import make_lean
+    from diffugrpo_plugin.models.lean_mlp import make_lean
 
     lm = wrap(module, resolved)
     device, mask_id = args.device, lm.mask_token_id
@@ -270,7 +270,7 @@ def logprob_part(family: str, module, resolved, args, results: list) -> None:
 def head_values(family: str, lm, device: str, rows: int = 2048) -> dict:
     """The fused head's log-probs and hidden-state gradient on the model's head weight against fp64; the
     model head's bf16 logits (then an fp32 log-softmax) against the same reference, for scale."""
-    from diffugrpo_plugin.kernels import fused_head_logprob
+    from diffugrpo_plugin.models.kernels import fused_head_logprob
 
     weight = lm.head_weight().detach()  # [V, H] bf16
     generator = torch.Generator(device=device).manual_seed(1)
@@ -308,7 +308,7 @@ def head_speed(family: str, lm, args, widths=(1024, 4096, 16384), repeats: int =
     """Forward + backward of the vocabulary head alone on DiffuCoder's scored rows (2 x G x completion): the fused
     head at several slice widths (``kernels.SLICE_COLUMNS`` / ``SLICE_COLUMNS_GPU``) against the materialised
     logits."""
-    from diffugrpo_plugin import kernels
+    from diffugrpo_plugin.models import kernels
 
     weight = lm.head_weight().detach().requires_grad_(True)  # [V, H]
     rows = 2 * args.rows * args.completion
@@ -516,10 +516,10 @@ def first_matrix(module: torch.nn.Module) -> tuple[str, torch.Tensor]:
 
 def step_part(args, results: list) -> None:
     from diffugrpo_plugin.config import training_default
-    from diffugrpo_plugin.lean_mlp import make_lean
-    from diffugrpo_plugin.logprobs import coupled_token_logprobs
+    from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
+    from diffugrpo_plugin.models.lean_mlp import make_lean
     from diffugrpo_plugin.sampling import build_sampler
-    from diffugrpo_plugin.step_cost import StepSetup, memory_estimate
+    from diffugrpo_plugin.tools.step_cost import StepSetup, memory_estimate
 
     device, rows, chunk_rows = args.device, args.step_rows, training_default(CHUNK_ROWS_KEY)
     resolved = resolve(family_config("dream", args.tiny, args.step_layers))

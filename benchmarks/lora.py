@@ -2,7 +2,7 @@
 rollout sampling through adapters against merged weights.
 
 Both variants train the same seeded bidirectional Qwen2 (Dream-style, untied head) on the same batch with the same
-coupled masks, as the training engine does: the coupled log-probs (:func:`~diffugrpo_plugin.logprobs.
+coupled masks, as the training engine does: the coupled log-probs (:func:`~diffugrpo_plugin.core.logprobs.
 coupled_token_logprobs`), the backward of their token-mean, an AdamW step.
 
 * **full**: every weight trains (SwiGLU blocks lean, the engine's default);
@@ -44,9 +44,9 @@ VARIANTS = ("full", "lora")
 
 def build(settings: Settings, variant: str, rank: int):
     """The workload and its optimizer for one variant."""
-    from diffugrpo_plugin.lean_mlp import make_lean
-    from diffugrpo_plugin.lora import with_adapters
-    from diffugrpo_plugin.models import DiffusionLM
+    from diffugrpo_plugin.models.dlm import DiffusionLM
+    from diffugrpo_plugin.models.lean_mlp import make_lean
+    from diffugrpo_plugin.models.lora import with_adapters
 
     work = build_workload(settings, lean_mlp=variant == "full")
     if variant == "lora":
@@ -58,7 +58,7 @@ def build(settings: Settings, variant: str, rank: int):
 
 
 def training_step(work, optimizer) -> None:
-    from diffugrpo_plugin.logprobs import coupled_token_logprobs
+    from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 
     logp = coupled_token_logprobs(work.lm, work.views, work.input_ids, work.attention_mask).logp  # [B, L]
     ((logp * work.completion_mask).sum() / work.completion_mask.sum()).backward()
@@ -77,7 +77,7 @@ def sample(lm, prompt_ids, new_tokens: int) -> torch.Tensor:
 
 def worker(connection, settings: Settings, variant: str, rank: int) -> None:
     """Requests: ``("step",)``, ``("sample", applied|merged)``, ``("stop",)``."""
-    from diffugrpo_plugin.models import DiffusionLM
+    from diffugrpo_plugin.models.dlm import DiffusionLM
 
     before = _status_kib("VmRSS")
     work, optimizer, trainable = build(settings, variant, rank)

@@ -51,7 +51,7 @@ def run_command(masker: str, seed: int, run_dir: Path, extra: list[str]) -> list
 
 def summarise(event_dir: Path) -> dict[str, float]:
     """First and last held-out values and the code reward's first and last :data:`WINDOW`-step means."""
-    from diffugrpo_plugin.plotting import find_event_dir, read_scalars
+    from diffugrpo_plugin.tools.plotting import find_event_dir, read_scalars
 
     scalars = read_scalars(find_event_dir(event_dir))
     tags = {label: next((tag for tag in scalars if re.fullmatch(pattern, tag)), None)

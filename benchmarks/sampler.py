@@ -20,7 +20,7 @@ difference).
     DIFFUGRPO_MBPP_DIR=/path/to/mbpp python benchmarks/sampler.py --tasks mbpp --prompts 100
     python benchmarks/sampler.py --model PATH --tasks mbpp --prompts 8 --new-tokens 256 --repeats 3
     python benchmarks/sampler.py --sampler llada  # the tiny LLaDA-style model, warm-started the same way
-    python benchmarks/sampler.py -o top_k=null -o suppress_mask_token=true   # the README table's sampling
+    python benchmarks/sampler.py -o top_k=null -o suppress_mask_token=true   # docs/guides/samplers.md's table's sampling
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def task_rows(tasks: str, count: int, mbpp_file: str | None) -> list[dict]:
 
 def task_reward(rows: list[dict]):
     """DiffuCoder's task reward (code x2.0 + code_format x0.5, tests in the sandbox) of each completion."""
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.rewards.spec import RewardSpec
 
     spec = RewardSpec.from_config({})  # the framework's default: DiffuCoder's code x2.0 + code_format x0.5
     columns = {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
@@ -212,10 +212,10 @@ def paired_difference(rewards: list[float], baseline: list[float]) -> tuple[floa
 def main() -> None:
     args = parse_args()
     mbpp_file = mbpp_path(args.tasks)
-    from diffugrpo_plugin.models import load_diffusion_lm
+    from diffugrpo_plugin.models.dlm import load_diffusion_lm
+    from diffugrpo_plugin.models.tiny import TinySpec
     from diffugrpo_plugin.sampling import left_pad
-    from diffugrpo_plugin.tiny import TinySpec
-    from diffugrpo_plugin.warm_start import warm_model_path
+    from diffugrpo_plugin.training.warm_start import warm_model_path
 
     torch.set_num_threads(args.threads)
     if args.model is None:

@@ -29,8 +29,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from diffugrpo_plugin.code_execution import TestSpec, run_tests_many, tests_from_row
-from diffugrpo_plugin.sandbox import Job, Sandbox, SandboxConfig
+from diffugrpo_plugin.rewards.code_tests import TestSpec, run_tests_many, tests_from_row
+from diffugrpo_plugin.sandbox.host import Job, Sandbox, SandboxConfig
 
 TIMEOUT_S = 10.0
 PROTECTION_OPTIONS = {"seccomp": "seccomp", "cgroups": "cgroups", "tmpfs inode cap": "inode_cap"}

@@ -38,7 +38,7 @@ REFERENCE_SAMPLER = tuple(f"{lever}={'null' if value is None else str(value).low
 
 def run_job(label: str, steps: int, sampler_options: list[str], workdir: Path) -> dict[str, list[float]]:
     """One training run of ``steps`` steps; returns stage -> seconds of each step after the first."""
-    from diffugrpo_plugin.plotting import find_event_dir, read_scalars
+    from diffugrpo_plugin.tools.plotting import find_event_dir, read_scalars
 
     tensorboard = workdir / label / "tensorboard"
     command = [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo",

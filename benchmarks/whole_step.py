@@ -58,7 +58,7 @@ def coupled_logprobs(module, lm, input_ids, attention, positions, prompt_length:
     import torch
 
     from diffugrpo_plugin.coupled import forward_process
-    from diffugrpo_plugin.models import align_logits
+    from diffugrpo_plugin.models.dlm import align_logits
 
     rows, length = input_ids.shape
     prompt_index = torch.arange(length) < prompt_length  # [T]
@@ -82,8 +82,8 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
     import torch
 
     from diffugrpo_plugin.data import prepare
-    from diffugrpo_plugin.models import load_diffusion_lm, position_ids_from_mask
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.models.dlm import load_diffusion_lm, position_ids_from_mask
+    from diffugrpo_plugin.rewards.spec import RewardSpec
     from diffugrpo_plugin.sampling import left_pad
     from diffugrpo_plugin.sampling.engine import cut_after_eos
     from dream_loop import JOB_SAMPLING, dream_loop
@@ -165,7 +165,7 @@ def peak_pss_of(command: list[str], env: dict[str, str], cwd: Path) -> int:
 
 
 def run_ours(label: str, steps: int, model: str, sampler_options: list[str], settings: list[str], workdir: Path):
-    from diffugrpo_plugin.plotting import find_event_dir, read_scalars
+    from diffugrpo_plugin.tools.plotting import find_event_dir, read_scalars
     from step import SAMPLER_KEY
 
     tensorboard = workdir / label / "tensorboard"
@@ -232,7 +232,7 @@ def main() -> None:
     if args.steps < 2:
         parser.error("--steps must be at least 2: the first step is start-up and is not counted")
     if args.model is None:
-        from diffugrpo_plugin.warm_start import default_warm_model_path
+        from diffugrpo_plugin.training.warm_start import default_warm_model_path
 
         args.model = default_warm_model_path()
     if args.reference_style_worker:

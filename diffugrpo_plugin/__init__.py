@@ -6,9 +6,12 @@ it for :data:`hookimpl` alone.
 
 import pluggy
 
+from diffugrpo_plugin import _moved
 from diffugrpo_plugin.hooktypes import Explained, Reason
 
-__version__ = "0.1.0"
+_moved.install()
+
+__version__ = "0.2.0"
 
 PROJECT_NAME = "diffugrpo"
 """The pluggy project name and the entry-point group third-party plugins register under."""

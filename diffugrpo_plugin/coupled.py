@@ -1,14 +1,14 @@
 """DiffuCoder-compatible entry points for people porting coupled-GRPO code.
 
 The names and argument orders follow DiffuCoder's reference trainer so ported code reads the
-same, with its defects fixed (see ``README.md``, "Differences from the reference"):
+same, with its defects fixed (see ``docs/concepts/coupled-grpo.md``, "Differences from the reference"):
 
 * randomness comes from a private ``torch.Generator`` (the reference resets every global
   RNG with ``set_seed``), so the caller's sampling noise is untouched;
 * log-probs are taken in fp32 and never over the full vocabulary of the whole batch at once;
 * an attention mask and position ids are always passed (left padding never leaks).
 
-The framework itself uses the per-sample :mod:`diffugrpo_plugin.masking` maskers (one ``t``
+The framework itself uses the per-sample :mod:`diffugrpo_plugin.core.masking` maskers (one ``t``
 per sample, so a sample's mask does not depend on its micro-batch); these functions keep
 the reference's one ``t`` per batch. Plain torch; no verl.
 """
@@ -19,10 +19,10 @@ from typing import Sequence
 
 import torch
 
-from diffugrpo_plugin.kernels import DEFAULT_CHUNK_ROWS, chunked_gathered_logprob
-from diffugrpo_plugin.logprobs import coupled_token_logprobs
-from diffugrpo_plugin.masking import MaskedViews
-from diffugrpo_plugin.models import DiffusionLM, position_ids_from_mask
+from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
+from diffugrpo_plugin.core.masking import MaskedViews
+from diffugrpo_plugin.models.dlm import DiffusionLM, position_ids_from_mask
+from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS, chunked_gathered_logprob
 
 
 def forward_process(batch: torch.Tensor, prompt_index: torch.Tensor, mask_id: int, seed: int | None = None,

@@ -71,12 +71,12 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | 
     beside ``hookimpl``: ``from diffugrpo_plugin import Explained, Reason, hookimpl``) in place of
     the bare value, above all where the value is 0 or ``None``. ``kind`` is a short fixed code a program can count (``no_code_block``,
     ``syntax_error``, ``tests_failed``: the built-in kinds are listed in
-    :mod:`diffugrpo_plugin.judging`), ``detail`` the sentence a person reads (``syntax error at
+    :mod:`diffugrpo_plugin.rewards.judging`), ``detail`` the sentence a person reads (``syntax error at
     line 3 of the code: invalid syntax``). Only the value enters the totals and the metrics; the
     reason is printed per row by ``diffugrpo rewards score`` (``reasons``) and ``diffugrpo eval``
     (``reason`` in ``outcomes.jsonl``). A function that returns plain floats and ``None`` gives
     no reasons and needs nothing else; to call one that explains from TRL itself, take
-    :func:`diffugrpo_plugin.rewards.value_of` of each item.
+    :func:`diffugrpo_plugin.rewards.spec.value_of` of each item.
 
     A function must accept and ignore columns it does not use (the ``**columns``). It runs in
     verl's reward workers, on CPU, and must not import torch. A function that raises is called
@@ -87,8 +87,9 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | 
 
     Its options are its keyword-only parameters, set per reward in config
     (``diffugrpo.rewards.reward_kwargs.<name>``); an unknown option is an error listing the
-    accepted ones. Three keyword-only parameters are filled in by diffugrpo when declared:
-    ``sandbox`` (the shared bubblewrap :class:`~diffugrpo_plugin.sandbox.Sandbox`: run any model
+    accepted ones. These keyword-only parameters are filled in by diffugrpo when declared
+    (``plugins.INJECTED_REWARD_OPTIONS``):
+    ``sandbox`` (the shared bubblewrap :class:`~diffugrpo_plugin.sandbox.host.Sandbox`: run any model
     code through it, never in-process), ``code_block`` (``"first"`` or ``"last"`` fenced block) and
     ``format_end`` (``"exact"`` or ``"lenient"``: what may follow the closing fence of DiffuCoder's
     format).
@@ -108,8 +109,8 @@ def diffugrpo_maskers() -> dict[str, Callable[..., Any]]:
     ``completion_mask`` marks the generation canvas, ``prompt_mask`` the real prompt tokens
     (a masker that never masks the prompt ignores it). Row ``b``'s masks must depend on
     ``seeds[b]`` and its own tokens only (old-policy, reference and update passes recompute
-    them). See :class:`diffugrpo_plugin.masking.Masker` and
-    :class:`~diffugrpo_plugin.masking.MaskedViews` for the coefficient rule, and
+    them). See :class:`diffugrpo_plugin.core.masking.Masker` and
+    :class:`~diffugrpo_plugin.core.masking.MaskedViews` for the coefficient rule, and
     ``examples/custom_masker/`` for a complete third-party masker.
     """
 
@@ -118,7 +119,7 @@ def diffugrpo_maskers() -> dict[str, Callable[..., Any]]:
 def diffugrpo_model_families() -> dict[str, Any]:
     """Model families: how a kind of diffusion LM is called, aligned, projected and masked.
 
-    Each value is a :class:`diffugrpo_plugin.families.ModelFamily` (a frozen dataclass; build
+    Each value is a :class:`diffugrpo_plugin.models.families.ModelFamily` (a frozen dataclass; build
     yours with it). Its fields say:
 
     * ``call(module, input_ids [B, L], attention_mask [B, L] 0/1, position_ids [B, L]) -> logits
@@ -133,11 +134,11 @@ def diffugrpo_model_families() -> dict[str, Any]:
       the family (``actor_rollout_ref.model.diffusion.family`` overrides detection);
     * ``native`` / ``native_unsupported``: an implementation that loads the checkpoint without
       remote code, and the settings it cannot run (optional);
-    * ``swiglu``: a :class:`diffugrpo_plugin.lean_mlp.SwiGLUBlocks` naming the classes and attributes of
+    * ``swiglu``: a :class:`diffugrpo_plugin.models.lean_mlp.SwiGLUBlocks` naming the classes and attributes of
       its SwiGLU feed-forwards, which training then runs with a lean backward (optional).
 
     ``diffugrpo check-model PATH`` shows what a checkpoint resolves to. The built-ins (``dream``
-    / ``diffucoder``, ``llada``, ``bidirectional``) are in :mod:`diffugrpo_plugin.families`.
+    / ``diffucoder``, ``llada``, ``bidirectional``) are in :mod:`diffugrpo_plugin.models.families`.
     """
 
 
@@ -177,5 +178,5 @@ def diffugrpo_loss_terms() -> dict[str, Callable[..., Any]]:
     non-zero loss as ``loss_terms/<name>/applied``. A term that runs the model must run it on every
     micro-batch, whatever its samples (under FSDP a forward gathers parameters collectively: ranks that
     ran different forwards wait on each other forever); weight the samples it does not apply to by 0.
-    See :mod:`diffugrpo_plugin.loss_terms` for both records and the built-ins (``sft``, ``preference``).
+    See :mod:`diffugrpo_plugin.core.loss_terms` for both records and the built-ins (``sft``, ``preference``).
     """

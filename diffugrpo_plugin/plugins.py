@@ -30,7 +30,9 @@ HOOKSPEC_FILE = "diffugrpo_plugin/hookspecs.py"
 LEGACY_GROUP = PROJECT_NAME
 """The one entry-point group of the first plugin contract; read after each kind's own group, for compatibility."""
 INJECTED_REWARD_OPTIONS = ("sandbox", "code_block", "format_end")
-"""Keyword-only reward parameters diffugrpo fills in itself (see the reward hook in hookspecs.py)."""
+"""Keyword-only reward parameters diffugrpo fills in itself: the ``RewardSpec`` attribute of that name (``sandbox``:
+the shared sandbox), for a reward that declares it. Documented in the reward hook (hookspecs.py), which a test
+keeps in step with this list."""
 
 
 class PluginError(RuntimeError):
@@ -100,10 +102,10 @@ def _factory_problem(factory: Any) -> str | None:
 
 
 def _model_family_problem(family: Any) -> str | None:
-    from diffugrpo_plugin.families import ModelFamily
+    from diffugrpo_plugin.models.families import ModelFamily
 
     if not isinstance(family, ModelFamily):
-        return f"got {type(family).__name__}; expected a diffugrpo_plugin.families.ModelFamily"
+        return f"got {type(family).__name__}; expected a diffugrpo_plugin.models.families.ModelFamily"
     return None
 
 

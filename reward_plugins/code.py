@@ -1,10 +1,10 @@
 """The ``code`` reward: the fraction of the row's tests the completion's code passes.
 
-Tests come from the row's columns (see :func:`diffugrpo_plugin.code_execution.tests_from_row`)
+Tests come from the row's columns (see :func:`diffugrpo_plugin.rewards.code_tests.tests_from_row`)
 and run in the bubblewrap sandbox, one process per test, so a test that times out fails only
 itself. As in DiffuCoder, only completions that pass the format check in full are run
 (``require_format``); the others score 0.0. A row without tests scores None (not applicable).
-Every score below 1.0 says why (:attr:`diffugrpo_plugin.judging.Judged.reason`). A failure of the sandbox itself raises (a harness fault, never a score): the rows it concerns
+Every score below 1.0 says why (:attr:`diffugrpo_plugin.rewards.judging.Judged.reason`). A failure of the sandbox itself raises (a harness fault, never a score): the rows it concerns
 score None, flagged as failed, and the trainer reports them.
 """
 
@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from diffugrpo_plugin import Explained, hookimpl
-from diffugrpo_plugin.code_execution import pass_rate
-from diffugrpo_plugin.judging import Judged, code_outcomes
-from diffugrpo_plugin.sandbox import Sandbox
+from diffugrpo_plugin.rewards.code_tests import pass_rate
+from diffugrpo_plugin.rewards.judging import Judged, code_outcomes
+from diffugrpo_plugin.sandbox.host import Sandbox
 
 
 def _pass_rate(judged: Judged) -> float | None:

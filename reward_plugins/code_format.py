@@ -6,7 +6,7 @@ shape but the code has a SyntaxError; 0.0 otherwise; below 1.0 it says why (how 
 failed, or the syntax error's line). ``format_end`` (filled in from ``diffugrpo.rewards.format_end``)
 set to ``lenient`` also accepts a closing fence followed by other whitespace or by nothing (a
 completion that stops at EOS). The ``code`` reward runs only completions scoring 1.0 here (as
-DiffuCoder does), by the same rule: :func:`diffugrpo_plugin.judging.format_verdict`.
+DiffuCoder does), by the same rule: :func:`diffugrpo_plugin.rewards.judging.format_verdict`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from diffugrpo_plugin import Explained, hookimpl
-from diffugrpo_plugin.judging import completion_text, format_verdict
+from diffugrpo_plugin.rewards.judging import completion_text, format_verdict
 
 
 def code_format_reward(completions: list, *, format_end: str = "exact", **columns: Any) -> list[float | Explained]:

@@ -31,8 +31,8 @@ import urllib.request
 from typing import Any
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
-from diffugrpo_plugin.judging import offered_code, syntax_problem
-from diffugrpo_plugin.verdicts import parse_python
+from diffugrpo_plugin.rewards.judging import offered_code, syntax_problem
+from diffugrpo_plugin.rewards.verdicts import parse_python
 
 logger = logging.getLogger("diffugrpo.rewards")
 

@@ -1,6 +1,6 @@
 """The ``constant`` reward, for smoke tests of the training loop only (it teaches nothing).
 
-Selecting it logs a loud warning (see :mod:`diffugrpo_plugin.rewards`); it returns ``value`` for
+Selecting it logs a loud warning (see :mod:`diffugrpo_plugin.rewards.spec`); it returns ``value`` for
 every completion, which makes every advantage zero under GRPO.
 """
 

@@ -23,7 +23,7 @@ Memory is the peak resident memory above the bare interpreter, measured by the l
 ``benchmarks/efficiency_spread.py`` measures each cost's spread).
 
 With a reference solution (``reference_solution`` and friends, see
-:func:`diffugrpo_plugin.code_execution.reference_from_row`) that passes its own tests::
+:func:`diffugrpo_plugin.rewards.code_tests.reference_from_row`) that passes its own tests::
 
     time   = min(1, (ref_cost + floor) / (cost + floor))
     memory = min(1, (ref_mem + 1 MiB) / (mem + 1 MiB))
@@ -41,9 +41,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
-from diffugrpo_plugin.code_execution import TestOutcome, reference_from_row
-from diffugrpo_plugin.judging import code_outcomes, correctness_gate, outcomes_for, rows_of
-from diffugrpo_plugin.sandbox import Sandbox
+from diffugrpo_plugin.rewards.code_tests import TestOutcome, reference_from_row
+from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, outcomes_for, rows_of
+from diffugrpo_plugin.sandbox.host import Sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")
 

@@ -17,10 +17,10 @@ import ast
 from typing import Any
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
-from diffugrpo_plugin.code_execution import parses, reference_from_row
-from diffugrpo_plugin.judging import code_outcomes, correctness_gate, rows_of
-from diffugrpo_plugin.sandbox import Sandbox
-from diffugrpo_plugin.verdicts import parse_python
+from diffugrpo_plugin.rewards.code_tests import parses, reference_from_row
+from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, rows_of
+from diffugrpo_plugin.rewards.verdicts import parse_python
+from diffugrpo_plugin.sandbox.host import Sandbox
 
 GOOD_COMPLEXITY = 5.0
 

@@ -57,7 +57,7 @@ BWRAP_HINT = "bubblewrap, which runs the untrusted code: apt-get install -y bubb
 def pytest_runtest_call(item):
     """A test that reaches the package's sandbox on a host without bubblewrap is :func:`missing` it (a sandbox
     that fails where bubblewrap is installed still fails the test)."""
-    from diffugrpo_plugin.sandbox import SandboxUnavailable
+    from diffugrpo_plugin.sandbox.host import SandboxUnavailable
 
     try:
         return (yield)
@@ -151,7 +151,7 @@ def build_tiny_module(style: str, vocab: int = VOCAB, seed: int = 0, tie: bool =
 
 @pytest.fixture(params=["dream", "llada"])
 def tiny_lm(request):
-    from diffugrpo_plugin.models import DiffusionLM
+    from diffugrpo_plugin.models.dlm import DiffusionLM
 
     return DiffusionLM.wrap(build_tiny_module(request.param))
 
@@ -159,7 +159,7 @@ def tiny_lm(request):
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory) -> str:
     """A small Dream-style checkpoint with our tokenizer, saved once per test session."""
-    from diffugrpo_plugin.tiny import TinySpec, save_tiny_model
+    from diffugrpo_plugin.models.tiny import TinySpec, save_tiny_model
 
     spec = TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
     return str(save_tiny_model(tmp_path_factory.mktemp("tiny") / "dream", spec))
@@ -169,7 +169,8 @@ def tiny_model_path(tmp_path_factory) -> str:
 def chosen_model(monkeypatch) -> list:
     """The paths a CLI command asks to load, recorded; loading stops there with a ModelConfigError (nothing
     is built: the warm-started model's path is only computed)."""
-    from diffugrpo_plugin import models, warm_start
+    from diffugrpo_plugin.models import dlm as models
+    from diffugrpo_plugin.training import warm_start
 
     loaded = []
 

@@ -23,7 +23,7 @@ SIZES = dict(hidden=32, layers=2, heads=4, kv_heads=2, intermediate=64, position
 @functools.lru_cache(maxsize=1)
 def tokenizer():
     """Our tokenizer, trained once per process (about a second); treat it as read-only."""
-    from diffugrpo_plugin.tokenizer import build_tokenizer
+    from diffugrpo_plugin.models.tokenizer import build_tokenizer
 
     return build_tokenizer()
 
@@ -158,7 +158,7 @@ def save_standin(kind: str, directory, *, tied: bool = False, seed: int = 0, wid
     ``overrides`` replaces config.json keys."""
     from safetensors.torch import save_file
 
-    from diffugrpo_plugin.native import register_with_transformers
+    from diffugrpo_plugin.models.native import register_with_transformers
 
     if kind not in ("dream", "llada"):
         raise ValueError(f"unknown stand-in kind {kind!r}; choose dream or llada")

@@ -6,7 +6,7 @@ import os
 import shutil
 
 from conftest import BWRAP_HINT, missing
-from diffugrpo_plugin.sandbox import Sandbox, SandboxConfig
+from diffugrpo_plugin.sandbox.host import Sandbox, SandboxConfig
 
 # Far from real accounts and distinct per test process, so leftover checks see only this run's jobs.
 TEST_UID_BASE = 3_000_000 + (os.getpid() % 10_000) * 256

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import torch
 
-from diffugrpo_plugin.families import BIDIRECTIONAL
-from diffugrpo_plugin.models import DiffusionLM
+from diffugrpo_plugin.models.dlm import DiffusionLM
+from diffugrpo_plugin.models.families import BIDIRECTIONAL
 
 FAKE_VOCAB = 6
 FAKE_MASK = 5

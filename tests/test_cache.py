@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from diffugrpo_plugin import cache
+from diffugrpo_plugin.data import cache
 
 
 def _slow_build(staging: Path, log: Path) -> None:

@@ -1,11 +1,11 @@
-"""``diffugrpo check-model`` and the FLOP / memory model behind it (``diffugrpo_plugin.step_cost``).
+"""``diffugrpo check-model`` and the FLOP / memory model behind it (``diffugrpo_plugin.tools.step_cost``).
 
 The CLI runs in-process through ``diffugrpo_plugin.cli.main`` on our tiny Dream-style checkpoint
 and on stand-ins of Dream's and LLaDA's published code (``tests/family_standins.py``), loaded
 natively and through their own code; a LLaDA stand-in patched to ignore the attention mask, as
 some published LLaDA files do, must be reported as leaking. Subprocesses prove the exit codes
 and that no traceback escapes. The memory model is checked term by term against numbers worked
-out by hand for a made-up 1B model, and the FLOP model against the README's DiffuCoder-7B table.
+out by hand for a made-up 1B model, and the FLOP model against the DiffuCoder-7B table of docs/concepts/step-cost.md.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from diffugrpo_plugin import step_cost
 from diffugrpo_plugin.cli import main as cli_main
+from diffugrpo_plugin.tools import step_cost
 from family_standins import (  # noqa: F401  (session fixtures are used by name)
     dream_standin,
     llada_standin,
@@ -211,7 +211,7 @@ def test_family_standins(request, name, implementation, capsys):
         assert report["load"]["model_class"].startswith("transformers_modules.")
     else:
         assert resolution["implementation"] == "native"
-        assert report["load"]["model_class"].startswith(f"diffugrpo_plugin.native.{family}.")
+        assert report["load"]["model_class"].startswith(f"diffugrpo_plugin.models.native.{family}.")
     assert resolution["model_class"].rsplit(".", 1)[-1] == report["load"]["model_class"].rsplit(".", 1)[-1]
     assert all(report[probe]["ok"] for probe in ("padding", "head", "logprob", "sampling")), report
     assert report["sampling"]["sampler"] == sampler
@@ -316,7 +316,7 @@ def error_case(request, tmp_path):
     if case == "remote not trusted":
         return [request.getfixturevalue("dream_standin"), "--implementation", "remote"], ["--trust-remote-code"]
     if case == "settings need remote code":
-        from diffugrpo_plugin.models import read_model_config
+        from diffugrpo_plugin.models.dlm import read_model_config
 
         config = {**read_model_config(request.getfixturevalue("llada_standin")), "block_type": "sequential"}
         return [write_config(tmp_path / "sequential", config)], ["block_type='sequential'", "--trust-remote-code"]
@@ -363,7 +363,7 @@ def test_subprocess_exit_codes_and_no_traceback(tiny_model_path, tmp_path):
 def test_help_and_step_cost_import_no_torch():
     """`diffugrpo --help` stays instant (no torch), check-model is listed, and step_cost is pure arithmetic."""
     script = ("import sys, io, contextlib\n"
-              "import diffugrpo_plugin.step_cost\n"
+              "import diffugrpo_plugin.tools.step_cost\n"
               "from diffugrpo_plugin.cli import build_parser\n"
               "text = build_parser().format_help()\n"
               "print('check-model' in text, 'torch' in sys.modules)\n")
@@ -438,7 +438,7 @@ def test_memory_terms_by_hand_with_checkpointing():
 
 
 def test_memory_model_uses_the_fused_heads_own_constants():
-    from diffugrpo_plugin import kernels
+    from diffugrpo_plugin.models import kernels
 
     assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).chunk_rows == kernels.DEFAULT_CHUNK_ROWS
     assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).slice_columns == kernels.SLICE_COLUMNS_GPU
@@ -483,9 +483,9 @@ def test_layer_saved_bytes_match_autograd(kind, dtype, lean):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from diffugrpo_plugin.families import DREAM, LLADA
-    from diffugrpo_plugin.lean_mlp import make_lean
-    from diffugrpo_plugin.native.llada import LLaDAConfig, LLaDAModelLM
+    from diffugrpo_plugin.models.families import DREAM, LLADA
+    from diffugrpo_plugin.models.lean_mlp import make_lean
+    from diffugrpo_plugin.models.native.llada import LLaDAConfig, LLaDAModelLM
 
     hidden, inner, heads, kv_heads, batch, length = 128, 512, 8, 2, 2, 32
     torch_dtype = getattr(torch, dtype)
@@ -547,12 +547,12 @@ def test_memory_units_and_dtypes():
 
 
 # ---------------------------------------------------------------------------------------------
-# step_cost: FLOPs against the README
+# step_cost: FLOPs against docs/concepts/step-cost.md
 # ---------------------------------------------------------------------------------------------
 
 
 def test_flops_of_the_readme_cpu_job():
-    """The README's CPU job: 32 diffusion steps, one iteration, no checkpointing -> 32 : 15 = 2.1."""
+    """The default CPU job: 32 diffusion steps, one iteration, no checkpointing -> 32 : 15 = 2.1."""
     flops = step_cost.step_flops(parameters=1.0e6, sequences=16, tokens=208, diffusion_steps=32)
     f = 2 * 1.0e6 * 16 * 208
     assert flops.forward == f
@@ -593,9 +593,9 @@ def _matches(written: str, value: float) -> bool:
 
 
 def test_readme_7b_table_comes_from_step_cost():
-    """Every number of the README's DiffuCoder-7B table (and F) is what step_cost computes, at the precision
-    the README writes it."""
-    text = (REPO / "README.md").read_text()
+    """Every number of the DiffuCoder-7B table in docs/concepts/step-cost.md (and F) is what step_cost computes,
+    at the precision the page writes it."""
+    text = (REPO / "docs" / "concepts" / "step-cost.md").read_text()
     section = text[text.index("Paper estimate for DiffuCoder-7B"):]
     section = section[:section.index("\n\n", section.index("| **step**"))]
     recipe = step_cost.DIFFUCODER_7B

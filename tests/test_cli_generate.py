@@ -15,7 +15,7 @@ _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    from diffugrpo_plugin.tiny import TinySpec, save_tiny_model
+    from diffugrpo_plugin.models.tiny import TinySpec, save_tiny_model
 
     spec = TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64,
                     max_positions=256)

@@ -14,8 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO
-from diffugrpo_plugin import rewards
+from diffugrpo_plugin import __version__
 from diffugrpo_plugin.cli import rewards as rewards_cli
+from diffugrpo_plugin.rewards import spec as rewards
 from reward_support import TEST_UID_BASE, require_bwrap
 
 CORRECT = "```python\ndef add(a, b):\n    return a + b\n```\n"
@@ -48,7 +49,7 @@ def test_list_shows_name_distribution_and_description(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["NAME", "DISTRIBUTION", "DESCRIPTION"]
     code_line = next(line for line in lines if line.startswith("code "))
-    assert "diffugrpo 0.1.0" in code_line and "Pass rate of the row's tests" in code_line
+    assert f"diffugrpo {__version__}" in code_line and "Pass rate of the row's tests" in code_line
     assert {line.split()[0] for line in lines[1:]} >= {"code", "code_format", "syntax", "efficiency",
                                                         "maintainability", "comments", "constant"}
 
@@ -91,7 +92,7 @@ def test_score_reads_parquet_and_numbers_its_rows(tmp_path, capsys):
 
 
 def test_aggregation_choices_are_the_ones_the_readme_documents():
-    documented = re.search(r"aggregation: fixed +# (.+)", (REPO / "README.md").read_text()).group(1)
+    documented = re.search(r"aggregation: fixed +# (.+)", (REPO / "docs" / "guides" / "rewards.md").read_text()).group(1)
     assert tuple(documented.split(" | ")) == rewards.AGGREGATIONS
     parser = argparse.ArgumentParser()
     rewards_cli.add_parser(parser.add_subparsers())

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from diffugrpo_plugin import sandbox_limits
 from diffugrpo_plugin.cli import main
+from diffugrpo_plugin.sandbox import limits as sandbox_limits
 from reward_support import require_bwrap
 
 

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from conftest import mbpp_file
-from diffugrpo_plugin.code_execution import (
+from diffugrpo_plugin.rewards.code_tests import (
     Outcome,
     TestSpec,
     extract_code,
@@ -19,7 +19,7 @@ from diffugrpo_plugin.code_execution import (
     run_tests,
     run_tests_many,
 )
-from diffugrpo_plugin.code_execution import tests_from_row as spec_of  # a 'test*' name pytest would collect
+from diffugrpo_plugin.rewards.code_tests import tests_from_row as spec_of  # a 'test*' name pytest would collect
 from reward_support import tight_sandbox
 
 SAMPLE = 20

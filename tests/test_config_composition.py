@@ -108,14 +108,14 @@ def composed_rewards(*overrides: str) -> dict:
     (("diffugrpo.rewards.reward_funcs=[code_format]",), {"code_format": 1.0}),
 ])
 def test_either_spelling_of_the_rewards_composes_on_the_command_line(overrides, weights):
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.rewards.spec import RewardSpec
 
     assert RewardSpec.from_config(composed_rewards(*overrides)).weights == weights
 
 
 def test_an_unknown_reward_on_the_command_line_is_named_with_the_known_ones():
     from diffugrpo_plugin.plugins import PluginError
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.rewards.spec import RewardSpec
 
     with pytest.raises(PluginError, match=r"^unknown reward 'nope'\. Known rewards: code \(diffugrpo [^)]*\), "
                                           r"code_format \(diffugrpo [^)]*\), "):
@@ -127,7 +127,7 @@ def test_generate_eval_and_training_agree_on_the_completion_length():
 
     from diffugrpo_plugin.cli import evaluate, generate
     from diffugrpo_plugin.cli.model_flags import DEFAULT_MAX_NEW_TOKENS
-    from diffugrpo_plugin.warm_start import WarmStart
+    from diffugrpo_plugin.training.warm_start import WarmStart
 
     job = OmegaConf.create(composed_job("-m", "diffugrpo_plugin.main"))
     parser = argparse.ArgumentParser()
@@ -138,7 +138,7 @@ def test_generate_eval_and_training_agree_on_the_completion_length():
 
 
 def test_a_mapping_in_a_users_config_file_replaces_the_default(tmp_path):
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.rewards.spec import RewardSpec
 
     (tmp_path / "mine.yaml").write_text(
         "hydra:\n  searchpath:\n    - pkg://verl.trainer.config\n    - pkg://diffugrpo_plugin.config\n"

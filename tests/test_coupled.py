@@ -9,7 +9,7 @@ import torch
 
 from conftest import MASK_ID, build_tiny_module
 from diffugrpo_plugin.coupled import forward_process, get_per_token_logps, selective_log_softmax
-from diffugrpo_plugin.models import DiffusionLM
+from diffugrpo_plugin.models.dlm import DiffusionLM
 
 
 def prompt_and_batch(batch_size=4, prompt_len=3, length=10):

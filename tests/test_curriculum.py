@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from diffugrpo_plugin.curriculum import (
+from diffugrpo_plugin.training.curriculum import (
     CurriculumConfigError,
     CurriculumFeedback,
     CurriculumOptions,

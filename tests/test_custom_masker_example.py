@@ -144,8 +144,8 @@ def discovery_report() -> dict:
 def coupled_pass_report() -> dict:
     """The installed masker, found by name, through ``coupled_token_logprobs`` on a tiny Dream-style model,
     next to its formula computed from full logits: sum_k 1{masked in k} / (K t_k) * log softmax(view k)[x]."""
-    from diffugrpo_plugin.logprobs import coupled_token_logprobs
-    from diffugrpo_plugin.models import DiffusionLM
+    from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
+    from diffugrpo_plugin.models.dlm import DiffusionLM
     from diffugrpo_plugin.plugins import lookup
 
     lm = DiffusionLM.wrap(build_tiny_module("dream"))

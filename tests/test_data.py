@@ -588,7 +588,7 @@ def test_verl_rlhf_dataset_reads_our_parquet_with_our_tokenizer(tmp_path):
     from verl.utils.dataset.rl_dataset import RLHFDataset
     from verl.utils.tokenizer import normalize_token_ids
 
-    from diffugrpo_plugin.tokenizer import build_tokenizer
+    from diffugrpo_plugin.models.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     mbpp_rows = data.prepare("mbpp", "validation", MINI_MBPP)
@@ -638,7 +638,7 @@ def reward_columns(rows: list[dict]) -> dict[str, list]:
 
 def assert_references_pass_and_stubs_fail(groups: dict[str, list[dict]]) -> None:
     """Our rows feed the ``code`` reward as intended: references score 1.0, a stub 0.0 (sandboxed)."""
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.rewards.spec import RewardSpec
 
     spec = RewardSpec.from_config({"reward_funcs": ["code"]})
     for name, rows in groups.items():

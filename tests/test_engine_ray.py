@@ -56,8 +56,8 @@ def direct_response_logprobs(model_path, prompts, responses, seeds):
 
     The views noise the whole response canvas (padding after the EOS included, as generated); only the
     tokens the loss counts are scored, the rest get 0."""
-    from diffugrpo_plugin.masking import make_coupled
-    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.core.masking import make_coupled
+    from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
 
     lm = DiffusionLM.wrap(load_pretrained(model_path).eval())
     masker = make_coupled()
@@ -271,8 +271,8 @@ def test_iteration_k_of_the_update_is_scored_with_mask_k(tiny_model_path):
 
     from verl.workers.utils.losses import ppo_loss
 
+    from diffugrpo_plugin.core.masking import mask_seed_table
     from diffugrpo_plugin.integration.trainer import expand_iterations
-    from diffugrpo_plugin.masking import mask_seed_table
 
     prompts, responses, _ = make_batch(vocab=64)
     seeds = mask_seed_table(42, step=1, num_samples=len(prompts), num_iterations=2)  # [B, 2]
@@ -309,8 +309,8 @@ def saved_random_adapter(model_path: str, directory) -> str:
     """A LoRA adapter (rank 4 on every linear layer, B random so it changes the model) in peft's folder format."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    from diffugrpo_plugin.lora import adapter_state, save_adapter
-    from diffugrpo_plugin.models import load_pretrained
+    from diffugrpo_plugin.models.dlm import load_pretrained
+    from diffugrpo_plugin.models.lora import adapter_state, save_adapter
 
     model = get_peft_model(load_pretrained(model_path), LoraConfig(task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8,
                                                                     target_modules="all-linear"))
@@ -326,8 +326,8 @@ def saved_merged_model(model_path: str, adapter: str, directory) -> str:
     """The checkpoint with the adapter merged into its weights, and its tokenizer."""
     from transformers import AutoTokenizer
 
-    from diffugrpo_plugin.lora import apply_adapter
-    from diffugrpo_plugin.models import load_pretrained
+    from diffugrpo_plugin.models.dlm import load_pretrained
+    from diffugrpo_plugin.models.lora import apply_adapter
 
     apply_adapter(load_pretrained(model_path), adapter).save_pretrained(directory)
     AutoTokenizer.from_pretrained(model_path).save_pretrained(directory)
@@ -405,9 +405,9 @@ def test_loss_terms_join_the_update_by_their_formulas_and_two_workers_agree(tiny
     from verl.utils.metric import Metric
     from verl.workers.utils.losses import ppo_loss
 
+    from diffugrpo_plugin.core.loss_terms import ReferenceSFT, TermInputs
     from diffugrpo_plugin.integration.engine import LOSS_TERM_FIELD
-    from diffugrpo_plugin.loss_terms import ReferenceSFT, TermInputs
-    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
 
     prompts, responses, seeds = make_batch(vocab=64)
     generator = torch.Generator().manual_seed(5)

@@ -11,10 +11,11 @@ from fractions import Fraction
 import pytest
 
 from conftest import mbpp_file
-from diffugrpo_plugin import evaluation
-from diffugrpo_plugin.code_execution import Outcome, TestOutcome
 from diffugrpo_plugin.data import format_completion, prepare, write_parquet
-from diffugrpo_plugin.evaluation import (
+from diffugrpo_plugin.rewards.code_tests import Outcome, TestOutcome
+from diffugrpo_plugin.rewards.spec import Reason
+from diffugrpo_plugin.tools import evaluation
+from diffugrpo_plugin.tools.evaluation import (
     Completion,
     EvalProblem,
     EvaluationError,
@@ -22,7 +23,6 @@ from diffugrpo_plugin.evaluation import (
     Verdict,
     pass_at_k,
 )
-from diffugrpo_plugin.rewards import Reason
 from reward_support import require_bwrap
 from samplers_support import single_thread
 
@@ -209,7 +209,7 @@ def test_judging_only_problems_with_completions_and_refusing_problems_without_te
 
 
 def test_a_sandbox_failure_is_an_error_not_a_score(monkeypatch):
-    from diffugrpo_plugin.sandbox import SandboxError
+    from diffugrpo_plugin.sandbox.host import SandboxError
 
     monkeypatch.setattr(evaluation, "run_tests_many", lambda items, sandbox, timeout_s: [SandboxError("boom")])
     with pytest.raises(EvaluationError, match="sandbox failed while judging task add: boom"):
@@ -322,8 +322,8 @@ def test_sample_seeds_depend_only_on_seed_task_and_sample():
 def tiny(tmp_path_factory):
     from transformers import AutoTokenizer
 
-    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
-    from diffugrpo_plugin.tiny import TinySpec, save_tiny_model
+    from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.models.tiny import TinySpec, save_tiny_model
 
     spec = TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64,
                     max_positions=256)

@@ -43,8 +43,8 @@ def published_call(name: str, module, ids: torch.Tensor) -> torch.Tensor:
 
 def direct_response_logprobs(name, path, loading, prompts, responses, seeds):
     """The coupled formula, unoptimised: full logits and a full fp32 log-softmax per view, shifted by hand."""
-    from diffugrpo_plugin.masking import make_coupled
-    from diffugrpo_plugin.models import load_pretrained
+    from diffugrpo_plugin.core.masking import make_coupled
+    from diffugrpo_plugin.models.dlm import load_pretrained
 
     module = load_pretrained(path, **loading).eval()
     shift = name.startswith("dream")
@@ -141,9 +141,9 @@ def test_diffugrpo_generate_and_eval_run_the_checkpoint(case, tmp_path, capsys):
 
 
 def test_masked_sft_trains_the_checkpoint_and_saves_one_that_reloads(case, tmp_path):
-    from diffugrpo_plugin import sft
     from diffugrpo_plugin.data import prepare, write_parquet
-    from diffugrpo_plugin.models import load_diffusion_lm
+    from diffugrpo_plugin.models.dlm import load_diffusion_lm
+    from diffugrpo_plugin.training import sft
 
     _, path, loading, _ = case
     train_file = str(write_parquet(prepare("synthetic", "train")[:16], tmp_path / "train.parquet"))

@@ -81,7 +81,7 @@ def test_fsdp2_step_runs_every_stage(records):
 def test_update_flops_by_hand():
     """The body over 3 views of every token, the head over 2 rows per completion token (the scored rows)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from diffugrpo_plugin.step_cost import ModelShape
+    from diffugrpo_plugin.tools.step_cost import ModelShape
     from gpu import update_flops
 
     shape = ModelShape(parameters=1000, vocab=10, hidden=4, layers=1, intermediate=8, kv_dim=4,

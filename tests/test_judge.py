@@ -17,9 +17,9 @@ import time
 
 import pytest
 
-from diffugrpo_plugin import sandbox_wire as wire
-from diffugrpo_plugin.code_execution import run_tests_many
-from diffugrpo_plugin.code_execution import tests_from_row as spec_of  # a 'test*' name pytest would collect
+from diffugrpo_plugin.rewards.code_tests import run_tests_many
+from diffugrpo_plugin.rewards.code_tests import tests_from_row as spec_of  # a 'test*' name pytest would collect
+from diffugrpo_plugin.sandbox import sandbox_wire as wire
 from reward_support import tight_sandbox
 
 

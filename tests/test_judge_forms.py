@@ -16,7 +16,7 @@ import pytest
 
 from diffugrpo_plugin import data
 from diffugrpo_plugin.data.rows import format_completion
-from diffugrpo_plugin.evaluation import Completion, judge_completions, problems_from_rows, summarize
+from diffugrpo_plugin.tools.evaluation import Completion, judge_completions, problems_from_rows, summarize
 from reward_support import tight_sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -10,11 +10,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from conftest import MASK_ID, build_tiny_module
-from diffugrpo_plugin.families import BIDIRECTIONAL, DREAM, LLADA
-from diffugrpo_plugin.lean_mlp import SwiGLUBlocks, make_lean, swiglu_down
-from diffugrpo_plugin.logprobs import coupled_token_logprobs
-from diffugrpo_plugin.masking import make_coupled
-from diffugrpo_plugin.models import DiffusionLM
+from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
+from diffugrpo_plugin.core.masking import make_coupled
+from diffugrpo_plugin.models.dlm import DiffusionLM
+from diffugrpo_plugin.models.families import BIDIRECTIONAL, DREAM, LLADA
+from diffugrpo_plugin.models.lean_mlp import SwiGLUBlocks, make_lean, swiglu_down
 from family_standins import dream_standin, llada_standin, load_remote  # noqa: F401  (fixtures)
 
 
@@ -166,7 +166,7 @@ def test_under_gradient_checkpointing():
 
 
 def test_our_native_llada_block():
-    from diffugrpo_plugin.native import LLaDAConfig, LLaDAModelLM
+    from diffugrpo_plugin.models.native import LLaDAConfig, LLaDAModelLM
 
     def build():
         torch.manual_seed(0)

@@ -45,7 +45,7 @@ def word_count(completions, **columns):
 
 def legacy_coupled():
     """DiffuCoder's coupled masker, built lazily."""
-    from diffugrpo_plugin.masking import make_coupled
+    from diffugrpo_plugin.core.masking import make_coupled
 
     return make_coupled()
 
@@ -84,7 +84,7 @@ def warning_lines(stderr: str) -> list[str]:
 def test_its_reward_is_scored_without_torch_and_the_warning_names_the_new_group(installed):
     done = in_fresh_process("""
         import sys
-        from diffugrpo_plugin.rewards import RewardSpec
+        from diffugrpo_plugin.rewards.spec import RewardSpec
         spec = RewardSpec.from_config({"reward_funcs": ["legacy_words"], "reward_weights": [1.0]})
         print(spec.score(["a b c"], {})[0].values["legacy_words"], spec.components[0].distribution,
               "torch" in sys.modules)
@@ -102,7 +102,7 @@ def test_its_masker_is_built_and_the_warning_names_the_maskers_group(installed):
         masker = plugins.build("masker", "legacy_coupled", {})
         print(type(masker).__name__, plugins.registrations("masker")["legacy_coupled"].distribution)
     """)
-    from diffugrpo_plugin.masking import make_coupled
+    from diffugrpo_plugin.core.masking import make_coupled
 
     assert done.stdout.split() == [type(make_coupled()).__name__, DISTRIBUTION, "0.3.0"]
     [warning] = warning_lines(done.stderr)

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from conftest import MASK_ID, build_tiny_module
-from diffugrpo_plugin.kernels import chunked_gathered_logprob, fused_head_logprob
-from diffugrpo_plugin.logprobs import coupled_token_logprobs
-from diffugrpo_plugin.masking import make_coupled, make_d1
-from diffugrpo_plugin.models import DiffusionLM, ModelConfigError, align_logits, position_ids_from_mask
+from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
+from diffugrpo_plugin.core.masking import make_coupled, make_d1
+from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError, align_logits, position_ids_from_mask
+from diffugrpo_plugin.models.kernels import chunked_gathered_logprob, fused_head_logprob
 
 
 def batch_with_padding():
@@ -246,7 +246,7 @@ def test_fused_head_entropy_is_the_predictive_entropy_and_detached():
 def test_fused_head_never_holds_more_than_one_chunk_of_logits(monkeypatch):
     """Forward and backward walk the vocabulary in slices of at most chunk_rows x V logits elements, and every
     slice is written into one buffer per pass (no fresh [v, R] tensor per slice)."""
-    import diffugrpo_plugin.kernels as kernels
+    import diffugrpo_plugin.models.kernels as kernels
 
     hidden, weight, bias, targets = head_inputs(torch.float32, rows=40, vocab=50)
     slices = []
@@ -265,7 +265,7 @@ def test_fused_head_never_holds_more_than_one_chunk_of_logits(monkeypatch):
 
 def test_fused_head_slices_are_cache_sized_below_the_memory_cap():
     """Slices are SLICE_COLUMNS wide unless the chunk_rows x V memory cap allows fewer columns (never fewer than one)."""
-    from diffugrpo_plugin.kernels import SLICE_COLUMNS, _vocab_slices
+    from diffugrpo_plugin.models.kernels import SLICE_COLUMNS, _vocab_slices
 
     wide = _vocab_slices(num_rows=16, vocab=10 * SLICE_COLUMNS + 3, chunk_rows=128)
     assert [s.stop - s.start for s in wide] == [SLICE_COLUMNS] * 10 + [3]
@@ -276,7 +276,7 @@ def test_fused_head_slices_are_cache_sized_below_the_memory_cap():
 
 def test_fused_head_slices_are_wider_on_a_gpu():
     """The slice width follows the head's device: 1024 columns on CPU, 16384 elsewhere (measured on an H100)."""
-    from diffugrpo_plugin.kernels import SLICE_COLUMNS, SLICE_COLUMNS_GPU, _vocab_slices, slice_columns
+    from diffugrpo_plugin.models.kernels import SLICE_COLUMNS, SLICE_COLUMNS_GPU, _vocab_slices, slice_columns
 
     assert (slice_columns(torch.device("cpu")), slice_columns(torch.device("cuda", 0))) == (1024, 16384)
     wide = _vocab_slices(num_rows=64, vocab=40_000, chunk_rows=1024, columns=SLICE_COLUMNS_GPU)

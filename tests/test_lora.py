@@ -18,7 +18,7 @@ def adapted(module, targets="all-linear", seed=1, **options):
     """``module`` with LoRA adapters whose B is random (peft starts it at 0, which would hide the adapter)."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    from diffugrpo_plugin.lora import accept_causal_lm_wrapper
+    from diffugrpo_plugin.models.lora import accept_causal_lm_wrapper
 
     model = get_peft_model(accept_causal_lm_wrapper(module), LoraConfig(
         task_type=TaskType.CAUSAL_LM, r=RANK, lora_alpha=ALPHA, target_modules=targets, **options))
@@ -74,9 +74,9 @@ def test_coupled_logprobs_and_gradients_through_adapters_equal_the_merged_formul
     """Our fused head and family hooks look through peft's wrapper: the coupled log-probs with adapters equal the
     formula on the merged model (W + alpha/r BA), and so do the gradients of A and B (for the standins: native
     Dream, native LLaDA untied and tied, loaded from published-layout checkpoints)."""
-    from diffugrpo_plugin.logprobs import coupled_token_logprobs
-    from diffugrpo_plugin.masking import make_coupled
-    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
+    from diffugrpo_plugin.core.masking import make_coupled
+    from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
 
     if source in ("qwen2", "llama"):
         module, tokenizer = build_tiny_module("dream" if source == "qwen2" else "llada"), None
@@ -110,7 +110,7 @@ def test_coupled_logprobs_and_gradients_through_adapters_equal_the_merged_formul
 
 
 def test_canonical_names_join_what_peft_and_verl_write():
-    from diffugrpo_plugin.lora import canonical_weight_name
+    from diffugrpo_plugin.models.lora import canonical_weight_name
 
     assert canonical_weight_name("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight") == \
         "model.layers.0.self_attn.q_proj.lora_A.weight"
@@ -124,9 +124,9 @@ def test_canonical_names_join_what_peft_and_verl_write():
 
 @pytest.mark.parametrize("targets, where", [(["q_proj", "lm_head"], "lm_head")])
 def test_an_adapter_on_the_vocabulary_head_is_refused(targets, where):
-    from diffugrpo_plugin.families import ModelConfigError
-    from diffugrpo_plugin.lora import refuse_adapted_head
-    from diffugrpo_plugin.models import DiffusionLM
+    from diffugrpo_plugin.models.dlm import DiffusionLM
+    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.lora import refuse_adapted_head
 
     model = adapted(build_tiny_module("dream"), targets=targets)
     with pytest.raises(ModelConfigError, match=f"LoRA adapts '{where}'.*exclude_modules"):
@@ -135,9 +135,9 @@ def test_an_adapter_on_the_vocabulary_head_is_refused(targets, where):
 
 
 def test_an_adapter_on_a_tied_embedding_is_refused(llada_tied_standin):
-    from diffugrpo_plugin.families import ModelConfigError
-    from diffugrpo_plugin.lora import refuse_adapted_head
-    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.lora import refuse_adapted_head
     from family_standins import tokenizer
 
     model = adapted(load_pretrained(llada_tied_standin), targets=["q_proj", "wte"])
@@ -148,7 +148,7 @@ def test_an_adapter_on_a_tied_embedding_is_refused(llada_tied_standin):
 
 def test_target_report_names_what_adapts_nothing():
     """d1's seven target names on LLaDA's module names: four adapt something (peft drops the rest silently)."""
-    from diffugrpo_plugin.lora import target_report
+    from diffugrpo_plugin.models.lora import target_report
 
     names = [f"model.transformer.blocks.0.{leaf}" for leaf in
              ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out")]
@@ -161,9 +161,9 @@ def test_target_report_names_what_adapts_nothing():
 def test_adapter_folder_round_trip_merges_into_the_same_model(tmp_path, tiny_model_path, llada_standin):
     """An adapter saved as the engine saves it loads with peft and merges: the merged model's logits equal the
     adapted model's; an adapter for another model is refused by name."""
-    from diffugrpo_plugin.families import ModelConfigError
-    from diffugrpo_plugin.lora import adapter_state, apply_adapter, save_adapter
-    from diffugrpo_plugin.models import load_pretrained
+    from diffugrpo_plugin.models.dlm import load_pretrained
+    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.lora import adapter_state, apply_adapter, save_adapter
 
     model = adapted(load_pretrained(tiny_model_path).eval())
     save_adapter(tmp_path / "adapter", adapter_state(model), model.peft_config["default"].to_dict(), tiny_model_path)
@@ -206,8 +206,8 @@ def test_rollout_samples_through_synced_adapters_as_the_merged_model_does(rollou
     """verl's default LoRA sync (lora.merge=false): the adapters alone, under peft's names, with their config.
     The rollout adds the adapters once and copies them in at every sync; its greedy completions then equal those of
     a rollout holding the merged weights (lora.merge=true's full update) and differ from the base model's."""
-    from diffugrpo_plugin.lora import adapter_state
-    from diffugrpo_plugin.models import load_pretrained
+    from diffugrpo_plugin.models.dlm import load_pretrained
+    from diffugrpo_plugin.models.lora import adapter_state
 
     prompts = ["def add(a, b):", "Write a function", "Reverse a list"]
     base = greedy(rollout, prompts)
@@ -234,8 +234,8 @@ def test_rollout_samples_through_synced_adapters_as_the_merged_model_does(rollou
 
 
 def test_dropout_is_applied_to_every_adapter_and_saved():
-    from diffugrpo_plugin.families import ModelConfigError
-    from diffugrpo_plugin.lora import set_dropout
+    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.lora import set_dropout
 
     model = adapted(build_tiny_module("dream"), targets=["q_proj", "up_proj"])
     set_dropout(model, 0.5)
@@ -255,7 +255,7 @@ def test_rollout_follows_verls_own_sync_of_base_then_adapters(rollout, tiny_mode
     The rollout ends up computing exactly the trainer's logits."""
     from verl.utils.fsdp_utils import collect_lora_params, replace_lora_wrapper
 
-    from diffugrpo_plugin.models import load_pretrained
+    from diffugrpo_plugin.models.dlm import load_pretrained
 
     policy = adapted(load_pretrained(tiny_model_path).eval(), targets=["q_proj", "v_proj", "down_proj"], seed=6)
     with torch.no_grad():  # the trainer's base moved too, as after full-weight training before the adapters
@@ -277,9 +277,9 @@ def test_rollout_follows_verls_own_sync_of_base_then_adapters(rollout, tiny_mode
 
 
 def test_adapters_the_rollout_cannot_carry_are_refused_where_they_load(tmp_path, tiny_model_path):
-    from diffugrpo_plugin.families import ModelConfigError
-    from diffugrpo_plugin.lora import adapter_state, apply_adapter, inject_adapter, save_adapter
-    from diffugrpo_plugin.models import load_pretrained
+    from diffugrpo_plugin.models.dlm import load_pretrained
+    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.lora import adapter_state, apply_adapter, inject_adapter, save_adapter
 
     dora = adapted(load_pretrained(tiny_model_path), targets=["q_proj"], use_dora=True)
     settings = dora.peft_config["default"].to_dict()

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from diffugrpo_plugin.loss_terms import (
+from diffugrpo_plugin.core.loss_terms import (
     GroupPreference,
     ReferenceSFT,
     StepBatch,
@@ -123,9 +123,9 @@ def test_sft_targets_are_the_reference_as_a_completion_padded_with_eos(tiny_mode
 
 
 def test_sft_term_is_the_sft_trainers_loss_on_the_same_masks(tiny_model_path):
-    from diffugrpo_plugin import sft
-    from diffugrpo_plugin.masking import make_sft
-    from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.core.masking import make_sft
+    from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
+    from diffugrpo_plugin.training import sft
 
     lm = DiffusionLM.wrap(load_pretrained(tiny_model_path).eval())
     generator = torch.Generator().manual_seed(1)

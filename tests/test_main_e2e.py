@@ -190,7 +190,7 @@ def test_reference_sync_and_group_normalised_rewards(tmp_path):
     kl = metric_by_step(log, "actor/kl_loss")
     assert kl[2] > 1e-4 and abs(kl[3]) < 1e-6, kl
 
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.rewards.spec import RewardSpec
 
     spec = RewardSpec.from_config({"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]})
     for step, samples in rollouts_by_step(tmp_path / "rollouts").items():
@@ -241,8 +241,8 @@ def random_d1_adapter(model_path: Path, directory: Path) -> Path:
     import torch
     from peft import LoraConfig, TaskType, get_peft_model
 
-    from diffugrpo_plugin.lora import accept_causal_lm_wrapper, adapter_state, save_adapter
-    from diffugrpo_plugin.models import load_pretrained
+    from diffugrpo_plugin.models.dlm import load_pretrained
+    from diffugrpo_plugin.models.lora import accept_causal_lm_wrapper, adapter_state, save_adapter
 
     model = get_peft_model(accept_causal_lm_wrapper(load_pretrained(str(model_path))), LoraConfig(
         task_type=TaskType.CAUSAL_LM, r=8, lora_alpha=16, lora_dropout=0.05,
@@ -283,7 +283,7 @@ def test_lora_job_trains_adapters_against_the_base_saves_them_and_resumes(tmp_pa
     adapter = tmp_path / "ckpt" / "global_step_2" / "actor" / "lora_adapter"
     settings = json.loads((adapter / "adapter_config.json").read_text())
     assert settings["r"] == 8 and settings["lora_dropout"] == 0.05
-    from diffugrpo_plugin.lora import adapter_file_names
+    from diffugrpo_plugin.models.lora import adapter_file_names
 
     adapted = {name.split(".lora_")[0].rsplit(".", 1)[-1] for name in adapter_file_names(adapter)}
     assert adapted == {"q_proj", "k_proj", "v_proj", "up_proj"}, adapted
@@ -345,7 +345,7 @@ def test_the_d1_recipe_runs_end_to_end_on_a_tiny_llada(tmp_path):
 def test_the_curriculum_logs_its_level_and_a_resumed_run_draws_what_the_whole_run_drew(tmp_path):
     """The curriculum sampler through verl's trainer: its level rises by the step schedule, and a run resumed from
     step 2's checkpoint continues the level and draws the same prompts at steps 3 and 4 as the run that went on."""
-    common = ["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum", "data.sampler.class_name=CurriculumSampler",
+    common = ["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=CurriculumSampler",
               "data.sampler.curriculum.schedule=step", "data.sampler.curriculum.every=1",
               "data.sampler.curriculum.start=0.2", "data.sampler.curriculum.increment=0.2",
               "trainer.total_training_steps=4", *SHORT]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from diffugrpo_plugin.masking import make_coupled, make_d1, make_pair, make_sft
+from diffugrpo_plugin.core.masking import make_coupled, make_d1, make_pair, make_sft
 from diffugrpo_plugin.plugins import lookup, registrations
 
 MASK = 99

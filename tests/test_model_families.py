@@ -21,21 +21,21 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from diffugrpo_plugin.families import ModelConfigError, takes_padding_mask
-from diffugrpo_plugin.family_detection import detect_family
-from diffugrpo_plugin.logprobs import coupled_token_logprobs
-from diffugrpo_plugin.masking import make_coupled
-from diffugrpo_plugin.models import (
+from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
+from diffugrpo_plugin.core.masking import make_coupled
+from diffugrpo_plugin.models.detection import detect_family
+from diffugrpo_plugin.models.dlm import (
     DiffusionLM,
     load_diffusion_lm,
     load_pretrained,
     plan_loading,
     read_model_config,
 )
-from diffugrpo_plugin.native import register_with_transformers
-from diffugrpo_plugin.native.dream import DreamModel as NativeDream
-from diffugrpo_plugin.native.llada import LLaDAConfig as NativeLLaDAConfig
-from diffugrpo_plugin.native.llada import LLaDAModelLM as NativeLLaDA
+from diffugrpo_plugin.models.families import ModelConfigError, takes_padding_mask
+from diffugrpo_plugin.models.native import register_with_transformers
+from diffugrpo_plugin.models.native.dream import DreamModel as NativeDream
+from diffugrpo_plugin.models.native.llada import LLaDAConfig as NativeLLaDAConfig
+from diffugrpo_plugin.models.native.llada import LLaDAModelLM as NativeLLaDA
 from family_standins import (  # noqa: F401  (session fixtures are used by name)
     dream_standin,
     llada_scaled_standin,

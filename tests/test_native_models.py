@@ -2,7 +2,7 @@
 
 Their logits against each family's own code are checked in ``test_model_families.py`` (stand-ins
 of the published interfaces) and were checked once against the published modeling files
-themselves (README, "Model families").
+themselves (docs/guides/models.md).
 """
 
 from __future__ import annotations
@@ -12,10 +12,16 @@ import json
 import pytest
 import torch
 
-from diffugrpo_plugin.families import LLADA, LLADA_MASK_TOKEN_ID
-from diffugrpo_plugin.models import DiffusionLM, ModelConfigError, load_pretrained, plan_loading, resolve_mask_token
-from diffugrpo_plugin.native import DreamConfig, DreamModel, LLaDAConfig, LLaDAModelLM, register_with_transformers
-from diffugrpo_plugin.native.llada import unsupported_settings
+from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError, load_pretrained, plan_loading, resolve_mask_token
+from diffugrpo_plugin.models.families import LLADA, LLADA_MASK_TOKEN_ID
+from diffugrpo_plugin.models.native import (
+    DreamConfig,
+    DreamModel,
+    LLaDAConfig,
+    LLaDAModelLM,
+    register_with_transformers,
+)
+from diffugrpo_plugin.models.native.llada import unsupported_settings
 
 register_with_transformers()  # what `import verl` (our plugin) and every loader of ours do
 
@@ -195,8 +201,8 @@ def test_dream_tokenizer_files_load_as_qwen2_bpe_without_remote_code(tmp_path):
     code); with our registration they load as Qwen2's byte-level BPE and tokenize like DiffuCoder's tokenizer."""
     from transformers import AutoTokenizer
 
-    from diffugrpo_plugin.models import load_diffusion_lm
-    from diffugrpo_plugin.tokenizer import QWEN_SPECIAL_IDS, build_qwen_tokenizer
+    from diffugrpo_plugin.models.dlm import load_diffusion_lm
+    from diffugrpo_plugin.models.tokenizer import QWEN_SPECIAL_IDS, build_qwen_tokenizer
 
     qwen = build_qwen_tokenizer()
     qwen.backend_tokenizer.model.save(str(tmp_path))  # vocab.json, merges.txt

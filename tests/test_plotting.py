@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from diffugrpo_plugin import plotting
 from diffugrpo_plugin.cli import plot as plot_cli
-from diffugrpo_plugin.plotting import Line, PlotError, Series
+from diffugrpo_plugin.tools import plotting
+from diffugrpo_plugin.tools.plotting import Line, PlotError, Series
 
 STEPS = 24
 VALIDATION_STEPS = (0, 12, 24)

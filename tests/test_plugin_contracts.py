@@ -10,7 +10,7 @@ import torch
 
 from conftest import listed_plugins
 from diffugrpo_plugin import hookimpl, plugins
-from diffugrpo_plugin.masking import MaskedViews, check_views
+from diffugrpo_plugin.core.masking import MaskedViews, check_views
 from diffugrpo_plugin.plugins import PluginError
 
 
@@ -98,7 +98,7 @@ def test_a_sampler_without_the_generate_contract_fails_when_built(register_in_co
 def test_a_model_family_must_be_a_model_family_record(register_in_code):
     register_in_code("model_family", diffugrpo_model_families=lambda: {"mine": {"call": print}})
     with pytest.raises(PluginError, match=r"model family 'mine' from plugin 'contract_test_model_family'.*got dict; "
-                                          r"expected a diffugrpo_plugin.families.ModelFamily"):
+                                          r"expected a diffugrpo_plugin.models.families.ModelFamily"):
         plugins.registrations("model_family")
 
 
@@ -129,3 +129,10 @@ def test_a_module_listed_in_a_group_without_its_hook_is_named(tmp_path, monkeypa
                                               rf"listed in the entry-point group '{group}' but implements no "
                                               rf"diffugrpo_reward_functions\(\) hook"):
             plugins.registrations("reward")
+
+
+def test_the_reward_hook_documents_every_option_diffugrpo_fills_in():
+    from diffugrpo_plugin import hookspecs
+
+    documented = " ".join(hookspecs.diffugrpo_reward_functions.__doc__.split())
+    assert [name for name in plugins.INJECTED_REWARD_OPTIONS if f"``{name}``" not in documented] == []

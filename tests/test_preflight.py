@@ -89,7 +89,7 @@ def test_the_default_fast_sampler_with_remote_code_names_both_fixes(valid, dream
 def test_a_tokenizer_without_mask_token_is_refused(tmp_path):
     from transformers import AutoConfig, AutoTokenizer
 
-    from diffugrpo_plugin.tiny import TinySpec, save_tiny_model
+    from diffugrpo_plugin.models.tiny import TinySpec, save_tiny_model
 
     path = save_tiny_model(tmp_path / "nomask", TinySpec(hidden_size=32, num_layers=1, num_heads=4,
                                                          num_kv_heads=2, intermediate_size=64))
@@ -148,8 +148,8 @@ def test_adapters_the_rollout_cannot_carry_are_refused(valid, tmp_path, tiny_mod
 
     from peft import LoraConfig, get_peft_model
 
-    from diffugrpo_plugin.lora import adapter_state, save_adapter
-    from diffugrpo_plugin.models import load_pretrained
+    from diffugrpo_plugin.models.dlm import load_pretrained
+    from diffugrpo_plugin.models.lora import adapter_state, save_adapter
 
     model = get_peft_model(load_pretrained(tiny_model_path), LoraConfig(r=4, target_modules=["q_proj"], use_dora=True))
     folder = save_adapter(tmp_path / "dora", adapter_state(model), model.peft_config["default"].to_dict())
@@ -161,7 +161,7 @@ def test_adapters_the_rollout_cannot_carry_are_refused(valid, tmp_path, tiny_mod
         check_config(composed(*valid, f"actor_rollout_ref.model.lora_adapter_path={folder}"))
 
 
-CURRICULUM = ["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum", "data.sampler.class_name=CurriculumSampler"]
+CURRICULUM = ["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=CurriculumSampler"]
 
 
 def test_the_curriculum_sampler_configuration_passes(valid):
@@ -170,11 +170,11 @@ def test_the_curriculum_sampler_configuration_passes(valid):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum"], "needs both class_path and class_name"),
-    (["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum", "data.sampler.class_name=Nope"],
-     "data.sampler: cannot load Nope from pkg://diffugrpo_plugin.curriculum"),
+    (["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum"], "needs both class_path and class_name"),
+    (["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=Nope"],
+     "data.sampler: cannot load Nope from pkg://diffugrpo_plugin.training.curriculum"),
     (["data.sampler.class_path=pkg://no_such_module", "data.sampler.class_name=Sampler"], "cannot load Sampler"),
-    (["data.sampler.class_path=pkg://diffugrpo_plugin.curriculum", "data.sampler.class_name=SCHEDULES"],
+    (["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=SCHEDULES"],
      "is a tuple, not a sampler class"),
     ([*CURRICULUM, "data.dataloader_num_workers=2"], "needs data.dataloader_num_workers=0"),
     ([*CURRICULUM, "data.sampler.curriculum.schedule=cosine"], "schedule must be one of"),

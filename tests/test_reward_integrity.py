@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import pytest
 
-from diffugrpo_plugin import code_execution
-from diffugrpo_plugin.code_execution import Outcome, run_tests
-from diffugrpo_plugin.evaluation import Completion, EvalProblem, judge_completions, summarize
-from diffugrpo_plugin.judging import MAX_COMPLETION_CHARS, code_outcomes, format_verdict, offered_code, syntax_problem
-from diffugrpo_plugin.rewards import RewardSpec, value_of
+from diffugrpo_plugin.rewards import code_tests as code_execution
+from diffugrpo_plugin.rewards.code_tests import Outcome, run_tests
+from diffugrpo_plugin.rewards.judging import (
+    MAX_COMPLETION_CHARS,
+    code_outcomes,
+    format_verdict,
+    offered_code,
+    syntax_problem,
+)
+from diffugrpo_plugin.rewards.spec import RewardSpec, value_of
+from diffugrpo_plugin.tools.evaluation import Completion, EvalProblem, judge_completions, summarize
 from reward_plugins.code import code_reward
 from reward_plugins.efficiency import CPU_SCORE_BAND, efficiency_reward
 from reward_support import tight_sandbox
@@ -283,7 +289,7 @@ def test_rewards_parse_python_one_thread_at_a_time(monkeypatch):
     import threading
     import time
 
-    from diffugrpo_plugin import verdicts
+    from diffugrpo_plugin.rewards import verdicts
 
     inside, most = [0], [0]
     real_parse = ast.parse

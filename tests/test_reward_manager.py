@@ -152,7 +152,7 @@ def test_row_columns_order_and_sources():
 
 
 def test_extra_info_uses_nan_for_none_and_flags_failures():
-    from diffugrpo_plugin.rewards import ScoredCompletion
+    from diffugrpo_plugin.rewards.spec import ScoredCompletion
 
     values = extra_info(ScoredCompletion({"code": None, "syntax": 1, "fmt": None}, {"code": "SandboxError: gone"}))
     assert math.isnan(values["reward/code"]) and values["reward/syntax"] == 1.0 and math.isnan(values["reward/fmt"])
@@ -160,7 +160,7 @@ def test_extra_info_uses_nan_for_none_and_flags_failures():
 
 
 def test_a_sandbox_failure_is_a_flagged_failure_not_a_silent_none(manager_class, tokenizer, monkeypatch, caplog):
-    from diffugrpo_plugin.sandbox import Sandbox, SandboxError
+    from diffugrpo_plugin.sandbox.host import Sandbox, SandboxError
 
     def broken(self, jobs):
         raise SandboxError("the sandbox failed to start (exit code 1): bwrap: Can't find source path /gone")

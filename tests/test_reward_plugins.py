@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from diffugrpo_plugin import code_execution
-from diffugrpo_plugin.code_execution import Outcome, TestOutcome, run_tests
-from diffugrpo_plugin.judging import format_verdict
-from diffugrpo_plugin.rewards import value_of
-from diffugrpo_plugin.sandbox import instruction_counter_available
+from diffugrpo_plugin.rewards import code_tests as code_execution
+from diffugrpo_plugin.rewards.code_tests import Outcome, TestOutcome, run_tests
+from diffugrpo_plugin.rewards.judging import format_verdict
+from diffugrpo_plugin.rewards.spec import value_of
+from diffugrpo_plugin.sandbox.host import instruction_counter_available
 from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward
 from reward_plugins.comments import comments_reward, static_comment_score
@@ -305,7 +305,7 @@ def test_judge_is_off_by_default(judge_server):
 # --- boundaries ------------------------------------------------------------------------------
 
 def test_rewards_and_sandbox_import_no_torch():
-    modules = ["diffugrpo_plugin.sandbox", "diffugrpo_plugin.code_execution", "diffugrpo_plugin.rewards",
+    modules = ["diffugrpo_plugin.sandbox.host", "diffugrpo_plugin.rewards.code_tests", "diffugrpo_plugin.rewards.spec",
                "reward_plugins.code", "reward_plugins.code_format", "reward_plugins.syntax",
                "reward_plugins.efficiency", "reward_plugins.maintainability", "reward_plugins.comments",
                "reward_plugins.constant"]

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from diffugrpo_plugin import reward_weights
-from diffugrpo_plugin.reward_weights import LearnedWeights
-from diffugrpo_plugin.rewards import RewardConfigError, RewardSpec
+from diffugrpo_plugin.rewards import learned_weights as reward_weights
+from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
+from diffugrpo_plugin.rewards.spec import RewardConfigError, RewardSpec
 
 WEIGHTS = {"code": 2.0, "code_format": 0.5}
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 
 import pytest
 
+from diffugrpo_plugin import __version__
 from diffugrpo_plugin.plugins import PluginError
-from diffugrpo_plugin.rewards import (
+from diffugrpo_plugin.rewards.spec import (
     Explained,
     Reason,
     RewardComponent,
@@ -60,12 +62,12 @@ def test_from_config_resolves_builtins_with_provenance_and_options():
 
 
 def test_unknown_reward_lists_known_names_and_providers():
-    with pytest.raises(PluginError, match=r"unknown reward 'cod'\. Known rewards: .*code \(diffugrpo 0\.1\.0\)"):
+    with pytest.raises(PluginError, match=rf"unknown reward 'cod'\. Known rewards: .*code \(diffugrpo {re.escape(__version__)}\)"):
         RewardSpec.from_config({"reward_funcs": ["cod"]})
 
 
 def test_an_unknown_name_is_reported_before_the_weights_it_miscounts():
-    with pytest.raises(PluginError, match=r"unknown reward 'nope'\. Known rewards: code \(diffugrpo 0\.1\.0\), "):
+    with pytest.raises(PluginError, match=rf"unknown reward 'nope'\. Known rewards: code \(diffugrpo {re.escape(__version__)}\), "):
         RewardSpec.from_config({"reward_funcs": ["nope"], "reward_weights": [2.0, 0.5]})
     with pytest.raises(PluginError, match=r"unknown reward 'nope'\. Known rewards: "):
         RewardSpec.from_config({"reward_funcs": {"code": 1.0, "nope": 2.0}})

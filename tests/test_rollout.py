@@ -100,7 +100,7 @@ def pulling_worker(server, batches: list[int], stop: asyncio.Event, fail: bool =
 
 
 def test_server_batches_concurrent_requests_and_keeps_order():
-    from diffugrpo_plugin.request_batcher import RequestBatcher
+    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
     batches = []
 
@@ -121,7 +121,7 @@ def test_server_batches_concurrent_requests_and_keeps_order():
 
 
 def test_a_failed_batch_fails_each_of_its_requests_with_the_reason():
-    from diffugrpo_plugin.request_batcher import RequestBatcher
+    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
     async def scenario():
         server, stop = RequestBatcher(batch_window_s=0.01), asyncio.Event()
@@ -137,7 +137,7 @@ def test_a_failed_batch_fails_each_of_its_requests_with_the_reason():
 
 def test_requests_fail_once_the_worker_has_been_silent_too_long():
     """A worker that died mid-batch never delivers: its requests fail, saying so, instead of waiting for ever."""
-    from diffugrpo_plugin.request_batcher import RequestBatcher
+    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
     async def scenario():
         server = RequestBatcher(batch_window_s=0.01, silence_limit_s=0.2)
@@ -154,7 +154,7 @@ def test_the_server_process_needs_neither_torch_verl_nor_ray():
     import subprocess
     import sys
 
-    loaded = subprocess.run([sys.executable, "-c", "import sys, diffugrpo_plugin.request_batcher; "
+    loaded = subprocess.run([sys.executable, "-c", "import sys, diffugrpo_plugin.sampling.request_batcher; "
                              "print(sorted(m for m in ('torch', 'verl', 'ray') if m in sys.modules))"],
                             capture_output=True, text=True, timeout=120)
     assert loaded.stdout.strip() == "[]", loaded.stderr
@@ -183,7 +183,7 @@ def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(r
     import ray
 
     from diffugrpo_plugin.integration.rollout import SERVER_MAX_CONCURRENCY, _generate_batches
-    from diffugrpo_plugin.request_batcher import RequestBatcher
+    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
     server = ray.remote(RequestBatcher).options(max_concurrency=SERVER_MAX_CONCURRENCY).remote(batch_window_s=0.05)
     rollout = CountingRollout()
@@ -203,7 +203,7 @@ def test_requests_fail_when_the_generating_thread_dies(ray_cluster):
     import ray
 
     from diffugrpo_plugin.integration import rollout as rollout_module
-    from diffugrpo_plugin.request_batcher import RequestBatcher
+    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
     server = ray.remote(RequestBatcher).remote(batch_window_s=0.01, silence_limit_s=2.0)
     generating = threading.Thread(target=rollout_module._generate_batches,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffugrpo_plugin.models import ModelConfigError
+from diffugrpo_plugin.models.dlm import ModelConfigError
 from diffugrpo_plugin.sampling import SamplerOptionError
 from diffugrpo_plugin.sampling.decoding import factor_choice
 from diffugrpo_plugin.sampling.samplers import EntropySampler, LLaDASampler, MaskGitPlusSampler

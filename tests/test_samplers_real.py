@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import MASK_ID, build_tiny_module
-from diffugrpo_plugin.models import DiffusionLM, ModelConfigError
+from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError
 from diffugrpo_plugin.sampling import left_pad
 from diffugrpo_plugin.sampling.forward import DualCachedForward, FullForward, PrefixCachedForward
 from diffugrpo_plugin.sampling.samplers import (
@@ -128,7 +128,7 @@ def test_cache_off_is_one_full_forward_per_step(dream_lm):
     ids, mask = left_pad([LONG, SHORT], PAD)
     x = torch.cat([ids, torch.full((2, 8), MASK_ID)], dim=1)
     attention = torch.cat([mask, torch.ones(2, 8, dtype=torch.long)], dim=1)
-    from diffugrpo_plugin.models import position_ids_from_mask
+    from diffugrpo_plugin.models.dlm import position_ids_from_mask
 
     positions = position_ids_from_mask(attention)
     window = FullForward(dream_lm)(x, attention, positions, 10, 14, fresh=False)
@@ -153,7 +153,7 @@ def test_prefix_cache_is_exact_when_attention_is_causal(style, sampler_class):
 @pytest.mark.parametrize("cache_class", [PrefixCachedForward, DualCachedForward])
 @pytest.mark.parametrize("style", ["dream", "llada"])
 def test_cache_logits_match_a_full_forward_until_the_block_changes(style, cache_class):
-    from diffugrpo_plugin.models import position_ids_from_mask
+    from diffugrpo_plugin.models.dlm import position_ids_from_mask
 
     lm = lm_for(style)
     ids, mask = left_pad([LONG, SHORT], PAD)

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conftest import missing
-from diffugrpo_plugin import sandbox as sandbox_module
-from diffugrpo_plugin.sandbox import (
+from diffugrpo_plugin.sandbox import host as sandbox_module
+from diffugrpo_plugin.sandbox.host import (
     Job,
     Sandbox,
     SandboxConfig,
@@ -278,16 +278,15 @@ def test_non_root_mode_under_a_user_namespace(tmp_path):
     package = tmp_path / "diffugrpo_plugin"  # the sandbox modules alone (the package's __init__ needs pluggy)
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    for name in ("sandbox.py", "sandbox_limits.py", "sandbox_launcher.py", "sandbox_wire.py", "sandbox_program.py",
-                 "sandbox_judge.py"):
-        shutil.copy(REPO / "diffugrpo_plugin" / name, package / name)
+    shutil.copytree(REPO / "diffugrpo_plugin" / "sandbox", package / "sandbox",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     for path in (tmp_path, *tmp_path.parents):
         if path != Path("/"):
             os.chmod(path, os.stat(path).st_mode | 0o005)
     script = f"""
 import json, sys
 sys.path.insert(0, {str(tmp_path)!r})
-import diffugrpo_plugin.sandbox as sb
+import diffugrpo_plugin.sandbox.host as sb
 box = sb.Sandbox(sb.SandboxConfig(python_executable="/usr/bin/python3", timeout_s=2, max_processes=8,
                                   require=("namespaces",)))
 results = box.run([sb.Job("import os; print(os.getuid())"), sb.Job("import os\\nwhile True: os.fork()"),
@@ -302,7 +301,7 @@ print(json.dumps([[r.status, r.exception, r.stdout] for r in results]))
 
 
 def test_sandbox_module_imports_no_torch():
-    code = ("import sys; import diffugrpo_plugin.sandbox, diffugrpo_plugin.code_execution; "
+    code = ("import sys; import diffugrpo_plugin.sandbox.host, diffugrpo_plugin.rewards.code_tests; "
             "print('torch' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.stdout.strip() == "False", done.stderr

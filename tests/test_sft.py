@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from conftest import MASK_ID, VOCAB, build_tiny_module, mbpp_file
-from diffugrpo_plugin import sft
+from diffugrpo_plugin.core.masking import make_sft
 from diffugrpo_plugin.data import prepare, write_parquet
-from diffugrpo_plugin.masking import make_sft
-from diffugrpo_plugin.models import DiffusionLM, load_pretrained
+from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
+from diffugrpo_plugin.training import sft
 
 EOS = 0
 PAD = 0
@@ -187,7 +187,7 @@ def test_lora_sft_trains_only_adapters_and_saves_the_merged_model_and_the_adapte
     job loads), and the adapter folder merged into the starting checkpoint gives the same model."""
     from transformers import AutoTokenizer
 
-    from diffugrpo_plugin.lora import apply_adapter
+    from diffugrpo_plugin.models.lora import apply_adapter
 
     # a random model's head (std 0.02) caps its logits near 0 whatever the layers do; frozen, it would leave LoRA
     # nothing to learn, so this starting model's (tied) head is scaled up
@@ -228,7 +228,8 @@ def test_lora_sft_trains_only_adapters_and_saves_the_merged_model_and_the_adapte
 def test_warm_start_fine_tunes_the_random_model_once_into_the_cache(monkeypatch, tmp_path):
     from safetensors.torch import load_file
 
-    from diffugrpo_plugin import tiny, warm_start
+    from diffugrpo_plugin.models import tiny
+    from diffugrpo_plugin.training import warm_start
 
     monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
     spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
@@ -248,7 +249,7 @@ def test_warm_start_fine_tunes_the_random_model_once_into_the_cache(monkeypatch,
 
 
 def test_a_warm_start_cannot_stop_after_its_schedule_ends():
-    from diffugrpo_plugin import warm_start
+    from diffugrpo_plugin.training import warm_start
 
     with pytest.raises(ValueError, match="at most schedule_steps"):
         warm_start.WarmStart(steps=10, schedule_steps=5)
@@ -257,8 +258,8 @@ def test_a_warm_start_cannot_stop_after_its_schedule_ends():
 def test_the_rl_default_model_is_the_warm_started_one_built_by_its_first_loader(monkeypatch, tmp_path):
     from hydra import compose, initialize_config_module
 
-    from diffugrpo_plugin import warm_start
     from diffugrpo_plugin.integration import resolvers
+    from diffugrpo_plugin.training import warm_start
 
     monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
     built = []
@@ -276,9 +277,10 @@ def test_default_warm_model_writes_formatted_code_and_sometimes_passes():
     # Builds the real default (about 2.5 minutes on 2 cores, once per machine) and samples like the rollout.
     from transformers import AutoTokenizer
 
-    from diffugrpo_plugin import evaluation, warm_start
     from diffugrpo_plugin.data import default_data_paths
     from diffugrpo_plugin.sampling import build_sampler
+    from diffugrpo_plugin.tools import evaluation
+    from diffugrpo_plugin.training import warm_start
 
     path = warm_start.default_warm_model_path()
     tokenizer = AutoTokenizer.from_pretrained(path)

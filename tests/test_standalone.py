@@ -34,7 +34,7 @@ def test_ci_first_runs_the_readme_test_command_verbatim_in_a_copy_without_mbpp()
     back_home = script.index('pip install -e ".[test]"\n')  # re-points the editable install at this checkout
     with_data = script.index(f"export {MBPP_DIR_VAR}=")
     assert clone < enter < script.index(alone) < back_home < with_data
-    assert script.index("python -m pytest\n", with_data) < script.index("python -m pytest -m slow")
+    assert script.index("python -m pytest --durations", with_data) < script.index("python -m pytest -m slow")
 
 
 def test_nothing_a_user_runs_points_beside_the_clone():

@@ -49,7 +49,7 @@ def test_cli_lists_it(installed):
 
 def test_selected_weighted_and_given_options(installed):
     out = in_fresh_process(
-        "import json\nfrom diffugrpo_plugin.rewards import RewardSpec\n"
+        "import json\nfrom diffugrpo_plugin.rewards.spec import RewardSpec\n"
         "spec = RewardSpec.from_config({'reward_funcs': ['code_format', 'example_brevity'],\n"
         "    'reward_weights': [0.5, 2.0], 'reward_kwargs': {'example_brevity': {'target_words': 4}}})\n"
         "values = spec.score(['```python\\nx = 1\\n```\\n'], {})[0].values\n"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from diffugrpo_plugin import tiny
-from diffugrpo_plugin.models import DiffusionLM, load_pretrained
-from diffugrpo_plugin.tokenizer import build_tokenizer
+from diffugrpo_plugin.models import tiny
+from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
+from diffugrpo_plugin.models.tokenizer import build_tokenizer
 
 
 @pytest.fixture(scope="module")

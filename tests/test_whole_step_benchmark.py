@@ -12,7 +12,7 @@ from test_samplers_real import lm_for
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from diffugrpo_plugin.coupled import get_per_token_logps  # noqa: E402
-from diffugrpo_plugin.models import position_ids_from_mask  # noqa: E402
+from diffugrpo_plugin.models.dlm import position_ids_from_mask  # noqa: E402
 from whole_step import coupled_logprobs  # noqa: E402
 
 

@@ -6,7 +6,7 @@
 2. The weights on ``--device``: a padding probe (does left padding change a prompt's logits?), a
    fused-head probe (do the training pass's log-probs equal the model's own?), one coupled log-prob
    pass forward and backward, a few steps of the family's sampler.
-3. The memory one training step needs per GPU (:mod:`diffugrpo_plugin.step_cost`) and its FLOPs.
+3. The memory one training step needs per GPU (:mod:`diffugrpo_plugin.tools.step_cost`) and its FLOPs.
 
 Exit status: 0 all well, 1 a probe found a problem (padding leaks, the fused head differs, non-finite
 values, a probe raised), 2 an error (no such checkpoint, no family fits, code that must run is not trusted).
@@ -146,8 +146,8 @@ def _adapters(resolved, args) -> tuple[int, int, bool | None, int]:
     the elements per token and layer adapter dropout keeps."""
     if not args.lora_rank:
         return 0, 0, None, 0
-    from diffugrpo_plugin.lean_mlp import make_lean
-    from diffugrpo_plugin.lora import (
+    from diffugrpo_plugin.models.lean_mlp import make_lean
+    from diffugrpo_plugin.models.lora import (
         adapted_copy,
         adapted_inputs_per_layer,
         adapted_module_names,
@@ -188,7 +188,7 @@ def run(args: argparse.Namespace) -> int:
     problem = _check_numbers(args)
     if problem:
         return _fail(problem)
-    from diffugrpo_plugin.model_check import checkpoint_path_problem
+    from diffugrpo_plugin.tools.model_check import checkpoint_path_problem
 
     problem = checkpoint_path_problem(args.path)  # before the heavy imports: a typo answers at once
     if problem:
@@ -199,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # the reader went away (| head): nothing left to say
         return 1
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
-        from diffugrpo_plugin.families import ModelConfigError
+        from diffugrpo_plugin.models.families import ModelConfigError
         from diffugrpo_plugin.plugins import PluginError
 
         known = (ModelConfigError, PluginError, OSError, ValueError)
@@ -207,8 +207,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from diffugrpo_plugin import model_check, step_cost
     from diffugrpo_plugin.config import training_default
+    from diffugrpo_plugin.tools import model_check, step_cost
 
     resolved = model_check.resolve_checkpoint(args.path, family=args.family,
                                               implementation=args.implementation or "auto",
@@ -254,7 +254,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _flops_dict(flops) -> dict:
-    from diffugrpo_plugin import step_cost
+    from diffugrpo_plugin.tools import step_cost
 
     values = {"forward": flops.forward, "generation": flops.generation, "old_logprobs": flops.old_logprobs,
               "ref_logprobs": flops.ref_logprobs, "update": flops.update, "total": flops.total}
@@ -350,7 +350,7 @@ def _probes_text(check) -> str:
 
 
 def _estimate_text(setup, memory, flops, r, args, adapted_modules: int = 0) -> str:
-    from diffugrpo_plugin import step_cost
+    from diffugrpo_plugin.tools import step_cost
 
     checkpointing = "on" if setup.gradient_checkpointing else "off"
     head = (f"\nmemory per GPU, one training step: {setup.batch} completions x ({setup.prompt_length} + "

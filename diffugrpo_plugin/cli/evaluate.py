@@ -10,7 +10,7 @@
 Writes ``completions.jsonl``, ``outcomes.jsonl`` (per-test outcomes, and why each completion that
 did not pass failed) and ``summary.json`` into ``--out`` and prints a table with the failures
 counted by reason; ``--json`` prints the summary as one JSON object instead. The work is done by
-:mod:`diffugrpo_plugin.evaluation`.
+:mod:`diffugrpo_plugin.tools.evaluation`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from diffugrpo_plugin.cli.model_flags import (
     add_model_flags,
     load_model,
 )
-from diffugrpo_plugin.code_execution import FORMAT_ENDS
+from diffugrpo_plugin.rewards.code_tests import FORMAT_ENDS
 
 GENERATION_ONLY = ("model", "family", "implementation", "trust_remote_code", "sampler", "option", "steps", "n",
                    "max_new_tokens", "seed", "batch_size", "device", "no_chat_template")
@@ -103,10 +103,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from diffugrpo_plugin import evaluation
-    from diffugrpo_plugin.models import ModelConfigError
+    from diffugrpo_plugin.models.dlm import ModelConfigError
     from diffugrpo_plugin.plugins import PluginError
     from diffugrpo_plugin.sampling import SamplerOptionError
+    from diffugrpo_plugin.tools import evaluation
 
     try:
         ks = evaluation.parse_ks(args.k)
@@ -148,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sandbox(args: argparse.Namespace):
-    from diffugrpo_plugin.sandbox import SandboxConfig, shared_sandbox
+    from diffugrpo_plugin.sandbox.host import SandboxConfig, shared_sandbox
 
     limits = {"timeout_s": args.timeout_s, "max_concurrency": args.max_concurrency}
     return shared_sandbox(SandboxConfig.from_mapping({name: value for name, value in limits.items()
@@ -175,8 +175,8 @@ def _sampler_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def _generate(args: argparse.Namespace, problems, ks: list[int]):
     """Completions of every problem, and the settings that produced them (for the summary)."""
-    from diffugrpo_plugin import evaluation
     from diffugrpo_plugin.sampling import build_sampler
+    from diffugrpo_plugin.tools import evaluation
 
     chosen = {name: getattr(args, name) if getattr(args, name) is not None else default
               for name, default in DEFAULTS.items()}

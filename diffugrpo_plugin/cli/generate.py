@@ -114,7 +114,7 @@ def read_prompts_jsonl(path: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from diffugrpo_plugin.models import ModelConfigError
+    from diffugrpo_plugin.models.dlm import ModelConfigError
 
     try:
         prompts = read_prompts_jsonl(args.prompts) if args.prompts else list(args.prompt)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-IMPLEMENTATION_CHOICES = ("auto", "native", "remote")  # diffugrpo_plugin.families.IMPLEMENTATIONS, without torch
+IMPLEMENTATION_CHOICES = ("auto", "native", "remote")  # diffugrpo_plugin.models.families.IMPLEMENTATIONS, without torch
 # The training job's completion length (data.max_response_length), which the default model was
 # fine-tuned for (WarmStart.completion_length); tests/test_config_composition.py checks they agree.
 DEFAULT_MAX_NEW_TOKENS = 48
@@ -39,14 +39,14 @@ def model_path(args: argparse.Namespace) -> str:
     """``--model``, or the training job's default model (built on first use, once per machine)."""
     if getattr(args, "model", None) is not None:
         return args.model
-    from diffugrpo_plugin.warm_start import default_warm_model_path
+    from diffugrpo_plugin.training.warm_start import default_warm_model_path
 
     return default_warm_model_path()
 
 
 def load_model(args: argparse.Namespace):
     """The wrapped model (eval mode) and tokenizer the flags select."""
-    from diffugrpo_plugin.models import load_diffusion_lm
+    from diffugrpo_plugin.models.dlm import load_diffusion_lm
 
     return load_diffusion_lm(model_path(args), args.device, trust_remote_code=bool(args.trust_remote_code),
                              family=args.family, implementation=args.implementation or "auto",

@@ -2,7 +2,7 @@
 
 RUN_DIR is the run's TensorBoard directory (verl's ``TENSORBOARD_DIR``, by default
 ``tensorboard_log/<project>/<experiment>``) or a parent holding it. The figures are described
-in :mod:`diffugrpo_plugin.plotting`.
+in :mod:`diffugrpo_plugin.tools.plotting`.
 
 The PNGs go to ``./plots`` in the current directory unless ``--out`` names another, and each
 path is printed: the logs are left as they are unless the user points ``--out`` at them, and a
@@ -34,7 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run(args: argparse.Namespace) -> int:
-    from diffugrpo_plugin.plotting import PlotError, plot_run
+    from diffugrpo_plugin.tools.plotting import PlotError, plot_run
 
     try:
         paths = plot_run(args.run_dir, args.out)

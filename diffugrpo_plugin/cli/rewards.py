@@ -32,11 +32,11 @@ import sys
 from typing import Any, Iterator
 
 from diffugrpo_plugin.cli import report_error
-from diffugrpo_plugin.code_execution import FORMAT_ENDS, tests_from_row
 from diffugrpo_plugin.data.records import DataError, Record, checked_field, read_records
 from diffugrpo_plugin.plugins import PluginError
-from diffugrpo_plugin.rewards import AGGREGATIONS, RewardConfigError, RewardSpec, group_normalized_totals
-from diffugrpo_plugin.sandbox import SandboxError, SandboxUnavailable
+from diffugrpo_plugin.rewards.code_tests import FORMAT_ENDS, tests_from_row
+from diffugrpo_plugin.rewards.spec import AGGREGATIONS, RewardConfigError, RewardSpec, group_normalized_totals
+from diffugrpo_plugin.sandbox.host import SandboxError, SandboxUnavailable
 
 DEFAULT_REWARDS = ("code=2.0", "code_format=0.5")
 CHUNK_LINES = 64
@@ -74,7 +74,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument("--reward", dest="rewards", action="append", type=reward_weight, metavar="NAME=WEIGHT",
                        help=f"a reward and its weight; repeat for several (default: {' '.join(DEFAULT_REWARDS)})")
     score.add_argument("--aggregation", choices=[mode for mode in AGGREGATIONS if mode != "learned"], default="fixed",
-                       help="how the weighted rewards combine (README, Rewards; 'learned' fits its weights during "
+                       help="how the weighted rewards combine (docs/guides/rewards.md; 'learned' fits its weights during "
                             "training, so it has no offline form)")
     score.add_argument("--group-by", default="task_id", metavar="FIELD",
                        help="group_normalized: rows with equal FIELD are one group (default: task_id)")
@@ -114,7 +114,7 @@ def rewards_config(args: argparse.Namespace) -> dict[str, Any]:
 
 def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Scores a chunk of input rows; one output object per row, in order."""
-    from diffugrpo_plugin.judging import code_outcomes
+    from diffugrpo_plugin.rewards.judging import code_outcomes
 
     completions = [row["completion"] for row in rows]
     names = sorted({key for row in rows for key in row} - {"completion"})

@@ -15,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from diffugrpo_plugin.cache import build_once, diffugrpo_home
+from diffugrpo_plugin.data.cache import build_once, diffugrpo_home
 from diffugrpo_plugin.data.records import DataError, check_choice
 from diffugrpo_plugin.data.rows import Problem, build_prompt, format_completion, to_row, write_parquet
 from diffugrpo_plugin.data.sources import (

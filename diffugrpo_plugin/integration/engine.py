@@ -3,7 +3,7 @@
 Registered for ``model_type="diffusion_lm"`` (``actor_rollout_ref.model.model_type``) with the
 fsdp and fsdp2 backends on cuda, npu and cpu. Only the forward changes: instead of
 autoregressive log-probs, :meth:`forward_step` computes the coupled estimate of each response
-token's log-probability (:func:`diffugrpo_plugin.logprobs.coupled_token_logprobs`) and hands it
+token's log-probability (:func:`diffugrpo_plugin.core.logprobs.coupled_token_logprobs`) and hands it
 to verl in verl's own layout, so verl's ``ppo_loss``, KL, entropy and metrics work unchanged.
 
 Masks come from a per-sample ``mask_seed`` the trainer writes into the batch
@@ -32,19 +32,10 @@ from verl.workers.engine.fsdp import transformer_impl
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 from verl.workers.engine.utils import detach_tree
 
-from diffugrpo_plugin.kernels import DEFAULT_CHUNK_ROWS
-from diffugrpo_plugin.lean_mlp import make_lean
-from diffugrpo_plugin.logprobs import coupled_token_logprobs
-from diffugrpo_plugin.lora import (
-    accept_causal_lm_wrapper,
-    adapter_state,
-    refuse_adapted_head,
-    save_adapter,
-    set_dropout,
-)
-from diffugrpo_plugin.loss_terms import TermInputs, configured_terms
-from diffugrpo_plugin.masking import check_views
-from diffugrpo_plugin.models import (
+from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
+from diffugrpo_plugin.core.loss_terms import TermInputs, configured_terms
+from diffugrpo_plugin.core.masking import check_views
+from diffugrpo_plugin.models.dlm import (
     DiffusionLM,
     plan_loading,
     read_model_config,
@@ -52,8 +43,17 @@ from diffugrpo_plugin.models import (
     remote_classes,
     supports_attention,
 )
+from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS
+from diffugrpo_plugin.models.lean_mlp import make_lean
+from diffugrpo_plugin.models.lora import (
+    accept_causal_lm_wrapper,
+    adapter_state,
+    refuse_adapted_head,
+    save_adapter,
+    set_dropout,
+)
 from diffugrpo_plugin.plugins import build
-from diffugrpo_plugin.warm_start import built_if_default
+from diffugrpo_plugin.training.warm_start import built_if_default
 
 MODEL_TYPE = "diffusion_lm"
 MASK_SEED_FIELD = "mask_seed"
@@ -68,12 +68,12 @@ class DiffusionModelConfig(HFModelConfig):
 
     Keys of ``diffusion``: ``family`` (``dream``, ``llada``, ``bidirectional`` or a plugin's;
     default: detected from the checkpoint's config), ``implementation`` (``auto`` / ``native`` /
-    ``remote``, see :func:`diffugrpo_plugin.models.plan_loading`), ``masker`` (name, default
+    ``remote``, see :func:`diffugrpo_plugin.models.dlm.plan_loading`), ``masker`` (name, default
     ``coupled``), ``masker_kwargs`` (e.g. ``t_range``, ``p_mask_prompt``), ``mask_token_id`` /
     ``logits_shift`` (override what the family and model config say), ``chunk_rows`` (the fused
     head's memory cap: at most ``chunk_rows x vocab`` logits at a time), ``lean_mlp`` (default true:
     the SwiGLU blocks keep two of their four activations for the backward, see
-    :mod:`diffugrpo_plugin.lean_mlp`; values and gradients are unchanged).
+    :mod:`diffugrpo_plugin.models.lean_mlp`; values and gradients are unchanged).
     """
 
     diffusion: dict = field(default_factory=dict)

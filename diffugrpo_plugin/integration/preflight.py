@@ -23,7 +23,7 @@ class ConfigError(ValueError):
 def _check_plugins(config: DictConfig) -> None:
     """The masker, sampler and loss terms build from their config (names, option names and values, weights); a
     plugin's own bug (any other exception) propagates with its traceback."""
-    from diffugrpo_plugin.loss_terms import configured_terms
+    from diffugrpo_plugin.core.loss_terms import configured_terms
     from diffugrpo_plugin.sampling import build_sampler
 
     diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
@@ -53,7 +53,7 @@ def _check_training_pass(config: DictConfig) -> None:
 
 
 def _check_rewards(config: DictConfig) -> None:
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.rewards.spec import RewardSpec
 
     node = OmegaConf.select(config, "diffugrpo.rewards")
     if node is None:
@@ -66,7 +66,7 @@ def _check_rewards(config: DictConfig) -> None:
 
 
 def _check_model(config: DictConfig) -> None:
-    from diffugrpo_plugin.models import (
+    from diffugrpo_plugin.models.dlm import (
         ModelConfigError,
         is_hub_id,
         load_model_config,
@@ -76,8 +76,8 @@ def _check_model(config: DictConfig) -> None:
         remote_classes,
         resolve_mask_token,
     )
-    from diffugrpo_plugin.warm_start import built_if_default
-    from diffugrpo_plugin.weights import one_line
+    from diffugrpo_plugin.models.weights import one_line
+    from diffugrpo_plugin.training.warm_start import built_if_default
 
     model = config.actor_rollout_ref.model
     path = built_if_default(str(model.path))
@@ -142,7 +142,7 @@ def _check_lora_keys(config: DictConfig) -> None:
         raise ConfigError(f"actor_rollout_ref.model.lora.rank={megatron_rank} is verl's Megatron key; the FSDP engine "
                           f"adapts with actor_rollout_ref.model.lora_rank={megatron_rank} (and lora_alpha, "
                           f"target_modules)")
-    from diffugrpo_plugin.lora import ADAPTER_CONFIG
+    from diffugrpo_plugin.models.lora import ADAPTER_CONFIG
 
     adapter = model.get("lora_adapter_path")
     local = adapter and "://" not in str(adapter)  # verl copies remote (hdfs://) adapters to local itself
@@ -175,7 +175,8 @@ def _check_adapters(model: DictConfig, meta, family) -> None:
     match nothing are said (peft ignores them silently), an adapter on the vocabulary projection is refused."""
     import sys
 
-    from diffugrpo_plugin.lora import (
+    from diffugrpo_plugin.models.dlm import ModelConfigError
+    from diffugrpo_plugin.models.lora import (
         ADAPTER_CONFIG,
         adapted_copy,
         adapted_module_names,
@@ -184,8 +185,7 @@ def _check_adapters(model: DictConfig, meta, family) -> None:
         refuse_unsupported,
         target_report,
     )
-    from diffugrpo_plugin.models import ModelConfigError
-    from diffugrpo_plugin.weights import one_line
+    from diffugrpo_plugin.models.weights import one_line
 
     targets, exclude = (OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
                         for value in (model.get("target_modules"), model.get("exclude_modules")))
@@ -219,7 +219,7 @@ def _load_without_remote_code(config: DictConfig, tokenizer_path: str) -> str:
     config, and ``tokenizer_path`` at a copy whose files name no code when the checkpoint's do (verl's reward
     workers load the tokenizer trusting remote code whatever the job says; a ``tokenization_*.py`` named there
     might not even be beside the weights). Returns the tokenizer path the job now uses."""
-    from diffugrpo_plugin.models import tokenizer_without_remote_code
+    from diffugrpo_plugin.models.dlm import tokenizer_without_remote_code
 
     clean = tokenizer_without_remote_code(tokenizer_path)
     with open_dict(config):
@@ -239,7 +239,7 @@ def _check_data(config: DictConfig) -> None:
             expanded = os.path.expanduser(str(path))
             if not os.path.exists(expanded):
                 raise ConfigError(f"data.{key}: '{path}' does not exist. Prepare data with "
-                                  f"`diffugrpo data prepare --source mbpp ...` (see README).")
+                                  f"`diffugrpo data prepare --source mbpp ...` (see docs/guides/data.md).")
             try:
                 columns = set(pq.read_schema(expanded).names)
             except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
@@ -285,7 +285,7 @@ def data_sampler_class(config: DictConfig):
         return None
     if not (path and name):
         raise ConfigError("data.sampler needs both class_path and class_name (the curriculum: class_path="
-                          "pkg://diffugrpo_plugin.curriculum class_name=CurriculumSampler)")
+                          "pkg://diffugrpo_plugin.training.curriculum class_name=CurriculumSampler)")
     try:
         found = load_extern_object(path, name)
     except Exception as error:  # noqa: BLE001 - any import failure becomes the one-line message
@@ -296,7 +296,7 @@ def data_sampler_class(config: DictConfig):
 
 
 def _check_data_sampler(config: DictConfig) -> None:
-    from diffugrpo_plugin.curriculum import CurriculumConfigError, CurriculumOptions, CurriculumSampler
+    from diffugrpo_plugin.training.curriculum import CurriculumConfigError, CurriculumOptions, CurriculumSampler
 
     sampler_class = data_sampler_class(config)
     if sampler_class is None:
@@ -318,7 +318,7 @@ def _check_curriculum_fields(config: DictConfig, options) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.rewards.spec import RewardSpec
 
     rewards = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True)).names
     if options.metric not in rewards:

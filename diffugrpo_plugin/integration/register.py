@@ -34,7 +34,7 @@ logger = logging.getLogger("diffugrpo")
 
 def _register_all() -> None:
     from diffugrpo_plugin.integration import algorithm, entrypoint, platform, resolvers, reward_manager, rollout
-    from diffugrpo_plugin.native import register_with_transformers
+    from diffugrpo_plugin.models.native import register_with_transformers
 
     assert platform.PlatformCPU  # registered by its decorator on import
     register_with_transformers()  # verl's model config and engine load through AutoConfig / AutoModel

@@ -5,7 +5,7 @@
   code picks a device: verl's platform does.
 * ``${diffugrpo.ray_cpus:TRAINERS,STORAGE_UNITS}``: Ray's CPU count for this machine (see :mod:`.platform`).
 * ``${diffugrpo.default_model:}`` / ``${diffugrpo.default_data:train}``: the tiny built-in
-  model (warm-started by a short masked SFT, see :mod:`diffugrpo_plugin.warm_start`)
+  model (warm-started by a short masked SFT, see :mod:`diffugrpo_plugin.training.warm_start`)
   and the generated code-task parquet, built on first use into ``$DIFFUGRPO_HOME``.
 """
 
@@ -27,7 +27,7 @@ def ray_cpus(trainer_processes, storage_units) -> int:
 def default_model() -> str:
     """The default model's cache directory; built where the model is first loaded, not here: OmegaConf
     evaluates a resolver even when a config merely overrides the key (a user's own model path)."""
-    from diffugrpo_plugin.warm_start import warm_model_dir
+    from diffugrpo_plugin.training.warm_start import warm_model_dir
 
     return str(warm_model_dir())
 

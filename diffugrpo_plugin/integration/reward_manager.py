@@ -3,7 +3,7 @@
 verl (0.9.1, ``verl.experimental.reward_loop``) creates it in every reward worker with the full
 trainer config and calls :meth:`run_single` once per completion. It decodes the response, reads
 the row's columns, runs every component of ``config.diffugrpo.rewards`` (see
-:mod:`diffugrpo_plugin.rewards`) in a worker thread under a per-completion deadline, and returns::
+:mod:`diffugrpo_plugin.rewards.spec`) in a worker thread under a per-completion deadline, and returns::
 
     {"reward_score": total, "reward_extra_info": {"reward/<name>": value, "reward_failed/<name>": 0 or 1, ...}}
 
@@ -31,7 +31,7 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
-from diffugrpo_plugin.rewards import PASS_TOLERANCE, RewardSpec, ScoredCompletion
+from diffugrpo_plugin.rewards.spec import PASS_TOLERANCE, RewardSpec, ScoredCompletion
 
 logger = logging.getLogger("diffugrpo.reward_manager")
 

@@ -6,7 +6,7 @@ registers three small pieces in verl's two rollout registries:
 * :class:`DiffusionRollout` (``BaseRollout``): lives in each trainer worker process (hybrid
   engine, colocated with the actor). It keeps an unsharded copy of the policy on the worker's
   device, receives every weight update verl pushes after a training step, and runs the sampler.
-* the server, :class:`~diffugrpo_plugin.request_batcher.RequestBatcher`: a light Ray actor with verl's
+* the server, :class:`~diffugrpo_plugin.sampling.request_batcher.RequestBatcher`: a light Ray actor with verl's
   token-in/token-out ``generate``. It gathers the requests that arrive together (verl's agent loop
   sends one per sample); a thread in the worker (:func:`_serve_from_worker`) pulls each batch, runs it
   through the worker's :class:`DiffusionRollout` and delivers the results. The server never calls the
@@ -39,17 +39,17 @@ from verl.utils.device import get_device_name
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
-from diffugrpo_plugin.lora import (
+from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
+from diffugrpo_plugin.models.lora import (
     adapted_module_names,
     canonical_weight_name,
     inject_adapter,
     is_adapter_weight,
     refuse_adapted_head,
 )
-from diffugrpo_plugin.models import DiffusionLM, load_pretrained
 from diffugrpo_plugin.plugins import factory_options, lookup
-from diffugrpo_plugin.request_batcher import RequestBatcher
 from diffugrpo_plugin.sampling import build_sampler, left_pad, padding_id
+from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
 logger = logging.getLogger("diffugrpo.rollout")
 
@@ -250,7 +250,7 @@ def _send_heartbeats(server: ray.actor.ActorHandle, generating: threading.Thread
 
 
 class DiffusionReplica(RolloutReplica):
-    """One server (:class:`~diffugrpo_plugin.request_batcher.RequestBatcher`) per trainer worker (rollout tensor
+    """One server (:class:`~diffugrpo_plugin.sampling.request_batcher.RequestBatcher`) per trainer worker (rollout tensor
     parallel size must be 1)."""
 
     async def launch_servers(self):

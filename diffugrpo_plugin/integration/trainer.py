@@ -67,15 +67,15 @@ from verl.utils.distributed import initialize_global_process_group_ray
 from verl.utils.profiler import DistProfiler
 from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
 
-from diffugrpo_plugin.curriculum import CurriculumFeedback, RecordingSampler, group_positions
+from diffugrpo_plugin.core.loss_terms import StepBatch, configured_terms
+from diffugrpo_plugin.core.masking import mask_seed_table
 from diffugrpo_plugin.integration.console import LearningSummary, StepReporter, step_line, validation_line
 from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
-from diffugrpo_plugin.loss_terms import StepBatch, configured_terms
-from diffugrpo_plugin.masking import mask_seed_table
-from diffugrpo_plugin.reward_weights import LearnedWeights
-from diffugrpo_plugin.rewards import RewardSpec, group_normalized_totals, step_metrics
+from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
+from diffugrpo_plugin.rewards.spec import RewardSpec, group_normalized_totals, step_metrics
+from diffugrpo_plugin.training.curriculum import CurriculumFeedback, RecordingSampler, group_positions
 
 TRAINER_MODE = "diffugrpo"
 LEARNED_WEIGHTS_FILE = "diffugrpo_reward_weights.json"

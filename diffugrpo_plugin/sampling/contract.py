@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     import torch
 
-    from diffugrpo_plugin.models import DiffusionLM
+    from diffugrpo_plugin.models.dlm import DiffusionLM
 
 
 @dataclass

@@ -41,7 +41,7 @@ from typing import NamedTuple, Protocol
 
 import torch
 
-from diffugrpo_plugin.models import DiffusionLM, position_ids_from_mask
+from diffugrpo_plugin.models.dlm import DiffusionLM, position_ids_from_mask
 from diffugrpo_plugin.sampling.contract import GenerationOutput, SamplerOptionError
 from diffugrpo_plugin.sampling.decoding import factor_choice, packed_to_rows
 from diffugrpo_plugin.sampling.forward import build_forward

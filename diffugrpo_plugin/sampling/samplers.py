@@ -17,7 +17,7 @@ from diffugrpo_plugin.sampling.contract import GenerationOutput, SamplerOptionEr
 if TYPE_CHECKING:
     import torch
 
-    from diffugrpo_plugin.models import DiffusionLM
+    from diffugrpo_plugin.models.dlm import DiffusionLM
 
 DREAM_ALGS = ("origin", "maskgit_plus", "topk_margin", "entropy")
 LLADA_REMASKING = ("low_confidence", "random")

@@ -7,7 +7,7 @@
 What one seed does, into ``OUT/seed<S>/`` (a stage whose output exists is not run again, so an
 interrupted demo picks up where it stopped):
 
-1. ``sft/``: masked-diffusion SFT (:mod:`diffugrpo_plugin.sft`, LLaDA's loss) of the randomly
+1. ``sft/``: masked-diffusion SFT (:mod:`diffugrpo_plugin.training.sft`, LLaDA's loss) of the randomly
    initialised tiny Dream-style model on **MBPP train** (task_ids 601-974; when there is an MBPP
    file, see below) **plus the synthetic train split** (generated one-line function problems with
    asserts, the task family a model this small can learn to pass; by default the ``wide`` family,
@@ -30,8 +30,8 @@ function in common with train). ``--eval-n`` completions per problem, sampled ex
 rollout (entropy sampler with its fast path, same steps, temperature, top-p, length), with
 per-(task, sample) seeds that are the same before and after RL (a paired comparison). Each
 completion is scored by the training reward itself (``code`` x2.0 + ``code_format`` x0.5,
-DiffuCoder's weights, through :class:`~diffugrpo_plugin.rewards.RewardSpec`) and judged for pass@1
-by :mod:`diffugrpo_plugin.evaluation` (sandboxed; a completion passes when all its tests pass).
+DiffuCoder's weights, through :class:`~diffugrpo_plugin.rewards.spec.RewardSpec`) and judged for pass@1
+by :mod:`diffugrpo_plugin.tools.evaluation` (sandboxed; a completion passes when all its tests pass).
 
 MBPP comes from ``--mbpp``, by default ``$DIFFUGRPO_MBPP_DIR/mbpp.jsonl``. With neither, the demo
 says so and trains and evaluates on the synthetic family alone.
@@ -58,12 +58,12 @@ REPO = Path(__file__).resolve().parents[2]
 MBPP_DIR_VAR = "DIFFUGRPO_MBPP_DIR"
 REWARD_CONFIG = {"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5]}
 COMPONENTS = ("total", "code", "code_format", "pass@1")
-# The sampler options behind the demo's default: the fast path its README results were measured with (prefix
+# The sampler options behind the demo's default: the fast path its results (docs/results/cpu-demo.md) were measured with (prefix
 # cache never refreshed + threshold 0.99), pinned so that re-running reproduces them; the training job's own
 # default refreshes the cache every 2 forwards. --plain-sampler turns every approximate lever off.
 FAST_PATH = {"kv_cache": True, "cache_refresh": None, "threshold": 0.99}
 PLAIN_SAMPLER = {"kv_cache": False, "cache_refresh": None, "threshold": None}
-# How the results in the README were sampled (before the reference-faithful defaults of top_k 50 and
+# How the results in docs/results/cpu-demo.md were sampled (before the reference-faithful defaults of top_k 50 and
 # no mask-token suppression): kept so that re-running the demo reproduces them.
 MEASURED_SAMPLING = {"top_k": None, "suppress_mask_token": True}
 # held-out share of each synthetic template's functions: about 90 held-out tasks either way, like MBPP validation
@@ -172,7 +172,7 @@ def prepare_data(settings: Settings) -> DemoData:
 def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> dict[str, Any]:
     """Masked SFT of the random tiny model into ``directory``, stopped by :func:`sft_stop_rule`; returns
     the wall time in seconds, the steps run and the checks made (also saved as ``sft/timing.json``)."""
-    from diffugrpo_plugin.sft import SFTConfig, train
+    from diffugrpo_plugin.training.sft import SFTConfig, train
 
     if (directory / "sft_config.json").is_file():
         return json.loads((directory / "timing.json").read_text())
@@ -194,7 +194,7 @@ def sft_stop_rule(settings: Settings, check_file: str, seed: int, checks: list[d
     Each check is appended to ``checks``. None (train every step) when ``sft_stop_pass`` is 0."""
     if settings.sft_stop_pass <= 0:
         return None
-    from diffugrpo_plugin import evaluation
+    from diffugrpo_plugin.tools import evaluation
 
     problems = evaluation.load_problems("parquet", path=check_file, limit=settings.sft_check_problems)
     sampler = settings.sampler()
@@ -268,7 +268,7 @@ def run_rl(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, seed
 
 def plot_rl(rl_dir: Path, plots_dir: Path) -> None:
     """The run's figures, as ``diffugrpo plot`` draws them."""
-    from diffugrpo_plugin.plotting import plot_run
+    from diffugrpo_plugin.tools.plotting import plot_run
 
     plot_run(rl_dir / "tb", plots_dir)
 
@@ -280,8 +280,8 @@ def evaluate(settings: Settings, data: DemoData, model_path: Path, seed: int, pa
     """Held-out rewards (each component and the total) and pass@1 per data source, saved to ``path``."""
     if path.is_file():
         return json.loads(path.read_text())
-    from diffugrpo_plugin import evaluation
-    from diffugrpo_plugin.models import load_diffusion_lm
+    from diffugrpo_plugin.models.dlm import load_diffusion_lm
+    from diffugrpo_plugin.tools import evaluation
 
     started = time.perf_counter()
     problems = [problem for source, file in data.held_out.items()
@@ -300,7 +300,7 @@ def evaluate(settings: Settings, data: DemoData, model_path: Path, seed: int, pa
 
 def reward_report(problems, completions, summary: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Mean of each reward component and of the weighted total per data source (and ``all``), plus pass@1."""
-    from diffugrpo_plugin.rewards import RewardSpec
+    from diffugrpo_plugin.rewards.spec import RewardSpec
 
     spec = RewardSpec.from_config(REWARD_CONFIG)
     per_source: dict[str, list[dict[str, float]]] = {}

@@ -2,7 +2,7 @@
 
     python examples/d1_llada/fits.py
 
-Arithmetic, not a measurement (diffugrpo_plugin/step_cost.py, the model ``diffugrpo check-model`` prints):
+Arithmetic, not a measurement (diffugrpo_plugin/tools/step_cost.py, the model ``diffugrpo check-model`` prints):
 LLaDA-8B is built on the meta device from ``llada_8b_config.json`` (the published config's shape fields),
 d1's adapters are placed by peft exactly as the training engine places them, and one training step of
 d1's per-GPU batch is costed term by term, on one GPU (no sharding).
@@ -13,19 +13,19 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from diffugrpo_plugin import step_cost
 from diffugrpo_plugin.config import training_default
-from diffugrpo_plugin.families import LLADA
-from diffugrpo_plugin.lean_mlp import make_lean
-from diffugrpo_plugin.lora import (
+from diffugrpo_plugin.models.families import LLADA
+from diffugrpo_plugin.models.lean_mlp import make_lean
+from diffugrpo_plugin.models.lora import (
     adapted_copy,
     adapted_inputs_per_layer,
     adapted_module_names,
     adapter_parameters,
     target_report,
 )
-from diffugrpo_plugin.native.llada import LLaDAConfig, LLaDAModelLM
-from diffugrpo_plugin.weights import meta_model
+from diffugrpo_plugin.models.native.llada import LLaDAConfig, LLaDAModelLM
+from diffugrpo_plugin.models.weights import meta_model
+from diffugrpo_plugin.tools import step_cost
 
 D1_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]
 D1_RANK = 128

@@ -1,0 +1,124 @@
+"""Tiny local masked diffusion LMs, built in code on demand into the cache (:mod:`diffugrpo_plugin.data.cache`).
+
+* Dream-style: stock ``transformers.Qwen2ForCausalLM`` run bidirectionally
+  (``config.is_causal = False``) with shifted logits (``config.diffusion_logits_shift = True``),
+  the layout of Dream and DiffuCoder.
+* LLaDA-style: stock ``LlamaForCausalLM``, bidirectional, unshifted logits.
+
+Both carry ``config.mask_token_id`` and use the tokenizer of :mod:`diffugrpo_plugin.models.tokenizer`;
+weights are a seeded random init (a few MB in float32) and are never committed: they are
+rebuilt from code. The warm-started default RL model is built on top of these by
+:mod:`diffugrpo_plugin.training.warm_start`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from diffugrpo_plugin.data.cache import build_once, diffugrpo_home
+from diffugrpo_plugin.models.tokenizer import TOKENIZER_VERSION, build_tokenizer
+
+MODEL_VERSION = 1
+"""Bump when the architecture or init of the tiny models changes: cached copies are keyed by it."""
+
+FAMILIES = {
+    # family: (transformers config class, model class, logits shifted)
+    "dream": ("Qwen2Config", "Qwen2ForCausalLM", True),
+    "llada": ("LlamaConfig", "LlamaForCausalLM", False),
+}
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Shape and seed of a tiny model. The defaults train a step on 2 CPU cores in well under a second."""
+
+    family: str = "dream"
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 384
+    max_positions: int = 1024
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"unknown tiny model family '{self.family}'. Known families: {', '.join(FAMILIES)}.")
+        if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
+            raise ValueError(f"hidden_size ({self.hidden_size}) must divide by num_heads ({self.num_heads}) "
+                             f"and num_heads by num_kv_heads ({self.num_kv_heads})")
+
+    @property
+    def cache_name(self) -> str:
+        """Directory name in the cache: every field that changes the weights, plus both versions."""
+        return (f"tiny-{self.family}-h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}"
+                f"-kv{self.num_kv_heads}-f{self.intermediate_size}-p{self.max_positions}-s{self.seed}"
+                f"-tok{TOKENIZER_VERSION}-v{MODEL_VERSION}")
+
+
+def tiny_config(spec: TinySpec, tokenizer: Any):
+    """The transformers config of a tiny model for ``tokenizer`` (vocabulary = the whole tokenizer)."""
+    import transformers
+
+    config_name, _, shift = FAMILIES[spec.family]
+    config = getattr(transformers, config_name)(
+        vocab_size=len(tokenizer),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        max_position_embeddings=spec.max_positions,
+        tie_word_embeddings=True,  # halves the parameters; the vocabulary dominates at this size
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        use_cache=False,  # a bidirectional model cannot reuse a key/value cache
+    )
+    config.is_causal = False
+    config.diffusion_logits_shift = shift
+    config.mask_token_id = tokenizer.mask_token_id
+    config.tiny_spec = asdict(spec)  # provenance: how to rebuild these exact weights
+    return config
+
+
+def build_tiny_model(spec: TinySpec = TinySpec(), tokenizer: Any = None) -> torch.nn.Module:
+    """A freshly initialised tiny model in float32. Same spec (and tokenizer), same weights.
+
+    Initialisation draws from a forked RNG seeded with ``spec.seed``: the caller's global
+    RNG state is left untouched.
+    """
+    import transformers
+
+    tokenizer = tokenizer if tokenizer is not None else build_tokenizer()
+    config = tiny_config(spec, tokenizer)
+    model_class = getattr(transformers, FAMILIES[spec.family][1])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(spec.seed)
+        return model_class._from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+
+
+def save_tiny_model(directory: str | os.PathLike, spec: TinySpec = TinySpec()) -> Path:
+    """Build a tiny model and its tokenizer into ``directory`` as an HF checkpoint."""
+    directory = Path(directory)
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(spec, tokenizer)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    return directory
+
+
+def tiny_model_path(spec: TinySpec = TinySpec()) -> str:
+    """Path of the cached checkpoint for ``spec``, built on first use (safe across processes)."""
+    target = diffugrpo_home() / "models" / spec.cache_name
+    return str(build_once(target, lambda staging: save_tiny_model(staging, spec)))
+
+
+def default_tiny_model_path(family: str = "dream", seed: int = 0) -> str:
+    """The default tiny model of a family (Dream-style unless asked), built once into the cache."""
+    return tiny_model_path(TinySpec(family=family, seed=seed))

@@ -1,0 +1,513 @@
+"""Tests and their verdicts: read a row's tests, run each against code in the sandbox, judge the result.
+
+Public API (used through :mod:`diffugrpo_plugin.rewards.judging` by the code rewards and ``diffugrpo eval``):
+
+* :func:`extract_code` -- the first or last fenced Python block of a completion.
+* :func:`tests_from_row` -- a :class:`TestSpec` from a dataset row, in one of three formats:
+  assert strings (``test_cases`` as in DiffuCoder/AceCode, MBPP ``test_list`` with
+  ``test_setup_code`` / sanitized-MBPP ``test_imports``), a ``check(candidate)`` module (``test`` +
+  ``entry_point``: HumanEval, and LeetCodeDataset with ``Solution().method`` entry points and its
+  ``prompt`` of helpers as ``test_imports``), or stdin/stdout pairs (``inputs`` + ``outputs``, or
+  ``test_cases`` given as ``[{"input": ..., "output": ...}]``) compared on the whole output.
+* :func:`run_tests` / :func:`run_tests_many` -- one :class:`TestOutcome` per test, each test its
+  own sandboxed process with its own deadline, so one test that hangs fails only itself. An assert
+  or check test is decided by the judge (``sandbox_judge``), a separate sandboxed process that runs
+  the test's own code and asks the program's process for its values; stdin/stdout tests compare
+  the captured output here (linear, on output capped at ``max_output_bytes``).
+* :func:`reference_from_row` -- the row's reference solution, for rewards that compare to it.
+
+Runs of the same code on the same tests are cached per process (bounded), so ``code``,
+``efficiency`` and ``maintainability`` in one step share a single sandbox run. No torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import enum
+import functools
+import json
+import re
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from diffugrpo_plugin.rewards.verdicts import parse_python
+from diffugrpo_plugin.sandbox.host import (
+    LINE_COUNT_SLOWDOWN,
+    Job,
+    JobResult,
+    Judged,
+    Sandbox,
+    SandboxError,
+    shared_sandbox,
+)
+
+SIGXCPU = 24
+CACHE_SIZE = 4096
+BLOCK_CHOICES = ("first", "last")
+FORMAT_ENDS = ("exact", "lenient")
+"""What may follow the closing fence in DiffuCoder's format: exactly one newline (its pattern), or any
+whitespace or nothing (a completion that stops at EOS right after the fence)."""
+_FENCED_PYTHON = re.compile(r"```(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+class Outcome(str, enum.Enum):
+    """The verdict of one test."""
+
+    PASSED = "PASSED"
+    FAILED = "FAILED"  # assertion failed or wrong output
+    RUNTIME_ERROR = "RUNTIME_ERROR"
+    TIME_LIMIT_EXCEEDED = "TIME_LIMIT_EXCEEDED"
+    MEMORY_LIMIT_EXCEEDED = "MEMORY_LIMIT_EXCEEDED"
+    SYNTAX_ERROR = "SYNTAX_ERROR"
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """One test's verdict with what the sandbox measured for it (zero when it did not run).
+
+    ``compared``: how many comparisons in this test the program's own code decided (``==`` between two
+    of its objects); a pass with ``compared > 0`` depends on the program's comparison (see the
+    trust rule in docs/guides/rewards.md)."""
+
+    __test__ = False  # not a pytest class
+
+    index: int
+    outcome: Outcome
+    detail: str = ""
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    memory_kb: int = 0  # peak resident memory above the bare interpreter
+    instructions: int | None = None  # user-space instructions, where the CPU exposes a counter
+    compared: int = 0
+    lines: int | None = None  # executed source lines, in a run that counted them (the program's own claim)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is Outcome.PASSED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "outcome": self.outcome.value, "detail": self.detail, "cpu_s": self.cpu_s,
+                "wall_s": self.wall_s, "memory_kb": self.memory_kb, "instructions": self.instructions,
+                "compared": self.compared, "lines": self.lines}
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    """A row's tests in one of three kinds: ``asserts``, ``check`` (HumanEval, LeetCodeDataset) or ``stdio``.
+
+    ``prelude`` is the task's preamble (imports, ``ListNode`` helpers), run before the program and on the
+    judge's side; ``setup`` runs after the program (MBPP's ``test_setup_code`` builds objects from the
+    program's classes); ``helpers`` is the task's reference code for a check, run on the judge's side for the
+    helpers the check uses (HumanEval/38's ``encode_cyclic``); ``program_names`` are the names a test uses
+    that mean the program's objects even where a builtin has the name (for asserts: everything the reference
+    binds, MBPP 126's own ``sum``); ``has_reference``: whether the row says which names are the task's (without
+    one, a builtin name the program redefines must pass both ways, see ``sandbox_judge``).
+    """
+
+    __test__ = False
+
+    kind: str
+    asserts: tuple[str, ...] = ()
+    check_source: str = ""
+    entry_point: str = ""
+    stdio: tuple[tuple[str, str], ...] = ()
+    prelude: str = ""
+    setup: str = ""
+    helpers: str = ""
+    program_names: frozenset[str] = frozenset()
+    has_reference: bool = True
+
+    def __len__(self) -> int:
+        if self.kind == "asserts":
+            return len(self.asserts)
+        if self.kind == "check":
+            return 1
+        return len(self.stdio)
+
+    def jobs(self, code: str) -> list[Job]:
+        """What one sandboxed process runs for each test, and what its judge runs against it."""
+        source = f"{code}\n{self.setup}\n" if self.setup else code
+        if self.kind == "stdio":
+            return [Job(source, stdin=stdin, preamble=self.prelude) for stdin, _ in self.stdio]
+        context = {"preamble": self.prelude, "helpers": self.helpers, "program_names": self.program_names,
+                   "has_reference": self.has_reference, "entry": self.entry_point}
+        tests = [("assert", test) for test in self.asserts] if self.kind == "asserts" else \
+            [("check", self.check_source)]
+        tests = [Judged(kind, test, **context, free_names=free_names(test)[0], called_only=free_names(test)[1])
+                 for kind, test in tests]
+        return [Job(source, preamble=self.prelude, judged=test) for test in tests]
+
+
+def extract_code(text: str, block: str = "first") -> str | None:
+    """The content of the first or last fenced ```python block of ``text``; None if there is none.
+
+    ``first`` is DiffuCoder's choice, ``last`` open-r1's (a model that drafts then corrects
+    itself is judged on its final answer).
+    """
+    if block not in BLOCK_CHOICES:
+        raise ValueError(f"code block must be one of {BLOCK_CHOICES}, got {block!r}")
+    blocks = _FENCED_PYTHON.findall(text or "")
+    if not blocks:
+        return None
+    return blocks[0] if block == "first" else blocks[-1]
+
+
+def parses(code: str) -> bool:
+    """Whether ``code`` is valid Python syntax (parsed only, never executed)."""
+    try:
+        parse_python(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    return True
+
+
+def _as_list(value: Any, column: str) -> list:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"column {column!r} is a string that is not a JSON list: {exc}") from exc
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"column {column!r} must be a list, got {type(value).__name__}")
+    return list(value)
+
+
+def _strings(values: list, column: str) -> tuple[str, ...]:
+    for position, value in enumerate(values):
+        if not isinstance(value, str):
+            raise ValueError(f"column {column!r} item {position} must be a string, got {type(value).__name__}")
+    return tuple(values)
+
+
+def _joined(value: Any, column: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return "\n".join(_strings(_as_list(value, column), column))
+
+
+def _stdio_pairs(inputs: list, outputs: list, column: str) -> tuple[tuple[str, str], ...]:
+    if len(inputs) != len(outputs):
+        raise ValueError(f"{column}: {len(inputs)} inputs but {len(outputs)} outputs")
+    return tuple(zip(_strings(inputs, f"{column} inputs"), _strings(outputs, f"{column} outputs")))
+
+
+def _list_tests(values: list, column: str, prelude: str, setup: str) -> TestSpec | None:
+    """A list column: stdin/stdout dicts, or assert strings."""
+    if values and all(isinstance(value, Mapping) for value in values):
+        try:
+            pairs = _stdio_pairs([v["input"] for v in values], [v["output"] for v in values], column)
+        except KeyError as exc:
+            raise ValueError(f"column {column!r}: stdin/stdout test is missing key {exc}") from exc
+        return TestSpec(kind="stdio", stdio=pairs, prelude=prelude) if pairs else None
+    asserts = _strings(values, column)
+    return TestSpec(kind="asserts", asserts=asserts, prelude=prelude, setup=setup) if asserts else None
+
+
+_ENTRY_NODES = (ast.Expression, ast.Name, ast.Attribute, ast.Call, ast.Load)
+
+
+@functools.lru_cache(maxsize=CACHE_SIZE)
+def free_names(test: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names a test's code reads and never binds (assigned, defined, imported, a parameter or an
+    ``except`` name anywhere in it), sorted, and those of them it only ever calls: the judge resolves each
+    as the task says (see ``sandbox_judge``)."""
+    try:
+        tree = parse_python(test)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return (), ()
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    read, bound, not_called = set(), set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            if isinstance(node.ctx, ast.Load) and id(node) not in called:
+                not_called.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    free = read - bound
+    return tuple(sorted(free)), tuple(sorted(free - not_called))
+
+
+def entry_root(entry_point: str) -> str | None:
+    """The program's name an entry point starts from (``Solution`` of ``Solution().twoSum``); None when the
+    entry point is not a name followed by attributes and argument-free calls."""
+    try:
+        tree = parse_python(entry_point, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    if not all(isinstance(node, _ENTRY_NODES) for node in ast.walk(tree)) or any(
+            isinstance(node, ast.Call) and (node.args or node.keywords) for node in ast.walk(tree)):
+        return None
+    names = [node.id for node in ast.walk(tree) if isinstance(node, ast.Name)]
+    return names[0] if len(names) == 1 else None
+
+
+def defined_names(source: str) -> frozenset[str]:
+    """Every name ``source`` binds at module level, as Python would see it after running it: ``def``, ``class``,
+    assignments, imports, and the same inside module-level ``if``/``try``/``for``/``while``/``with`` blocks.
+    In an assert test these are the program's: the task asks the program for them."""
+    names = set()
+    pending = list(_top_level(source))
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names if alias.name != "*")
+            continue
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Name) and isinstance(child.ctx, ast.Store):
+                names.add(child.id)
+            elif isinstance(child, ast.ExceptHandler) and child.name:
+                names.add(child.name)
+            elif not isinstance(child, (ast.Lambda, ast.expr_context)):
+                pending.append(child)
+    return frozenset(names)
+
+
+def _top_level(source: str) -> list[ast.stmt]:
+    try:
+        return parse_python(source).body
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return []
+
+
+def _check_tests(row: Mapping[str, Any], prelude: str, setup: str) -> TestSpec:
+    entry_point = row.get("entry_point")
+    root = entry_root(entry_point) if isinstance(entry_point, str) else None
+    if root is None:
+        raise ValueError(f"column 'test' (HumanEval / LeetCodeDataset style) needs an 'entry_point' naming the "
+                         f"function (e.g. 'has_close_elements' or 'Solution().twoSum'), got {entry_point!r}")
+    reference = reference_from_row(row)
+    return TestSpec(kind="check", check_source=str(row["test"]), entry_point=entry_point, prelude=prelude,
+                    setup=setup, helpers=reference or "", program_names=frozenset({root}),
+                    has_reference=reference is not None)
+
+
+def _stdio_tests(row: Mapping[str, Any], prelude: str) -> TestSpec | None:
+    if row.get("inputs") is None or row.get("outputs") is None:
+        raise ValueError("stdin/stdout tests need both 'inputs' and 'outputs' columns")
+    pairs = _stdio_pairs(_as_list(row["inputs"], "inputs"), _as_list(row["outputs"], "outputs"), "inputs/outputs")
+    return TestSpec(kind="stdio", stdio=pairs, prelude=prelude) if pairs else None
+
+
+def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
+    """The tests of a dataset row, or None when it has none (the ``code`` reward is then None).
+
+    Columns read, first match wins: ``test`` + ``entry_point`` (a ``check(candidate)`` module: HumanEval,
+    LeetCodeDataset); ``test_cases`` (assert strings, or stdin/stdout dicts with ``input``/``output``);
+    ``test_list`` (MBPP) with ``test_setup_code`` and ``test_imports``; ``inputs`` + ``outputs``
+    (stdin/stdout). Raises ValueError naming the column when a present column is malformed.
+    """
+    prelude = _joined(row.get("test_imports"), "test_imports")
+    setup = _joined(row.get("test_setup_code"), "test_setup_code")
+    if row.get("test") is not None and (row.get("entry_point") is not None or row.get("test_cases") is None):
+        return _check_tests(row, prelude, setup)
+    for column in ("test_cases", "test_list"):
+        if row.get(column) is not None:
+            spec = _list_tests(_as_list(row[column], column), column, prelude, setup)
+            if spec is not None and spec.kind == "asserts":
+                reference = reference_from_row(row)
+                spec = TestSpec(**{**spec.__dict__, "has_reference": reference is not None,
+                                   "program_names": defined_names(reference or "") | defined_names(setup)})
+            return spec
+    if row.get("inputs") is not None or row.get("outputs") is not None:
+        return _stdio_tests(row, prelude)
+    return None
+
+
+def reference_from_row(row: Mapping[str, Any]) -> str | None:
+    """The row's reference solution: ``reference_solution``, else HumanEval's ``prompt`` +
+    ``canonical_solution``, else MBPP's ``code`` (only on rows with ``test_list``)."""
+    if isinstance(row.get("reference_solution"), str) and row["reference_solution"].strip():
+        return row["reference_solution"]
+    if isinstance(row.get("canonical_solution"), str) and isinstance(row.get("prompt"), str):
+        return row["prompt"] + row["canonical_solution"]
+    if isinstance(row.get("code"), str) and row.get("test_list") is not None:
+        return row["code"]
+    return None
+
+
+def outputs_match(actual: str, expected: str) -> bool:
+    """Whole-output comparison: equal line by line after trailing whitespace, ignoring trailing
+    blank lines. A prefix of the expected output does not match (unlike open-r1's zip)."""
+    def lines(text: str) -> list[str]:
+        stripped = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+        while stripped and not stripped[-1]:
+            stripped.pop()
+        return stripped
+    return lines(actual) == lines(expected)
+
+
+def _memory_exhausted(result: JobResult) -> bool:
+    return result.oom_killed or result.exception == "MemoryError" or (
+        result.status == "signal" and ("MemoryError" in result.stderr_tail or "Cannot allocate" in result.stderr_tail))
+
+
+def _failure(result: JobResult, stdio: bool, timeout_s: float) -> tuple[Outcome, str] | None:
+    """The verdict of a run that did not finish normally; None when it did."""
+    status = result.status
+    if status == "output_limit":
+        return Outcome.FAILED, "output longer than the capture limit"
+    if _memory_exhausted(result):
+        return Outcome.MEMORY_LIMIT_EXCEEDED, "memory limit exceeded"
+    if status == "timeout" or (status == "signal" and result.signal == SIGXCPU) or result.cpu_s > timeout_s:
+        return Outcome.TIME_LIMIT_EXCEEDED, f"time limit exceeded ({result.cpu_s:.2f} s of CPU, limit {timeout_s} s)"
+    if status == "exception" and result.exception == "SyntaxError":
+        return Outcome.SYNTAX_ERROR, result.message
+    if status == "exception" and result.exception == "AssertionError" and not stdio:
+        return Outcome.FAILED, "assertion failed" + (f": {result.message}" if result.message else "")
+    if status == "exception":
+        return Outcome.RUNTIME_ERROR, f"{result.exception}: {result.message}"
+    if status == "signal":
+        return Outcome.RUNTIME_ERROR, f"killed by signal {result.signal}"
+    if status == "vanished":
+        return Outcome.RUNTIME_ERROR, "exited without finishing the test"
+    if status == "not_run":
+        return Outcome.RUNTIME_ERROR, result.message or "not run: the sandbox stopped before this test"
+    # sys.exit() is how a stdin/stdout program may end; in a judged test it ends the program before the test.
+    if status == "exit" and (not stdio or result.exit_code not in (0, None)):
+        return Outcome.RUNTIME_ERROR, f"exited with code {result.exit_code} before the test finished"
+    return None
+
+
+def _output_verdict(result: JobResult, expected: str) -> tuple[Outcome, str]:
+    if result.stdout_truncated:
+        return Outcome.FAILED, "output longer than the capture limit"
+    if outputs_match(result.stdout, expected):
+        return Outcome.PASSED, ""
+    return Outcome.FAILED, "wrong output"
+
+
+JUDGE_OUTCOMES = {"passed": Outcome.PASSED, "failed": Outcome.FAILED, "error": Outcome.RUNTIME_ERROR,
+                  "memory": Outcome.MEMORY_LIMIT_EXCEEDED, "ended": Outcome.RUNTIME_ERROR}
+
+
+# The judge answers for every test it reaches, the program's crashes and hangs included ("ended"); it gives none
+# only when it was stopped itself: over its CPU, memory or time on the values this program sent.
+JUDGE_GAVE_NONE = "the judge gave no verdict (it exceeded its limits on this program's values)"
+
+
+def _judge_verdict(verdict: dict) -> tuple[Outcome, str]:
+    if verdict["outcome"] == "judge_error":
+        raise SandboxError(f"the task's own test code failed in the judge: {verdict['detail']}")
+    return JUDGE_OUTCOMES[verdict["outcome"]], verdict["detail"]
+
+
+def judge(result: JobResult, job: Job, index: int, timeout_s: float, expected_output: str | None) -> TestOutcome:
+    """Turns what happened to test ``index``'s process (and its judge's verdict) into its verdict."""
+    if result.status == "setup_error":
+        raise SandboxError(f"the sandbox could not prepare a test: {result.message}")
+    judge_failed = expected_output is None and result.verdict is None and result.status != "not_run"
+    verdict = (Outcome.FAILED, JUDGE_GAVE_NONE) if judge_failed else _failure(result, expected_output is not None,
+                                                                               timeout_s)
+    if verdict is None:
+        verdict = _output_verdict(result, expected_output) if expected_output is not None else \
+            _judge_verdict(result.verdict)
+    outcome, detail = verdict
+    compared = result.verdict["compared"] if result.verdict else 0
+    return TestOutcome(index=index, outcome=outcome, detail=detail, cpu_s=result.cpu_s, wall_s=result.wall_s,
+                       memory_kb=result.memory_kb, instructions=result.instructions, compared=compared,
+                       lines=result.lines)
+
+
+def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None,
+                  count_lines: bool = False) -> list[TestOutcome]:
+    if not parses(code):
+        return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
+    limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
+    jobs = [Job(job.source, job.stdin, limit, job.judged, job.preamble, count_lines) for job in spec.jobs(code)]
+    expected = [output for _, output in spec.stdio] if spec.kind == "stdio" else [None] * len(jobs)
+    results = sandbox.run(jobs)
+    cpu_limit = limit * LINE_COUNT_SLOWDOWN if count_lines else limit
+    return [judge(result, job, index, cpu_limit, output)
+            for index, (result, job, output) in enumerate(zip(results, jobs, expected))]
+
+
+class _RunCache:
+    """Bounded LRU of finished runs plus the runs in flight, so equal requests run once."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.lock = threading.Lock()
+        self.entries: collections.OrderedDict[tuple, Future] = collections.OrderedDict()
+
+    def get_or_run(self, key: tuple, run) -> list[TestOutcome]:
+        with self.lock:
+            future = self.entries.get(key)
+            owner = future is None
+            if owner:
+                future = Future()
+                self.entries[key] = future
+                while len(self.entries) > self.size:
+                    self.entries.popitem(last=False)
+            else:
+                self.entries.move_to_end(key)
+        if owner:
+            try:
+                future.set_result(run())
+            except BaseException as exc:
+                with self.lock:
+                    self.entries.pop(key, None)  # failures are not cached: the next call retries
+                future.set_exception(exc)
+        return future.result()
+
+
+_cache = _RunCache(CACHE_SIZE)
+
+
+def run_tests(code: str, spec: TestSpec, sandbox: Sandbox | None = None,
+              timeout_s: float | None = None, cache: bool = True, count_lines: bool = False) -> list[TestOutcome]:
+    """Runs every test of ``spec`` against ``code``; one outcome per test, in order.
+
+    Code that does not parse gets SYNTAX_ERROR for every test without being run. ``timeout_s``
+    overrides the sandbox's per-test limit; ``cache=False`` forces a fresh run (benchmarks);
+    ``count_lines`` counts each test's executed lines (``TestOutcome.lines``) under a CPU limit
+    ``sandbox.LINE_COUNT_SLOWDOWN`` times larger. Raises :class:`SandboxError` (never a verdict) when the
+    sandbox itself fails.
+    """
+    sandbox = sandbox or shared_sandbox()
+    if not cache:
+        return _run_uncached(code, spec, sandbox, timeout_s, count_lines)
+    key = (code, spec, timeout_s, sandbox.config, count_lines)
+    return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s, count_lines))
+
+
+def run_tests_many(items: Sequence[tuple[str, TestSpec]], sandbox: Sandbox | None = None,
+                   timeout_s: float | None = None, cache: bool = True,
+                   count_lines: bool = False) -> list[list[TestOutcome] | SandboxError]:
+    """:func:`run_tests` for many (code, spec) pairs, up to the sandbox's concurrency at once.
+
+    A pair whose sandbox failed yields its :class:`SandboxError` in place of outcomes.
+    """
+    sandbox = sandbox or shared_sandbox()
+
+    def one(item: tuple[str, TestSpec]) -> list[TestOutcome] | SandboxError:
+        try:
+            return run_tests(item[0], item[1], sandbox, timeout_s, cache, count_lines)
+        except SandboxError as exc:
+            return exc
+
+    if len(items) <= 1:
+        return [one(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(len(items), sandbox.config.max_concurrency)) as pool:
+        return list(pool.map(one, items))
+
+
+def pass_rate(outcomes: Sequence[TestOutcome]) -> float | None:
+    """Fraction of tests passed; None when there are no tests (not a division by zero)."""
+    if not outcomes:
+        return None
+    return sum(outcome.passed for outcome in outcomes) / len(outcomes)

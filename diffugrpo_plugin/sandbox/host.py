@@ -1,0 +1,759 @@
+"""Runs untrusted Python in a bubblewrap sandbox, one forked and limited process per job.
+
+Threat model: the job's code was written by a policy that is rewarded for passing tests, and will
+try anything that raises its reward: fool the comparison, forge the harness's messages, read or
+break other jobs, exhaust the host. What stops it (the in-sandbox half is ``sandbox_launcher.py``,
+the kernel-level limits ``sandbox_limits.py``):
+
+* **The judge** (``sandbox_judge``). A test's verdict is decided by a second process in the same
+  sandbox that runs the test's own code and never the program's; the program's process answers its
+  requests (``sandbox_program``) over a pair of pipes, values crossing as data (``sandbox_wire``).
+  The tests and expected values reach the judge through a descriptor no job ever holds. What a job
+  writes (stdout, files, its report) is data the harness parses strictly and shows escaped; the
+  only channel that can claim a setup error is closed before the job's code runs.
+* **Namespaces.** ``bwrap`` with new PID, network, IPC, UTS, cgroup and mount namespaces (plus a
+  user namespace when not root): no network, the job sees only its own processes, every process
+  dies with the sandbox. Read-only ``/usr`` (and the interpreter's prefix); ``/tmp`` and the work
+  dir ``/work`` are fresh tmpfs mounts with a size cap and a file-count cap.
+* **seccomp.** An allow list (``sandbox_limits.ALLOWED_SYSCALLS``): new namespaces, mounts, the kernel
+  keyring, ptrace, ``process_vm_*``, bpf, perf events, userfaultfd, io_uring, inotify, vsock and
+  every call not on the list are refused; file locks lock nothing, so jobs share no lock state.
+* **cgroups** (root): memory and processes of everything a job runs together, its CPU one core
+  with an equal share, so escaping the process group escapes nothing and a job's spinners slow
+  only that job.
+* **Unprivileged uid** (root): each slot runs jobs as its own uid with every capability dropped,
+  so the per-uid process limit holds and a job cannot signal or read the launcher.
+* **rlimits** per process (address space, CPU seconds, processes, file size, open files, no core)
+  and deadlines: a test's time verdict is its CPU time (every process of the job counted, waited
+  for or not), so another job's load cannot turn a correct program into a time-out; a wall-clock
+  backstop (``wall_timeout_factor`` x ``timeout_s``) ends programs that sleep.
+
+Where the host lacks a protection (no root: no cgroups or uid switch; no libseccomp) the sandbox
+says so once at start-up; the ones the config ``require``s must be there or it refuses to start.
+
+No bubblewrap means untrusted code does not run: :class:`SandboxUnavailable` says how to install
+it. Only an explicit opt-in (environment ``DIFFUGRPO_UNSAFE_NO_SANDBOX=1`` or config
+``allow_unsandboxed_fallback_i_understand_the_risk: true``) runs jobs with rlimits alone.
+
+This module imports no torch; only the standard library, ``sandbox_limits`` and ``sandbox_wire``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import functools
+import importlib.util
+import json
+import logging
+import marshal
+import math
+import os
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from diffugrpo_plugin.sandbox import sandbox_wire as wire
+from diffugrpo_plugin.sandbox.limits import (
+    PROTECTION_NAMES,
+    CgroupSlots,
+    Protection,
+    SlotLimits,
+    host_protections,
+    seccomp_program,
+)
+
+logger = logging.getLogger("diffugrpo.sandbox")
+
+UNSAFE_ENV_VAR = "DIFFUGRPO_UNSAFE_NO_SANDBOX"
+FALLBACK_CONFIG_KEY = "allow_unsandboxed_fallback_i_understand_the_risk"
+LAUNCHER_PATH = Path(__file__).with_name("sandbox_launcher.py")
+SANDBOX_DIR = "/opt/diffugrpo"
+_LAUNCH = "import sys; sys.path.insert(0, {!r}); import sandbox_launcher; sys.exit(sandbox_launcher.main())"
+_COMPILE = """import importlib.util, os, py_compile, sys
+source_dir, shown_dir, out = sys.argv[1:4]
+for name in sys.argv[4:]:
+    cached = os.path.basename(importlib.util.cache_from_source(os.path.join(source_dir, name)))
+    py_compile.compile(os.path.join(source_dir, name), cfile=os.path.join(out, cached), dfile=os.path.join(shown_dir, name),
+                       doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+"""
+IN_SANDBOX_MODULES = ("sandbox_launcher.py", "sandbox_wire.py", "sandbox_program.py", "sandbox_judge.py")
+JUDGE_UID_OFFSET = 10_000_000  # the judge of slot s runs as uid_base + s + this: no job can signal or read it
+WORK_DIR = "/work"
+SCRATCH_DIR = "/run/diffugrpo"
+PER_JOB_OVERHEAD_S = 0.5
+# Counting lines (a Python callback per executed line) makes a pure-Python loop about 3.6x slower on
+# CPython 3.11; a counted job gets this many times its CPU limit, so a program that passed its tests
+# is not cut short only because it is being measured.
+LINE_COUNT_SLOWDOWN = 6.0
+MESSAGE_CHARS = 500
+REPORT_MAX_BYTES = 1 << 20
+REPORT_KEYS = {"status", "exception", "message", "exit_code", "lines"}
+REPORT_STATUSES = ("ok", "exception", "exit")
+EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+MARSHAL_VERSION = 4  # the launcher speaks marshal: built in, so it costs nothing to import
+INSTALL_HINT = "Install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or your distribution's package."
+SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "LANG": "C.UTF-8",
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot create namespaces here, and no unsafe fallback was allowed."""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox itself failed (not the job): a harness problem, never scored as the job's fault."""
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits and options of one :class:`Sandbox`; every field can come from a config mapping."""
+
+    timeout_s: float = 5.0  # CPU seconds per job (a test), every process of it counted
+    wall_timeout_factor: float = 3.0  # wall-clock backstop per job: this times timeout_s (sleeping programs)
+    memory_mb: int = 1024  # address space per process; with cgroups, resident memory of the whole job
+    max_processes: int = 32  # per job's uid, threads included
+    max_file_size_mb: float = 16.0  # any single file the job writes
+    max_output_bytes: int = 1 << 20  # captured stdout per job
+    max_open_files: int = 64
+    judge_memory_mb: int = 1024  # address space of the judge process (decoding and comparing the program's values)
+    max_concurrency: int = max(1, os.cpu_count() or 1)  # sandboxes running at once in this process
+    tmpfs_mb: int = 64  # size of each of /tmp and /work inside the sandbox (memory-backed)
+    max_files: int = 4096  # files and directories each of /tmp and /work may hold (tmpfs inodes)
+    startup_timeout_s: float = 20.0  # slack for starting the sandbox, added to the whole-run deadline
+    python_executable: str | None = None  # defaults to the harness's own interpreter
+    site_packages: bool = True  # whether jobs can import the interpreter's installed packages
+    count_instructions: bool = True  # where the CPU and kernel offer a user-space counter
+    extra_ro_binds: tuple[str, ...] = ()  # more host paths visible read-only inside
+    uid_base: int | None = None  # root mode: jobs run as uid_base + slot (default derived from the pid)
+    seccomp: bool = True  # the seccomp allow list (sandbox_limits.ALLOWED_SYSCALLS)
+    cgroups: bool = True  # a cgroup per slot where the host allows (root)
+    inode_cap: bool = True  # the file-count cap on /tmp and /work
+    require: tuple[str, ...] = ("namespaces", "seccomp")  # protections without which the sandbox will not start
+    allow_unsandboxed_fallback_i_understand_the_risk: bool = False
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None) -> "SandboxConfig":
+        """Builds a config from a plain mapping, naming any unknown key or bad value."""
+        mapping = dict(mapping or {})
+        known = [field.name for field in dataclasses.fields(cls)]
+        unknown = sorted(set(mapping) - set(known))
+        if unknown:
+            raise ValueError(f"unknown sandbox option(s) {unknown}; known options: {sorted(known)}")
+        return cls(**{name: _coerce(name, value, getattr(cls, name)) for name, value in mapping.items()})
+
+
+def _coerce(name: str, value: Any, default: Any) -> Any:
+    """One sandbox option, checked against the type of its default."""
+    if name == "extra_ro_binds":
+        return tuple(str(path) for path in (value or ()))
+    if name == "require":
+        unknown = sorted(set(map(str, value or ())) - set(PROTECTION_NAMES))
+        if unknown:
+            raise ValueError(f"sandbox option require names unknown protection(s) {unknown}; known: "
+                             f"{list(PROTECTION_NAMES)}")
+        return tuple(str(item) for item in (value or ()))
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"sandbox option {name} must be true or false, got {value!r}")
+        return value
+    if not isinstance(default, (int, float)) and name != "uid_base":
+        return value
+    if value is None and name == "uid_base":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"sandbox option {name} must be a positive number, got {value!r}")
+    return int(value) if isinstance(default, int) or name == "uid_base" else float(value)
+
+
+@dataclass(frozen=True)
+class Judged:
+    """What the judge needs for one test (see ``sandbox_judge``): the test's own code (``kind`` ``assert``: one
+    assert statement; ``check``: a module defining ``check(candidate)``, called with ``entry``), and the row's
+    context: the preamble (run on both sides), the task's helpers (its reference code, run on the judge's side
+    for the names a check uses) and ``program_names``, the names that mean the program's objects."""
+
+    kind: str
+    code: str
+    preamble: str = ""
+    helpers: str = ""
+    program_names: frozenset[str] = frozenset()
+    has_reference: bool = True  # whether the task's code says which names are its own
+    entry: str = ""
+    free_names: tuple[str, ...] = ()  # the names the test's code reads and never binds
+    called_only: tuple[str, ...] = ()  # those of them it only ever calls
+
+    def row(self) -> dict[str, Any]:
+        return {"preamble": self.preamble, "helpers": self.helpers, "program_names": sorted(self.program_names),
+                "has_reference": self.has_reference, "entry": self.entry}
+
+
+@dataclass(frozen=True)
+class Job:
+    """One program to run: Python source after the task's ``preamble``, its stdin, an optional CPU limit in
+    seconds, and, for a judged test, what the judge runs against it (the program then answers the judge)."""
+
+    source: str
+    stdin: str = ""
+    timeout_s: float | None = None
+    judged: Judged | None = None
+    preamble: str = ""
+    count_lines: bool = False  # count the program's executed lines, under LINE_COUNT_SLOWDOWN x the CPU limit
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """What happened to one job, measured inside the sandbox.
+
+    ``status``: ``ok`` (ran to the end), ``exception`` (``exception`` names it; ``SyntaxError``
+    included), ``exit`` (``SystemExit`` with ``exit_code``), ``signal`` (killed by ``signal``),
+    ``timeout`` (the wall-clock backstop), ``output_limit`` (a job judged on its output wrote more than
+    ``max_output_bytes``: stopped there), ``vanished`` (exited without a well-formed report, e.g.
+    ``os._exit``), ``setup_error`` (the launcher could not prepare the job), ``not_run`` (the
+    sandbox ended before reaching it, or its judge had already failed). ``verdict``: the judge's
+    verdict for a judged test (``outcome`` in ``sandbox_wire.VERDICT_OUTCOMES``, ``detail``, ``compared``: how
+    many comparisons the program's own code decided, ``untrusted``: how many of its objects were
+    compared with a builtin value, ``sizes``: the largest value it sent, against the wire's limits);
+    None when the judge gave none. Every text field came from the job or from values it sent: shown
+    escaped, never interpreted.
+    """
+
+    status: str
+    exception: str | None = None
+    message: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: str = ""
+    stdout_truncated: bool = False
+    stderr_tail: str = ""
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+    peak_rss_kb: int = 0
+    baseline_rss_kb: int = 0
+    instructions: int | None = None
+    lines: int | None = None  # executed source lines, for a job that counted them (the job's own claim)
+    oom_killed: bool = False  # the job's cgroup hit its memory limit
+    verdict: dict | None = None
+
+    @property
+    def memory_kb(self) -> int:
+        """Peak resident memory the job added on top of the forked interpreter it started from."""
+        return max(0, self.peak_rss_kb - self.baseline_rss_kb)
+
+
+def unsafe_fallback_requested(config: SandboxConfig) -> bool:
+    return config.allow_unsandboxed_fallback_i_understand_the_risk or os.environ.get(UNSAFE_ENV_VAR) == "1"
+
+
+@dataclass(frozen=True)
+class InterpreterLayout:
+    """Where an interpreter lives: the prefixes to bind read-only and its site-packages dirs."""
+
+    prefixes: tuple[str, ...]
+    site_dirs: tuple[str, ...]
+
+
+_LAYOUT_PROBE = ("import json, sys, sysconfig; paths = sysconfig.get_paths(); "
+                 "print(json.dumps([[sys.prefix, sys.base_prefix], [paths['purelib'], paths['platlib']]]))")
+
+
+def interpreter_layout(executable: str) -> InterpreterLayout:
+    """Asks ``executable`` (isolated mode, so no user site) where it lives."""
+    try:
+        probe = subprocess.run([executable, "-I", "-c", _LAYOUT_PROBE], capture_output=True, text=True,
+                               timeout=60, check=True)
+        prefixes, site_dirs = json.loads(probe.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        raise SandboxError(f"cannot use {executable!r} as the sandbox's Python interpreter "
+                           f"(sandbox option python_executable): {exc}") from exc
+    return InterpreterLayout(
+        prefixes=tuple(sorted({os.path.realpath(prefix) for prefix in prefixes})),
+        site_dirs=tuple(dict.fromkeys(site_dirs)),
+    )
+
+
+@functools.lru_cache(maxsize=1)
+def instruction_counter_available() -> bool:
+    """Whether this machine offers the user-space instruction counter the launcher would open
+    (virtual machines often do not); asked once, so sandboxes skip the attempt when it cannot work."""
+    # Loaded by path: this module stays usable on its own, outside the diffugrpo package.
+    spec = importlib.util.spec_from_file_location("diffugrpo_sandbox_launcher", LAUNCHER_PATH)
+    sandbox_launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sandbox_launcher)
+    try:
+        fd = sandbox_launcher.open_instruction_counter(sandbox_launcher.load_libc())
+    except OSError:
+        return False
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
+
+
+def _system_dir_args() -> list[str]:
+    """Read-only views of the host's system directories, keeping merged-/usr symlinks as symlinks."""
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(name):
+            args += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            args += ["--ro-bind", name, name]
+    if os.path.exists("/etc/ld.so.cache"):  # the dynamic loader finds multiarch libraries through it
+        args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    return args
+
+
+def _ro_bind_args(paths: Sequence[str]) -> list[str]:
+    """Read-only binds, with every ancestor created world-traversable first.
+
+    Without this bwrap copies restrictive host modes (``/root`` is 0700), and a job's
+    unprivileged uid could not reach an interpreter installed under ``/root``.
+    """
+    args: list[str] = []
+    created: set[str] = set()
+    for path in paths:
+        ancestors = list(Path(path).parents)[::-1][1:]  # without "/"
+        for ancestor in map(str, ancestors):
+            if ancestor not in created and not ancestor.startswith("/usr"):
+                created.add(ancestor)
+                args += ["--perms", "0755", "--dir", ancestor]
+        args += ["--ro-bind", path, path]
+    return args
+
+
+class Sandbox:
+    """Runs batches of :class:`Job` in isolated sandboxes, at most ``max_concurrency`` at once.
+
+    Thread-safe: share one instance per process and call :meth:`run` from many threads.
+    """
+
+    def __init__(self, config: SandboxConfig | None = None):
+        self.config = config or SandboxConfig()
+        self.bwrap = shutil.which("bwrap")
+        if self.bwrap is None and not unsafe_fallback_requested(self.config):
+            raise SandboxUnavailable(
+                "bubblewrap (`bwrap`) is not installed, so untrusted generated code will not run. "
+                f"{INSTALL_HINT} Only if you accept running model-written code on this machine with "
+                f"rlimits alone, set {UNSAFE_ENV_VAR}=1 or the sandbox option {FALLBACK_CONFIG_KEY}: true."
+            )
+        if self.bwrap is None:
+            message = ("UNSAFE: bubblewrap is missing and the unsandboxed fallback was explicitly allowed: "
+                       "model-written code runs on this machine with rlimits only (no namespaces, "
+                       "no filesystem isolation, network reachable).")
+            logger.warning(message)
+            print(f"[diffugrpo.sandbox] WARNING: {message}", file=sys.stderr, flush=True)
+        self.python = os.path.realpath(self.config.python_executable or sys.executable)
+        self.is_root = os.geteuid() == 0
+        self._slots: queue.Queue[int] = queue.Queue()
+        for slot in range(self.config.max_concurrency):
+            self._slots.put(slot)
+        uid_base = self.config.uid_base or 100_000 + (os.getpid() % 100_000) * 64
+        self._uid_base = uid_base
+        self._checked = False
+        self._layout: InterpreterLayout | None = None
+        self._layout_lock = threading.Lock()
+        self._compiled: str | None = None
+        self._baseline: dict | None = None  # what the forked interpreter itself costs (time, memory, instructions)
+        self.protections = host_protections(self.bwrap, self.is_root, self.config.cgroups, self.config.seccomp,
+                                            self.config.inode_cap)
+        self._require_protections()
+        self._seccomp = seccomp_program()[0] if self.protections["seccomp"].active else None
+        self._cgroups = self._cgroup_slots() if self.protections["cgroups"].active else None
+
+    def _require_protections(self) -> None:
+        """Refuses to start without a required protection; says once per process what is missing."""
+        missing = [p for name, p in self.protections.items() if not p.active]
+        required = [p for p in missing if p.name in self.config.require]
+        if required and self.isolated:
+            raise SandboxUnavailable(
+                "the sandbox config requires protection(s) this host does not give: "
+                + "; ".join(f"{p.name} ({p.detail})" for p in required)
+                + ". Fix the host, or take the name out of the sandbox option `require` "
+                  "(`diffugrpo sandbox check` lists what this machine offers).")
+        key = tuple(p.name for p in missing)
+        with _reported_lock:
+            if missing and key not in _reported_missing:
+                _reported_missing.add(key)
+                message = "sandbox protections not active on this host: " + "; ".join(
+                    f"{p.name}: {p.detail}" for p in missing)
+                print(f"[diffugrpo.sandbox] {message}", file=sys.stderr, flush=True)  # always seen, logging or not
+
+    def _cgroup_slots(self) -> CgroupSlots | None:
+        config = self.config
+        limits = SlotLimits(memory_bytes=config.memory_mb << 20,
+                            processes=config.max_processes + 2)  # the launcher and bwrap's init are in it too
+        try:
+            slots = CgroupSlots(config.max_concurrency, limits, tag=f"{os.getpid()}-{id(self):x}")
+        except OSError as error:
+            logger.warning("sandbox: could not create cgroups (%s); memory and processes are limited per "
+                           "process only", error)
+            self.protections["cgroups"] = Protection("cgroups", False, f"creating them failed: {error}")
+            return None
+        atexit.register(slots.close)
+        return slots
+
+    def check(self) -> None:
+        """Runs one trivial job; raises :class:`SandboxError` with bwrap's own words if it cannot."""
+        if self._checked:
+            return
+        result = self.run([Job("print('ok')", timeout_s=self.config.startup_timeout_s)])[0]
+        if result.status != "ok" or result.stdout != "ok\n":
+            raise SandboxError(f"the sandbox runs but a trivial job did not succeed: {result}")
+        self._checked = True
+
+    @property
+    def isolated(self) -> bool:
+        """True when jobs run under bubblewrap (False only in the explicit unsafe fallback)."""
+        return self.bwrap is not None
+
+    def run(self, jobs: Sequence[Job]) -> list[JobResult]:
+        """Runs ``jobs`` one after another in one fresh sandbox; one result per job, in order.
+
+        Blocks at most the sum of the jobs' timeouts plus a fixed slack. Raises
+        :class:`SandboxError` when the sandbox itself cannot start.
+        """
+        if not jobs:
+            return []
+        slot = self._slots.get()
+        try:
+            return self._run_in_slot(list(jobs), slot)
+        finally:
+            self._slots.put(slot)
+
+    def _job_payload(self, job: Job) -> dict[str, Any]:
+        timeout_s = job.timeout_s if job.timeout_s is not None else self.config.timeout_s
+        # a counted job gets the CPU its tracer costs, and that much more wall clock (not the wall factor
+        # times it: a program that sleeps is held no longer than uncounted, plus the tracer's share)
+        tracer_s = timeout_s * (LINE_COUNT_SLOWDOWN - 1) if job.count_lines else 0.0
+        return {"source": job.source, "preamble": job.preamble, "stdin": job.stdin, "timeout_s": timeout_s,
+                "serve": job.judged is not None, "count_lines": job.count_lines,
+                "wall_s": timeout_s * self.config.wall_timeout_factor + tracer_s,
+                "cpu_s": int(math.ceil(timeout_s + tracer_s)) + 1}
+
+    def _judge_payload(self, jobs: list[Job], slot: int, judge_fd: int | None) -> dict[str, Any] | None:
+        """The judge's limits and uid; its tests travel apart, through ``judge_fd`` (see :func:`judge_spec`)."""
+        judged = [job for job in jobs if job.judged is not None]
+        if not judged:
+            return None
+        uid = self._uid_base + slot + JUDGE_UID_OFFSET
+        cpu_s = sum(int(math.ceil(job.timeout_s or self.config.timeout_s)) + 1 for job in judged) + 5
+        return {"fd": judge_fd, "drop_to": [uid, uid] if self.is_root else None, "cpu_s": cpu_s,
+                "limits": {"address_space_bytes": self.config.judge_memory_mb << 20, "processes": 4,
+                           "file_size_bytes": 1 << 20, "open_files": len(judged) + 32}}
+
+    def _payload(self, jobs: list[Job], slot: int, work_dir: str, scratch_dir: str,
+                 cgroup_fds: tuple[list[int], int | None], judge_fd: int | None) -> dict[str, Any]:
+        config = self.config
+        uid = self._uid_base + slot
+        privileged = self.isolated and self.is_root
+        capped = privileged and self.protections["tmpfs_inode_cap"].active
+        return {
+            "judge": self._judge_payload(jobs, slot, judge_fd),
+            "baseline": self._baseline,
+            "namespaced": self.isolated,
+            "drop_to": [uid, uid] if self.is_root else None,
+            "keep_capabilities": privileged,  # drops the CAP_SYS_ADMIN the capped tmpfs needed
+            "capped_tmpfs": {"directories": ["/tmp", work_dir], "size_bytes": config.tmpfs_mb << 20,
+                             "max_files": config.max_files} if capped else None,
+            "seccomp": self._seccomp,
+            "cgroup_procs_fds": cgroup_fds[0],
+            "oom_events_fd": cgroup_fds[1],
+            "limits": {
+                "address_space_bytes": config.memory_mb << 20,
+                "processes": self._process_limit(),
+                "file_size_bytes": int(config.max_file_size_mb * (1 << 20)),
+                "open_files": config.max_open_files,
+            },
+            "max_output_bytes": config.max_output_bytes,
+            "count_instructions": config.count_instructions and instruction_counter_available(),
+            "sys_path": list(self.layout.site_dirs) if config.site_packages else [],
+            "work_dir": work_dir,
+            "scratch_dir": scratch_dir,
+            "jobs": [self._job_payload(job) for job in jobs],
+        }
+
+    def _process_limit(self) -> int | None:
+        """RLIMIT_NPROC for a job, or None where the kernel would count the wrong processes.
+
+        Root mode: counted per job uid, which only that sandbox uses. Non-root under bwrap:
+        counted per uid inside the sandbox's own user namespace (the launcher and bwrap's init
+        live there too, hence the two extra). Non-root without bwrap: the count would include
+        every process the user owns, so no limit can be set that is both safe and usable.
+        """
+        if self.is_root:
+            return self.config.max_processes
+        return self.config.max_processes + 2 if self.isolated else None
+
+    def _interpreter_args(self) -> list[str]:
+        # -S skips site's .pth processing (tens of ms per start); installed packages are
+        # offered through sys_path instead (see _payload).
+        return [self.python, "-I", "-S"]
+
+    @property
+    def compiled_modules(self) -> str | None:
+        """A private folder of the in-sandbox modules compiled once by the sandbox's interpreter, bound in as
+        their ``__pycache__`` (hash-checked against the sources): the launcher, the judge and the wire are then
+        loaded, not compiled, at each sandbox's start. None where compiling failed (they compile at start)."""
+        with self._layout_lock:
+            if self._compiled is None:
+                folder = tempfile.mkdtemp(prefix="diffugrpo-sandbox-pyc-")
+                atexit.register(shutil.rmtree, folder, True)
+                os.chmod(folder, 0o755)
+                try:
+                    subprocess.run([self.python, "-I", "-S", "-c", _COMPILE, str(LAUNCHER_PATH.parent), SANDBOX_DIR,
+                                    folder, *IN_SANDBOX_MODULES], check=True, capture_output=True, timeout=60)
+                    for name in os.listdir(folder):
+                        os.chmod(os.path.join(folder, name), 0o644)
+                    self._compiled = folder
+                except (OSError, subprocess.SubprocessError):
+                    self._compiled = ""
+            return self._compiled or None
+
+    @property
+    def layout(self) -> InterpreterLayout:
+        with self._layout_lock:
+            if self._layout is None:
+                self._layout = interpreter_layout(self.python)
+            return self._layout
+
+    def _bwrap_argv(self) -> list[str]:
+        tmpfs_bytes = str(self.config.tmpfs_mb << 20)
+        argv = [self.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
+        if not self.is_root:
+            argv.append("--unshare-user")
+        for key, value in SANDBOX_ENV.items():
+            argv += ["--setenv", key, value]
+        argv += _system_dir_args()
+        argv += _ro_bind_args([path for path in [*self.layout.prefixes, *self.config.extra_ro_binds]
+                               if not path.startswith("/usr/")])
+        argv += ["--proc", "/proc", "--dev", "/dev",
+                 "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", "/dev/shm",  # multiprocessing's semaphores
+                 "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", "/tmp",
+                 "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", WORK_DIR,
+                 "--perms", "0700", "--size", tmpfs_bytes, "--tmpfs", SCRATCH_DIR,
+                 *[arg for name in IN_SANDBOX_MODULES
+                   for arg in ("--ro-bind", str(LAUNCHER_PATH.with_name(name)), f"{SANDBOX_DIR}/{name}")],
+                 "--chdir", WORK_DIR]
+        if self.is_root:  # CAP_SYS_ADMIN mounts the capped tmpfs; the launcher drops it before any job
+            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
+                     "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
+        if self.compiled_modules:
+            argv += ["--ro-bind", self.compiled_modules, f"{SANDBOX_DIR}/__pycache__"]
+        return [*argv, "--", *self._interpreter_args(), "-c", _LAUNCH.format(SANDBOX_DIR)]
+
+    def _deadline_s(self, payload: dict[str, Any]) -> float:
+        jobs_s = sum(job["wall_s"] + PER_JOB_OVERHEAD_S for job in payload["jobs"])
+        return jobs_s + self.config.startup_timeout_s
+
+    def _run_in_slot(self, jobs: list[Job], slot: int) -> list[JobResult]:
+        with self._slot_cgroup_fds(slot) as cgroup_fds, _judge_tests(jobs) as judge_fd:
+            if self.isolated:
+                payload = self._payload(jobs, slot, WORK_DIR, SCRATCH_DIR, cgroup_fds, judge_fd)
+                return self._launch(self._bwrap_argv(), payload, cwd=None)
+            with tempfile.TemporaryDirectory(prefix="diffugrpo-unsafe-") as host_dir:
+                work_dir, scratch_dir = os.path.join(host_dir, "work"), os.path.join(host_dir, "scratch")
+                os.chmod(host_dir, 0o711)  # the job's unprivileged uid must reach its work dir ...
+                os.mkdir(work_dir)
+                os.chmod(work_dir, 0o777)  # ... and write there
+                os.mkdir(scratch_dir, 0o700)
+                payload = self._payload(jobs, slot, work_dir, scratch_dir, cgroup_fds, judge_fd)
+                argv = [*self._interpreter_args(), "-c", _LAUNCH.format(str(LAUNCHER_PATH.parent))]
+                return self._launch(argv, payload, cwd=work_dir)
+
+    @contextlib.contextmanager
+    def _slot_cgroup_fds(self, slot: int):
+        """Descriptors of the slot's ``cgroup.procs`` files (the launcher joins through them, since
+        the cgroup filesystem is not mounted inside) and of its OOM counter; nothing without cgroups."""
+        if self._cgroups is None:
+            yield [], None
+            return
+        cgroup = self._cgroups.slots[slot]
+        opened: list[int] = []
+        try:
+            procs = [os.open(path, os.O_WRONLY) for path in cgroup.procs_files]
+            opened += procs
+            oom = os.open(cgroup.oom_events, os.O_RDONLY)
+            opened.append(oom)
+            yield procs, oom
+        finally:
+            for fd in opened:
+                os.close(fd)
+
+    def _launch(self, argv: list[str], payload: dict[str, Any], cwd: str | None) -> list[JobResult]:
+        env = SANDBOX_ENV if self.isolated else {**SANDBOX_ENV, "HOME": cwd or WORK_DIR}
+        inherited = [*payload["cgroup_procs_fds"], *([payload["oom_events_fd"]] if payload["oom_events_fd"] else []),
+                     *([payload["judge"]["fd"]] if payload["judge"] else [])]
+        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   cwd=cwd, env=dict(env), start_new_session=True, pass_fds=inherited)
+        timed_out = False
+        try:
+            stdout, stderr = process.communicate(marshal.dumps(payload, MARSHAL_VERSION),
+                                                 timeout=self._deadline_s(payload))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(process)
+            stdout, stderr = process.communicate()
+        frames, calibration = _launcher_frames(stdout, len(payload["jobs"]))
+        if calibration is not None and self._baseline is None:
+            self._baseline = calibration  # measured once per sandbox, not once per completion
+        if not timed_out and process.returncode != 0 and all(frame is None for frame in frames):
+            raise SandboxError(
+                f"the sandbox failed to start (exit code {process.returncode}): "
+                f"{stderr.decode(errors='replace').strip()[-2000:]}. If bwrap reports a namespace or "
+                "permission error, this machine forbids the namespaces bubblewrap needs."
+            )
+        missing = "timeout" if timed_out else "not_run"
+        return [job_result(frame) if frame is not None else JobResult(status=missing) for frame in frames]
+
+
+def judge_spec(jobs: Sequence[Job]) -> dict[str, Any]:
+    """What the judge reads: the row's context and each judged test, in the order the jobs run."""
+    judged = [job.judged for job in jobs if job.judged is not None]
+    return {**judged[0].row(), "tests": [{"kind": test.kind, "code": test.code, "names": list(test.free_names),
+                                          "called": list(test.called_only)} for test in judged]}
+
+
+@contextlib.contextmanager
+def _judge_tests(jobs: Sequence[Job]):
+    """An anonymous in-memory file holding the judge's tests (None when no job is judged): only the
+    judge reads it; the launcher closes its copy before any job starts."""
+    if not any(job.judged is not None for job in jobs):
+        yield None
+        return
+    fd = os.memfd_create("diffugrpo-judge", 0)  # not close-on-exec: bwrap and the launcher inherit it
+    try:
+        data = json.dumps(judge_spec(jobs)).encode("utf-8")
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+
+
+def _launcher_frames(stdout: bytes, count: int) -> tuple[list[dict | None], dict | None]:
+    """The launcher's length-prefixed marshal frames, one per job (a frame cut short by a kill is dropped), and
+    its calibration (what a forked interpreter costs), when it measured one.
+
+    The launcher is trusted (no job or judge holds its stdout); what the job wrote travels inside a
+    frame as raw bytes and is parsed by :func:`job_result`.
+    """
+    frames: list[dict | None] = [None] * count
+    calibration = None
+    offset = 0
+    while offset + 8 <= len(stdout):
+        size = int.from_bytes(stdout[offset:offset + 8], "little")
+        frame = stdout[offset + 8:offset + 8 + size]
+        offset += 8 + size
+        if len(frame) < size:
+            break
+        try:
+            report = marshal.loads(frame)
+        except (ValueError, EOFError, TypeError):
+            break
+        index = report.get("index") if isinstance(report, dict) else None
+        if type(index) is int and 0 <= index < count:
+            frames[index] = report
+        elif index == -1:
+            calibration = report.get("baseline")
+    return frames, calibration
+
+
+def escaped(text: str, limit: int = MESSAGE_CHARS) -> str:
+    """Job-written text made safe to show: capped, control and unprintable characters escaped."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text[:limit])
+
+
+def job_report(raw: bytes) -> dict | None:
+    """The job's own report (``{"status", "exception", "message", "exit_code"}``, and ``lines`` where it counted
+    them), parsed strictly: None for anything but a size-capped JSON object of exactly that shape."""
+    report = _small_json_object(raw)
+    if report is None or not set(report) <= REPORT_KEYS or report.get("status") not in REPORT_STATUSES:
+        return None
+    exception, message, exit_code = report.get("exception"), report.get("message", ""), report.get("exit_code")
+    lines = report.get("lines")
+    if (lines is not None and not (type(lines) is int and 0 <= lines < (1 << 63))) or (exception is not None and not (isinstance(exception, str) and EXCEPTION_NAME.fullmatch(exception))) \
+            or not isinstance(message, str) \
+            or (exit_code is not None and (type(exit_code) is not int or not -(1 << 31) <= exit_code < (1 << 31))):
+        return None
+    return {"status": report["status"], "exception": exception, "message": escaped(message), "exit_code": exit_code,
+            "lines": lines}
+
+
+def judge_verdict(raw: bytes | None) -> dict | None:
+    """The judge's verdict line, parsed strictly (it carries text the program's values produced)."""
+    verdict = _small_json_object(raw)
+    if verdict is None or set(verdict) != set(wire.VERDICT_KEYS) or verdict["outcome"] not in wire.VERDICT_OUTCOMES \
+            or not isinstance(verdict["detail"], str) \
+            or not all(type(verdict[key]) is int and verdict[key] >= 0 for key in ("compared", "untrusted")) \
+            or not isinstance(verdict["sizes"], dict) or set(verdict["sizes"]) != set(wire.SIZE_KEYS) \
+            or not all(type(size) is int and size >= 0 for size in verdict["sizes"].values()):
+        return None
+    return {**verdict, "detail": escaped(verdict["detail"])}
+
+
+def _small_json_object(raw: bytes | None) -> dict | None:
+    if not raw or len(raw) > REPORT_MAX_BYTES:
+        return None
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def job_result(frame: Mapping[str, Any]) -> JobResult:
+    """What happened to one job, from the launcher's frame: the launcher's own observations (how the
+    process ended, the setup channel) decide the status; the job's report only says what it ran into."""
+    if frame.get("judge_gone"):
+        return JobResult(status="not_run", message="not judged: the judge of this completion had already "
+                                                   "stopped (over its limits on an earlier test)")
+    measured = {"stdout": frame["stdout"], "stdout_truncated": frame["stdout_truncated"],
+                "stderr_tail": frame["stderr_tail"], "cpu_s": frame["cpu_s"], "wall_s": frame["wall_s"],
+                "peak_rss_kb": frame["peak_rss_kb"], "baseline_rss_kb": frame["baseline_rss_kb"],
+                "instructions": frame["instructions"], "oom_killed": frame["oom_killed"],
+                "verdict": judge_verdict(frame["judge"])}
+    if frame["setup_error"] is not None:
+        return JobResult(status="setup_error", message=escaped(frame["setup_error"]), **measured)
+    if frame["output_overflow"]:
+        return JobResult(status="output_limit", **measured)
+    if not frame["finished"]:
+        return JobResult(status="timeout", **measured)
+    if frame["signal"] is not None:
+        return JobResult(status="signal", signal=frame["signal"], **measured)
+    report = job_report(frame["report"]) if frame["exit_status"] == 0 else None
+    if report is None:
+        return JobResult(status="vanished", exit_code=frame["exit_status"], **measured)
+    return JobResult(**report, **measured)
+
+
+_reported_missing: set[tuple[str, ...]] = set()
+_reported_lock = threading.Lock()
+_shared: dict[SandboxConfig, Sandbox] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_sandbox(config: SandboxConfig | None = None) -> Sandbox:
+    """One :class:`Sandbox` per distinct config per process, so its concurrency cap is process-wide."""
+    config = config or SandboxConfig()
+    with _shared_lock:
+        if config not in _shared:
+            _shared[config] = Sandbox(config)
+        return _shared[config]

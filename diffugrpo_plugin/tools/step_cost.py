@@ -1,0 +1,611 @@
+"""FLOP and memory model of one training step.
+
+Pure arithmetic (no torch, no verl): "What one step costs" (``docs/concepts/step-cost.md``) and ``diffugrpo
+check-model`` both compute from the functions here, so their numbers come from one place.
+
+**FLOPs.** ``F = 2 N x sequences x tokens`` is one forward over a batch (a multiply and an add
+per weight and token). Attention's own FLOPs (``4 x layers x tokens x hidden`` per token with
+bidirectional attention) are left out: about 1% of ``2N`` for DiffuCoder-7B at 456 tokens.
+
+* generation: ``steps x F`` (one full forward per diffusion step, as the reference samples;
+  the fast path's prefix cache and threshold do less);
+* old-policy log-probs: ``views x F`` per iteration (the coupled masker has 3 views);
+* reference log-probs: the same, when there is a reference (KL on);
+* update: ``views x 3F`` per iteration (forward and a backward of twice the forward),
+  ``views x 4F`` with gradient checkpointing (the forward runs again inside the backward).
+
+**Memory per GPU** (bytes; see :func:`memory_estimate`, each term documented where it is
+computed). Terms fall in three phases: ``held`` for the whole step (sharded training states, the
+reference shards, the rollout's policy copy), ``update`` (the peak of a training micro-batch)
+and ``rollout`` (the peak of a sampler step). Training and sampling never run at the same time,
+so the total is ``held + max(update, rollout)``. Within a phase the terms are summed, a mild
+upper bound: the fused head's vocabulary slice is freed before the layers' backward recomputation
+starts, and the sampler's model logits before its fp32 window buffers peak. What is not counted
+is listed in :data:`NOT_COUNTED`. Two terms are checked against the code they model
+(tests/test_check_model.py): a layer's saved activations against autograd's saved tensors, and
+the sampler's window buffers against the peak memory of a real sampler step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GIB = 2**30
+
+DTYPE_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+
+NOT_COUNTED = (
+    "allocator fragmentation and the caching allocator's reserve (often 5-20% on top)",
+    "NCCL communication buffers",
+    "the CUDA context and kernels (about 0.5-1 GiB per process)",
+    "the old-policy and reference log-prob passes (no gradient: they need less than the update)",
+    "the fp32 cast of one FSDP unit's gradients for its reduce-scatter (reduce_dtype fp32), and "
+    "optimizer-step temporaries",
+    "attention score matrices: with SDPA's flash / memory-efficient kernels there is no tokens^2 term; eager "
+    "attention adds heads x tokens^2 per sequence and layer",
+    "CPU offload (param_offload / optimizer_offload move the sharded states off the GPU)",
+)
+
+
+def dtype_bytes(name: str) -> int:
+    """Bytes per element of ``fp32`` / ``bf16`` / ``fp16`` (or their torch spellings)."""
+    try:
+        return DTYPE_BYTES[str(name).lower()]
+    except KeyError as error:
+        raise ValueError(f"unknown dtype '{name}'; use one of {', '.join(DTYPE_BYTES)}") from error
+
+
+# ---------------------------------------------------------------------------------------------
+# FLOPs
+# ---------------------------------------------------------------------------------------------
+
+
+def forward_flops(parameters: float, sequences: int, tokens: int) -> float:
+    """``F = 2 N x sequences x tokens``: one forward pass over ``sequences`` sequences of ``tokens`` tokens."""
+    return 2.0 * parameters * sequences * tokens
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs of one step's stages (see the module docstring); ``forward`` is ``F``."""
+
+    forward: float
+    generation: float
+    old_logprobs: float
+    ref_logprobs: float
+    update: float
+
+    @property
+    def training(self) -> float:
+        """Old and reference log-probs plus the update: everything but generation."""
+        return self.old_logprobs + self.ref_logprobs + self.update
+
+    @property
+    def total(self) -> float:
+        return self.generation + self.training
+
+
+def step_flops(parameters: float, sequences: int, tokens: int, diffusion_steps: int, iterations: int = 1,
+               views: int = 3, gradient_checkpointing: bool = False, reference: bool = True) -> StepFlops:
+    """FLOPs of one step: ``sequences`` completions of ``tokens`` (prompt + completion) tokens each.
+
+    ``iterations`` is DiffuCoder's ``num_iterations`` (verl's ``ppo_epochs``): old-policy and
+    reference log-probs are computed once per iteration (fresh masks), the update runs once per
+    iteration; generation happens once per step.
+    """
+    f = forward_flops(parameters, sequences, tokens)
+    passes = views * iterations
+    return StepFlops(forward=f, generation=diffusion_steps * f, old_logprobs=passes * f,
+                     ref_logprobs=passes * f if reference else 0.0,
+                     update=passes * (4 if gradient_checkpointing else 3) * f)
+
+
+def seconds(flops: float, gpus: int, peak_flops_per_gpu: float, utilization: float) -> float:
+    """Wall time of ``flops`` spread over ``gpus`` devices running at ``utilization`` of their peak."""
+    return flops / (gpus * peak_flops_per_gpu * utilization)
+
+
+H100_BF16_DENSE_FLOPS = 989e12  # H100 SXM dense bf16 tensor-core peak
+DEFAULT_UTILIZATION = 0.4
+CPU_SAMPLING_SLOWDOWN = 1.6  # measured on CPU: our sampler spends ~1.6x more time per FLOP than training passes
+
+
+@dataclass(frozen=True)
+class FlopRecipe:
+    """A training recipe, as far as the FLOP model needs it."""
+
+    name: str
+    parameters: float
+    prompts: int
+    completions_per_prompt: int
+    prompt_length: int
+    completion_length: int
+    diffusion_steps: int
+    iterations: int
+    gradient_checkpointing: bool
+    gpus: int
+    device: str = "H100"
+    peak_flops_per_gpu: float = H100_BF16_DENSE_FLOPS
+    utilization: float = DEFAULT_UTILIZATION
+    sampling_slowdown: float = CPU_SAMPLING_SLOWDOWN
+    views: int = 3
+
+    @property
+    def sequences(self) -> int:
+        return self.prompts * self.completions_per_prompt
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_length + self.completion_length
+
+    def flops(self) -> StepFlops:
+        return step_flops(self.parameters, self.sequences, self.tokens, self.diffusion_steps, self.iterations,
+                          self.views, self.gradient_checkpointing)
+
+    def seconds(self, flops: float) -> float:
+        return seconds(flops, self.gpus, self.peak_flops_per_gpu, self.utilization)
+
+
+# The paper estimate of docs/concepts/step-cost.md (examples/diffucoder_7b): 8 prompts x 10 completions, 200 + 256 tokens,
+# 256 diffusion steps, 2 iterations, gradient checkpointing, 8 GPUs.
+DIFFUCODER_7B = FlopRecipe(name="DiffuCoder-7B", parameters=7.6e9, prompts=8, completions_per_prompt=10,
+                           prompt_length=200, completion_length=256, diffusion_steps=256, iterations=2,
+                           gradient_checkpointing=True, gpus=8)
+
+
+def format_flops(value: float, digits: int = 3) -> str:
+    """``1.42e17`` style (no ``+``, no leading exponent zeros)."""
+    mantissa, exponent = f"{value:.{digits - 1}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def format_seconds(value: float) -> str:
+    """Whole seconds from 10 s up, two significant digits below."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
+def flop_table_markdown(recipe: FlopRecipe = DIFFUCODER_7B) -> str:
+    """The per-stage FLOP table of docs/concepts/step-cost.md for ``recipe`` (markdown)."""
+    flops = recipe.flops()
+    k, views = recipe.iterations, recipe.views
+    passes = 4 if recipe.gradient_checkpointing else 3
+    gen_s = recipe.seconds(flops.generation)
+    slow_gen_s = gen_s * recipe.sampling_slowdown
+    step_s = recipe.seconds(flops.total)
+    rows = [
+        f"| stage | FLOPs | seconds on {recipe.gpus} x {recipe.device} at {recipe.utilization:.0%} of "
+        f"{recipe.peak_flops_per_gpu / 1e12:.0f} TFLOP/s |",
+        "|---|---|---|",
+        f"| generation ({recipe.diffusion_steps} x F) | {format_flops(flops.generation)} | {format_seconds(gen_s)} "
+        f"({format_seconds(slow_gen_s)} if, as on CPU, sampling runs {recipe.sampling_slowdown:g}x less "
+        f"efficiently) |",
+        f"| old log-probs ({k} x {views}F) | {format_flops(flops.old_logprobs)} | "
+        f"{format_seconds(recipe.seconds(flops.old_logprobs))} |",
+        f"| reference log-probs ({k} x {views}F) | {format_flops(flops.ref_logprobs)} | "
+        f"{format_seconds(recipe.seconds(flops.ref_logprobs))} |",
+        f"| update ({k} x {views} views x {passes}F) | {format_flops(flops.update)} | "
+        f"{format_seconds(recipe.seconds(flops.update))} |",
+        f"| **step** | **{format_flops(flops.total)}** | **~{format_seconds(step_s)}-"
+        f"{format_seconds(step_s - gen_s + slow_gen_s)} s** |",
+    ]
+    return "\n".join(rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory model needs to know about a network.
+
+    Attributes:
+        parameters: every parameter, a tied head counted once.
+        vocab: the logit width (rows of the vocabulary head).
+        hidden: hidden size.
+        layers: decoder layers.
+        intermediate: the MLP's inner width (gate/up projections).
+        kv_dim: key/value width (``num_key_value_heads x head_dim``).
+        embedding_parameters: the token embedding's parameters.
+        head_parameters: an untied head's parameters; 0 when the head is the embedding.
+    """
+
+    parameters: int
+    vocab: int
+    hidden: int
+    layers: int
+    intermediate: int
+    kv_dim: int
+    embedding_parameters: int
+    head_parameters: int = 0
+
+    @property
+    def root_parameters(self) -> int:
+        """Parameters outside the decoder layers (embedding, head; the final norm's few are ignored):
+        the root FSDP unit under verl's per-layer wrap policy."""
+        return self.embedding_parameters + self.head_parameters
+
+    @property
+    def layer_parameters(self) -> float:
+        """Parameters of one decoder layer (an FSDP unit), assuming equal layers."""
+        return max(self.parameters - self.root_parameters, 0) / self.layers
+
+
+# masker -> (views through the network, vocabulary-head rows per completion token)
+MASKER_SHAPES = {
+    "coupled": (3, 2),  # fully masked view scores every token, the complementary pair each token once more
+    "pair": (2, 1),  # the complementary pair only: each token scored once
+    "d1": (1, 1),  # one fully masked view
+}
+
+
+@dataclass(frozen=True)
+class StepSetup:
+    """One training step's shape per GPU.
+
+    Attributes:
+        batch: completions per training micro-batch per GPU (``ppo_micro_batch_size_per_gpu``).
+        prompt_length, completion_length: tokens (``data.max_prompt_length`` / ``max_response_length``).
+        gpus: FSDP shards (data-parallel workers).
+        gradient_checkpointing: ``actor_rollout_ref.model.enable_gradient_checkpointing``.
+        param_dtype: FSDP mixed-precision ``param_dtype``, also the compute dtype under autocast.
+        reference_dtype: the reference model's sharded storage dtype (verl 0.9.1's
+            ``ref.fsdp_config.model_dtype`` default is fp32); None when there is no reference (no KL).
+        rollout_dtype: ``actor_rollout_ref.rollout.dtype``, the rollout copy's dtype.
+        rollout_micro_batch: completions the sampler denoises together (``engine_kwargs.diffusion.micro_batch_size``).
+        views: masker views (3 for the coupled masker).
+        scored_rows_per_token: vocabulary-head rows per completion token (2 for coupled: the fully masked
+            view scores every token, the complementary pair scores each token once more).
+        chunk_rows: the fused head's memory cap, at most ``chunk_rows x vocab`` logits at a time
+            (``diffusion.chunk_rows``, kernels.DEFAULT_CHUNK_ROWS).
+        slice_columns: the fused head's widest vocabulary slice on a GPU (kernels.SLICE_COLUMNS_GPU).
+        logits_shift: the model shifts its logits (Dream): aligning them copies the sampler's logits once more.
+        sampler_window_copies: fp32 window-sized ``[micro_batch, completion, vocab]`` buffers a sampler step
+            holds at its peak (counted from sampling/engine.py, dream.py and decoding.py; see the term's assumption).
+        sampler_kv_cache: the sampler keeps the prompt's keys/values (the training default's prefix cache).
+        lean_mlp: the training engine's SwiGLU blocks save 2 of their 4 activations (``diffusion.lean_mlp``,
+            on by default, for the families and implementations whose blocks it recognises).
+        lora_parameters: adapter parameters with LoRA (``actor_rollout_ref.model.lora_rank`` > 0; see
+            ``diffugrpo check-model --lora-rank``); 0 trains every weight.
+        lora_dropout_inputs: with adapter dropout, the elements per token and decoder layer it keeps for the
+            backward: the sum of the adapted modules' input widths in one layer (0 without dropout, where the
+            adapters read the input the base layer already keeps).
+        model_dtype: the sharded policy weights' storage dtype (verl's ``actor.fsdp_config.model_dtype``,
+            fp32 by default). Full fine-tuning keeps gradients and AdamW moments in it; with LoRA the base
+            weights are frozen in it and the adapters train in it too (verl casts them to the base's dtype).
+    """
+
+    batch: int
+    prompt_length: int
+    completion_length: int
+    gpus: int = 1
+    gradient_checkpointing: bool = True
+    param_dtype: str = "bf16"
+    reference_dtype: str | None = "fp32"
+    rollout_dtype: str = "bf16"
+    rollout_micro_batch: int | None = None
+    views: int = 3
+    scored_rows_per_token: int = 2
+    chunk_rows: int = 128  # kernels.DEFAULT_CHUNK_ROWS (not imported: this module imports no torch)
+    slice_columns: int = 16384  # kernels.SLICE_COLUMNS_GPU (a test ties the two)
+    logits_shift: bool = True
+    sampler_window_copies: int = 10
+    sampler_kv_cache: bool = True  # engine_kwargs.diffusion.kv_cache, on in the training default
+    lean_mlp: bool = True
+    lora_parameters: int = 0
+    lora_dropout_inputs: int = 0
+    model_dtype: str = "fp32"
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_length + self.completion_length
+
+    @property
+    def sequences(self) -> int:
+        """Sequences one training forward runs: every view of every completion."""
+        return self.views * self.batch
+
+    @property
+    def sampler_batch(self) -> int:
+        return self.rollout_micro_batch or self.batch
+
+
+@dataclass(frozen=True)
+class MemoryTerm:
+    """One line of the estimate: ``bytes`` for ``name`` during ``phase`` (held / update / rollout)."""
+
+    name: str
+    phase: str
+    bytes: float
+    formula: str
+    assumption: str
+
+    @property
+    def gib(self) -> float:
+        return self.bytes / GIB
+
+
+PHASES = ("held", "update", "rollout")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Per-GPU memory of one training step, term by term."""
+
+    terms: tuple[MemoryTerm, ...]
+    not_counted: tuple[str, ...] = field(default=NOT_COUNTED)
+
+    def phase_bytes(self, phase: str) -> float:
+        return sum(term.bytes for term in self.terms if term.phase == phase)
+
+    @property
+    def peak_phase(self) -> str:
+        return "update" if self.phase_bytes("update") >= self.phase_bytes("rollout") else "rollout"
+
+    @property
+    def total_bytes(self) -> float:
+        """``held + max(update, rollout)``: training and sampling never run at once."""
+        return self.phase_bytes("held") + max(self.phase_bytes("update"), self.phase_bytes("rollout"))
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+    def to_dict(self) -> dict:
+        return {
+            "terms": [{"name": t.name, "phase": t.phase, "bytes": t.bytes, "gib": t.gib, "formula": t.formula,
+                       "assumption": t.assumption} for t in self.terms],
+            "phase_gib": {phase: self.phase_bytes(phase) / GIB for phase in PHASES},
+            "peak_phase": self.peak_phase,
+            "total_bytes": self.total_bytes,
+            "total_gib": self.total_gib,
+            "not_counted": list(self.not_counted),
+        }
+
+
+def _n(value: float) -> str:
+    """A number for a formula: integers as they are, large ones in short scientific notation."""
+    value = float(value)
+    if value.is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    return f"{value:.3g}"
+
+
+def policy_state_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") -> float:
+    """Sharded training states held for the whole step: master parameters and AdamW's two moments,
+    3 x ``model_dtype`` bytes per parameter (12 in fp32), divided over the FSDP shards.
+
+    verl builds the actor with ``model_dtype: fp32`` and keeps gradients and optimizer states
+    in the sharded parameters' dtype; ``param_dtype`` only sets the gathered compute copy.
+    The gradients are not held: see :func:`sharded_grad_bytes`.
+    """
+    return 3.0 * dtype_bytes(model_dtype) * parameters / gpus
+
+
+def sharded_grad_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") -> float:
+    """The sharded gradients, ``model_dtype`` bytes per parameter over the shards: they exist during the update
+    only (verl's train mode calls ``zero_grad()`` on exit, which frees them; measured on an H100,
+    benchmarks/gpu.py: memory held between steps is parameters + moments + reference + rollout copy)."""
+    return dtype_bytes(model_dtype) * parameters / gpus
+
+
+def frozen_base_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") -> float:
+    """With LoRA: the base weights, frozen (no gradients, no optimizer state), sharded in ``model_dtype``."""
+    return dtype_bytes(model_dtype) * parameters / gpus
+
+
+def reference_bytes(parameters: float, gpus: int, dtype: str) -> float:
+    """The reference model: forward only (no gradients, no optimizer), sharded, in its storage dtype."""
+    return parameters * dtype_bytes(dtype) / gpus
+
+
+def rollout_copy_bytes(parameters: float, dtype: str) -> float:
+    """The rollout's UNSHARDED policy copy, one per trainer worker, in the rollout dtype
+    (integration/rollout.py; our config sets ``free_cache_engine: false``, so it stays on the GPU)."""
+    return parameters * dtype_bytes(dtype)
+
+
+def fsdp_gathered_bytes(model: ModelShape, param_dtype: str) -> float:
+    """Unsharded compute copies FSDP holds during a training pass, in ``param_dtype``.
+
+    verl wraps each decoder layer as an FSDP unit; the current and the prefetched next one are
+    gathered at once. The vocabulary-sized parameters (embedding, head) are counted as gathered
+    for the whole pass, as the root unit is (FSDP2 does not reshard the root after forward). That is
+    exact for a tied head and for LLaDA's ``ff_out`` (both stay in the root unit); for an untied
+    ``embed_tokens`` / ``lm_head`` pair (Dream, Qwen2), which verl's FSDP2 wraps as units of their
+    own, the embedding is gathered only around its own forward and backward, so this counts one
+    embedding copy too many (here and in the unsharded gradients): an upper bound.
+    """
+    return (model.root_parameters + 2 * model.layer_parameters) * dtype_bytes(param_dtype)
+
+
+def fsdp_unsharded_grad_bytes(model: ModelShape, param_dtype: str) -> float:
+    """Unsharded gradients before their reduce-scatter, in ``param_dtype``: the root unit's from the
+    head's backward until the end of the backward, plus the layer being reduced."""
+    return (model.root_parameters + model.layer_parameters) * dtype_bytes(param_dtype)
+
+
+def norm_saved_bytes(model: ModelShape, compute_bytes: int) -> int:
+    """Bytes per token an RMSNorm saves for its backward (transformers' Llama/Qwen2 RMSNorm, which our native
+    classes use): its input upcast to fp32 (4H), the normalised and the weighted output in the compute dtype
+    (2 x cH; in fp32 the upcast is the input itself, so 3 x 4H)."""
+    return 4 * model.hidden + 2 * compute_bytes * model.hidden
+
+
+def layer_saved_bytes(model: ModelShape, compute_bytes: int, lean_mlp: bool = False) -> int:
+    """Bytes per token one Llama/Qwen2-style decoder layer saves for its backward.
+
+    Two RMSNorms (:func:`norm_saved_bytes`); attention: q after RoPE and the attention output (2H),
+    k and v (2 kv_dim), SDPA's flash / memory-efficient kernels keeping only a per-head log-sum-exp
+    (no ``tokens^2`` term); MLP: gate, up, ``act(gate)`` and their product that feeds the down
+    projection (4I), or with ``lean_mlp`` (lean_mlp.py, the training engine's default) gate and up
+    only (2I). Checked against ``torch.autograd.graph.saved_tensors_hooks`` on a Qwen2 (Dream)
+    layer and on our native LLaDA layer, stock and lean (tests/test_check_model.py): within 3%
+    (RoPE's cos/sin).
+    """
+    mlp = 2 if lean_mlp else 4
+    return (2 * norm_saved_bytes(model, compute_bytes)
+            + compute_bytes * (2 * model.hidden + 2 * model.kv_dim + mlp * model.intermediate))
+
+
+def backward_extra_bytes(model: ModelShape, compute_bytes: int, lean_mlp: bool = False) -> int:
+    """Bytes per token a layer's backward adds: the gradients of its output and input hidden states (2H)
+    and of the MLP's inner activations at their widest (2I; a lean block's backward holds one more, 3I: it
+    recomputes the activation and the product before they become the gradients), in the compute dtype."""
+    return compute_bytes * (2 * model.hidden + (3 if lean_mlp else 2) * model.intermediate)
+
+
+def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
+    """Per-GPU memory of one training step, term by term (see each term's ``assumption``)."""
+    n, g = model.parameters, setup.gpus
+    pb, pdt = dtype_bytes(setup.param_dtype), setup.param_dtype
+    rb = dtype_bytes(setup.rollout_dtype)
+    s, t, c, v, h = setup.sequences, setup.tokens, setup.completion_length, model.vocab, model.hidden
+    a, mdt = setup.lora_parameters, setup.model_dtype
+    mb = dtype_bytes(mdt)
+    if a:
+        terms: list[MemoryTerm] = [
+            MemoryTerm(f"policy: frozen base weights ({mdt}, sharded)", "held", frozen_base_bytes(n, g, mdt),
+                       f"{mb} B x {_n(n)} / {g}",
+                       "LoRA: the base weights take no gradient and no optimizer state (verl's actor model_dtype)"),
+            MemoryTerm(f"LoRA adapters: params + AdamW moments ({mdt}, sharded)", "held",
+                       policy_state_bytes(a, g, mdt), f"{3 * mb} B x {_n(a)} / {g}",
+                       "the adapters train like full weights (param, two AdamW moments), in the base's dtype: "
+                       "verl casts them to it for FSDP"),
+        ]
+        gradients = MemoryTerm(f"LoRA adapters: sharded grads ({mdt})", "update", sharded_grad_bytes(a, g, mdt),
+                               f"{mb} B x {_n(a)} / {g}", "freed when the update ends (verl's zero_grad on exit)")
+    else:
+        terms = [
+            MemoryTerm(f"policy: {mdt} params + AdamW moments (sharded)", "held",
+                       policy_state_bytes(n, g, mdt), f"{3 * mb} B x {_n(n)} / {g}",
+                       f"master params + AdamW exp_avg + exp_avg_sq, {mb} bytes each per parameter, sharded "
+                       f"over the FSDP workers (verl's actor model_dtype, fp32 by default)"),
+        ]
+        gradients = MemoryTerm(f"policy: sharded grads ({mdt})", "update", sharded_grad_bytes(n, g, mdt),
+                               f"{mb} B x {_n(n)} / {g}",
+                               "every gradient counted for the whole update (an upper bound: the root's are written "
+                               "last); freed when the update ends (verl's zero_grad on exit), not held in the rollout")
+    if setup.reference_dtype and a:
+        terms.append(MemoryTerm("reference model: the base without adapters", "held", 0.0, "0",
+                                "with LoRA verl computes the reference with the actor's adapters disabled: no copy"))
+    elif setup.reference_dtype:
+        terms.append(MemoryTerm(f"reference model ({setup.reference_dtype}, sharded)", "held",
+                                reference_bytes(n, g, setup.reference_dtype),
+                                f"{dtype_bytes(setup.reference_dtype)} B x {_n(n)} / {g}",
+                                "forward only: no grads, no optimizer; verl 0.9.1 stores it in ref.fsdp_config."
+                                "model_dtype (default fp32), sharded like the actor"))
+    terms.append(MemoryTerm(f"rollout policy copy ({setup.rollout_dtype}, unsharded)", "held",
+                            rollout_copy_bytes(n + a, setup.rollout_dtype), f"{rb} B x {_n(n + a)}",
+                            "one full copy per trainer worker (integration/rollout.py), kept on the GPU "
+                            "(free_cache_engine: false)" + ("; with LoRA the base plus the adapters it samples "
+                                                            "through" if a else "")))
+
+    terms.append(gradients)
+    terms.append(MemoryTerm(f"FSDP gathered params ({pdt})", "update", fsdp_gathered_bytes(model, pdt),
+                            f"{pb} B x ({_n(model.root_parameters)} root + 2 x {_n(model.layer_parameters)} layer)",
+                            "root unit (embedding, head) gathered for the whole pass, plus the current and the "
+                            "prefetched decoder layer"))
+    if a:
+        terms.append(MemoryTerm(f"FSDP unsharded adapter grads ({pdt})", "update", a * pb,
+                                f"{pb} B x {_n(a)}", "at most every adapter's gradient before its reduce-scatter; "
+                                                     "the frozen base has none"))
+    else:
+        terms.append(MemoryTerm(f"FSDP unsharded grads ({pdt})", "update", fsdp_unsharded_grad_bytes(model, pdt),
+                                f"{pb} B x ({_n(model.root_parameters)} root + {_n(model.layer_parameters)} layer)",
+                                "the root unit's gradients live from the head's backward to the end of the backward; "
+                                "plus one layer's before its reduce-scatter"))
+    per_layer, extra = layer_saved_bytes(model, pb, setup.lean_mlp), backward_extra_bytes(model, pb, setup.lean_mlp)
+    norm = norm_saved_bytes(model, pb)
+    mlp_saved = "2 lean MLP activations" if setup.lean_mlp else "4 MLP activations"
+    mlp_gradients = "3I" if setup.lean_mlp else "2I"
+    if setup.gradient_checkpointing:
+        terms.append(MemoryTerm("activations: kept layer inputs (checkpointing)", "update",
+                                s * t * (model.layers * h * pb + norm),
+                                f"{s} seq x {t} tok x ({model.layers} layers x {h} x {pb} B + {norm} B final norm)",
+                                f"{setup.views} views x {setup.batch} completions; each layer's input hidden state "
+                                f"kept for the recomputation, and the final norm's saved tensors"))
+        terms.append(MemoryTerm("activations: one layer recomputed + its backward", "update",
+                                s * t * (per_layer + extra),
+                                f"{s} x {t} x ({per_layer} + {extra}) B",
+                                f"one layer's saved tensors (2 RMSNorms, q, attention output, k, v, {mlp_saved}; "
+                                f"see layer_saved_bytes) plus its backward's gradients 2H + {mlp_gradients}"))
+    else:
+        terms.append(MemoryTerm("activations: every layer's saved tensors", "update",
+                                s * t * (model.layers * per_layer + norm),
+                                f"{s} x {t} x ({model.layers} x {per_layer} + {norm}) B",
+                                f"each layer's saved tensors ({mlp_saved}, see layer_saved_bytes; SDPA: no tokens^2 "
+                                f"term), plus the final norm's"))
+        terms.append(MemoryTerm("activations: backward gradients of one layer", "update", s * t * extra,
+                                f"{s} x {t} x {extra} B",
+                                f"gradients of a layer's hidden states and MLP activations 2H + {mlp_gradients} per "
+                                f"token"))
+    if setup.lora_dropout_inputs:
+        kept_layers = 1 if setup.gradient_checkpointing else model.layers
+        terms.append(MemoryTerm("activations: adapter dropout's kept inputs", "update",
+                                s * t * kept_layers * setup.lora_dropout_inputs * (pb + 1),
+                                f"{s} x {t} x {kept_layers} layers x {setup.lora_dropout_inputs} x ({pb} + 1) B",
+                                "each adapted module keeps its dropped-out input for the adapter's backward, and the "
+                                "mask (1 byte); with checkpointing, one layer's at a time"))
+    rows = setup.scored_rows_per_token * setup.batch * c
+    width = min(v, max(1, min(setup.slice_columns, setup.chunk_rows * v // rows)))  # kernels._vocab_slices
+    head_dtype_slice = 0 if pb == 4 else pb
+    terms.append(MemoryTerm(f"fused head: saved rows ({pdt}) + their fp32 gradient", "update",
+                            rows * h * (pb + 4), f"{rows} rows x {h} x ({pb} + 4) B",
+                            f"fused head (logprobs.py): {setup.scored_rows_per_token} x {setup.batch} completions x "
+                            f"{c} tokens, saved for the backward, which recomputes their logits"))
+    terms.append(MemoryTerm("fused head: one vocabulary slice of logits", "update",
+                            width * rows * (4 + head_dtype_slice + 8),
+                            f"{width} x {rows} x (4 + {head_dtype_slice} + 8) B",
+                            f"{width} vocabulary columns (at most {setup.slice_columns}, and at most chunk_rows="
+                            f"{setup.chunk_rows} x {v} elements) x {rows} rows: the reused fp32 buffer, the slice in "
+                            f"the head's dtype (none when the head is fp32) and two fp32 temporaries when the entropy "
+                            f"is asked for. No [rows, vocab] tensor exists"))
+
+    m, L = setup.sampler_batch, setup.tokens
+    copies = 2 if setup.logits_shift else 1
+    terms.append(MemoryTerm(f"sampler: model logits ({setup.rollout_dtype})", "rollout", copies * m * L * v * rb,
+                            f"{copies} x {m} x {L} x {v} x {rb} B",
+                            "the plain sampler runs the whole sequence and gets logits for every position "
+                            "(sampling/forward.py; an upper bound for head_on_masked)" + ("; aligning shifted logits concatenates a copy"
+                                                        if setup.logits_shift else "")))
+    terms.append(MemoryTerm("sampler: fp32 window buffers", "rollout",
+                            setup.sampler_window_copies * m * c * v * 4,
+                            f"{setup.sampler_window_copies} x {m} x {c} x {v} x 4 B",
+                            "at the first step (every position masked), inside top-p: the window's .float() logits "
+                            "(sampling/engine.py), their live-row copy, the packed masked rows, the temperature-scaled "
+                            "copy, top-p's sorted values, int64 indices (2), softmax, cumulative sum and its "
+                            "difference = 10 (7 greedy without top-p; both measured)"))
+    if setup.sampler_kv_cache:
+        kept = 2 * model.layers * m * setup.prompt_length * model.kv_dim * rb
+        terms.append(MemoryTerm(f"sampler: prefix KV cache ({setup.rollout_dtype})", "rollout", kept,
+                                f"2 x {model.layers} x {m} x {setup.prompt_length} x {model.kv_dim} x {rb} B",
+                                "keys and values of every layer for the prompt, kept between forwards "
+                                "(sampling/forward.py; kv_cache=false keeps none)"))
+    sampler_layer = layer_saved_bytes(model, rb)
+    terms.append(MemoryTerm("sampler: one layer's forward working set", "rollout", m * L * sampler_layer,
+                            f"{m} x {L} x {sampler_layer} B",
+                            "no grad: one layer's intermediates at a time, at most what it would save for a backward"))
+    return MemoryEstimate(terms=tuple(terms))
+
+
+def format_memory_table(estimate: MemoryEstimate, name_width: int = 56) -> str:
+    """A plain-text table: each term with its phase, the phase sums and the total per GPU, in GiB (MiB when
+    the total is under 1 GiB)."""
+    unit, scale = ("GiB", GIB) if estimate.total_bytes >= GIB else ("MiB", 2**20)
+    lines = [f"  {'component':<{name_width}} {unit:>9}  phase"]
+    for term in estimate.terms:
+        lines.append(f"  {term.name:<{name_width}} {term.bytes / scale:>9.3f}  {term.phase}")
+    lines.append(f"  {'total per GPU (held + max(update, rollout))':<{name_width}} "
+                 f"{estimate.total_bytes / scale:>9.3f}  peak in {estimate.peak_phase}")
+    sums = ", ".join(f"{phase} {estimate.phase_bytes(phase) / scale:.3f}" for phase in PHASES)
+    lines.append(f"  phases ({unit}): {sums}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    recipe = DIFFUCODER_7B
+    print(f"F = 2 x {format_flops(recipe.parameters, 2)} x {recipe.sequences} x {recipe.tokens} = "
+          f"{format_flops(recipe.flops().forward, 2)} FLOPs")
+    print(flop_table_markdown(recipe))
