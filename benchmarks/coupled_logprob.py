@@ -100,11 +100,17 @@ def build_workload(settings: Settings, lean_mlp: bool = False) -> Workload:
     from diffugrpo_plugin.models.lean_mlp import make_lean
 
     torch.set_num_threads(settings.threads)
-    config = Qwen2Config(vocab_size=settings.vocab, hidden_size=settings.hidden,
-                         intermediate_size=3 * settings.hidden, num_hidden_layers=settings.layers,
-                         num_attention_heads=4, num_key_value_heads=2,
-                         max_position_embeddings=settings.prompt + settings.completion,
-                         tie_word_embeddings=False, use_cache=False)
+    config = Qwen2Config(
+        vocab_size=settings.vocab,
+        hidden_size=settings.hidden,
+        intermediate_size=3 * settings.hidden,
+        num_hidden_layers=settings.layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=settings.prompt + settings.completion,
+        tie_word_embeddings=False,
+        use_cache=False,
+    )
     config.is_causal = False
     mask_id = settings.vocab - 1
     with torch.random.fork_rng(devices=[]):
@@ -121,7 +127,7 @@ def build_workload(settings: Settings, lean_mlp: bool = False) -> Workload:
     input_ids = torch.randint(0, mask_id, (settings.batch, length), generator=generator)  # [B, L]
     attention_mask = torch.ones_like(input_ids)  # [B, L]
     completion_mask = torch.zeros_like(input_ids, dtype=torch.bool)  # [B, L]
-    completion_mask[:, settings.prompt:] = True
+    completion_mask[:, settings.prompt :] = True
     seeds = torch.arange(settings.batch, dtype=torch.int64) + 1000 * settings.seed  # [B]
     views = make_coupled().views(input_ids, completion_mask, mask_id, seeds)
     return Workload(lm, input_ids, attention_mask, completion_mask, views)
@@ -210,8 +216,10 @@ def _reset_peak_rss() -> None:
         with open("/proc/self/clear_refs", "w") as clear_refs:
             clear_refs.write("5")  # resets VmHWM to the current RSS
     except OSError as exc:
-        raise RuntimeError(f"cannot reset the peak-RSS mark ({exc}); this benchmark needs a Linux kernel that "
-                           f"allows writing /proc/self/clear_refs") from exc
+        raise RuntimeError(
+            f"cannot reset the peak-RSS mark ({exc}); this benchmark needs a Linux kernel that "
+            f"allows writing /proc/self/clear_refs"
+        ) from exc
 
 
 def measured_pass(work: Workload, variant: str, pass_kind: str) -> tuple[float, int]:
@@ -249,9 +257,11 @@ def agreement(values: dict) -> dict:
     base_logp, base_grads = values["reference-style"]
     logp_diff = max((logp - base_logp).abs().max().item() for logp, _ in values.values())
     grad_diff = max((a - b).abs().max().item() for _, grads in values.values() for a, b in zip(grads, base_grads))
-    close = all(torch.allclose(logp, base_logp, rtol=1e-5, atol=1e-4)
-                and all(torch.allclose(a, b, rtol=1e-3, atol=1e-6) for a, b in zip(grads, base_grads))
-                for logp, grads in values.values())
+    close = all(
+        torch.allclose(logp, base_logp, rtol=1e-5, atol=1e-4)
+        and all(torch.allclose(a, b, rtol=1e-3, atol=1e-6) for a, b in zip(grads, base_grads))
+        for logp, grads in values.values()
+    )
     return {"logp_max_abs": logp_diff, "grad_max_abs": grad_diff, "close": close}
 
 
@@ -287,9 +297,11 @@ def measure(settings: Settings, pass_kinds: tuple[str, ...], repeats: int) -> tu
     with variant_workers(settings) as connections:
         check = agreement({variant: ask(connection, "values") for variant, connection in connections.items()})
         if not check["close"]:
-            raise SystemExit(f"vocab {settings.vocab}: the variants disagree (log-prob max |diff| "
-                             f"{check['logp_max_abs']:.2e}, gradient max |diff| {check['grad_max_abs']:.2e}); "
-                             f"nothing timed")
+            raise SystemExit(
+                f"vocab {settings.vocab}: the variants disagree (log-prob max |diff| "
+                f"{check['logp_max_abs']:.2e}, gradient max |diff| {check['grad_max_abs']:.2e}); "
+                f"nothing timed"
+            )
         results = [Measurement(variant, kind, [], []) for kind in pass_kinds for variant in VARIANTS]
         for _ in range(repeats):
             for result in results:
@@ -307,12 +319,16 @@ def head_rows(settings: Settings, variant: str) -> int:
 
 
 def print_table(settings: Settings, measurements: list[Measurement], check: dict) -> None:
-    print(f"\nvocab {settings.vocab:,}: batch {settings.batch}, prompt {settings.prompt}, completion "
-          f"{settings.completion}, hidden {settings.hidden}, {settings.layers} layers, {settings.threads} thread(s)"
-          f"{', gradient checkpointing' if settings.checkpointing else ''}; "
-          f"agreement: log-prob max |diff| {check['logp_max_abs']:.1e}, grad max |diff| {check['grad_max_abs']:.1e}")
-    header = (f"{'pass':<9}{'variant':<17}{'head rows':>10}{'tokens/s':>10}{'x speed':>9}{'peak MiB':>10}"
-              f"{'x less mem':>12}{'x unfused (range)':>22}")
+    print(
+        f"\nvocab {settings.vocab:,}: batch {settings.batch}, prompt {settings.prompt}, completion "
+        f"{settings.completion}, hidden {settings.hidden}, {settings.layers} layers, {settings.threads} thread(s)"
+        f"{', gradient checkpointing' if settings.checkpointing else ''}; "
+        f"agreement: log-prob max |diff| {check['logp_max_abs']:.1e}, grad max |diff| {check['grad_max_abs']:.1e}"
+    )
+    header = (
+        f"{'pass':<9}{'variant':<17}{'head rows':>10}{'tokens/s':>10}{'x speed':>9}{'peak MiB':>10}"
+        f"{'x less mem':>12}{'x unfused (range)':>22}"
+    )
     print(header + "\n" + "-" * len(header))
     baselines = {m.pass_kind: m for m in measurements if m.variant == "reference-style"}
     previous = {m.pass_kind: m for m in measurements if m.variant == "unfused"}
@@ -323,10 +339,12 @@ def print_table(settings: Settings, measurements: list[Measurement], check: dict
         memory_ratio = statistics.median(base.peak_bytes) / peak
         # paired by round: both passes ran back to back, so a slow spell of the machine hits both
         paired = sorted(u / s for u, s in zip(previous[m.pass_kind].seconds, m.seconds))
-        print(f"{m.pass_kind:<9}{m.variant:<17}{head_rows(settings, m.variant):>10}"
-              f"{settings.completion_tokens / seconds:>10.0f}{speedup:>9.2f}"
-              f"{peak / 2**20:>10.0f}{memory_ratio:>12.2f}"
-              f"{f'{statistics.median(paired):.2f} ({paired[0]:.2f}-{paired[-1]:.2f})':>22}")
+        print(
+            f"{m.pass_kind:<9}{m.variant:<17}{head_rows(settings, m.variant):>10}"
+            f"{settings.completion_tokens / seconds:>10.0f}{speedup:>9.2f}"
+            f"{peak / 2**20:>10.0f}{memory_ratio:>12.2f}"
+            f"{f'{statistics.median(paired):.2f} ({paired[0]:.2f}-{paired[-1]:.2f})':>22}"
+        )
 
 
 def parse_args() -> argparse.Namespace:
@@ -338,11 +356,18 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads in every process "
-                                                                "(1 is steadiest on a shared machine)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads in every process (1 is steadiest on a shared machine)",
+    )
     parser.add_argument("--no-forward", action="store_true", help="only time training passes")
-    parser.add_argument("--gradient-checkpointing", action="store_true",
-                        help="recompute each layer in the backward, in every variant (as training runs)")
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action="store_true",
+        help="recompute each layer in the backward, in every variant (as training runs)",
+    )
     return parser.parse_args()
 
 
@@ -352,11 +377,21 @@ def main() -> None:
     os.environ["MALLOC_MMAP_THRESHOLD_"] = str(64 * 1024)
     pass_kinds = ("train",) if args.no_forward else PASSES
     started = time.perf_counter()
-    print("peak memory = VmHWM - VmRSS around one pass in a fresh process per variant; medians of "
-          f"{args.repeats} round-robin repeats; ratios = reference-style / the variant")
+    print(
+        "peak memory = VmHWM - VmRSS around one pass in a fresh process per variant; medians of "
+        f"{args.repeats} round-robin repeats; ratios = reference-style / the variant"
+    )
     for vocab in args.vocabs:
-        settings = Settings(vocab, args.batch, args.prompt, args.completion, args.hidden, args.layers, args.threads,
-                            args.gradient_checkpointing)
+        settings = Settings(
+            vocab,
+            args.batch,
+            args.prompt,
+            args.completion,
+            args.hidden,
+            args.layers,
+            args.threads,
+            args.gradient_checkpointing,
+        )
         measurements, check = measure(settings, pass_kinds, args.repeats)
         print_table(settings, measurements, check)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")

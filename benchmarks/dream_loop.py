@@ -33,8 +33,18 @@ LOOP = "Dream's loop"
 
 
 @torch.no_grad()
-def dream_loop(lm, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, steps: int, temperature: float,
-               top_p: float | None, top_k: int | None, generator: torch.Generator, eps: float = 1e-3) -> torch.Tensor:
+def dream_loop(
+    lm,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    new_tokens: int,
+    steps: int,
+    temperature: float,
+    top_p: float | None,
+    top_k: int | None,
+    generator: torch.Generator,
+    eps: float = 1e-3,
+) -> torch.Tensor:
     """Dream's diffusion_generate, alg=entropy, for a left-padded batch; returns the completions.  # [B, N]
 
     Its filtering and ranking are its own, not ``sampling.decoding``'s, so it shares no code with the sampler
@@ -78,7 +88,7 @@ def dream_loop(lm, ids: torch.Tensor, mask: torch.Tensor, new_tokens: int, steps
         proposal[masked] = tokens
         chosen = scores.topk(count, dim=-1).indices  # [B, count]
         x[row_index, chosen] = proposal[row_index, chosen]
-    return x[:, ids.shape[1]:]
+    return x[:, ids.shape[1] :]
 
 
 def timed(run) -> tuple[float, object]:
@@ -110,12 +120,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     lm, tokenizer = load_diffusion_lm(args.model or default_warm_model_path(), "cpu")
     rows = task_rows("synthetic", args.prompts, None)
-    texts = [tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True)
-             for row in rows for _ in range(args.generations)]
+    texts = [
+        tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True)
+        for row in rows
+        for _ in range(args.generations)
+    ]
     ids, mask = left_pad([tokenizer.encode(text, add_special_tokens=False) for text in texts], pad_id(tokenizer))
     eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
-    print(f"{ids.shape[0]} rows ({args.prompts} synthetic prompts x {args.generations}), {args.new_tokens} new tokens "
-          f"in {args.steps} steps, {args.threads} thread(s), {args.repeats} repeats each, timed in turn\n")
+    print(
+        f"{ids.shape[0]} rows ({args.prompts} synthetic prompts x {args.generations}), {args.new_tokens} new tokens "
+        f"in {args.steps} steps, {args.threads} thread(s), {args.repeats} repeats each, timed in turn\n"
+    )
 
     results = {}
     for mode, sampling in (("greedy", {"temperature": 0.0, "top_p": None, "top_k": 50}), ("sampled", JOB_SAMPLING)):
@@ -123,12 +138,26 @@ def main() -> None:
         generator = torch.Generator().manual_seed(0)
 
         def run_ours():
-            return ours.generate(lm, ids, mask, args.new_tokens, eos_token_id=eos, pad_token_id=pad,
-                                 seeds=list(range(ids.shape[0]))).completion_ids
+            return ours.generate(
+                lm, ids, mask, args.new_tokens, eos_token_id=eos, pad_token_id=pad, seeds=list(range(ids.shape[0]))
+            ).completion_ids
 
         def run_loop():
-            return cut_after_eos(dream_loop(lm, ids, mask, args.new_tokens, args.steps, sampling["temperature"],
-                                            sampling["top_p"], sampling["top_k"], generator), eos, pad)[0]
+            return cut_after_eos(
+                dream_loop(
+                    lm,
+                    ids,
+                    mask,
+                    args.new_tokens,
+                    args.steps,
+                    sampling["temperature"],
+                    sampling["top_p"],
+                    sampling["top_k"],
+                    generator,
+                ),
+                eos,
+                pad,
+            )[0]
 
         run_ours(), run_loop()  # warm-up: first-call allocations are not the sampler's cost
         seconds = {"ours": [], LOOP: []}
@@ -144,8 +173,10 @@ def main() -> None:
     print(header + "\n" + "-" * len(header))
     for mode, (seconds, agree) in results.items():
         ratio = statistics.median(seconds["ours"]) / statistics.median(seconds[LOOP])
-        print(f"{mode:<9}{spread(seconds['ours']):>24}{spread(seconds[LOOP]):>24}"
-              f"{ratio:>13.3f}{(f'{agree:.1%}' if mode == 'greedy' else 'n/a'):>13}")
+        print(
+            f"{mode:<9}{spread(seconds['ours']):>24}{spread(seconds[LOOP]):>24}"
+            f"{ratio:>13.3f}{(f'{agree:.1%}' if mode == 'greedy' else 'n/a'):>13}"
+        )
 
 
 if __name__ == "__main__":

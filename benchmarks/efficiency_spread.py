@@ -26,21 +26,23 @@ from diffugrpo_plugin.rewards.code_tests import TestSpec, run_tests, tests_from_
 from diffugrpo_plugin.sandbox.host import Sandbox, SandboxConfig, instruction_counter_available
 from reward_plugins.efficiency import CPU_SCORE_BAND, Runs, cost_ratio, relative_time
 
-TESTS = ["assert count_primes(30000) == 3245", "assert count_primes(20000) == 2262",
-         "assert count_primes(2) == 0"]
+TESTS = ["assert count_primes(30000) == 3245", "assert count_primes(20000) == 2262", "assert count_primes(2) == 0"]
 PROGRAMS = {
     "reference (sieve)": (
         "def count_primes(n):\n    if n < 3:\n        return 0\n    sieve = bytearray([1]) * n\n"
         "    sieve[0] = sieve[1] = 0\n    for i in range(2, int(n ** 0.5) + 1):\n        if sieve[i]:\n"
-        "            sieve[i * i::i] = bytearray(len(range(i * i, n, i)))\n    return sum(sieve)\n"),
+        "            sieve[i * i::i] = bytearray(len(range(i * i, n, i)))\n    return sum(sieve)\n"
+    ),
     "trial division": (
         "def count_primes(n):\n    count = 0\n    for k in range(2, n):\n        d = 2\n"
         "        while d * d <= k:\n            if k % d == 0:\n                break\n            d += 1\n"
-        "        else:\n            count += 1\n    return count\n"),
+        "        else:\n            count += 1\n    return count\n"
+    ),
     "sorts in C": (
         "def count_primes(n):\n    flags = sorted(range(n * 20))\n    sieve = [True] * n\n    total = 0\n"
         "    for i in range(2, n):\n        if sieve[i]:\n            total += 1\n"
-        "            for j in range(i * i, n, i):\n                sieve[j] = False\n    return total\n"),
+        "            for j in range(i * i, n, i):\n                sieve[j] = False\n    return total\n"
+    ),
 }
 MEASURES = ("cpu_s", "lines", "memory_kb")
 
@@ -53,8 +55,11 @@ def measure_once(code: str, spec: TestSpec, box: Sandbox) -> tuple[list, list]:
 
 
 def readings(plain: list, counted: list) -> dict[str, float]:
-    return {"cpu_s": sum(o.cpu_s for o in plain), "lines": sum(o.lines for o in counted),
-            "memory_kb": max(o.memory_kb for o in plain)}
+    return {
+        "cpu_s": sum(o.cpu_s for o in plain),
+        "lines": sum(o.lines for o in counted),
+        "memory_kb": max(o.memory_kb for o in plain),
+    }
 
 
 def spread(values: list[float]) -> float:
@@ -98,23 +103,31 @@ def report(results: dict) -> None:
         for name, rows in result["rows"].items():
             for measure in MEASURES:
                 values = [row[measure] for row in rows]
-                print(f"{condition:<10} {name:<18} {measure:<10} {statistics.median(values):>12.6g} "
-                      f"{min(values):>12.6g} {max(values):>12.6g} {spread(values):>7.1%}")
-    print("\ntime score of the trial-division candidate against the reference, by cost (reward: the lines score "
-          "kept within the band of the CPU-time score, as cost=lines scores it):")
+                print(
+                    f"{condition:<10} {name:<18} {measure:<10} {statistics.median(values):>12.6g} "
+                    f"{min(values):>12.6g} {max(values):>12.6g} {spread(values):>7.1%}"
+                )
+    print(
+        "\ntime score of the trial-division candidate against the reference, by cost (reward: the lines score "
+        "kept within the band of the CPU-time score, as cost=lines scores it):"
+    )
     print(f"{'condition':<10} {'cost':<7} {'median':>8} {'min':>8} {'max':>8} {'range':>8}")
     for condition, result in results.items():
         for cost, values in result["scores"].items():
-            print(f"{condition:<10} {cost:<7} {statistics.median(values):>8.4f} {min(values):>8.4f} "
-                  f"{max(values):>8.4f} {max(values) - min(values):>8.4f}")
+            print(
+                f"{condition:<10} {cost:<7} {statistics.median(values):>8.4f} {min(values):>8.4f} "
+                f"{max(values):>8.4f} {max(values) - min(values):>8.4f}"
+            )
     print("\nspread of CPU time over spread of executed lines (same runs; lines spread 0 shows as inf):")
     for condition, result in results.items():
         for name, rows in result["rows"].items():
             cpu, lines = spread([r["cpu_s"] for r in rows]), spread([r["lines"] for r in rows])
             ratio = cpu / lines if lines else float("inf")
             print(f"  {condition:<10} {name:<18} cpu {cpu:6.1%}  lines {lines:6.1%}  ratio {ratio:.3g}")
-    widest = max(max(abs(score - statistics.median(r["scores"]["cpu"])) for score in r["scores"]["cpu"])
-                 for r in results.values())
+    widest = max(
+        max(abs(score - statistics.median(r["scores"]["cpu"])) for score in r["scores"]["cpu"])
+        for r in results.values()
+    )
     print(f"\nwidest CPU-time score deviation from its median: {widest:.4f} (CPU_SCORE_BAND = {CPU_SCORE_BAND})")
 
 

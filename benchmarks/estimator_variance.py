@@ -53,8 +53,24 @@ import torch
 from diffugrpo_plugin.core.masking import MaskedViews, Masker, make_coupled, make_d1, make_sft
 
 # t quantiles (0.975) by degrees of freedom: the batch-means interval with few groups needs Student's t
-T_975 = {4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179,
-         14: 2.145, 15: 2.131, 19: 2.093, 24: 2.064, 29: 2.045, 39: 2.023, 49: 2.010}
+T_975 = {
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    14: 2.145,
+    15: 2.131,
+    19: 2.093,
+    24: 2.064,
+    29: 2.045,
+    39: 2.023,
+    49: 2.010,
+}
 
 Scorer = Callable[[MaskedViews], torch.Tensor]
 """views [V, B, L] -> the combined estimate ``sum_v coef[v] * log p(x | noisy[v])`` per token [B, L]."""
@@ -72,10 +88,12 @@ class Estimator:
 def estimators(passes: int = 3, eps: float = 1e-3) -> list[Estimator]:
     """The four estimators of the table, each costing ``passes`` forward passes but the single random mask
     (``eps``: the random masks' smallest mask rate, LLaDA's 1e-3 by default)."""
-    return [Estimator("coupled", make_coupled()),
-            Estimator(f"d1 x{passes}", make_d1(), passes),
-            Estimator("random x1", make_sft(eps)),
-            Estimator(f"random x{passes}", make_sft(eps), passes)]
+    return [
+        Estimator("coupled", make_coupled()),
+        Estimator(f"d1 x{passes}", make_d1(), passes),
+        Estimator("random x1", make_sft(eps)),
+        Estimator(f"random x{passes}", make_sft(eps), passes),
+    ]
 
 
 @dataclass
@@ -96,8 +114,9 @@ def estimate(estimator: Estimator, scorer: Scorer, batch: Batch, seeds: torch.Te
     """
     total, passes = 0.0, 0
     for draw_seeds in seeds:
-        views = estimator.masker.views(batch.input_ids, batch.completion_mask, batch.mask_id, draw_seeds,
-                                       batch.prompt_mask)
+        views = estimator.masker.views(
+            batch.input_ids, batch.completion_mask, batch.mask_id, draw_seeds, batch.prompt_mask
+        )
         total = total + (scorer(views) * batch.completion_mask).sum(-1)  # [B]
         passes += views.num_views
     return total / len(seeds), passes
@@ -136,16 +155,25 @@ class Measurement:
     rel_grad_variance: Interval | None
 
 
-def measure(estimator: Estimator, scorer: Scorer, batch: Batch, draws: int, groups: int, seed: int,
-            params: Sequence[torch.nn.Parameter] = ()) -> Measurement:
+def measure(
+    estimator: Estimator,
+    scorer: Scorer,
+    batch: Batch,
+    draws: int,
+    groups: int,
+    seed: int,
+    params: Sequence[torch.nn.Parameter] = (),
+) -> Measurement:
     """``draws`` estimates of ``estimator`` in ``groups`` groups; gradients with respect to ``params`` if any.
 
     Mask seeds come from a generator seeded with ``seed``, so each estimator draws its own masks.
     Gradients are accumulated group by group (their sum and summed squared norm), never all kept.
     """
     if draws % groups or draws // groups < 2 or groups - 1 not in T_975:
-        raise ValueError(f"draws ({draws}) must split into groups ({groups}) of at least 2, with groups one of "
-                         f"{sorted(k + 1 for k in T_975)}")
+        raise ValueError(
+            f"draws ({draws}) must split into groups ({groups}) of at least 2, with groups one of "
+            f"{sorted(k + 1 for k in T_975)}"
+        )
     per_group = draws // groups
     generator = torch.Generator().manual_seed(seed)
     rows = batch.input_ids.shape[0]
@@ -178,32 +206,61 @@ def measure(estimator: Estimator, scorer: Scorer, batch: Batch, draws: int, grou
             total = (grad_square_norms - per_group * mean_norm) / (per_group - 1)
             grad_vars.append(total)
             rel_grad_vars.append(total / max(mean_norm, 1e-30))
-    return Measurement(estimator.name, passes, draws, statistics.fmean(means), Interval.of_groups(variances),
-                       Interval.of_groups(cvs), Interval.of_groups(grad_vars) if params else None,
-                       Interval.of_groups(rel_grad_vars) if params else None)
+    return Measurement(
+        estimator.name,
+        passes,
+        draws,
+        statistics.fmean(means),
+        Interval.of_groups(variances),
+        Interval.of_groups(cvs),
+        Interval.of_groups(grad_vars) if params else None,
+        Interval.of_groups(rel_grad_vars) if params else None,
+    )
 
 
 def ratio(value: Interval, baseline: Interval) -> str:
     """``value / baseline`` with an approximate 95% interval (the relative errors added in quadrature)."""
     point = value.value / baseline.value
-    relative = math.hypot((value.high - value.low) / 2 / value.value, (baseline.high - baseline.low) / 2 /
-                          baseline.value) if value.value and baseline.value else float("inf")
+    relative = (
+        math.hypot((value.high - value.low) / 2 / value.value, (baseline.high - baseline.low) / 2 / baseline.value)
+        if value.value and baseline.value
+        else float("inf")
+    )
     return f"{point:.2f} (x/ {math.exp(relative):.2f})"
 
 
 def print_table(results: list[Measurement], out=None) -> None:
     out = out or sys.stdout
     base = results[0]
-    header = ["estimator", "passes", "draws", "mean S", "var S [95% CI]", "CV [95% CI]", "CV x coupled",
-              "grad var [95% CI]", "rel grad var [95% CI]", "rel grad var x coupled"]
+    header = [
+        "estimator",
+        "passes",
+        "draws",
+        "mean S",
+        "var S [95% CI]",
+        "CV [95% CI]",
+        "CV x coupled",
+        "grad var [95% CI]",
+        "rel grad var [95% CI]",
+        "rel grad var x coupled",
+    ]
     rows = []
     for result in results:
         with_grads = result.grad_variance is not None
-        rows.append([result.name, str(result.passes), str(result.draws), f"{result.mean:.3f}",
-                     str(result.variance), str(result.cv), ratio(result.cv, base.cv),
-                     str(result.grad_variance) if with_grads else "-",
-                     str(result.rel_grad_variance) if with_grads else "-",
-                     ratio(result.rel_grad_variance, base.rel_grad_variance) if with_grads else "-"])
+        rows.append(
+            [
+                result.name,
+                str(result.passes),
+                str(result.draws),
+                f"{result.mean:.3f}",
+                str(result.variance),
+                str(result.cv),
+                ratio(result.cv, base.cv),
+                str(result.grad_variance) if with_grads else "-",
+                str(result.rel_grad_variance) if with_grads else "-",
+                ratio(result.rel_grad_variance, base.rel_grad_variance) if with_grads else "-",
+            ]
+        )
     widths = [max(len(header[i]), *(len(row[i]) for row in rows)) for i in range(len(header))]
     print(" | ".join(h.ljust(w) for h, w in zip(header, widths)), file=out)
     print("-|-".join("-" * w for w in widths), file=out)
@@ -246,15 +303,23 @@ def completions_batch(lm, tokenizer, count: int, new_tokens: int, sampler_steps:
     from diffugrpo_plugin.tools import evaluation
 
     train_file, validation_file = default_data_paths()
-    problems = (evaluation.load_problems("parquet", path=validation_file)
-                + evaluation.load_problems("parquet", path=train_file))[:count]
+    problems = (
+        evaluation.load_problems("parquet", path=validation_file) + evaluation.load_problems("parquet", path=train_file)
+    )[:count]
     prompts = evaluation.encode_prompts(tokenizer, problems, new_tokens, None, True)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     prompt_ids, prompt_mask = left_pad(prompts, pad)
     sampler = build_sampler("entropy", steps=sampler_steps, temperature=1.0, top_p=0.95)
     with torch.no_grad():
-        output = sampler.generate(lm, prompt_ids, prompt_mask, new_tokens, eos_token_id=tokenizer.eos_token_id,
-                                  pad_token_id=pad, seeds=[seed + i for i in range(count)])
+        output = sampler.generate(
+            lm,
+            prompt_ids,
+            prompt_mask,
+            new_tokens,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=pad,
+            seeds=[seed + i for i in range(count)],
+        )
     input_ids = torch.cat([prompt_ids, output.completion_ids], 1)  # [B, P + N]
     completion = torch.cat([torch.zeros_like(prompt_mask), output.completion_mask], 1).bool()  # [B, P + N]
     attention = torch.cat([prompt_mask, torch.ones_like(output.completion_mask)], 1)  # [B, P + N]
@@ -279,8 +344,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--draws", type=int, default=200, help="estimates per estimator")
     parser.add_argument("--groups", type=int, default=10, help="batch-means groups for the confidence intervals")
     parser.add_argument("--passes", type=int, default=3, help="forward passes of the multi-draw estimators (K)")
-    parser.add_argument("--grad-params", default="", help="regular expression on parameter names: the gradient's "
-                                                         "variance is over these (default: all); 'none' skips it")
+    parser.add_argument(
+        "--grad-params",
+        default="",
+        help="regular expression on parameter names: the gradient's "
+        "variance is over these (default: all); 'none' skips it",
+    )
     parser.add_argument("--plot", default="estimator_variance.png", help="where the figure goes")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2)
@@ -299,15 +368,22 @@ def main(argv: list[str] | None = None) -> None:
     lm, tokenizer = load_diffusion_lm(path, args.device)
     lm.module.eval()  # no dropout: the masks are the only randomness measured
     batch = completions_batch(lm, tokenizer, args.completions, args.new_tokens, args.sampler_steps, args.seed)
-    params = [] if args.grad_params == "none" else [
-        p for name, p in lm.module.named_parameters() if re.search(args.grad_params, name) and p.requires_grad]
+    params = (
+        []
+        if args.grad_params == "none"
+        else [p for name, p in lm.module.named_parameters() if re.search(args.grad_params, name) and p.requires_grad]
+    )
     scorer = model_scorer(lm, batch)
     lengths = batch.completion_mask.sum(1).tolist()
-    print(f"model {path}\n{len(lengths)} completions of {min(lengths)}-{max(lengths)} tokens (mean "
-          f"{statistics.fmean(lengths):.1f}), sampled by the model; {args.draws} draws per estimator in "
-          f"{args.groups} groups; gradient over {sum(p.numel() for p in params):,} parameters\n")
-    results = [measure(estimator, scorer, batch, args.draws, args.groups, args.seed + index, params)
-               for index, estimator in enumerate(estimators(args.passes))]
+    print(
+        f"model {path}\n{len(lengths)} completions of {min(lengths)}-{max(lengths)} tokens (mean "
+        f"{statistics.fmean(lengths):.1f}), sampled by the model; {args.draws} draws per estimator in "
+        f"{args.groups} groups; gradient over {sum(p.numel() for p in params):,} parameters\n"
+    )
+    results = [
+        measure(estimator, scorer, batch, args.draws, args.groups, args.seed + index, params)
+        for index, estimator in enumerate(estimators(args.passes))
+    ]
     print_table(results)
     plot(results, args.plot)
     print(f"\nplot: {args.plot}")

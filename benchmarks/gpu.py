@@ -46,23 +46,61 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 # Qwen2.5-7B's shape as Dream-v0 / DiffuCoder-7B publish it in config.json (the fields a config needs).
-DREAM_7B = {"architectures": ["DreamModel"], "model_type": "Dream", "hidden_size": 3584, "intermediate_size": 18944,
-            "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
-            "max_position_embeddings": 131072, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
-            "mask_token_id": 151666, "pad_token_id": 151643, "eos_token_id": 151643, "rope_theta": 1000000.0,
-            "rms_norm_eps": 1e-6}
+DREAM_7B = {
+    "architectures": ["DreamModel"],
+    "model_type": "Dream",
+    "hidden_size": 3584,
+    "intermediate_size": 18944,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 28,
+    "num_key_value_heads": 4,
+    "vocab_size": 152064,
+    "max_position_embeddings": 131072,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "mask_token_id": 151666,
+    "pad_token_id": 151643,
+    "eos_token_id": 151643,
+    "rope_theta": 1000000.0,
+    "rms_norm_eps": 1e-6,
+}
 LLADA_8B_PATH = ROOT / "examples" / "d1_llada" / "llada_8b_config.json"
-TINY = {"dream": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                  "num_key_value_heads": 2, "vocab_size": 600, "mask_token_id": 599, "pad_token_id": 0,
-                  "eos_token_id": 1},
-        "llada": {"d_model": 64, "mlp_hidden_size": 128, "n_layers": 2, "n_heads": 4, "n_kv_heads": 4,
-                  "vocab_size": 600, "embedding_size": 600, "mask_token_id": 599, "pad_token_id": 0,
-                  "eos_token_id": 1}}
+TINY = {
+    "dream": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "vocab_size": 600,
+        "mask_token_id": 599,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+    },
+    "llada": {
+        "d_model": 64,
+        "mlp_hidden_size": 128,
+        "n_layers": 2,
+        "n_heads": 4,
+        "n_kv_heads": 4,
+        "vocab_size": 600,
+        "embedding_size": 600,
+        "mask_token_id": 599,
+        "pad_token_id": 0,
+        "eos_token_id": 1,
+    },
+}
 DATASHEET_BF16 = {"H100": 989e12, "H200": 989e12}  # dense bf16 tensor-core peak, SXM parts
 # stock blocks first: make_lean changes the model in place
 PASS_VARIANTS = ("model head (materialised logits)", "fused head, stock MLP", "ours (fused head + lean MLP)")
-FAST = {"kv_cache": True, "cache_refresh": 2, "threshold": 0.99, "compact": True, "reuse_logits": True,
-        "head_on_masked": True}  # the training default (config/algorithm/coupled_grpo.yaml)
+FAST = {
+    "kv_cache": True,
+    "cache_refresh": 2,
+    "threshold": 0.99,
+    "compact": True,
+    "reuse_logits": True,
+    "head_on_masked": True,
+}  # the training default (config/algorithm/coupled_grpo.yaml)
 GIB = 2**30
 CHUNK_ROWS_KEY = "actor_rollout_ref.model.diffusion.chunk_rows"  # the fused head's memory cap, as training runs it
 
@@ -97,8 +135,7 @@ def build_model(resolved, device: str, dtype: torch.dtype, seed: int = 0) -> tor
     """The planned class with random weights, initialised on ``device`` (a 7B init on the CPU takes minutes)."""
     torch.manual_seed(seed)
     with torch.device(device):
-        module = resolved.plan.model_class._from_config(resolved.config_object, attn_implementation="sdpa",
-                                                        dtype=dtype)
+        module = resolved.plan.model_class._from_config(resolved.config_object, attn_implementation="sdpa", dtype=dtype)
     return module.eval()
 
 
@@ -187,8 +224,9 @@ def unfused_logprobs(lm, views, ids, attention):
     hidden_rows = targets - 1 if lm.shift_logits else targets
     with final_hidden_rows(lm.family, lm.module, hidden_rows):
         logits = lm.family.call(lm.module, stacked, stacked_attention, position_ids_from_mask(stacked_attention))
-    row_logp = chunked_gathered_logprob(logits.reshape(-1, logits.shape[-1]),
-                                        ids.repeat(num_views, 1).flatten().index_select(0, targets))  # [R]
+    row_logp = chunked_gathered_logprob(
+        logits.reshape(-1, logits.shape[-1]), ids.repeat(num_views, 1).flatten().index_select(0, targets)
+    )  # [R]
     flat = torch.zeros(num_views * rows * length, device=ids.device).index_put((targets,), row_logp)
     return (flat.view(num_views, rows, length) * views.coef).sum(0)  # [B, L]
 
@@ -198,8 +236,11 @@ def training_pass(lm, work, fused: bool) -> None:
     from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 
     ids, attention, completion_mask, views = work
-    logp = (coupled_token_logprobs(lm, views, ids, attention, chunk_rows=training_default(CHUNK_ROWS_KEY)).logp
-            if fused else unfused_logprobs(lm, views, ids, attention))  # [B, L]
+    logp = (
+        coupled_token_logprobs(lm, views, ids, attention, chunk_rows=training_default(CHUNK_ROWS_KEY)).logp
+        if fused
+        else unfused_logprobs(lm, views, ids, attention)
+    )  # [B, L]
     ((logp * completion_mask).sum() / completion_mask.sum()).backward()
 
 
@@ -210,11 +251,21 @@ def estimated_pass_bytes(shape, rows: int, prompt: int, completion: int, checkpo
     from diffugrpo_plugin.config import training_default
     from diffugrpo_plugin.tools.step_cost import StepSetup, memory_estimate
 
-    setup = StepSetup(batch=rows, prompt_length=prompt, completion_length=completion, gpus=1,
-                      gradient_checkpointing=checkpointing, lean_mlp=lean, reference_dtype=None,
-                      chunk_rows=training_default(CHUNK_ROWS_KEY))
-    terms = [t for t in memory_estimate(shape, setup).terms
-             if t.phase == "update" and t.name.startswith(("activations", "fused head"))]
+    setup = StepSetup(
+        batch=rows,
+        prompt_length=prompt,
+        completion_length=completion,
+        gpus=1,
+        gradient_checkpointing=checkpointing,
+        lean_mlp=lean,
+        reference_dtype=None,
+        chunk_rows=training_default(CHUNK_ROWS_KEY),
+    )
+    terms = [
+        t
+        for t in memory_estimate(shape, setup).terms
+        if t.phase == "update" and t.name.startswith(("activations", "fused head"))
+    ]
     return {t.name: t.bytes for t in terms}
 
 
@@ -240,8 +291,15 @@ def logprob_part(family: str, module, resolved, args, results: list) -> None:
             work = batch(rows, args.prompt, args.completion, mask_id, device)
             fused = not variant.startswith("model head")
             training_pass(lm, work, fused)  # warm-up; allocates every gradient, kept (zeroed) from here on
-            record = {"part": "logprob", "family": family, "variant": variant, "rows": rows,
-                      "checkpointing": checkpointing, "seconds": [], "peak_bytes": []}
+            record = {
+                "part": "logprob",
+                "family": family,
+                "variant": variant,
+                "rows": rows,
+                "checkpointing": checkpointing,
+                "seconds": [],
+                "peak_bytes": [],
+            }
             for _ in range(args.repeats):
                 for p in module.parameters():
                     p.grad.zero_()
@@ -253,8 +311,14 @@ def logprob_part(family: str, module, resolved, args, results: list) -> None:
             tokens = rows * args.completion
             record["completion_tokens_per_s"] = tokens / statistics.median(record["seconds"])
             if fused:
-                estimate = estimated_pass_bytes(resolved.resolution.shape(), rows, args.prompt, args.completion,
-                                                checkpointing, variant.startswith("ours"))
+                estimate = estimated_pass_bytes(
+                    resolved.resolution.shape(),
+                    rows,
+                    args.prompt,
+                    args.completion,
+                    checkpointing,
+                    variant.startswith("ours"),
+                )
                 record["estimate_bytes"] = sum(estimate.values())
                 record["estimate_terms"] = estimate
             results.append(record)
@@ -291,16 +355,23 @@ def head_values(family: str, lm, device: str, rows: int = 2048) -> dict:
     def relative(value, ref):
         return float((value.double() - ref).norm() / ref.norm())
 
-    record = {"part": "head", "family": family, "rows": rows, "vocab": int(weight.shape[0]),
-              "fused_logp_rel": relative(fused.detach(), reference.detach()),
-              "fused_logp_max_abs": float((fused.detach().double() - reference.detach()).abs().max()),
-              "fused_grad_rel": relative(fused_grad, reference_hidden.grad),
-              "bf16_logits_logp_rel": relative(plain, reference.detach()),
-              "bf16_logits_logp_max_abs": float((plain.double() - reference.detach()).abs().max())}
-    print(f"{family}: fused head vs fp64 ({rows} rows x {record['vocab']} vocab): log-prob rel. error "
-          f"{record['fused_logp_rel']:.1e} (max |diff| {record['fused_logp_max_abs']:.1e}), hidden-gradient rel. "
-          f"error {record['fused_grad_rel']:.1e}; the model head's bf16 logits: {record['bf16_logits_logp_rel']:.1e} "
-          f"(max {record['bf16_logits_logp_max_abs']:.1e})")
+    record = {
+        "part": "head",
+        "family": family,
+        "rows": rows,
+        "vocab": int(weight.shape[0]),
+        "fused_logp_rel": relative(fused.detach(), reference.detach()),
+        "fused_logp_max_abs": float((fused.detach().double() - reference.detach()).abs().max()),
+        "fused_grad_rel": relative(fused_grad, reference_hidden.grad),
+        "bf16_logits_logp_rel": relative(plain, reference.detach()),
+        "bf16_logits_logp_max_abs": float((plain.double() - reference.detach()).abs().max()),
+    }
+    print(
+        f"{family}: fused head vs fp64 ({rows} rows x {record['vocab']} vocab): log-prob rel. error "
+        f"{record['fused_logp_rel']:.1e} (max |diff| {record['fused_logp_max_abs']:.1e}), hidden-gradient rel. "
+        f"error {record['fused_grad_rel']:.1e}; the model head's bf16 logits: {record['bf16_logits_logp_rel']:.1e} "
+        f"(max {record['bf16_logits_logp_max_abs']:.1e})"
+    )
     return record
 
 
@@ -324,8 +395,10 @@ def head_speed(family: str, lm, args, widths=(1024, 4096, 16384), repeats: int =
     record = {"part": "head_speed", "family": family, "rows": rows, "timings": {}}
     defaults = kernels.SLICE_COLUMNS, kernels.SLICE_COLUMNS_GPU
     try:
-        for label, width, run in [*((f"fused, slices of {w}", w, fused) for w in widths),
-                                  ("materialised logits", None, materialised)]:
+        for label, width, run in [
+            *((f"fused, slices of {w}", w, fused) for w in widths),
+            ("materialised logits", None, materialised),
+        ]:
             if width:
                 kernels.SLICE_COLUMNS = kernels.SLICE_COLUMNS_GPU = width
             run()
@@ -338,8 +411,10 @@ def head_speed(family: str, lm, args, widths=(1024, 4096, 16384), repeats: int =
                 times.append(one["seconds"])
                 peaks.append(one["peak_bytes"])
             record["timings"][label] = {"seconds": times, "peak_bytes": peaks}
-            print(f"{family}: head fwd+bwd, {rows} rows, {label:<24}{1e3 * statistics.median(times):>9.1f} ms"
-                  + (f"{statistics.median(peaks) / GIB:>8.2f} GiB" if peaks[0] is not None else ""))
+            print(
+                f"{family}: head fwd+bwd, {rows} rows, {label:<24}{1e3 * statistics.median(times):>9.1f} ms"
+                + (f"{statistics.median(peaks) / GIB:>8.2f} GiB" if peaks[0] is not None else "")
+            )
     finally:
         kernels.SLICE_COLUMNS, kernels.SLICE_COLUMNS_GPU = defaults
     return record
@@ -367,9 +442,11 @@ def attention_kernels(family: str, lm, args) -> dict:
 
 def print_row(record: dict) -> None:
     times = record["seconds"]
-    line = (f"{record['family']:<7}{record['variant']:<34}{record['rows']:>5}"
-            f"{'yes' if record['checkpointing'] else 'no':>6}{statistics.median(times):>9.3f}"
-            f"{f'{min(times):.3f}-{max(times):.3f}':>15}{record['completion_tokens_per_s']:>10.0f}")
+    line = (
+        f"{record['family']:<7}{record['variant']:<34}{record['rows']:>5}"
+        f"{'yes' if record['checkpointing'] else 'no':>6}{statistics.median(times):>9.3f}"
+        f"{f'{min(times):.3f}-{max(times):.3f}':>15}{record['completion_tokens_per_s']:>10.0f}"
+    )
     peaks = [p for p in record["peak_bytes"] if p is not None]
     if peaks:
         peak = statistics.median(peaks) / GIB
@@ -380,8 +457,10 @@ def print_row(record: dict) -> None:
     print(line, flush=True)
 
 
-LOGPROB_HEADER = (f"{'family':<7}{'pass':<34}{'rows':>5}{'ckpt':>6}{'median s':>9}{'range':>15}{'tok/s':>10}"
-                  f"{'peak GiB':>10}{'est. GiB':>10}{'est-peak':>9}")
+LOGPROB_HEADER = (
+    f"{'family':<7}{'pass':<34}{'rows':>5}{'ckpt':>6}{'median s':>9}{'range':>15}{'tok/s':>10}"
+    f"{'peak GiB':>10}{'est. GiB':>10}{'est-peak':>9}"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,8 +474,10 @@ def sampler_settings(family: str, steps: int, new_tokens: int) -> list[tuple[str
         plain = {"steps": steps, "temperature": 0.0}
         return [("plain", "entropy", plain), ("fast (training default)", "entropy", {**plain, **FAST})]
     plain = {"steps": steps, "block_length": min(32, new_tokens), "temperature": 0.0}
-    return [("plain, blocks of 32", "llada", plain), ("fast (training default), blocks of 32", "llada",
-                                                       {**plain, **FAST})]
+    return [
+        ("plain, blocks of 32", "llada", plain),
+        ("fast (training default), blocks of 32", "llada", {**plain, **FAST}),
+    ]
 
 
 def sampler_part(family: str, module, resolved, args, results: list) -> None:
@@ -411,17 +492,32 @@ def sampler_part(family: str, module, resolved, args, results: list) -> None:
         baseline = None
         for label, name, options in sampler_settings(family, args.steps, args.completion):
             sampler = build_sampler(name, **options)
-            record = {"part": "sampler", "family": family, "setting": label, "rows": rows, "options": options,
-                      "seconds": [], "peak_bytes": []}
+            record = {
+                "part": "sampler",
+                "family": family,
+                "setting": label,
+                "rows": rows,
+                "options": options,
+                "seconds": [],
+                "peak_bytes": [],
+            }
             blocks = max(1, args.completion // options.get("block_length", args.completion))
             warm = build_sampler(name, **{**options, "steps": blocks})  # one step per block: kernels loaded
-            warm.generate(lm, prompt, prompt_mask, args.completion, eos_token_id=eos, pad_token_id=eos,
-                          seeds=list(range(rows)))
+            warm.generate(
+                lm, prompt, prompt_mask, args.completion, eos_token_id=eos, pad_token_id=eos, seeds=list(range(rows))
+            )
             for _ in range(args.repeats):
                 one = {}
                 with torch.no_grad(), measured(args.device, one):
-                    out = sampler.generate(lm, prompt, prompt_mask, args.completion, eos_token_id=eos,
-                                           pad_token_id=eos, seeds=list(range(rows)))
+                    out = sampler.generate(
+                        lm,
+                        prompt,
+                        prompt_mask,
+                        args.completion,
+                        eos_token_id=eos,
+                        pad_token_id=eos,
+                        seeds=list(range(rows)),
+                    )
                 record["seconds"].append(one["seconds"])
                 record["peak_bytes"].append(one["peak_bytes"])
             record["tokens_per_s"] = rows * args.completion / statistics.median(record["seconds"])
@@ -431,14 +527,18 @@ def sampler_part(family: str, module, resolved, args, results: list) -> None:
             record["agreement"] = float((out.completion_ids == baseline).float().mean())
             results.append(record)
             times, peaks = record["seconds"], [p for p in record["peak_bytes"] if p is not None]
-            print(f"{family:<7}{label:<40}{rows:>6}{statistics.median(times):>10.2f}"
-                  f"{f'{min(times):.2f}-{max(times):.2f}':>13}{record['tokens_per_s']:>10.0f}{out.forwards:>10}"
-                  f"{record['agreement']:>11.3f}" + (f"{statistics.median(peaks) / GIB:>10.2f}" if peaks else ""),
-                  flush=True)
+            print(
+                f"{family:<7}{label:<40}{rows:>6}{statistics.median(times):>10.2f}"
+                f"{f'{min(times):.2f}-{max(times):.2f}':>13}{record['tokens_per_s']:>10.0f}{out.forwards:>10}"
+                f"{record['agreement']:>11.3f}" + (f"{statistics.median(peaks) / GIB:>10.2f}" if peaks else ""),
+                flush=True,
+            )
 
 
-SAMPLER_HEADER = (f"{'family':<7}{'setting':<40}{'batch':>6}{'median s':>10}{'range':>13}{'tok/s':>10}"
-                  f"{'forwards':>10}{'agreement':>11}{'peak GiB':>10}")
+SAMPLER_HEADER = (
+    f"{'family':<7}{'setting':<40}{'batch':>6}{'median s':>10}{'range':>13}{'tok/s':>10}"
+    f"{'forwards':>10}{'agreement':>11}{'peak GiB':>10}"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -453,8 +553,9 @@ def one_process_group(device: str):
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device).index or 0)
     port = 29500 + os.getpid() % 1000
-    dist.init_process_group("nccl" if device.startswith("cuda") else "gloo", init_method=f"tcp://127.0.0.1:{port}",
-                            rank=0, world_size=1)
+    dist.init_process_group(
+        "nccl" if device.startswith("cuda") else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
+    )
     try:
         yield
     finally:
@@ -469,8 +570,11 @@ def fsdp2(module: torch.nn.Module, resolved) -> torch.nn.Module:
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     layer_classes = set(module._no_split_modules or ())
     tied = resolved.resolution.head_tied
-    units = [m for m in module.modules() if type(m).__name__ in layer_classes
-             or (isinstance(m, torch.nn.Embedding) and not tied)]
+    units = [
+        m
+        for m in module.modules()
+        if type(m).__name__ in layer_classes or (isinstance(m, torch.nn.Embedding) and not tied)
+    ]
     for unit in units:
         fully_shard(unit, mp_policy=policy)
     fully_shard(module, mp_policy=policy)
@@ -502,14 +606,18 @@ def update_flops(shape, rows: int, prompt: int, completion: int, views: int = 3,
     forward, backward at twice the forward; the fused head recomputes its logits likewise); ``model`` what the
     maths needs (forward + backward, no recomputation), the numerator of MFU."""
     body = shape.parameters - shape.embedding_parameters - shape.head_parameters
-    forward = 2 * body * views * rows * (prompt + completion) + 2 * shape.vocab * shape.hidden * scored_rows * rows * completion
+    forward = (
+        2 * body * views * rows * (prompt + completion)
+        + 2 * shape.vocab * shape.hidden * scored_rows * rows * completion
+    )
     return {"hardware": 4 * forward, "model": 3 * forward}
 
 
 def first_matrix(module: torch.nn.Module) -> tuple[str, torch.Tensor]:
     """The first decoder-layer weight matrix and a copy of its full value (to see the update move it)."""
-    name, parameter = next((n, p) for n, p in module.named_parameters() if p.dim() == 2 and "embed" not in n
-                           and "wte" not in n)
+    name, parameter = next(
+        (n, p) for n, p in module.named_parameters() if p.dim() == 2 and "embed" not in n and "wte" not in n
+    )
     full = parameter.full_tensor() if hasattr(parameter, "full_tensor") else parameter
     return name, full.detach().clone()
 
@@ -559,12 +667,19 @@ def step_part(args, results: list) -> None:
             synchronize(device)
             held = torch.cuda.memory_allocated() if device.startswith("cuda") else None
             with torch.no_grad(), measured(device, stages.setdefault("rollout", {})):
-                out = sampler.generate(rollout_lm, prompt, torch.ones_like(prompt), args.completion,
-                                       eos_token_id=eos, pad_token_id=eos, seeds=[step * rows + r for r in range(rows)])
+                out = sampler.generate(
+                    rollout_lm,
+                    prompt,
+                    torch.ones_like(prompt),
+                    args.completion,
+                    eos_token_id=eos,
+                    pad_token_id=eos,
+                    seeds=[step * rows + r for r in range(rows)],
+                )
             ids = torch.cat([prompt, out.completion_ids.to(device)], dim=1)  # [G, L]
             attention = torch.ones_like(ids)
             completion_mask = torch.zeros_like(ids, dtype=torch.bool)
-            completion_mask[:, args.prompt:] = out.completion_mask.to(device).bool()
+            completion_mask[:, args.prompt :] = out.completion_mask.to(device).bool()
             views = coupled_views(ids, completion_mask, lm.mask_token_id, seed=step + 1)
             with torch.no_grad(), measured(device, stages.setdefault("old log-probs", {})):
                 old_logp = coupled_token_logprobs(lm, views, ids, attention, chunk_rows=chunk_rows).logp
@@ -583,37 +698,64 @@ def step_part(args, results: list) -> None:
             allocated(f"after step {step + 1}")
         moved = not torch.equal(before, first_matrix(policy)[1])
         flops = update_flops(shape, rows, args.prompt, args.completion)
-        setup = StepSetup(batch=rows, prompt_length=args.prompt, completion_length=args.completion, gpus=1,
-                          reference_dtype="fp32", rollout_micro_batch=rows, chunk_rows=chunk_rows)
+        setup = StepSetup(
+            batch=rows,
+            prompt_length=args.prompt,
+            completion_length=args.completion,
+            gpus=1,
+            reference_dtype="fp32",
+            rollout_micro_batch=rows,
+            chunk_rows=chunk_rows,
+        )
         estimate = memory_estimate(shape, setup)
     measured_steps = steps[1:] or steps  # the first step allocates AdamW's moments and compiles kernels
-    record = {"part": "step", "layers": args.step_layers, "parameters": shape.parameters, "rows": rows,
-              "steps": steps, "update_flops": flops, "allocated_trace": trace, "weights_moved": {watched: moved},
-              "estimate": {"held_bytes": estimate.phase_bytes("held"), "update_bytes": estimate.phase_bytes("update"),
-                           "rollout_bytes": estimate.phase_bytes("rollout"), "total_bytes": estimate.total_bytes}}
-    print(f"\nstep: Dream-7B shape cut to {args.step_layers} layers ({shape.parameters / 1e9:.2f}B parameters), "
-          f"G={rows}, prompt {args.prompt}, completion {args.completion}, FSDP2 on one device, fp32 states, bf16 compute")
+    record = {
+        "part": "step",
+        "layers": args.step_layers,
+        "parameters": shape.parameters,
+        "rows": rows,
+        "steps": steps,
+        "update_flops": flops,
+        "allocated_trace": trace,
+        "weights_moved": {watched: moved},
+        "estimate": {
+            "held_bytes": estimate.phase_bytes("held"),
+            "update_bytes": estimate.phase_bytes("update"),
+            "rollout_bytes": estimate.phase_bytes("rollout"),
+            "total_bytes": estimate.total_bytes,
+        },
+    }
+    print(
+        f"\nstep: Dream-7B shape cut to {args.step_layers} layers ({shape.parameters / 1e9:.2f}B parameters), "
+        f"G={rows}, prompt {args.prompt}, completion {args.completion}, FSDP2 on one device, fp32 states, bf16 compute"
+    )
     for label, value in trace:
         print(f"  allocated {value / GIB:7.2f} GiB: {label}")
     print(f"{'stage':<16}{'median s':>10}{'range':>15}{'peak GiB':>10}")
     for stage in steps[0]["stages"]:
         times = [s["stages"][stage]["seconds"] for s in measured_steps]
         peaks = [s["stages"][stage]["peak_absolute"] for s in measured_steps if s["stages"][stage]["peak_absolute"]]
-        print(f"{stage:<16}{statistics.median(times):>10.3f}{f'{min(times):.3f}-{max(times):.3f}':>15}"
-              + (f"{max(peaks) / GIB:>10.2f}" if peaks else ""))
+        print(
+            f"{stage:<16}{statistics.median(times):>10.3f}{f'{min(times):.3f}-{max(times):.3f}':>15}"
+            + (f"{max(peaks) / GIB:>10.2f}" if peaks else "")
+        )
     update = statistics.median(s["stages"]["update"]["seconds"] for s in measured_steps)
     record["update_seconds"] = update
     record["update_flops_per_s"] = {kind: value / update for kind, value in flops.items()}
-    print(f"update: {flops['hardware'] / 1e12:.1f} TFLOP run (with the recomputation; the head on the scored rows "
-          f"only) in {update:.3f} s = {flops['hardware'] / update / 1e12:.0f} TFLOP/s; model FLOPs "
-          f"{flops['model'] / update / 1e12:.0f} TFLOP/s; {watched} {'moved' if moved else 'DID NOT MOVE'}")
+    print(
+        f"update: {flops['hardware'] / 1e12:.1f} TFLOP run (with the recomputation; the head on the scored rows "
+        f"only) in {update:.3f} s = {flops['hardware'] / update / 1e12:.0f} TFLOP/s; model FLOPs "
+        f"{flops['model'] / update / 1e12:.0f} TFLOP/s; {watched} {'moved' if moved else 'DID NOT MOVE'}"
+    )
     if device.startswith("cuda"):
         peak = max(s["stages"][stage]["peak_absolute"] for s in measured_steps for stage in s["stages"])
         held = statistics.median(s["held_bytes"] for s in measured_steps)
         record.update(measured_peak_bytes=peak, measured_held_bytes=held)
-        print(f"memory: measured held {held / GIB:.2f} GiB, peak {peak / GIB:.2f} GiB; the memory model: held "
-              f"{estimate.phase_bytes('held') / GIB:.2f}, peak (held + max(update, rollout)) "
-              f"{estimate.total_gib:.2f} GiB ({100 * (estimate.total_bytes - peak) / peak:+.0f}% of the measured peak)")
+        print(
+            f"memory: measured held {held / GIB:.2f} GiB, peak {peak / GIB:.2f} GiB; the memory model: held "
+            f"{estimate.phase_bytes('held') / GIB:.2f}, peak (held + max(update, rollout)) "
+            f"{estimate.total_gib:.2f} GiB ({100 * (estimate.total_bytes - peak) / peak:+.0f}% of the measured peak)"
+        )
     results.append(record)
 
 
@@ -626,9 +768,12 @@ def environment(device: str) -> dict:
     record = {"part": "environment", "torch": torch.__version__, "cuda": torch.version.cuda, "device": device}
     if device.startswith("cuda"):
         properties = torch.cuda.get_device_properties(device)
-        record.update(gpu=properties.name, memory_gib=properties.total_memory / GIB,
-                      sdpa_flash=torch.backends.cuda.flash_sdp_enabled(),
-                      matmul_bf16_flops=matmul_rate(device, 8192))
+        record.update(
+            gpu=properties.name,
+            memory_gib=properties.total_memory / GIB,
+            sdpa_flash=torch.backends.cuda.flash_sdp_enabled(),
+            matmul_bf16_flops=matmul_rate(device, 8192),
+        )
     import transformers
 
     record["transformers"] = transformers.__version__
@@ -636,12 +781,14 @@ def environment(device: str) -> dict:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--tiny", action="store_true", help="tiny configs of the same classes (a CPU check)")
-    parser.add_argument("--parts", nargs="+", default=["logprob", "sampler", "step"],
-                        choices=["logprob", "sampler", "step"])
+    parser.add_argument(
+        "--parts", nargs="+", default=["logprob", "sampler", "step"], choices=["logprob", "sampler", "step"]
+    )
     parser.add_argument("--families", nargs="+", default=["dream", "llada"], choices=["dream", "llada"])
     parser.add_argument("--rows", type=int, default=10, help="completions per pass (DiffuCoder's G)")
     parser.add_argument("--rows-no-checkpointing", type=int, default=2)

@@ -26,11 +26,16 @@ FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "judge_f
 
 
 def rows_by_source(mbpp: str | None) -> dict[str, list[dict]]:
-    sources = {"humaneval": [row["extra_info"] for row in data.prepare("humaneval", "test")],
-               "leetcode-style": [row["extra_info"] for row in data.prepare("leetcode", "train",
-                                                                             FIXTURES / "leetcode.jsonl")],
-               "classes": [row["extra_info"] for row in data.prepare(
-                   "jsonl", "train", FIXTURES / "classes.jsonl", tests_field="tests", solution_field="solution")]}
+    sources = {
+        "humaneval": [row["extra_info"] for row in data.prepare("humaneval", "test")],
+        "leetcode-style": [row["extra_info"] for row in data.prepare("leetcode", "train", FIXTURES / "leetcode.jsonl")],
+        "classes": [
+            row["extra_info"]
+            for row in data.prepare(
+                "jsonl", "train", FIXTURES / "classes.jsonl", tests_field="tests", solution_field="solution"
+            )
+        ],
+    }
     if mbpp:
         with open(os.path.join(mbpp, "mbpp.jsonl")) as handle:
             sources["mbpp"] = [json.loads(line) for line in handle]
@@ -46,8 +51,9 @@ def largest_values(rows: list[dict], box) -> tuple[dict[str, int], int, int, int
     judged = passed = compared = 0
     for row in rows:
         spec, reference = tests_from_row(row), reference_from_row(row)
-        jobs = [Job(job.source, job.stdin, box.config.timeout_s, job.judged, job.preamble)
-                for job in spec.jobs(reference)]
+        jobs = [
+            Job(job.source, job.stdin, box.config.timeout_s, job.judged, job.preamble) for job in spec.jobs(reference)
+        ]
         for result in box.run(jobs):
             if result.verdict is None:
                 continue
@@ -61,8 +67,11 @@ def largest_values(rows: list[dict], box) -> tuple[dict[str, int], int, int, int
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--mbpp", default=os.environ.get("DIFFUGRPO_MBPP_DIR"),
-                        help="directory with mbpp.jsonl and sanitized-mbpp.json (default: $DIFFUGRPO_MBPP_DIR)")
+    parser.add_argument(
+        "--mbpp",
+        default=os.environ.get("DIFFUGRPO_MBPP_DIR"),
+        help="directory with mbpp.jsonl and sanitized-mbpp.json (default: $DIFFUGRPO_MBPP_DIR)",
+    )
     args = parser.parse_args()
     box = shared_sandbox(SandboxConfig(timeout_s=20.0, memory_mb=1024))
     print("| source | tests judged (passed) | on the program's comparison | elements | depth | int hex digits |")
@@ -71,12 +80,17 @@ def main() -> None:
     for source, rows in rows_by_source(args.mbpp).items():
         largest, judged, passed, compared = largest_values(rows, box)
         overall = {key: max(overall[key], largest[key]) for key in overall}
-        print(f"| {source} | {judged} ({passed}) | {compared} | "
-              + " | ".join(str(largest[key]) for key in SIZE_KEYS) + " |")
-    print("| **limit** (`sandbox_wire.LIMITS`) | | | " + " | ".join(str(LIMITS[key])
-                                                           for key in SIZE_KEYS) + " |")
-    print("| headroom (limit / largest) | | | " + " | ".join(
-        f"{LIMITS[key] / max(1, overall[key]):.0f}x" for key in SIZE_KEYS) + " |")
+        print(
+            f"| {source} | {judged} ({passed}) | {compared} | "
+            + " | ".join(str(largest[key]) for key in SIZE_KEYS)
+            + " |"
+        )
+    print("| **limit** (`sandbox_wire.LIMITS`) | | | " + " | ".join(str(LIMITS[key]) for key in SIZE_KEYS) + " |")
+    print(
+        "| headroom (limit / largest) | | | "
+        + " | ".join(f"{LIMITS[key] / max(1, overall[key]):.0f}x" for key in SIZE_KEYS)
+        + " |"
+    )
 
 
 if __name__ == "__main__":

@@ -71,8 +71,9 @@ def sample(lm, prompt_ids, new_tokens: int) -> torch.Tensor:
 
     sampler = build_sampler("entropy", steps=new_tokens // 2, temperature=0.0)
     eos = lm.mask_token_id - 1  # any token: a random model stops where it lands on it
-    return sampler.generate(lm, prompt_ids, torch.ones_like(prompt_ids), new_tokens, eos_token_id=eos,
-                            pad_token_id=eos).completion_ids
+    return sampler.generate(
+        lm, prompt_ids, torch.ones_like(prompt_ids), new_tokens, eos_token_id=eos, pad_token_id=eos
+    ).completion_ids
 
 
 def worker(connection, settings: Settings, variant: str, rank: int) -> None:
@@ -88,12 +89,17 @@ def worker(connection, settings: Settings, variant: str, rank: int) -> None:
     if variant == "lora":
         import copy
 
-        prompts = work.input_ids[:, :settings.prompt]  # [B, P]
-        merged = DiffusionLM.wrap(copy.deepcopy(work.lm.module).merge_and_unload().eval(),
-                                  mask_token_id=work.lm.mask_token_id, logits_shift=True)
+        prompts = work.input_ids[:, : settings.prompt]  # [B, P]
+        merged = DiffusionLM.wrap(
+            copy.deepcopy(work.lm.module).merge_and_unload().eval(),
+            mask_token_id=work.lm.mask_token_id,
+            logits_shift=True,
+        )
         work.lm.module.eval()
-        samplers = {"applied": lambda: sample(work.lm, prompts, settings.completion),
-                    "merged": lambda: sample(merged, prompts, settings.completion)}
+        samplers = {
+            "applied": lambda: sample(work.lm, prompts, settings.completion),
+            "merged": lambda: sample(merged, prompts, settings.completion),
+        }
         with torch.no_grad():
             agree = (samplers["applied"]() == samplers["merged"]()).float().mean().item()
         work.lm.module.train()
@@ -137,8 +143,10 @@ def ask(connection, *request):
 
 
 def spread(values: list[float], scale: float = 1.0, digits: int = 3) -> str:
-    return (f"{statistics.median(values) * scale:.{digits}g} ({min(values) * scale:.{digits}g}-"
-            f"{max(values) * scale:.{digits}g})")
+    return (
+        f"{statistics.median(values) * scale:.{digits}g} ({min(values) * scale:.{digits}g}-"
+        f"{max(values) * scale:.{digits}g})"
+    )
 
 
 def parse_args() -> argparse.Namespace:
@@ -157,8 +165,15 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> None:
     args = parse_args()
-    settings = Settings(vocab=args.vocab, batch=args.batch, prompt=args.prompt, completion=args.completion,
-                        hidden=args.hidden, layers=args.layers, threads=args.threads)
+    settings = Settings(
+        vocab=args.vocab,
+        batch=args.batch,
+        prompt=args.prompt,
+        completion=args.completion,
+        hidden=args.hidden,
+        layers=args.layers,
+        threads=args.threads,
+    )
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")  # freed tensors go back to the OS (see coupled_logprob)
     steps = {variant: [] for variant in VARIANTS}
     peaks = {variant: [] for variant in VARIANTS}
@@ -172,18 +187,24 @@ def main() -> None:
             for mode in sampling:
                 sampling[mode].append(ask(connections["lora"], "sample", mode))
     mib = 1 / 2**20
-    print(f"Qwen2 (bidirectional), hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; {args.batch} "
-          f"completions of {args.prompt} + {args.completion} tokens, 3 coupled views; LoRA rank {args.rank} on every "
-          f"linear layer but the head; {args.threads} threads; {args.repeats} rounds\n")
+    print(
+        f"Qwen2 (bidirectional), hidden {args.hidden}, {args.layers} layers, vocab {args.vocab}; {args.batch} "
+        f"completions of {args.prompt} + {args.completion} tokens, 3 coupled views; LoRA rank {args.rank} on every "
+        f"linear layer but the head; {args.threads} threads; {args.repeats} rounds\n"
+    )
     print("| variant | trainable parameters | held MiB (model + optimizer) | step peak MiB | step seconds |")
     print("|---|---|---|---|---|")
     for variant in VARIANTS:
-        print(f"| {variant} | {ready[variant][2]:,} | {ready[variant][1] * mib:.0f} | {spread(peaks[variant], mib)} | "
-              f"{spread(steps[variant])} |")
+        print(
+            f"| {variant} | {ready[variant][2]:,} | {ready[variant][1] * mib:.0f} | {spread(peaks[variant], mib)} | "
+            f"{spread(steps[variant])} |"
+        )
     ratio = [f / lo for f, lo in zip(steps["full"], steps["lora"])]
-    print(f"\nfull / lora: held memory {ready['full'][1] / ready['lora'][1]:.2f}x, step peak "
-          f"{statistics.median(peaks['full']) / statistics.median(peaks['lora']):.2f}x, step seconds "
-          f"{spread(ratio)}x (median and range over paired rounds)\n")
+    print(
+        f"\nfull / lora: held memory {ready['full'][1] / ready['lora'][1]:.2f}x, step peak "
+        f"{statistics.median(peaks['full']) / statistics.median(peaks['lora']):.2f}x, step seconds "
+        f"{spread(ratio)}x (median and range over paired rounds)\n"
+    )
     print(f"| rollout, lora process | seconds per batch (greedy; {ready['lora'][3]:.0%} of the tokens agree) |")
     print("|---|---|")
     for mode, values in sampling.items():

@@ -33,8 +33,11 @@ from pathlib import Path
 
 MASKER_OVERRIDES = {
     "coupled": [],
-    "d1": ["actor_rollout_ref.model.diffusion.masker=d1", "~actor_rollout_ref.model.diffusion.masker_kwargs.t_range",
-           "actor_rollout_ref.model.diffusion.masker_kwargs.p_mask_prompt=0.15"],
+    "d1": [
+        "actor_rollout_ref.model.diffusion.masker=d1",
+        "~actor_rollout_ref.model.diffusion.masker_kwargs.t_range",
+        "actor_rollout_ref.model.diffusion.masker_kwargs.p_mask_prompt=0.15",
+    ],
 }
 HELD_OUT = {"pass@1": r"val-core/synthetic/acc/mean@\d+", "total reward": r"val-aux/synthetic/reward/mean@\d+"}
 CODE = "reward/code/mean"
@@ -42,11 +45,20 @@ WINDOW = 4
 
 
 def run_command(masker: str, seed: int, run_dir: Path, extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "diffugrpo_plugin.main", *MASKER_OVERRIDES[masker],
-            f"data.seed={seed}", f"actor_rollout_ref.rollout.seed={seed}",
-            f"actor_rollout_ref.model.diffusion.mask_seed={seed}",
-            f"trainer.experiment_name=ablation_{masker}_seed{seed}", "trainer.save_freq=-1",
-            f"trainer.default_local_dir={run_dir / 'ckpt'}", f"hydra.run.dir={run_dir / 'hydra'}", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "diffugrpo_plugin.main",
+        *MASKER_OVERRIDES[masker],
+        f"data.seed={seed}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+        f"actor_rollout_ref.model.diffusion.mask_seed={seed}",
+        f"trainer.experiment_name=ablation_{masker}_seed{seed}",
+        "trainer.save_freq=-1",
+        f"trainer.default_local_dir={run_dir / 'ckpt'}",
+        f"hydra.run.dir={run_dir / 'hydra'}",
+        *extra,
+    ]
 
 
 def summarise(event_dir: Path) -> dict[str, float]:
@@ -54,12 +66,15 @@ def summarise(event_dir: Path) -> dict[str, float]:
     from diffugrpo_plugin.tools.plotting import find_event_dir, read_scalars
 
     scalars = read_scalars(find_event_dir(event_dir))
-    tags = {label: next((tag for tag in scalars if re.fullmatch(pattern, tag)), None)
-            for label, pattern in HELD_OUT.items()}
+    tags = {
+        label: next((tag for tag in scalars if re.fullmatch(pattern, tag)), None) for label, pattern in HELD_OUT.items()
+    }
     missing = [HELD_OUT[label] for label, tag in tags.items() if tag is None] + ([CODE] if CODE not in scalars else [])
     if missing:
-        raise SystemExit(f"benchmarks/masker_ablation.py: {event_dir} lacks {', '.join(missing)}; did the run "
-                         f"validate at step 0 and at its end (trainer.val_before_train, trainer.test_freq)?")
+        raise SystemExit(
+            f"benchmarks/masker_ablation.py: {event_dir} lacks {', '.join(missing)}; did the run "
+            f"validate at step 0 and at its end (trainer.val_before_train, trainer.test_freq)?"
+        )
     result = {}
     for label, tag in tags.items():
         values = scalars[tag].values
@@ -81,10 +96,18 @@ def run(masker: str, seed: int, out: Path, extra: list[str]) -> dict[str, float]
     print(f"[{masker} seed {seed}] {' '.join(command[1:])}", flush=True)
     started = time.perf_counter()
     with open(run_dir / "console.log", "w") as log:
-        done = subprocess.run(command, cwd=run_dir, stdout=log, stderr=subprocess.STDOUT, check=False,
-                              env={**os.environ, "TENSORBOARD_DIR": str(run_dir / "tb")})
+        done = subprocess.run(
+            command,
+            cwd=run_dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+            env={**os.environ, "TENSORBOARD_DIR": str(run_dir / "tb")},
+        )
     if done.returncode != 0:
-        raise SystemExit(f"[{masker} seed {seed}] the job failed (exit {done.returncode}); see {run_dir / 'console.log'}")
+        raise SystemExit(
+            f"[{masker} seed {seed}] the job failed (exit {done.returncode}); see {run_dir / 'console.log'}"
+        )
     result = {**summarise(run_dir / "tb"), "seconds": time.perf_counter() - started}
     results_file.write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -97,9 +120,11 @@ def spread(values: list[float], signed: bool = False) -> str:
 
 
 def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
-    lines = ["| masker | seeds | held-out pass@1 before -> after | change | held-out total reward before -> after | "
-             "change | train code reward, first 4 -> last 4 steps |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| masker | seeds | held-out pass@1 before -> after | change | held-out total reward before -> after | "
+        "change | train code reward, first 4 -> last 4 steps |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for masker, by_seed in results.items():
         runs = list(by_seed.values())
         cells = [masker, " ".join(str(seed) for seed in by_seed)]
@@ -108,19 +133,25 @@ def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
             cells += [f"{spread(before)} -> {spread(after)}", spread([a - b for a, b in zip(after, before)], True)]
         cells.append(f"{spread([r['code first'] for r in runs])} -> {spread([r['code last'] for r in runs])}")
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| masker | seed | pass@1 before -> after | total reward before -> after | code first -> last | "
-                  "seconds |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| masker | seed | pass@1 before -> after | total reward before -> after | code first -> last | seconds |",
+        "|---|---|---|---|---|---|",
+    ]
     for masker, by_seed in results.items():
         for seed, r in by_seed.items():
-            lines.append(f"| {masker} | {seed} | {r['pass@1 before']:.3f} -> {r['pass@1 after']:.3f} | "
-                         f"{r['total reward before']:.3f} -> {r['total reward after']:.3f} | "
-                         f"{r['code first']:.3f} -> {r['code last']:.3f} | {r['seconds']:.0f} |")
+            lines.append(
+                f"| {masker} | {seed} | {r['pass@1 before']:.3f} -> {r['pass@1 after']:.3f} | "
+                f"{r['total reward before']:.3f} -> {r['total reward after']:.3f} | "
+                f"{r['code first']:.3f} -> {r['code last']:.3f} | {r['seconds']:.0f} |"
+            )
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="arguments after -- go to every run as Hydra overrides")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="arguments after -- go to every run as Hydra overrides"
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--maskers", nargs="+", default=list(MASKER_OVERRIDES), choices=list(MASKER_OVERRIDES))
     parser.add_argument("--out", type=Path, default=Path("runs/masker_ablation"))
@@ -131,8 +162,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     out = args.out.resolve()
-    results = {masker: {seed: run(masker, seed, out, args.overrides) for seed in args.seeds}
-               for masker in args.maskers}
+    results = {masker: {seed: run(masker, seed, out, args.overrides) for seed in args.seeds} for masker in args.maskers}
     text = table(results)
     (out / "results.md").write_text(text + "\n")
     print(text)

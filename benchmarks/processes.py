@@ -108,11 +108,21 @@ def main() -> None:
     parser.add_argument("-o", "--override", action="append", default=[], help="a Hydra override for the job")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="processes_")
-    command = [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo", f"trainer.total_training_steps={args.steps}",
-               "trainer.val_before_train=false", "trainer.test_freq=-1", "trainer.save_freq=-1",
-               f"trainer.default_local_dir={workdir}/ckpt", *args.override]
-    job = subprocess.Popen(command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                           start_new_session=True)
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main",
+        "algorithm=coupled_grpo",
+        f"trainer.total_training_steps={args.steps}",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        f"trainer.default_local_dir={workdir}/ckpt",
+        *args.override,
+    ]
+    job = subprocess.Popen(
+        command, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     peak, peak_rows, counts = 0, [], []
     while job.poll() is None:
         rows = snapshot(job.pid)
@@ -126,11 +136,15 @@ def main() -> None:
     by_role: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for _, name, pss, rss in peak_rows:
         by_role[name].append((pss, rss))
-    print(f"{' '.join(command[1:])}\nprocesses in the tree: up to {max(counts)}; at the peak of the summed PSS "
-          f"({len(peak_rows)} processes):\n")
+    print(
+        f"{' '.join(command[1:])}\nprocesses in the tree: up to {max(counts)}; at the peak of the summed PSS "
+        f"({len(peak_rows)} processes):\n"
+    )
     print(f"{'role':<46}{'processes':>10}{'PSS MiB':>10}{'RSS MiB':>10}")
     for name, sizes in sorted(by_role.items(), key=lambda item: -sum(p for p, _ in item[1])):
-        print(f"{name:<46}{len(sizes):>10}{sum(p for p, _ in sizes) / 1024:>10.0f}{sum(r for _, r in sizes) / 1024:>10.0f}")
+        print(
+            f"{name:<46}{len(sizes):>10}{sum(p for p, _ in sizes) / 1024:>10.0f}{sum(r for _, r in sizes) / 1024:>10.0f}"
+        )
     print(f"{'total':<46}{len(peak_rows):>10}{peak / 1024:>10.0f}")
     os.system(f"rm -rf {workdir}")
 

@@ -45,8 +45,15 @@ class Config:
     options: dict
 
 
-def configurations(new_tokens: int, block_length: int, threshold: float, low_threshold: float, factor: float,
-                   refreshes: list[int], reference_block_length: int | None) -> list[Config]:
+def configurations(
+    new_tokens: int,
+    block_length: int,
+    threshold: float,
+    low_threshold: float,
+    factor: float,
+    refreshes: list[int],
+    reference_block_length: int | None,
+) -> list[Config]:
     """The baseline, then each fast-path part on top of it, then combinations."""
     reference = {"block_length": reference_block_length} if reference_block_length else {}
     whole = {"block_length": reference_block_length or new_tokens}
@@ -62,19 +69,29 @@ def configurations(new_tokens: int, block_length: int, threshold: float, low_thr
         Config(f"threshold {threshold} + no waste", {**reference, "threshold": threshold, **no_waste}),
         Config("prefix cache (reference blocks)", {**whole, "kv_cache": True}),
         Config(f"prefix cache + threshold {threshold}", {**whole, "kv_cache": True, "threshold": threshold}),
-        Config(f"prefix cache + threshold {threshold} + no waste",
-               {**whole, "kv_cache": True, "threshold": threshold, **no_waste}),
-        *[Config(f"prefix cache refreshed every {every} + threshold {threshold} + no waste",
-                 {**whole, "kv_cache": True, "cache_refresh": every, "threshold": threshold, **no_waste})
-          for every in refreshes],
-        Config(f"prefix cache + threshold {low_threshold} + no waste",
-               {**whole, "kv_cache": True, "threshold": low_threshold, **no_waste}),
+        Config(
+            f"prefix cache + threshold {threshold} + no waste",
+            {**whole, "kv_cache": True, "threshold": threshold, **no_waste},
+        ),
+        *[
+            Config(
+                f"prefix cache refreshed every {every} + threshold {threshold} + no waste",
+                {**whole, "kv_cache": True, "cache_refresh": every, "threshold": threshold, **no_waste},
+            )
+            for every in refreshes
+        ],
+        Config(
+            f"prefix cache + threshold {low_threshold} + no waste",
+            {**whole, "kv_cache": True, "threshold": low_threshold, **no_waste},
+        ),
         Config(f"prefix cache + factor {factor} + no waste", {**whole, "kv_cache": True, "factor": factor, **no_waste}),
         Config(f"blocks of {block_length}", blocks),
         Config(f"blocks of {block_length} + prefix cache", {**blocks, "kv_cache": True}),
         Config(f"blocks of {block_length} + dual cache", {**blocks, "dual_cache": True}),
-        Config(f"blocks + dual cache + threshold {threshold} + no waste",
-               {**blocks, "dual_cache": True, "threshold": threshold, **no_waste}),
+        Config(
+            f"blocks + dual cache + threshold {threshold} + no waste",
+            {**blocks, "dual_cache": True, "threshold": threshold, **no_waste},
+        ),
     ]
 
 
@@ -84,12 +101,16 @@ def mbpp_path(tasks: str) -> str | None:
         return None
     folder = os.environ.get(MBPP_DIR_VAR)
     if not folder:
-        sys.exit(f"benchmarks/sampler.py: --tasks mbpp needs {MBPP_DIR_VAR}, the folder holding mbpp.jsonl; "
-                 f"set it (e.g. {MBPP_DIR_VAR}=path/to/mbpp)")
+        sys.exit(
+            f"benchmarks/sampler.py: --tasks mbpp needs {MBPP_DIR_VAR}, the folder holding mbpp.jsonl; "
+            f"set it (e.g. {MBPP_DIR_VAR}=path/to/mbpp)"
+        )
     path = os.path.join(folder, "mbpp.jsonl")
     if not os.path.isfile(path):
-        sys.exit(f"benchmarks/sampler.py: {MBPP_DIR_VAR}={folder}, but {path} does not exist; point {MBPP_DIR_VAR} "
-                 f"at the folder holding mbpp.jsonl")
+        sys.exit(
+            f"benchmarks/sampler.py: {MBPP_DIR_VAR}={folder}, but {path} does not exist; point {MBPP_DIR_VAR} "
+            f"at the folder holding mbpp.jsonl"
+        )
     return path
 
 
@@ -125,33 +146,66 @@ def pad_id(tokenizer) -> int:
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default=None, help="checkpoint (default: the warm-started tiny model of the sampler's family)")
+    parser.add_argument(
+        "--model", default=None, help="checkpoint (default: the warm-started tiny model of the sampler's family)"
+    )
     parser.add_argument("--sampler", default="entropy", help="a registered sampler (default: entropy)")
-    parser.add_argument("--reference-block-length", type=int, default=None,
-                        help="block length of the baseline (LLaDA's reference uses blocks; default: one block)")
-    parser.add_argument("--prompts", type=int, default=36, help="synthetic: the 36 validation tasks, then training "
-                                                                  "tasks (227 in all); mbpp: test problems")
+    parser.add_argument(
+        "--reference-block-length",
+        type=int,
+        default=None,
+        help="block length of the baseline (LLaDA's reference uses blocks; default: one block)",
+    )
+    parser.add_argument(
+        "--prompts",
+        type=int,
+        default=36,
+        help="synthetic: the 36 validation tasks, then training tasks (227 in all); mbpp: test problems",
+    )
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--block-length", type=int, default=32)
     parser.add_argument("--threshold", type=float, default=0.99)
-    parser.add_argument("--low-threshold", type=float, default=0.9, help="a second, faster threshold (Fast-dLLM's "
-                                                                          "default, 0.9)")
+    parser.add_argument(
+        "--low-threshold", type=float, default=0.9, help="a second, faster threshold (Fast-dLLM's default, 0.9)"
+    )
     parser.add_argument("--factor", type=float, default=1.0, help="Fast-dLLM's factor rule setting (its default, 1)")
-    parser.add_argument("--refresh", type=int, nargs="*", default=[2, 4], metavar="N",
-                        help="cache_refresh settings to measure with the prefix cache (default: 2 4)")
-    parser.add_argument("--only", default=None, metavar="LABELS",
-                        help="comma-separated substrings: run only the configurations whose label contains one "
-                             "(the plain baseline always runs)")
+    parser.add_argument(
+        "--refresh",
+        type=int,
+        nargs="*",
+        default=[2, 4],
+        metavar="N",
+        help="cache_refresh settings to measure with the prefix cache (default: 2 4)",
+    )
+    parser.add_argument(
+        "--only",
+        default=None,
+        metavar="LABELS",
+        help="comma-separated substrings: run only the configurations whose label contains one "
+        "(the plain baseline always runs)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a "
-                                                                "shared machine)")
-    parser.add_argument("--device", default="cpu", help="torch device (cpu by default; e.g. cuda for a real "
-                                                           "checkpoint)")
-    parser.add_argument("--tasks", choices=["synthetic", "mbpp"], default="synthetic",
-                        help="prompts and tests: the synthetic validation tasks the warm-started model was trained "
-                             "for (default), or MBPP test problems")
-    parser.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
-                        help="a sampler option applied to every configuration (VALUE read as JSON); repeatable")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a shared machine)"
+    )
+    parser.add_argument(
+        "--device", default="cpu", help="torch device (cpu by default; e.g. cuda for a real checkpoint)"
+    )
+    parser.add_argument(
+        "--tasks",
+        choices=["synthetic", "mbpp"],
+        default="synthetic",
+        help="prompts and tests: the synthetic validation tasks the warm-started model was trained "
+        "for (default), or MBPP test problems",
+    )
+    parser.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a sampler option applied to every configuration (VALUE read as JSON); repeatable",
+    )
     return parser.parse_args()
 
 
@@ -163,8 +217,9 @@ class Measurement:
     output: object = None  # the last GenerationOutput
 
 
-def measure(configs: list[Config], sampler_name: str, lm, ids, mask, new_tokens: int, eos: int, pad: int,
-            repeats: int) -> list[Measurement]:
+def measure(
+    configs: list[Config], sampler_name: str, lm, ids, mask, new_tokens: int, eos: int, pad: int, repeats: int
+) -> list[Measurement]:
     """Time every configuration ``repeats`` times, round-robin, so drifting machine load hits all alike."""
     from diffugrpo_plugin.sampling import build_sampler
 
@@ -174,8 +229,9 @@ def measure(configs: list[Config], sampler_name: str, lm, ids, mask, new_tokens:
     for _ in range(repeats):
         for sampler, measurement in zip(samplers, measurements):
             wall, cpu = time.perf_counter(), time.process_time()
-            measurement.output = sampler.generate(lm, ids, mask, new_tokens, eos_token_id=eos, pad_token_id=pad,
-                                                  seeds=seeds)
+            measurement.output = sampler.generate(
+                lm, ids, mask, new_tokens, eos_token_id=eos, pad_token_id=pad, seeds=seeds
+            )
             if ids.is_cuda:
                 torch.cuda.synchronize()
             measurement.wall.append(time.perf_counter() - wall)
@@ -186,8 +242,10 @@ def measure(configs: list[Config], sampler_name: str, lm, ids, mask, new_tokens:
 def print_table(measurements: list[Measurement], generated: int, texts_of, reward) -> None:
     baseline = measurements[0]
     prompts = baseline.output.completion_ids.shape[0]
-    header = (f"{'configuration':<52}{'tokens/s':>10}{'x plain':>9}{'x plain cpu':>13}{'forwards':>10}"
-              f"{'rows/prompt':>13}{'agree':>8}{'reward':>9}{'- plain':>9}{'+-2se':>8}")
+    header = (
+        f"{'configuration':<52}{'tokens/s':>10}{'x plain':>9}{'x plain cpu':>13}{'forwards':>10}"
+        f"{'rows/prompt':>13}{'agree':>8}{'reward':>9}{'- plain':>9}{'+-2se':>8}"
+    )
     print(header + "\n" + "-" * len(header), flush=True)
     baseline_rewards = reward(texts_of(baseline.output))
     for m in measurements:
@@ -195,10 +253,13 @@ def print_table(measurements: list[Measurement], generated: int, texts_of, rewar
         agreement = (m.output.completion_ids == baseline.output.completion_ids).float().mean().item()
         rewards = reward(texts_of(m.output))
         difference, band = paired_difference(rewards, baseline_rewards)
-        print(f"{m.config.label:<52}{generated / wall:>10.1f}{statistics.median(baseline.wall) / wall:>9.2f}"
-              f"{statistics.median(baseline.cpu) / cpu:>13.2f}{m.output.forwards:>10d}"
-              f"{m.output.forwarded_rows / prompts:>13.1f}{agreement:>8.1%}{statistics.mean(rewards):>9.3f}"
-              f"{difference:>+9.3f}{band:>8.3f}", flush=True)
+        print(
+            f"{m.config.label:<52}{generated / wall:>10.1f}{statistics.median(baseline.wall) / wall:>9.2f}"
+            f"{statistics.median(baseline.cpu) / cpu:>13.2f}{m.output.forwards:>10d}"
+            f"{m.output.forwarded_rows / prompts:>13.1f}{agreement:>8.1%}{statistics.mean(rewards):>9.3f}"
+            f"{difference:>+9.3f}{band:>8.3f}",
+            flush=True,
+        )
 
 
 def paired_difference(rewards: list[float], baseline: list[float]) -> tuple[float, float]:
@@ -223,26 +284,42 @@ def main() -> None:
         args.model = warm_model_path(TinySpec(family="llada" if args.sampler == "llada" else "dream"))
     lm, tokenizer = load_diffusion_lm(args.model, args.device)
     rows = task_rows(args.tasks, args.prompts, mbpp_file)
-    prompts = [tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True)
-               for row in rows]
-    ids, mask = left_pad([tokenizer.encode(text, add_special_tokens=False) for text in prompts], pad_id(tokenizer),
-                         args.device)
-    print(f"model {args.model}\n{len(rows)} {args.tasks} prompts (mean {mask.sum(1).float().mean():.0f} tokens), "
-          f"{args.new_tokens} new tokens each, greedy '{args.sampler}' sampler, {args.threads} thread(s), "
-          f"median of {args.repeats} runs\n")
+    prompts = [
+        tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True) for row in rows
+    ]
+    ids, mask = left_pad(
+        [tokenizer.encode(text, add_special_tokens=False) for text in prompts], pad_id(tokenizer), args.device
+    )
+    print(
+        f"model {args.model}\n{len(rows)} {args.tasks} prompts (mean {mask.sum(1).float().mean():.0f} tokens), "
+        f"{args.new_tokens} new tokens each, greedy '{args.sampler}' sampler, {args.threads} thread(s), "
+        f"median of {args.repeats} runs\n"
+    )
     shared = {name: json.loads(value) for name, value in (option.split("=", 1) for option in args.option)}
-    configs = [Config(config.label, {**shared, **config.options}) for config in
-               configurations(args.new_tokens, args.block_length, args.threshold, args.low_threshold, args.factor,
-                              args.refresh, args.reference_block_length)]
+    configs = [
+        Config(config.label, {**shared, **config.options})
+        for config in configurations(
+            args.new_tokens,
+            args.block_length,
+            args.threshold,
+            args.low_threshold,
+            args.factor,
+            args.refresh,
+            args.reference_block_length,
+        )
+    ]
     if args.only:
         wanted = [part.strip() for part in args.only.split(",")]
         configs = configs[:1] + [c for c in configs[1:] if any(part in c.label for part in wanted)]
-    measurements = measure(configs, args.sampler, lm, ids, mask, args.new_tokens, tokenizer.eos_token_id,
-                           pad_id(tokenizer), args.repeats)
+    measurements = measure(
+        configs, args.sampler, lm, ids, mask, args.new_tokens, tokenizer.eos_token_id, pad_id(tokenizer), args.repeats
+    )
 
     def texts_of(output) -> list[str]:
-        return [tokenizer.decode(row[:length], skip_special_tokens=True)
-                for row, length in zip(output.completion_ids.tolist(), output.lengths.tolist())]
+        return [
+            tokenizer.decode(row[:length], skip_special_tokens=True)
+            for row, length in zip(output.completion_ids.tolist(), output.lengths.tolist())
+        ]
 
     # Every position is decided or known to be padding, so all of them count as generated.
     print_table(measurements, len(rows) * args.new_tokens, texts_of, task_reward(rows))

@@ -60,8 +60,9 @@ def baseline(pairs: list[tuple[str, TestSpec]]) -> list[list[bool]]:
         row = []
         for test in spec.asserts:
             try:
-                done = subprocess.run([sys.executable, "-c", f"{code}\n{test}\n"], capture_output=True,
-                                      timeout=TIMEOUT_S)
+                done = subprocess.run(
+                    [sys.executable, "-c", f"{code}\n{test}\n"], capture_output=True, timeout=TIMEOUT_S
+                )
                 row.append(done.returncode == 0)
             except subprocess.TimeoutExpired:
                 row.append(False)
@@ -76,6 +77,7 @@ def sandboxed(pairs: list[tuple[str, TestSpec]], box: Sandbox) -> list[list[bool
 
 def judge_off(pairs: list[tuple[str, TestSpec]], box: Sandbox) -> list[list[bool]]:
     """Each assert appended to the program and run in its process: the judge's cost is the difference."""
+
     def one(pair):
         code, spec = pair
         results = box.run([Job(f"{code}\n{test}\n", timeout_s=TIMEOUT_S) for test in spec.asserts])
@@ -92,7 +94,7 @@ def interleaved_medians(methods: dict, repeats: int) -> dict[str, tuple[float, l
     verdicts: dict[str, list[list[bool]]] = {}
     labels = list(methods)
     for repeat in range(repeats):
-        for label in labels[repeat % len(labels):] + labels[:repeat % len(labels)]:
+        for label in labels[repeat % len(labels) :] + labels[: repeat % len(labels)]:
             started = time.perf_counter()
             verdicts[label] = methods[label]()
             durations[label].append(time.perf_counter() - started)
@@ -102,8 +104,11 @@ def interleaved_medians(methods: dict, repeats: int) -> dict[str, tuple[float, l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mbpp_dir = os.environ.get("DIFFUGRPO_MBPP_DIR")
-    parser.add_argument("--mbpp", default=os.path.join(mbpp_dir, "mbpp.jsonl") if mbpp_dir else None,
-                        help="MBPP's mbpp.jsonl (default: $DIFFUGRPO_MBPP_DIR/mbpp.jsonl)")
+    parser.add_argument(
+        "--mbpp",
+        default=os.path.join(mbpp_dir, "mbpp.jsonl") if mbpp_dir else None,
+        help="MBPP's mbpp.jsonl (default: $DIFFUGRPO_MBPP_DIR/mbpp.jsonl)",
+    )
     parser.add_argument("--completions", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     cores = os.cpu_count() or 2
@@ -112,8 +117,10 @@ def main() -> None:
     args.concurrency = sorted(set(args.concurrency) | {cores})  # the protections' costs are taken there
 
     if not args.mbpp or not os.path.isfile(args.mbpp):
-        parser.error(f"no MBPP file {args.mbpp or ''}: pass --mbpp path/to/mbpp.jsonl or set DIFFUGRPO_MBPP_DIR "
-                     f"to the folder holding it")
+        parser.error(
+            f"no MBPP file {args.mbpp or ''}: pass --mbpp path/to/mbpp.jsonl or set DIFFUGRPO_MBPP_DIR "
+            f"to the folder holding it"
+        )
     pairs = batch(args.completions, args.mbpp)
     tests = sum(len(spec) for _, spec in pairs)
     methods = {"baseline: plain subprocess per test, sequential": lambda: baseline(pairs)}
@@ -121,8 +128,9 @@ def main() -> None:
         box = Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=concurrency))
         methods[f"sandbox, every protection, {concurrency} at a time"] = lambda box=box: sandboxed(pairs, box)
     for protection, option in PROTECTION_OPTIONS.items():
-        box = Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=cores, require=("namespaces",),
-                                    **{option: False}))
+        box = Sandbox(
+            SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=cores, require=("namespaces",), **{option: False})
+        )
         methods[f"sandbox without {protection}, {cores} at a time"] = lambda box=box: sandboxed(pairs, box)
     box = Sandbox(SandboxConfig(timeout_s=TIMEOUT_S, max_concurrency=cores))
     methods[f"sandbox without the judge, {cores} at a time"] = lambda box=box: judge_off(pairs, box)
@@ -132,16 +140,20 @@ def main() -> None:
         assert verdicts == reference, f"{label}: verdicts differ from the baseline's"
     rows = [(label, statistics.median(times), min(times), max(times)) for label, (times, _) in measured.items()]
     passed = sum(map(sum, reference))
-    print(f"{len(pairs)} completions x 3 tests = {tests} tests ({passed} pass), {os.cpu_count()} cores, "
-          f"median (range) of {args.repeats}; verdicts identical across methods\n")
+    print(
+        f"{len(pairs)} completions x 3 tests = {tests} tests ({passed} pass), {os.cpu_count()} cores, "
+        f"median (range) of {args.repeats}; verdicts identical across methods\n"
+    )
     print("| method | isolated | median s (range) | tests/s | vs baseline (range) |")
     print("|---|---|---|---|---|")
     base = measured[next(iter(methods))][0]
     for label, seconds, low, high in rows:
         isolated = "no" if label.startswith("baseline") else "yes (bwrap)"
         ratios = [b / t for b, t in zip(base, measured[label][0])]  # paired within a repeat
-        print(f"| {label} | {isolated} | {seconds:.2f} ({low:.2f}-{high:.2f}) | {tests / seconds:.1f} | "
-              f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |")
+        print(
+            f"| {label} | {isolated} | {seconds:.2f} ({low:.2f}-{high:.2f}) | {tests / seconds:.1f} | "
+            f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f}) |"
+        )
     full = statistics.median(measured[f"sandbox, every protection, {cores} at a time"][0])
     print(f"\nWhat the judge and each protection cost at {cores} at a time (time with it / time without it):\n")
     print("| part | with s | without s | cost |")

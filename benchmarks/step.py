@@ -27,13 +27,24 @@ import time
 from pathlib import Path
 
 SAMPLER_KEY = "actor_rollout_ref.rollout.engine_kwargs.diffusion"
-STAGES = (("rollout", ("timing_s/gen",)), ("old + ref log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
-          ("update", ("timing_s/update_actor",)), ("step", ("timing_s/step",)))
+STAGES = (
+    ("rollout", ("timing_s/gen",)),
+    ("old + ref log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
+    ("update", ("timing_s/update_actor",)),
+    ("step", ("timing_s/step",)),
+)
 # the plain sampler: every lever the training default turns on, off
-PLAIN_LEVERS = {"kv_cache": False, "cache_refresh": None, "threshold": None, "compact": False, "reuse_logits": False,
-                "head_on_masked": False}
-REFERENCE_SAMPLER = tuple(f"{lever}={'null' if value is None else str(value).lower()}"
-                          for lever, value in PLAIN_LEVERS.items())
+PLAIN_LEVERS = {
+    "kv_cache": False,
+    "cache_refresh": None,
+    "threshold": None,
+    "compact": False,
+    "reuse_logits": False,
+    "head_on_masked": False,
+}
+REFERENCE_SAMPLER = tuple(
+    f"{lever}={'null' if value is None else str(value).lower()}" for lever, value in PLAIN_LEVERS.items()
+)
 
 
 def run_job(label: str, steps: int, sampler_options: list[str], workdir: Path) -> dict[str, list[float]]:
@@ -41,14 +52,23 @@ def run_job(label: str, steps: int, sampler_options: list[str], workdir: Path) -
     from diffugrpo_plugin.tools.plotting import find_event_dir, read_scalars
 
     tensorboard = workdir / label / "tensorboard"
-    command = [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo",
-               f"trainer.total_training_steps={steps}", "trainer.test_freq=-1", "trainer.val_before_train=false",
-               "trainer.save_freq=-1", f"trainer.default_local_dir={workdir / label / 'checkpoints'}",
-               f"hydra.run.dir={workdir / label / 'hydra'}",
-               *[f"++{SAMPLER_KEY}.{option}" for option in sampler_options]]
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main",
+        "algorithm=coupled_grpo",
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.save_freq=-1",
+        f"trainer.default_local_dir={workdir / label / 'checkpoints'}",
+        f"hydra.run.dir={workdir / label / 'hydra'}",
+        *[f"++{SAMPLER_KEY}.{option}" for option in sampler_options],
+    ]
     started = time.perf_counter()
-    result = subprocess.run(command, env={**os.environ, "TENSORBOARD_DIR": str(tensorboard)},
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        command, env={**os.environ, "TENSORBOARD_DIR": str(tensorboard)}, capture_output=True, text=True
+    )
     if result.returncode != 0:
         raise SystemExit(f"{label} run failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
     print(f"{label}: {steps} steps in {time.perf_counter() - started:.0f} s", flush=True)
@@ -62,8 +82,10 @@ def run_job(label: str, steps: int, sampler_options: list[str], workdir: Path) -
 
 
 def print_table(reference: dict[str, list[float]], fast: dict[str, list[float]], fast_options: list[str]) -> None:
-    print(f"\nmedian seconds per step (steps 2..N); reference = {' '.join(REFERENCE_SAMPLER)}; fast = the job's "
-          f"default sampler{' + ' + ' '.join(fast_options) if fast_options else ''}")
+    print(
+        f"\nmedian seconds per step (steps 2..N); reference = {' '.join(REFERENCE_SAMPLER)}; fast = the job's "
+        f"default sampler{' + ' + ' '.join(fast_options) if fast_options else ''}"
+    )
     header = f"{'stage':<22}{'reference':>11}{'fast':>9}{'x faster':>10}{'share (ref)':>13}"
     print(header + "\n" + "-" * len(header))
     step_reference = statistics.median(reference["step"])
@@ -77,9 +99,13 @@ def print_table(reference: dict[str, list[float]], fast: dict[str, list[float]],
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=6, help="training steps per run (the first is not counted)")
-    parser.add_argument("--fast", nargs="+", default=[],
-                        help=f"sampler options added to the fast run, KEY=VALUE under {SAMPLER_KEY} (default: none, "
-                             f"the job's default fast setting)")
+    parser.add_argument(
+        "--fast",
+        nargs="+",
+        default=[],
+        help=f"sampler options added to the fast run, KEY=VALUE under {SAMPLER_KEY} (default: none, "
+        f"the job's default fast setting)",
+    )
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be at least 2: the first step is start-up and is not counted")

@@ -45,12 +45,21 @@ from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parent
 PROMPTS, GENERATIONS, ITERATIONS, BETA, CLIP, LR = 4, 4, 2, 0.01, 0.5, 1e-4
-JOB_SETTINGS = [f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.rollout.n={GENERATIONS}",
-                f"actor_rollout_ref.actor.ppo_epochs={ITERATIONS}", f"actor_rollout_ref.actor.kl_loss_coef={BETA}",
-                f"actor_rollout_ref.actor.optim.lr={LR}", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}"]
+JOB_SETTINGS = [
+    f"data.train_batch_size={PROMPTS}",
+    f"actor_rollout_ref.rollout.n={GENERATIONS}",
+    f"actor_rollout_ref.actor.ppo_epochs={ITERATIONS}",
+    f"actor_rollout_ref.actor.kl_loss_coef={BETA}",
+    f"actor_rollout_ref.actor.optim.lr={LR}",
+    f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+]
 REWARD = ("mean reward", ("critic/score/mean",))  # code x2.0 + code_format x0.5, mean over the step's completions
-STAGES = (("rollout + reward", ("timing_s/gen",)), ("old + ref log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
-          ("update", ("timing_s/update_actor",)), ("step", ("timing_s/step",)))
+STAGES = (
+    ("rollout + reward", ("timing_s/gen",)),
+    ("old + ref log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
+    ("update", ("timing_s/update_actor",)),
+    ("step", ("timing_s/step",)),
+)
 
 
 def coupled_logprobs(module, lm, input_ids, attention, positions, prompt_length: int, seed: int):
@@ -64,8 +73,9 @@ def coupled_logprobs(module, lm, input_ids, attention, positions, prompt_length:
     prompt_index = torch.arange(length) < prompt_length  # [T]
     noisy, weights, in_v2 = forward_process(input_ids, prompt_index, lm.mask_token_id, seed)
     views = torch.cat(noisy)  # [3B, T]
-    logits = align_logits(lm.family.call(module, views, attention.repeat(3, 1), positions.repeat(3, 1)),
-                          lm.shift_logits)  # [3B, T, V]
+    logits = align_logits(
+        lm.family.call(module, views, attention.repeat(3, 1), positions.repeat(3, 1)), lm.shift_logits
+    )  # [3B, T, V]
     logp = logits.float().log_softmax(dim=-1).gather(-1, input_ids.repeat(3, 1).unsqueeze(-1)).squeeze(-1)  # [3B, T]
     full, first, second = logp.split(rows)  # [B, T] each
     combined = (full * weights[0] + torch.where(in_v2, first * weights[1], second * weights[2])) / 2  # [B, T]
@@ -73,8 +83,10 @@ def coupled_logprobs(module, lm, input_ids, attention, positions, prompt_length:
 
 
 def length_settings(new_tokens: int, diffusion_steps: int) -> list[str]:
-    return [f"data.max_response_length={new_tokens}",
-            f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={diffusion_steps}"]
+    return [
+        f"data.max_response_length={new_tokens}",
+        f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={diffusion_steps}",
+    ]
 
 
 def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: int, out: Path) -> None:
@@ -99,17 +111,28 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
     spec = RewardSpec.from_config({})  # the framework's default: DiffuCoder's code x2.0 + code_format x0.5
     timings = []
     for step in range(steps):
-        rows = [row for row in all_rows[step * PROMPTS:(step + 1) * PROMPTS] for _ in range(GENERATIONS)]
-        texts = [tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True)
-                 for row in rows]
+        rows = [row for row in all_rows[step * PROMPTS : (step + 1) * PROMPTS] for _ in range(GENERATIONS)]
+        texts = [
+            tokenizer.apply_chat_template(list(row["prompt"]), tokenize=False, add_generation_prompt=True)
+            for row in rows
+        ]
         ids, mask = left_pad([tokenizer.encode(text, add_special_tokens=False) for text in texts], pad)
         seconds = {}
         started = time.perf_counter()
         policy.eval()
-        completion = dream_loop(lm, ids, mask, new_tokens, diffusion_steps, JOB_SAMPLING["temperature"],
-                                JOB_SAMPLING["top_p"], JOB_SAMPLING["top_k"], generator)  # [B, N]
+        completion = dream_loop(
+            lm,
+            ids,
+            mask,
+            new_tokens,
+            diffusion_steps,
+            JOB_SAMPLING["temperature"],
+            JOB_SAMPLING["top_p"],
+            JOB_SAMPLING["top_k"],
+            generator,
+        )  # [B, N]
         completion, kept = cut_after_eos(completion, eos, pad)  # [B, N] each
-        answers = [tokenizer.decode(row[:int(n)], skip_special_tokens=True) for row, n in zip(completion, kept.sum(1))]
+        answers = [tokenizer.decode(row[: int(n)], skip_special_tokens=True) for row, n in zip(completion, kept.sum(1))]
         columns = {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
         rewards = torch.tensor([spec.total(scored.values) for scored in spec.score(answers, columns)])  # [B]
         seconds["rollout + reward"] = time.perf_counter() - started
@@ -152,8 +175,9 @@ def peak_pss_of(command: list[str], env: dict[str, str], cwd: Path) -> int:
     from processes import snapshot
 
     with tempfile.TemporaryFile("w+") as errors:  # a file, not a pipe: a chatty job never blocks on a full pipe
-        job = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=errors, text=True,
-                               start_new_session=True)
+        job = subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=errors, text=True, start_new_session=True
+        )
         peak = 0
         while job.poll() is None:
             peak = max(peak, sum(pss for _, _, pss, _ in snapshot(job.pid)))
@@ -169,12 +193,22 @@ def run_ours(label: str, steps: int, model: str, sampler_options: list[str], set
     from step import SAMPLER_KEY
 
     tensorboard = workdir / label / "tensorboard"
-    command = [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo", *JOB_SETTINGS,
-               f"actor_rollout_ref.model.path={model}", f"trainer.total_training_steps={steps}", "trainer.test_freq=-1",
-               "trainer.val_before_train=false", "trainer.save_freq=-1",
-               f"trainer.default_local_dir={workdir / label / 'checkpoints'}",
-               f"hydra.run.dir={workdir / label / 'hydra'}",
-               *[f"++{SAMPLER_KEY}.{option}" for option in sampler_options], *settings]
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main",
+        "algorithm=coupled_grpo",
+        *JOB_SETTINGS,
+        f"actor_rollout_ref.model.path={model}",
+        f"trainer.total_training_steps={steps}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        "trainer.save_freq=-1",
+        f"trainer.default_local_dir={workdir / label / 'checkpoints'}",
+        f"hydra.run.dir={workdir / label / 'hydra'}",
+        *[f"++{SAMPLER_KEY}.{option}" for option in sampler_options],
+        *settings,
+    ]
     peak = peak_pss_of(command, {**os.environ, "TENSORBOARD_DIR": str(tensorboard)}, workdir)
     scalars = read_scalars(find_event_dir(tensorboard))
     split = {}
@@ -188,10 +222,25 @@ def run_ours(label: str, steps: int, model: str, sampler_options: list[str], set
 
 def run_reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: int, workdir: Path):
     out = workdir / "reference_style.json"
-    command = [sys.executable, __file__, "--reference-style-worker", str(out), "--steps", str(steps), "--model", model,
-               "--new-tokens", str(new_tokens), "--diffusion-steps", str(diffusion_steps)]
-    peak = peak_pss_of(command, {**os.environ, "PYTHONPATH": os.pathsep.join(
-        filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")]))}, workdir)
+    command = [
+        sys.executable,
+        __file__,
+        "--reference-style-worker",
+        str(out),
+        "--steps",
+        str(steps),
+        "--model",
+        model,
+        "--new-tokens",
+        str(new_tokens),
+        "--diffusion-steps",
+        str(diffusion_steps),
+    ]
+    peak = peak_pss_of(
+        command,
+        {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")]))},
+        workdir,
+    )
     timings = json.loads(out.read_text())[1:]
     print("reference-style: done", flush=True)
     return {stage: [t[stage] for t in timings] for stage, _ in (*STAGES, REWARD)}, peak
@@ -200,8 +249,10 @@ def run_reference_style(steps: int, model: str, new_tokens: int, diffusion_steps
 def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
     baseline, baseline_peak = runs["reference-style"]
     labels = list(runs)
-    print("\nseconds per step, median [range] of steps 2..N; 'x' = reference-style median / this run's median "
-          "(above 1: faster than the reference-style step)")
+    print(
+        "\nseconds per step, median [range] of steps 2..N; 'x' = reference-style median / this run's median "
+        "(above 1: faster than the reference-style step)"
+    )
     header = f"{'stage':<22}" + "".join(f"{label:>30}" for label in labels)
     print(header + "\n" + "-" * len(header))
     for stage, _ in STAGES:
@@ -214,8 +265,10 @@ def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
     rewards = [runs[label][0][REWARD[0]] for label in labels]
     cells = [f"{statistics.mean(r):.2f} [{min(r):.2f}-{max(r):.2f}]" for r in rewards]
     print(f"{REWARD[0]:<22}" + "".join(f"{cell:>30}" for cell in cells))
-    print(f"{'peak PSS, whole tree':<22}" + "".join(
-        f"{f'{peak / 1024:.0f} MiB x{peak / baseline_peak:.2f}':>30}" for _, peak in runs.values()))
+    print(
+        f"{'peak PSS, whole tree':<22}"
+        + "".join(f"{f'{peak / 1024:.0f} MiB x{peak / baseline_peak:.2f}':>30}" for _, peak in runs.values())
+    )
 
 
 def main() -> None:
@@ -224,9 +277,14 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="checkpoint (default: the warm-started tiny Dream-style model)")
     parser.add_argument("--new-tokens", type=int, default=64, help="completion length (issue 33's: 64; the job's: 48)")
     parser.add_argument("--diffusion-steps", type=int, default=64, help="issue 33's: 64; the job's: 32")
-    parser.add_argument("-o", "--override", action="append", default=[],
-                        help="a Hydra override added to both of our runs (to try a setting of ours; the "
-                             "reference-style step is unchanged)")
+    parser.add_argument(
+        "-o",
+        "--override",
+        action="append",
+        default=[],
+        help="a Hydra override added to both of our runs (to try a setting of ours; the "
+        "reference-style step is unchanged)",
+    )
     parser.add_argument("--reference-style-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.steps < 2:
@@ -242,11 +300,15 @@ def main() -> None:
 
     settings = [*length_settings(args.new_tokens, args.diffusion_steps), *args.override]
     with tempfile.TemporaryDirectory(prefix="diffugrpo-whole-step-") as workdir:
-        runs = {"reference-style": run_reference_style(args.steps, args.model, args.new_tokens, args.diffusion_steps,
-                                                       Path(workdir)),
-                "ours, reference sampler": run_ours("reference", args.steps, args.model, list(REFERENCE_SAMPLER),
-                                                    settings, Path(workdir)),
-                "ours, fast sampler": run_ours("fast", args.steps, args.model, [], settings, Path(workdir))}
+        runs = {
+            "reference-style": run_reference_style(
+                args.steps, args.model, args.new_tokens, args.diffusion_steps, Path(workdir)
+            ),
+            "ours, reference sampler": run_ours(
+                "reference", args.steps, args.model, list(REFERENCE_SAMPLER), settings, Path(workdir)
+            ),
+            "ours, fast sampler": run_ours("fast", args.steps, args.model, [], settings, Path(workdir)),
+        }
     print_table(runs)
 
 

@@ -9,24 +9,41 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import warnings
 
 NEW_PLACE = {
-    "masking": "core.masking", "kernels": "models.kernels", "logprobs": "core.logprobs",
+    "masking": "core.masking",
+    "kernels": "models.kernels",
+    "logprobs": "core.logprobs",
     "loss_terms": "core.loss_terms",
-    "families": "models.families", "family_detection": "models.detection", "weights": "models.weights",
-    "lora": "models.lora", "lean_mlp": "models.lean_mlp", "native": "models.native", "tiny": "models.tiny",
+    "families": "models.families",
+    "family_detection": "models.detection",
+    "weights": "models.weights",
+    "lora": "models.lora",
+    "lean_mlp": "models.lean_mlp",
+    "native": "models.native",
+    "tiny": "models.tiny",
     "tokenizer": "models.tokenizer",
-    "reward_weights": "rewards.learned_weights", "code_execution": "rewards.code_tests",
-    "judging": "rewards.judging", "verdicts": "rewards.verdicts",
-    "sandbox_limits": "sandbox.limits", "sandbox_launcher": "sandbox.sandbox_launcher",
-    "sandbox_wire": "sandbox.sandbox_wire", "sandbox_program": "sandbox.sandbox_program",
+    "reward_weights": "rewards.learned_weights",
+    "code_execution": "rewards.code_tests",
+    "judging": "rewards.judging",
+    "verdicts": "rewards.verdicts",
+    "sandbox_limits": "sandbox.limits",
+    "sandbox_launcher": "sandbox.sandbox_launcher",
+    "sandbox_wire": "sandbox.sandbox_wire",
+    "sandbox_program": "sandbox.sandbox_program",
     "sandbox_judge": "sandbox.sandbox_judge",
-    "cache": "data.cache", "request_batcher": "sampling.request_batcher",
-    "sft": "training.sft", "warm_start": "training.warm_start", "curriculum": "training.curriculum",
-    "model_check": "tools.model_check", "step_cost": "tools.step_cost", "plotting": "tools.plotting",
+    "cache": "data.cache",
+    "request_batcher": "sampling.request_batcher",
+    "sft": "training.sft",
+    "warm_start": "training.warm_start",
+    "curriculum": "training.curriculum",
+    "model_check": "tools.model_check",
+    "step_cost": "tools.step_cost",
+    "plotting": "tools.plotting",
     "evaluation": "tools.evaluation",
 }
 """Old module name under ``diffugrpo_plugin`` -> its name now (a moved package's submodules follow it)."""
@@ -63,10 +80,17 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
         moved_to = new_name(fullname)
         if moved_to is None:
             return None
-        warnings.warn(f"{fullname} moved to {moved_to}: import it from there (the old name goes in 0.3)",
-                      FutureWarning, stacklevel=2)
-        is_package = importlib.util.find_spec(moved_to).submodule_search_locations is not None
-        return importlib.util.spec_from_loader(fullname, _Alias(moved_to), is_package=is_package)
+        warnings.warn(
+            f"{fullname} moved to {moved_to}: import it from there (the old name goes in 0.3)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        target = importlib.util.find_spec(moved_to)
+        spec = importlib.machinery.ModuleSpec(
+            fullname, _Alias(moved_to), origin=target.origin, is_package=target.submodule_search_locations is not None
+        )
+        spec.has_location = target.has_location  # ``python -m`` sets ``__file__`` from it
+        return spec
 
 
 def install() -> None:

@@ -25,9 +25,16 @@ from diffugrpo_plugin.models.dlm import DiffusionLM, position_ids_from_mask
 from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS, chunked_gathered_logprob
 
 
-def forward_process(batch: torch.Tensor, prompt_index: torch.Tensor, mask_id: int, seed: int | None = None,
-                    accumulate: bool = False, num_generations: int = 1, t_range: tuple[float, float] = (0.2, 0.8),
-                    p_mask_prompt: float = 0.0):
+def forward_process(
+    batch: torch.Tensor,
+    prompt_index: torch.Tensor,
+    mask_id: int,
+    seed: int | None = None,
+    accumulate: bool = False,
+    num_generations: int = 1,
+    t_range: tuple[float, float] = (0.2, 0.8),
+    p_mask_prompt: float = 0.0,
+):
     """Three noised versions of ``batch`` for coupled sampling.
 
     Args:
@@ -51,8 +58,9 @@ def forward_process(batch: torch.Tensor, prompt_index: torch.Tensor, mask_id: in
     if prompt_index.shape != batch.shape:
         raise ValueError(f"prompt_index must be [L] or [B, L] = {tuple(batch.shape)}, got {tuple(prompt_index.shape)}")
     if accumulate and batch_size % num_generations:
-        raise ValueError(f"accumulate=True needs the batch size ({batch_size}) divisible by "
-                         f"num_generations ({num_generations})")
+        raise ValueError(
+            f"accumulate=True needs the batch size ({batch_size}) divisible by num_generations ({num_generations})"
+        )
     t_min, t_max = t_range
     generator = torch.Generator(device="cpu")
     if seed is None:
@@ -85,8 +93,9 @@ def _token_logprobs(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return flat.view(index.shape)
 
 
-def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, weights: Sequence[float] | None = None,
-                          mask: torch.Tensor | None = None) -> torch.Tensor:
+def selective_log_softmax(
+    logits: torch.Tensor, index: torch.Tensor, weights: Sequence[float] | None = None, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per-token log-probs of ``index``; with ``weights``, the coupled combination.
 
     Without ``weights``: logits [N, L, V], index [N, L] -> [N, L].
@@ -100,24 +109,36 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor, weights: Se
         raise ValueError("selective_log_softmax with weights needs the completion mask of version 2")
     iterations = len(weights) // 3
     if len(weights) != 3 * iterations or logits.shape[0] != 3 * index.shape[0] or index.shape[0] % max(iterations, 1):
-        raise ValueError(f"layout mismatch: logits {tuple(logits.shape)}, index {tuple(index.shape)}, "
-                         f"{len(weights)} weights; expected [K*3*B, L, V], [K*B, L] and 3*K weights")
+        raise ValueError(
+            f"layout mismatch: logits {tuple(logits.shape)}, index {tuple(index.shape)}, "
+            f"{len(weights)} weights; expected [K*3*B, L, V], [K*B, L] and 3*K weights"
+        )
     rows = index.shape[0] // iterations
     combined = []
     for k in range(iterations):
-        target = index[k * rows:(k + 1) * rows]  # [B, L]
-        block = logits[3 * k * rows:3 * (k + 1) * rows]  # [3B, L, V]
-        logp_v1, logp_v2, logp_v3 = (_token_logprobs(block[v * rows:(v + 1) * rows], target) for v in range(3))
+        target = index[k * rows : (k + 1) * rows]  # [B, L]
+        block = logits[3 * k * rows : 3 * (k + 1) * rows]  # [3B, L, V]
+        logp_v1, logp_v2, logp_v3 = (_token_logprobs(block[v * rows : (v + 1) * rows], target) for v in range(3))
         w2, w3 = float(weights[3 * k + 1]), float(weights[3 * k + 2])
-        in_v2 = mask[k * rows:(k + 1) * rows].bool()
+        in_v2 = mask[k * rows : (k + 1) * rows].bool()
         combined.append((logp_v1 + torch.where(in_v2, logp_v2 * w2, logp_v3 * w3)) / 2)
     return torch.cat(combined)
 
 
-def get_per_token_logps(model, input_ids: torch.Tensor, logits_to_keep: int, mask_seeds: Sequence[int], *,
-                        attention_mask: torch.Tensor | None = None, mask_id: int | None = None,
-                        logits_shift: bool | None = None, accumulate: bool = False, num_generations: int = 1,
-                        t_range: tuple[float, float] = (0.2, 0.8), p_mask_prompt: float = 0.0) -> torch.Tensor:
+def get_per_token_logps(
+    model,
+    input_ids: torch.Tensor,
+    logits_to_keep: int,
+    mask_seeds: Sequence[int],
+    *,
+    attention_mask: torch.Tensor | None = None,
+    mask_id: int | None = None,
+    logits_shift: bool | None = None,
+    accumulate: bool = False,
+    num_generations: int = 1,
+    t_range: tuple[float, float] = (0.2, 0.8),
+    p_mask_prompt: float = 0.0,
+) -> torch.Tensor:
     """Coupled log-probs of the last ``logits_to_keep`` tokens, one pass per mask seed.
 
     Args:
@@ -129,8 +150,11 @@ def get_per_token_logps(model, input_ids: torch.Tensor, logits_to_keep: int, mas
     Returns:
         [B, num_iterations, logits_to_keep] fp32.
     """
-    lm = model if isinstance(model, DiffusionLM) else DiffusionLM.wrap(model, mask_token_id=mask_id,
-                                                                        logits_shift=logits_shift)
+    lm = (
+        model
+        if isinstance(model, DiffusionLM)
+        else DiffusionLM.wrap(model, mask_token_id=mask_id, logits_shift=logits_shift)
+    )
     mask_id = lm.mask_token_id if mask_id is None else mask_id
     length = input_ids.shape[1]
     if attention_mask is None:
@@ -140,10 +164,16 @@ def get_per_token_logps(model, input_ids: torch.Tensor, logits_to_keep: int, mas
     completion = (~prompt_index)[None] & attention_mask.bool()  # [B, L]
     per_seed = []
     for seed in mask_seeds:
-        noisy, weights, in_v2 = forward_process(input_ids, prompt_index, mask_id, seed, accumulate, num_generations,
-                                                t_range, p_mask_prompt)
-        coef = torch.stack([completion * 0.5 * weights[0], (in_v2 & completion) * 0.5 * weights[1],
-                            (completion & ~in_v2) * 0.5 * weights[2]]).to(torch.float32)  # [3, B, L]
+        noisy, weights, in_v2 = forward_process(
+            input_ids, prompt_index, mask_id, seed, accumulate, num_generations, t_range, p_mask_prompt
+        )
+        coef = torch.stack(
+            [
+                completion * 0.5 * weights[0],
+                (in_v2 & completion) * 0.5 * weights[1],
+                (completion & ~in_v2) * 0.5 * weights[2],
+            ]
+        ).to(torch.float32)  # [3, B, L]
         views = MaskedViews(noisy=torch.stack(noisy), coef=coef)
         logp = coupled_token_logprobs(lm, views, input_ids, attention_mask, position_ids).logp  # [B, L]
         per_seed.append(logp[:, -logits_to_keep:])

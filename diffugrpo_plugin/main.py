@@ -24,8 +24,11 @@ def main(config) -> None:
         # a failed registration left no module behind, so this import runs it again and raises its error
         from diffugrpo_plugin.integration import register  # noqa: F401
     except Exception as error:  # noqa: BLE001 - any failure of the registration stops here, in one line
-        print(f"diffugrpo: could not register with verl ({type(error).__name__}: {error}); the traceback above shows "
-              f"where", file=sys.stderr)
+        print(
+            f"diffugrpo: could not register with verl ({type(error).__name__}: {error}); the traceback above shows "
+            f"where",
+            file=sys.stderr,
+        )
         raise SystemExit(2) from error
     from diffugrpo_plugin.integration.preflight import ConfigError, check_config
 

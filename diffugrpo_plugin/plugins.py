@@ -54,11 +54,14 @@ class OptionInfo(NamedTuple):
 def factory_options(factory: Callable[..., Any]) -> list[OptionInfo]:
     """The options of a factory: dataclass fields (with their ``help`` metadata) or keyword parameters."""
     if dataclasses.is_dataclass(factory):
-        return [OptionInfo(f.name, f.default, f.metadata.get("help", ""))
-                for f in dataclasses.fields(factory) if f.init]
-    return [OptionInfo(p.name, None if p.default is inspect.Parameter.empty else p.default, "")
-            for p in inspect.signature(factory).parameters.values()
-            if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+        return [
+            OptionInfo(f.name, f.default, f.metadata.get("help", "")) for f in dataclasses.fields(factory) if f.init
+        ]
+    return [
+        OptionInfo(p.name, None if p.default is inspect.Parameter.empty else p.default, "")
+        for p in inspect.signature(factory).parameters.values()
+        if p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
 
 
 def _takes_any_keyword(function: Callable[..., Any]) -> bool:
@@ -89,11 +92,18 @@ def _reward_problem(fn: Any) -> str | None:
     if not callable(fn):
         return f"got {type(fn).__name__}, not a function"
     parameters = inspect.signature(fn).parameters.values()
-    required_keywords = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY
-                         and p.default is inspect.Parameter.empty and p.name not in INJECTED_REWARD_OPTIONS]
+    required_keywords = [
+        p.name
+        for p in parameters
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+        and p.default is inspect.Parameter.empty
+        and p.name not in INJECTED_REWARD_OPTIONS
+    ]
     if not _binds(fn, []) or not _takes_any_keyword(fn) or required_keywords:
-        return (f"it must be fn(completions, *, option=default, ..., **columns) -> list[float | None] "
-                f"(every option with a default, **columns to accept the row's columns); got {_signature(fn)}")
+        return (
+            f"it must be fn(completions, *, option=default, ..., **columns) -> list[float | None] "
+            f"(every option with a default, **columns to accept the row's columns); got {_signature(fn)}"
+        )
     return None
 
 
@@ -112,29 +122,36 @@ def _model_family_problem(family: Any) -> str | None:
 def _masker_problem(masker: Any) -> str | None:
     views = getattr(masker, "views", None)
     if not callable(views) or not _binds(views, *range(5)):
-        return (f"the factory built {type(masker).__name__}, whose views() must accept "
-                f"(input_ids, completion_mask, mask_id, seeds, prompt_mask); got "
-                f"{_signature(views) if callable(views) else 'no views method'}")
+        return (
+            f"the factory built {type(masker).__name__}, whose views() must accept "
+            f"(input_ids, completion_mask, mask_id, seeds, prompt_mask); got "
+            f"{_signature(views) if callable(views) else 'no views method'}"
+        )
     return None
 
 
 def _sampler_problem(sampler: Any) -> str | None:
     generate = getattr(sampler, "generate", None)
-    if not callable(generate) or not _binds(generate, *range(4), eos_token_id=0, pad_token_id=0, seeds=None,
-                                            record_trace=False):
-        return (f"the factory built {type(sampler).__name__}, whose generate() must accept (model, prompt_ids, "
-                f"prompt_mask, max_new_tokens, *, eos_token_id, pad_token_id, seeds, record_trace); got "
-                f"{_signature(generate) if callable(generate) else 'no generate method'}")
+    if not callable(generate) or not _binds(
+        generate, *range(4), eos_token_id=0, pad_token_id=0, seeds=None, record_trace=False
+    ):
+        return (
+            f"the factory built {type(sampler).__name__}, whose generate() must accept (model, prompt_ids, "
+            f"prompt_mask, max_new_tokens, *, eos_token_id, pad_token_id, seeds, record_trace); got "
+            f"{_signature(generate) if callable(generate) else 'no generate method'}"
+        )
     return None
 
 
 def _loss_term_problem(term: Any) -> str | None:
     prepare, loss = getattr(term, "prepare", None), getattr(term, "loss", None)
     if not (callable(prepare) and _binds(prepare, None) and callable(loss) and _binds(loss, None)):
-        return (f"the factory built {type(term).__name__}, which must have prepare(step) -> dict of per-sample "
-                f"tensors and loss(inputs) -> per-sample loss [B]; got prepare "
-                f"{_signature(prepare) if callable(prepare) else 'missing'}, loss "
-                f"{_signature(loss) if callable(loss) else 'missing'}")
+        return (
+            f"the factory built {type(term).__name__}, which must have prepare(step) -> dict of per-sample "
+            f"tensors and loss(inputs) -> per-sample loss [B]; got prepare "
+            f"{_signature(prepare) if callable(prepare) else 'missing'}, loss "
+            f"{_signature(loss) if callable(loss) else 'missing'}"
+        )
     return None
 
 
@@ -152,12 +169,13 @@ class PluginKind:
 KINDS = {
     "reward": PluginKind("diffugrpo_reward_functions", "diffugrpo.rewards", "rewards", _reward_problem),
     "masker": PluginKind("diffugrpo_maskers", "diffugrpo.maskers", "maskers", _factory_problem, _masker_problem),
-    "sampler": PluginKind("diffugrpo_samplers", "diffugrpo.samplers", "samplers", _factory_problem,
-                          _sampler_problem),
-    "model_family": PluginKind("diffugrpo_model_families", "diffugrpo.model_families", "model families",
-                               _model_family_problem),
-    "loss_term": PluginKind("diffugrpo_loss_terms", "diffugrpo.loss_terms", "loss terms", _factory_problem,
-                            _loss_term_problem),
+    "sampler": PluginKind("diffugrpo_samplers", "diffugrpo.samplers", "samplers", _factory_problem, _sampler_problem),
+    "model_family": PluginKind(
+        "diffugrpo_model_families", "diffugrpo.model_families", "model families", _model_family_problem
+    ),
+    "loss_term": PluginKind(
+        "diffugrpo_loss_terms", "diffugrpo.loss_terms", "loss terms", _factory_problem, _loss_term_problem
+    ),
 }
 
 
@@ -236,18 +254,26 @@ def plugin_manager(kind: str) -> tuple[pluggy.PluginManager, dict[str, str]]:
             module, distribution = _load(entry_point)
             hook = getattr(module, spec.hook, None)
             if not callable(hook):
-                if group == LEGACY_GROUP and any(callable(getattr(module, other.hook, None)) for other in KINDS.values()):
+                if group == LEGACY_GROUP and any(
+                    callable(getattr(module, other.hook, None)) for other in KINDS.values()
+                ):
                     continue  # the old group holds every kind: this one provides another
-                raise PluginError(f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} "
-                                  f"is listed in the entry-point group '{group}' but implements no {spec.hook}() "
-                                  f"hook (see {HOOKSPEC_FILE}).")
+                raise PluginError(
+                    f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} "
+                    f"is listed in the entry-point group '{group}' but implements no {spec.hook}() "
+                    f"hook (see {HOOKSPEC_FILE})."
+                )
             if id(hook) in seen_hooks:
                 continue
             seen_hooks.add(id(hook))
             if group == LEGACY_GROUP:
-                warnings.warn(f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} is "
-                              f"listed in the first contract's entry-point group '{LEGACY_GROUP}'; it still works, "
-                              f"but move its {spec.hook}() to the group '{spec.group}'", FutureWarning, stacklevel=2)
+                warnings.warn(
+                    f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} is "
+                    f"listed in the first contract's entry-point group '{LEGACY_GROUP}'; it still works, "
+                    f"but move its {spec.hook}() to the group '{spec.group}'",
+                    FutureWarning,
+                    stacklevel=2,
+                )
             plugin_name = entry_point.name
             if manager.has_plugin(plugin_name):
                 plugin_name = f"{entry_point.name}@{distribution}"
@@ -276,19 +302,25 @@ def registrations(kind: str) -> dict[str, Registration]:
         distribution = provenance.get(impl.plugin_name, "<registered in code>")
         provided = impl.function()
         if not isinstance(provided, dict):
-            raise PluginError(f"plugin '{impl.plugin_name}' from {distribution}: {spec.hook}() must return "
-                              f"a dict of name -> object, got {type(provided).__name__}")
+            raise PluginError(
+                f"plugin '{impl.plugin_name}' from {distribution}: {spec.hook}() must return "
+                f"a dict of name -> object, got {type(provided).__name__}"
+            )
         for name, obj in provided.items():
             registration = Registration(name, kind, obj, impl.plugin_name, distribution)
             if not isinstance(name, str) or not name:
                 raise PluginError(f"{registration.provider} registered a {kind} with an invalid name {name!r}")
             if name in found:
-                raise PluginError(f"{kind} '{name}' is registered twice: by {found[name].provider} and by "
-                                  f"{registration.provider}. Uninstall one of them.")
+                raise PluginError(
+                    f"{kind} '{name}' is registered twice: by {found[name].provider} and by "
+                    f"{registration.provider}. Uninstall one of them."
+                )
             problem = spec.registered_problem(obj)
             if problem is not None:
-                raise PluginError(f"{kind.replace('_', ' ')} '{name}' from {registration.provider} breaks the "
-                                  f"contract in {HOOKSPEC_FILE}: {problem}")
+                raise PluginError(
+                    f"{kind.replace('_', ' ')} '{name}' from {registration.provider} breaks the "
+                    f"contract in {HOOKSPEC_FILE}: {problem}"
+                )
             found[name] = registration
     return found
 
@@ -315,12 +347,15 @@ def build(kind: str, name: str, options: dict[str, Any]) -> Any:
         known = [option.name for option in factory_options(factory)]
         unknown = sorted(set(options) - set(known))
         if unknown:
-            raise PluginOptionError(f"{kind.replace('_', ' ')} '{name}' has no option {', '.join(unknown)}; "
-                                    f"its options are: {', '.join(known) or 'none'}")
+            raise PluginOptionError(
+                f"{kind.replace('_', ' ')} '{name}' has no option {', '.join(unknown)}; "
+                f"its options are: {', '.join(known) or 'none'}"
+            )
     built = factory(**options)
     check = _kind(kind).built_problem
     problem = check(built) if check is not None else None
     if problem is not None:
-        raise PluginError(f"{kind} '{name}' from {registration.provider} breaks the contract in {HOOKSPEC_FILE}: "
-                          f"{problem}")
+        raise PluginError(
+            f"{kind} '{name}' from {registration.provider} breaks the contract in {HOOKSPEC_FILE}: {problem}"
+        )
     return built

@@ -25,12 +25,18 @@ def text_block(text: str) -> str:
 def hooks_page() -> str:
     from diffugrpo_plugin import hookspecs
 
-    parts = ["# Plugin hooks\n", "Generated from `diffugrpo_plugin/hookspecs.py`.\n",
-             text_block(inspect.getdoc(hookspecs))]
+    parts = [
+        "# Plugin hooks\n",
+        "Generated from `diffugrpo_plugin/hookspecs.py`.\n",
+        text_block(inspect.getdoc(hookspecs)),
+    ]
     for name, hook in inspect.getmembers(hookspecs, inspect.isfunction):
         if name.startswith("diffugrpo_"):
-            parts += [f"## `{name}`\n", f"```python\ndef {name}{inspect.signature(hook)}\n```\n",
-                      text_block(inspect.getdoc(hook))]
+            parts += [
+                f"## `{name}`\n",
+                f"```python\ndef {name}{inspect.signature(hook)}\n```\n",
+                text_block(inspect.getdoc(hook)),
+            ]
     return "\n".join(parts)
 
 
@@ -53,8 +59,11 @@ def cli_page() -> str:
 
 def config_page() -> str:
     config = REPO / "diffugrpo_plugin" / "config"
-    parts = ["# Config\n", "The packaged Hydra configs, verbatim: `algorithm=coupled_grpo` composes "
-             "`algorithm/coupled_grpo.yaml` over verl's `ppo_trainer`; its comments document each key.\n"]
+    parts = [
+        "# Config\n",
+        "The packaged Hydra configs, verbatim: `algorithm=coupled_grpo` composes "
+        "`algorithm/coupled_grpo.yaml` over verl's `ppo_trainer`; its comments document each key.\n",
+    ]
     for path in sorted(config.rglob("*.yaml")):
         parts += [f"## `{path.relative_to(config).as_posix()}`\n", f"```yaml\n{path.read_text().rstrip()}\n```\n"]
     return "\n".join(parts)
@@ -68,8 +77,12 @@ def home_page() -> str:
 
 def generated_pages() -> dict[str, str]:
     """Path under ``docs/`` -> its generated text."""
-    return {"index.md": home_page(), "reference/hooks.md": hooks_page(), "reference/cli.md": cli_page(),
-            "reference/config.md": config_page()}
+    return {
+        "index.md": home_page(),
+        "reference/hooks.md": hooks_page(),
+        "reference/cli.md": cli_page(),
+        "reference/config.md": config_page(),
+    }
 
 
 if __name__ == "__main__":

@@ -24,12 +24,26 @@ def _pass_rate(judged: Judged) -> float | None:
     return pass_rate(judged.outcomes) if judged.code is not None else 0.0
 
 
-def code_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
-                format_end: str = "exact", timeout_s: float | None = None, sandbox: Sandbox | None = None,
-                **columns: Any) -> list[float | Explained]:
+def code_reward(
+    completions: list,
+    *,
+    code_block: str = "first",
+    require_format: bool = True,
+    format_end: str = "exact",
+    timeout_s: float | None = None,
+    sandbox: Sandbox | None = None,
+    **columns: Any,
+) -> list[float | Explained]:
     """Pass rate of the row's tests, run sandboxed (DiffuCoder's correctness reward)."""
-    judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
-                           format_end=format_end, timeout_s=timeout_s, sandbox=sandbox)
+    judged = code_outcomes(
+        completions,
+        columns,
+        code_block=code_block,
+        require_format=require_format,
+        format_end=format_end,
+        timeout_s=timeout_s,
+        sandbox=sandbox,
+    )
     return [Explained(_pass_rate(one), one.reason) if one.reason is not None else _pass_rate(one) for one in judged]
 
 

@@ -39,8 +39,10 @@ logger = logging.getLogger("diffugrpo.rewards")
 DENSITY_BAND = (0.1, 0.5)
 WORDS_PER_COMMENT = (2, 40)
 MIN_WORD_LENGTH = 3
-JUDGE_PROMPT = ("Grade the comments and docstrings of the following Python code from 0 (none, useless or "
-                "misleading) to 10 (clear, accurate, explain why). Answer with the number only.")
+JUDGE_PROMPT = (
+    "Grade the comments and docstrings of the following Python code from 0 (none, useless or "
+    "misleading) to 10 (clear, accurate, explain why). Answer with the number only."
+)
 
 
 def _comments(code: str) -> tuple[list[str], set[int], set[int]]:
@@ -51,11 +53,12 @@ def _comments(code: str) -> tuple[list[str], set[int], set[int]]:
         if token.type == tokenize.COMMENT:
             texts.append(token.string.lstrip("#").strip())
             comment_lines.add(token.start[0])
-            if not token.line[:token.start[1]].strip():
+            if not token.line[: token.start[1]].strip():
                 pure_lines.add(token.start[0])
     for node in ast.walk(parse_python(code)):
-        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and \
-                ast.get_docstring(node):
+        if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and ast.get_docstring(
+            node
+        ):
             texts.append(ast.get_docstring(node))
             first = node.body[0]
             lines = set(range(first.lineno, first.end_lineno + 1))
@@ -110,13 +113,18 @@ def static_comment_score(code: str) -> float:
 
 def judge_score(code: str, url: str, model: str, api_key_env: str, timeout_s: float) -> float:
     """The judge's 0-10 grade scaled to [0, 1]; raises on any transport or format problem."""
-    body = {"model": model, "temperature": 0, "max_tokens": 8,
-            "messages": [{"role": "system", "content": JUDGE_PROMPT}, {"role": "user", "content": code}]}
+    body = {
+        "model": model,
+        "temperature": 0,
+        "max_tokens": 8,
+        "messages": [{"role": "system", "content": JUDGE_PROMPT}, {"role": "user", "content": code}],
+    }
     headers = {"Content-Type": "application/json"}
     if os.environ.get(api_key_env):
         headers["Authorization"] = f"Bearer {os.environ[api_key_env]}"
-    request = urllib.request.Request(url.rstrip("/") + "/chat/completions", data=json.dumps(body).encode(),
-                                     headers=headers, method="POST")
+    request = urllib.request.Request(
+        url.rstrip("/") + "/chat/completions", data=json.dumps(body).encode(), headers=headers, method="POST"
+    )
     with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 - configured endpoint
         answer = json.loads(response.read(1 << 20))["choices"][0]["message"]["content"]
     grade = re.search(r"\d+(?:\.\d+)?", answer)
@@ -125,10 +133,17 @@ def judge_score(code: str, url: str, model: str, api_key_env: str, timeout_s: fl
     return float(grade.group()) / 10.0
 
 
-def comments_reward(completions: list, *, code_block: str = "first", judge_url: str | None = None,
-                    judge_model: str = "judge", judge_api_key_env: str = "DIFFUGRPO_JUDGE_API_KEY",
-                    judge_weight: float = 0.5, judge_timeout_s: float = 30.0,
-                    **columns: Any) -> list[float | Explained]:
+def comments_reward(
+    completions: list,
+    *,
+    code_block: str = "first",
+    judge_url: str | None = None,
+    judge_model: str = "judge",
+    judge_api_key_env: str = "DIFFUGRPO_JUDGE_API_KEY",
+    judge_weight: float = 0.5,
+    judge_timeout_s: float = 30.0,
+    **columns: Any,
+) -> list[float | Explained]:
     """Comment density, relevance and length; optionally blended with an LLM judge's grade."""
     scores: list[float | Explained] = []
     for completion in completions:
@@ -149,8 +164,14 @@ def comments_reward(completions: list, *, code_block: str = "first", judge_url: 
             judged = judge_score(code, judge_url, judge_model, judge_api_key_env, judge_timeout_s)
         except Exception as exc:  # noqa: BLE001 - the judge is optional: fall back to the static rules
             logger.warning("comments: the LLM judge at %s failed (%s); using the static score", judge_url, exc)
-            scores.append(Explained(static, Reason("judge_failed", f"the LLM judge at {judge_url} failed "
-                                                                   f"({type(exc).__name__}): static rules only")))
+            scores.append(
+                Explained(
+                    static,
+                    Reason(
+                        "judge_failed", f"the LLM judge at {judge_url} failed ({type(exc).__name__}): static rules only"
+                    ),
+                )
+            )
             continue
         scores.append((1.0 - judge_weight) * static + judge_weight * judged)
     return scores

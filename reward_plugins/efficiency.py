@@ -116,8 +116,9 @@ def relative_score(candidate: Runs, reference: Runs, time_weight: float, measure
     return time_weight * relative_time(candidate, reference, measure) + (1.0 - time_weight) * memory_score
 
 
-def absolute_score(candidate: Runs, time_weight: float, time_scale_s: float, memory_scale_mb: float,
-                   measure: str = "cpu") -> float:
+def absolute_score(
+    candidate: Runs, time_weight: float, time_scale_s: float, memory_scale_mb: float, measure: str = "cpu"
+) -> float:
     """Candidate alone: 1.0 for free, 0.5 at the scales, towards 0 beyond them."""
     memory_score = memory_scale_mb / (memory_scale_mb + _memory_kb(candidate) / 1024)
     return time_weight * absolute_time(candidate, measure, time_scale_s) + (1.0 - time_weight) * memory_score
@@ -142,40 +143,66 @@ def _measure(cost: str, candidate: Runs, reference: Runs | None) -> tuple[str, s
     if cost in ("auto", "instructions") and all(_counts_instructions(r.plain) for r in runs):
         return "instructions", "user-space instructions"
     if cost == "instructions":
-        raise ValueError("efficiency: cost=instructions, but this host offers no hardware instruction counter "
-                         "(a VM without a virtual PMU, or kernel.perf_event_paranoid > 2); set cost to lines or auto")
+        raise ValueError(
+            "efficiency: cost=instructions, but this host offers no hardware instruction counter "
+            "(a VM without a virtual PMU, or kernel.perf_event_paranoid > 2); set cost to lines or auto"
+        )
     if cost == "cpu":
         return "cpu", "CPU time"
     if all(r.counted is not None for r in runs):
         return "lines", "executed lines"
-    return "cpu", "CPU time (the line-counted run gave no count: it failed a test, ran over its limit or " \
-                  "replaced the tracer)"
+    return (
+        "cpu",
+        "CPU time (the line-counted run gave no count: it failed a test, ran over its limit or replaced the tracer)",
+    )
 
 
-def efficiency_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
-                      format_end: str = "exact", timeout_s: float | None = None, sandbox: Sandbox | None = None,
-                      time_weight: float = 0.5, time_scale_s: float = 0.1, memory_scale_mb: float = 64.0,
-                      cost: str = "auto",
-                      **columns: Any) -> list[float | Explained]:
+def efficiency_reward(
+    completions: list,
+    *,
+    code_block: str = "first",
+    require_format: bool = True,
+    format_end: str = "exact",
+    timeout_s: float | None = None,
+    sandbox: Sandbox | None = None,
+    time_weight: float = 0.5,
+    time_scale_s: float = 0.1,
+    memory_scale_mb: float = 64.0,
+    cost: str = "auto",
+    **columns: Any,
+) -> list[float | Explained]:
     """Time (by ``cost``) and peak memory inside the sandbox vs the reference; 0 unless all tests pass."""
     if cost not in COSTS:
         raise ValueError(f"efficiency: cost must be one of {list(COSTS)}, got {cost!r}")
-    judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
-                           format_end=format_end, timeout_s=timeout_s, sandbox=sandbox)
-    references = [reference_from_row(row) if one.all_passed else None
-                  for row, one in zip(rows_of(columns, len(completions)), judged)]
-    reference_pairs = [(reference, one.spec) if reference is not None else None
-                       for reference, one in zip(references, judged)]
+    judged = code_outcomes(
+        completions,
+        columns,
+        code_block=code_block,
+        require_format=require_format,
+        format_end=format_end,
+        timeout_s=timeout_s,
+        sandbox=sandbox,
+    )
+    references = [
+        reference_from_row(row) if one.all_passed else None
+        for row, one in zip(rows_of(columns, len(completions)), judged)
+    ]
+    reference_pairs = [
+        (reference, one.spec) if reference is not None else None for reference, one in zip(references, judged)
+    ]
     reference_runs = outcomes_for(reference_pairs, sandbox, timeout_s)
     reference_runs = [runs if _passed(runs) else None for runs in reference_runs]
     for reference, runs in zip(references, reference_runs):
         if reference is not None and runs is None:
-            logger.warning("efficiency: the row's reference solution failed its own tests or could not run; "
-                           "scoring against absolute scales instead")
+            logger.warning(
+                "efficiency: the row's reference solution failed its own tests or could not run; "
+                "scoring against absolute scales instead"
+            )
     counted, counted_references = _counted_runs(cost, judged, reference_pairs, reference_runs, sandbox, timeout_s)
     scores: list[float | Explained] = []
-    for one, plain_reference, candidate_counted, reference_counted in zip(judged, reference_runs, counted,
-                                                                          counted_references):
+    for one, plain_reference, candidate_counted, reference_counted in zip(
+        judged, reference_runs, counted, counted_references
+    ):
         if not one.all_passed:
             scores.append(correctness_gate(one))
             continue
@@ -184,31 +211,44 @@ def efficiency_reward(completions: list, *, code_block: str = "first", require_f
         measure, named = _measure(cost, candidate, reference)
         if reference is not None:
             value = relative_score(candidate, reference, time_weight, measure)
-            detail = (f"time by {named}: {_shown(candidate, measure)} against the reference's "
-                      f"{_shown(reference, measure)}; peak memory above the interpreter: "
-                      f"{_memory_kb(candidate):,} KiB against {_memory_kb(reference):,}")
+            detail = (
+                f"time by {named}: {_shown(candidate, measure)} against the reference's "
+                f"{_shown(reference, measure)}; peak memory above the interpreter: "
+                f"{_memory_kb(candidate):,} KiB against {_memory_kb(reference):,}"
+            )
         else:
             value = absolute_score(candidate, time_weight, time_scale_s, memory_scale_mb, measure)
-            detail = (f"time by {named}: {_shown(candidate, measure)} over {len(candidate.plain)} tests, on "
-                      f"absolute scales (no passing reference solution); peak memory above the interpreter: "
-                      f"{_memory_kb(candidate):,} KiB")
+            detail = (
+                f"time by {named}: {_shown(candidate, measure)} over {len(candidate.plain)} tests, on "
+                f"absolute scales (no passing reference solution); peak memory above the interpreter: "
+                f"{_memory_kb(candidate):,} KiB"
+            )
         scores.append(Explained(value, Reason("measured", detail)))
     return scores
 
 
-def _counted_runs(cost: str, judged: list, reference_pairs: list, reference_runs: list, sandbox: Sandbox | None,
-                  timeout_s: float | None) -> tuple[list, list]:
+def _counted_runs(
+    cost: str,
+    judged: list,
+    reference_pairs: list,
+    reference_runs: list,
+    sandbox: Sandbox | None,
+    timeout_s: float | None,
+) -> tuple[list, list]:
     """The line-counted runs of the passing completions and of their passing references (Nones where not
     needed: another cost, a host with the hardware counter under ``auto``, a failing completion)."""
-    wanted = cost == "lines" or (cost == "auto" and not any(
-        one.all_passed and _counts_instructions(one.outcomes) for one in judged))
+    wanted = cost == "lines" or (
+        cost == "auto" and not any(one.all_passed and _counts_instructions(one.outcomes) for one in judged)
+    )
     if not wanted:
         return [None] * len(judged), [None] * len(judged)
     candidates = [(one.code, one.spec) if one.all_passed else None for one in judged]
-    references = [pair if one.all_passed and runs is not None else None
-                  for one, pair, runs in zip(judged, reference_pairs, reference_runs)]
+    references = [
+        pair if one.all_passed and runs is not None else None
+        for one, pair, runs in zip(judged, reference_pairs, reference_runs)
+    ]
     both = outcomes_for(candidates + references, sandbox, timeout_s, count_lines=True)
-    return both[:len(judged)], both[len(judged):]
+    return both[: len(judged)], both[len(judged) :]
 
 
 @hookimpl

@@ -66,19 +66,41 @@ def maintainability_score(code: str, reference: str | None, min_statements: int 
     return 0.5 * index_score + 0.5 * complexity_score
 
 
-def maintainability_reward(completions: list, *, code_block: str = "first", require_format: bool = True,
-                           format_end: str = "exact", timeout_s: float | None = None, sandbox: Sandbox | None = None,
-                           min_statements: int = 2, **columns: Any) -> list[float | Explained]:
+def maintainability_reward(
+    completions: list,
+    *,
+    code_block: str = "first",
+    require_format: bool = True,
+    format_end: str = "exact",
+    timeout_s: float | None = None,
+    sandbox: Sandbox | None = None,
+    min_statements: int = 2,
+    **columns: Any,
+) -> list[float | Explained]:
     """Radon MI and lizard CC vs the reference; 0 unless all tests pass or for trivial code."""
-    judged = code_outcomes(completions, columns, code_block=code_block, require_format=require_format,
-                           format_end=format_end, timeout_s=timeout_s, sandbox=sandbox)
+    judged = code_outcomes(
+        completions,
+        columns,
+        code_block=code_block,
+        require_format=require_format,
+        format_end=format_end,
+        timeout_s=timeout_s,
+        sandbox=sandbox,
+    )
     scores: list[float | Explained] = []
     for row, one in zip(rows_of(columns, len(completions)), judged):
         if not one.all_passed:
             scores.append(correctness_gate(one))
         elif meaningful_statements(one.code) < min_statements:
-            scores.append(Explained(0.0, Reason("trivial_code", f"fewer than {min_statements} statements that do "
-                                                                f"something (docstrings and pass do not count)")))
+            scores.append(
+                Explained(
+                    0.0,
+                    Reason(
+                        "trivial_code",
+                        f"fewer than {min_statements} statements that do something (docstrings and pass do not count)",
+                    ),
+                )
+            )
         else:
             scores.append(maintainability_score(one.code, reference_from_row(row), min_statements))
     return scores

@@ -33,12 +33,16 @@ def mbpp_file(name: str) -> Path:
     """
     folder = os.environ.get(MBPP_DIR_VAR)
     if not folder:
-        pytest.skip(f"needs the MBPP dataset: {MBPP_DIR_VAR} is not set; point it at the folder holding "
-                    f"mbpp.jsonl and sanitized-mbpp.json to run this test")
+        pytest.skip(
+            f"needs the MBPP dataset: {MBPP_DIR_VAR} is not set; point it at the folder holding "
+            f"mbpp.jsonl and sanitized-mbpp.json to run this test"
+        )
     path = Path(folder) / name
     if not path.is_file():
-        pytest.fail(f"{MBPP_DIR_VAR}={folder}, but {path} does not exist; point {MBPP_DIR_VAR} at the folder "
-                    f"holding mbpp.jsonl and sanitized-mbpp.json, or unset it to skip the tests that need MBPP")
+        pytest.fail(
+            f"{MBPP_DIR_VAR}={folder}, but {path} does not exist; point {MBPP_DIR_VAR} at the folder "
+            f"holding mbpp.jsonl and sanitized-mbpp.json, or unset it to skip the tests that need MBPP"
+        )
     return path
 
 
@@ -109,8 +113,14 @@ def listed_plugins(monkeypatch, folder: Path, sources: dict[str, str], *entry_po
         (folder / relative).write_text(source)
     monkeypatch.syspath_prepend(str(folder))
     real = importlib.metadata.entry_points
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [
-        *real(group=group), *(entry_point for entry_point in entry_points if entry_point.group == group)])
+    monkeypatch.setattr(
+        importlib.metadata,
+        "entry_points",
+        lambda group: [
+            *real(group=group),
+            *(entry_point for entry_point in entry_points if entry_point.group == group),
+        ],
+    )
     plugins.plugin_manager.cache_clear()
     try:
         yield
@@ -138,9 +148,16 @@ def build_tiny_module(style: str, vocab: int = VOCAB, seed: int = 0, tie: bool =
     )
 
     config_cls, model_cls = (Qwen2Config, Qwen2ForCausalLM) if style == "dream" else (LlamaConfig, LlamaForCausalLM)
-    config = config_cls(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                        tie_word_embeddings=tie)
+    config = config_cls(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        tie_word_embeddings=tie,
+    )
     config.is_causal = False
     config.diffusion_logits_shift = style == "dream"
     config.mask_token_id = vocab - 1
@@ -193,7 +210,12 @@ def ray_cluster():
     # workers unpickle functions defined in test modules, so they need this folder on their path
     tests_dir = os.path.dirname(os.path.abspath(__file__))
     python_path = os.pathsep.join(p for p in (tests_dir, os.environ.get("PYTHONPATH", "")) if p)
-    ray.init(num_cpus=8, include_dashboard=False, log_to_driver=False, ignore_reinit_error=True,
-             runtime_env={"env_vars": {"PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}})
+    ray.init(
+        num_cpus=8,
+        include_dashboard=False,
+        log_to_driver=False,
+        ignore_reinit_error=True,
+        runtime_env={"env_vars": {"PYTHONPATH": python_path, "OMP_NUM_THREADS": "1"}},
+    )
     yield
     ray.shutdown()

@@ -66,8 +66,11 @@ def llada_config(tok, tied: bool) -> dict:
     (so the config object falls back to OLMo's 50256)."""
     return {
         "architectures": ["LLaDAModelLM"],
-        "auto_map": {"AutoConfig": "configuration_llada.LLaDAConfig", "AutoModel": "modeling_llada.LLaDAModelLM",
-                     "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM"},
+        "auto_map": {
+            "AutoConfig": "configuration_llada.LLaDAConfig",
+            "AutoModel": "modeling_llada.LLaDAModelLM",
+            "AutoModelForCausalLM": "modeling_llada.LLaDAModelLM",
+        },
         "model_type": "llada",
         "activation_type": "silu",
         "alibi": False,
@@ -152,8 +155,9 @@ def load_remote(path) -> torch.nn.Module:
     return remote_class(path, config).from_pretrained(str(path), dtype=torch.float32).eval()
 
 
-def save_standin(kind: str, directory, *, tied: bool = False, seed: int = 0, wide: bool = True,
-                 overrides: dict | None = None) -> Path:
+def save_standin(
+    kind: str, directory, *, tied: bool = False, seed: int = 0, wide: bool = True, overrides: dict | None = None
+) -> Path:
     """Write a stand-in checkpoint of ``kind`` ("dream" or "llada") into ``directory`` and return it;
     ``overrides`` replaces config.json keys."""
     from safetensors.torch import save_file
@@ -208,5 +212,10 @@ def llada_tied_standin(tmp_path_factory) -> str:
 @pytest.fixture(scope="session")
 def llada_scaled_standin(tmp_path_factory) -> str:
     """An untied LLaDA checkpoint with ``scale_logits`` (logits times 1/sqrt(d_model)) and biases, the head's too."""
-    return _saved(tmp_path_factory, "standin_llada_scaled", "llada", seed=2,
-                  overrides={"scale_logits": True, "include_bias": True})
+    return _saved(
+        tmp_path_factory,
+        "standin_llada_scaled",
+        "llada",
+        seed=2,
+        overrides={"scale_logits": True, "include_bias": True},
+    )

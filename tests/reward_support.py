@@ -22,8 +22,16 @@ def require_bwrap() -> None:
 def tight_sandbox(**overrides) -> Sandbox:
     """A sandbox with small limits so the adversarial tests stay fast."""
     require_bwrap()
-    settings = dict(timeout_s=1.0, memory_mb=256, max_processes=16, max_file_size_mb=1.0, max_output_bytes=20_000,
-                    max_concurrency=2, uid_base=TEST_UID_BASE, startup_timeout_s=20.0)
+    settings = dict(
+        timeout_s=1.0,
+        memory_mb=256,
+        max_processes=16,
+        max_file_size_mb=1.0,
+        max_output_bytes=20_000,
+        max_concurrency=2,
+        uid_base=TEST_UID_BASE,
+        startup_timeout_s=20.0,
+    )
     settings.update(overrides)
     return Sandbox(SandboxConfig(**settings))
 

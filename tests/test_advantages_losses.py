@@ -58,9 +58,14 @@ def test_scale_rewards_divides_by_the_unbiased_group_std_plus_trls_eps():
 def policy_loss(actor_config, ratios, advantages):
     log_prob = torch.log(torch.tensor([ratios]))
     fn = core_algos.get_policy_loss_fn("coupled_grpo")
-    return fn(old_log_prob=torch.zeros_like(log_prob), log_prob=log_prob, advantages=torch.tensor([advantages]),
-              response_mask=torch.ones_like(log_prob, dtype=torch.bool), loss_agg_mode="token-mean",
-              config=actor_config)
+    return fn(
+        old_log_prob=torch.zeros_like(log_prob),
+        log_prob=log_prob,
+        advantages=torch.tensor([advantages]),
+        response_mask=torch.ones_like(log_prob, dtype=torch.bool),
+        loss_agg_mode="token-mean",
+        config=actor_config,
+    )
 
 
 def test_clipped_loss_worked_example_without_dual_clip(actor_config):
@@ -106,11 +111,17 @@ def test_the_whole_loss_through_verls_ppo_loss(actor_config):
     # after the EOS (response mask 0, A = -1). verl reads token p's log-prob at index p - 1.
     # ratios to the old policy (log-prob 0): 1 and 2 for sample 0, 0.5 (and 9, masked) for sample 1
     model_log_probs = [[0.0, math.log(1.0), math.log(2.0), 0.0], [math.log(0.5), math.log(9.0), 0.0]]
-    data = TensorDict({
-        "prompts": nested([[5, 6], [7]]), "responses": nested([[8, 9], [10, 11]]),
-        "response_mask": nested([[1, 1], [1, 0]]), "old_log_probs": nested([[0.0, 0.0], [0.0, 0.0]]),
-        "advantages": nested([[1.0, 1.0], [-1.0, -1.0]]), "ref_log_prob": nested([[0.0, 0.0], [0.0, 0.0]]),
-    }, batch_size=2)
+    data = TensorDict(
+        {
+            "prompts": nested([[5, 6], [7]]),
+            "responses": nested([[8, 9], [10, 11]]),
+            "response_mask": nested([[1, 1], [1, 0]]),
+            "old_log_probs": nested([[0.0, 0.0], [0.0, 0.0]]),
+            "advantages": nested([[1.0, 1.0], [-1.0, -1.0]]),
+            "ref_log_prob": nested([[0.0, 0.0], [0.0, 0.0]]),
+        },
+        batch_size=2,
+    )
     tu.assign_non_tensor(data, dp_size=1, batch_num_tokens=None, global_batch_size=None)
     loss, metrics = ppo_loss(actor_config, {"log_probs": nested(model_log_probs)}, data)
     # surrogate: -1, -min(2, 1.5) = -1.5, -min(-0.5, -0.5) = 0.5

@@ -32,8 +32,18 @@ from family_standins import (  # noqa: F401  (session fixtures are used by name)
 
 REPO = Path(__file__).resolve().parents[1]
 # a small step shape so the estimate's arithmetic stays readable; the defaults are DiffuCoder's recipe
-SMALL_STEP = ["--batch", "2", "--prompt-length", "32", "--completion-length", "16", "--gpus", "2",
-              "--rollout-micro-batch", "4"]
+SMALL_STEP = [
+    "--batch",
+    "2",
+    "--prompt-length",
+    "32",
+    "--completion-length",
+    "16",
+    "--gpus",
+    "2",
+    "--rollout-micro-batch",
+    "4",
+]
 
 
 def check_model(capsys, *argv: str) -> tuple[int, str, str]:
@@ -54,7 +64,7 @@ def report_field(out: str, name: str) -> str:
     """The value printed on the ``  <name>  value`` line of the text report."""
     for line in out.splitlines():
         if line.startswith(f"  {name:<19} "):
-            return line[len(f"  {name:<19} "):]
+            return line[len(f"  {name:<19} ") :]
     raise AssertionError(f"no '{name}' line in:\n{out}")
 
 
@@ -68,8 +78,9 @@ def test_tiny_model_text_report(tiny_model_path, capsys):
     code, out, err = check_model(capsys, tiny_model_path, *SMALL_STEP)
     assert code == 0, err
     assert report_field(out, "family").startswith("bidirectional (detected from is_causal: false")
-    assert report_field(out, "implementation") == ("stock transformers: Qwen2ForCausalLM; chosen because the "
-                                                   "bidirectional family has no native implementation")
+    assert report_field(out, "implementation") == (
+        "stock transformers: Qwen2ForCausalLM; chosen because the bidirectional family has no native implementation"
+    )
     assert report_field(out, "calling convention") == "2D padding mask + position_ids (cumsum of the mask - 1)"
     assert report_field(out, "logit shift").startswith("yes")
     mask_id = tokenizer().mask_token_id
@@ -82,8 +93,11 @@ def test_tiny_model_text_report(tiny_model_path, capsys):
     assert report_field(out, "dtype") == "float32"
     assert report_field(out, "padding").startswith("ok: max |diff| ")
     assert report_field(out, "fused head").startswith("ok: max |diff| ")
-    assert re.fullmatch(r"ok: max \|diff\| 0\.00e\+00 between Qwen2MLP model\.layers\.0\.mlp's own code and its lean "
-                        r"backward, output and gradients \(tolerance .*\)", report_field(out, "lean MLP"))
+    assert re.fullmatch(
+        r"ok: max \|diff\| 0\.00e\+00 between Qwen2MLP model\.layers\.0\.mlp's own code and its lean "
+        r"backward, output and gradients \(tolerance .*\)",
+        report_field(out, "lean MLP"),
+    )
     assert report_field(out, "coupled log-probs").startswith("ok: mean log p ")
     assert report_field(out, "sampling").startswith("ok: entropy, 8 steps, ")
     assert "total per GPU (held + max(update, rollout))" in out
@@ -100,9 +114,14 @@ def test_tiny_model_json_report_and_estimate(tiny_model_path, capsys):
     report = check_model_json(capsys, tiny_model_path)
     resolution = report["resolution"]
     assert (resolution["family"], resolution["implementation"], resolution["logits_shift"]) == (
-        "bidirectional", "stock", True)
+        "bidirectional",
+        "stock",
+        True,
+    )
     assert (resolution["mask_token_id"], resolution["mask_token_source"]) == (
-        tokenizer().mask_token_id, "model config (mask_token_id)")
+        tokenizer().mask_token_id,
+        "model config (mask_token_id)",
+    )
     assert resolution["head_tied"] and resolution["head_parameters"] == 0
     loaded = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     assert resolution["parameters"] == sum(p.numel() for p in loaded.parameters())
@@ -120,8 +139,15 @@ def test_tiny_model_json_report_and_estimate(tiny_model_path, capsys):
     setup = step_cost.StepSetup(**estimate["setup"])
     assert (setup.batch, setup.tokens, setup.gpus, setup.sampler_batch) == (2, 48, 2, 4)
     shape = step_cost.ModelShape(
-        parameters=resolution["parameters"], vocab=resolution["vocab_size"], hidden=32, layers=2, intermediate=64,
-        kv_dim=16, embedding_parameters=resolution["vocab_size"] * 32, head_parameters=0)
+        parameters=resolution["parameters"],
+        vocab=resolution["vocab_size"],
+        hidden=32,
+        layers=2,
+        intermediate=64,
+        kv_dim=16,
+        embedding_parameters=resolution["vocab_size"] * 32,
+        head_parameters=0,
+    )
     expected = step_cost.memory_estimate(shape, setup)
     assert estimate["memory"]["total_bytes"] == pytest.approx(expected.total_bytes)
     assert [t["name"] for t in estimate["memory"]["terms"]] == [t.name for t in expected.terms]
@@ -148,11 +174,24 @@ def test_config_only_reads_no_weights(tiny_model_path, capsys):
 def test_config_only_on_a_diffucoder_7b_config(tmp_path, capsys):
     """DiffuCoder-7B's config.json (Qwen2.5-7B shape, model_type Dream) beside a tokenizer: no weights needed
     for the resolution and the estimate; the parameter count is Qwen2.5-7B's published 7,615,616,512."""
-    config = {"architectures": ["DreamModel"], "model_type": "Dream", "hidden_size": 3584,
-              "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
-              "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 131072,
-              "tie_word_embeddings": False, "torch_dtype": "bfloat16", "mask_token_id": 151666,
-              "pad_token_id": 151643, "eos_token_id": 151643, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6}
+    config = {
+        "architectures": ["DreamModel"],
+        "model_type": "Dream",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 131072,
+        "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+        "mask_token_id": 151666,
+        "pad_token_id": 151643,
+        "eos_token_id": 151643,
+        "rope_theta": 1000000.0,
+        "rms_norm_eps": 1e-6,
+    }
     path = write_config(tmp_path / "diffucoder_7b", config)
     tokenizer().save_pretrained(path)
     code, out, err = check_model(capsys, path, "--config-only", "--json")  # the defaults: DiffuCoder's recipe
@@ -185,8 +224,14 @@ STANDIN_EXPECTED = {
     # name: family, clue, shift, head, tied, natural sampler
     "dream": ("dream", "model_type 'Dream'", True, "lm_head", False, "entropy"),
     "llada": ("llada", "model_type 'llada'", False, "model.transformer.ff_out", False, "llada"),
-    "llada_tied": ("llada", "model_type 'llada'", False,
-                   "no head module: logits project with model.transformer.wte.weight (tied)", True, "llada"),
+    "llada_tied": (
+        "llada",
+        "model_type 'llada'",
+        False,
+        "no head module: logits project with model.transformer.wte.weight (tied)",
+        True,
+        "llada",
+    ),
 }
 
 
@@ -222,9 +267,12 @@ def test_family_standins(request, name, implementation, capsys):
     inline = family == "llada" and implementation == "remote"
     assert resolution["lean_mlp_everywhere"] is not inline
     assert report["lean_mlp"] is None if inline else report["lean_mlp"]["ok"]
-    assert resolution["lean_mlp"] == ("0 SwiGLU block(s) keep 2 of 4 activations; 2 left stock: LLaDALlamaBlock has no "
-                                      "feed_forward() of its own (its code computes the feed-forward inline)" if inline
-                                      else "2 SwiGLU block(s) keep 2 of 4 activations")
+    assert resolution["lean_mlp"] == (
+        "0 SwiGLU block(s) keep 2 of 4 activations; 2 left stock: LLaDALlamaBlock has no "
+        "feed_forward() of its own (its code computes the feed-forward inline)"
+        if inline
+        else "2 SwiGLU block(s) keep 2 of 4 activations"
+    )
     assert report["estimate"]["setup"]["lean_mlp"] is not inline
 
 
@@ -243,8 +291,7 @@ def leaky_llada(tmp_path_factory) -> str:
 def test_code_that_ignores_the_attention_mask_leaks(leaky_llada, capsys):
     """Through its own code the padding probe reports LEAKS (exit 1); the native class, which masks padding,
     loads the same weights and passes."""
-    code, out, err = check_model(capsys, leaky_llada, "--trust-remote-code", "--implementation", "remote",
-                                 *SMALL_STEP)
+    code, out, err = check_model(capsys, leaky_llada, "--trust-remote-code", "--implementation", "remote", *SMALL_STEP)
     assert code == 1, err
     assert report_field(out, "padding").startswith("LEAKS: max |diff| ")
     assert "does not hide padded keys" in out
@@ -264,8 +311,9 @@ def test_code_that_changes_its_logits_unknown_to_the_family_fails_the_fused_head
     scaling = "if self.config.scale_logits:"
     assert scaling in source
     code.write_text(source.replace(scaling, "if True:  # this copy always scales its logits"))
-    exit_code, out, err = check_model(capsys, str(path), "--trust-remote-code", "--implementation", "remote",
-                                      *SMALL_STEP)
+    exit_code, out, err = check_model(
+        capsys, str(path), "--trust-remote-code", "--implementation", "remote", *SMALL_STEP
+    )
     assert exit_code == 1, err
     assert report_field(out, "fused head").startswith("DIFFERS: max |diff| ")
     assert "logit_scale" in out
@@ -279,10 +327,16 @@ def test_a_swiglu_block_whose_code_is_not_the_familys_fails_the_lean_mlp_probe(t
     source = code.read_text()
     mlp = "return self.down_proj(self.act_fn(self.gate_proj(hidden)) * self.up_proj(hidden))"
     assert mlp in source
-    code.write_text(source.replace(mlp, "return 0.5 * self.down_proj(self.act_fn(self.gate_proj(hidden)) * "
-                                        "self.up_proj(hidden))  # this copy halves its MLP"))
-    exit_code, out, err = check_model(capsys, str(path), "--trust-remote-code", "--implementation", "remote",
-                                      *SMALL_STEP)
+    code.write_text(
+        source.replace(
+            mlp,
+            "return 0.5 * self.down_proj(self.act_fn(self.gate_proj(hidden)) * "
+            "self.up_proj(hidden))  # this copy halves its MLP",
+        )
+    )
+    exit_code, out, err = check_model(
+        capsys, str(path), "--trust-remote-code", "--implementation", "remote", *SMALL_STEP
+    )
     assert exit_code == 1, err
     assert report_field(out, "lean MLP").startswith("DIFFERS: max |diff| ")
     assert "between DreamMLP model.layers.0.mlp's own code" in out and "diffusion.lean_mlp=false" in out
@@ -325,8 +379,15 @@ def error_case(request, tmp_path):
     raise AssertionError(case)
 
 
-ERROR_CASES = ["missing path", "no config.json", "no family fits", "unknown family", "remote not trusted",
-               "settings need remote code", "bad batch"]
+ERROR_CASES = [
+    "missing path",
+    "no config.json",
+    "no family fits",
+    "unknown family",
+    "remote not trusted",
+    "settings need remote code",
+    "bad batch",
+]
 
 
 @pytest.mark.parametrize("error_case", ERROR_CASES, indirect=True)
@@ -341,8 +402,13 @@ def test_errors_are_one_line_and_exit_2(error_case, capsys):
 
 
 def run_module(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "diffugrpo_plugin.cli", "check-model", *argv], capture_output=True,
-                          text=True, timeout=120, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "diffugrpo_plugin.cli", "check-model", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
 
 
 def test_subprocess_exit_codes_and_no_traceback(tiny_model_path, tmp_path):
@@ -362,11 +428,13 @@ def test_subprocess_exit_codes_and_no_traceback(tiny_model_path, tmp_path):
 
 def test_help_and_step_cost_import_no_torch():
     """`diffugrpo --help` stays instant (no torch), check-model is listed, and step_cost is pure arithmetic."""
-    script = ("import sys, io, contextlib\n"
-              "import diffugrpo_plugin.tools.step_cost\n"
-              "from diffugrpo_plugin.cli import build_parser\n"
-              "text = build_parser().format_help()\n"
-              "print('check-model' in text, 'torch' in sys.modules)\n")
+    script = (
+        "import sys, io, contextlib\n"
+        "import diffugrpo_plugin.tools.step_cost\n"
+        "from diffugrpo_plugin.cli import build_parser\n"
+        "text = build_parser().format_help()\n"
+        "print('check-model' in text, 'torch' in sys.modules)\n"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.stdout.split() == ["True", "False"], done.stderr
 
@@ -377,12 +445,30 @@ def test_help_and_step_cost_import_no_torch():
 
 # A made-up 1B model with round numbers: vocabulary 50,000, hidden 2048, 16 layers, MLP 8192, key/value
 # width 512, untied head. Embedding = head = 50,000 x 2048 = 102.4M parameters; the 16 layers share the rest.
-ONE_B = step_cost.ModelShape(parameters=1_000_000_000, vocab=50_000, hidden=2048, layers=16, intermediate=8192,
-                             kv_dim=512, embedding_parameters=102_400_000, head_parameters=102_400_000)
+ONE_B = step_cost.ModelShape(
+    parameters=1_000_000_000,
+    vocab=50_000,
+    hidden=2048,
+    layers=16,
+    intermediate=8192,
+    kv_dim=512,
+    embedding_parameters=102_400_000,
+    head_parameters=102_400_000,
+)
 # 4 completions of 100 + 150 tokens per micro-batch on each of 4 GPUs; the sampler denoises 8 at once.
-ONE_B_STEP = step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150, gpus=4,
-                                 gradient_checkpointing=True, param_dtype="bf16", reference_dtype="fp32",
-                                 rollout_dtype="bf16", rollout_micro_batch=8, chunk_rows=1000, logits_shift=True)
+ONE_B_STEP = step_cost.StepSetup(
+    batch=4,
+    prompt_length=100,
+    completion_length=150,
+    gpus=4,
+    gradient_checkpointing=True,
+    param_dtype="bf16",
+    reference_dtype="fp32",
+    rollout_dtype="bf16",
+    rollout_micro_batch=8,
+    chunk_rows=1000,
+    logits_shift=True,
+)
 
 
 def terms_by_name(estimate: step_cost.MemoryEstimate) -> dict[str, tuple[str, float]]:
@@ -445,9 +531,17 @@ def test_memory_model_uses_the_fused_heads_own_constants():
 
 
 def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
-    setup = step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150, gpus=4,
-                                gradient_checkpointing=False, reference_dtype=None, rollout_micro_batch=8,
-                                chunk_rows=4096, logits_shift=False)
+    setup = step_cost.StepSetup(
+        batch=4,
+        prompt_length=100,
+        completion_length=150,
+        gpus=4,
+        gradient_checkpointing=False,
+        reference_dtype=None,
+        rollout_micro_batch=8,
+        chunk_rows=4096,
+        logits_shift=False,
+    )
     found = terms_by_name(step_cost.memory_estimate(ONE_B, setup))
     assert "reference model (fp32, sharded)" not in found
     # every lean layer keeps 75,776 bytes per token, plus the final norm's 16,384; its backward 57,344
@@ -458,13 +552,20 @@ def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
     assert stock["activations: every layer's saved tensors"][1] == 3000 * (16 * 108_544 + 16_384)
     assert stock["activations: backward gradients of one layer"][1] == 3000 * 40_960
     assert found["fused head: one vocabulary slice of logits"][1] == 16384 * 1200 * 14  # slice_columns binds
-    fp32 = step_cost.memory_estimate(ONE_B, step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150,
-                                                                 param_dtype="fp32", rollout_dtype="fp32"))
+    fp32 = step_cost.memory_estimate(
+        ONE_B,
+        step_cost.StepSetup(
+            batch=4, prompt_length=100, completion_length=150, param_dtype="fp32", rollout_dtype="fp32"
+        ),
+    )
     in_fp32 = terms_by_name(fp32)
     # fp32: no copy of the slice; the default chunk_rows 128 caps it at 128 x 50k / 1,200 rows = 5,333 columns
     assert in_fp32["fused head: one vocabulary slice of logits"][1] == 5333 * 1200 * (4 + 8)
-    capped = terms_by_name(step_cost.memory_estimate(ONE_B, step_cost.StepSetup(
-        batch=4, prompt_length=100, completion_length=150, chunk_rows=1)))
+    capped = terms_by_name(
+        step_cost.memory_estimate(
+            ONE_B, step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150, chunk_rows=1)
+        )
+    )
     assert capped["fused head: one vocabulary slice of logits"][1] == 41 * 1200 * 14  # 1 x 50k elements: 41 columns
     assert in_fp32["fused head: saved rows (fp32) + their fp32 gradient"][1] == 1200 * 2048 * (4 + 4)
     assert in_fp32["FSDP gathered params (fp32)"][1] == pytest.approx(4 * (204.8e6 + 2 * (1e9 - 204.8e6) / 16))
@@ -491,16 +592,34 @@ def test_layer_saved_bytes_match_autograd(kind, dtype, lean):
     torch_dtype = getattr(torch, dtype)
     torch.manual_seed(0)
     if kind == "dream":
-        config = Qwen2Config(vocab_size=64, hidden_size=hidden, intermediate_size=inner, num_hidden_layers=1,
-                             num_attention_heads=heads, num_key_value_heads=kv_heads)
+        config = Qwen2Config(
+            vocab_size=64,
+            hidden_size=hidden,
+            intermediate_size=inner,
+            num_hidden_layers=1,
+            num_attention_heads=heads,
+            num_key_value_heads=kv_heads,
+        )
         config.is_causal = False
         model = Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa")
         layer_of = lambda m: m.model.layers[0]  # noqa: E731
     else:
-        config = LLaDAConfig(d_model=hidden, n_heads=heads, n_kv_heads=kv_heads, n_layers=1, mlp_hidden_size=inner,
-                             block_type="llama", layer_norm_type="rms", activation_type="silu", rope=True,
-                             vocab_size=64, embedding_size=64, attention_dropout=0.0, residual_dropout=0.0,
-                             embedding_dropout=0.0)
+        config = LLaDAConfig(
+            d_model=hidden,
+            n_heads=heads,
+            n_kv_heads=kv_heads,
+            n_layers=1,
+            mlp_hidden_size=inner,
+            block_type="llama",
+            layer_norm_type="rms",
+            activation_type="silu",
+            rope=True,
+            vocab_size=64,
+            embedding_size=64,
+            attention_dropout=0.0,
+            residual_dropout=0.0,
+            embedding_dropout=0.0,
+        )
         model = LLaDAModelLM._from_config(config, attn_implementation="sdpa")
         layer_of = lambda m: m.model.transformer.blocks[0]  # noqa: E731
     model = model.to(torch_dtype).train()
@@ -527,8 +646,15 @@ def test_layer_saved_bytes_match_autograd(kind, dtype, lean):
     layer.register_forward_pre_hook(hooked, with_kwargs=True)
     layer.register_forward_hook(unhooked, with_kwargs=True)
     model(input_ids=torch.randint(0, 60, (batch, length)))
-    shape = step_cost.ModelShape(parameters=0, vocab=64, hidden=hidden, layers=1, intermediate=inner,
-                                 kv_dim=kv_heads * hidden // heads, embedding_parameters=0)
+    shape = step_cost.ModelShape(
+        parameters=0,
+        vocab=64,
+        hidden=hidden,
+        layers=1,
+        intermediate=inner,
+        kv_dim=kv_heads * hidden // heads,
+        embedding_parameters=0,
+    )
     predicted = step_cost.layer_saved_bytes(shape, 2 if dtype == "bfloat16" else 4, lean_mlp=lean)
     measured = sum(saved.values()) / (batch * length)
     assert predicted <= measured <= 1.05 * predicted, (measured, predicted)
@@ -541,8 +667,9 @@ def test_memory_units_and_dtypes():
     assert step_cost.rollout_copy_bytes(7e9, "bfloat16") == 14e9
     with pytest.raises(ValueError, match="unknown dtype 'int8'"):
         step_cost.dtype_bytes("int8")
-    tied = step_cost.ModelShape(parameters=1000, vocab=10, hidden=10, layers=2, intermediate=40, kv_dim=10,
-                                embedding_parameters=100)
+    tied = step_cost.ModelShape(
+        parameters=1000, vocab=10, hidden=10, layers=2, intermediate=40, kv_dim=10, embedding_parameters=100
+    )
     assert tied.root_parameters == 100 and tied.layer_parameters == 450
 
 
@@ -596,21 +723,22 @@ def test_readme_7b_table_comes_from_step_cost():
     """Every number of the DiffuCoder-7B table in docs/concepts/step-cost.md (and F) is what step_cost computes,
     at the precision the page writes it."""
     text = (REPO / "docs" / "concepts" / "step-cost.md").read_text()
-    section = text[text.index("Paper estimate for DiffuCoder-7B"):]
-    section = section[:section.index("\n\n", section.index("| **step**"))]
+    section = text[text.index("Paper estimate for DiffuCoder-7B") :]
+    section = section[: section.index("\n\n", section.index("| **step**"))]
     recipe = step_cost.DIFFUCODER_7B
     flops = recipe.flops()
     f_written = re.search(r"= ([0-9.]+e[0-9]+)` FLOPs", section).group(1)
     assert _matches(f_written, flops.forward)
     slow = recipe.sampling_slowdown
     rows = {
-        "generation": (flops.generation, [recipe.seconds(flops.generation),
-                                          recipe.seconds(flops.generation) * slow]),
+        "generation": (flops.generation, [recipe.seconds(flops.generation), recipe.seconds(flops.generation) * slow]),
         "old log-probs": (flops.old_logprobs, [recipe.seconds(flops.old_logprobs)]),
         "reference log-probs": (flops.ref_logprobs, [recipe.seconds(flops.ref_logprobs)]),
         "update": (flops.update, [recipe.seconds(flops.update)]),
-        "**step**": (flops.total, [recipe.seconds(flops.total),
-                                   recipe.seconds(flops.total) + recipe.seconds(flops.generation) * (slow - 1)]),
+        "**step**": (
+            flops.total,
+            [recipe.seconds(flops.total), recipe.seconds(flops.total) + recipe.seconds(flops.generation) * (slow - 1)],
+        ),
     }
     seen = set()
     for line in section.splitlines():
@@ -621,7 +749,7 @@ def test_readme_7b_table_comes_from_step_cost():
         seen.add(label)
         total, times = rows[label]
         assert _matches(cells[1], total), (label, cells[1], total)
-        written_times = re.findall(r"[0-9]+(?:\.[0-9]+)?", cells[2])[:len(times)]
+        written_times = re.findall(r"[0-9]+(?:\.[0-9]+)?", cells[2])[: len(times)]
         assert len(written_times) == len(times), (label, cells[2])
         for written, value in zip(written_times, times):
             assert _matches(written, value), (label, written, value)
@@ -665,11 +793,13 @@ def test_check_model_counts_d1s_adapters_on_llada(llada_standin, capsys):
     assert payload["estimate"]["setup"]["lora_parameters"] == 2 * per_layer
     names = [term["name"] for term in payload["estimate"]["memory"]["terms"]]
     assert "LoRA adapters: params + AdamW moments (fp32, sharded)" in names
-    with_dropout = check_model_json(capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules", d1,
-                                    "--lora-dropout", "0.05")
+    with_dropout = check_model_json(
+        capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules", d1, "--lora-dropout", "0.05"
+    )
     # per layer the adapted q, k, v and up projections each read the 32-wide hidden state
     assert with_dropout["estimate"]["setup"]["lora_dropout_inputs"] == 4 * hidden
     assert payload["estimate"]["setup"]["lora_dropout_inputs"] == 0
-    code, out, err = check_model(capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules",
-                                 "q_proj,ff_out")
+    code, out, err = check_model(
+        capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules", "q_proj,ff_out"
+    )
     assert code == 2 and "LoRA adapts 'model.transformer.ff_out', the vocabulary projection" in err

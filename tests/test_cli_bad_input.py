@@ -61,8 +61,10 @@ def out(tmp_path) -> Path:
 def test_binary_input(tmp_path, capsys, out):
     path = tmp_path / "in.jsonl"
     path.write_bytes(BINARY)
-    message = ("in.jsonl line 3: binary data (a NUL byte), not text; give JSON Lines (.jsonl), a JSON array (.json) "
-               "or a parquet file")
+    message = (
+        "in.jsonl line 3: binary data (a NUL byte), not text; give JSON Lines (.jsonl), a JSON array (.json) "
+        "or a parquet file"
+    )
     fails_with(score(path), capsys, "rewards score", message)
     fails_with(prepare(path, out), capsys, "data prepare", message)
 
@@ -71,8 +73,9 @@ def test_non_utf8_input(tmp_path, capsys, out):
     path = tmp_path / "in.jsonl"
     path.write_bytes(json.dumps(MBPP_ROW).encode() + b"\n" + LATIN_1 + b"\n")
     byte = len(json.dumps(MBPP_ROW)) + 1 + LATIN_1.index(b"\xe9")
-    message = (f"in.jsonl line 2: not UTF-8 text (byte {byte} of the input); "
-               f"save it as UTF-8 text (e.g. `iconv -t UTF-8`)")
+    message = (
+        f"in.jsonl line 2: not UTF-8 text (byte {byte} of the input); save it as UTF-8 text (e.g. `iconv -t UTF-8`)"
+    )
     fails_with(score(path), capsys, "rewards score", message)
     fails_with(prepare(path, out), capsys, "data prepare", message)
 
@@ -80,11 +83,18 @@ def test_non_utf8_input(tmp_path, capsys, out):
 def test_binary_input_through_the_installed_entry_point(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_bytes(BINARY)
-    done = subprocess.run([sys.executable, "-m", "diffugrpo_plugin.cli", *score(path)], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "diffugrpo_plugin.cli", *score(path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.splitlines() == ["diffugrpo rewards score: error: in.jsonl line 3: binary data (a NUL byte), "
-                                        "not text; give JSON Lines (.jsonl), a JSON array (.json) or a parquet file"]
+    assert done.stderr.splitlines() == [
+        "diffugrpo rewards score: error: in.jsonl line 3: binary data (a NUL byte), "
+        "not text; give JSON Lines (.jsonl), a JSON array (.json) or a parquet file"
+    ]
 
 
 # --------------------------------------------------------------------------- empty input
@@ -113,12 +123,20 @@ def test_test_list_that_is_a_number(tmp_path, capsys, out):
     path = tmp_path / "in.jsonl"
     rows = [{**MBPP_ROW, "completion": GOOD_COMPLETION}, {**MBPP_ROW, "completion": GOOD_COMPLETION, "test_list": 5}]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    fails_with(score(path), capsys, "rewards score",
-               "in.jsonl line 2: column 'test_list' must be a list, got int; fix the row's tests (test columns, "
-               "first match wins: test_cases (assert strings, or {input, output} pairs); test_list (MBPP) with "
-               "test_setup_code / test_imports; test + entry_point (HumanEval); inputs + outputs (stdin/stdout))")
-    fails_with(prepare(path, out), capsys, "data prepare",
-               "in.jsonl line 2: field 'test_list' must be a non-empty list of strings, got int")
+    fails_with(
+        score(path),
+        capsys,
+        "rewards score",
+        "in.jsonl line 2: column 'test_list' must be a list, got int; fix the row's tests (test columns, "
+        "first match wins: test_cases (assert strings, or {input, output} pairs); test_list (MBPP) with "
+        "test_setup_code / test_imports; test + entry_point (HumanEval); inputs + outputs (stdin/stdout))",
+    )
+    fails_with(
+        prepare(path, out),
+        capsys,
+        "data prepare",
+        "in.jsonl line 2: field 'test_list' must be a non-empty list of strings, got int",
+    )
 
 
 # --------------------------------------------------------------------------- corrupt parquet
@@ -129,9 +147,11 @@ def test_corrupt_parquet(tmp_path, capsys, out):
     path.write_bytes(b"PAR1" + b"\x15\x00" * 40)  # a parquet header with no footer
     completions = tmp_path / "c.jsonl"
     completions.write_text(json.dumps({"task_id": "1", "completion": GOOD_COMPLETION}) + "\n")
-    for argv, command in [(score(path), "rewards score"), (prepare(path, out), "data prepare"),
-                          (["eval", "--dataset", "parquet", "--data", str(path), "--completions", str(completions)],
-                           "eval")]:
+    for argv, command in [
+        (score(path), "rewards score"),
+        (prepare(path, out), "data prepare"),
+        (["eval", "--dataset", "parquet", "--data", str(path), "--completions", str(completions)], "eval"),
+    ]:
         line = error_line(argv, capsys)
         assert line.startswith(f"diffugrpo {command}: error: in.parquet is not a readable parquet file (")
         assert "magic bytes not found" in line  # pyarrow's reason, kept on the same line
@@ -142,6 +162,11 @@ def test_corrupt_parquet(tmp_path, capsys, out):
 
 
 def test_version_through_the_installed_entry_point():
-    done = subprocess.run([sys.executable, "-m", "diffugrpo_plugin.cli", "--version"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "diffugrpo_plugin.cli", "--version"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, f"diffugrpo {__version__}\n", "")

@@ -29,8 +29,10 @@ def rows(path: Path) -> list[dict]:
 
 
 def test_mbpp_two_splits_from_a_local_file(tmp_path, capsys):
-    assert run("--source", "mbpp", "--input", str(MINI_MBPP), "--split", "train,validation",
-               "--output", str(tmp_path)) == 0
+    assert (
+        run("--source", "mbpp", "--input", str(MINI_MBPP), "--split", "train,validation", "--output", str(tmp_path))
+        == 0
+    )
     train, validation = rows(tmp_path / "train.parquet"), rows(tmp_path / "validation.parquet")
     assert [r["extra_info"]["task_id"] for r in train] == ["601", "700", "800", "974"]
     assert [r["extra_info"]["task_id"] for r in validation] == ["511", "555", "600"]
@@ -64,10 +66,13 @@ def test_mbpp_without_input_offline_names_input(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(datasets, "load_dataset", offline)
     assert run("--source", "mbpp", "--output", str(tmp_path)) == 2
     [line] = capsys.readouterr().err.splitlines()
-    assert line.startswith("diffugrpo data prepare: error: could not load google-research-datasets/mbpp (full) "
-                           "from the hub (ConnectionError: Couldn't reach")
-    assert line.endswith("Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json, or a .parquet in "
-                         "MBPP's schema).")
+    assert line.startswith(
+        "diffugrpo data prepare: error: could not load google-research-datasets/mbpp (full) "
+        "from the hub (ConnectionError: Couldn't reach"
+    )
+    assert line.endswith(
+        "Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json, or a .parquet in MBPP's schema)."
+    )
     assert not list(tmp_path.iterdir())
 
 
@@ -86,20 +91,43 @@ def test_humaneval_train_is_refused_with_exit_code_2(tmp_path, capsys):
 
 def test_bad_file_reports_the_line_and_field(tmp_path, capsys):
     bad = tmp_path / "mbpp.jsonl"
-    bad.write_text(json.dumps({"task_id": 700, "text": "q", "code": "c", "test_list": ["assert 1"]}) + "\n"
-                   + json.dumps({"task_id": 701, "text": "q", "code": "c"}) + "\n")
+    bad.write_text(
+        json.dumps({"task_id": 700, "text": "q", "code": "c", "test_list": ["assert 1"]})
+        + "\n"
+        + json.dumps({"task_id": 701, "text": "q", "code": "c"})
+        + "\n"
+    )
     assert run("--source", "mbpp", "--input", str(bad), "--output", str(tmp_path / "out")) == 2
-    assert capsys.readouterr().err.strip() == \
-        "diffugrpo data prepare: error: mbpp.jsonl line 2: missing field 'test_list'"
+    assert (
+        capsys.readouterr().err.strip() == "diffugrpo data prepare: error: mbpp.jsonl line 2: missing field 'test_list'"
+    )
 
 
 def test_generic_jsonl_column_options(tmp_path):
     source = tmp_path / "mine.jsonl"
     row = {"question": "Echo.", "stdin": ["1\n"], "stdout": ["1\n"], "answer": "print(input())"}
     source.write_text(json.dumps(row) + "\n")
-    assert run("--source", "jsonl", "--input", str(source), "--prompt-field", "question", "--tests-field", "none",
-               "--inputs-field", "stdin", "--outputs-field", "stdout", "--solution-field", "answer",
-               "--output", str(tmp_path / "out")) == 0
+    assert (
+        run(
+            "--source",
+            "jsonl",
+            "--input",
+            str(source),
+            "--prompt-field",
+            "question",
+            "--tests-field",
+            "none",
+            "--inputs-field",
+            "stdin",
+            "--outputs-field",
+            "stdout",
+            "--solution-field",
+            "answer",
+            "--output",
+            str(tmp_path / "out"),
+        )
+        == 0
+    )
     [row] = rows(tmp_path / "out" / "train.parquet")
     assert row["data_source"] == "jsonl" and row["prompt"] == [{"role": "user", "content": "Echo."}]
     assert row["extra_info"]["inputs"] == ["1\n"] and row["extra_info"]["reference_solution"] == "print(input())"
@@ -115,15 +143,19 @@ def test_acecode_hard_option_is_passed_through(tmp_path, capsys):
 def test_synthetic_default_writes_train_and_validation(tmp_path):
     assert run("--source", "synthetic", "--seed", "2", "--output", str(tmp_path)) == 0
     assert len(rows(tmp_path / "train.parquet")) == len(synthetic_problems("train", seed=2))
-    assert [r["extra_info"]["task_id"] for r in rows(tmp_path / "validation.parquet")] == \
-        [p.task_id for p in synthetic_problems("validation", seed=2)]
+    assert [r["extra_info"]["task_id"] for r in rows(tmp_path / "validation.parquet")] == [
+        p.task_id for p in synthetic_problems("validation", seed=2)
+    ]
 
 
 def test_synthetic_wide_family_option(tmp_path):
-    assert run("--source", "synthetic", "--family", "wide", "--validation-fraction", "0.02",
-               "--output", str(tmp_path)) == 0
-    assert [r["extra_info"]["task_id"] for r in rows(tmp_path / "validation.parquet")] == \
-        [p.task_id for p in synthetic_problems("validation", validation_fraction=0.02, family="wide")]
+    assert (
+        run("--source", "synthetic", "--family", "wide", "--validation-fraction", "0.02", "--output", str(tmp_path))
+        == 0
+    )
+    assert [r["extra_info"]["task_id"] for r in rows(tmp_path / "validation.parquet")] == [
+        p.task_id for p in synthetic_problems("validation", validation_fraction=0.02, family="wide")
+    ]
     assert len(rows(tmp_path / "train.parquet")) == 4021
 
 

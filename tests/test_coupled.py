@@ -101,8 +101,9 @@ def test_selective_log_softmax_iteration_blocks_and_bf16():
     logp = torch.log_softmax(logits, -1)
     for it in range(k):
         rows = slice(it * b, (it + 1) * b)
-        lp = [logp[(3 * it + v) * b:(3 * it + v + 1) * b].gather(-1, index[rows, :, None]).squeeze(-1)
-              for v in range(3)]
+        lp = [
+            logp[(3 * it + v) * b : (3 * it + v + 1) * b].gather(-1, index[rows, :, None]).squeeze(-1) for v in range(3)
+        ]
         want = (lp[0] + torch.where(mask[rows], lp[1] * weights[3 * it + 1], lp[2] * weights[3 * it + 2])) / 2
         assert torch.allclose(out[rows], want, atol=1e-6)
     half = selective_log_softmax(logits.to(torch.bfloat16), index, weights, mask)
@@ -123,7 +124,9 @@ def test_get_per_token_logps_matches_a_direct_computation(style):
     for k, seed in enumerate([7, 8]):
         noisy, weights, mask = forward_process(input_ids, prompt_index, MASK_ID, seed)
         # the reference's formula, unoptimised: full log-softmax of each version's aligned logits, gathered
-        logp = [torch.log_softmax(lm.logits(v, torch.ones_like(v)).float(), -1).gather(-1, input_ids[..., None])[..., 0]
-                for v in noisy]  # 3 x [B, L]
+        logp = [
+            torch.log_softmax(lm.logits(v, torch.ones_like(v)).float(), -1).gather(-1, input_ids[..., None])[..., 0]
+            for v in noisy
+        ]  # 3 x [B, L]
         want = (logp[0] * weights[0] + torch.where(mask, logp[1] * weights[1], logp[2] * weights[2])) / 2
         assert torch.allclose(got[:, k], want[:, -logits_to_keep:], atol=1e-5)

@@ -31,8 +31,14 @@ demo = load_demo()
 def fake_run(sources: tuple[str, ...]) -> dict:
     """One seed's results as run_seed returns them, with made-up values: the table's input shape."""
     report = {source: {"total": 0.5, "code": 0.25, "code_format": 0.0, "pass@1": 0.25} for source in sources}
-    return {"sft": {**report, "seconds": 10.0}, "rl": {**report, "seconds": 12.0}, "sft_seconds": 100.0,
-            "sft_steps": 20, "sft_checks": [], "rl_seconds": 50.0}
+    return {
+        "sft": {**report, "seconds": 10.0},
+        "rl": {**report, "seconds": 12.0},
+        "sft_seconds": 100.0,
+        "sft_steps": 20,
+        "sft_checks": [],
+        "rl_seconds": 50.0,
+    }
 
 
 def test_demo_without_mbpp_says_so_and_runs_on_synthetic_tasks_alone(tmp_path, monkeypatch, capsys):
@@ -41,8 +47,10 @@ def test_demo_without_mbpp_says_so_and_runs_on_synthetic_tasks_alone(tmp_path, m
     assert settings.mbpp is None
     assert demo.mbpp_usable(settings.mbpp)
     said = capsys.readouterr().out.splitlines()
-    assert said == [f"run_demo: no MBPP file ({MBPP_DIR_VAR} is not set), so the synthetic tasks only; "
-                    f"add MBPP with --mbpp path/to/mbpp.jsonl"]
+    assert said == [
+        f"run_demo: no MBPP file ({MBPP_DIR_VAR} is not set), so the synthetic tasks only; "
+        f"add MBPP with --mbpp path/to/mbpp.jsonl"
+    ]
     data = demo.prepare_data(settings)
     synthetic = tmp_path / "data" / "synthetic-wide"
     assert data.train == (str(synthetic / "train.parquet"),)
@@ -64,8 +72,9 @@ def test_demo_reads_mbpp_from_the_environment_or_the_command_line(tmp_path, monk
     settings, _ = demo.parse_args([])
     assert settings.mbpp == tmp_path / "nowhere" / "mbpp.jsonl"
     assert not demo.mbpp_usable(settings.mbpp)  # named but missing: an error, not a silent fallback
-    assert capsys.readouterr().err == (f"run_demo: MBPP file {settings.mbpp} does not exist; "
-                                       f"pass --mbpp path/to/mbpp.jsonl\n")
+    assert capsys.readouterr().err == (
+        f"run_demo: MBPP file {settings.mbpp} does not exist; pass --mbpp path/to/mbpp.jsonl\n"
+    )
     settings, _ = demo.parse_args(["--mbpp", str(MINI_MBPP), "--out", str(tmp_path / "out")])
     assert settings.mbpp == MINI_MBPP and demo.mbpp_usable(settings.mbpp)
     data = demo.prepare_data(settings)
@@ -77,7 +86,9 @@ def test_demo_reads_mbpp_from_the_environment_or_the_command_line(tmp_path, monk
     assert data.train == (str(mbpp / "train.parquet"), synthetic) and data.rl_train == (synthetic,)
     command = demo.rl_command(settings, data, tmp_path / "sft", tmp_path / "rl", seed=0)
     assert f"data.train_files=[{synthetic}]" in command and "actor_rollout_ref.actor.kl_loss_coef=0.01" in command
-    both, _ = demo.parse_args(["--mbpp", str(MINI_MBPP), "--out", str(tmp_path / "out"), "--rl-mbpp", "--rl-kl", "0.05"])
+    both, _ = demo.parse_args(
+        ["--mbpp", str(MINI_MBPP), "--out", str(tmp_path / "out"), "--rl-mbpp", "--rl-kl", "0.05"]
+    )
     command = demo.rl_command(both, demo.prepare_data(both), tmp_path / "sft", tmp_path / "rl", seed=0)
     assert f"data.train_files=[{mbpp / 'train.parquet'},{synthetic}]" in command
     assert "actor_rollout_ref.actor.kl_loss_coef=0.05" in command
@@ -86,9 +97,24 @@ def test_demo_reads_mbpp_from_the_environment_or_the_command_line(tmp_path, monk
 @pytest.mark.slow
 @pytest.mark.parametrize("fast_sampler", [False, True], ids=["plain-sampler", "fast-sampler"])
 def test_demo_smoke_run_produces_every_artefact(tmp_path, fast_sampler):
-    result = subprocess.run([sys.executable, str(DEMO), "--seeds", "0", "--smoke", "--out", str(tmp_path),
-                             "--mbpp", str(mbpp_file("mbpp.jsonl")), *([] if fast_sampler else ["--plain-sampler"])],
-                            capture_output=True, text=True, timeout=900, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            str(DEMO),
+            "--seeds",
+            "0",
+            "--smoke",
+            "--out",
+            str(tmp_path),
+            "--mbpp",
+            str(mbpp_file("mbpp.jsonl")),
+            *([] if fast_sampler else ["--plain-sampler"]),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     seed = tmp_path / "seed0"
     assert (seed / "sft" / "model.safetensors").is_file() and (seed / "sft" / "sft_config.json").is_file()
@@ -97,8 +123,16 @@ def test_demo_smoke_run_produces_every_artefact(tmp_path, fast_sampler):
     assert sft_record["steps"] == 20 and [check["step"] for check in sft_record["checks"]] == [10, 20]
     assert all(check["pass@1"] == 0.0 for check in sft_record["checks"])
     synthetic = tmp_path / "data" / "synthetic-wide"
-    check_ids, train_ids = (set(pq.read_table(synthetic / name, columns=["extra_info"]).column(0).combine_chunks()
-                                .field("task_id").to_pylist()) for name in ("sft_check.parquet", "train.parquet"))
+    check_ids, train_ids = (
+        set(
+            pq.read_table(synthetic / name, columns=["extra_info"])
+            .column(0)
+            .combine_chunks()
+            .field("task_id")
+            .to_pylist()
+        )
+        for name in ("sft_check.parquet", "train.parquet")
+    )
     assert len(check_ids) == 96 and len(train_ids) == 3925 and not check_ids & train_ids
     assert (seed / "rl" / "ckpt" / "global_step_2" / "actor" / "huggingface" / "model.safetensors").is_file()
     command = (seed / "rl" / "command.txt").read_text()

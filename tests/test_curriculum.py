@@ -71,14 +71,26 @@ def test_linear_schedule_widens_the_pool_as_steps_pass():
 
 def test_gated_schedule_raises_the_level_once_the_window_of_steps_passes_then_starts_the_window_again():
     data = rows(list(range(8)))
-    sampler = CurriculumSampler(data, config(difficulty_key="extra_info.difficulty", schedule="gated", start=0.25,
-                                             increment=0.25, threshold=0.6, window=2))
+    sampler = CurriculumSampler(
+        data,
+        config(
+            difficulty_key="extra_info.difficulty",
+            schedule="gated",
+            start=0.25,
+            increment=0.25,
+            threshold=0.6,
+            window=2,
+        ),
+    )
 
     def step(*group_rates):  # one step: a group of two completions per prompt, each group's pass rate given
         positions = [p for p in range(len(group_rates)) for _ in range(2)]
         passes = [rate for rate in group_rates for _ in range(2)]
-        sampler.update(CurriculumFeedback(positions=positions, rewards=[0.0] * len(positions),
-                                          components=[{"code": passed} for passed in passes]))
+        sampler.update(
+            CurriculumFeedback(
+                positions=positions, rewards=[0.0] * len(positions), components=[{"code": passed} for passed in passes]
+            )
+        )
 
     step(1.0, 0.0, 0.5, 0.5)  # the step's pass rate: the mean over its 4 groups, 0.5
     step(1.0, 1.0, 0.0, 0.0)  # 0.5: the window (0.5, 0.5) is full, its mean 0.5 < 0.6
@@ -93,8 +105,13 @@ def test_measured_difficulty_holds_back_the_seen_prompts_the_policy_fails_most()
     sampler = CurriculumSampler(list(range(4)), config(start=0.25, metric="code"))
     assert set(draws(sampler, 100)) == {0, 1, 2, 3}  # nothing rolled out yet: nothing is known, all in play
     # prompt 2 solved by its whole group, prompt 0 by half of it, prompts 1 and 3 not rolled out
-    sampler.update(CurriculumFeedback(positions=[2, 2, 0, 0], rewards=[2.5, 2.5, 2.5, 0.5],
-                                      components=[{"code": 1.0}, {"code": 1.0}, {"code": 1.0}, {"code": 0.0}]))
+    sampler.update(
+        CurriculumFeedback(
+            positions=[2, 2, 0, 0],
+            rewards=[2.5, 2.5, 2.5, 0.5],
+            components=[{"code": 1.0}, {"code": 1.0}, {"code": 1.0}, {"code": 0.0}],
+        )
+    )
     assert np.array_equal(sampler.difficulty(), [0.5, np.nan, 0.0, np.nan], equal_nan=True)
     # among the seen, prompt 2 ranks 0 and prompt 0 ranks 0.5, above the level 0.25 + 0.75/100
     assert set(draws(sampler, 200)) == {1, 2, 3}
@@ -103,8 +120,13 @@ def test_measured_difficulty_holds_back_the_seen_prompts_the_policy_fails_most()
 def test_completions_without_the_metric_do_not_count_as_passes():
     sampler = CurriculumSampler(list(range(2)), config(metric="code", schedule="gated"))
     # prompt 0: one completion passed, one has no code score (failed harness); prompt 1: none has one
-    sampler.update(CurriculumFeedback(positions=[0, 0, 1, 1], rewards=[2.5, 0.5, 0.5, 0.5],
-                                      components=[{"code": 1.0}, {"code": None}, {"code": None}, {}]))
+    sampler.update(
+        CurriculumFeedback(
+            positions=[0, 0, 1, 1],
+            rewards=[2.5, 0.5, 0.5, 0.5],
+            components=[{"code": 1.0}, {"code": None}, {"code": None}, {}],
+        )
+    )
     assert sampler.pass_sum.tolist() == [1.0, 0.0] and sampler.groups_seen.tolist() == [1, 0]
     assert list(sampler.window) == [1.0]
 
@@ -116,8 +138,9 @@ def test_zero_advantage_prompts_are_skipped_at_weight_zero():
     assert sampler.zero_advantage().tolist() == [True, False, False, False]
     assert 0 not in set(draws(sampler, 300))
     assert sampler.metrics()["curriculum/zero_advantage_share"] == 0.5  # of the step's 2 groups
-    expiring = CurriculumSampler(data, config(difficulty_key="extra_info.difficulty", zero_advantage_weight=0.0,
-                                              zero_advantage_steps=2))
+    expiring = CurriculumSampler(
+        data, config(difficulty_key="extra_info.difficulty", zero_advantage_weight=0.0, zero_advantage_steps=2)
+    )
     expiring.update(CurriculumFeedback(positions=[0, 0], rewards=[1.0, 1.0]))  # one reward: skip for 2 steps
     assert expiring.weights()[0] == 0.0  # the next step's draws
     expiring.update(CurriculumFeedback(positions=[1, 1], rewards=[1.0, 0.0]))
@@ -134,13 +157,16 @@ def test_an_epoch_is_as_long_as_the_data():
     assert len(list(sampler)) == 5 and len(list(sampler)) == 5
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"schedul": "linear"}, "unknown data.sampler.curriculum option(s) ['schedul']"),
-    ({"schedule": "cosine"}, "schedule must be one of ['linear', 'step', 'gated'], got 'cosine'"),
-    ({"start": 0}, "start must be in (0.0, 1.0], got 0"),
-    ({"window": 0}, "window must be a whole number of steps >= 1, got 0"),
-    ({"zero_advantage_weight": 2}, "zero_advantage_weight must be in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"schedul": "linear"}, "unknown data.sampler.curriculum option(s) ['schedul']"),
+        ({"schedule": "cosine"}, "schedule must be one of ['linear', 'step', 'gated'], got 'cosine'"),
+        ({"start": 0}, "start must be in (0.0, 1.0], got 0"),
+        ({"window": 0}, "window must be a whole number of steps >= 1, got 0"),
+        ({"zero_advantage_weight": 2}, "zero_advantage_weight must be in [0, 1]"),
+    ],
+)
 def test_bad_options_say_which_key_to_fix(options, message):
     with pytest.raises(CurriculumConfigError) as error:
         CurriculumOptions.from_config(options)
@@ -171,24 +197,38 @@ class Rows:
 
 
 def loader(sampler, dataset):
-    return StatefulDataLoader(dataset, batch_size=2, num_workers=0, drop_last=True, sampler=sampler,
-                              collate_fn=lambda items: [item["position"] for item in items])
+    return StatefulDataLoader(
+        dataset,
+        batch_size=2,
+        num_workers=0,
+        drop_last=True,
+        sampler=sampler,
+        collate_fn=lambda items: [item["position"] for item in items],
+    )
 
 
 def test_resuming_through_the_stateful_dataloader_draws_what_the_uninterrupted_run_draws():
     """Two batches, feedback after each (raising a gated level), a checkpoint of the dataloader's state, then
     the next batches from the original and from a fresh loader restored from that state."""
     dataset = Rows(rows(list(range(10))))
-    settings = config(seed=3, difficulty_key="extra_info.difficulty", schedule="gated", start=0.2, window=1,
-                      threshold=0.5, increment=0.3)
+    settings = config(
+        seed=3,
+        difficulty_key="extra_info.difficulty",
+        schedule="gated",
+        start=0.2,
+        window=1,
+        threshold=0.5,
+        increment=0.3,
+    )
 
     def run_steps(recording, iterator, steps):
         batches = []
         for _ in range(steps):
             batch = next(iterator)
             assert recording.take(len(batch)) == batch  # the trainer's record of each prompt's position
-            recording.update(CurriculumFeedback(positions=batch, rewards=[1.0] * len(batch),
-                                                components=[{"code": 1.0}] * len(batch)))
+            recording.update(
+                CurriculumFeedback(positions=batch, rewards=[1.0] * len(batch), components=[{"code": 1.0}] * len(batch))
+            )
             batches.append(batch)
         return batches
 
@@ -213,8 +253,9 @@ def test_draws_of_a_dropped_partial_batch_never_pair_with_later_prompts():
     """5 prompts in batches of 2 with drop_last: each epoch draws 5 and drops the fifth; the next epoch's
     batches must still map to their own draws."""
     dataset = Rows(rows(list(range(5))))
-    recording = RecordingSampler(CurriculumSampler(dataset, config(seed=1, difficulty_key="extra_info.difficulty",
-                                                                   start=1.0)))
+    recording = RecordingSampler(
+        CurriculumSampler(dataset, config(seed=1, difficulty_key="extra_info.difficulty", start=1.0))
+    )
     data = loader(recording, dataset)
     for _ in range(3):  # epochs
         for batch in data:

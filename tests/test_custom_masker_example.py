@@ -36,8 +36,7 @@ stratified = load_source_module()
 
 def padded_batch():
     # row 0: 2 pads, prompt of 3, completion of 5; row 1: prompt of 5, completion of 5
-    input_ids = torch.tensor([[0, 0, 11, 12, 13, 21, 22, 23, 24, 25],
-                              [14, 15, 16, 17, 18, 31, 32, 33, 34, 35]])
+    input_ids = torch.tensor([[0, 0, 11, 12, 13, 21, 22, 23, 24, 25], [14, 15, 16, 17, 18, 31, 32, 33, 34, 35]])
     attention = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1, 1], [1] * 10])
     completion = torch.zeros_like(input_ids, dtype=torch.bool)
     completion[:, 5:] = True
@@ -47,8 +46,9 @@ def padded_batch():
 def documented_ratios(seeds: list[int], num_views: int, t_range: tuple[float, float]) -> torch.Tensor:
     """t_k = t_min + (t_max - t_min) (k + u_k) / K, u_k the first K draws of the row's generator.  # [B, K]"""
     t_min, t_max = t_range
-    offsets = torch.stack([torch.rand(num_views, generator=torch.Generator().manual_seed(s), dtype=torch.float64)
-                           for s in seeds])  # [B, K]
+    offsets = torch.stack(
+        [torch.rand(num_views, generator=torch.Generator().manual_seed(s), dtype=torch.float64) for s in seeds]
+    )  # [B, K]
     strata = torch.arange(num_views, dtype=torch.float64)  # [K]
     return t_min + (t_max - t_min) * (strata[None] + offsets) / num_views
 
@@ -56,8 +56,9 @@ def documented_ratios(seeds: list[int], num_views: int, t_range: tuple[float, fl
 def test_views_mask_only_the_completion_with_one_ratio_per_stratum_and_weight_one_over_k_t():
     input_ids, _, completion = padded_batch()
     seeds = [7, 8]
-    views = stratified.make_stratified(num_views=4, t_range=(0.2, 0.8)).views(input_ids, completion, MASK_ID,
-                                                                              torch.tensor(seeds))
+    views = stratified.make_stratified(num_views=4, t_range=(0.2, 0.8)).views(
+        input_ids, completion, MASK_ID, torch.tensor(seeds)
+    )
     assert views.noisy.shape == views.coef.shape == (4, 2, 10)
     masked = views.noisy == MASK_ID  # [K, B, L]
     assert not (masked & ~completion).any()  # prompt and padding never masked
@@ -83,7 +84,7 @@ def test_estimator_is_unbiased_for_the_t_average_by_monte_carlo():
     coef = views.coef.double()  # [K, B, L]
     t = torch.where(coef > 0, 1 / (num_views * coef), 0.0)  # [K, B, L]: a masked token's weight is 1/(K t_k)
     weight_sum = coef.sum(0)[completion]  # [B * 5]
-    squared = (coef * t ** 2).sum(0)[completion]
+    squared = (coef * t**2).sum(0)[completion]
     assert weight_sum.mean().item() == pytest.approx(1.0, abs=0.02)
     assert squared.mean().item() == pytest.approx(0.28, abs=0.01)
     masked_fraction = (views.noisy == MASK_ID)[:, completion].double().mean(1)  # [K], per stratum
@@ -101,7 +102,7 @@ def test_stratified_ratios_have_k_squared_less_variance_than_independent_ones():
     ratios = 1 / (num_views * views.coef.double().amax(-1))  # [K, B]: the weight of a masked token is 1/(K t_k)
     mean_ratio = ratios.mean(0)  # [B]
     assert mean_ratio.mean().item() == pytest.approx(0.5, abs=0.003)
-    assert mean_ratio.var().item() == pytest.approx(0.36 / (12 * num_views ** 3), rel=0.12)
+    assert mean_ratio.var().item() == pytest.approx(0.36 / (12 * num_views**3), rel=0.12)
 
 
 def test_masks_depend_on_the_rows_own_seed_and_tokens_only_and_leave_the_global_rng_alone():
@@ -115,19 +116,23 @@ def test_masks_depend_on_the_rows_own_seed_and_tokens_only_and_leave_the_global_
     assert torch.equal(torch.get_rng_state(), rng_state)
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"num_views": 0}, "num_views must be a positive integer"),
-    ({"num_views": 2.5}, "num_views must be a positive integer"),
-    ({"t_range": (0.0, 0.5)}, "0 < t_min <= t_max <= 1"),
-    ({"t_range": (0.7, 0.3)}, "0 < t_min <= t_max <= 1"),
-    ({"t_range": (0.5,)}, "two numbers"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"num_views": 0}, "num_views must be a positive integer"),
+        ({"num_views": 2.5}, "num_views must be a positive integer"),
+        ({"t_range": (0.0, 0.5)}, "0 < t_min <= t_max <= 1"),
+        ({"t_range": (0.7, 0.3)}, "0 < t_min <= t_max <= 1"),
+        ({"t_range": (0.5,)}, "two numbers"),
+    ],
+)
 def test_bad_options_name_the_option(options, message):
     with pytest.raises(ValueError, match=message):
         stratified.make_stratified(**options)
 
 
 # --- run in fresh processes after the package is installed --------------------------------------
+
 
 def discovery_report() -> dict:
     from diffugrpo_plugin import plugins
@@ -137,8 +142,12 @@ def discovery_report() -> dict:
         plugins.lookup("masker", "no_such_masker")
     except plugins.PluginError as error:
         unknown = str(error)
-    return {"distribution": registration.distribution, "description": registration.description,
-            "module": plugins.lookup("masker", NAME).obj.__module__, "unknown": unknown}
+    return {
+        "distribution": registration.distribution,
+        "description": registration.description,
+        "module": plugins.lookup("masker", NAME).obj.__module__,
+        "unknown": unknown,
+    }
 
 
 def coupled_pass_report() -> dict:
@@ -151,8 +160,11 @@ def coupled_pass_report() -> dict:
     lm = DiffusionLM.wrap(build_tiny_module("dream"))
     input_ids, attention, completion = padded_batch()
     seeds, num_views, t_range = [21, 22], 3, (0.3, 0.9)
-    views = lookup("masker", NAME).obj(num_views=num_views, t_range=list(t_range)).views(
-        input_ids, completion, lm.mask_token_id, torch.tensor(seeds))
+    views = (
+        lookup("masker", NAME)
+        .obj(num_views=num_views, t_range=list(t_range))
+        .views(input_ids, completion, lm.mask_token_id, torch.tensor(seeds))
+    )
     fast = coupled_token_logprobs(lm, views, input_ids, attention).logp  # [B, L]
     (fast * completion).sum().backward()
     fast_grads = [p.grad.clone() for p in lm.module.parameters()]
@@ -167,9 +179,12 @@ def coupled_pass_report() -> dict:
         formula = formula + weight.float() * picked
     (formula * completion).sum().backward()
     grad_gap = max((a - p.grad).abs().max().item() for a, p in zip(fast_grads, lm.module.parameters()))
-    return {"fast": fast.tolist(), "formula": formula.tolist(), "grad_gap": grad_gap,
-            "scored_per_view": (views.coef != 0).sum((1, 2)).tolist()}
-
+    return {
+        "fast": fast.tolist(),
+        "formula": formula.tolist(),
+        "grad_gap": grad_gap,
+        "scored_per_view": (views.coef != 0).sum((1, 2)).tolist(),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +195,14 @@ def installed(tmp_path_factory):
 
 def in_fresh_process(function_name: str) -> dict:
     code = f"import json, {Path(__file__).stem} as t; print(json.dumps(t.{function_name}()))"
-    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True,
-                          cwd=Path(__file__).parent, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parent,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

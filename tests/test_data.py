@@ -26,15 +26,20 @@ def write_jsonl(path: Path, rows: list) -> Path:
 
 
 def test_first_test_is_appended_when_no_signature_is_given():
-    assert data.build_prompt("Write a function to add.", ["assert f(1) == 2", "assert f(2) == 3"]) == \
-        "Write a function to add.\nTest cases: assert f(1) == 2"
+    assert (
+        data.build_prompt("Write a function to add.", ["assert f(1) == 2", "assert f(2) == 3"])
+        == "Write a function to add.\nTest cases: assert f(1) == 2"
+    )
 
 
-@pytest.mark.parametrize("question", [
-    "Please complete:\n```\ndef f(x):\n    pass\n```\n",  # DiffuCoder's own test: a fenced block
-    "Complete this.\ndef f(x):\n    '''doc'''\n",  # an unfenced def line
-    "from typing import List\n\n\n  def g(a: List[int]) -> int:\n",
-])
+@pytest.mark.parametrize(
+    "question",
+    [
+        "Please complete:\n```\ndef f(x):\n    pass\n```\n",  # DiffuCoder's own test: a fenced block
+        "Complete this.\ndef f(x):\n    '''doc'''\n",  # an unfenced def line
+        "from typing import List\n\n\n  def g(a: List[int]) -> int:\n",
+    ],
+)
 def test_nothing_is_appended_when_a_signature_is_given(question):
     assert data.build_prompt(question, ["assert f(1) == 2"]) == question
 
@@ -59,14 +64,17 @@ def mini_mbpp_rows() -> list[dict]:
     return [json.loads(line) for line in MINI_MBPP.read_text().splitlines()]
 
 
-@pytest.mark.parametrize("split, task_ids", [("prompt", [1, 10]), ("test", [11, 510]), ("validation", [511, 555, 600]),
-                                             ("train", [601, 700, 800, 974])])
+@pytest.mark.parametrize(
+    "split, task_ids",
+    [("prompt", [1, 10]), ("test", [11, 510]), ("validation", [511, 555, 600]), ("train", [601, 700, 800, 974])],
+)
 def test_mbpp_splits_follow_the_task_id_ranges_at_their_edges(split, task_ids):
     assert [int(p.task_id) for p in sources.mbpp_problems(MINI_MBPP, split)] == task_ids
 
 
-@pytest.mark.parametrize("split, first, last", [("prompt", 1, 10), ("test", 11, 510), ("validation", 511, 600),
-                                                ("train", 601, 974)])
+@pytest.mark.parametrize(
+    "split, first, last", [("prompt", 1, 10), ("test", 11, 510), ("validation", 511, 600), ("train", 601, 974)]
+)
 def test_real_mbpp_splits_cover_the_original_task_id_ranges(split, first, last):
     problems = sources.mbpp_problems(mbpp_file("mbpp.jsonl"), split)
     assert sorted(int(p.task_id) for p in problems) == list(range(first, last + 1))
@@ -74,8 +82,12 @@ def test_real_mbpp_splits_cover_the_original_task_id_ranges(split, first, last):
 
 def test_mbpp_sanitized_schema_reads_prompt_and_keeps_imports():
     by_split = {split: sources.mbpp_problems(MINI_SANITIZED_MBPP, split) for split in sources.MBPP_SPLITS}
-    assert {split: [p.task_id for p in problems] for split, problems in by_split.items()} == \
-        {"prompt": ["2"], "test": [], "validation": ["560"], "train": ["602"]}
+    assert {split: [p.task_id for p in problems] for split, problems in by_split.items()} == {
+        "prompt": ["2"],
+        "test": [],
+        "validation": ["560"],
+        "train": ["602"],
+    }
     [hypotenuse] = by_split["train"]
     assert hypotenuse.question == "Write a function to find the hypotenuse of a right triangle."
     assert hypotenuse.test_imports == ["import math"] and by_split["prompt"][0].test_imports is None
@@ -111,8 +123,12 @@ def test_mbpp_setup_code_is_kept_where_present():
     problems = {p.task_id: p for p in sources.mbpp_problems(MINI_MBPP, "all")}
     for raw in with_setup:
         assert problems[str(raw["task_id"])].test_setup_code == raw["test_setup_code"]
-        assert json.loads(row_format.to_row(problems[str(raw["task_id"])], "mbpp", "all", 0)["reward_model"]
-                          ["ground_truth"])["test_setup_code"] == raw["test_setup_code"]
+        assert (
+            json.loads(
+                row_format.to_row(problems[str(raw["task_id"])], "mbpp", "all", 0)["reward_model"]["ground_truth"]
+            )["test_setup_code"]
+            == raw["test_setup_code"]
+        )
     assert problems["601"].test_setup_code is None  # MBPP's empty string means none
 
 
@@ -145,13 +161,16 @@ def test_mbpp_missing_field_names_file_line_and_field(tmp_path):
         sources.mbpp_problems(bad, "train")
 
 
-@pytest.mark.parametrize("broken, message", [
-    ({"test_list": "assert f()"}, r"line 1: field 'test_list' must be a non-empty list of strings, got str"),
-    ({"test_list": 5}, r"line 1: field 'test_list' must be a non-empty list of strings, got int"),
-    ({"test_list": []}, r"line 1: field 'test_list' must be a non-empty list of strings, got an empty list"),
-    ({"task_id": "x12"}, r"line 1: field 'task_id' must be an integer, got 'x12'"),
-    ({"task_id": 99999}, r"m\.jsonl line 1: MBPP task_id 99999 is outside the known ranges"),
-])
+@pytest.mark.parametrize(
+    "broken, message",
+    [
+        ({"test_list": "assert f()"}, r"line 1: field 'test_list' must be a non-empty list of strings, got str"),
+        ({"test_list": 5}, r"line 1: field 'test_list' must be a non-empty list of strings, got int"),
+        ({"test_list": []}, r"line 1: field 'test_list' must be a non-empty list of strings, got an empty list"),
+        ({"task_id": "x12"}, r"line 1: field 'task_id' must be an integer, got 'x12'"),
+        ({"task_id": 99999}, r"m\.jsonl line 1: MBPP task_id 99999 is outside the known ranges"),
+    ],
+)
 def test_mbpp_wrong_types_are_named(tmp_path, broken, message):
     row = {"task_id": 700, "text": "q", "code": "c", "test_list": ["assert 1"], "test_setup_code": ""}
     bad = write_jsonl(tmp_path / "m.jsonl", [{**row, **broken}])
@@ -167,8 +186,10 @@ def test_invalid_json_line_is_named(tmp_path):
 
 
 def test_json_array_errors_give_the_line_of_the_item(tmp_path):
-    items = [{"task_id": 601, "prompt": "q", "code": "c", "test_list": ["assert 1"]},
-             {"task_id": 602, "prompt": "q", "code": "c"}]
+    items = [
+        {"task_id": 601, "prompt": "q", "code": "c", "test_list": ["assert 1"]},
+        {"task_id": 602, "prompt": "q", "code": "c"},
+    ]
     path = tmp_path / "sanitized.json"
     path.write_text(json.dumps(items, indent=2))
     line_of_second = path.read_text().splitlines().index("  {", 2) + 1
@@ -228,8 +249,9 @@ def test_mbpp_hub_failure_is_one_quiet_line_saying_to_pass_a_local_file(monkeypa
         sources.mbpp_problems(None, "train")
     message = str(raised.value)
     assert "\n" not in message and "Couldn't reach the Hub (LocalEntryNotFoundError)" in message
-    assert message.endswith("Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json, "
-                            "or a .parquet in MBPP's schema).")
+    assert message.endswith(
+        "Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json, or a .parquet in MBPP's schema)."
+    )
     assert "Retrying" not in caplog.text  # the hub's retry log is silenced while it tries ...
     assert logging.getLogger("huggingface_hub").level == level_before  # ... and only then
 
@@ -249,22 +271,37 @@ def test_parquet_input_gives_records_with_row_numbers(tmp_path):
 
     path = tmp_path / "rows.parquet"
     pq.write_table(pa.Table.from_pylist([{"a": 1, "b": ["x"]}, {"a": 2, "b": []}]), path)
-    assert records.read_records(path) == [records.Record({"a": 1, "b": ["x"]}, "rows.parquet row 1", 1),
-                                          records.Record({"a": 2, "b": []}, "rows.parquet row 2", 2)]
+    assert records.read_records(path) == [
+        records.Record({"a": 1, "b": ["x"]}, "rows.parquet row 1", 1),
+        records.Record({"a": 2, "b": []}, "rows.parquet row 2", 2),
+    ]
     renamed = path.rename(tmp_path / "rows.data")  # recognised by its magic bytes, whatever its name
     assert [record.data for record in records.read_records(renamed)] == [{"a": 1, "b": ["x"]}, {"a": 2, "b": []}]
 
 
-@pytest.mark.parametrize("name, content, message", [
-    ("c.parquet", b"PAR1 but truncated", r"^c\.parquet is not a readable parquet file \(.*\); write it again with "
-                                         r"`diffugrpo data prepare` or pyarrow$"),
-    ("c.jsonl", b'{"a": 1}\n{"b": "\x00"}\n',
-     r"^c\.jsonl line 2: binary data \(a NUL byte\), not text; give JSON Lines"),
-    ("c.jsonl", b'{"a": 1}\n{"b": "caf\xe9"}\n',
-     r"^c\.jsonl line 2: not UTF-8 text \(byte 19 of the input\); save it as UTF-8 text"),
-    ("c.jsonl", b"", r"^c\.jsonl holds no JSON object \(the file is empty\); give one JSON object per line$"),
-    ("c.jsonl", b"\n  \n", r"^c\.jsonl holds no JSON object"),
-])
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        (
+            "c.parquet",
+            b"PAR1 but truncated",
+            r"^c\.parquet is not a readable parquet file \(.*\); write it again with "
+            r"`diffugrpo data prepare` or pyarrow$",
+        ),
+        (
+            "c.jsonl",
+            b'{"a": 1}\n{"b": "\x00"}\n',
+            r"^c\.jsonl line 2: binary data \(a NUL byte\), not text; give JSON Lines",
+        ),
+        (
+            "c.jsonl",
+            b'{"a": 1}\n{"b": "caf\xe9"}\n',
+            r"^c\.jsonl line 2: not UTF-8 text \(byte 19 of the input\); save it as UTF-8 text",
+        ),
+        ("c.jsonl", b"", r"^c\.jsonl holds no JSON object \(the file is empty\); give one JSON object per line$"),
+        ("c.jsonl", b"\n  \n", r"^c\.jsonl holds no JSON object"),
+    ],
+)
 def test_unreadable_input_is_one_line_naming_the_file_and_fix(tmp_path, name, content, message):
     path = tmp_path / name
     path.write_bytes(content)
@@ -331,32 +368,47 @@ def test_humaneval_refuses_the_train_split():
 
 def acecode_rows() -> list[dict]:
     """Ten problems whose rated pass-rate means are 0, .1, .2, .3, .4, .6, .7, .8, .9, 1."""
-    rates = [(0.0, 0.0), (0.0, 0.2), (0.1, 0.3), (0.0, 0.6), (0.4, 0.4),
-             (0.2, 1.0), (0.6, 0.8), (0.8, 0.8), (0.8, 1.0), (1.0, 1.0)]
+    rates = [
+        (0.0, 0.0),
+        (0.0, 0.2),
+        (0.1, 0.3),
+        (0.0, 0.6),
+        (0.4, 0.4),
+        (0.2, 1.0),
+        (0.6, 0.8),
+        (0.8, 0.8),
+        (0.8, 1.0),
+        (1.0, 1.0),
+    ]
     rows = []
     for i, (a, b) in enumerate(rates):
-        rows.append({
-            "id": f"p{i}",
-            "question": f"Return {i} plus x.",
-            "test_cases": [f"assert f{i}(1) == {i + 1}", f"assert f{i}(2) == {i + 2}"],
-            "inferences": [
-                {"model_name": "qwen_coder_2.5", "pass_rate": a, "completion": f"def f{i}(x):\n    return x + {i}"},
-                {"model_name": "llama3_instruct", "pass_rate": b, "completion": f"def f{i}(x):\n    return {i}"},
-                # not a rated model: must not move the mean (p1 would leave 'hard' with it)
-                {"model_name": "other", "pass_rate": 1.0, "completion": "pass"},
-            ],
-        })
+        rows.append(
+            {
+                "id": f"p{i}",
+                "question": f"Return {i} plus x.",
+                "test_cases": [f"assert f{i}(1) == {i + 1}", f"assert f{i}(2) == {i + 2}"],
+                "inferences": [
+                    {"model_name": "qwen_coder_2.5", "pass_rate": a, "completion": f"def f{i}(x):\n    return x + {i}"},
+                    {"model_name": "llama3_instruct", "pass_rate": b, "completion": f"def f{i}(x):\n    return {i}"},
+                    # not a rated model: must not move the mean (p1 would leave 'hard' with it)
+                    {"model_name": "other", "pass_rate": 1.0, "completion": "pass"},
+                ],
+            }
+        )
     return rows
 
 
-@pytest.mark.parametrize("difficulty, kept", [
-    # hard: mean <= P20(means) = 0.18 and std >= P40(stds) = 0.06  ->  p1 (mean .1, std .1) only
-    ("hard", ["p1"]),
-    # medium: P25 = 0.225 <= mean <= P75 = 0.775
-    ("medium", ["p3", "p4", "p5", "p6"]),
-    # easy: mean >= P75 = 0.775
-    ("easy", ["p7", "p8", "p9"]),
-])
+@pytest.mark.parametrize(
+    "difficulty, kept",
+    [
+        # hard: mean <= P20(means) = 0.18 and std >= P40(stds) = 0.06  ->  p1 (mean .1, std .1) only
+        ("hard", ["p1"]),
+        # medium: P25 = 0.225 <= mean <= P75 = 0.775
+        ("medium", ["p3", "p4", "p5", "p6"]),
+        # easy: mean >= P75 = 0.775
+        ("easy", ["p7", "p8", "p9"]),
+    ],
+)
 def test_acecode_difficulty_filter_matches_hand_computed_percentiles(tmp_path, difficulty, kept):
     path = write_jsonl(tmp_path / "ace.jsonl", acecode_rows())
     assert [p.task_id for p in sources.acecode_problems(path, difficulty=difficulty)] == kept
@@ -393,8 +445,9 @@ def test_acecode_signature_variant_turns_the_question_into_a_docstring(tmp_path)
     problems = sources.acecode_problems(path, signature_variants=True)
     assert [p.task_id for p in problems] == ["p0", "p0#signature", "p1"]
     variant = problems[1]
-    assert variant.question == ('Please complete the following problem:\n```\ndef f0(x):\n    """\n'
-                                '    Return 0 plus x.\n    """\n```\n')
+    assert variant.question == (
+        'Please complete the following problem:\n```\ndef f0(x):\n    """\n    Return 0 plus x.\n    """\n```\n'
+    )
     assert data.build_prompt(variant.question, variant.test_cases) == variant.question
     assert variant.test_cases == problems[0].test_cases
 
@@ -403,7 +456,9 @@ def test_acecode_signature_variant_turns_the_question_into_a_docstring(tmp_path)
 
 
 LEETCODE_ROW = {
-    "task_id": "two-sum", "question_id": 1, "difficulty": "Easy",
+    "task_id": "two-sum",
+    "question_id": 1,
+    "difficulty": "Easy",
     "query": "Find two indices.\n```python\nclass Solution:\n    def twoSum(self, nums, target):\n```\n",
     "prompt": "from typing import *\n",
     "test": "def check(candidate):\n    assert candidate(nums=[2, 7], target=9) == [0, 1]\n",
@@ -437,22 +492,34 @@ def test_leetcode_missing_test_is_named(tmp_path):
 
 
 def test_generic_jsonl_reads_the_named_columns(tmp_path):
-    rows = [{"q": "Double x.", "asserts": ["assert d(2) == 4"], "sol": "def d(x): return 2 * x", "key": 17},
-            {"q": "Triple x.", "asserts": "assert t(1) == 3", "key": 18}]
-    problems = sources.jsonl_problems(write_jsonl(tmp_path / "mine.jsonl", rows), prompt_field="q", tests_field="asserts",
-                                   solution_field="sol", id_field="key")
+    rows = [
+        {"q": "Double x.", "asserts": ["assert d(2) == 4"], "sol": "def d(x): return 2 * x", "key": 17},
+        {"q": "Triple x.", "asserts": "assert t(1) == 3", "key": 18},
+    ]
+    problems = sources.jsonl_problems(
+        write_jsonl(tmp_path / "mine.jsonl", rows),
+        prompt_field="q",
+        tests_field="asserts",
+        solution_field="sol",
+        id_field="key",
+    )
     assert [(p.task_id, p.test_cases, p.reference_solution) for p in problems] == [
-        ("17", ["assert d(2) == 4"], "def d(x): return 2 * x"), ("18", ["assert t(1) == 3"], None)]
+        ("17", ["assert d(2) == 4"], "def d(x): return 2 * x"),
+        ("18", ["assert t(1) == 3"], None),
+    ]
     assert data.build_prompt(problems[0].question, problems[0].test_cases) == "Double x.\nTest cases: assert d(2) == 4"
 
 
 def test_generic_jsonl_with_stdin_stdout_pairs(tmp_path):
     rows = [{"prompt": "Echo.", "ins": ["1\n", "2\n"], "outs": ["1\n", "2\n"]}]
-    [problem] = sources.jsonl_problems(write_jsonl(tmp_path / "io.jsonl", rows), tests_field=None,
-                                    inputs_field="ins", outputs_field="outs")
+    [problem] = sources.jsonl_problems(
+        write_jsonl(tmp_path / "io.jsonl", rows), tests_field=None, inputs_field="ins", outputs_field="outs"
+    )
     assert problem.test_cases is None and problem.inputs == ["1\n", "2\n"] and problem.outputs == ["1\n", "2\n"]
-    assert json.loads(row_format.to_row(problem, "io", "train", 0)["reward_model"]["ground_truth"]) == \
-        {"inputs": ["1\n", "2\n"], "outputs": ["1\n", "2\n"]}
+    assert json.loads(row_format.to_row(problem, "io", "train", 0)["reward_model"]["ground_truth"]) == {
+        "inputs": ["1\n", "2\n"],
+        "outputs": ["1\n", "2\n"],
+    }
     assert data.build_prompt(problem.question, problem.test_cases) == "Echo."
 
 
@@ -517,8 +584,9 @@ def test_unknown_synthetic_family_names_the_known_ones():
 
 def test_synthetic_family_is_deterministic_by_seed():
     assert data.synthetic_problems("validation", seed=3) == data.synthetic_problems("validation", seed=3)
-    assert {p.task_id for p in data.synthetic_problems("validation", seed=3)} != \
-        {p.task_id for p in data.synthetic_problems("validation", seed=4)}
+    assert {p.task_id for p in data.synthetic_problems("validation", seed=3)} != {
+        p.task_id for p in data.synthetic_problems("validation", seed=4)
+    }
 
 
 @pytest.mark.parametrize("family", ["small", "wide"])
@@ -554,8 +622,10 @@ def test_synthetic_prompt_shows_the_first_test():
     problem = next(p for p in data.synthetic_problems("train") if p.task_id.startswith("synthetic/repeat_"))
     k = int(problem.task_id.rsplit("_", 1)[1])
     content = row_format.to_row(problem, "synthetic", "train", 0)["prompt"][0]["content"]
-    assert content == (f"Write a function `repeat_{k}(s)` that returns the string s repeated {k} times."
-                       f"\nTest cases: {problem.test_cases[0]}")
+    assert content == (
+        f"Write a function `repeat_{k}(s)` that returns the string s repeated {k} times."
+        f"\nTest cases: {problem.test_cases[0]}"
+    )
     assert problem.reference_solution == f"def repeat_{k}(s):\n    return s * {k}"
 
 
@@ -592,11 +662,19 @@ def test_verl_rlhf_dataset_reads_our_parquet_with_our_tokenizer(tmp_path):
 
     tokenizer = build_tokenizer()
     mbpp_rows = data.prepare("mbpp", "validation", MINI_MBPP)
-    files = [str(data.write_parquet(mbpp_rows, tmp_path / "a.parquet")),
-             str(data.write_parquet(data.prepare("synthetic", "validation"), tmp_path / "b.parquet"))]
-    config = OmegaConf.create({"cache_dir": str(tmp_path / "cache"), "prompt_key": "prompt",
-                               "max_prompt_length": 1024, "filter_overlong_prompts": True,
-                               "filter_overlong_prompts_workers": 1})
+    files = [
+        str(data.write_parquet(mbpp_rows, tmp_path / "a.parquet")),
+        str(data.write_parquet(data.prepare("synthetic", "validation"), tmp_path / "b.parquet")),
+    ]
+    config = OmegaConf.create(
+        {
+            "cache_dir": str(tmp_path / "cache"),
+            "prompt_key": "prompt",
+            "max_prompt_length": 1024,
+            "filter_overlong_prompts": True,
+            "filter_overlong_prompts_workers": 1,
+        }
+    )
     dataset = RLHFDataset(files, tokenizer, config)
     assert len(dataset) == 3 + len(data.synthetic_problems("validation"))
     row = dataset[8]
@@ -652,20 +730,27 @@ def assert_references_pass_and_stubs_fail(groups: dict[str, list[dict]]) -> None
 
 
 def test_code_reward_passes_every_reference_and_no_stub(tmp_path):
-    assert_references_pass_and_stubs_fail({
-        "synthetic": data.prepare("synthetic", "validation"),
-        "mini_mbpp": data.prepare("mbpp", "all", MINI_MBPP),  # setup code after the code, CRLF and tabs
-        "mini_sanitized": data.prepare("mbpp", "all", MINI_SANITIZED_MBPP),  # test_imports
-        "humaneval": data.prepare("humaneval", "test", limit=15),
-        "leetcode": data.prepare("leetcode", "train", write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW])),
-    })
+    assert_references_pass_and_stubs_fail(
+        {
+            "synthetic": data.prepare("synthetic", "validation"),
+            "mini_mbpp": data.prepare("mbpp", "all", MINI_MBPP),  # setup code after the code, CRLF and tabs
+            "mini_sanitized": data.prepare("mbpp", "all", MINI_SANITIZED_MBPP),  # test_imports
+            "humaneval": data.prepare("humaneval", "test", limit=15),
+            "leetcode": data.prepare("leetcode", "train", write_jsonl(tmp_path / "lc.jsonl", [LEETCODE_ROW])),
+        }
+    )
 
 
 def test_code_reward_passes_the_real_mbpp_references():
     mbpp_rows = data.prepare("mbpp", "all", mbpp_file("mbpp.jsonl"))
-    with_imports = [row for row in data.prepare("mbpp", "all", mbpp_file("sanitized-mbpp.json"))
-                    if row["extra_info"]["test_imports"]][:10]
-    assert_references_pass_and_stubs_fail({
-        "mbpp": mbpp_rows[600:640] + [row for row in mbpp_rows if row["extra_info"]["test_setup_code"]],
-        "sanitized": data.prepare("mbpp", "validation", mbpp_file("sanitized-mbpp.json")) + with_imports,
-    })
+    with_imports = [
+        row
+        for row in data.prepare("mbpp", "all", mbpp_file("sanitized-mbpp.json"))
+        if row["extra_info"]["test_imports"]
+    ][:10]
+    assert_references_pass_and_stubs_fail(
+        {
+            "mbpp": mbpp_rows[600:640] + [row for row in mbpp_rows if row["extra_info"]["test_setup_code"]],
+            "sanitized": data.prepare("mbpp", "validation", mbpp_file("sanitized-mbpp.json")) + with_imports,
+        }
+    )

@@ -30,7 +30,8 @@ def test_the_readme_fits_in_250_lines():
 @pytest.mark.parametrize("page", sorted(generate.generated_pages()))
 def test_generated_pages_match_the_code(page):
     assert (REPO / "docs" / page).read_text() == generate.generated_pages()[page], (
-        f"docs/{page} is stale: run `python docs/generate.py`")
+        f"docs/{page} is stale: run `python docs/generate.py`"
+    )
 
 
 @pytest.mark.parametrize("path", markdown_files(), ids=lambda path: path.relative_to(REPO).as_posix())
@@ -42,8 +43,14 @@ def test_every_relative_link_names_a_file_that_exists(path):
 
 def test_the_site_builds_with_warnings_as_errors(tmp_path):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
-                            cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "WARNING" not in result.stderr
     assert (tmp_path / "reference" / "hooks" / "index.html").is_file()
@@ -55,8 +62,14 @@ def test_the_site_build_fails_on_a_broken_link(tmp_path):
     docs.mkdir()
     (docs / "index.md").write_text("# Home\n\nSee [a page](missing.md).\n")
     (tmp_path / "mkdocs.yml").write_text("site_name: t\nstrict: true\n")
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert result.returncode != 0 and "missing.md" in result.stderr
 
 

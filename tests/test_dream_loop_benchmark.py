@@ -25,4 +25,3 @@ def test_the_batched_dream_loop_gives_the_plain_samplers_tokens(steps, top_k):
     expected = ours.generate(lm, ids, mask, 16, eos_token_id=EOS, pad_token_id=PAD, seeds=[0, 1, 2]).completion_ids
     loop = dream_loop(lm, ids, mask, 16, steps, 0.0, None, top_k, torch.Generator().manual_seed(0))
     assert cut_after_eos(loop, EOS, PAD)[0].tolist() == expected.tolist()
-

@@ -37,17 +37,28 @@ def tensordict_for(prompts, responses, seeds, micro_batch: int):
 
     from verl.utils import tensordict_utils as tu
 
-    data = TensorDict({
-        "input_ids": nested([torch.cat([p, r]) for p, r in zip(prompts, responses)]),
-        "position_ids": nested([torch.arange(len(p) + len(r)) for p, r in zip(prompts, responses)]),
-        "prompts": nested(prompts),
-        "responses": nested(responses),
-        "response_mask": nested(loss_masks(responses)),
-        "loss_mask": nested(loss_masks(responses)),
-        "mask_seed": seeds,
-    }, batch_size=len(prompts))
-    tu.assign_non_tensor(data, use_remove_padding=False, use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch,
-                         calculate_entropy=False, temperature=1.0, compute_loss=False, global_token_num=None)
+    data = TensorDict(
+        {
+            "input_ids": nested([torch.cat([p, r]) for p, r in zip(prompts, responses)]),
+            "position_ids": nested([torch.arange(len(p) + len(r)) for p, r in zip(prompts, responses)]),
+            "prompts": nested(prompts),
+            "responses": nested(responses),
+            "response_mask": nested(loss_masks(responses)),
+            "loss_mask": nested(loss_masks(responses)),
+            "mask_seed": seeds,
+        },
+        batch_size=len(prompts),
+    )
+    tu.assign_non_tensor(
+        data,
+        use_remove_padding=False,
+        use_dynamic_bsz=False,
+        micro_batch_size_per_gpu=micro_batch,
+        calculate_entropy=False,
+        temperature=1.0,
+        compute_loss=False,
+        global_token_num=None,
+    )
     return data
 
 
@@ -65,7 +76,7 @@ def direct_response_logprobs(model_path, prompts, responses, seeds):
     for prompt, response, seed, scored in zip(prompts, responses, seeds, loss_masks(responses)):
         ids = torch.cat([prompt, response])[None]
         completion = torch.zeros_like(ids, dtype=torch.bool)
-        completion[0, len(prompt):] = True
+        completion[0, len(prompt) :] = True
         views = masker.views(ids, completion, lm.mask_token_id, seed[None])
         total = torch.zeros(ids.shape)
         with torch.no_grad():
@@ -73,12 +84,19 @@ def direct_response_logprobs(model_path, prompts, responses, seeds):
                 raw = lm.module(input_ids=views.noisy[v], attention_mask=torch.ones_like(ids)).logits
                 raw = torch.cat([raw[:, :1], raw[:, :-1]], 1) if lm.shift_logits else raw
                 total += views.coef[v] * torch.log_softmax(raw.float(), -1).gather(-1, ids[..., None]).squeeze(-1)
-        results.append(total[0, len(prompt):] * scored)
+        results.append(total[0, len(prompt) :] * scored)
     return results
 
 
-def build_worker_group(model_path: str, workers: int, trust_remote_code: bool = False,
-                       gradient_checkpointing: bool = True, lr: float = 1e-2, lora: dict | None = None, **diffusion):
+def build_worker_group(
+    model_path: str,
+    workers: int,
+    trust_remote_code: bool = False,
+    gradient_checkpointing: bool = True,
+    lr: float = 1e-2,
+    lora: dict | None = None,
+    **diffusion,
+):
     import ray
 
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
@@ -90,20 +108,29 @@ def build_worker_group(model_path: str, workers: int, trust_remote_code: bool = 
 
     config = TrainingWorkerConfig(
         model_type="diffusion_lm",
-        model_config=DiffusionModelConfig(path=model_path, model_type="diffusion_lm", use_remove_padding=False,
-                                          override_config={"attn_implementation": "sdpa"},
-                                          trust_remote_code=trust_remote_code,
-                                          enable_gradient_checkpointing=gradient_checkpointing,
-                                          diffusion={"masker": "coupled", **diffusion}, **(lora or {})),
-        engine_config=FSDPEngineConfig(strategy="fsdp2", use_torch_compile=False,
-                                       mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32",
-                                                        "buffer_dtype": "fp32"}),
+        model_config=DiffusionModelConfig(
+            path=model_path,
+            model_type="diffusion_lm",
+            use_remove_padding=False,
+            override_config={"attn_implementation": "sdpa"},
+            trust_remote_code=trust_remote_code,
+            enable_gradient_checkpointing=gradient_checkpointing,
+            diffusion={"masker": "coupled", **diffusion},
+            **(lora or {}),
+        ),
+        engine_config=FSDPEngineConfig(
+            strategy="fsdp2",
+            use_torch_compile=False,
+            mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
+        ),
         optimizer_config=FSDPOptimizerConfig(lr=lr, clip_grad=1.0),
         checkpoint_config=CheckpointConfig(),
     )
-    group = RayWorkerGroup(resource_pool=RayResourcePool([workers], use_gpu=False, max_colocate_count=1),
-                           ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(DiffusionTrainingWorker), config=config),
-                           device_name="cpu")
+    group = RayWorkerGroup(
+        resource_pool=RayResourcePool([workers], use_gpu=False, max_colocate_count=1),
+        ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(DiffusionTrainingWorker), config=config),
+        device_name="cpu",
+    )
     group.reset()
     return group
 
@@ -130,7 +157,7 @@ def response_logprobs(output, responses):
     values = output["log_probs"]
     rows = values.unbind() if values.is_nested else list(values)
     # verl's layout: the log-prob of the token at position p sits at index p - 1
-    return [row[len(row) - len(r) - 1:len(row) - 1] for row, r in zip(rows, responses)]
+    return [row[len(row) - len(r) - 1 : len(row) - 1] for row, r in zip(rows, responses)]
 
 
 def check_formula_then_one_ascent_step(group, want, prompts, responses, seeds) -> None:
@@ -182,8 +209,9 @@ def ppo_batch(prompts, responses, seeds, old, ref):
     data["old_log_probs"] = nested([o + 0.05 for o in old])  # a policy that moved a little
     data["ref_log_prob"] = nested([r - 0.1 for r in ref])
     data["advantages"] = nested([torch.full((len(r),), a) for r, a in zip(responses, (1.0, -1.0, 0.5, -0.5))])
-    tu.assign_non_tensor(data, global_batch_size=len(prompts),
-                         global_token_num=[len(p) + len(r) for p, r in zip(prompts, responses)])
+    tu.assign_non_tensor(
+        data, global_batch_size=len(prompts), global_token_num=[len(p) + len(r) for p, r in zip(prompts, responses)]
+    )
     return data
 
 
@@ -212,8 +240,9 @@ def test_two_workers_take_the_same_step_as_one(tiny_model_path):
 
 def lean_blocks(worker) -> int:
     """On a worker: how many of its model's MLPs run the lean SwiGLU method."""
-    return sum("forward" in vars(module) for module in worker.engine.module.modules()
-               if type(module).__name__ == "Qwen2MLP")
+    return sum(
+        "forward" in vars(module) for module in worker.engine.module.modules() if type(module).__name__ == "Qwen2MLP"
+    )
 
 
 def test_lean_swiglu_blocks_take_the_same_step_as_the_models_own(tiny_model_path):
@@ -278,20 +307,25 @@ def test_iteration_k_of_the_update_is_scored_with_mask_k(tiny_model_path):
     seeds = mask_seed_table(42, step=1, num_samples=len(prompts), num_iterations=2)  # [B, 2]
     group = build_worker_group(tiny_model_path, workers=2, lr=0.0)
     try:
-        old = [response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds[:, k], 1)).get(), responses)
-               for k in range(2)]
+        old = [
+            response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds[:, k], 1)).get(), responses)
+            for k in range(2)
+        ]
         for k in range(2):
             want = direct_response_logprobs(tiny_model_path, prompts, responses, seeds[:, k])
             assert all(torch.allclose(g, w, atol=1e-4) for g, w in zip(old[k], want))
         assert not all(torch.allclose(a, b) for a, b in zip(old[0], old[1]))  # the iterations' masks differ
         group.set_loss_fn(partial(ppo_loss, config=coupled_grpo_actor_config()))
         advantages = (1.0, -1.0, 0.5, -0.5)
-        matched = group.train_batch(expand_iterations(iteration_batch(prompts, responses, seeds, old, advantages),
-                                                      2)).get()["metrics"]
-        swapped = group.train_batch(expand_iterations(iteration_batch(prompts, responses, seeds, old[::-1],
-                                                                      advantages), 2)).get()["metrics"]
+        matched = group.train_batch(
+            expand_iterations(iteration_batch(prompts, responses, seeds, old, advantages), 2)
+        ).get()["metrics"]
+        swapped = group.train_batch(
+            expand_iterations(iteration_batch(prompts, responses, seeds, old[::-1], advantages), 2)
+        ).get()["metrics"]
     finally:
         release(group)
+
     def values(metrics, name):  # verl's Metric objects, one per worker, each holding its micro-batches' values
         return [value for metric in metrics[name] for value in metric.values]
 
@@ -312,8 +346,10 @@ def saved_random_adapter(model_path: str, directory) -> str:
     from diffugrpo_plugin.models.dlm import load_pretrained
     from diffugrpo_plugin.models.lora import adapter_state, save_adapter
 
-    model = get_peft_model(load_pretrained(model_path), LoraConfig(task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8,
-                                                                    target_modules="all-linear"))
+    model = get_peft_model(
+        load_pretrained(model_path),
+        LoraConfig(task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8, target_modules="all-linear"),
+    )
     generator = torch.Generator().manual_seed(11)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -336,8 +372,10 @@ def saved_merged_model(model_path: str, adapter: str, directory) -> str:
 
 def weight_sums(worker) -> dict[str, float]:
     """On a worker: the sum of its local shard of every parameter (adapters' names contain ``lora_``)."""
-    return {name: float((p.to_local() if hasattr(p, "to_local") else p).detach().double().sum())
-            for name, p in worker.engine.module.named_parameters()}
+    return {
+        name: float((p.to_local() if hasattr(p, "to_local") else p).detach().double().sum())
+        for name, p in worker.engine.module.named_parameters()
+    }
 
 
 def test_lora_engine_scores_the_merged_model_trains_only_adapters_and_two_workers_agree(tiny_model_path, tmp_path):
@@ -416,10 +454,13 @@ def test_loss_terms_join_the_update_by_their_formulas_and_two_workers_agree(tiny
     terms = {"preference": {"weight": 0.5, "beta": 0.1}, "sft": {"weight": 0.2}}
     # the batch's old - ref is 0.15 per scored token (ppo_batch: old + 0.05, ref - 0.1), the policy's own - ref 0.1
     sft_seeds = torch.tensor([[21], [22], [23], [24]])
-    fields = {"preference__role": torch.tensor([1.0, -1.0, -1.0, 1.0]),
-              "preference__partner_logratio": torch.tensor([[0.15 * n] for n in (5, 5, 4, 3)]),
-              "sft__target": nested(targets), "sft__has_target": torch.tensor([1.0, 1.0, 0.0, 1.0]),
-              "sft__seed": sft_seeds}
+    fields = {
+        "preference__role": torch.tensor([1.0, -1.0, -1.0, 1.0]),
+        "preference__partner_logratio": torch.tensor([[0.15 * n] for n in (5, 5, 4, 3)]),
+        "sft__target": nested(targets),
+        "sft__has_target": torch.tensor([1.0, 1.0, 0.0, 1.0]),
+        "sft__seed": sft_seeds,
+    }
     z = [s * 0.1 * (0.1 * n - p) for s, n, p in zip((1, -1, -1, 1), scored_counts, (0.75, 0.75, 0.6, 0.45))]
     want_preference = sum(math.log1p(math.exp(-value)) for value in z) / 4
 
@@ -429,13 +470,24 @@ def test_loss_terms_join_the_update_by_their_formulas_and_two_workers_agree(tiny
     with torch.no_grad():
         for prompt, row, index in zip(prompts, ids, range(4)):
             canvas = torch.zeros(1, len(row), dtype=torch.bool)
-            canvas[0, len(prompt):] = True
-            inputs = TermInputs(lm=lm, input_ids=row[None], attention=torch.ones(1, len(row)),
-                                positions=torch.arange(len(row))[None], prompt=~canvas, canvas=canvas, scored=canvas,
-                                logp=torch.zeros(1, len(row)), reference_logp=torch.zeros(1, len(row)),
-                                iteration=torch.zeros(1, dtype=torch.long),
-                                fields={"target": nested([targets[index]]), "seed": sft_seeds[index:index + 1],
-                                        "has_target": fields["sft__has_target"][index:index + 1]})
+            canvas[0, len(prompt) :] = True
+            inputs = TermInputs(
+                lm=lm,
+                input_ids=row[None],
+                attention=torch.ones(1, len(row)),
+                positions=torch.arange(len(row))[None],
+                prompt=~canvas,
+                canvas=canvas,
+                scored=canvas,
+                logp=torch.zeros(1, len(row)),
+                reference_logp=torch.zeros(1, len(row)),
+                iteration=torch.zeros(1, dtype=torch.long),
+                fields={
+                    "target": nested([targets[index]]),
+                    "seed": sft_seeds[index : index + 1],
+                    "has_target": fields["sft__has_target"][index : index + 1],
+                },
+            )
             per_sample.append(float(ReferenceSFT().loss(inputs)[0]))
     want_sft = sum(per_sample) / 4
     assert want_sft > 0

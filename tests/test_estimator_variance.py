@@ -48,8 +48,13 @@ def closed_form_setup(bench):
     length = PROMPT + COMPLETION
     completion = torch.zeros(1, length, dtype=torch.bool)
     completion[0, PROMPT:] = True
-    batch = bench.Batch(input_ids=torch.arange(length)[None], attention_mask=torch.ones(1, length, dtype=torch.long),
-                        completion_mask=completion, prompt_mask=~completion, mask_id=99)
+    batch = bench.Batch(
+        input_ids=torch.arange(length)[None],
+        attention_mask=torch.ones(1, length, dtype=torch.long),
+        completion_mask=completion,
+        prompt_mask=~completion,
+        mask_id=99,
+    )
     per_position = torch.cat([torch.zeros(PROMPT, dtype=torch.float64), a])  # the log-prob a view gives each token
 
     def scorer(views):  # [V, B, L] -> [B, L]: what coupled_token_logprobs returns for this model
@@ -60,13 +65,17 @@ def closed_form_setup(bench):
 
 def expected(name: str, eps: float = 1e-3) -> tuple[float, float, float]:
     """(mean S, var S, gradient total variance) by the module docstring's formulas."""
-    total, squares, tokens = float(A.sum()), float((A ** 2).sum()), COMPLETION
+    total, squares, tokens = float(A.sum()), float((A**2).sum()), COMPLETION
     inverse_t_sft = math.log(1 / eps) / (1 - eps)
     inverse_t_coupled = math.log(4) / 0.6
-    factor = {"coupled": (2 * inverse_t_coupled - 4) / 4, "d1 x3": 0.0, "random x1": inverse_t_sft - 1,
-              "random x3": (inverse_t_sft - 1) / 3}[name]
+    factor = {
+        "coupled": (2 * inverse_t_coupled - 4) / 4,
+        "d1 x3": 0.0,
+        "random x1": inverse_t_sft - 1,
+        "random x3": (inverse_t_sft - 1) / 3,
+    }[name]
     mean = 1.5 * total if name == "coupled" else total
-    return mean, squares * factor, tokens * factor / tokens ** 2
+    return mean, squares * factor, tokens * factor / tokens**2
 
 
 # LLaDA's eps = 1e-3 makes the weight 1/t heavy-tailed (E[1/t^3] ~ 1/eps^2), so the spread of a variance
@@ -99,7 +108,7 @@ def test_the_default_random_mask_is_unbiased_and_far_noisier(bench):
     result = bench.measure(bench.estimators(3)[2], scorer, batch, draws=4000, groups=10, seed=3)
     mean, variance, _ = expected("random x1")
     assert result.mean == pytest.approx(mean, rel=0.05)
-    assert variance == pytest.approx(float((A ** 2).sum()) * (math.log(1000) / 0.999 - 1))
+    assert variance == pytest.approx(float((A**2).sum()) * (math.log(1000) / 0.999 - 1))
     assert result.variance.value > 0.3 * variance  # heavy-tailed: only the order of magnitude is stable
 
 
@@ -107,8 +116,9 @@ def test_coupled_beats_three_random_masks_by_the_closed_form_ratio(bench):
     """The hand-computed case's verdict: at 3 passes, coupled's CV is below 3 random masks' (variance factors
     0.155 on a mean of 1.5 x sum a, against (E[1/t] - 1) / 3 on sum a)."""
     batch, scorer, a = closed_form_setup(bench)
-    coupled, _, _, random3 = (bench.measure(e, scorer, batch, draws=1000, groups=10, seed=7) for e in
-                              bench.estimators(3, eps=EPS))
+    coupled, _, _, random3 = (
+        bench.measure(e, scorer, batch, draws=1000, groups=10, seed=7) for e in bench.estimators(3, eps=EPS)
+    )
     assert coupled.cv.high < random3.cv.low
     _, coupled_var, _ = expected("coupled", EPS)
     _, random_var, _ = expected("random x3", EPS)
@@ -125,15 +135,35 @@ def test_measure_refuses_groups_that_do_not_divide_the_draws(bench):
 
 def test_the_script_runs_on_the_tiny_model_and_writes_its_plot(bench, tmp_path, capsys):
     plot = tmp_path / "variance.png"
-    bench.main(["--random-model", "--completions", "2", "--new-tokens", "8", "--sampler-steps", "4", "--draws", "20",
-                "--groups", "5", "--threads", "1", "--plot", str(plot)])
+    bench.main(
+        [
+            "--random-model",
+            "--completions",
+            "2",
+            "--new-tokens",
+            "8",
+            "--sampler-steps",
+            "4",
+            "--draws",
+            "20",
+            "--groups",
+            "5",
+            "--threads",
+            "1",
+            "--plot",
+            str(plot),
+        ]
+    )
     printed = capsys.readouterr().out
     assert plot.stat().st_size > 1000
     lines = printed.splitlines()
     header = next(line for line in lines if line.startswith("estimator"))
     assert "CV x coupled" in header
-    table = [line.split(" | ") for line in lines if line.split(" | ")[0].strip() in
-             ("coupled", "d1 x3", "random x1", "random x3")]
+    table = [
+        line.split(" | ")
+        for line in lines
+        if line.split(" | ")[0].strip() in ("coupled", "d1 x3", "random x1", "random x3")
+    ]
     assert [row[0].strip() for row in table] == ["coupled", "d1 x3", "random x1", "random x3"]
     assert [int(row[1]) for row in table] == [3, 3, 1, 3]
     assert table[0][6].startswith("1.00")  # coupled against itself

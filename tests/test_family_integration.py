@@ -16,12 +16,21 @@ from test_engine_ray import build_worker_group, check_formula_then_one_ascent_st
 
 # case: (stand-in fixture, how it loads, its sampler options)
 CASES = {
-    "dream-remote": ("dream_standin", {"trust_remote_code": True, "implementation": "remote"},
-                     {"sampler": "entropy", "steps": 8}),
-    "llada-tied-remote": ("llada_tied_standin", {"trust_remote_code": True, "implementation": "remote"},
-                          {"sampler": "llada", "steps": 8, "block_length": 4}),
-    "llada-native": ("llada_standin", {"trust_remote_code": False, "implementation": "auto"},
-                     {"sampler": "llada", "steps": 8, "block_length": 4}),
+    "dream-remote": (
+        "dream_standin",
+        {"trust_remote_code": True, "implementation": "remote"},
+        {"sampler": "entropy", "steps": 8},
+    ),
+    "llada-tied-remote": (
+        "llada_tied_standin",
+        {"trust_remote_code": True, "implementation": "remote"},
+        {"sampler": "llada", "steps": 8, "block_length": 4},
+    ),
+    "llada-native": (
+        "llada_standin",
+        {"trust_remote_code": False, "implementation": "auto"},
+        {"sampler": "llada", "steps": 8, "block_length": 4},
+    ),
 }
 
 
@@ -54,7 +63,7 @@ def direct_response_logprobs(name, path, loading, prompts, responses, seeds):
     for prompt, response, seed, scored in zip(prompts, responses, seeds, loss_masks(responses)):
         ids = torch.cat([prompt, response])[None]  # [1, L]
         completion = torch.zeros_like(ids, dtype=torch.bool)
-        completion[0, len(prompt):] = True
+        completion[0, len(prompt) :] = True
         views = masker.views(ids, completion, mask_id, seed[None])
         total = torch.zeros(ids.shape)
         with torch.no_grad():
@@ -62,7 +71,7 @@ def direct_response_logprobs(name, path, loading, prompts, responses, seeds):
                 raw = published_call(name, module, views.noisy[v])  # [1, L, V]
                 raw = torch.cat([raw[:, :1], raw[:, :-1]], 1) if shift else raw
                 total += views.coef[v] * torch.log_softmax(raw.float(), -1).gather(-1, ids[..., None]).squeeze(-1)
-        results.append(total[0, len(prompt):] * scored)
+        results.append(total[0, len(prompt) :] * scored)
     return results
 
 
@@ -77,9 +86,13 @@ def test_engine_on_two_workers_matches_the_formula_and_trains(case):
     name, path, loading, _ = case
     prompts, responses, seeds = make_batch(vocab=512)
     # LLaDA's published class does not support transformers' gradient checkpointing (the pre-flight check says so)
-    group = build_worker_group(path, workers=2, trust_remote_code=loading["trust_remote_code"],
-                               gradient_checkpointing=name != "llada-tied-remote",
-                               implementation=loading["implementation"])
+    group = build_worker_group(
+        path,
+        workers=2,
+        trust_remote_code=loading["trust_remote_code"],
+        gradient_checkpointing=name != "llada-tied-remote",
+        implementation=loading["implementation"],
+    )
     want = direct_response_logprobs(name, path, loading, prompts, responses, seeds)
     check_formula_then_one_ascent_step(group, want, prompts, responses, seeds)
 
@@ -91,16 +104,31 @@ def test_the_verl_rollout_generates_and_follows_weight_updates(case):
     from diffugrpo_plugin.integration.rollout import DiffusionRollout
 
     name, path, loading, sampler = case
-    config = RolloutConfig(name="diffusion", engine_kwargs={"diffusion": sampler}, response_length=8, prompt_length=32,
-                           dtype="float32", tensor_model_parallel_size=1, seed=7)
-    model_config = DiffusionModelConfig(path=path, model_type="diffusion_lm", trust_remote_code=loading["trust_remote_code"],
-                                        override_config={"attn_implementation": "sdpa"},
-                                        diffusion={"implementation": loading["implementation"]})
+    config = RolloutConfig(
+        name="diffusion",
+        engine_kwargs={"diffusion": sampler},
+        response_length=8,
+        prompt_length=32,
+        dtype="float32",
+        tensor_model_parallel_size=1,
+        seed=7,
+    )
+    model_config = DiffusionModelConfig(
+        path=path,
+        model_type="diffusion_lm",
+        trust_remote_code=loading["trust_remote_code"],
+        override_config={"attn_implementation": "sdpa"},
+        diffusion={"implementation": loading["implementation"]},
+    )
     rollout = DiffusionRollout(config, model_config, device_mesh=None)
     assert rollout.lm.family.name == name.split("-")[0]
-    batch = [{"prompt_ids": rollout.tokenizer.encode(text), "sampling_params": {"temperature": 0.0, "top_p": 1.0,
-                                                                                "top_k": -1}}
-             for text in ("def add(a, b):", "Write a function")]
+    batch = [
+        {
+            "prompt_ids": rollout.tokenizer.encode(text),
+            "sampling_params": {"temperature": 0.0, "top_p": 1.0, "top_k": -1},
+        }
+        for text in ("def add(a, b):", "Write a function")
+    ]
     before = [r["token_ids"] for r in rollout.generate_batch(batch)]
     assert [len(tokens) for tokens in before] == [8, 8]
     original = {key: tensor.clone() for key, tensor in rollout.lm.module.state_dict().items()}
@@ -126,16 +154,52 @@ def test_diffugrpo_generate_and_eval_run_the_checkpoint(case, tmp_path, capsys):
     from diffugrpo_plugin.cli import main
 
     _, path, loading, sampler = case
-    assert main(["generate", "--model", path, *model_flags(loading), *sampler_flags(sampler), "--prompt", "def f(x):",
-                 "--max-new-tokens", "8", "--json"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                path,
+                *model_flags(loading),
+                *sampler_flags(sampler),
+                "--prompt",
+                "def f(x):",
+                "--max-new-tokens",
+                "8",
+                "--json",
+            ]
+        )
+        == 0
+    )
     record = json.loads(capsys.readouterr().out.strip().splitlines()[0])
     assert record["prompt"] == "def f(x):" and isinstance(record["completion"], str)
 
     from diffugrpo_plugin.data import prepare, write_parquet
 
-    tasks = write_parquet(prepare("synthetic", "validation")[:2], tmp_path / "tasks.parquet")  # prompts fit 128 positions
-    assert main(["eval", "--dataset", "parquet", "--data", str(tasks), "--model", path, *model_flags(loading),
-                 *sampler_flags(sampler), "--max-new-tokens", "8", "--out", str(tmp_path / "eval"), "--json"]) == 0
+    tasks = write_parquet(
+        prepare("synthetic", "validation")[:2], tmp_path / "tasks.parquet"
+    )  # prompts fit 128 positions
+    assert (
+        main(
+            [
+                "eval",
+                "--dataset",
+                "parquet",
+                "--data",
+                str(tasks),
+                "--model",
+                path,
+                *model_flags(loading),
+                *sampler_flags(sampler),
+                "--max-new-tokens",
+                "8",
+                "--out",
+                str(tmp_path / "eval"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["num_problems"] == 2 and "pass@1" in summary
 
@@ -147,12 +211,24 @@ def test_masked_sft_trains_the_checkpoint_and_saves_one_that_reloads(case, tmp_p
 
     _, path, loading, _ = case
     train_file = str(write_parquet(prepare("synthetic", "train")[:16], tmp_path / "train.parquet"))
-    config = sft.SFTConfig(train_files=(train_file,), output_dir=str(tmp_path / "sft"), model_path=path, steps=3,
-                           batch_size=2, lr=1e-3, warmup_steps=0, log_every=1, **loading)
+    config = sft.SFTConfig(
+        train_files=(train_file,),
+        output_dir=str(tmp_path / "sft"),
+        model_path=path,
+        steps=3,
+        batch_size=2,
+        lr=1e-3,
+        warmup_steps=0,
+        log_every=1,
+        **loading,
+    )
     result = sft.train(config, echo=lambda line: None)
     assert result.steps_done == 3 and all(torch.isfinite(torch.tensor(loss)) for _, loss in result.train_losses)
     lm, _ = load_diffusion_lm(config.output_dir, "cpu", **loading)
     before, _ = load_diffusion_lm(path, "cpu", **loading)
-    moved = [name for name, tensor in lm.module.state_dict().items()
-             if not torch.equal(tensor, before.module.state_dict()[name])]
+    moved = [
+        name
+        for name, tensor in lm.module.state_dict().items()
+        if not torch.equal(tensor, before.module.state_dict()[name])
+    ]
     assert moved, "the saved checkpoint holds the fine-tuned weights"

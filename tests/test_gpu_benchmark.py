@@ -14,9 +14,33 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def records(tmp_path_factory):
     output = tmp_path_factory.mktemp("gpu_bench") / "records.json"
-    command = [sys.executable, str(ROOT / "benchmarks" / "gpu.py"), "--tiny", "--device", "cpu", "--prompt", "8",
-               "--completion", "16", "--rows", "2", "--repeats", "1", "--steps", "4", "--sampler-batches", "2",
-               "--step-layers", "2", "--step-rows", "2", "--step-repeats", "2", "--json", str(output)]
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "gpu.py"),
+        "--tiny",
+        "--device",
+        "cpu",
+        "--prompt",
+        "8",
+        "--completion",
+        "16",
+        "--rows",
+        "2",
+        "--repeats",
+        "1",
+        "--steps",
+        "4",
+        "--sampler-batches",
+        "2",
+        "--step-layers",
+        "2",
+        "--step-rows",
+        "2",
+        "--step-repeats",
+        "2",
+        "--json",
+        str(output),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(output.read_text())
@@ -29,17 +53,26 @@ def by_part(records, part):
 def test_every_pass_variant_of_both_families_is_measured(records):
     passes = by_part(records, "logprob")
     assert {(r["family"], r["variant"], r["checkpointing"]) for r in passes} == {
-        (family, variant, checkpointing) for family in ("dream", "llada")
+        (family, variant, checkpointing)
+        for family in ("dream", "llada")
         for variant in ("model head (materialised logits)", "fused head, stock MLP", "ours (fused head + lean MLP)")
-        for checkpointing in (True, False)}
+        for checkpointing in (True, False)
+    }
     fused = [r for r in passes if not r["variant"].startswith("model head")]
     # the memory model's pass terms: activations and the fused head, nothing of FSDP
-    assert all(r["estimate_bytes"] > 0 and not any(name.startswith("FSDP") for name in r["estimate_terms"])
-               for r in fused)
-    lean = {r["checkpointing"]: r["estimate_bytes"] for r in fused if r["variant"].startswith("ours")
-            and r["family"] == "dream"}
-    stock = {r["checkpointing"]: r["estimate_bytes"] for r in fused if r["variant"].startswith("fused head")
-             and r["family"] == "dream"}
+    assert all(
+        r["estimate_bytes"] > 0 and not any(name.startswith("FSDP") for name in r["estimate_terms"]) for r in fused
+    )
+    lean = {
+        r["checkpointing"]: r["estimate_bytes"]
+        for r in fused
+        if r["variant"].startswith("ours") and r["family"] == "dream"
+    }
+    stock = {
+        r["checkpointing"]: r["estimate_bytes"]
+        for r in fused
+        if r["variant"].startswith("fused head") and r["family"] == "dream"
+    }
     assert lean[False] < stock[False]  # the lean blocks keep two activations fewer
 
 
@@ -59,8 +92,11 @@ def test_attention_kernels_are_named(records):
 def test_samplers_report_speed_and_agreement(records):
     samplers = by_part(records, "sampler")
     assert {(r["family"], r["setting"].split(",")[0]) for r in samplers} == {
-        ("dream", "plain"), ("dream", "fast (training default)"), ("llada", "plain"),
-        ("llada", "fast (training default)")}
+        ("dream", "plain"),
+        ("dream", "fast (training default)"),
+        ("llada", "plain"),
+        ("llada", "fast (training default)"),
+    }
     for record in samplers:
         assert record["tokens_per_s"] > 0 and 0 <= record["agreement"] <= 1
         if record["setting"].startswith("plain"):
@@ -84,7 +120,15 @@ def test_update_flops_by_hand():
     from diffugrpo_plugin.tools.step_cost import ModelShape
     from gpu import update_flops
 
-    shape = ModelShape(parameters=1000, vocab=10, hidden=4, layers=1, intermediate=8, kv_dim=4,
-                       embedding_parameters=40, head_parameters=40)
+    shape = ModelShape(
+        parameters=1000,
+        vocab=10,
+        hidden=4,
+        layers=1,
+        intermediate=8,
+        kv_dim=4,
+        embedding_parameters=40,
+        head_parameters=40,
+    )
     forward = 2 * 920 * 3 * 2 * (5 + 3) + 2 * 10 * 4 * 2 * 2 * 3  # body 920 parameters; 2 completions of 3 tokens
     assert update_flops(shape, rows=2, prompt=5, completion=3) == {"hardware": 4 * forward, "model": 3 * forward}

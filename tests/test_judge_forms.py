@@ -26,16 +26,29 @@ FORMS = {
     "humaneval": ("humaneval", "test", None, {}),
     "acecode": ("acecode", "train", FIXTURES / "judge_forms" / "acecode.jsonl", {}),
     "leetcode": ("leetcode", "train", FIXTURES / "judge_forms" / "leetcode.jsonl", {}),
-    "classes": ("jsonl", "train", FIXTURES / "judge_forms" / "classes.jsonl",
-                {"tests_field": "tests", "solution_field": "solution", "id_field": "task_id"}),
-    "stdio": ("jsonl", "train", FIXTURES / "judge_forms" / "stdio.jsonl",
-              {"tests_field": None, "inputs_field": "inputs", "outputs_field": "outputs",
-               "solution_field": "solution", "id_field": "task_id"}),
+    "classes": (
+        "jsonl",
+        "train",
+        FIXTURES / "judge_forms" / "classes.jsonl",
+        {"tests_field": "tests", "solution_field": "solution", "id_field": "task_id"},
+    ),
+    "stdio": (
+        "jsonl",
+        "train",
+        FIXTURES / "judge_forms" / "stdio.jsonl",
+        {
+            "tests_field": None,
+            "inputs_field": "inputs",
+            "outputs_field": "outputs",
+            "solution_field": "solution",
+            "id_field": "task_id",
+        },
+    ),
 }
 STUBS = {  # a program of the right shape that does nothing
     "leetcode": "class Solution:\n    def __getattr__(self, name):\n        return lambda *args, **kwargs: None\n",
     "classes": "class _Hollow:\n    def __init__(self, *args):\n        pass\n    def __getattr__(self, name):\n"
-               "        return lambda *args: None\nMinStack = LRUCache = Vector = _Hollow\n",
+    "        return lambda *args: None\nMinStack = LRUCache = Vector = _Hollow\n",
     "stdio": "print()\n",
 }
 
@@ -44,8 +57,11 @@ def _stub(form: str, problem) -> str:
     if form in STUBS:
         return STUBS[form]
     columns = problem.columns
-    name = columns["entry_point"] if columns.get("entry_point") else \
-        columns["test_cases"][0].split("assert", 1)[1].strip().lstrip("(").split("(")[0].strip()
+    name = (
+        columns["entry_point"]
+        if columns.get("entry_point")
+        else columns["test_cases"][0].split("assert", 1)[1].strip().lstrip("(").split("(")[0].strip()
+    )
     return f"def {name}(*args, **kwargs):\n    return None\n"
 
 
@@ -61,9 +77,13 @@ def test_references_pass_and_stubs_fail_in_every_data_form(box, form):
     if form == "humaneval":
         rows = rows[::8]  # 21 of the 164 (all of them: the slow reference-solution test)
     problems = problems_from_rows(rows)
-    completions = {problem.task_id: [Completion(format_completion(problem.columns["reference_solution"]), 0),
-                                     Completion(format_completion(_stub(form, problem)), 1)]
-                   for problem in problems}
+    completions = {
+        problem.task_id: [
+            Completion(format_completion(problem.columns["reference_solution"]), 0),
+            Completion(format_completion(_stub(form, problem)), 1),
+        ]
+        for problem in problems
+    }
     results = judge_completions(problems, completions, sandbox=box)
     failing = {result.task_id: result.verdicts[0].reason for result in results if not result.passed[0]}
     assert failing == {}

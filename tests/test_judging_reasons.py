@@ -40,21 +40,56 @@ def kind_and_detail(item) -> tuple[str, str]:
 
 # --- the format rule -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, score, kind, detail", [
-    ("", 0.0, "empty", "the completion is empty"),
-    ("I would use a loop.\n", 0.0, "no_code_block", "no fenced ```python block"),
-    ("x" * (MAX_COMPLETION_CHARS + 1), 0.0, "too_long", f"{MAX_COMPLETION_CHARS + 1} characters, over the "
-                                                         f"{MAX_COMPLETION_CHARS} judged: not parsed"),
-    ("```py\nx = 1\n```\n", 0.0, "format", "the first fence opens '```py'; the format needs ```python alone on "
-                                               "its line"),
-    ("Here:\n```python\nx = 1\n", 0.0, "format", "the ```python block is never closed (was the completion cut off?)"),
-    ("```python\nx = 1\n```\nHope this helps!\n", 0.0, "format",
-     "text after the closing fence: 'Hope this helps!'; the block must end the completion"),
-    ("```python\nx = 1\n```\n```python\ny = 2\n```\n", 0.0, "format",
-     "4 ``` fences; the format allows exactly one block"),
-    ("```python\ndef f(:\n    pass\n```\n", 0.5, "syntax_error", "syntax error at line 1 of the code: invalid syntax"),
-    ("```python\nx = 1\ny = (\n```\n", 0.5, "syntax_error", "syntax error at line 2 of the code: '(' was never closed"),
-])
+
+@pytest.mark.parametrize(
+    "text, score, kind, detail",
+    [
+        ("", 0.0, "empty", "the completion is empty"),
+        ("I would use a loop.\n", 0.0, "no_code_block", "no fenced ```python block"),
+        (
+            "x" * (MAX_COMPLETION_CHARS + 1),
+            0.0,
+            "too_long",
+            f"{MAX_COMPLETION_CHARS + 1} characters, over the {MAX_COMPLETION_CHARS} judged: not parsed",
+        ),
+        (
+            "```py\nx = 1\n```\n",
+            0.0,
+            "format",
+            "the first fence opens '```py'; the format needs ```python alone on its line",
+        ),
+        (
+            "Here:\n```python\nx = 1\n",
+            0.0,
+            "format",
+            "the ```python block is never closed (was the completion cut off?)",
+        ),
+        (
+            "```python\nx = 1\n```\nHope this helps!\n",
+            0.0,
+            "format",
+            "text after the closing fence: 'Hope this helps!'; the block must end the completion",
+        ),
+        (
+            "```python\nx = 1\n```\n```python\ny = 2\n```\n",
+            0.0,
+            "format",
+            "4 ``` fences; the format allows exactly one block",
+        ),
+        (
+            "```python\ndef f(:\n    pass\n```\n",
+            0.5,
+            "syntax_error",
+            "syntax error at line 1 of the code: invalid syntax",
+        ),
+        (
+            "```python\nx = 1\ny = (\n```\n",
+            0.5,
+            "syntax_error",
+            "syntax error at line 2 of the code: '(' was never closed",
+        ),
+    ],
+)
 def test_each_format_failure_says_how(text, score, kind, detail):
     assert format_verdict(text) == (score, Reason(kind, detail))
     assert code_format_reward([text]) == [Explained(score, Reason(kind, detail))]
@@ -68,12 +103,16 @@ def test_with_the_lenient_end_a_closing_fence_needs_no_newline_after_it(ending):
     assert code_format_reward([text], format_end="lenient") == [1.0]
 
 
-@pytest.mark.parametrize("ending, found", [("```", "nothing"), ("```\n\n", r"'\n\n'"), ("```  \n  ", r"'  \n  '"),
-                                           ("``` \n", r"' \n'")])
+@pytest.mark.parametrize(
+    "ending, found", [("```", "nothing"), ("```\n\n", r"'\n\n'"), ("```  \n  ", r"'  \n  '"), ("``` \n", r"' \n'")]
+)
 def test_by_default_the_closing_fence_is_followed_by_exactly_one_newline(ending, found):
     text = f"Sure:\n```python\n{ADD}{ending}"
-    reason = Reason("format", f"{found} after the closing fence; DiffuCoder's format ends with exactly one newline "
-                              f"there (format_end=lenient accepts any whitespace or none)")
+    reason = Reason(
+        "format",
+        f"{found} after the closing fence; DiffuCoder's format ends with exactly one newline "
+        f"there (format_end=lenient accepts any whitespace or none)",
+    )
     assert format_verdict(text) == (0.0, reason)
     assert code_format_reward([text]) == [Explained(0.0, reason)]
     assert offered_code(text) == Offer(None, reason)
@@ -92,6 +131,7 @@ def test_the_rule_is_diffucoders_pattern_or_its_lenient_end(format_end, pattern)
 
 # --- the code rewards ------------------------------------------------------------------------
 
+
 def test_a_correct_completion_closed_without_a_newline_passes_with_the_lenient_end_only(box):
     no_newline = f"```python\n{ADD}```"
     assert code_reward([no_newline], test_cases=[ADD_TESTS], sandbox=box, format_end="lenient") == [1.0]
@@ -103,8 +143,10 @@ def test_the_code_reward_says_why_the_tests_were_not_run(box):
     chatty = f"```python\n{ADD}```\nHope this helps!"
     [score] = code_reward([chatty], test_cases=[ADD_TESTS], sandbox=box)
     assert score.value == 0.0
-    assert kind_and_detail(score) == ("format", "tests not run: text after the closing fence: 'Hope this helps!'; "
-                                                "the block must end the completion")
+    assert kind_and_detail(score) == (
+        "format",
+        "tests not run: text after the closing fence: 'Hope this helps!'; the block must end the completion",
+    )
     [score] = code_reward(["    return a + b\n"], test_cases=[ADD_TESTS], sandbox=box)
     assert kind_and_detail(score) == ("no_code_block", "tests not run: no fenced ```python block")
 
@@ -113,10 +155,14 @@ def test_the_code_reward_names_the_syntax_error_line(box):
     broken = "```python\ndef add(a, b):\n    return (a +\n```\n"
     [strict] = code_reward([broken], test_cases=[ADD_TESTS], sandbox=box)
     [lenient] = code_reward([broken], test_cases=[ADD_TESTS], sandbox=box, require_format=False)
-    assert kind_and_detail(strict) == ("syntax_error", "tests not run: syntax error at line 2 of the code: "
-                                                       "'(' was never closed")
-    assert (lenient.value, kind_and_detail(lenient)) == (0.0, ("syntax_error", "syntax error at line 2 of the code: "
-                                                                               "'(' was never closed"))
+    assert kind_and_detail(strict) == (
+        "syntax_error",
+        "tests not run: syntax error at line 2 of the code: '(' was never closed",
+    )
+    assert (lenient.value, kind_and_detail(lenient)) == (
+        0.0,
+        ("syntax_error", "syntax error at line 2 of the code: '(' was never closed"),
+    )
 
 
 def test_the_code_reward_says_which_test_failed_and_when_a_row_has_none(box):
@@ -126,9 +172,12 @@ def test_the_code_reward_says_which_test_failed_and_when_a_row_has_none(box):
     kind, detail = kind_and_detail(failed)
     assert kind == "tests_failed" and detail.startswith("1 of 2 tests failed; first: test 1 FAILED: assertion failed")
     assert untested.value is None
-    assert kind_and_detail(untested) == ("no_tests", "the row has no tests (no test_cases, test_list, test + "
-                                                     "entry_point or inputs/outputs column): not applicable, None "
-                                                     "rather than 0")
+    assert kind_and_detail(untested) == (
+        "no_tests",
+        "the row has no tests (no test_cases, test_list, test + "
+        "entry_point or inputs/outputs column): not applicable, None "
+        "rather than 0",
+    )
 
 
 def test_the_quality_rewards_say_they_are_gated_or_why_they_give_nothing(box):
@@ -139,8 +188,10 @@ def test_the_quality_rewards_say_they_are_gated_or_why_they_give_nothing(box):
     assert detail.startswith("scores only code that passes every test: 2 of 2 tests failed; first: test 0 FAILED")
     trivial = "```python\nadd = lambda a, b: a + b\n```\n"
     [score] = maintainability_reward([trivial], test_cases=[ADD_TESTS], sandbox=box)
-    assert (score.value, kind_and_detail(score)) == (0.0, ("trivial_code", "fewer than 2 statements that do "
-                                                                           "something (docstrings and pass do not count)"))
+    assert (score.value, kind_and_detail(score)) == (
+        0.0,
+        ("trivial_code", "fewer than 2 statements that do something (docstrings and pass do not count)"),
+    )
     uncommented, unparsable = comments_reward([f"```python\n{ADD}```\n", "```python\ndef f(:\n```\n"])
     assert kind_and_detail(uncommented) == ("no_comments", "the code has no comments or docstrings")
     assert kind_and_detail(unparsable) == ("syntax_error", "syntax error at line 1 of the code: invalid syntax")
@@ -150,12 +201,19 @@ def test_the_quality_rewards_say_they_are_gated_or_why_they_give_nothing(box):
 
 def test_efficiency_says_which_cost_measured_it(box):
     tracer_replaced = "```python\nimport sys\nsys.settrace(None)\ndef add(a, b):\n    return a + b\n```\n"
-    honest, replaced = efficiency_reward([f"```python\n{ADD}```\n", tracer_replaced], test_cases=[ADD_TESTS] * 2,
-                                         reference_solution=[ADD] * 2, sandbox=box, cost="lines")
+    honest, replaced = efficiency_reward(
+        [f"```python\n{ADD}```\n", tracer_replaced],
+        test_cases=[ADD_TESTS] * 2,
+        reference_solution=[ADD] * 2,
+        sandbox=box,
+        cost="lines",
+    )
     assert kind_and_detail(honest)[0] == "measured"
     assert kind_and_detail(honest)[1].startswith("time by executed lines: 4 against the reference's 4; peak memory")
-    assert kind_and_detail(replaced)[1].startswith("time by CPU time (the line-counted run gave no count: it failed "
-                                                   "a test, ran over its limit or replaced the tracer): ")
+    assert kind_and_detail(replaced)[1].startswith(
+        "time by CPU time (the line-counted run gave no count: it failed "
+        "a test, ran over its limit or replaced the tracer): "
+    )
     [absolute] = efficiency_reward([f"```python\n{ADD}```\n"], test_cases=[ADD_TESTS], sandbox=box, cost="cpu")
     assert "s over 2 tests, on absolute scales (no passing reference solution)" in kind_and_detail(absolute)[1]
 
@@ -168,20 +226,25 @@ def test_full_marks_need_no_reason(box):
 
 # --- as `diffugrpo rewards score` prints them ---------------------------------------------------
 
+
 def test_rewards_score_prints_each_rows_reasons(tmp_path, capsys):
     from diffugrpo_plugin.cli import main
 
     require_bwrap()  # the CLI checks the sandbox before scoring
 
-    rows = [{"completion": f"```python\n{ADD}```\n", "test_cases": ADD_TESTS},
-            {"completion": "    return a + b\n", "test_cases": ADD_TESTS},
-            {"completion": f"```python\n{ADD}```\n"}]
+    rows = [
+        {"completion": f"```python\n{ADD}```\n", "test_cases": ADD_TESTS},
+        {"completion": "    return a + b\n", "test_cases": ADD_TESTS},
+        {"completion": f"```python\n{ADD}```\n"},
+    ]
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     assert main(["rewards", "score", str(path), "--timeout-s", "5"]) == 0
     passed, bare, untested = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert passed["rewards"] == {"code": 1.0, "code_format": 1.0} and "reasons" not in passed
     assert bare["rewards"] == {"code": 0.0, "code_format": 0.0} and bare["tests"] is None
-    assert bare["reasons"] == {"code": {"kind": "no_code_block", "detail": "tests not run: no fenced ```python block"},
-                               "code_format": {"kind": "no_code_block", "detail": "no fenced ```python block"}}
+    assert bare["reasons"] == {
+        "code": {"kind": "no_code_block", "detail": "tests not run: no fenced ```python block"},
+        "code_format": {"kind": "no_code_block", "detail": "no fenced ```python block"},
+    }
     assert untested["rewards"]["code"] is None and untested["reasons"]["code"]["kind"] == "no_tests"

@@ -48,9 +48,18 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def lint_imports(root: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
-                           "sys.exit(lint_imports_command())", "--no-cache"],
-                          cwd=root, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
+            "--no-cache",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_the_import_contracts_hold():
@@ -59,28 +68,44 @@ def test_the_import_contracts_hold():
     assert "4 kept, 0 broken" in result.stdout
 
 
-@pytest.mark.parametrize("importer, line", [
-    ("diffugrpo_plugin/models/dlm.py", "import diffugrpo_plugin.cli"),  # upwards, into the CLI
-    ("diffugrpo_plugin/rewards/judging.py", "import torch"),  # torch in a reward worker
-    ("diffugrpo_plugin/core/masking.py", "import verl"),  # verl outside the glue
-])
+@pytest.mark.parametrize(
+    "importer, line",
+    [
+        ("diffugrpo_plugin/models/dlm.py", "import diffugrpo_plugin.cli"),  # upwards, into the CLI
+        ("diffugrpo_plugin/rewards/judging.py", "import torch"),  # torch in a reward worker
+        ("diffugrpo_plugin/core/masking.py", "import verl"),  # verl outside the glue
+    ],
+)
 def test_the_import_contracts_catch_a_violation(tmp_path, importer, line):
     for name in ("diffugrpo_plugin", "reward_plugins"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     target = tmp_path / importer
     target.write_text(target.read_text() + f"\n{line}\n")
-    result = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, '.'); "
-                             "from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
-                             "--no-cache"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; sys.path.insert(0, '.'); "
+            "from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
+            "--no-cache",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode != 0 and "1 broken" in result.stdout, result.stdout[-3000:] + result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", IN_SANDBOX)
 def test_the_in_sandbox_modules_import_only_the_standard_library_and_each_other(name):
     """They run inside the sandbox, where diffugrpo is not visible (numpy only for a numpy value that arrives)."""
-    outside = {module for module in imported_modules(PACKAGE / "sandbox" / f"{name}.py")
-               if module.split(".")[0] not in (*sys.stdlib_module_names, *IN_SANDBOX, "numpy", "__future__")}
+    outside = {
+        module
+        for module in imported_modules(PACKAGE / "sandbox" / f"{name}.py")
+        if module.split(".")[0] not in (*sys.stdlib_module_names, *IN_SANDBOX, "numpy", "__future__")
+    }
     assert outside == set()
 
 
@@ -94,13 +119,17 @@ def import_graph() -> dict[str, set[str]]:
     """Each module of ours -> the modules of ours it imports anywhere in its file."""
     files = {module_name(name): path for name, path in sources().items()}
 
-    def owner(imported: str) -> str | None:  # ``diffugrpo_plugin.rewards.spec.RewardSpec`` -> ``diffugrpo_plugin.rewards.spec``
+    def owner(
+        imported: str,
+    ) -> str | None:  # ``diffugrpo_plugin.rewards.spec.RewardSpec`` -> ``diffugrpo_plugin.rewards.spec``
         while imported and imported not in files:
             imported = imported.rpartition(".")[0]
         return imported or None
 
-    return {module: {found for found in map(owner, imported_modules(path)) if found not in (None, module)}
-            for module, path in files.items()}
+    return {
+        module: {found for found in map(owner, imported_modules(path)) if found not in (None, module)}
+        for module, path in files.items()
+    }
 
 
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -115,10 +144,16 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 def test_no_import_cycles():
     graph = import_graph()
-    assert "diffugrpo_plugin.models.kernels" in graph and "diffugrpo_plugin.models.kernels" in graph["diffugrpo_plugin.models.dlm"]
+    assert (
+        "diffugrpo_plugin.models.kernels" in graph
+        and "diffugrpo_plugin.models.kernels" in graph["diffugrpo_plugin.models.dlm"]
+    )
     reach = {module: reachable(graph, module) for module in graph}
-    cycles = {frozenset({module} | {other for other in reach[module] if module in reach[other]})
-              for module in graph if module in reach[module]}
+    cycles = {
+        frozenset({module} | {other for other in reach[module] if module in reach[other]})
+        for module in graph
+        if module in reach[module]
+    }
     assert sorted(sorted(cycle) for cycle in cycles) == []
 
 

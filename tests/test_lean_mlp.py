@@ -149,8 +149,9 @@ def assert_lean_changes_nothing(build, family, blocks: int, checkpointing: bool 
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.train()
     assert make_lean(models[1], family.swiglu).installed == blocks
-    (stock_logp, stock_grads), (lean_logp, lean_grads) = (coupled_pass(DiffusionLM.wrap(m, family=family.name))
-                                                         for m in models)
+    (stock_logp, stock_grads), (lean_logp, lean_grads) = (
+        coupled_pass(DiffusionLM.wrap(m, family=family.name)) for m in models
+    )
     assert torch.equal(stock_logp, lean_logp)
     for stock_grad, lean_grad in zip(stock_grads, lean_grads):
         assert torch.equal(stock_grad, lean_grad)
@@ -170,10 +171,25 @@ def test_our_native_llada_block():
 
     def build():
         torch.manual_seed(0)
-        return LLaDAModelLM(LLaDAConfig(d_model=32, n_heads=4, n_kv_heads=2, n_layers=2, mlp_hidden_size=48,
-                                        block_type="llama", layer_norm_type="rms", activation_type="silu", rope=True,
-                                        bias_for_layer_norm=False, include_bias=True, vocab_size=64,
-                                        embedding_size=64, max_sequence_length=64, mask_token_id=MASK_ID)).eval()
+        return LLaDAModelLM(
+            LLaDAConfig(
+                d_model=32,
+                n_heads=4,
+                n_kv_heads=2,
+                n_layers=2,
+                mlp_hidden_size=48,
+                block_type="llama",
+                layer_norm_type="rms",
+                activation_type="silu",
+                rope=True,
+                bias_for_layer_norm=False,
+                include_bias=True,
+                vocab_size=64,
+                embedding_size=64,
+                max_sequence_length=64,
+                mask_token_id=MASK_ID,
+            )
+        ).eval()
 
     assert_lean_changes_nothing(build, LLADA, blocks=2)
 
@@ -185,8 +201,9 @@ def test_dreams_published_code(dream_standin):
 def test_llada_published_code_computes_its_feed_forward_inline_and_is_left_as_it_is(llada_standin):
     report = make_lean(load_remote(llada_standin), LLADA.swiglu)
     assert report.installed == 0
-    assert report.skipped == {"LLaDALlamaBlock has no feed_forward() of its own (its code computes the feed-forward "
-                              "inline)": 2}
+    assert report.skipped == {
+        "LLaDALlamaBlock has no feed_forward() of its own (its code computes the feed-forward inline)": 2
+    }
 
 
 class LoraLikeLinear(nn.Linear):
@@ -196,13 +213,20 @@ class LoraLikeLinear(nn.Linear):
         return super().forward(x) + 1.0
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda mlp: setattr(mlp, "down_proj", LoraLikeLinear(64, 32, bias=False)),
-     "Qwen2MLP.down_proj is a LoraLikeLinear, not a plain nn.Linear"),
-    (lambda mlp: setattr(mlp, "act_fn", nn.GELU()), "Qwen2MLP.act_fn is GELU, not SiLU"),
-    (lambda mlp: setattr(mlp, "forward", lambda x: 2 * mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))),
-     "Qwen2MLP.forward was already replaced on the instance"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (
+            lambda mlp: setattr(mlp, "down_proj", LoraLikeLinear(64, 32, bias=False)),
+            "Qwen2MLP.down_proj is a LoraLikeLinear, not a plain nn.Linear",
+        ),
+        (lambda mlp: setattr(mlp, "act_fn", nn.GELU()), "Qwen2MLP.act_fn is GELU, not SiLU"),
+        (
+            lambda mlp: setattr(mlp, "forward", lambda x: 2 * mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))),
+            "Qwen2MLP.forward was already replaced on the instance",
+        ),
+    ],
+)
 def test_blocks_that_are_not_stock_keep_their_own_code(change, reason):
     module = build_tiny_module("dream")
     changed = module.model.layers[0].mlp

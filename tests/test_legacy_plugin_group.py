@@ -71,8 +71,9 @@ def installed(tmp_path_factory):
 
 
 def in_fresh_process(code: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     return done
 
@@ -91,9 +92,11 @@ def test_its_reward_is_scored_without_torch_and_the_warning_names_the_new_group(
     """)
     assert done.stdout.split() == ["3.0", DISTRIBUTION, "0.3.0", "False"]
     [warning] = warning_lines(done.stderr)
-    assert ("diffugrpo plugin 'legacy' (diffugrpo_legacy_plugin) from diffugrpo-legacy-plugin 0.3.0 is listed in the "
-            "first contract's entry-point group 'diffugrpo'; it still works, but move its diffugrpo_reward_functions() "
-            "to the group 'diffugrpo.rewards'") in warning
+    assert (
+        "diffugrpo plugin 'legacy' (diffugrpo_legacy_plugin) from diffugrpo-legacy-plugin 0.3.0 is listed in the "
+        "first contract's entry-point group 'diffugrpo'; it still works, but move its diffugrpo_reward_functions() "
+        "to the group 'diffugrpo.rewards'"
+    ) in warning
 
 
 def test_its_masker_is_built_and_the_warning_names_the_maskers_group(installed):
@@ -110,8 +113,13 @@ def test_its_masker_is_built_and_the_warning_names_the_maskers_group(installed):
 
 
 def test_rewards_list_shows_it(installed):
-    done = subprocess.run([sys.executable, "-m", "diffugrpo_plugin.cli", "rewards", "list"], capture_output=True,
-                          text=True, cwd=REPO, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "diffugrpo_plugin.cli", "rewards", "list"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith("legacy_words"))
     assert line.split()[1:3] == [DISTRIBUTION, "0.3.0"]
@@ -124,12 +132,18 @@ def test_a_plugin_in_both_groups_is_registered_once(tmp_path, monkeypatch):
 
     from diffugrpo_plugin import plugins
 
-    sources = {"moving_plugin/rewards.py": "from diffugrpo_plugin import hookimpl\n\n\n"
-                                           "def short(completions, **columns):\n    return [1.0 for _ in completions]\n"
-                                           "\n\n@hookimpl\ndef diffugrpo_reward_functions():\n"
-                                           "    return {'moving_short': short}\n",
-               "moving_plugin/__init__.py": "from moving_plugin.rewards import diffugrpo_reward_functions\n"}
-    with listed_plugins(monkeypatch, tmp_path, sources,
-                        importlib.metadata.EntryPoint("moving", "moving_plugin.rewards", "diffugrpo.rewards"),
-                        importlib.metadata.EntryPoint("moving", "moving_plugin", "diffugrpo")):
+    sources = {
+        "moving_plugin/rewards.py": "from diffugrpo_plugin import hookimpl\n\n\n"
+        "def short(completions, **columns):\n    return [1.0 for _ in completions]\n"
+        "\n\n@hookimpl\ndef diffugrpo_reward_functions():\n"
+        "    return {'moving_short': short}\n",
+        "moving_plugin/__init__.py": "from moving_plugin.rewards import diffugrpo_reward_functions\n",
+    }
+    with listed_plugins(
+        monkeypatch,
+        tmp_path,
+        sources,
+        importlib.metadata.EntryPoint("moving", "moving_plugin.rewards", "diffugrpo.rewards"),
+        importlib.metadata.EntryPoint("moving", "moving_plugin", "diffugrpo"),
+    ):
         assert plugins.registrations("reward")["moving_short"].plugin == "moving"

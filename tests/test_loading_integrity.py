@@ -30,10 +30,14 @@ def test_compare_names_each_kind_of_problem():
     found = {"model.embed.weight": (10, 4), "model.norm.weight": (5,), "extra.weight": (1,)}
     fit = compare(expected, [], found)
     assert (fit.missing, fit.unexpected, fit.mismatched) == (
-        ("lm_head.weight",), ("extra.weight",), (("model.norm.weight", (5,), (4,)),))
+        ("lm_head.weight",),
+        ("extra.weight",),
+        (("model.norm.weight", (5,), (4,)),),
+    )
     assert not fit.fits and fit.checked == 3
-    assert fit.describe() == ("1 missing (lm_head.weight); 1 unexpected (extra.weight); "
-                              "1 of another shape (model.norm.weight [5] vs [4])")
+    assert fit.describe() == (
+        "1 missing (lm_head.weight); 1 unexpected (extra.weight); 1 of another shape (model.norm.weight [5] vs [4])"
+    )
 
 
 def test_a_tied_weight_is_present_when_any_of_its_names_is_saved():
@@ -58,8 +62,16 @@ def test_checkpoint_shapes_reads_headers_of_sharded_and_bin_checkpoints(tmp_path
     sharded.mkdir()
     save_file({"a.weight": tensors["a.weight"]}, str(sharded / "model-00001-of-00002.safetensors"))
     save_file({"b.bias": tensors["b.bias"]}, str(sharded / "model-00002-of-00002.safetensors"))
-    (sharded / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
-        "a.weight": "model-00001-of-00002.safetensors", "b.bias": "model-00002-of-00002.safetensors"}}))
+    (sharded / "model.safetensors.index.json").write_text(
+        json.dumps(
+            {
+                "weight_map": {
+                    "a.weight": "model-00001-of-00002.safetensors",
+                    "b.bias": "model-00002-of-00002.safetensors",
+                }
+            }
+        )
+    )
     legacy = tmp_path / "legacy"
     legacy.mkdir()
     torch.save(tensors, legacy / "pytorch_model.bin")
@@ -75,8 +87,11 @@ def test_checkpoint_shapes_reads_headers_of_sharded_and_bin_checkpoints(tmp_path
 
 def renamed_weights(path: Path, rename) -> Path:
     weights = load_file(str(path / "model.safetensors"))
-    save_file({rename(name): tensor for name, tensor in weights.items()}, str(path / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {rename(name): tensor for name, tensor in weights.items()},
+        str(path / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     return path
 
 
@@ -124,8 +139,9 @@ def test_auto_runs_the_checkpoints_own_code_when_only_it_fits(tmp_path):
     assert all(torch.equal(module.state_dict()[name], tensor) for name, tensor in saved.items())
     with pytest.raises(ModelConfigError) as refused:  # the same checkpoint, remote code not allowed
         plan_loading(config, path=str(path))
-    assert_one_line(refused, "must run its own modeling code", "1 unexpected (output_head.weight)",
-                    "trust_remote_code=true")
+    assert_one_line(
+        refused, "must run its own modeling code", "1 unexpected (output_head.weight)", "trust_remote_code=true"
+    )
 
 
 def test_neither_fitting_is_one_line_naming_the_ways_out(mismatched):
@@ -133,13 +149,23 @@ def test_neither_fitting_is_one_line_naming_the_ways_out(mismatched):
     for implementation in ("auto", "native"):
         with pytest.raises(ModelConfigError) as refused:
             plan_loading(config, implementation=implementation, path=str(mismatched))
-        assert_one_line(refused, "do not fit DreamModel", "missing (lm_head.weight, model.embed_tokens.weight",
-                        "unexpected (transformer.lm_head.weight", "family=<name>", "convert the weights")
+        assert_one_line(
+            refused,
+            "do not fit DreamModel",
+            "missing (lm_head.weight, model.embed_tokens.weight",
+            "unexpected (transformer.lm_head.weight",
+            "family=<name>",
+            "convert the weights",
+        )
 
 
 def test_an_unmerged_adapter_is_named_as_such(tmp_path):
-    path = without_auto_map(renamed_weights(save_standin("dream", tmp_path / "adapter_dream"),
-                                            lambda name: name.replace(".q_proj.weight", ".q_proj.lora_A.weight")))
+    path = without_auto_map(
+        renamed_weights(
+            save_standin("dream", tmp_path / "adapter_dream"),
+            lambda name: name.replace(".q_proj.weight", ".q_proj.lora_A.weight"),
+        )
+    )
     with pytest.raises(ModelConfigError) as refused:
         load_pretrained(str(path))
     assert_one_line(refused, "un-merged adapter", "merge_and_unload")
@@ -153,8 +179,9 @@ def test_settings_the_native_class_cannot_run_fall_back_to_the_own_code_or_say_w
     assert plan_loading(config, trust_remote_code=True, path=str(path)).implementation == "remote"
     with pytest.raises(ModelConfigError) as refused:
         plan_loading(config, path=str(path))
-    assert_one_line(refused, "DreamModel cannot run these settings", "Number of heads in key and value",
-                    "trust_remote_code=true")
+    assert_one_line(
+        refused, "DreamModel cannot run these settings", "Number of heads in key and value", "trust_remote_code=true"
+    )
 
 
 def test_every_entry_point_refuses_the_mismatched_checkpoint(mismatched, tmp_path, capsys):
@@ -167,20 +194,35 @@ def test_every_entry_point_refuses_the_mismatched_checkpoint(mismatched, tmp_pat
 
     tasks = str(write_parquet(prepare("synthetic", "validation")[:2], tmp_path / "tasks.parquet"))
     with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
-        job = compose(config_name="diffugrpo", overrides=[f"actor_rollout_ref.model.path={mismatched}",
-                                                          f"data.train_files={tasks}", f"data.val_files={tasks}"])
+        job = compose(
+            config_name="diffugrpo",
+            overrides=[
+                f"actor_rollout_ref.model.path={mismatched}",
+                f"data.train_files={tasks}",
+                f"data.val_files={tasks}",
+            ],
+        )
     with pytest.raises(ConfigError, match="do not fit DreamModel"):
         check_config(job)
-    for command in (["generate", "--model", str(mismatched), "--prompt", "def f(x):"],
-                    ["eval", "--dataset", "parquet", "--data", tasks, "--model", str(mismatched),
-                     "--out", str(tmp_path / "eval")],
-                    ["check-model", str(mismatched)]):
+    for command in (
+        ["generate", "--model", str(mismatched), "--prompt", "def f(x):"],
+        ["eval", "--dataset", "parquet", "--data", tasks, "--model", str(mismatched), "--out", str(tmp_path / "eval")],
+        ["check-model", str(mismatched)],
+    ):
         assert main(command) != 0, command
         captured = capsys.readouterr()
         assert "do not fit DreamModel" in captured.err + captured.out, command
     with pytest.raises(ModelConfigError, match="do not fit DreamModel"):
-        sft.train(sft.SFTConfig(train_files=(tasks,), output_dir=str(tmp_path / "sft"), model_path=str(mismatched),
-                                steps=1, batch_size=2), echo=lambda line: None)
+        sft.train(
+            sft.SFTConfig(
+                train_files=(tasks,),
+                output_dir=str(tmp_path / "sft"),
+                model_path=str(mismatched),
+                steps=1,
+                batch_size=2,
+            ),
+            echo=lambda line: None,
+        )
     assert not (tmp_path / "sft").exists()
 
 
@@ -215,8 +257,9 @@ def test_a_copied_llada_class_is_called_as_its_code_expects(llada_standin, tmp_p
     spec.loader.exec_module(module_code)
     copied_class = module_code.LLaDAModelLM
     assert copied_class.__module__ == "my_project.modeling_llada"
-    copied = copied_class.from_pretrained(llada_standin, config=copied_class.config_class.from_pretrained(
-        llada_standin), dtype=torch.float32).eval()
+    copied = copied_class.from_pretrained(
+        llada_standin, config=copied_class.config_class.from_pretrained(llada_standin), dtype=torch.float32
+    ).eval()
     assert not takes_padding_mask(copied)
     ids = torch.tensor([[0, 0, 17, 18, 19, 40], [20, 21, 22, 23, 24, 25]])  # [2, 6], row 0 left-padded by 2
     attention = (ids != 0).long()
@@ -237,8 +280,9 @@ def dream_tokenizer_naming_its_code(path: Path) -> Path:
     for ``tokenization_dream.py`` (which the copy lacks)."""
     settings_file = path / "tokenizer_config.json"
     settings = json.loads(settings_file.read_text())
-    settings.update(tokenizer_class="DreamTokenizer",
-                    auto_map={"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]})
+    settings.update(
+        tokenizer_class="DreamTokenizer", auto_map={"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]}
+    )
     settings_file.write_text(json.dumps(settings))
     return path
 
@@ -256,9 +300,15 @@ def test_a_checkpoint_without_its_code_passes_the_preflight_that_verl_workers_ho
         hf_tokenizer(str(path), trust_remote_code=True)
     tasks = str(write_parquet(prepare("synthetic", "validation")[:2], tmp_path / "tasks.parquet"))
     with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
-        job = compose(config_name="diffugrpo", overrides=[
-            f"actor_rollout_ref.model.path={path}", "actor_rollout_ref.model.trust_remote_code=true",
-            f"data.train_files={tasks}", f"data.val_files={tasks}"])
+        job = compose(
+            config_name="diffugrpo",
+            overrides=[
+                f"actor_rollout_ref.model.path={path}",
+                "actor_rollout_ref.model.trust_remote_code=true",
+                f"data.train_files={tasks}",
+                f"data.val_files={tasks}",
+            ],
+        )
     check_config(job)
     model = job.actor_rollout_ref.model
     assert model.trust_remote_code is False  # no remote code runs anywhere: the plan is native
@@ -274,8 +324,22 @@ def test_generate_loads_a_checkpoint_without_its_code_even_when_trusting(tmp_pat
     from diffugrpo_plugin.cli import main
 
     path = dream_tokenizer_naming_its_code(without_code(save_standin("dream", tmp_path / "trusting_dream")))
-    assert main(["generate", "--model", str(path), "--trust-remote-code", "--prompt", "def f(x):",
-                 "--max-new-tokens", "4", "--json"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--model",
+                str(path),
+                "--trust-remote-code",
+                "--prompt",
+                "def f(x):",
+                "--max-new-tokens",
+                "4",
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert "completion" in json.loads(capsys.readouterr().out.splitlines()[0])
 
 
@@ -333,8 +397,16 @@ def test_a_stock_model_whose_keys_transformers_converts_is_not_refused(tmp_path)
     loading, so the check is left to the load, which finds them all."""
     from transformers import MixtralConfig, MixtralForCausalLM
 
-    config = MixtralConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                           num_attention_heads=2, num_key_value_heads=1, num_local_experts=2, is_causal=False)
+    config = MixtralConfig(
+        vocab_size=64,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        num_local_experts=2,
+        is_causal=False,
+    )
     MixtralForCausalLM(config).save_pretrained(tmp_path / "moe")
     plan = plan_loading(read_model_config(str(tmp_path / "moe")), path=str(tmp_path / "moe"))
     assert plan.implementation == "stock"
@@ -360,8 +432,9 @@ def test_weights_a_loader_fetched_from_the_hub_are_checked_after_it_built_the_mo
     from diffugrpo_plugin.models.dlm import refuse_unloaded_weights
     from diffugrpo_plugin.models.native.dream import DreamConfig, DreamModel
 
-    checkpoint = without_auto_map(renamed_weights(save_standin("dream", tmp_path / "hub_dream"),
-                                                  lambda name: "transformer." + name))
+    checkpoint = without_auto_map(
+        renamed_weights(save_standin("dream", tmp_path / "hub_dream"), lambda name: "transformer." + name)
+    )
     cache = tmp_path / "hub"
     snapshot = cache / "models--someone--dream" / "snapshots" / "0123abcd"
     shutil.copytree(checkpoint, snapshot)

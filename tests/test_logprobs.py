@@ -14,8 +14,7 @@ from diffugrpo_plugin.models.kernels import chunked_gathered_logprob, fused_head
 
 def batch_with_padding():
     # row 0 left-padded by 3; prompt then completion of 6 tokens (last one EOS-like id 5)
-    input_ids = torch.tensor([[0, 0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 5],
-                              [3, 4, 6, 7, 8, 9, 20, 21, 22, 23, 24, 5]])
+    input_ids = torch.tensor([[0, 0, 0, 7, 8, 9, 10, 11, 12, 13, 14, 5], [3, 4, 6, 7, 8, 9, 20, 21, 22, 23, 24, 5]])
     attention = torch.tensor([[0, 0, 0] + [1] * 9, [1] * 12])
     completion = torch.zeros_like(input_ids, dtype=torch.bool)
     completion[:, 6:] = True
@@ -81,12 +80,16 @@ def test_a_draw_that_masks_nothing_scores_zero_with_a_zero_gradient(tiny_lm):
 def test_left_padding_does_not_change_log_probs(tiny_lm):
     input_ids, attention, completion = batch_with_padding()
     masker = make_coupled()
-    padded = coupled_token_logprobs(tiny_lm, masker.views(input_ids, completion, MASK_ID, torch.tensor([5, 6])),
-                                    input_ids, attention).logp
+    padded = coupled_token_logprobs(
+        tiny_lm, masker.views(input_ids, completion, MASK_ID, torch.tensor([5, 6])), input_ids, attention
+    ).logp
     unpadded_ids, unpadded_completion = input_ids[:1, 3:], completion[:1, 3:]
-    alone = coupled_token_logprobs(tiny_lm, masker.views(unpadded_ids, unpadded_completion, MASK_ID,
-                                                         torch.tensor([5])),
-                                   unpadded_ids, torch.ones_like(unpadded_ids)).logp
+    alone = coupled_token_logprobs(
+        tiny_lm,
+        masker.views(unpadded_ids, unpadded_completion, MASK_ID, torch.tensor([5])),
+        unpadded_ids,
+        torch.ones_like(unpadded_ids),
+    ).logp
     assert torch.allclose(padded[0, 3:], alone[0], atol=1e-5)
 
 
@@ -94,8 +97,11 @@ def test_tied_embeddings_model_works_too():
     lm = DiffusionLM.wrap(build_tiny_module("dream", tie=True))
     input_ids, attention, completion = batch_with_padding()
     views = make_coupled().views(input_ids, completion, MASK_ID, torch.tensor([3, 4]))
-    assert torch.allclose(coupled_token_logprobs(lm, views, input_ids, attention).logp,
-                          direct_coupled_logprobs(lm, views, input_ids, attention), atol=1e-5)
+    assert torch.allclose(
+        coupled_token_logprobs(lm, views, input_ids, attention).logp,
+        direct_coupled_logprobs(lm, views, input_ids, attention),
+        atol=1e-5,
+    )
 
 
 def test_gathered_logprob_by_hand_and_in_fp32_for_bf16_logits():
@@ -198,8 +204,12 @@ def direct_head_logprob(hidden, weight, bias, targets, scale):
 def head_inputs(dtype, rows=7, hidden_size=5, vocab=11, seed=0):
     generator = torch.Generator().manual_seed(seed)
     make = lambda *shape: torch.randn(*shape, generator=generator).to(dtype).requires_grad_()  # noqa: E731
-    return (make(rows, hidden_size), make(vocab, hidden_size), make(vocab),
-            torch.randint(0, vocab, (rows,), generator=generator))
+    return (
+        make(rows, hidden_size),
+        make(vocab, hidden_size),
+        make(vocab),
+        torch.randint(0, vocab, (rows,), generator=generator),
+    )
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 3, 7, 64])

@@ -20,8 +20,10 @@ def adapted(module, targets="all-linear", seed=1, **options):
 
     from diffugrpo_plugin.models.lora import accept_causal_lm_wrapper
 
-    model = get_peft_model(accept_causal_lm_wrapper(module), LoraConfig(
-        task_type=TaskType.CAUSAL_LM, r=RANK, lora_alpha=ALPHA, target_modules=targets, **options))
+    model = get_peft_model(
+        accept_causal_lm_wrapper(module),
+        LoraConfig(task_type=TaskType.CAUSAL_LM, r=RANK, lora_alpha=ALPHA, target_modules=targets, **options),
+    )
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -56,8 +58,9 @@ def formula_logprobs(model, lm, views, ids) -> tuple[torch.Tensor, dict[str, tor
     total = torch.zeros(ids.shape)
     with model.disable_adapter():  # the adapters' own path off: only the merged weights act
         for v in range(views.num_views):
-            out = functional_call(base, weights, kwargs={"input_ids": views.noisy[v],
-                                                         "attention_mask": torch.ones_like(ids)})
+            out = functional_call(
+                base, weights, kwargs={"input_ids": views.noisy[v], "attention_mask": torch.ones_like(ids)}
+            )
             raw = out.logits if hasattr(out, "logits") else out[0]
             raw = torch.cat([raw[:, :1], raw[:, :-1]], 1) if lm.shift_logits else raw
             total = total + views.coef[v] * torch.log_softmax(raw.float(), -1).gather(-1, ids[..., None]).squeeze(-1)
@@ -65,8 +68,11 @@ def formula_logprobs(model, lm, views, ids) -> tuple[torch.Tensor, dict[str, tor
 
 
 def adapter_gradients(model) -> dict[str, torch.Tensor]:
-    return {name.removeprefix("base_model.model.").replace(".default.weight", ""): parameter.grad
-            for name, parameter in model.named_parameters() if "lora_" in name}
+    return {
+        name.removeprefix("base_model.model.").replace(".default.weight", ""): parameter.grad
+        for name, parameter in model.named_parameters()
+        if "lora_" in name
+    }
 
 
 @pytest.mark.parametrize("source", ["qwen2", "llama", "dream_standin", "llada_standin", "llada_tied_standin"])
@@ -112,12 +118,18 @@ def test_coupled_logprobs_and_gradients_through_adapters_equal_the_merged_formul
 def test_canonical_names_join_what_peft_and_verl_write():
     from diffugrpo_plugin.models.lora import canonical_weight_name
 
-    assert canonical_weight_name("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight") == \
-        "model.layers.0.self_attn.q_proj.lora_A.weight"
-    assert canonical_weight_name("model.layers.0.self_attn.q_proj.lora_B.default.weight") == \
-        "model.layers.0.self_attn.q_proj.lora_B.weight"
-    assert canonical_weight_name("model.layers.0.self_attn.q_proj.base_layer.weight") == \
-        "model.layers.0.self_attn.q_proj.weight"
+    assert (
+        canonical_weight_name("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight")
+        == "model.layers.0.self_attn.q_proj.lora_A.weight"
+    )
+    assert (
+        canonical_weight_name("model.layers.0.self_attn.q_proj.lora_B.default.weight")
+        == "model.layers.0.self_attn.q_proj.lora_B.weight"
+    )
+    assert (
+        canonical_weight_name("model.layers.0.self_attn.q_proj.base_layer.weight")
+        == "model.layers.0.self_attn.q_proj.weight"
+    )
     assert canonical_weight_name("model.embed_tokens.lora_embedding_A.default") == "model.embed_tokens.lora_embedding_A"
     assert canonical_weight_name("model.norm.weight") == "model.norm.weight"
 
@@ -150,8 +162,10 @@ def test_target_report_names_what_adapts_nothing():
     """d1's seven target names on LLaDA's module names: four adapt something (peft drops the rest silently)."""
     from diffugrpo_plugin.models.lora import target_report
 
-    names = [f"model.transformer.blocks.0.{leaf}" for leaf in
-             ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out")]
+    names = [
+        f"model.transformer.blocks.0.{leaf}"
+        for leaf in ("q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out")
+    ]
     d1 = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]
     assert target_report(names, d1) == (["q_proj", "k_proj", "v_proj", "up_proj"], ["o_proj", "down_proj", "gate_proj"])
     assert target_report(names, ["blocks.0.q_proj"]) == (["blocks.0.q_proj"], [])
@@ -188,17 +202,27 @@ def rollout(tiny_model_path):
     from diffugrpo_plugin.integration.engine import DiffusionModelConfig
     from diffugrpo_plugin.integration.rollout import DiffusionRollout
 
-    config = RolloutConfig(name="diffusion", engine_kwargs={"diffusion": {"sampler": "entropy", "steps": 8}},
-                           response_length=8, prompt_length=32, dtype="float32", tensor_model_parallel_size=1, seed=7)
-    model_config = DiffusionModelConfig(path=tiny_model_path, model_type="diffusion_lm",
-                                        override_config={"attn_implementation": "sdpa"})
+    config = RolloutConfig(
+        name="diffusion",
+        engine_kwargs={"diffusion": {"sampler": "entropy", "steps": 8}},
+        response_length=8,
+        prompt_length=32,
+        dtype="float32",
+        tensor_model_parallel_size=1,
+        seed=7,
+    )
+    model_config = DiffusionModelConfig(
+        path=tiny_model_path, model_type="diffusion_lm", override_config={"attn_implementation": "sdpa"}
+    )
     return DiffusionRollout(config, model_config, device_mesh=None)
 
 
 def greedy(rollout, texts):
     tokenizer = rollout.tokenizer
-    batch = [{"prompt_ids": tokenizer.encode(text), "sampling_params": {"temperature": 0.0, "top_p": 1.0, "top_k": -1}}
-             for text in texts]
+    batch = [
+        {"prompt_ids": tokenizer.encode(text), "sampling_params": {"temperature": 0.0, "top_p": 1.0, "top_k": -1}}
+        for text in texts
+    ]
     return [result["token_ids"] for result in rollout.generate_batch(batch)]
 
 
@@ -213,8 +237,11 @@ def test_rollout_samples_through_synced_adapters_as_the_merged_model_does(rollou
     base = greedy(rollout, prompts)
     policy = adapted(load_pretrained(tiny_model_path).eval(), seed=3)
     settings = policy.peft_config["default"].to_dict()
-    asyncio.run(rollout.update_weights(iter(adapter_state(policy).items()), peft_config=settings, base_sync_done=True,
-                                       global_steps=1))
+    asyncio.run(
+        rollout.update_weights(
+            iter(adapter_state(policy).items()), peft_config=settings, base_sync_done=True, global_steps=1
+        )
+    )
     with_adapters = greedy(rollout, prompts)
     assert with_adapters != base
 
@@ -224,8 +251,10 @@ def test_rollout_samples_through_synced_adapters_as_the_merged_model_does(rollou
     assert greedy(merged_rollout, prompts) == with_adapters
 
     # a second sync moves the adapters again; a sync missing an adapter tensor is refused
-    zeroed = {name: torch.zeros_like(value) for name, value in adapter_state(adapted(load_pretrained(tiny_model_path),
-                                                                                    seed=4)).items()}
+    zeroed = {
+        name: torch.zeros_like(value)
+        for name, value in adapter_state(adapted(load_pretrained(tiny_model_path), seed=4)).items()
+    }
     asyncio.run(rollout.update_weights(iter(zeroed.items()), peft_config=settings, base_sync_done=True, global_steps=2))
     assert greedy(rollout, prompts) == base  # B = 0: the base model again
     partial = dict(list(zeroed.items())[1:])
@@ -269,8 +298,11 @@ def test_rollout_follows_verls_own_sync_of_base_then_adapters(rollout, tiny_mode
     asyncio.run(rollout.update_weights(iter(base.items()), peft_config=settings.to_dict(), base_sync_done=False))
     adapters = collect_lora_params(policy, layered_summon=False, base_sync_done=True)
     assert adapters and all("lora_" in name for name in adapters)
-    asyncio.run(rollout.update_weights(iter(adapters.items()), peft_config=settings.to_dict(), base_sync_done=True,
-                                       global_steps=1))
+    asyncio.run(
+        rollout.update_weights(
+            iter(adapters.items()), peft_config=settings.to_dict(), base_sync_done=True, global_steps=1
+        )
+    )
     ids = torch.randint(5, 60, (3, 12))
     with torch.no_grad():
         assert torch.equal(rollout.lm.module(input_ids=ids).logits, policy(input_ids=ids).logits)
@@ -298,9 +330,30 @@ def test_the_lora_benchmark_trains_the_parameters_it_says():
     from pathlib import Path
 
     repo = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "benchmarks/lora.py", "--hidden", "64", "--layers", "2", "--vocab", "1000",
-                           "--prompt", "16", "--completion", "16", "--repeats", "1", "--threads", "1"], cwd=repo,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "benchmarks/lora.py",
+            "--hidden",
+            "64",
+            "--layers",
+            "2",
+            "--vocab",
+            "1000",
+            "--prompt",
+            "16",
+            "--completion",
+            "16",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {line.split("|")[1].strip(): line for line in done.stdout.splitlines() if line.startswith("| ")}
     # per layer: q 64x64 + 64, k and v 64x32 + 32, o 64x64, gate/up/down 64x192, two norms; embeddings, head, norm

@@ -25,32 +25,55 @@ def step(groups, rewards, logratios=None, rows=None, lengths=None, real=None, to
     """One step's batch; ``logratios`` per sample, or per sample and pass."""
     count = len(groups)
     logratios = torch.tensor(logratios or [0.0] * count)
-    return StepBatch(groups=groups, rewards=torch.tensor(rewards, dtype=torch.float32),
-                     rows=rows or [{}] * count, response_lengths=torch.tensor(lengths or [4] * count),
-                     logratios=logratios[:, None] if logratios.dim() == 1 else logratios,
-                     real=torch.tensor(real or [True] * count), step=number, tokenizer=tokenizer)
+    return StepBatch(
+        groups=groups,
+        rewards=torch.tensor(rewards, dtype=torch.float32),
+        rows=rows or [{}] * count,
+        response_lengths=torch.tensor(lengths or [4] * count),
+        logratios=logratios[:, None] if logratios.dim() == 1 else logratios,
+        real=torch.tensor(real or [True] * count),
+        step=number,
+        tokenizer=tokenizer,
+    )
 
 
 def test_each_group_pairs_its_first_best_and_first_worst_and_ties_pair_nothing():
     groups = ["a", "a", "a", "a", "b", "b", "c", "c"]
     rewards = [0.5, 2.0, 0.0, 2.0, 1.0, 1.0, 3.0, -1.0]
     real = [True] * 7 + [False]  # c's worst is verl's padding
-    assert best_and_worst(groups, torch.tensor(rewards), torch.tensor(real)).tolist() == \
-        [0.0, 1.0, -1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    assert best_and_worst(groups, torch.tensor(rewards), torch.tensor(real)).tolist() == [
+        0.0,
+        1.0,
+        -1.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+        0.0,
+    ]
 
 
 def softplus(x: float) -> float:
     return math.log1p(math.exp(x))
 
 
-def preference_inputs(logp: torch.Tensor, reference: torch.Tensor, scored: torch.Tensor, fields: dict,
-                      iteration=None) -> TermInputs:
+def preference_inputs(
+    logp: torch.Tensor, reference: torch.Tensor, scored: torch.Tensor, fields: dict, iteration=None
+) -> TermInputs:
     shape = logp.shape
-    return TermInputs(lm=None, input_ids=torch.zeros(shape, dtype=torch.long), attention=torch.ones(shape),
-                      positions=torch.zeros(shape, dtype=torch.long), prompt=torch.zeros(shape, dtype=torch.bool),
-                      canvas=scored, scored=scored, logp=logp, reference_logp=reference,
-                      iteration=torch.zeros(shape[0], dtype=torch.long) if iteration is None else iteration,
-                      fields=fields)
+    return TermInputs(
+        lm=None,
+        input_ids=torch.zeros(shape, dtype=torch.long),
+        attention=torch.ones(shape),
+        positions=torch.zeros(shape, dtype=torch.long),
+        prompt=torch.zeros(shape, dtype=torch.bool),
+        canvas=scored,
+        scored=scored,
+        logp=logp,
+        reference_logp=reference,
+        iteration=torch.zeros(shape[0], dtype=torch.long) if iteration is None else iteration,
+        fields=fields,
+    )
 
 
 def test_preference_by_hand():
@@ -113,8 +136,9 @@ def test_sft_targets_are_the_reference_as_a_completion_padded_with_eos(tiny_mode
     encoded = tokenizer.encode(format_completion(solution), add_special_tokens=False)
     rows = [{"reference_solution": solution}, {"reference_solution": solution}, {}, {"reference_solution": solution}]
     lengths = [len(encoded) + 3, len(encoded), len(encoded) + 3, len(encoded) + 3]
-    fields = ReferenceSFT().prepare(step(["a"] * 4, [0.0] * 4, rows=rows, lengths=lengths,
-                                         real=[True, True, True, False], tokenizer=tokenizer))
+    fields = ReferenceSFT().prepare(
+        step(["a"] * 4, [0.0] * 4, rows=rows, lengths=lengths, real=[True, True, True, False], tokenizer=tokenizer)
+    )
     # row 0 fits (EOS, then EOS padding); row 1 lacks the room for its EOS; row 2 has no reference; row 3 is padding
     assert fields["has_target"].tolist() == [1.0, 0.0, 0.0, 0.0]
     targets = fields["target"].unbind()
@@ -136,18 +160,33 @@ def test_sft_term_is_the_sft_trainers_loss_on_the_same_masks(tiny_model_path):
     canvas = torch.zeros(3, prompt_len + canvas_len, dtype=torch.bool)
     canvas[:, prompt_len:] = True
     seeds = torch.tensor([7, 8, 9])
-    fields = {"target": torch.nested.as_nested_tensor(list(targets), layout=torch.jagged),
-              "has_target": torch.tensor([1.0, 0.0, 1.0]), "seed": seeds[:, None]}
+    fields = {
+        "target": torch.nested.as_nested_tensor(list(targets), layout=torch.jagged),
+        "has_target": torch.tensor([1.0, 0.0, 1.0]),
+        "seed": seeds[:, None],
+    }
     ids = torch.cat([prompts, rollout], dim=1)
-    inputs = TermInputs(lm=lm, input_ids=ids, attention=torch.ones_like(ids),
-                        positions=torch.arange(ids.size(1)).expand_as(ids), prompt=~canvas, canvas=canvas,
-                        scored=canvas, logp=torch.zeros(ids.shape), reference_logp=torch.zeros(ids.shape),
-                        iteration=torch.zeros(3, dtype=torch.long), fields=fields)
+    inputs = TermInputs(
+        lm=lm,
+        input_ids=ids,
+        attention=torch.ones_like(ids),
+        positions=torch.arange(ids.size(1)).expand_as(ids),
+        prompt=~canvas,
+        canvas=canvas,
+        scored=canvas,
+        logp=torch.zeros(ids.shape),
+        reference_logp=torch.zeros(ids.shape),
+        iteration=torch.zeros(3, dtype=torch.long),
+        fields=fields,
+    )
     with torch.no_grad():
         ours = ReferenceSFT(eps=1e-3).loss(inputs)
         rows = [0, 2]
-        batch = sft.Batch(input_ids=torch.cat([prompts, targets], dim=1)[rows], attention_mask=torch.ones(2, 12),
-                          completion_mask=canvas[rows])
+        batch = sft.Batch(
+            input_ids=torch.cat([prompts, targets], dim=1)[rows],
+            attention_mask=torch.ones(2, 12),
+            completion_mask=canvas[rows],
+        )
         theirs = sft.masked_diffusion_loss(lm, batch, seeds[rows], make_sft(1e-3))
     assert ours[1] == 0.0 and ours.sum() > 0  # a sample may draw a t that masks none of its 7 tokens: 0
     assert ours[rows].mean().item() == pytest.approx(theirs.item(), rel=1e-5)
@@ -159,9 +198,20 @@ def test_sft_masks_are_seeded_afresh_per_step_sample_and_pass(tiny_model_path):
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     rows = [{"reference_solution": "x = 1\n"}] * 3
-    seeds = [ReferenceSFT().prepare(step(["a"] * 3, [0.0] * 3, logratios=[[0.0, 0.0]] * 3, rows=rows,
-                                         lengths=[40] * 3, tokenizer=tokenizer, number=number))["seed"]
-             for number in (1, 1, 2)]
+    seeds = [
+        ReferenceSFT().prepare(
+            step(
+                ["a"] * 3,
+                [0.0] * 3,
+                logratios=[[0.0, 0.0]] * 3,
+                rows=rows,
+                lengths=[40] * 3,
+                tokenizer=tokenizer,
+                number=number,
+            )
+        )["seed"]
+        for number in (1, 1, 2)
+    ]
     assert seeds[0].shape == (3, 2) and torch.equal(seeds[0], seeds[1])  # reproducible
     assert len(set(seeds[0].flatten().tolist()) | set(seeds[2].flatten().tolist())) == 12
 
@@ -176,11 +226,17 @@ def test_config_names_each_mistake():
         configured_terms({"preference": {"weight": 1.0, "temperature": 2}})
     with pytest.raises(PluginError, match="unknown loss term 'dpo'. Known loss terms: "):
         configured_terms({"dpo": {"weight": 1.0}})
-    with pytest.raises(ValueError, match=r"^actor_rollout_ref.model.diffusion.loss_terms.preference: .*beta must be "
-                                         r"positive"):
+    with pytest.raises(
+        ValueError,
+        match=r"^actor_rollout_ref.model.diffusion.loss_terms.preference: .*beta must be "
+        r"positive",
+    ):
         configured_terms({"preference": {"weight": 1.0, "beta": 0}})
-    with pytest.raises(ValueError, match=r"loss_terms.sft must be a mapping with the term's weight and options, "
-                                         r"e.g. \{sft: \{weight: 0.1\}"):
+    with pytest.raises(
+        ValueError,
+        match=r"loss_terms.sft must be a mapping with the term's weight and options, "
+        r"e.g. \{sft: \{weight: 0.1\}",
+    ):
         configured_terms({"sft": 0.1})
     with pytest.raises(ValueError, match=r"loss_terms must map each term's name to its settings"):
         configured_terms(["sft"])

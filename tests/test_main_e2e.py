@@ -25,8 +25,10 @@ def main_command(*overrides: str) -> list[str]:
 
 
 def rollouts_by_step(directory: Path) -> dict[int, list[dict]]:
-    return {int(path.stem): [json.loads(line) for line in path.read_text().splitlines()]
-            for path in directory.glob("*.jsonl")}
+    return {
+        int(path.stem): [json.loads(line) for line in path.read_text().splitlines()]
+        for path in directory.glob("*.jsonl")
+    }
 
 
 def logged_steps(log: str) -> list[int]:
@@ -36,18 +38,39 @@ def logged_steps(log: str) -> list[int]:
 def test_promised_command_trains_on_two_workers_and_logs_everything(tmp_path):
     env = {**os.environ, "TENSORBOARD_DIR": str(tmp_path / "tb")}
     result = subprocess.run(
-        main_command("trainer.total_training_steps=2", "trainer.save_freq=-1", "trainer.test_freq=2",
-                     "trainer.val_before_train=false", "trainer.n_gpus_per_node=2",
-                     f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
-                     f"trainer.default_local_dir={tmp_path / 'ckpt'}"),
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1200)
+        main_command(
+            "trainer.total_training_steps=2",
+            "trainer.save_freq=-1",
+            "trainer.test_freq=2",
+            "trainer.val_before_train=false",
+            "trainer.n_gpus_per_node=2",
+            f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        ),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     assert logged_steps(log) == [1, 2]
-    for metric in ("reward/code/mean", "reward/code_format/none_fraction", "reward/total/mean", "actor/kl_loss",
-                   "actor/pg_clipfrac", "actor/entropy", "response_length/mean", "timing_s/gen",
-                   "timing_s/rollout_sampling", "timing_s/reward_scoring", "timing_s/old_log_prob",
-                   "timing_s/update_actor", "val-core/synthetic/acc/mean@8"):
+    for metric in (
+        "reward/code/mean",
+        "reward/code_format/none_fraction",
+        "reward/total/mean",
+        "actor/kl_loss",
+        "actor/pg_clipfrac",
+        "actor/entropy",
+        "response_length/mean",
+        "timing_s/gen",
+        "timing_s/rollout_sampling",
+        "timing_s/reward_scoring",
+        "timing_s/old_log_prob",
+        "timing_s/update_actor",
+        "val-core/synthetic/acc/mean@8",
+    ):
         assert f"{metric}:" in log, metric
     assert "Training Progress" in log  # verl's progress bar
     assert list((tmp_path / "tb").glob("events.out.tfevents.*")), "TensorBoard logs through verl's tracking"
@@ -62,8 +85,9 @@ def test_promised_command_trains_on_two_workers_and_logs_everything(tmp_path):
 
 def run_until_step(command, cwd, stop_at_step: int) -> str:
     """Start a run and SIGKILL its whole process group (Ray included) once step ``stop_at_step`` is logged."""
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     lines = []
     deadline = time.monotonic() + 1200
     for line in process.stdout:
@@ -76,28 +100,48 @@ def run_until_step(command, cwd, stop_at_step: int) -> str:
 
 
 def test_kill_and_resume_continues_from_the_last_checkpoint(tmp_path):
-    common = ["trainer.total_training_steps=4", "trainer.save_freq=2", *SHORT,
-              f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    common = [
+        "trainer.total_training_steps=4",
+        "trainer.save_freq=2",
+        *SHORT,
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
     killed = run_until_step(main_command(*common, f"trainer.rollout_data_dir={tmp_path / 'first'}"), tmp_path, 3)
     assert logged_steps(killed) == [1, 2, 3]
     assert (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip() == "2"
 
-    resumed = subprocess.run(main_command(*common, f"trainer.rollout_data_dir={tmp_path / 'resumed'}"),
-                             cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    resumed = subprocess.run(
+        main_command(*common, f"trainer.rollout_data_dir={tmp_path / 'resumed'}"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     log = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, log[-5000:]
     # no step lost, none repeated: the checkpoint held step 2, so the run goes on with 3 and 4
     assert logged_steps(log) == [3, 4]
 
     # the same data order: step 3 trains on the prompts the killed run had drawn for step 3
-    uninterrupted = subprocess.run(main_command("trainer.total_training_steps=4", "trainer.save_freq=-1", *SHORT,
-                                                f"trainer.default_local_dir={tmp_path / 'other'}",
-                                                f"trainer.rollout_data_dir={tmp_path / 'reference'}"),
-                                   cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    uninterrupted = subprocess.run(
+        main_command(
+            "trainer.total_training_steps=4",
+            "trainer.save_freq=-1",
+            *SHORT,
+            f"trainer.default_local_dir={tmp_path / 'other'}",
+            f"trainer.rollout_data_dir={tmp_path / 'reference'}",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert uninterrupted.returncode == 0, (uninterrupted.stdout + uninterrupted.stderr)[-5000:]
     reference, first, again = (rollouts_by_step(tmp_path / name) for name in ("reference", "first", "resumed"))
-    prompts = {name: {step: Counter(s["input"] for s in samples) for step, samples in runs.items()}
-               for name, runs in (("reference", reference), ("first", first), ("resumed", again))}
+    prompts = {
+        name: {step: Counter(s["input"] for s in samples) for step, samples in runs.items()}
+        for name, runs in (("reference", reference), ("first", first), ("resumed", again))
+    }
     assert prompts["resumed"][3] == prompts["reference"][3]
     assert prompts["resumed"][4] == prompts["reference"][4]
     assert prompts["first"].get(3, prompts["reference"][3]) == prompts["reference"][3]
@@ -111,25 +155,39 @@ def published_layout_without_code(path: Path) -> None:
         code.unlink()
     if json.loads((path / "config.json").read_text())["model_type"] == "Dream":
         settings = json.loads((path / "tokenizer_config.json").read_text())
-        settings.update(tokenizer_class="DreamTokenizer",
-                        auto_map={"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]})
+        settings.update(
+            tokenizer_class="DreamTokenizer", auto_map={"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]}
+        )
         (path / "tokenizer_config.json").write_text(json.dumps(settings))
 
 
-LLADA_SAMPLER = ["actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=llada",
-                 "+actor_rollout_ref.rollout.engine_kwargs.diffusion.block_length=8"]
+LLADA_SAMPLER = [
+    "actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=llada",
+    "+actor_rollout_ref.rollout.engine_kwargs.diffusion.block_length=8",
+]
 
 
-@pytest.mark.parametrize("kind, tied, code, loading", [
-    # its own code fills no transformers cache: the default sampler's prefix cache off, as the pre-flight says
-    ("dream", False, True, ["actor_rollout_ref.model.trust_remote_code=true",
-                            "actor_rollout_ref.model.diffusion.implementation=remote",
-                            "actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=false",
-                            "actor_rollout_ref.rollout.engine_kwargs.diffusion.cache_refresh=null"]),
-    ("llada", True, True, ["actor_rollout_ref.model.diffusion.family=llada", *LLADA_SAMPLER]),
-    ("dream", False, False, ["actor_rollout_ref.model.trust_remote_code=true"]),  # trusting, but no code is there
-    ("llada", False, False, LLADA_SAMPLER),
-], ids=["dream-own-code", "llada-tied-native", "dream-native-without-code", "llada-native-without-code"])
+@pytest.mark.parametrize(
+    "kind, tied, code, loading",
+    [
+        # its own code fills no transformers cache: the default sampler's prefix cache off, as the pre-flight says
+        (
+            "dream",
+            False,
+            True,
+            [
+                "actor_rollout_ref.model.trust_remote_code=true",
+                "actor_rollout_ref.model.diffusion.implementation=remote",
+                "actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=false",
+                "actor_rollout_ref.rollout.engine_kwargs.diffusion.cache_refresh=null",
+            ],
+        ),
+        ("llada", True, True, ["actor_rollout_ref.model.diffusion.family=llada", *LLADA_SAMPLER]),
+        ("dream", False, False, ["actor_rollout_ref.model.trust_remote_code=true"]),  # trusting, but no code is there
+        ("llada", False, False, LLADA_SAMPLER),
+    ],
+    ids=["dream-own-code", "llada-tied-native", "dream-native-without-code", "llada-native-without-code"],
+)
 def test_the_main_job_trains_a_family_checkpoint_given_by_path(kind, tied, code, loading, tmp_path):
     """A Dream-style checkpoint through its own (stand-in) code, a weight-tied LLaDA-style one through our native
     class, and both families in the published layout without their .py files (native), each named by
@@ -140,11 +198,25 @@ def test_the_main_job_trains_a_family_checkpoint_given_by_path(kind, tied, code,
     if not code:
         published_layout_without_code(path)
     result = subprocess.run(
-        main_command(f"actor_rollout_ref.model.path={path}", *loading, "trainer.total_training_steps=2",
-                     "trainer.save_freq=-1", *SHORT, "data.max_prompt_length=80", "data.max_response_length=32",
-                     f"trainer.default_local_dir={tmp_path / 'ckpt'}"),
-        cwd=tmp_path, capture_output=True, text=True, timeout=1200,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])})
+        main_command(
+            f"actor_rollout_ref.model.path={path}",
+            *loading,
+            "trainer.total_training_steps=2",
+            "trainer.save_freq=-1",
+            *SHORT,
+            "data.max_prompt_length=80",
+            "data.max_response_length=32",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]),
+        },
+    )
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     assert logged_steps(log) == [1, 2]
@@ -162,8 +234,13 @@ def metric_by_step(log: str, name: str) -> dict[int, float]:
 
 
 def run_main(tmp_path, *overrides: str) -> str:
-    result = subprocess.run(main_command(*SHORT, "trainer.save_freq=-1", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-                                         *overrides), cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(
+        main_command(*SHORT, "trainer.save_freq=-1", f"trainer.default_local_dir={tmp_path / 'ckpt'}", *overrides),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     return log
@@ -172,8 +249,12 @@ def run_main(tmp_path, *overrides: str) -> str:
 def test_two_iterations_each_score_the_update_with_their_own_masks(tmp_path):
     """ppo_epochs=2 through the whole trainer with frozen weights (lr 0): old log-probs are computed per
     iteration with that iteration's masks, so the update's ratio is exactly 1 in both iterations."""
-    log = run_main(tmp_path, "trainer.total_training_steps=2", "actor_rollout_ref.actor.ppo_epochs=2",
-                   "actor_rollout_ref.actor.optim.lr=0.0")
+    log = run_main(
+        tmp_path,
+        "trainer.total_training_steps=2",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+        "actor_rollout_ref.actor.optim.lr=0.0",
+    )
     kl, clipped = metric_by_step(log, "actor/ppo_kl"), metric_by_step(log, "actor/pg_clipfrac")
     assert sorted(kl) == [1, 2] and all(abs(value) < 1e-6 for value in kl.values()), kl
     assert all(value == 0.0 for value in clipped.values()), clipped
@@ -184,9 +265,16 @@ def test_reference_sync_and_group_normalised_rewards(tmp_path):
     is 0 while step 2's (policy moved at step 1, reference not yet synced) is not. group_normalized: every
     dumped score equals the components, recomputed from the dumped completion, standardised within its
     prompt group and weighted (code 2.0, code_format 0.5), by hand."""
-    log = run_main(tmp_path, "trainer.total_training_steps=3", "actor_rollout_ref.actor.optim.lr=0.01",
-                   "diffugrpo.ref_sync.enable=true", "diffugrpo.ref_sync.steps=2", "diffugrpo.ref_sync.alpha=1.0",
-                   "diffugrpo.rewards.aggregation=group_normalized", f"trainer.rollout_data_dir={tmp_path / 'rollouts'}")
+    log = run_main(
+        tmp_path,
+        "trainer.total_training_steps=3",
+        "actor_rollout_ref.actor.optim.lr=0.01",
+        "diffugrpo.ref_sync.enable=true",
+        "diffugrpo.ref_sync.steps=2",
+        "diffugrpo.ref_sync.alpha=1.0",
+        "diffugrpo.rewards.aggregation=group_normalized",
+        f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+    )
     kl = metric_by_step(log, "actor/kl_loss")
     assert kl[2] > 1e-4 and abs(kl[3]) < 1e-6, kl
 
@@ -215,12 +303,17 @@ def test_a_sandbox_that_breaks_during_training_stops_it_loudly(tmp_path):
     completion that reaches the sandbox, each failing step is reported, and the run stops with the reason."""
     vanishing = tmp_path / "vanishing"
     vanishing.mkdir()
-    command = main_command(*SHORT, "trainer.save_freq=-1", "trainer.total_training_steps=4",
-                           f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-                           f"+diffugrpo.rewards.sandbox.extra_ro_binds=[{vanishing}]",
-                           "diffugrpo.rewards.stop_after_failed_steps=1")
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+    command = main_command(
+        *SHORT,
+        "trainer.save_freq=-1",
+        "trainer.total_training_steps=4",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        f"+diffugrpo.rewards.sandbox.extra_ro_binds=[{vanishing}]",
+        "diffugrpo.rewards.stop_after_failed_steps=1",
+    )
+    process = subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     lines = []
     for line in process.stdout:
         lines.append(line)
@@ -244,9 +337,16 @@ def random_d1_adapter(model_path: Path, directory: Path) -> Path:
     from diffugrpo_plugin.models.dlm import load_pretrained
     from diffugrpo_plugin.models.lora import accept_causal_lm_wrapper, adapter_state, save_adapter
 
-    model = get_peft_model(accept_causal_lm_wrapper(load_pretrained(str(model_path))), LoraConfig(
-        task_type=TaskType.CAUSAL_LM, r=8, lora_alpha=16, lora_dropout=0.05,
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]))
+    model = get_peft_model(
+        accept_causal_lm_wrapper(load_pretrained(str(model_path))),
+        LoraConfig(
+            task_type=TaskType.CAUSAL_LM,
+            r=8,
+            lora_alpha=16,
+            lora_dropout=0.05,
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"],
+        ),
+    )
     generator = torch.Generator().manual_seed(2)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
@@ -266,11 +366,20 @@ def test_lora_job_trains_adapters_against_the_base_saves_them_and_resumes(tmp_pa
 
     path = save_standin("llada", tmp_path / "llada_checkpoint")
     start = random_d1_adapter(path, tmp_path / "start_adapter")
-    common = [f"actor_rollout_ref.model.path={path}", *LLADA_SAMPLER, "actor_rollout_ref.model.lora_rank=8",
-              "actor_rollout_ref.model.lora_alpha=16", f"actor_rollout_ref.model.lora_adapter_path={start}",
-              "actor_rollout_ref.actor.optim.lr=0.05", "trainer.total_training_steps=4", "trainer.save_freq=2",
-              *SHORT, "data.max_prompt_length=80", "data.max_response_length=32",
-              f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    common = [
+        f"actor_rollout_ref.model.path={path}",
+        *LLADA_SAMPLER,
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        f"actor_rollout_ref.model.lora_adapter_path={start}",
+        "actor_rollout_ref.actor.optim.lr=0.05",
+        "trainer.total_training_steps=4",
+        "trainer.save_freq=2",
+        *SHORT,
+        "data.max_prompt_length=80",
+        "data.max_response_length=32",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     killed = run_until_step(main_command(*common), tmp_path, 3)
     assert logged_steps(killed) == [1, 2, 3], killed[-5000:]
@@ -299,11 +408,32 @@ def test_lora_job_trains_adapters_against_the_base_saves_them_and_resumes(tmp_pa
     assert resumed_kl[3] == pytest.approx(kl[3], rel=0.1), (kl, resumed_kl)
     assert abs(resumed_kl[3] - kl[3]) < abs(resumed_kl[3] - kl[1]), (kl, resumed_kl)
 
-    generated = subprocess.run([sys.executable, "-m", "diffugrpo_plugin.cli", "generate", "--model", str(path),
-                                "--adapter", str(tmp_path / "ckpt" / "global_step_4" / "actor" / "lora_adapter"),
-                                "--prompt", "def add(a, b):", "--sampler", "llada", "--max-new-tokens", "8",
-                                "-o", "block_length=8", "--json"], cwd=tmp_path, capture_output=True, text=True,
-                               timeout=600, env=env)
+    generated = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "diffugrpo_plugin.cli",
+            "generate",
+            "--model",
+            str(path),
+            "--adapter",
+            str(tmp_path / "ckpt" / "global_step_4" / "actor" / "lora_adapter"),
+            "--prompt",
+            "def add(a, b):",
+            "--sampler",
+            "llada",
+            "--max-new-tokens",
+            "8",
+            "-o",
+            "block_length=8",
+            "--json",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert generated.returncode == 0, generated.stderr[-3000:]
     assert json.loads(generated.stdout.splitlines()[0])["completion"] is not None
 
@@ -318,55 +448,102 @@ def test_the_d1_recipe_runs_end_to_end_on_a_tiny_llada(tmp_path):
     path = save_standin("llada", tmp_path / "llada_checkpoint")
     prepare_to_parquet("synthetic", ["train", "validation"], tmp_path / "data")
     recipe = Path(__file__).resolve().parent.parent / "examples" / "d1_llada"
-    command = [sys.executable, "-m", "verl.trainer.main", "--config-dir", str(recipe), "--config-name", "d1_llada",
-               "diffugrpo.verbose=true", f"actor_rollout_ref.model.path={path}",
-               "actor_rollout_ref.model.diffusion.mask_token_id=null",  # the stand-in's tokenizer has its own
-               f"data.train_files={tmp_path}/data/train.parquet", f"data.val_files={tmp_path}/data/validation.parquet",
-               # the scale of this machine: one CPU worker, fp32, 2 prompts, short sequences
-               "trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
-               "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
-               "actor_rollout_ref.rollout.dtype=float32", "data.train_batch_size=2",
-               "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_prompt_length=80",
-               "data.max_response_length=32", "actor_rollout_ref.rollout.engine_kwargs.diffusion.block_length=8",
-               "actor_rollout_ref.rollout.engine_kwargs.diffusion.steps=16", "trainer.total_training_steps=2",
-               "trainer.total_epochs=1", "trainer.save_freq=2", *SHORT, "trainer.logger=[console]",
-               f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
+    command = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main",
+        "--config-dir",
+        str(recipe),
+        "--config-name",
+        "d1_llada",
+        "diffugrpo.verbose=true",
+        f"actor_rollout_ref.model.path={path}",
+        "actor_rollout_ref.model.diffusion.mask_token_id=null",  # the stand-in's tokenizer has its own
+        f"data.train_files={tmp_path}/data/train.parquet",
+        f"data.val_files={tmp_path}/data/validation.parquet",
+        # the scale of this machine: one CPU worker, fp32, 2 prompts, short sequences
+        "trainer.n_gpus_per_node=1",
+        "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
+        "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
+        "actor_rollout_ref.rollout.dtype=float32",
+        "data.train_batch_size=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "data.max_prompt_length=80",
+        "data.max_response_length=32",
+        "actor_rollout_ref.rollout.engine_kwargs.diffusion.block_length=8",
+        "actor_rollout_ref.rollout.engine_kwargs.diffusion.steps=16",
+        "trainer.total_training_steps=2",
+        "trainer.total_epochs=1",
+        "trainer.save_freq=2",
+        *SHORT,
+        "trainer.logger=[console]",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800, env=env)
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-5000:]
     assert logged_steps(log) == [1, 2]
     assert "target_modules o_proj, down_proj, gate_proj name no module of LLaDAModelLM" in log
-    adapter = json.loads((tmp_path / "ckpt" / "global_step_2" / "actor" / "lora_adapter" / "adapter_config.json")
-                         .read_text())
+    adapter = json.loads(
+        (tmp_path / "ckpt" / "global_step_2" / "actor" / "lora_adapter" / "adapter_config.json").read_text()
+    )
     assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"]) == (128, 64, 0.05)
 
 
 def test_the_curriculum_logs_its_level_and_a_resumed_run_draws_what_the_whole_run_drew(tmp_path):
     """The curriculum sampler through verl's trainer: its level rises by the step schedule, and a run resumed from
     step 2's checkpoint continues the level and draws the same prompts at steps 3 and 4 as the run that went on."""
-    common = ["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=CurriculumSampler",
-              "data.sampler.curriculum.schedule=step", "data.sampler.curriculum.every=1",
-              "data.sampler.curriculum.start=0.2", "data.sampler.curriculum.increment=0.2",
-              "trainer.total_training_steps=4", *SHORT]
-    whole = subprocess.run(main_command(*common, "trainer.save_freq=2", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-                                        f"trainer.rollout_data_dir={tmp_path / 'whole'}"),
-                           cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    common = [
+        "data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum",
+        "data.sampler.class_name=CurriculumSampler",
+        "data.sampler.curriculum.schedule=step",
+        "data.sampler.curriculum.every=1",
+        "data.sampler.curriculum.start=0.2",
+        "data.sampler.curriculum.increment=0.2",
+        "trainer.total_training_steps=4",
+        *SHORT,
+    ]
+    whole = subprocess.run(
+        main_command(
+            *common,
+            "trainer.save_freq=2",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            f"trainer.rollout_data_dir={tmp_path / 'whole'}",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     log = whole.stdout + whole.stderr
     assert whole.returncode == 0, log[-5000:]
     assert metric_by_step(log, "curriculum/level") == pytest.approx({1: 0.4, 2: 0.6, 3: 0.8, 4: 1.0})
 
-    resumed = subprocess.run(main_command(*common, "trainer.save_freq=-1", "trainer.resume_mode=resume_path",
-                                          f"trainer.resume_from_path={tmp_path / 'ckpt' / 'global_step_2'}",
-                                          f"trainer.default_local_dir={tmp_path / 'other'}",
-                                          f"trainer.rollout_data_dir={tmp_path / 'resumed'}"),
-                             cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    resumed = subprocess.run(
+        main_command(
+            *common,
+            "trainer.save_freq=-1",
+            "trainer.resume_mode=resume_path",
+            f"trainer.resume_from_path={tmp_path / 'ckpt' / 'global_step_2'}",
+            f"trainer.default_local_dir={tmp_path / 'other'}",
+            f"trainer.rollout_data_dir={tmp_path / 'resumed'}",
+        ),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     log = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, log[-5000:]
     assert logged_steps(log) == [3, 4]
     assert metric_by_step(log, "curriculum/level") == pytest.approx({3: 0.8, 4: 1.0})
-    prompts = {name: {step: Counter(s["input"] for s in samples) for step, samples in rollouts_by_step(tmp_path / name).items()}
-               for name in ("whole", "resumed")}
+    prompts = {
+        name: {
+            step: Counter(s["input"] for s in samples) for step, samples in rollouts_by_step(tmp_path / name).items()
+        }
+        for name in ("whole", "resumed")
+    }
     assert prompts["resumed"][3] == prompts["whole"][3] and prompts["resumed"][4] == prompts["whole"][4]
 
 
@@ -374,8 +551,13 @@ def test_learned_reward_weights_are_logged_saved_and_resumed(tmp_path):
     """aggregation=learned through verl's trainer: the weights are logged each step, saved beside the checkpoint
     with the fit's state, and a resumed run starts from them (no warning that they were missing)."""
     common = ["diffugrpo.rewards.aggregation=learned", *SHORT, f"trainer.default_local_dir={tmp_path / 'ckpt'}"]
-    first = subprocess.run(main_command(*common, "trainer.total_training_steps=2", "trainer.save_freq=2"),
-                           cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    first = subprocess.run(
+        main_command(*common, "trainer.total_training_steps=2", "trainer.save_freq=2"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     log = first.stdout + first.stderr
     assert first.returncode == 0, log[-5000:]
     assert sorted(metric_by_step(log, "reward_weights/code")) == [1, 2]
@@ -383,8 +565,13 @@ def test_learned_reward_weights_are_logged_saved_and_resumed(tmp_path):
     state = json.loads((tmp_path / "ckpt" / "global_step_2" / "diffugrpo_reward_weights.json").read_text())
     assert state["auxiliaries"] == ["code_format"] and state["updates"] == 2
 
-    resumed = subprocess.run(main_command(*common, "trainer.total_training_steps=3", "trainer.save_freq=-1"),
-                             cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    resumed = subprocess.run(
+        main_command(*common, "trainer.total_training_steps=3", "trainer.save_freq=-1"),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     log = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, log[-5000:]
     assert logged_steps(log) == [3] and "learned reward weights start again" not in log
@@ -400,8 +587,12 @@ def test_loss_terms_run_through_the_trainer_and_are_logged(tmp_path):
     reads its own column of the per-pass fields): the trainer prepares each term's fields from the step's groups,
     rewards, the rows' reference solutions and log-ratios, the update adds them, and each is logged every step
     (the SFT term on the synthetic tasks' reference solutions is positive)."""
-    log = run_main(tmp_path, "trainer.total_training_steps=2", "actor_rollout_ref.actor.ppo_epochs=2",
-                   "actor_rollout_ref.model.diffusion.loss_terms={sft: {weight: 0.1}, preference: {weight: 0.1, beta: 0.1}}")
+    log = run_main(
+        tmp_path,
+        "trainer.total_training_steps=2",
+        "actor_rollout_ref.actor.ppo_epochs=2",
+        "actor_rollout_ref.model.diffusion.loss_terms={sft: {weight: 0.1}, preference: {weight: 0.1, beta: 0.1}}",
+    )
     sft, preference = metric_by_step(log, "actor/loss_terms/sft"), metric_by_step(log, "actor/loss_terms/preference")
     assert sorted(sft) == [1, 2] and all(value > 0 for value in sft.values()), sft
     assert sorted(preference) == [1, 2] and all(value >= 0 for value in preference.values()), preference

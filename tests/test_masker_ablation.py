@@ -54,8 +54,15 @@ def test_a_run_without_validation_says_which_setting_to_check(ablation, tmp_path
 
 
 def test_the_table_gives_mean_and_spread_over_seeds_then_every_run(ablation):
-    run = {"pass@1 before": 0.2, "pass@1 after": 0.3, "total reward before": 1.0, "total reward after": 1.2,
-           "code first": 0.1, "code last": 0.2, "seconds": 300.0}
+    run = {
+        "pass@1 before": 0.2,
+        "pass@1 after": 0.3,
+        "total reward before": 1.0,
+        "total reward after": 1.2,
+        "code first": 0.1,
+        "code last": 0.2,
+        "seconds": 300.0,
+    }
     other = {**run, "pass@1 after": 0.5, "total reward after": 1.6}
     text = ablation.table({"coupled": {0: run, 1: other}})
     summary = text.splitlines()[2]
@@ -78,8 +85,13 @@ def test_each_run_changes_only_the_masker_and_the_seeds(ablation, tmp_path):
     coupled = ablation.run_command("coupled", 1, tmp_path, ["trainer.total_training_steps=8"])
     d1 = ablation.run_command("d1", 1, tmp_path, ["trainer.total_training_steps=8"])
     assert [part for part in d1 if part not in coupled] == [
-        "actor_rollout_ref.model.diffusion.masker=d1", "~actor_rollout_ref.model.diffusion.masker_kwargs.t_range",
-        "actor_rollout_ref.model.diffusion.masker_kwargs.p_mask_prompt=0.15", "trainer.experiment_name=ablation_d1_seed1"]
+        "actor_rollout_ref.model.diffusion.masker=d1",
+        "~actor_rollout_ref.model.diffusion.masker_kwargs.t_range",
+        "actor_rollout_ref.model.diffusion.masker_kwargs.p_mask_prompt=0.15",
+        "trainer.experiment_name=ablation_d1_seed1",
+    ]
     assert [part for part in coupled if part not in d1] == ["trainer.experiment_name=ablation_coupled_seed1"]
-    assert {"data.seed=1", "actor_rollout_ref.rollout.seed=1", "actor_rollout_ref.model.diffusion.mask_seed=1"} <= set(d1)
+    assert {"data.seed=1", "actor_rollout_ref.rollout.seed=1", "actor_rollout_ref.model.diffusion.mask_seed=1"} <= set(
+        d1
+    )
     assert coupled[-1] == "trainer.total_training_steps=8"

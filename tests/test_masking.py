@@ -14,8 +14,7 @@ MASK = 99
 
 def left_padded_batch():
     # row 0: 2 pads, prompt of 3, completion of 5; row 1: no pad, prompt 5, completion 5
-    input_ids = torch.tensor([[0, 0, 11, 12, 13, 21, 22, 23, 24, 25],
-                              [14, 15, 16, 17, 18, 31, 32, 33, 34, 35]])
+    input_ids = torch.tensor([[0, 0, 11, 12, 13, 21, 22, 23, 24, 25], [14, 15, 16, 17, 18, 31, 32, 33, 34, 35]])
     attention = torch.tensor([[0, 0, 1, 1, 1, 1, 1, 1, 1, 1], [1] * 10])
     completion = torch.zeros_like(input_ids, dtype=torch.bool)
     completion[:, 5:] = True
@@ -210,8 +209,10 @@ def test_sft_masks_are_reproducible_and_per_sample():
     a = masker.views(input_ids, completion, MASK, torch.tensor([10, 11]))
     b = masker.views(input_ids, completion, MASK, torch.tensor([10, 11]))
     assert torch.equal(a.noisy, b.noisy) and torch.equal(a.coef, b.coef)
-    assert any(not torch.equal(a.coef, masker.views(input_ids, completion, MASK, torch.tensor([s, s + 1])).coef)
-               for s in range(20, 25))
+    assert any(
+        not torch.equal(a.coef, masker.views(input_ids, completion, MASK, torch.tensor([s, s + 1])).coef)
+        for s in range(20, 25)
+    )
     alone = masker.views(input_ids[:1, 2:], completion[:1, 2:], MASK, torch.tensor([10]))
     assert torch.equal(a.noisy[:, 0, 2:], alone.noisy[:, 0]) and torch.equal(a.coef[:, 0, 2:], alone.coef[:, 0])
 

@@ -50,7 +50,6 @@ CHECKPOINTS = ["dream", "llada", "llada_tied"]
 OLMO_MASK_ID = 50256
 
 
-
 @pytest.fixture(params=CHECKPOINTS)
 def checkpoint(request) -> tuple[str, str]:
     """(name, path) of each stand-in checkpoint: dream, llada (untied head), llada_tied."""
@@ -62,8 +61,9 @@ def left_padded_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
     Ids avoid our tokenizer's pad (0) and mask (3) tokens except where padding is meant.
     """
-    input_ids = torch.tensor([[0, 0, 0, 17, 18, 19, 40, 41, 42, 43, 44, 2],
-                              [20, 21, 22, 23, 24, 25, 50, 51, 52, 53, 54, 2]])  # [B=2, L=12]
+    input_ids = torch.tensor(
+        [[0, 0, 0, 17, 18, 19, 40, 41, 42, 43, 44, 2], [20, 21, 22, 23, 24, 25, 50, 51, 52, 53, 54, 2]]
+    )  # [B=2, L=12]
     attention = torch.ones_like(input_ids)  # [2, 12]
     attention[0, :3] = 0
     completion = torch.zeros_like(input_ids, dtype=torch.bool)  # [2, 12]
@@ -128,10 +128,19 @@ def test_standins_load_through_auto_classes_with_trust_remote_code(dream_standin
     """A user's `AutoModel.from_pretrained(path, trust_remote_code=True)` gets the checkpoint's own class with its
     saved weights. Run in a fresh interpreter: once our native classes are registered (as `import verl` does),
     transformers 5 prefers them over the checkpoint's code."""
-    loads = [[dream_standin, "AutoModel"], [llada_standin, "AutoModel"], [llada_standin, "AutoModelForCausalLM"],
-             [llada_tied_standin, "AutoModelForCausalLM"]]
-    done = subprocess.run([sys.executable, "-c", FRESH_INTERPRETER_LOAD, json.dumps(loads)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    loads = [
+        [dream_standin, "AutoModel"],
+        [llada_standin, "AutoModel"],
+        [llada_standin, "AutoModelForCausalLM"],
+        [llada_tied_standin, "AutoModelForCausalLM"],
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH_INTERPRETER_LOAD, json.dumps(loads)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads(done.stdout.strip().splitlines()[-1])
     assert [result["name"] for result in results] == ["DreamModel", "LLaDAModelLM", "LLaDAModelLM", "LLaDAModelLM"]
@@ -224,7 +233,10 @@ def test_llada_config_reports_olmo_mask_id_when_config_json_has_none(llada_stand
     config = load_remote(llada_standin).config
     assert config.mask_token_id == OLMO_MASK_ID
     assert (config.hidden_size, config.num_attention_heads, config.num_hidden_layers) == (
-        raw["d_model"], raw["n_heads"], raw["n_layers"])
+        raw["d_model"],
+        raw["n_heads"],
+        raw["n_layers"],
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,8 +333,9 @@ def test_load_diffusion_lm_wires_model_tokenizer_and_family(checkpoint, implemen
     """What the CLIs and SFT call: the checkpoint's tokenizer, the planned class, the family's shift and mask id,
     in eval mode."""
     name, path = checkpoint
-    lm, tok = load_diffusion_lm(path, "cpu", trust_remote_code=implementation == "remote",
-                                implementation=implementation)
+    lm, tok = load_diffusion_lm(
+        path, "cpu", trust_remote_code=implementation == "remote", implementation=implementation
+    )
     assert takes_padding_mask(lm.module) is (implementation != "remote")
     assert not lm.module.training
     assert (lm.family.name, lm.shift_logits) == (("dream", True) if name == "dream" else ("llada", False))
@@ -346,8 +359,9 @@ def test_llada_call_works_when_the_config_lost_use_cache(llada_standin):
 # ---------------------------------------------------------------------------------------------
 
 
-def published_logits(module: torch.nn.Module, name: str, input_ids: torch.Tensor,
-                     attention: torch.Tensor) -> torch.Tensor:
+def published_logits(
+    module: torch.nn.Module, name: str, input_ids: torch.Tensor, attention: torch.Tensor
+) -> torch.Tensor:
     """The stand-in called the way its own authors call it (no family code).  # [B, L] -> [B, L, V]
 
     Dream: "full" without padding, else the 4D mask `m[:, None, None, :] & m[:, None, :, None]` with
@@ -376,8 +390,11 @@ def coupled_by_hand(module, name, views, input_ids, attention) -> torch.Tensor:
 
 
 def head_name(name: str) -> str:
-    return {"dream": "lm_head.weight", "llada": "model.transformer.ff_out.weight",
-            "llada_tied": "model.transformer.wte.weight"}[name]
+    return {
+        "dream": "lm_head.weight",
+        "llada": "model.transformer.ff_out.weight",
+        "llada_tied": "model.transformer.wte.weight",
+    }[name]
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["unpadded", "left_padded"])
@@ -443,12 +460,16 @@ def test_left_padding_does_not_change_coupled_logprobs(checkpoint, implementatio
     lm, tok, masker = DiffusionLM.wrap(module, tokenizer()), tokenizer(), make_coupled()
     input_ids, attention, completion = left_padded_batch()
     with torch.no_grad():
-        batch = coupled_token_logprobs(lm, masker.views(input_ids, completion, tok.mask_token_id,
-                                                        torch.tensor([5, 6])), input_ids, attention).logp  # [2, L]
+        batch = coupled_token_logprobs(
+            lm, masker.views(input_ids, completion, tok.mask_token_id, torch.tensor([5, 6])), input_ids, attention
+        ).logp  # [2, L]
         alone_ids, alone_completion = input_ids[:1, 3:], completion[:1, 3:]  # row 0 without its padding
-        alone = coupled_token_logprobs(lm, masker.views(alone_ids, alone_completion, tok.mask_token_id,
-                                                        torch.tensor([5])), alone_ids,
-                                       torch.ones_like(alone_ids)).logp  # [1, L - 3]
+        alone = coupled_token_logprobs(
+            lm,
+            masker.views(alone_ids, alone_completion, tok.mask_token_id, torch.tensor([5])),
+            alone_ids,
+            torch.ones_like(alone_ids),
+        ).logp  # [1, L - 3]
     assert (alone[0, 3:] != 0).all()  # the completion is scored
     torch.testing.assert_close(batch[0, 3:], alone[0], atol=1e-5, rtol=0)
 
@@ -482,12 +503,24 @@ def test_unknown_family_name_says_which_key_sets_it(dream_standin):
 
 def test_config_of_no_known_family_says_how_to_name_one(tmp_path):
     """A checkpoint with its own code that no family recognises: say what was seen and which key names the family."""
-    path = write_config(tmp_path / "mystery", {"model_type": "mystery", "architectures": ["MysteryModel"],
-                                               "auto_map": {"AutoModel": "modeling_mystery.MysteryModel"}})
+    path = write_config(
+        tmp_path / "mystery",
+        {
+            "model_type": "mystery",
+            "architectures": ["MysteryModel"],
+            "auto_map": {"AutoModel": "modeling_mystery.MysteryModel"},
+        },
+    )
     with pytest.raises(ModelConfigError) as error:
         load_pretrained(path, trust_remote_code=True)
-    assert_one_line(error, "'mystery'", "modeling_mystery.MysteryModel", "actor_rollout_ref.model.diffusion.family",
-                    "dream", "llada")
+    assert_one_line(
+        error,
+        "'mystery'",
+        "modeling_mystery.MysteryModel",
+        "actor_rollout_ref.model.diffusion.family",
+        "dream",
+        "llada",
+    )
 
 
 def test_remote_implementation_needs_trust_remote_code(dream_standin):
@@ -515,8 +548,14 @@ def test_stock_causal_checkpoint_is_refused_with_is_causal_hint(tmp_path):
     from transformers import Qwen2Config
 
     path = tmp_path / "qwen2"
-    Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                num_key_value_heads=2).save_pretrained(path)
+    Qwen2Config(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+    ).save_pretrained(path)
     with pytest.raises(ModelConfigError) as error:
         load_pretrained(str(path))
     assert_one_line(error, "is_causal: false", "actor_rollout_ref.model.diffusion.family")
@@ -535,11 +574,17 @@ def test_family_is_detected_from_each_clue_alone(request, name, clue):
     assert detect_family({clue: config[clue]}).name == name
 
 
-@pytest.mark.parametrize(("config", "name"), [
-    ({"model_type": "dream"}, "dream"),  # model_type compares case-insensitively
-    ({"auto_map": {"AutoModel": "Dream-org/Dream-v0-Base-7B--modeling_dream.DreamModel"}}, "dream"),  # hub reference
-    ({"auto_map": {"AutoModelForCausalLM": "GSAI-ML/LLaDA-8B-Instruct--modeling_llada.LLaDAModelLM"}}, "llada"),
-    ({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "is_causal": False}, "bidirectional"),
-])
+@pytest.mark.parametrize(
+    ("config", "name"),
+    [
+        ({"model_type": "dream"}, "dream"),  # model_type compares case-insensitively
+        (
+            {"auto_map": {"AutoModel": "Dream-org/Dream-v0-Base-7B--modeling_dream.DreamModel"}},
+            "dream",
+        ),  # hub reference
+        ({"auto_map": {"AutoModelForCausalLM": "GSAI-ML/LLaDA-8B-Instruct--modeling_llada.LLaDAModelLM"}}, "llada"),
+        ({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "is_causal": False}, "bidirectional"),
+    ],
+)
 def test_family_detection_spellings(config, name):
     assert detect_family(config).name == name

@@ -29,23 +29,64 @@ VOCAB, MASK = 96, 95
 
 # A LLaDA config.json as published (OLMo fields we do not model included), at test size.
 LLADA_JSON = {
-    "architectures": ["LLaDAModelLM"], "model_type": "llada", "activation_type": "silu", "alibi": False,
-    "alibi_bias_max": 8.0, "attention_dropout": 0.0, "attention_layer_norm": False, "bias_for_layer_norm": False,
-    "block_group_size": 1, "block_type": "llama", "d_model": 32, "embedding_dropout": 0.0, "embedding_size": VOCAB,
-    "flash_attention": False, "include_bias": False, "include_qkv_bias": False, "init_device": "meta",
-    "init_fn": "mitchell", "init_std": 0.02, "input_emb_norm": False, "layer_norm_type": "rms",
-    "layer_norm_with_affine": True, "max_sequence_length": 128, "mlp_hidden_size": 48, "mlp_ratio": 4,
-    "multi_query_attention": None, "n_heads": 4, "n_kv_heads": 2, "n_layers": 2, "precision": "amp_bf16",
-    "residual_dropout": 0.0, "rms_norm_eps": 1e-5, "rope": True, "rope_full_precision": True, "rope_theta": 500000.0,
-    "scale_logits": False, "use_cache": False, "vocab_size": VOCAB, "weight_tying": False,
+    "architectures": ["LLaDAModelLM"],
+    "model_type": "llada",
+    "activation_type": "silu",
+    "alibi": False,
+    "alibi_bias_max": 8.0,
+    "attention_dropout": 0.0,
+    "attention_layer_norm": False,
+    "bias_for_layer_norm": False,
+    "block_group_size": 1,
+    "block_type": "llama",
+    "d_model": 32,
+    "embedding_dropout": 0.0,
+    "embedding_size": VOCAB,
+    "flash_attention": False,
+    "include_bias": False,
+    "include_qkv_bias": False,
+    "init_device": "meta",
+    "init_fn": "mitchell",
+    "init_std": 0.02,
+    "input_emb_norm": False,
+    "layer_norm_type": "rms",
+    "layer_norm_with_affine": True,
+    "max_sequence_length": 128,
+    "mlp_hidden_size": 48,
+    "mlp_ratio": 4,
+    "multi_query_attention": None,
+    "n_heads": 4,
+    "n_kv_heads": 2,
+    "n_layers": 2,
+    "precision": "amp_bf16",
+    "residual_dropout": 0.0,
+    "rms_norm_eps": 1e-5,
+    "rope": True,
+    "rope_full_precision": True,
+    "rope_theta": 500000.0,
+    "scale_logits": False,
+    "use_cache": False,
+    "vocab_size": VOCAB,
+    "weight_tying": False,
 }
 
 
 def dream(tied: bool = False) -> DreamModel:
     torch.manual_seed(0)
-    return DreamModel(DreamConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                                  rope_theta=1e6, mask_token_id=MASK, tie_word_embeddings=tied)).eval()
+    return DreamModel(
+        DreamConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=128,
+            rope_theta=1e6,
+            mask_token_id=MASK,
+            tie_word_embeddings=tied,
+        )
+    ).eval()
 
 
 def llada(**changes) -> LLaDAModelLM:
@@ -63,17 +104,24 @@ def test_a_published_llada_config_json_loads_and_keeps_its_weight_names(tmp_path
     assert (config.hidden_size, config.num_attention_heads, config.num_key_value_heads) == (32, 4, 2)
     assert config.tie_word_embeddings is False  # transformers and verl read this name, LLaDA writes weight_tying
     names = set(LLaDAModelLM(config).state_dict())
-    assert {"model.transformer.wte.weight", "model.transformer.ln_f.weight", "model.transformer.ff_out.weight",
-            "model.transformer.blocks.1.attn_out.weight", "model.transformer.blocks.1.ff_proj.weight",
-            "model.transformer.blocks.1.up_proj.weight", "model.transformer.blocks.1.ff_out.weight"} <= names
+    assert {
+        "model.transformer.wte.weight",
+        "model.transformer.ln_f.weight",
+        "model.transformer.ff_out.weight",
+        "model.transformer.blocks.1.attn_out.weight",
+        "model.transformer.blocks.1.ff_proj.weight",
+        "model.transformer.blocks.1.up_proj.weight",
+        "model.transformer.blocks.1.ff_out.weight",
+    } <= names
     tied = set(LLaDAModelLM(LLaDAConfig(**{**LLADA_JSON, "weight_tying": True})).state_dict())
     assert "model.transformer.ff_out.weight" not in tied  # the head is wte itself, as published
 
 
 def test_llada_settings_this_implementation_cannot_run_are_named():
     assert unsupported_settings(LLADA_JSON) == []
-    problems = unsupported_settings({**LLADA_JSON, "block_type": "sequential", "alibi": True, "include_bias": True,
-                                     "bias_for_layer_norm": None})
+    problems = unsupported_settings(
+        {**LLADA_JSON, "block_type": "sequential", "alibi": True, "include_bias": True, "bias_for_layer_norm": None}
+    )
     assert problems == ["block_type='sequential'", "alibi=True", "bias_for_layer_norm=True (a bias in the RMS norms)"]
     with pytest.raises(ModelConfigError, match="block_type='sequential'"):
         plan_loading({**LLADA_JSON, "block_type": "sequential"}, implementation="native")
@@ -114,8 +162,9 @@ def test_attention_is_bidirectional_and_left_padding_is_invisible(build):
         first = model(input_ids=x).logits[0, 0]
         assert not torch.allclose(first, model(input_ids=changed).logits[0, 0]), "a later token must be seen"
         alone = model(input_ids=x).logits[0]  # [6, V]
-        in_batch = model(input_ids=padded, attention_mask=mask,
-                         position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[0, 3:]
+        in_batch = model(input_ids=padded, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[
+            0, 3:
+        ]
     assert torch.allclose(alone, in_batch, atol=1e-5)
 
 
@@ -134,14 +183,14 @@ def test_llada_forward_matches_the_published_block_written_out():
         d = v.shape[-1]
         angles = torch.arange(v.shape[2]).float()[:, None] / 500000.0 ** (torch.arange(0, d, 2).float() / d)
         cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()  # [L, D]
-        rotated = torch.cat([-v[..., d // 2:], v[..., :d // 2]], dim=-1)
+        rotated = torch.cat([-v[..., d // 2 :], v[..., : d // 2]], dim=-1)
         return v * cos + rotated * sin
 
     with torch.no_grad():
         h = t.wte(x)  # [1, L, 32]
         normed = rms(h, block.attn_norm.weight)
         q, k, v = (proj(normed).view(1, 6, 4, 8).transpose(1, 2) for proj in (block.q_proj, block.k_proj, block.v_proj))
-        weights = torch.softmax(rope(q) @ rope(k).transpose(-1, -2) / 8 ** 0.5, dim=-1)  # [1, H, L, L]
+        weights = torch.softmax(rope(q) @ rope(k).transpose(-1, -2) / 8**0.5, dim=-1)  # [1, H, L, L]
         h = h + block.attn_out((weights @ v).transpose(1, 2).reshape(1, 6, 32))
         normed = rms(h, block.ff_norm.weight)
         h = h + block.ff_out(torch.nn.functional.silu(block.ff_proj(normed)) * block.up_proj(normed))
@@ -207,18 +256,40 @@ def test_dream_tokenizer_files_load_as_qwen2_bpe_without_remote_code(tmp_path):
     qwen = build_qwen_tokenizer()
     qwen.backend_tokenizer.model.save(str(tmp_path))  # vocab.json, merges.txt
     names = {token_id: name for name, token_id in QWEN_SPECIAL_IDS.items()}
-    added = {str(i): {"content": names.get(i, f"<|reserved_{i}|>"), "special": True, "normalized": False,
-                      "lstrip": False, "rstrip": False, "single_word": False}
-             for i in range(min(names), max(names) + 1)}
-    (tmp_path / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "DreamTokenizer", "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
-        "added_tokens_decoder": added, "mask_token": "<|mask|>", "eos_token": "<|endoftext|>",
-        "pad_token": "<|endoftext|>", "bos_token": None, "unk_token": None}))
+    added = {
+        str(i): {
+            "content": names.get(i, f"<|reserved_{i}|>"),
+            "special": True,
+            "normalized": False,
+            "lstrip": False,
+            "rstrip": False,
+            "single_word": False,
+        }
+        for i in range(min(names), max(names) + 1)
+    }
+    (tmp_path / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "DreamTokenizer",
+                "auto_map": {"AutoTokenizer": ["tokenization_dream.DreamTokenizer", None]},
+                "added_tokens_decoder": added,
+                "mask_token": "<|mask|>",
+                "eos_token": "<|endoftext|>",
+                "pad_token": "<|endoftext|>",
+                "bos_token": None,
+                "unk_token": None,
+            }
+        )
+    )
     dream().save_pretrained(tmp_path)  # config.json: model_type Dream, so AutoTokenizer finds our registration
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     assert type(tokenizer).__name__ == "DreamTokenizer"
     assert tokenizer.mask_token_id == QWEN_SPECIAL_IDS["<|mask|>"]
-    for text in ("def f(x):\n    return x + 1\n", "Hello, 世界! 42 \t\r\n  x", "<|im_start|>user\nhi<|im_end|>\n<|mask|>"):
+    for text in (
+        "def f(x):\n    return x + 1\n",
+        "Hello, 世界! 42 \t\r\n  x",
+        "<|im_start|>user\nhi<|im_end|>\n<|mask|>",
+    ):
         assert tokenizer(text).input_ids == qwen(text).input_ids
     _, loaded = load_diffusion_lm(str(tmp_path), "cpu")  # the path every command takes
     assert loaded("x = 1").input_ids == qwen("x = 1").input_ids

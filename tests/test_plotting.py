@@ -16,20 +16,51 @@ from diffugrpo_plugin.tools.plotting import Line, PlotError, Series
 STEPS = 24
 VALIDATION_STEPS = (0, 12, 24)
 # seconds per step of each stage: gen holds sampling; adv and update_weights are under 2% of the step
-STAGE_SECONDS = {"timing_s/gen": 6.0, "timing_s/rollout_sampling": 5.0, "timing_s/old_log_prob": 0.5,
-                 "timing_s/ref": 0.4, "timing_s/adv": 0.03, "timing_s/update_actor": 1.0,
-                 "timing_s/update_weights": 0.02, "timing_s/reward_scoring": 4.0}
+STAGE_SECONDS = {
+    "timing_s/gen": 6.0,
+    "timing_s/rollout_sampling": 5.0,
+    "timing_s/old_log_prob": 0.5,
+    "timing_s/ref": 0.4,
+    "timing_s/adv": 0.03,
+    "timing_s/update_actor": 1.0,
+    "timing_s/update_weights": 0.02,
+    "timing_s/reward_scoring": 4.0,
+}
 STEP_SECONDS = 8.5  # 0.55 s of it untimed
 CHECKPOINT_SECONDS = {12: 5.0, 24: 5.0}
-TRAINING_TAGS = ["critic/score/mean", "critic/score/max", "reward/total/mean", "reward/code/mean",
-                 "reward/code_format/mean", "reward/code/none_fraction", "reward/code_format/none_fraction",
-                 "reward/code/error_fraction", "reward/code_format/error_fraction", "actor/kl_loss", "actor/ppo_kl",
-                 "actor/pg_clipfrac", "actor/entropy", "actor/grad_norm", "response_length/mean",
-                 "response_length/min", "response_length/max", "perf/throughput", "training/global_step"]
-VALIDATION_TAGS = ["val-core/synthetic/acc/mean@1", "val-core/mbpp/acc/mean@1", "val-aux/synthetic/reward/mean@1",
-                   "val-aux/mbpp/reward/mean@1", "val-aux/synthetic/reward/code/mean@1",
-                   "val-aux/synthetic/reward_failed/code/mean@1", "val-aux/synthetic/scoring_seconds/mean@1",
-                   "val-aux/synthetic/acc_success_only/mean@1", "val-aux/num_turns/mean", "timing_s/testing"]
+TRAINING_TAGS = [
+    "critic/score/mean",
+    "critic/score/max",
+    "reward/total/mean",
+    "reward/code/mean",
+    "reward/code_format/mean",
+    "reward/code/none_fraction",
+    "reward/code_format/none_fraction",
+    "reward/code/error_fraction",
+    "reward/code_format/error_fraction",
+    "actor/kl_loss",
+    "actor/ppo_kl",
+    "actor/pg_clipfrac",
+    "actor/entropy",
+    "actor/grad_norm",
+    "response_length/mean",
+    "response_length/min",
+    "response_length/max",
+    "perf/throughput",
+    "training/global_step",
+]
+VALIDATION_TAGS = [
+    "val-core/synthetic/acc/mean@1",
+    "val-core/mbpp/acc/mean@1",
+    "val-aux/synthetic/reward/mean@1",
+    "val-aux/mbpp/reward/mean@1",
+    "val-aux/synthetic/reward/code/mean@1",
+    "val-aux/synthetic/reward_failed/code/mean@1",
+    "val-aux/synthetic/scoring_seconds/mean@1",
+    "val-aux/synthetic/acc_success_only/mean@1",
+    "val-aux/num_turns/mean",
+    "timing_s/testing",
+]
 EXPECTED_FIGURES = ["rewards", "reward_components", "policy", "timing", "validation"]
 
 
@@ -41,8 +72,14 @@ def training_value(tag: str, step: int) -> float:
     return TRAINING_TAGS.index(tag) + step / 100
 
 
-def write_run(directory, steps: int = STEPS, tags=TRAINING_TAGS, timing: bool = True, validation: bool = True,
-              sampling_seconds: float = STAGE_SECONDS["timing_s/rollout_sampling"]) -> None:
+def write_run(
+    directory,
+    steps: int = STEPS,
+    tags=TRAINING_TAGS,
+    timing: bool = True,
+    validation: bool = True,
+    sampling_seconds: float = STAGE_SECONDS["timing_s/rollout_sampling"],
+) -> None:
     from torch.utils.tensorboard import SummaryWriter  # what verl's tensorboard tracking writes with
 
     writer = SummaryWriter(str(directory))
@@ -50,8 +87,11 @@ def write_run(directory, steps: int = STEPS, tags=TRAINING_TAGS, timing: bool = 
         for tag in tags:
             writer.add_scalar(tag, training_value(tag, step), step)
         if timing:
-            for tag, seconds in {**STAGE_SECONDS, "timing_s/rollout_sampling": sampling_seconds,
-                                 "timing_s/step": STEP_SECONDS + CHECKPOINT_SECONDS.get(step, 0.0)}.items():
+            for tag, seconds in {
+                **STAGE_SECONDS,
+                "timing_s/rollout_sampling": sampling_seconds,
+                "timing_s/step": STEP_SECONDS + CHECKPOINT_SECONDS.get(step, 0.0),
+            }.items():
                 writer.add_scalar(tag, seconds, step)
             if step in CHECKPOINT_SECONDS:
                 writer.add_scalar("timing_s/save_checkpoint", CHECKPOINT_SECONDS[step], step)
@@ -95,8 +135,12 @@ def metrics(panel) -> list[str]:
 def test_one_figure_per_question_in_order(specs):
     assert list(specs) == EXPECTED_FIGURES
     assert [spec.title for spec in specs.values()] == [
-        "Is the reward going up?", "Which reward component moves?", "Is the policy moving?",
-        "Where does the time go?", "Does held-out pass@1 rise?"]
+        "Is the reward going up?",
+        "Which reward component moves?",
+        "Is the policy moving?",
+        "Where does the time go?",
+        "Does held-out pass@1 rise?",
+    ]
     for spec in specs.values():
         for panel in spec.panels:
             assert panel.title and panel.lines
@@ -114,8 +158,11 @@ def test_components_together_and_unscored_fractions_only_where_non_zero(specs, r
     assert [line.label for line in means.lines] == ["code", "code_format"]
     assert metrics(means) == ["reward/code/mean", "reward/code_format/mean"]
     # code's none_fraction is 0 throughout and left out; the step where it failed shows
-    assert [line.label for line in unscored.lines] == ["code: failed", "code_format: not applicable (None)",
-                                                       "code_format: failed"]
+    assert [line.label for line in unscored.lines] == [
+        "code: failed",
+        "code_format: not applicable (None)",
+        "code_format: failed",
+    ]
     assert unscored.unit_range
     never_unscored = {tag: value for tag, value in run_scalars.items() if "fraction" not in tag}
     (components,) = [spec for spec in plotting.figure_specs(never_unscored) if spec.name == "reward_components"]
@@ -154,9 +201,15 @@ def test_step_time_stacks_to_the_whole_step_with_small_stages_merged(specs):
     (stacked,) = specs["timing"].panels
     assert stacked.kind == "stacked"
     assert [line.label for line in stacked.lines] == [
-        "rollout: sampling", "rollout: scoring, batching", "old-policy log-probs", "reference log-probs",
-        "policy update", "checkpoint", "rest: advantages, weight sync to rollout, untimed",
-        "validation (after the step)"]
+        "rollout: sampling",
+        "rollout: scoring, batching",
+        "old-policy log-probs",
+        "reference log-probs",
+        "policy update",
+        "checkpoint",
+        "rest: advantages, weight sync to rollout, untimed",
+        "validation (after the step)",
+    ]
     assert stacked.hatched == ("timing_s/testing",)
     inside_step = stacked.lines[:-1]
     for step in range(1, STEPS + 1):
@@ -173,9 +226,9 @@ def test_rollout_kept_whole_where_sampling_seconds_exceed_it(tmp_path):
 
 
 def test_only_the_figures_a_run_logged_metrics_for():
-    assert [spec.name for spec in plotting.figure_specs({"reward/syntax/mean": series([1]),
-                                                         "actor/kl_loss": series([0])})] == ["reward_components",
-                                                                                             "policy"]
+    assert [
+        spec.name for spec in plotting.figure_specs({"reward/syntax/mean": series([1]), "actor/kl_loss": series([0])})
+    ] == ["reward_components", "policy"]
     only_total = plotting.figure_specs({"reward/total/mean": series([1]), "reward/total/none_fraction": series([0])})
     assert [spec.name for spec in only_total] == ["rewards"]  # 'total' is not a component
     assert plotting.figure_specs({"perf/throughput": series([1]), "val-aux/num_turns/mean": series([2])}) == []
@@ -195,8 +248,11 @@ def legend_entries(axes) -> list[tuple[str, tuple]]:
     from matplotlib.colors import to_rgba
 
     entries = [(line.get_label(), to_rgba(line.get_color())) for line in axes.get_lines()]
-    entries += [(container.get_label(), to_rgba(container.patches[0].get_facecolor()))
-                for container in axes.containers if container.get_label()]
+    entries += [
+        (container.get_label(), to_rgba(container.patches[0].get_facecolor()))
+        for container in axes.containers
+        if container.get_label()
+    ]
     entries += [(band.get_label(), None) for band in axes.collections]
     return [(label, color) for label, color in entries if not label.startswith("_")]
 
@@ -209,8 +265,11 @@ def test_no_series_drawn_twice_and_no_colour_repeated_within_an_axes(specs, name
     for axes, panel in zip(visible, specs[name].panels):
         entries = legend_entries(axes)
         labels = [label.split(":")[0] if panel.kind == "stacked" else label for label, _ in entries]
-        expected = [line.label.split(":")[0] for line in panel.lines] if panel.kind == "stacked" else [
-            line.label for line in panel.lines]
+        expected = (
+            [line.label.split(":")[0] for line in panel.lines]
+            if panel.kind == "stacked"
+            else [line.label for line in panel.lines]
+        )
         assert [label for label in labels if label != "min-max"] == expected
         colors = [color for _, color in entries if color is not None]
         assert len(set(colors)) == len(colors), panel.title
@@ -266,7 +325,8 @@ def test_plot_writes_every_png_where_asked_from_a_parent_of_the_event_dir(tmp_pa
 
 
 def test_without_out_the_pngs_go_to_plots_in_the_current_directory_and_the_logs_stay_untouched(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     run_dir = tmp_path / "run"
     write_run(run_dir, steps=3, tags=["reward/total/mean"], timing=False, validation=False)
     before = sorted(run_dir.rglob("*"))

@@ -37,10 +37,13 @@ def test_a_reward_without_columns_or_with_a_required_option_is_refused(register_
         return [0.0] * len(completions)
 
     register_in_code("reward", diffugrpo_reward_functions=lambda: {"bad_reward": no_columns})
-    with pytest.raises(PluginError, match=r"reward 'bad_reward' from plugin 'contract_test_reward' \(<registered in "
-                                          r"code>\) breaks the contract in diffugrpo_plugin/hookspecs\.py: it must be "
-                                          r"fn\(completions, \*, option=default, \.\.\., \*\*columns\).*"
-                                          r"got no_columns\(completions\)"):
+    with pytest.raises(
+        PluginError,
+        match=r"reward 'bad_reward' from plugin 'contract_test_reward' \(<registered in "
+        r"code>\) breaks the contract in diffugrpo_plugin/hookspecs\.py: it must be "
+        r"fn\(completions, \*, option=default, \.\.\., \*\*columns\).*"
+        r"got no_columns\(completions\)",
+    ):
         plugins.lookup("reward", "code")
 
 
@@ -59,15 +62,21 @@ def test_a_masker_written_to_an_old_four_argument_views_fails_when_built(registe
             raise AssertionError("never called")
 
     register_in_code("masker", diffugrpo_maskers=lambda: {"old": OldMasker})
-    with pytest.raises(PluginError, match=r"masker 'old' from plugin 'contract_test_masker'.*views\(\) must accept "
-                                          r"\(input_ids, completion_mask, mask_id, seeds, prompt_mask\); got "
-                                          r"views\(input_ids, completion_mask, mask_id, seeds\)"):
+    with pytest.raises(
+        PluginError,
+        match=r"masker 'old' from plugin 'contract_test_masker'.*views\(\) must accept "
+        r"\(input_ids, completion_mask, mask_id, seeds, prompt_mask\); got "
+        r"views\(input_ids, completion_mask, mask_id, seeds\)",
+    ):
         plugins.build("masker", "old", {})
 
 
 def test_a_masker_option_it_does_not_take_lists_the_ones_it_does():
-    with pytest.raises(plugins.PluginOptionError, match=r"masker 'coupled' has no option t_rnage; its options are: "
-                                                        r"t_range, p_mask_prompt"):
+    with pytest.raises(
+        plugins.PluginOptionError,
+        match=r"masker 'coupled' has no option t_rnage; its options are: "
+        r"t_range, p_mask_prompt",
+    ):
         plugins.build("masker", "coupled", {"t_rnage": [0.2, 0.8]})
 
 
@@ -77,8 +86,11 @@ def test_what_a_masker_returns_is_checked_against_the_batch():
     assert check_views(good, ids.shape, "mine") is good
     with pytest.raises(TypeError, match="masker 'mine' returned tuple from views"):
         check_views((good.noisy, good.coef), ids.shape, "mine")
-    with pytest.raises(ValueError, match=r"masker 'mine' returned views with noisy \(3, 2, 4\) and coef \(3, 2, 4\); "
-                                         r"both must be \[V, 2, 5\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"masker 'mine' returned views with noisy \(3, 2, 4\) and coef \(3, 2, 4\); "
+        r"both must be \[V, 2, 5\]",
+    ):
         check_views(MaskedViews(torch.zeros(3, 2, 4), torch.zeros(3, 2, 4)), ids.shape, "mine")
 
 
@@ -88,8 +100,11 @@ def test_a_sampler_without_the_generate_contract_fails_when_built(register_in_co
             raise AssertionError("never called")
 
     register_in_code("sampler", diffugrpo_samplers=lambda: {"positional": Positional, "thing": lambda: object()})
-    with pytest.raises(PluginError, match=r"generate\(\) must accept \(model, prompt_ids, prompt_mask, "
-                                          r"max_new_tokens, \*, eos_token_id, pad_token_id, seeds, record_trace\)"):
+    with pytest.raises(
+        PluginError,
+        match=r"generate\(\) must accept \(model, prompt_ids, prompt_mask, "
+        r"max_new_tokens, \*, eos_token_id, pad_token_id, seeds, record_trace\)",
+    ):
         plugins.build("sampler", "positional", {})
     with pytest.raises(PluginError, match="built object, whose generate.*got no generate method"):
         plugins.build("sampler", "thing", {})
@@ -97,8 +112,11 @@ def test_a_sampler_without_the_generate_contract_fails_when_built(register_in_co
 
 def test_a_model_family_must_be_a_model_family_record(register_in_code):
     register_in_code("model_family", diffugrpo_model_families=lambda: {"mine": {"call": print}})
-    with pytest.raises(PluginError, match=r"model family 'mine' from plugin 'contract_test_model_family'.*got dict; "
-                                          r"expected a diffugrpo_plugin.models.families.ModelFamily"):
+    with pytest.raises(
+        PluginError,
+        match=r"model family 'mine' from plugin 'contract_test_model_family'.*got dict; "
+        r"expected a diffugrpo_plugin.models.families.ModelFamily",
+    ):
         plugins.registrations("model_family")
 
 
@@ -108,26 +126,38 @@ def test_a_loss_term_without_prepare_fails_when_built(register_in_code):
             return inputs
 
     register_in_code("loss_term", diffugrpo_loss_terms=lambda: {"loss_only": LossOnly})
-    with pytest.raises(PluginError, match=r"loss_term 'loss_only' from .* breaks the contract in "
-                                          r"diffugrpo_plugin/hookspecs\.py: the factory built LossOnly, which must have "
-                                          r"prepare\(step\) -> dict of per-sample tensors and loss\(inputs\) -> "
-                                          r"per-sample loss \[B\]; got prepare missing"):
+    with pytest.raises(
+        PluginError,
+        match=r"loss_term 'loss_only' from .* breaks the contract in "
+        r"diffugrpo_plugin/hookspecs\.py: the factory built LossOnly, which must have "
+        r"prepare\(step\) -> dict of per-sample tensors and loss\(inputs\) -> "
+        r"per-sample loss \[B\]; got prepare missing",
+    ):
         plugins.build("loss_term", "loss_only", {})
 
 
-@pytest.mark.parametrize("group, source", [
-    # a masker module listed as a reward
-    ("diffugrpo.rewards", "from diffugrpo_plugin import hookimpl\n\n@hookimpl\ndef diffugrpo_maskers():\n    return {}\n"),
-    # the first contract's one group may hold any kind, so a module there is skipped by the kinds it does not
-    # provide; one that provides none is still an error
-    ("diffugrpo", "def diffugrpo_reward_functions_typo():\n    return {}\n"),
-])
+@pytest.mark.parametrize(
+    "group, source",
+    [
+        # a masker module listed as a reward
+        (
+            "diffugrpo.rewards",
+            "from diffugrpo_plugin import hookimpl\n\n@hookimpl\ndef diffugrpo_maskers():\n    return {}\n",
+        ),
+        # the first contract's one group may hold any kind, so a module there is skipped by the kinds it does not
+        # provide; one that provides none is still an error
+        ("diffugrpo", "def diffugrpo_reward_functions_typo():\n    return {}\n"),
+    ],
+)
 def test_a_module_listed_in_a_group_without_its_hook_is_named(tmp_path, monkeypatch, group, source):
     listed = importlib.metadata.EntryPoint(name="mine", value="misfiled_plugin", group=group)
     with listed_plugins(monkeypatch, tmp_path, {"misfiled_plugin.py": source}, listed):
-        with pytest.raises(PluginError, match=rf"plugin 'mine' \(misfiled_plugin\) from <unknown distribution> is "
-                                              rf"listed in the entry-point group '{group}' but implements no "
-                                              rf"diffugrpo_reward_functions\(\) hook"):
+        with pytest.raises(
+            PluginError,
+            match=rf"plugin 'mine' \(misfiled_plugin\) from <unknown distribution> is "
+            rf"listed in the entry-point group '{group}' but implements no "
+            rf"diffugrpo_reward_functions\(\) hook",
+        ):
             plugins.registrations("reward")
 
 

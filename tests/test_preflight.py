@@ -25,35 +25,49 @@ def valid(tiny_model_path, tmp_path):
     from diffugrpo_plugin.data import prepare_to_parquet
 
     prepare_to_parquet("synthetic", ["train", "validation"], tmp_path / "data")
-    return [f"actor_rollout_ref.model.path={tiny_model_path}", f"data.train_files={tmp_path}/data/train.parquet",
-            f"data.val_files={tmp_path}/data/validation.parquet"]
+    return [
+        f"actor_rollout_ref.model.path={tiny_model_path}",
+        f"data.train_files={tmp_path}/data/train.parquet",
+        f"data.val_files={tmp_path}/data/validation.parquet",
+    ]
 
 
 def test_a_valid_configuration_passes(valid):
     check_config(composed(*valid))
 
 
-@pytest.mark.parametrize("override, message", [
-    ("actor_rollout_ref.model.path=/no/such/model", "does not exist"),
-    ("actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=bogus", "unknown sampler 'bogus'. Known samplers:"),
-    ("+actor_rollout_ref.rollout.engine_kwargs.diffusion.stepz=3", "no option stepz"),
-    ("actor_rollout_ref.model.diffusion.loss_terms={dpo: {weight: 1.0}}", "unknown loss term 'dpo'. Known loss terms:"),
-    ("actor_rollout_ref.model.diffusion.loss_terms={sft: {eps: 0.01}}", "loss_terms.sft.weight must be a positive number"),
-    ("actor_rollout_ref.model.diffusion.masker=bogus", "unknown masker 'bogus'. Known maskers: coupled"),
-    ("diffugrpo.rewards.reward_funcs=[code,bogus]", "unknown reward 'bogus'. Known rewards: code"),
-    ("diffugrpo.rewards.reward_funcs=[nope]", "unknown reward 'nope'. Known rewards: code"),
-    ("diffugrpo.rewards.reward_weights=[2.0]", "reward_weights"),
-    ("data.train_batch_size=5", "must be a multiple of actor_rollout_ref.actor.ppo_mini_batch_size"),
-    ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "not a multiple of"),
-    ("actor_rollout_ref.rollout.n=1", "at least 2 completions per prompt"),
-    ("actor_rollout_ref.actor.strategy=megatron", "the diffusion_lm engine exists for fsdp and fsdp2 only"),
-    ("data.train_files=/no/such/train.parquet", "data.train_files: '/no/such/train.parquet' does not exist"),
-    ("actor_rollout_ref.model.diffusion.lean_mlp=yes", "diffusion.lean_mlp='yes': set true"),
-    ("actor_rollout_ref.model.diffusion.chunk_rows=0", "diffusion.chunk_rows=0: set a positive whole number"),
-    ("actor_rollout_ref.model.diffusion.chunk_rows=1.5", "diffusion.chunk_rows=1.5: set a positive whole number"),
-    ("actor_rollout_ref.model.diffusion.mask_token_id=126336", "outside the model's 1645 logits: give the model's own "
-                                                               "mask token id"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("actor_rollout_ref.model.path=/no/such/model", "does not exist"),
+        ("actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler=bogus", "unknown sampler 'bogus'. Known samplers:"),
+        ("+actor_rollout_ref.rollout.engine_kwargs.diffusion.stepz=3", "no option stepz"),
+        (
+            "actor_rollout_ref.model.diffusion.loss_terms={dpo: {weight: 1.0}}",
+            "unknown loss term 'dpo'. Known loss terms:",
+        ),
+        (
+            "actor_rollout_ref.model.diffusion.loss_terms={sft: {eps: 0.01}}",
+            "loss_terms.sft.weight must be a positive number",
+        ),
+        ("actor_rollout_ref.model.diffusion.masker=bogus", "unknown masker 'bogus'. Known maskers: coupled"),
+        ("diffugrpo.rewards.reward_funcs=[code,bogus]", "unknown reward 'bogus'. Known rewards: code"),
+        ("diffugrpo.rewards.reward_funcs=[nope]", "unknown reward 'nope'. Known rewards: code"),
+        ("diffugrpo.rewards.reward_weights=[2.0]", "reward_weights"),
+        ("data.train_batch_size=5", "must be a multiple of actor_rollout_ref.actor.ppo_mini_batch_size"),
+        ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "not a multiple of"),
+        ("actor_rollout_ref.rollout.n=1", "at least 2 completions per prompt"),
+        ("actor_rollout_ref.actor.strategy=megatron", "the diffusion_lm engine exists for fsdp and fsdp2 only"),
+        ("data.train_files=/no/such/train.parquet", "data.train_files: '/no/such/train.parquet' does not exist"),
+        ("actor_rollout_ref.model.diffusion.lean_mlp=yes", "diffusion.lean_mlp='yes': set true"),
+        ("actor_rollout_ref.model.diffusion.chunk_rows=0", "diffusion.chunk_rows=0: set a positive whole number"),
+        ("actor_rollout_ref.model.diffusion.chunk_rows=1.5", "diffusion.chunk_rows=1.5: set a positive whole number"),
+        (
+            "actor_rollout_ref.model.diffusion.mask_token_id=126336",
+            "outside the model's 1645 logits: give the model's own mask token id",
+        ),
+    ],
+)
 def test_each_mistake_names_its_fix(valid, override, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace(".", r"\.")):
         check_config(composed(*valid, override))
@@ -69,21 +83,36 @@ def test_missing_dataset_columns_are_named(valid, tmp_path):
 def test_a_corrupt_parquet_is_named_with_its_fix(valid, tmp_path):
     corrupt = tmp_path / "corrupt.parquet"
     corrupt.write_bytes(b"PAR1 this is not a parquet file")
-    with pytest.raises(ConfigError, match=r"data\.train_files: '.*corrupt\.parquet' is not a readable parquet file "
-                                          r"\(.*\)\. Write it again with `diffugrpo data prepare"):
+    with pytest.raises(
+        ConfigError,
+        match=r"data\.train_files: '.*corrupt\.parquet' is not a readable parquet file "
+        r"\(.*\)\. Write it again with `diffugrpo data prepare",
+    ):
         check_config(composed(*valid, f"data.train_files={corrupt}"))
 
 
 def test_the_default_fast_sampler_with_remote_code_names_both_fixes(valid, dream_standin):
     """The default sampler caches keys/values; a checkpoint run through its own (remote) code fills no Cache, so the
     run stops before Ray, naming the native implementation and the cache-free setting; that setting passes."""
-    remote = [*valid, f"actor_rollout_ref.model.path={dream_standin}", "actor_rollout_ref.model.trust_remote_code=true",
-              "actor_rollout_ref.model.diffusion.implementation=remote"]
-    with pytest.raises(ConfigError, match=r"diffusion\.kv_cache=true \(part of the default fast sampler\).*"
-                                          r"implementation=auto.*kv_cache=false .*cache_refresh=null"):
+    remote = [
+        *valid,
+        f"actor_rollout_ref.model.path={dream_standin}",
+        "actor_rollout_ref.model.trust_remote_code=true",
+        "actor_rollout_ref.model.diffusion.implementation=remote",
+    ]
+    with pytest.raises(
+        ConfigError,
+        match=r"diffusion\.kv_cache=true \(part of the default fast sampler\).*"
+        r"implementation=auto.*kv_cache=false .*cache_refresh=null",
+    ):
         check_config(composed(*remote))
-    check_config(composed(*remote, "actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=false",
-                          "actor_rollout_ref.rollout.engine_kwargs.diffusion.cache_refresh=null"))
+    check_config(
+        composed(
+            *remote,
+            "actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=false",
+            "actor_rollout_ref.rollout.engine_kwargs.diffusion.cache_refresh=null",
+        )
+    )
 
 
 def test_a_tokenizer_without_mask_token_is_refused(tmp_path):
@@ -91,8 +120,9 @@ def test_a_tokenizer_without_mask_token_is_refused(tmp_path):
 
     from diffugrpo_plugin.models.tiny import TinySpec, save_tiny_model
 
-    path = save_tiny_model(tmp_path / "nomask", TinySpec(hidden_size=32, num_layers=1, num_heads=4,
-                                                         num_kv_heads=2, intermediate_size=64))
+    path = save_tiny_model(
+        tmp_path / "nomask", TinySpec(hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64)
+    )
     config = AutoConfig.from_pretrained(path)
     del config.mask_token_id
     config.save_pretrained(path)
@@ -105,41 +135,71 @@ def test_a_tokenizer_without_mask_token_is_refused(tmp_path):
 
 def test_the_command_line_stops_before_ray_starts():
     require_bwrap()  # the pre-flight checks the sandbox before it reaches the model path
-    result = subprocess.run([sys.executable, "-m", "diffugrpo_plugin.main", "actor_rollout_ref.model.path=/no/model"],
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "diffugrpo_plugin.main", "actor_rollout_ref.model.path=/no/model"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2
     assert "diffugrpo: configuration error: actor_rollout_ref.model.path '/no/model' does not exist" in result.stderr
     assert "Ray" not in result.stdout + result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["actor_rollout_ref.model.lora.rank=8"], "lora.rank=8 is verl's Megatron key; the FSDP engine adapts with "
-                                               "actor_rollout_ref.model.lora_rank=8"),
-    (["actor_rollout_ref.model.lora_rank=8", "diffugrpo.ref_sync.enable=true"],
-     "with LoRA the reference is the base model without its adapters"),
-    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[q_proj,lm_head]"],
-     "LoRA adapts 'lm_head', the vocabulary projection"),
-    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[no_such_layer]"],
-     "LoRA on Qwen2ForCausalLM: .*no_such_layer"),
-    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_adapter_path=/no/such/adapter"],
-     "lora_adapter_path '/no/such/adapter' holds no adapter_config.json"),
-    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"],
-     "backend=nccl sends the rollout the base weights without the LoRA adapters; use backend=naive"),
-    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora.dropout=1.5"],
-     "lora.dropout=1.5: set a probability in"),
-    (["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[nope]"],
-     "set actor_rollout_ref.model.target_modules to names among its linear layers: down_proj, gate_proj, k_proj"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["actor_rollout_ref.model.lora.rank=8"],
+            "lora.rank=8 is verl's Megatron key; the FSDP engine adapts with actor_rollout_ref.model.lora_rank=8",
+        ),
+        (
+            ["actor_rollout_ref.model.lora_rank=8", "diffugrpo.ref_sync.enable=true"],
+            "with LoRA the reference is the base model without its adapters",
+        ),
+        (
+            ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[q_proj,lm_head]"],
+            "LoRA adapts 'lm_head', the vocabulary projection",
+        ),
+        (
+            ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[no_such_layer]"],
+            "LoRA on Qwen2ForCausalLM: .*no_such_layer",
+        ),
+        (
+            ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora_adapter_path=/no/such/adapter"],
+            "lora_adapter_path '/no/such/adapter' holds no adapter_config.json",
+        ),
+        (
+            ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"],
+            "backend=nccl sends the rollout the base weights without the LoRA adapters; use backend=naive",
+        ),
+        (
+            ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.lora.dropout=1.5"],
+            "lora.dropout=1.5: set a probability in",
+        ),
+        (
+            ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[nope]"],
+            "set actor_rollout_ref.model.target_modules to names among its linear layers: down_proj, gate_proj, k_proj",
+        ),
+    ],
+)
 def test_lora_mistakes_name_their_fix(valid, overrides, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
         check_config(composed(*valid, *overrides))
 
 
 def test_lora_target_names_that_adapt_nothing_are_said(valid, capsys):
-    check_config(composed(*valid, "actor_rollout_ref.model.lora_rank=8",
-                          "actor_rollout_ref.model.target_modules=[q_proj,v_proj,attn_out]"))
-    assert ("LoRA: target_modules attn_out name no module of Qwen2ForCausalLM and adapt nothing; q_proj, v_proj do "
-            "(4 modules)") in capsys.readouterr().err
+    check_config(
+        composed(
+            *valid,
+            "actor_rollout_ref.model.lora_rank=8",
+            "actor_rollout_ref.model.target_modules=[q_proj,v_proj,attn_out]",
+        )
+    )
+    assert (
+        "LoRA: target_modules attn_out name no module of Qwen2ForCausalLM and adapt nothing; q_proj, v_proj do "
+        "(4 modules)"
+    ) in capsys.readouterr().err
 
 
 def test_adapters_the_rollout_cannot_carry_are_refused(valid, tmp_path, tiny_model_path):
@@ -155,13 +215,19 @@ def test_adapters_the_rollout_cannot_carry_are_refused(valid, tmp_path, tiny_mod
     folder = save_adapter(tmp_path / "dora", adapter_state(model), model.peft_config["default"].to_dict())
     assert json.loads((folder / "adapter_config.json").read_text())["use_dora"] is True
     with pytest.raises(ConfigError, match=r"the adapter in .*dora asks for DoRA \(use_dora\)"):
-        check_config(composed(*valid, "actor_rollout_ref.model.lora_rank=4",
-                              f"actor_rollout_ref.model.lora_adapter_path={folder}"))
+        check_config(
+            composed(
+                *valid, "actor_rollout_ref.model.lora_rank=4", f"actor_rollout_ref.model.lora_adapter_path={folder}"
+            )
+        )
     with pytest.raises(ConfigError, match="lora_adapter_path needs actor_rollout_ref.model.lora_rank > 0"):
         check_config(composed(*valid, f"actor_rollout_ref.model.lora_adapter_path={folder}"))
 
 
-CURRICULUM = ["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=CurriculumSampler"]
+CURRICULUM = [
+    "data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum",
+    "data.sampler.class_name=CurriculumSampler",
+]
 
 
 def test_the_curriculum_sampler_configuration_passes(valid):
@@ -169,22 +235,36 @@ def test_the_curriculum_sampler_configuration_passes(valid):
     check_config(composed(*valid, *CURRICULUM, "data.sampler.curriculum.difficulty_key=extra_info.index"))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum"], "needs both class_path and class_name"),
-    (["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=Nope"],
-     "data.sampler: cannot load Nope from pkg://diffugrpo_plugin.training.curriculum"),
-    (["data.sampler.class_path=pkg://no_such_module", "data.sampler.class_name=Sampler"], "cannot load Sampler"),
-    (["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=SCHEDULES"],
-     "is a tuple, not a sampler class"),
-    ([*CURRICULUM, "data.dataloader_num_workers=2"], "needs data.dataloader_num_workers=0"),
-    ([*CURRICULUM, "data.sampler.curriculum.schedule=cosine"], "schedule must be one of"),
-    ([*CURRICULUM, "+data.sampler.curriculum.levels=3"], "unknown data.sampler.curriculum option(s) ['levels']"),
-    ([*CURRICULUM, "data.sampler.curriculum.metric=syntax"],
-     "data.sampler.curriculum.metric='syntax' is not one of the rewards in use ['code', 'code_format']"),
-    ([*CURRICULUM, "data.sampler.curriculum.difficulty_key=extra_info.level"],
-     "difficulty_key='extra_info.level' is not a field of data.train_files"),
-    ([*CURRICULUM, "data.sampler.curriculum.difficulty_key=level"], "difficulty_key='level' is not a field"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum"],
+            "needs both class_path and class_name",
+        ),
+        (
+            ["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=Nope"],
+            "data.sampler: cannot load Nope from pkg://diffugrpo_plugin.training.curriculum",
+        ),
+        (["data.sampler.class_path=pkg://no_such_module", "data.sampler.class_name=Sampler"], "cannot load Sampler"),
+        (
+            ["data.sampler.class_path=pkg://diffugrpo_plugin.training.curriculum", "data.sampler.class_name=SCHEDULES"],
+            "is a tuple, not a sampler class",
+        ),
+        ([*CURRICULUM, "data.dataloader_num_workers=2"], "needs data.dataloader_num_workers=0"),
+        ([*CURRICULUM, "data.sampler.curriculum.schedule=cosine"], "schedule must be one of"),
+        ([*CURRICULUM, "+data.sampler.curriculum.levels=3"], "unknown data.sampler.curriculum option(s) ['levels']"),
+        (
+            [*CURRICULUM, "data.sampler.curriculum.metric=syntax"],
+            "data.sampler.curriculum.metric='syntax' is not one of the rewards in use ['code', 'code_format']",
+        ),
+        (
+            [*CURRICULUM, "data.sampler.curriculum.difficulty_key=extra_info.level"],
+            "difficulty_key='extra_info.level' is not a field of data.train_files",
+        ),
+        ([*CURRICULUM, "data.sampler.curriculum.difficulty_key=level"], "difficulty_key='level' is not a field"),
+    ],
+)
 def test_data_sampler_mistakes_name_their_fix(valid, overrides, message):
     with pytest.raises(ConfigError) as error:
         check_config(composed(*valid, *overrides))

@@ -24,48 +24,82 @@ from diffugrpo_plugin.integration.platform import (
 )
 
 STEP_METRICS = {
-    "reward/total/mean": 0.453125, "reward/code/mean": 0.0, "reward/code_format/mean": 0.90625,
-    "actor/kl_loss": 0.0008389137, "actor/pg_clipfrac": 0.125, "response_length/mean": 22.75,
-    "timing_s/step": 8.84, "timing_s/gen": 7.21, "timing_s/old_log_prob": 0.38, "timing_s/ref": 0.34,
-    "timing_s/update_actor": 0.88, "timing_s/reward_scoring": 11.11, "actor/entropy": 0.48,
-    "global_seqlen/mean": 1672.0, "val-aux/synthetic/reward/mean@1": 0.42,
+    "reward/total/mean": 0.453125,
+    "reward/code/mean": 0.0,
+    "reward/code_format/mean": 0.90625,
+    "actor/kl_loss": 0.0008389137,
+    "actor/pg_clipfrac": 0.125,
+    "response_length/mean": 22.75,
+    "timing_s/step": 8.84,
+    "timing_s/gen": 7.21,
+    "timing_s/old_log_prob": 0.38,
+    "timing_s/ref": 0.34,
+    "timing_s/update_actor": 0.88,
+    "timing_s/reward_scoring": 11.11,
+    "actor/entropy": 0.48,
+    "global_seqlen/mean": 1672.0,
+    "val-aux/synthetic/reward/mean@1": 0.42,
 }
 
 
 def test_the_step_line_holds_the_key_metrics_and_nothing_else():
     line = console.step_line(2, 12, STEP_METRICS, ["code", "code_format"])
-    assert line == ("step 2/12 | reward 0.453 (code 0, code_format 0.906) | kl 0.000839 | clip 0.125 | len 22.8 | "
-                    "8.8s (rollout 7.2, log-probs 0.7, update 0.9, reward 11.1)")
+    assert line == (
+        "step 2/12 | reward 0.453 (code 0, code_format 0.906) | kl 0.000839 | clip 0.125 | len 22.8 | "
+        "8.8s (rollout 7.2, log-probs 0.7, update 0.9, reward 11.1)"
+    )
 
 
 def test_the_step_line_adds_held_out_results_and_leaves_out_what_the_step_lacks():
-    metrics = {"reward/total/mean": 1.0, "reward/code/mean": float("nan"), "reward/syntax/mean": 1.0,
-               "actor/pg_clipfrac": 0.0, "timing_s/step": 3.0, "timing_s/gen": 2.0,
-               "val-core/mbpp/acc/mean@1": 0.25, "val-core/humaneval/acc/mean@1": 0.5}
+    metrics = {
+        "reward/total/mean": 1.0,
+        "reward/code/mean": float("nan"),
+        "reward/syntax/mean": 1.0,
+        "actor/pg_clipfrac": 0.0,
+        "timing_s/step": 3.0,
+        "timing_s/gen": 2.0,
+        "val-core/mbpp/acc/mean@1": 0.25,
+        "val-core/humaneval/acc/mean@1": 0.5,
+    }
     line = console.step_line(6, 12, metrics, ["code", "syntax"])
     # a component with no value this step (NaN) and metrics the run does not log (no KL loss) are left out
-    assert line == ("step 6/12 | reward 1 (syntax 1) | clip 0 | 3.0s (rollout 2.0) | val humaneval/acc/mean@1 0.5 | "
-                    "val mbpp/acc/mean@1 0.25")
-    assert console.validation_line(0, metrics) == ("validation at step 0 | val humaneval/acc/mean@1 0.5 | "
-                                                   "val mbpp/acc/mean@1 0.25")
+    assert line == (
+        "step 6/12 | reward 1 (syntax 1) | clip 0 | 3.0s (rollout 2.0) | val humaneval/acc/mean@1 0.5 | "
+        "val mbpp/acc/mean@1 0.25"
+    )
+    assert console.validation_line(0, metrics) == (
+        "validation at step 0 | val humaneval/acc/mean@1 0.5 | val mbpp/acc/mean@1 0.25"
+    )
     # with several samples per task verl adds best@/maj@ statistics to the core section: the log keeps them
-    sampled = {"val-core/mbpp/acc/mean@8": 0.375, "val-core/mbpp/acc/best@8/mean": 0.75,
-               "val-core/mbpp/acc/best@8/std": 0.1, "val-core/mbpp/acc/maj@8/mean": 0.5}
+    sampled = {
+        "val-core/mbpp/acc/mean@8": 0.375,
+        "val-core/mbpp/acc/best@8/mean": 0.75,
+        "val-core/mbpp/acc/best@8/std": 0.1,
+        "val-core/mbpp/acc/maj@8/mean": 0.5,
+    }
     assert console.validation_line(0, sampled) == "validation at step 0 | val mbpp/acc/mean@8 0.375"
 
 
 def test_the_learning_line_compares_the_first_and_last_steps_and_validations_by_hand():
     summary = console.LearningSummary(["code", "code_format"], window=2)
-    summary.observe(0, {"val-core/synthetic/acc/mean@1": 0.25, "val-aux/synthetic/reward/mean@1": 9.0,
-                        "val-core/synthetic/acc/best@1/mean": 0.9})
+    summary.observe(
+        0,
+        {
+            "val-core/synthetic/acc/mean@1": 0.25,
+            "val-aux/synthetic/reward/mean@1": 9.0,
+            "val-core/synthetic/acc/best@1/mean": 0.9,
+        },
+    )
     codes = [0.1, 0.2, float("nan"), 0.3, 0.5, 0.6]  # a NaN (no code scored that step) is left out of its mean
     for step, code in enumerate(codes, start=1):
         metrics = {"reward/code/mean": code, "reward/code_format/mean": 0.8}
         if step == 6:
             metrics["val-core/synthetic/acc/mean@1"] = 0.5
         summary.observe(step, metrics)
-    assert summary.line() == ("learning: reward (mean of the first 2 steps -> the last 2): code 0.15 -> 0.55 | "
-                              "code_format 0.8 -> 0.8 | held-out synthetic/acc/mean@1 0.25 (step 0) -> 0.5 (step 6)")
+    assert summary.line() == (
+        "learning: reward (mean of the first 2 steps -> the last 2): code 0.15 -> 0.55 | "
+        "code_format 0.8 -> 0.8 | held-out synthetic/acc/mean@1 0.25 (step 0) -> 0.5 (step 6)"
+    )
 
 
 def test_the_learning_line_needs_two_steps_or_two_validations():
@@ -75,12 +109,15 @@ def test_the_learning_line_needs_two_steps_or_two_validations():
     assert summary.line() is None
 
 
-@pytest.mark.parametrize("cores, trainers, storage_units, expected", [
-    (2, 1, 1, 4),  # the default job on a 2-core host: 1 trainer + 1 storage unit + controller + 1 to place the rest
-    (2, 2, 1, 5),
-    (16, 1, 1, 16),  # enough cores: Ray gets the machine's count, no more
-    (16, 8, 4, 16),
-])
+@pytest.mark.parametrize(
+    "cores, trainers, storage_units, expected",
+    [
+        (2, 1, 1, 4),  # the default job on a 2-core host: 1 trainer + 1 storage unit + controller + 1 to place the rest
+        (2, 2, 1, 5),
+        (16, 1, 1, 16),  # enough cores: Ray gets the machine's count, no more
+        (16, 8, 4, 16),
+    ],
+)
 def test_ray_gets_the_physical_cores_unless_verls_reservations_need_more(cores, trainers, storage_units, expected):
     assert ray_logical_cpus(cores, trainers, storage_units) == expected
 
@@ -98,8 +135,12 @@ def test_worker_threads_never_exceed_the_physical_cores():
 
 
 def test_sizing_fills_the_ray_workers_environment_and_keeps_what_the_user_set():
-    config = OmegaConf.create({"trainer": {"n_gpus_per_node": 1},
-                               "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "7"}}}}})
+    config = OmegaConf.create(
+        {
+            "trainer": {"n_gpus_per_node": 1},
+            "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "7"}}}},
+        }
+    )
     OmegaConf.set_struct(config, True)
     size_ray_workers(config)
     env_vars = config.ray_kwargs.ray_init.runtime_env.env_vars
@@ -127,14 +168,21 @@ def test_a_quiet_worker_sends_output_and_warnings_to_the_log_and_keeps_errors_on
     """The plugin, loaded by ``import verl`` in a process that has the log file in its environment (as our
     entry point gives every Ray worker), moves stdout and warnings off the terminal, never errors."""
     log = tmp_path / "train.log"
-    script = ("import logging, warnings, verl\n"
-              "print('config dump')\n"
-              "warnings.warn('a library notice')\n"
-              "logging.getLogger('some.library').warning('a library warning')\n"
-              "logging.getLogger('some.library').error('the real error')\n"
-              "raise SystemExit('the traceback line')\n")
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, console.LOG_FILE_ENV: str(log)})
+    script = (
+        "import logging, warnings, verl\n"
+        "print('config dump')\n"
+        "warnings.warn('a library notice')\n"
+        "logging.getLogger('some.library').warning('a library warning')\n"
+        "logging.getLogger('some.library').error('the real error')\n"
+        "raise SystemExit('the traceback line')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, console.LOG_FILE_ENV: str(log)},
+    )
     assert result.returncode == 1
     assert result.stdout == ""
     assert "the real error" in result.stderr and "the traceback line" in result.stderr
@@ -154,8 +202,11 @@ def test_the_trainers_lines_reach_the_driver_console_with_the_progress(ray_clust
         reporter.report("validation at step 0 | val mbpp/acc/mean@1 0")
         for step in (1, 2):
             reporter.report(f"step {step}/3 | reward 1", step=step)
-    assert out.getvalue().splitlines() == ["validation at step 0 | val mbpp/acc/mean@1 0", "step 1/3 | reward 1",
-                                           "step 2/3 | reward 1"]
+    assert out.getvalue().splitlines() == [
+        "validation at step 0 | val mbpp/acc/mean@1 0",
+        "step 1/3 | reward 1",
+        "step 2/3 | reward 1",
+    ]
 
 
 def test_without_a_driver_console_the_trainer_prints_its_lines_to_stderr(ray_cluster, capsys):
@@ -164,8 +215,18 @@ def test_without_a_driver_console_the_trainer_prints_its_lines_to_stderr(ray_clu
 
 
 DEFAULT_JOB = [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo"]
-STEP_FIELDS = ("reward ", "(code ", "code_format ", "| kl ", "| clip ", "| len ", "s (rollout ", "log-probs ",
-               "update ", "reward ")
+STEP_FIELDS = (
+    "reward ",
+    "(code ",
+    "code_format ",
+    "| kl ",
+    "| clip ",
+    "| len ",
+    "s (rollout ",
+    "log-probs ",
+    "update ",
+    "reward ",
+)
 
 
 @pytest.mark.slow
@@ -192,8 +253,16 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     # No bar on the gain yet (issue 28 stays open): the held-out change of this very job (seeds 42) was +0.021,
     # -0.035 and -0.003 in three runs, its code reward's first-4 -> last-4 rise +0.146 and +0.039 in two; seeds
     # 0 1 2 of the masker ablation gained +0.080 +0.063 +0.090 held out. A bar such runs could fail is noise.
-    for noise in ("target_num_threads", "NUMA", "does not match", "Final validation metrics", "ray init kwargs",
-                  "num_cpus", "Training Progress", "UserWarning"):
+    for noise in (
+        "target_num_threads",
+        "NUMA",
+        "does not match",
+        "Final validation metrics",
+        "ray init kwargs",
+        "num_cpus",
+        "Training Progress",
+        "UserWarning",
+    ):
         assert noise not in terminal, noise
 
     # what the terminal left out is in the log file it names
@@ -211,10 +280,21 @@ def test_a_quiet_run_that_fails_in_a_worker_shows_the_error(tmp_path):
     vanishing = tmp_path / "vanishing"
     vanishing.mkdir()
     process = subprocess.Popen(
-        [*DEFAULT_JOB, "trainer.total_training_steps=4", "trainer.val_before_train=false", "trainer.test_freq=-1",
-         "trainer.save_freq=-1", f"+diffugrpo.rewards.sandbox.extra_ro_binds=[{vanishing}]",
-         "diffugrpo.rewards.stop_after_failed_steps=1"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        [
+            *DEFAULT_JOB,
+            "trainer.total_training_steps=4",
+            "trainer.val_before_train=false",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=-1",
+            f"+diffugrpo.rewards.sandbox.extra_ro_binds=[{vanishing}]",
+            "diffugrpo.rewards.stop_after_failed_steps=1",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines = []
     for line in process.stdout:
         lines.append(line)

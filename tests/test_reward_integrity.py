@@ -48,30 +48,32 @@ def scores(box, programs: list[str], tests=TESTS) -> list[float | None]:
 
 FORGERIES = {
     "object equal to everything": "class Any:\n    def __eq__(self, other):\n        return True\n"
-                                  "    __hash__ = object.__hash__\ndef solve(x):\n    return Any()\n",
+    "    __hash__ = object.__hash__\ndef solve(x):\n    return Any()\n",
     "int subclass equal to everything": "class Int(int):\n    def __eq__(self, other):\n        return True\n"
-                                        "    __hash__ = int.__hash__\ndef solve(x):\n    return Int(0)\n",
+    "    __hash__ = int.__hash__\ndef solve(x):\n    return Int(0)\n",
     "class that lies about itself": "class Fake:\n    __class__ = int\n    def __eq__(self, other):\n"
-                                    "        return True\ndef solve(x):\n    return Fake()\n",
+    "        return True\ndef solve(x):\n    return Fake()\n",
     "comparison patched in builtins": "import builtins\nclass Int(int):\n    __eq__ = lambda self, other: True\n"
-                                      "builtins.int = Int\ndef solve(x):\n    return Int(1)\n",
+    "builtins.int = Int\ndef solve(x):\n    return Int(1)\n",
     "writes to every descriptor": (
         "import os, json\nok = json.dumps({'status': 'ok', 'probes': [{'value': ['int', '9']}]})\n"
         "frame = b'\\x00' * 8 + b'ok'\n"
         "for fd in [*range(0, 64), *[int(n) for n in os.listdir('/proc/self/fd')]]:\n"
         "    for payload in (ok.encode(), frame, b'setup_error'):\n        try:\n"
         "            os.write(fd, payload)\n        except OSError:\n            pass\n"
-        "def solve(x):\n    return None\n"),
-    "forged report then exit": (
-        "import os\nos.write(3, b'{\"status\": \"ok\"}')\nos._exit(0)\n"),
+        "def solve(x):\n    return None\n"
+    ),
+    "forged report then exit": ('import os\nos.write(3, b\'{"status": "ok"}\')\nos._exit(0)\n'),
     "forged exit code with a non-ASCII digit": (
-        "import os\nos.write(3, b'{\"status\": \"exit\", \"exit_code\": \"\\xd9\\xa3\"}')\nos._exit(0)\n"),
+        'import os\nos.write(3, b\'{"status": "exit", "exit_code": "\\xd9\\xa3"}\')\nos._exit(0)\n'
+    ),
     "SystemExit with a non-ASCII digit": "raise SystemExit('\\u0663')\n",
     "setup error claimed on stderr": "import sys\nsys.stderr.write('setup_error: PermissionError')\n"
-                                     "raise SystemExit(70)\n",
+    "raise SystemExit(70)\n",
     "a malformed number in its answer": (  # once crashed the decoder: `rewards score` stopped, training scored None
-        "import os\ndef solve(x):\n    message = b'[\"answer\",[\"ok\",[\"i\",\"9x\"]]]'\n"
-        "    os.write(6, len(message).to_bytes(8, 'little') + message)\n    return 9\n"),
+        'import os\ndef solve(x):\n    message = b\'["answer",["ok",["i","9x"]]]\'\n'
+        "    os.write(6, len(message).to_bytes(8, 'little') + message)\n    return 9\n"
+    ),
 }
 
 
@@ -79,15 +81,18 @@ FORGERIES = {
 def test_forged_verdicts_score_zero_and_evaluation_goes_on(box, name):
     assert scores(box, [FORGERIES[name], CORRECT]) == [0.0, 1.0]
     problem = EvalProblem("sq", "toy", ({"role": "user", "content": "square"},), {"test_cases": TESTS})
-    (judged,) = judge_completions([problem], {"sq": [Completion(fenced(FORGERIES[name]), 0),
-                                                     Completion(fenced(CORRECT), 1)]}, sandbox=box)
+    (judged,) = judge_completions(
+        [problem], {"sq": [Completion(fenced(FORGERIES[name]), 0), Completion(fenced(CORRECT), 1)]}, sandbox=box
+    )
     assert judged.passed == [False, True]
 
 
 def test_a_subclass_travels_as_the_builtin_value_it_holds(box):
     """Read through int's own methods: the value inside, not what its __eq__ claims."""
-    honest_subclass = "class Int(int):\n    __eq__ = lambda self, other: True\n" \
-                      "    __hash__ = int.__hash__\ndef solve(x):\n    return Int(x * x)\n"
+    honest_subclass = (
+        "class Int(int):\n    __eq__ = lambda self, other: True\n"
+        "    __hash__ = int.__hash__\ndef solve(x):\n    return Int(x * x)\n"
+    )
     assert scores(box, [honest_subclass]) == [1.0]
 
 
@@ -130,8 +135,9 @@ def test_no_expected_value_reaches_the_programs_process(box):
     assert all("1234567" not in job.source + job.preamble for job in spec.jobs(SPY))
     honest = code_execution.tests_from_row({"test_cases": ["assert solve(3) == -1"]})
     assert run_tests(SPY, honest, box, cache=False)[0].passed  # it found nothing ...
-    planted = code_execution.tests_from_row({"test_cases": ["assert solve(3) == 5"],
-                                             "test_setup_code": "note = 'solve(' + '3) == 5'"})
+    planted = code_execution.tests_from_row(
+        {"test_cases": ["assert solve(3) == 5"], "test_setup_code": "note = 'solve(' + '3) == 5'"}
+    )
     assert run_tests(SPY, planted, box, cache=False)[0].passed  # ... though it finds what its process does hold
 
 
@@ -139,26 +145,33 @@ def test_no_expected_value_reaches_the_programs_process(box):
 
 import os  # noqa: E402
 
-SYSCALL = {"x86_64": {"clone": 56, "add_key": 248, "keyctl": 250},
-           "aarch64": {"clone": 220, "add_key": 217, "keyctl": 219}}.get(os.uname().machine)
+SYSCALL = {
+    "x86_64": {"clone": 56, "add_key": 248, "keyctl": 250},
+    "aarch64": {"clone": 220, "add_key": 217, "keyctl": 219},
+}.get(os.uname().machine)
 if SYSCALL is None:
-    pytest.fail(f"the kernel-feature probes know the system call numbers of x86_64 and aarch64, not "
-                f"{os.uname().machine}", pytrace=False)
+    pytest.fail(
+        f"the kernel-feature probes know the system call numbers of x86_64 and aarch64, not {os.uname().machine}",
+        pytrace=False,
+    )
 
 CAPABILITY_PROBES = {
     "user namespace": "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-                      "def solve(x):\n    return x * x if libc.unshare(0x10000000) == 0 else -1\n",
+    "def solve(x):\n    return x * x if libc.unshare(0x10000000) == 0 else -1\n",
     "user namespace through clone": (
         "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         f"def solve(x):\n    pid = libc.syscall({SYSCALL['clone']}, 0x10000000 | 17, 0, 0, 0, 0)\n"
-        "    if pid == 0:\n        os._exit(0)\n    return x * x if pid > 0 else -1\n"),
+        "    if pid == 0:\n        os._exit(0)\n    return x * x if pid > 0 else -1\n"
+    ),
     "the kernel keyring": (
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         f"def solve(x):\n    key = libc.syscall({SYSCALL['add_key']}, b'user', b'diffugrpo', b'secret', 6, -4)\n"
-        "    return x * x if key >= 0 else -1\n"),
+        "    return x * x if key >= 0 else -1\n"
+    ),
     "150k files": (
         "import os\ndef solve(x):\n    try:\n        for i in range(150_000):\n"
-        "            open(f'/work/f{i}', 'w').close()\n    except OSError:\n        return -1\n    return x * x\n"),
+        "            open(f'/work/f{i}', 'w').close()\n    except OSError:\n        return -1\n    return x * x\n"
+    ),
     "memory spread over processes": (
         "import os\ndef solve(x):\n    pids = []\n    r, w = os.pipe()\n    for _ in range(4):\n"
         "        pid = os.fork()\n        if pid == 0:\n            try:\n"
@@ -166,7 +179,8 @@ CAPABILITY_PROBES = {
         "                os.write(w, b'1')\n                import time\n                time.sleep(5)\n"
         "            finally:\n                os._exit(0)\n        pids.append(pid)\n"
         "    held = b''\n    os.close(w)\n    while len(held) < 4:\n        chunk = os.read(r, 4)\n"
-        "        if not chunk:\n            break\n        held += chunk\n    return x * x if len(held) == 4 else -1\n"),
+        "        if not chunk:\n            break\n        held += chunk\n    return x * x if len(held) == 4 else -1\n"
+    ),
 }
 
 
@@ -180,21 +194,29 @@ def test_a_program_that_needs_a_forbidden_capability_scores_zero(box, name):
 
 
 def test_the_keyring_is_not_shared_between_completions(box):
-    store = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
-            f"libc.syscall({SYSCALL['add_key']}, b'user', b'shared', b'9', 1, -4)\ndef solve(x):\n    return x * x\n"
-    read = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n" \
-           f"def solve(x):\n    return x * x if libc.syscall({SYSCALL['keyctl']}, 10, -4, b'user', b'shared', 0) >= 0 else -1\n"
+    store = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"libc.syscall({SYSCALL['add_key']}, b'user', b'shared', b'9', 1, -4)\ndef solve(x):\n    return x * x\n"
+    )
+    read = (
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        f"def solve(x):\n    return x * x if libc.syscall({SYSCALL['keyctl']}, 10, -4, b'user', b'shared', 0) >= 0 else -1\n"
+    )
     assert scores(box, [store]) == [1.0]
     assert scores(box, [read]) == [0.0]
 
 
 # --------------------------------------------------------------------------- one completion, one score
 
-CPU_HEAVY = "def solve(x):\n    total = 0\n    for i in range(4_000_000):\n        total += i % 7\n" \
-            "    return x * x + 0 * total\n"
-CPU_HOG = ("import os, time\ndef solve(x):\n    for _ in range(14):\n        if os.fork() == 0:\n"
-           "            os.setsid()\n            while True:\n                pass\n"
-           "    while True:\n        pass\n")
+CPU_HEAVY = (
+    "def solve(x):\n    total = 0\n    for i in range(4_000_000):\n        total += i % 7\n"
+    "    return x * x + 0 * total\n"
+)
+CPU_HOG = (
+    "import os, time\ndef solve(x):\n    for _ in range(14):\n        if os.fork() == 0:\n"
+    "            os.setsid()\n            while True:\n                pass\n"
+    "    while True:\n        pass\n"
+)
 
 
 def test_a_cpu_hog_does_not_turn_correct_neighbours_into_timeouts(box):
@@ -216,17 +238,20 @@ def test_one_pathological_completion_does_not_change_another_rows_maintainabilit
 
 def test_efficiency_counts_the_cpu_of_children_nobody_waits_for(box):
     """The work runs in a child that hands back its answer and is never waited for."""
-    hidden = ("import os\ndef solve(x):\n    r, w = os.pipe()\n    if os.fork() == 0:\n        total = 0\n"
-              "        for i in range(8_000_000):\n            total += i % 7\n"
-              "        os.write(w, str(x * x + 0 * total).encode())\n        os._exit(0)\n"
-              "    os.close(w)\n    return int(os.read(r, 64))\n")
+    hidden = (
+        "import os\ndef solve(x):\n    r, w = os.pipe()\n    if os.fork() == 0:\n        total = 0\n"
+        "        for i in range(8_000_000):\n            total += i % 7\n"
+        "        os.write(w, str(x * x + 0 * total).encode())\n        os._exit(0)\n"
+        "    os.close(w)\n    return int(os.read(r, 64))\n"
+    )
     direct = "def solve(x):\n    return x * x\n"
     spec = code_execution.tests_from_row({"test_cases": TESTS})
     hidden_cpu = sum(o.cpu_s for o in run_tests(hidden, spec, box, cache=False))
     direct_cpu = sum(o.cpu_s for o in run_tests(direct, spec, box, cache=False))
     assert hidden_cpu > 0.2 > direct_cpu
-    judged = efficiency_reward([fenced(hidden), fenced(direct)], test_cases=[TESTS, TESTS],
-                               reference_solution=[direct, direct], sandbox=box)
+    judged = efficiency_reward(
+        [fenced(hidden), fenced(direct)], test_cases=[TESTS, TESTS], reference_solution=[direct, direct], sandbox=box
+    )
     hidden_score, direct_score = map(value_of, judged)
     assert hidden_score < 0.8 < direct_score
 
@@ -240,10 +265,13 @@ def test_a_judged_programs_line_count_is_its_own_work_not_the_judges():
 
 def test_a_forged_line_count_earns_no_more_than_the_cpu_time_score_plus_its_band(box):
     """The program zeroes the counter it can reach (``sys.gettrace().__self__``), after a 4M-step loop."""
-    forger = ("import sys\ndef solve(x):\n    total = 0\n    for i in range(4_000_000):\n        total += i\n"
-              "    if sys.gettrace():\n        sys.gettrace().__self__.lines = 0\n    return x * x\n")
-    [score] = efficiency_reward([fenced(forger)], test_cases=[TESTS], reference_solution=[CORRECT], sandbox=box,
-                                cost="lines", time_weight=1.0)
+    forger = (
+        "import sys\ndef solve(x):\n    total = 0\n    for i in range(4_000_000):\n        total += i\n"
+        "    if sys.gettrace():\n        sys.gettrace().__self__.lines = 0\n    return x * x\n"
+    )
+    [score] = efficiency_reward(
+        [fenced(forger)], test_cases=[TESTS], reference_solution=[CORRECT], sandbox=box, cost="lines", time_weight=1.0
+    )
     spec = code_execution.tests_from_row({"test_cases": TESTS, "reference_solution": CORRECT})
     plain, reference = run_tests(forger, spec, box), run_tests(CORRECT, spec, box)  # the runs it was scored on
     by_cpu = min(1.0, (sum(o.cpu_s for o in reference) + 0.01) / (sum(o.cpu_s for o in plain) + 0.01))
@@ -252,6 +280,7 @@ def test_a_forged_line_count_earns_no_more_than_the_cpu_time_score_plus_its_band
 
 
 # --------------------------------------------------------------------------- size caps
+
 
 def test_a_huge_completion_is_never_parsed():
     huge = fenced("x = 1\n" * (MAX_COMPLETION_CHARS // 6 + 1))
@@ -262,24 +291,39 @@ def test_a_huge_completion_is_never_parsed():
 
 # --------------------------------------------------------------------------- what evaluation reports
 
+
 def test_the_evaluation_summary_counts_per_source_the_tests_that_rest_on_the_programs_comparison(box):
-    point = ("class P:\n    def __init__(self, x):\n        self.x = x\n"
-             "    def __eq__(self, other):\n        return self.x == other.x\n"
-             "def make(x):\n    return P(x)\n")
-    problems = [EvalProblem("a", "values", ({"role": "user", "content": "x"},), {"test_cases": TESTS}),
-                EvalProblem("b", "objects", ({"role": "user", "content": "x"},),
-                            {"test_cases": ["assert make(1) == P(1)", "assert make(1).x == 1"]}),
-                EvalProblem("c", "stdio", ({"role": "user", "content": "x"},), {"inputs": ["3\n"], "outputs": ["9\n"]})]
-    completions = {"a": [Completion(fenced(CORRECT), 0)], "b": [Completion(fenced(point), 0)],
-                   "c": [Completion(fenced("print(int(input()) ** 2)\n"), 0)]}
+    point = (
+        "class P:\n    def __init__(self, x):\n        self.x = x\n"
+        "    def __eq__(self, other):\n        return self.x == other.x\n"
+        "def make(x):\n    return P(x)\n"
+    )
+    problems = [
+        EvalProblem("a", "values", ({"role": "user", "content": "x"},), {"test_cases": TESTS}),
+        EvalProblem(
+            "b",
+            "objects",
+            ({"role": "user", "content": "x"},),
+            {"test_cases": ["assert make(1) == P(1)", "assert make(1).x == 1"]},
+        ),
+        EvalProblem("c", "stdio", ({"role": "user", "content": "x"},), {"inputs": ["3\n"], "outputs": ["9\n"]}),
+    ]
+    completions = {
+        "a": [Completion(fenced(CORRECT), 0)],
+        "b": [Completion(fenced(point), 0)],
+        "c": [Completion(fenced("print(int(input()) ** 2)\n"), 0)],
+    }
     summary = summarize(judge_completions(problems, completions, sandbox=box))
-    counts = {source: (group["num_test_runs_program_compared"], group["num_test_runs"])
-              for source, group in summary["by_data_source"].items()}
+    counts = {
+        source: (group["num_test_runs_program_compared"], group["num_test_runs"])
+        for source, group in summary["by_data_source"].items()
+    }
     assert counts == {"values": (0, 2), "objects": (1, 2), "stdio": (0, 1)}
     assert summary["pass@1"] == 1.0
 
 
 # --------------------------------------------------------------------------- one parser at a time
+
 
 def test_rewards_parse_python_one_thread_at_a_time(monkeypatch):
     """CPython 3.11's AST converter shares its recursion depth between threads (a training run's ``code`` reward
@@ -303,8 +347,12 @@ def test_rewards_parse_python_one_thread_at_a_time(monkeypatch):
 
     monkeypatch.setattr(verdicts.ast, "parse", slow_parse)
     code = "def solve(x):\n    return x * x\n"
-    calls = [lambda: code_execution.parses(code), lambda: code_execution.defined_names(code),
-             lambda: syntax_problem(code), lambda: verdicts.parse_python("solve(1) == 1", mode="eval")]
+    calls = [
+        lambda: code_execution.parses(code),
+        lambda: code_execution.defined_names(code),
+        lambda: syntax_problem(code),
+        lambda: verdicts.parse_python("solve(1) == 1", mode="eval"),
+    ]
     threads = [threading.Thread(target=call) for call in calls * 3]
     for thread in threads:
         thread.start()

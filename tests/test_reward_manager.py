@@ -45,8 +45,11 @@ def manager_class():
 
 
 def _config(**rewards):
-    settings = {"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5],
-                "sandbox": {"timeout_s": 2.0, "memory_mb": 256, "max_concurrency": 2, "uid_base": TEST_UID_BASE}}
+    settings = {
+        "reward_funcs": ["code", "code_format"],
+        "reward_weights": [2.0, 0.5],
+        "sandbox": {"timeout_s": 2.0, "memory_mb": 256, "max_concurrency": 2, "uid_base": TEST_UID_BASE},
+    }
     settings.update(rewards)
     return OmegaConf.create({"diffugrpo": {"rewards": settings}, "trainer": {"experiment_name": "test"}})
 
@@ -57,21 +60,27 @@ def _row(tokenizer, response: str, extra: dict, **top_level) -> DataProto:
     assert len(response_ids) <= RESPONSE_LENGTH
     prompt_ids = tokenizer("add?", add_special_tokens=False)["input_ids"]
     prompts = torch.full((1, PROMPT_LENGTH), tokenizer.pad_token_id)
-    prompts[0, PROMPT_LENGTH - len(prompt_ids):] = torch.tensor(prompt_ids)
+    prompts[0, PROMPT_LENGTH - len(prompt_ids) :] = torch.tensor(prompt_ids)
     responses = torch.full((1, RESPONSE_LENGTH), tokenizer.pad_token_id)
-    responses[0, :len(response_ids)] = torch.tensor(response_ids)
+    responses[0, : len(response_ids)] = torch.tensor(response_ids)
     attention_mask = torch.zeros((1, PROMPT_LENGTH + RESPONSE_LENGTH), dtype=torch.long)
-    attention_mask[0, PROMPT_LENGTH - len(prompt_ids):PROMPT_LENGTH + len(response_ids)] = 1
-    non_tensors = {"data_source": np.array(["unit"], dtype=object),
-                   "reward_model": np.array([{"ground_truth": "", "style": "rule"}], dtype=object),
-                   "extra_info": np.array([extra], dtype=object),
-                   **{key: np.array([value], dtype=object) for key, value in top_level.items()}}
-    return DataProto.from_dict(tensors={"prompts": prompts, "responses": responses, "attention_mask": attention_mask},
-                               non_tensors=non_tensors, meta_info={"global_steps": 3})
+    attention_mask[0, PROMPT_LENGTH - len(prompt_ids) : PROMPT_LENGTH + len(response_ids)] = 1
+    non_tensors = {
+        "data_source": np.array(["unit"], dtype=object),
+        "reward_model": np.array([{"ground_truth": "", "style": "rule"}], dtype=object),
+        "extra_info": np.array([extra], dtype=object),
+        **{key: np.array([value], dtype=object) for key, value in top_level.items()},
+    }
+    return DataProto.from_dict(
+        tensors={"prompts": prompts, "responses": responses, "attention_mask": attention_mask},
+        non_tensors=non_tensors,
+        meta_info={"global_steps": 3},
+    )
 
 
 def _score(manager_class, tokenizer, data, config=None):
     """run_single's result, with the scoring wall time (not a component) checked and set aside."""
+
     async def main():
         manager = manager_class(config or _config(), tokenizer, compute_score=None)
         return await manager.run_single(data)
@@ -96,20 +105,33 @@ def test_correct_completion_gets_the_weighted_total(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"test_cases": ADD_TESTS}))
     assert result["reward_score"] == 2.0 * 1.0 + 0.5 * 1.0
     # "acc" (all tests passed) is what verl's validation reports as pass@1 per data source
-    assert result["reward_extra_info"] == {"reward/code": 1.0, "reward/code_format": 1.0, "acc": 1.0,
-                                           "reward_failed/code": 0.0, "reward_failed/code_format": 0.0}
+    assert result["reward_extra_info"] == {
+        "reward/code": 1.0,
+        "reward/code_format": 1.0,
+        "acc": 1.0,
+        "reward_failed/code": 0.0,
+        "reward_failed/code_format": 0.0,
+    }
 
 
 def test_wrong_completion_and_tests_given_as_a_top_level_column(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, WRONG, {}, test_cases=ADD_TESTS))
-    assert result["reward_extra_info"] == {"reward/code": 0.0, "reward/code_format": 1.0, "acc": 0.0,
-                                           "reward_failed/code": 0.0, "reward_failed/code_format": 0.0}
+    assert result["reward_extra_info"] == {
+        "reward/code": 0.0,
+        "reward/code_format": 1.0,
+        "acc": 0.0,
+        "reward_failed/code": 0.0,
+        "reward_failed/code_format": 0.0,
+    }
     assert result["reward_score"] == 0.5
 
 
 def test_not_applicable_is_nan_in_extra_info_and_left_out_of_the_total(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"note": "no tests here"}))
-    assert math.isnan(result["reward_extra_info"]["reward/code"]) and result["reward_extra_info"]["reward_failed/code"] == 0
+    assert (
+        math.isnan(result["reward_extra_info"]["reward/code"])
+        and result["reward_extra_info"]["reward_failed/code"] == 0
+    )
     assert math.isnan(result["reward_extra_info"]["acc"])
     assert result["reward_score"] == 0.5
 
@@ -145,10 +167,19 @@ def test_missing_rewards_config_says_what_to_add(manager_class, tokenizer):
 
 
 def test_row_columns_order_and_sources():
-    non_tensor = {"data_source": "mbpp", "uid": "u1", "test_cases": ["a"],
-                  "reward_model": {"ground_truth": "gt"}, "extra_info": {"test_cases": ["b"], "entry_point": "f"}}
-    assert row_columns(non_tensor) == {"data_source": "mbpp", "test_cases": ["b"], "ground_truth": "gt",
-                                       "entry_point": "f"}
+    non_tensor = {
+        "data_source": "mbpp",
+        "uid": "u1",
+        "test_cases": ["a"],
+        "reward_model": {"ground_truth": "gt"},
+        "extra_info": {"test_cases": ["b"], "entry_point": "f"},
+    }
+    assert row_columns(non_tensor) == {
+        "data_source": "mbpp",
+        "test_cases": ["b"],
+        "ground_truth": "gt",
+        "entry_point": "f",
+    }
 
 
 def test_extra_info_uses_nan_for_none_and_flags_failures():
@@ -156,7 +187,11 @@ def test_extra_info_uses_nan_for_none_and_flags_failures():
 
     values = extra_info(ScoredCompletion({"code": None, "syntax": 1, "fmt": None}, {"code": "SandboxError: gone"}))
     assert math.isnan(values["reward/code"]) and values["reward/syntax"] == 1.0 and math.isnan(values["reward/fmt"])
-    assert (values["reward_failed/code"], values["reward_failed/syntax"], values["reward_failed/fmt"]) == (1.0, 0.0, 0.0)
+    assert (values["reward_failed/code"], values["reward_failed/syntax"], values["reward_failed/fmt"]) == (
+        1.0,
+        0.0,
+        0.0,
+    )
 
 
 def test_a_sandbox_failure_is_a_flagged_failure_not_a_silent_none(manager_class, tokenizer, monkeypatch, caplog):

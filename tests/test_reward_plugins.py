@@ -55,29 +55,36 @@ def box():
 
 # --- code_format -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, score", [
-    ("```python\nx = 1\n```\n", 1.0),
-    ("Sure, here:\n```python\nx = 1\n```\n", 1.0),
-    ("```python\n```\n", 1.0),  # an empty block parses
-    ("```python\ndef f(:\n```\n", 0.5),
-    ("```python\n    x = 1\n```\n", 1.0),  # DiffuCoder parses the block stripped
-    ("```python\nx = 1\n```", 0.0),  # stopped at EOS right after the fence: DiffuCoder's pattern wants a newline
-    ("```python\nx = 1\n```\n\n  ", 0.0),  # ... and exactly one
-    ("```python\nx = 1\n```\nHope this helps\n", 0.0),
-    ("```python\nx = 1\n```\n```python\ny = 2\n```\n", 0.0),  # exactly one block
-    ("```py\nx = 1\n```\n", 0.0),  # the tag is python
-    ("no code at all\n", 0.0),
-])
+
+@pytest.mark.parametrize(
+    "text, score",
+    [
+        ("```python\nx = 1\n```\n", 1.0),
+        ("Sure, here:\n```python\nx = 1\n```\n", 1.0),
+        ("```python\n```\n", 1.0),  # an empty block parses
+        ("```python\ndef f(:\n```\n", 0.5),
+        ("```python\n    x = 1\n```\n", 1.0),  # DiffuCoder parses the block stripped
+        ("```python\nx = 1\n```", 0.0),  # stopped at EOS right after the fence: DiffuCoder's pattern wants a newline
+        ("```python\nx = 1\n```\n\n  ", 0.0),  # ... and exactly one
+        ("```python\nx = 1\n```\nHope this helps\n", 0.0),
+        ("```python\nx = 1\n```\n```python\ny = 2\n```\n", 0.0),  # exactly one block
+        ("```py\nx = 1\n```\n", 0.0),  # the tag is python
+        ("no code at all\n", 0.0),
+    ],
+)
 def test_code_format_has_diffucoder_semantics(text, score):
     assert format_verdict(text)[0] == score
 
 
 def test_code_format_accepts_chat_messages():
-    assert values(code_format_reward([[{"role": "assistant", "content": "```python\nx = 1\n```\n"}], "nope"])) == \
-        [1.0, 0.0]
+    assert values(code_format_reward([[{"role": "assistant", "content": "```python\nx = 1\n```\n"}], "nope"])) == [
+        1.0,
+        0.0,
+    ]
 
 
 # --- code ------------------------------------------------------------------------------------
+
 
 def test_code_reward_is_the_pass_rate(box):
     right = fenced("def add(a, b):\n    return a + b\n")
@@ -93,8 +100,10 @@ def test_code_reward_runs_only_well_formatted_completions(box):
 
 
 def test_code_reward_block_choice(box):
-    draft_then_fix = ("```python\ndef add(a, b):\n    return a - b\n```\nOops, fixed:\n"
-                      "```python\ndef add(a, b):\n    return a + b\n```\n")
+    draft_then_fix = (
+        "```python\ndef add(a, b):\n    return a - b\n```\nOops, fixed:\n"
+        "```python\ndef add(a, b):\n    return a + b\n```\n"
+    )
     first = code_reward([draft_then_fix], test_cases=[ADD_TESTS], sandbox=box, require_format=False)
     last = code_reward([draft_then_fix], test_cases=[ADD_TESTS], sandbox=box, require_format=False, code_block="last")
     assert (values(first), last) == ([0.0], [1.0])
@@ -105,6 +114,7 @@ def test_syntax_reward():
 
 
 # --- efficiency ------------------------------------------------------------------------------
+
 
 def _passed(cpu_s=0.0, memory_kb=0, instructions=None, lines=None):
     return TestOutcome(0, Outcome.PASSED, cpu_s=cpu_s, memory_kb=memory_kb, instructions=instructions, lines=lines)
@@ -181,8 +191,9 @@ def test_efficiency_by_lines_is_the_same_on_every_run(box):
     counts = [[o.lines for o in run_tests(slow, spec, box, cache=False, count_lines=True)] for _ in range(2)]
     # per test: `total = 0`, 3M + 1 `for` checks, 3M bodies, `return`: 6,000,003; the module's `def`: once more
     assert counts == [[6_000_004, 6_000_004]] * 2
-    [score] = efficiency_reward([fenced(slow)], test_cases=[ADD_TESTS], reference_solution=[reference],
-                                sandbox=box, cost="lines")
+    [score] = efficiency_reward(
+        [fenced(slow)], test_cases=[ADD_TESTS], reference_solution=[reference], sandbox=box, cost="lines"
+    )
     # the same count every time, so the same time score while CPU time's stays within its band:
     # (4 + 2 x 250,000) / (12,000,008 + 2 x 250,000); memory scores at most 1
     assert "time by executed lines: 12,000,008 against the reference's 4" in score.reason.detail
@@ -201,8 +212,10 @@ def test_efficiency_says_a_cost_it_cannot_use(box):
 
 # --- maintainability -------------------------------------------------------------------------
 
-THREE_IFS = ("def sign(x):\n    if x > 0:\n        return 1\n    if x < 0:\n        return -1\n"
-             "    if x == 0:\n        return 0\n    return None\n")
+THREE_IFS = (
+    "def sign(x):\n    if x > 0:\n        return 1\n    if x < 0:\n        return -1\n"
+    "    if x == 0:\n        return 0\n    return None\n"
+)
 SIMPLE_SIGN = "def sign(x):\n    return (x > 0) - (x < 0)\n"
 SIGN_TESTS = ["assert sign(5) == 1", "assert sign(-2) == -1", "assert sign(0) == 0"]
 
@@ -227,17 +240,22 @@ def test_trivial_or_empty_code_earns_nothing():
 
 def test_maintainability_is_gated_on_correctness(box):
     wrong = "def sign(x):\n    return 1\n"
-    scores = maintainability_reward([fenced(SIMPLE_SIGN), fenced(wrong), fenced(SIMPLE_SIGN)], sandbox=box,
-                                    test_cases=[SIGN_TESTS, SIGN_TESTS, []],
-                                    reference_solution=[SIMPLE_SIGN, SIMPLE_SIGN, None])
+    scores = maintainability_reward(
+        [fenced(SIMPLE_SIGN), fenced(wrong), fenced(SIMPLE_SIGN)],
+        sandbox=box,
+        test_cases=[SIGN_TESTS, SIGN_TESTS, []],
+        reference_solution=[SIMPLE_SIGN, SIMPLE_SIGN, None],
+    )
     assert values(scores) == [pytest.approx(1.0), 0.0, None]
 
 
 # --- comments --------------------------------------------------------------------------------
 
-DOCUMENTED = ('def max_len(words):\n    """Return the length of the longest word."""\n'
-              "    # track the longest length seen so far\n    best = 0\n    for word in words:\n"
-              "        best = max(best, len(word))  # update best\n    return best\n")
+DOCUMENTED = (
+    'def max_len(words):\n    """Return the length of the longest word."""\n'
+    "    # track the longest length seen so far\n    best = 0\n    for word in words:\n"
+    "        best = max(best, len(word))  # update best\n    return best\n"
+)
 
 
 def test_static_comment_rules_by_hand():
@@ -282,8 +300,13 @@ def judge_server():
 
 def test_llm_judge_is_blended_in_and_reads_its_key_from_the_environment(judge_server, monkeypatch):
     monkeypatch.setenv("MY_JUDGE_KEY", "sk-test")
-    [score] = comments_reward([fenced(DOCUMENTED)], judge_url=judge_server, judge_model="m",
-                              judge_api_key_env="MY_JUDGE_KEY", judge_weight=0.5)
+    [score] = comments_reward(
+        [fenced(DOCUMENTED)],
+        judge_url=judge_server,
+        judge_model="m",
+        judge_api_key_env="MY_JUDGE_KEY",
+        judge_weight=0.5,
+    )
     assert score == pytest.approx(0.5 * static_comment_score(DOCUMENTED) + 0.5 * 0.8)
     path, authorization, body = _FakeJudge.seen[0]
     assert (path, authorization, body["model"]) == ("/v1/chat/completions", "Bearer sk-test", "m")
@@ -304,11 +327,20 @@ def test_judge_is_off_by_default(judge_server):
 
 # --- boundaries ------------------------------------------------------------------------------
 
+
 def test_rewards_and_sandbox_import_no_torch():
-    modules = ["diffugrpo_plugin.sandbox.host", "diffugrpo_plugin.rewards.code_tests", "diffugrpo_plugin.rewards.spec",
-               "reward_plugins.code", "reward_plugins.code_format", "reward_plugins.syntax",
-               "reward_plugins.efficiency", "reward_plugins.maintainability", "reward_plugins.comments",
-               "reward_plugins.constant"]
+    modules = [
+        "diffugrpo_plugin.sandbox.host",
+        "diffugrpo_plugin.rewards.code_tests",
+        "diffugrpo_plugin.rewards.spec",
+        "reward_plugins.code",
+        "reward_plugins.code_format",
+        "reward_plugins.syntax",
+        "reward_plugins.efficiency",
+        "reward_plugins.maintainability",
+        "reward_plugins.comments",
+        "reward_plugins.constant",
+    ]
     code = f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\nprint('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.stdout.strip() == "False", done.stderr

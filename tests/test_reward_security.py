@@ -27,26 +27,44 @@ def fenced(code: str) -> str:
 
 ATTACKS = {
     "fork bomb": ("import os\ndef attack():\n    while True:\n        os.fork()\n", Outcome.RUNTIME_ERROR),
-    "memory bomb": ("def attack():\n    hoard = []\n    while True:\n        hoard.append(bytearray(10**7))\n",
-                    Outcome.MEMORY_LIMIT_EXCEEDED),
+    "memory bomb": (
+        "def attack():\n    hoard = []\n    while True:\n        hoard.append(bytearray(10**7))\n",
+        Outcome.MEMORY_LIMIT_EXCEEDED,
+    ),
     "infinite loop": ("def attack():\n    while True:\n        pass\n", Outcome.TIME_LIMIT_EXCEEDED),
     "long sleep": ("import time\ndef attack():\n    time.sleep(60)\n", Outcome.TIME_LIMIT_EXCEEDED),
-    "setsid grandchild": ("import os, time\ndef attack():\n    if os.fork() == 0:\n        os.setsid()\n"
-                          "        if os.fork() == 0:\n            time.sleep(60)\n        os._exit(0)\n"
-                          "    return 'spawned'\n", Outcome.FAILED),
-    "kill the parent": ("import os, signal\ndef attack():\n    os.kill(os.getppid(), signal.SIGKILL)\n"
-                        "    os.kill(1, signal.SIGKILL)\n    return 'escaped'\n", Outcome.RUNTIME_ERROR),
-    "network": ("import socket\ndef attack():\n    socket.create_connection(('127.0.0.1', {port}), timeout=0.5)\n"
-                "    return 'escaped'\n", Outcome.RUNTIME_ERROR),
-    "external network": ("import socket\ndef attack():\n    socket.create_connection(('1.1.1.1', 53), timeout=0.5)\n"
-                         "    return 'escaped'\n", Outcome.RUNTIME_ERROR),
-    "write outside": ("def attack():\n    for path in ({victim!r}, {marker!r}, '/usr/lib/escape', '/escape'):\n"
-                      "        open(path, 'w').write('pwned')\n    return 'escaped'\n", Outcome.RUNTIME_ERROR),
+    "setsid grandchild": (
+        "import os, time\ndef attack():\n    if os.fork() == 0:\n        os.setsid()\n"
+        "        if os.fork() == 0:\n            time.sleep(60)\n        os._exit(0)\n"
+        "    return 'spawned'\n",
+        Outcome.FAILED,
+    ),
+    "kill the parent": (
+        "import os, signal\ndef attack():\n    os.kill(os.getppid(), signal.SIGKILL)\n"
+        "    os.kill(1, signal.SIGKILL)\n    return 'escaped'\n",
+        Outcome.RUNTIME_ERROR,
+    ),
+    "network": (
+        "import socket\ndef attack():\n    socket.create_connection(('127.0.0.1', {port}), timeout=0.5)\n"
+        "    return 'escaped'\n",
+        Outcome.RUNTIME_ERROR,
+    ),
+    "external network": (
+        "import socket\ndef attack():\n    socket.create_connection(('1.1.1.1', 53), timeout=0.5)\n"
+        "    return 'escaped'\n",
+        Outcome.RUNTIME_ERROR,
+    ),
+    "write outside": (
+        "def attack():\n    for path in ({victim!r}, {marker!r}, '/usr/lib/escape', '/escape'):\n"
+        "        open(path, 'w').write('pwned')\n    return 'escaped'\n",
+        Outcome.RUNTIME_ERROR,
+    ),
     "read the harness environment": (
         "import glob, os\ndef attack():\n    seen = os.environ.get({secret_name!r}, '')\n"
         "    for path in glob.glob('/proc/*/environ'):\n        try:\n            seen += open(path).read()\n"
         "        except OSError:\n            pass\n    return 'escaped' if {secret_value!r} in seen else seen\n",
-        Outcome.FAILED),
+        Outcome.FAILED,
+    ),
     "endless output": ("def attack():\n    while True:\n        print('y' * 4096)\n", Outcome.TIME_LIMIT_EXCEEDED),
     "ctypes segfault": ("import ctypes\ndef attack():\n    return ctypes.string_at(0)\n", Outcome.RUNTIME_ERROR),
 }
@@ -86,8 +104,9 @@ def test_attack_scores_zero_and_leaves_nothing_behind(name, box, tmp_path, liste
     port, accepted = listener
     victim = tmp_path / "victim.txt"
     template, expected = ATTACKS[name]
-    program = template.format(port=port, victim=str(victim), marker=str(HOST_MARKER), secret_name=SECRET_NAME,
-                              secret_value=SECRET_VALUE)
+    program = template.format(
+        port=port, victim=str(victim), marker=str(HOST_MARKER), secret_name=SECRET_NAME, secret_value=SECRET_VALUE
+    )
     host_before = sorted(path.name for path in tmp_path.iterdir())
 
     [score] = code_reward([fenced(program)], test_cases=[TESTS], sandbox=box)

@@ -35,26 +35,35 @@ def test_seed_spelling_and_mapping_spelling_agree():
     assert parse_weights(["code", "syntax"]) == {"code": 1.0, "syntax": 1.0}
 
 
-@pytest.mark.parametrize("funcs, weights, message", [
-    (["code", "code_format"], [2.0], r"2 names \['code', 'code_format'\] but reward_weights has 1"),
-    (["code"], ["high"], "weight of reward 'code' must be a number, got 'high'"),
-    (["code"], [True], "weight of reward 'code' must be a number"),
-    (["code"], [-1.0], "must be a finite number >= 0, got -1.0"),
-    (["code"], [float("nan")], "must be a finite number >= 0, got nan"),
-    ({"code": 1.0}, [1.0], r"reward_weights \(\[1.0\]\) must not also be given: put the weights in the mapping"),
-    (["code", "code"], None, r"lists \['code'\] more than once"),
-    ([], None, "needs reward_funcs"),
-    ("code", None, "must be a list of names or a mapping"),
-])
+@pytest.mark.parametrize(
+    "funcs, weights, message",
+    [
+        (["code", "code_format"], [2.0], r"2 names \['code', 'code_format'\] but reward_weights has 1"),
+        (["code"], ["high"], "weight of reward 'code' must be a number, got 'high'"),
+        (["code"], [True], "weight of reward 'code' must be a number"),
+        (["code"], [-1.0], "must be a finite number >= 0, got -1.0"),
+        (["code"], [float("nan")], "must be a finite number >= 0, got nan"),
+        ({"code": 1.0}, [1.0], r"reward_weights \(\[1.0\]\) must not also be given: put the weights in the mapping"),
+        (["code", "code"], None, r"lists \['code'\] more than once"),
+        ([], None, "needs reward_funcs"),
+        ("code", None, "must be a list of names or a mapping"),
+    ],
+)
 def test_weight_errors_say_what_to_fix(funcs, weights, message):
     with pytest.raises(RewardConfigError, match=message):
         parse_weights(funcs, weights)
 
 
 def test_from_config_resolves_builtins_with_provenance_and_options():
-    spec = RewardSpec.from_config({"reward_funcs": ["code", "code_format"], "reward_weights": [2.0, 0.5],
-                                   "reward_kwargs": {"code": {"timeout_s": 3}}, "code_block": "last",
-                                   "sandbox": {"max_concurrency": 3}})
+    spec = RewardSpec.from_config(
+        {
+            "reward_funcs": ["code", "code_format"],
+            "reward_weights": [2.0, 0.5],
+            "reward_kwargs": {"code": {"timeout_s": 3}},
+            "code_block": "last",
+            "sandbox": {"max_concurrency": 3},
+        }
+    )
     assert spec.weights == {"code": 2.0, "code_format": 0.5}
     assert all(component.distribution.startswith("diffugrpo ") for component in spec.components)
     assert spec.components[0].options == {"timeout_s": 3}
@@ -62,32 +71,55 @@ def test_from_config_resolves_builtins_with_provenance_and_options():
 
 
 def test_unknown_reward_lists_known_names_and_providers():
-    with pytest.raises(PluginError, match=rf"unknown reward 'cod'\. Known rewards: .*code \(diffugrpo {re.escape(__version__)}\)"):
+    with pytest.raises(
+        PluginError, match=rf"unknown reward 'cod'\. Known rewards: .*code \(diffugrpo {re.escape(__version__)}\)"
+    ):
         RewardSpec.from_config({"reward_funcs": ["cod"]})
 
 
 def test_an_unknown_name_is_reported_before_the_weights_it_miscounts():
-    with pytest.raises(PluginError, match=rf"unknown reward 'nope'\. Known rewards: code \(diffugrpo {re.escape(__version__)}\), "):
+    with pytest.raises(
+        PluginError, match=rf"unknown reward 'nope'\. Known rewards: code \(diffugrpo {re.escape(__version__)}\), "
+    ):
         RewardSpec.from_config({"reward_funcs": ["nope"], "reward_weights": [2.0, 0.5]})
     with pytest.raises(PluginError, match=r"unknown reward 'nope'\. Known rewards: "):
         RewardSpec.from_config({"reward_funcs": {"code": 1.0, "nope": 2.0}})
 
 
-@pytest.mark.parametrize("config, message", [
-    ({"reward_funcs": ["code"], "reward_kwargs": {"code": {"timeout": 3}}},
-     r"reward 'code' has no option\(s\) \['timeout'\]; its options are \['code_block', 'format_end', "
-     r"'require_format', 'timeout_s'\]"),
-    ({"reward_funcs": ["code"], "reward_kwargs": {"syntax": {}}}, r"gives options for \['syntax'\], which reward_funcs"),
-    ({"reward_funcs": ["code"], "aggregation": "dynamic"}, r"aggregation must be one of \[.fixed., .gated., .group_normalized., .learned.\], got .dynamic."),
-    ({"reward_funcs": ["code_format"], "aggregation": "gated"}, "needs its gate_reward 'code' among reward_funcs"),
-    ({"reward_funcs": ["code"], "code_block": "middle"}, r"code_block must be one of \[.first., .last.\], got .middle."),
-    ({"reward_funcs": ["code"], "format_end": "loose"}, r"format_end must be one of \[.exact., .lenient.\], got .loose."),
-    ({"reward_funcs": ["code_format"], "reward_kwargs": {"code_format": {"format_end": "any"}}},
-     r"reward_kwargs.code_format.format_end must be one of \[.exact., .lenient.\], got .any."),
-    ({"reward_funcs": ["code"], "rewards_weights": [1]}, r"unknown rewards option\(s\) \['rewards_weights'\]"),
-    ({"reward_funcs": ["code"], "sandbox": {"memroy_mb": 1}}, r"rewards.sandbox: unknown sandbox option"),
-    ({"reward_funcs": ["code"], "sample_deadline_s": 0}, "sample_deadline_s must be a positive number"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            {"reward_funcs": ["code"], "reward_kwargs": {"code": {"timeout": 3}}},
+            r"reward 'code' has no option\(s\) \['timeout'\]; its options are \['code_block', 'format_end', "
+            r"'require_format', 'timeout_s'\]",
+        ),
+        (
+            {"reward_funcs": ["code"], "reward_kwargs": {"syntax": {}}},
+            r"gives options for \['syntax'\], which reward_funcs",
+        ),
+        (
+            {"reward_funcs": ["code"], "aggregation": "dynamic"},
+            r"aggregation must be one of \[.fixed., .gated., .group_normalized., .learned.\], got .dynamic.",
+        ),
+        ({"reward_funcs": ["code_format"], "aggregation": "gated"}, "needs its gate_reward 'code' among reward_funcs"),
+        (
+            {"reward_funcs": ["code"], "code_block": "middle"},
+            r"code_block must be one of \[.first., .last.\], got .middle.",
+        ),
+        (
+            {"reward_funcs": ["code"], "format_end": "loose"},
+            r"format_end must be one of \[.exact., .lenient.\], got .loose.",
+        ),
+        (
+            {"reward_funcs": ["code_format"], "reward_kwargs": {"code_format": {"format_end": "any"}}},
+            r"reward_kwargs.code_format.format_end must be one of \[.exact., .lenient.\], got .any.",
+        ),
+        ({"reward_funcs": ["code"], "rewards_weights": [1]}, r"unknown rewards option\(s\) \['rewards_weights'\]"),
+        ({"reward_funcs": ["code"], "sandbox": {"memroy_mb": 1}}, r"rewards.sandbox: unknown sandbox option"),
+        ({"reward_funcs": ["code"], "sample_deadline_s": 0}, "sample_deadline_s must be a positive number"),
+    ],
+)
 def test_config_errors_name_the_key(config, message):
     with pytest.raises(RewardConfigError, match=message):
         RewardSpec.from_config(config)
@@ -101,6 +133,7 @@ def test_constant_reward_warns_loudly(caplog, capsys):
 
 
 # --- totals ----------------------------------------------------------------------------------
+
 
 def test_fixed_total_leaves_out_none():
     weights = {"code": 2.0, "code_format": 0.5, "efficiency": 1.0}
@@ -124,8 +157,12 @@ def test_spec_total_follows_its_aggregation():
 
 
 def test_group_normalisation_by_hand():
-    samples = [{"code": 1.0, "fmt": 1.0}, {"code": 0.0, "fmt": 1.0}, {"code": 0.5, "fmt": None},  # group a
-               {"code": 2.0, "fmt": 0.0}]  # group b, alone
+    samples = [
+        {"code": 1.0, "fmt": 1.0},
+        {"code": 0.0, "fmt": 1.0},
+        {"code": 0.5, "fmt": None},  # group a
+        {"code": 2.0, "fmt": 0.0},
+    ]  # group b, alone
     groups = ["a", "a", "a", "b"]
     normalized = normalize_by_group(samples, groups, eps=0.0)
     # group a, code: mean 0.5, unbiased std sqrt(((0.5)^2 + (0.5)^2 + 0) / 2) = 0.5
@@ -150,8 +187,12 @@ def test_group_ids_must_match_samples():
 
 
 def test_step_metrics_mean_none_fraction_and_total():
-    samples = [{"code": 1.0, "eff": None}, {"code": 0.0, "eff": 0.5}, {"code": 0.5, "eff": math.nan},
-               {"code": None, "eff": None}]
+    samples = [
+        {"code": 1.0, "eff": None},
+        {"code": 0.0, "eff": 0.5},
+        {"code": 0.5, "eff": math.nan},
+        {"code": None, "eff": None},
+    ]
     metrics = step_metrics(samples, totals=[2.0, 1.0, 0.0, 1.0], failed=[set(), set(), set(), {"code"}])
     assert metrics["reward/code/mean"] == pytest.approx(0.5)
     assert metrics["reward/code/none_fraction"] == pytest.approx(0.25)
@@ -163,6 +204,7 @@ def test_step_metrics_mean_none_fraction_and_total():
 
 
 # --- failing reward functions ----------------------------------------------------------------
+
 
 def _spec(*components: RewardComponent) -> RewardSpec:
     return RewardSpec(components=components)
@@ -241,8 +283,11 @@ def test_reasons_a_reward_returns_reach_each_row_and_plain_floats_still_work():
 
     spec = _spec(_component("explains", explains, weight=2.0), _component("plain", plain_floats))
     scored = spec.score(["a", "b", "c"], {})
-    assert [s.values for s in scored] == [{"explains": 0.0, "plain": 0.0}, {"explains": 1.0, "plain": 0.5},
-                                          {"explains": None, "plain": None}]
+    assert [s.values for s in scored] == [
+        {"explains": 0.0, "plain": 0.0},
+        {"explains": 1.0, "plain": 0.5},
+        {"explains": None, "plain": None},
+    ]
     assert [s.reasons for s in scored] == [{"explains": no_block}, {}, {"explains": not_applicable}]
     assert [spec.total(s.values) for s in scored] == [0.0, 2.5, 0.0]
     assert [value_of(item) for item in explains([])] == [0.0, 1.0, None]  # what TRL would be handed
@@ -252,5 +297,6 @@ def test_a_reason_must_be_a_reason():
     spec = _spec(_component("sloppy", lambda completions, **columns: [Explained(0.0, "no block")]))
     [scored] = spec.score(["x"], {})
     assert scored.values == {"sloppy": None}
-    assert scored.errors["sloppy"] == ("TypeError: reward 'sloppy' returned Explained with reason 'no block'; "
-                                       "give a Reason(kind, detail)")
+    assert scored.errors["sloppy"] == (
+        "TypeError: reward 'sloppy' returned Explained with reason 'no block'; give a Reason(kind, detail)"
+    )

@@ -15,18 +15,30 @@ def rollout(tiny_model_path):
     from diffugrpo_plugin.integration.engine import DiffusionModelConfig
     from diffugrpo_plugin.integration.rollout import DiffusionRollout
 
-    config = RolloutConfig(name="diffusion", engine_kwargs={"diffusion": {"sampler": "entropy", "steps": 8}},
-                           response_length=8, prompt_length=32, dtype="float32", tensor_model_parallel_size=1,
-                           seed=7)
-    model_config = DiffusionModelConfig(path=tiny_model_path, model_type="diffusion_lm",
-                                        override_config={"attn_implementation": "sdpa"})
+    config = RolloutConfig(
+        name="diffusion",
+        engine_kwargs={"diffusion": {"sampler": "entropy", "steps": 8}},
+        response_length=8,
+        prompt_length=32,
+        dtype="float32",
+        tensor_model_parallel_size=1,
+        seed=7,
+    )
+    model_config = DiffusionModelConfig(
+        path=tiny_model_path, model_type="diffusion_lm", override_config={"attn_implementation": "sdpa"}
+    )
     return DiffusionRollout(config, model_config, device_mesh=None)
 
 
 def requests(rollout, texts, temperature=1.0):
     tokenizer = rollout.tokenizer
-    return [{"prompt_ids": tokenizer.encode(text), "sampling_params": {"temperature": temperature, "top_p": 1.0,
-                                                                       "top_k": -1}} for text in texts]
+    return [
+        {
+            "prompt_ids": tokenizer.encode(text),
+            "sampling_params": {"temperature": temperature, "top_p": 1.0, "top_k": -1},
+        }
+        for text in texts
+    ]
 
 
 def perturbed_weights(module, scale):
@@ -74,14 +86,20 @@ def test_bad_sampler_option_fails_at_start_up(tiny_model_path):
     from diffugrpo_plugin.integration.rollout import DiffusionRollout
     from diffugrpo_plugin.plugins import PluginOptionError
 
-    config = RolloutConfig(name="diffusion", engine_kwargs={"diffusion": {"sampler": "entropy", "stepz": 8}},
-                           response_length=8, dtype="float32", tensor_model_parallel_size=1)
+    config = RolloutConfig(
+        name="diffusion",
+        engine_kwargs={"diffusion": {"sampler": "entropy", "stepz": 8}},
+        response_length=8,
+        dtype="float32",
+        tensor_model_parallel_size=1,
+    )
     with pytest.raises(PluginOptionError, match="stepz"):
         DiffusionRollout(config, DiffusionModelConfig(path=tiny_model_path, model_type="diffusion_lm"), None)
 
 
 def pulling_worker(server, batches: list[int], stop: asyncio.Event, fail: bool = False):
     """What the trainer worker's thread does, in the test's event loop: pull a batch, answer it, again."""
+
     async def loop():
         while not stop.is_set():
             taken = await server.next_batch(0.05)
@@ -93,9 +111,19 @@ def pulling_worker(server, batches: list[int], stop: asyncio.Event, fail: bool =
             if fail:
                 await server.deliver(batch_id, error="ValueError: the sampler says no")
             else:
-                await server.deliver(batch_id, [{"token_ids": [len(r["prompt_ids"])], "global_steps": 3,
-                                                 "generation_batch": "0:1", "generation_seconds": 0.01}
-                                                for r in requests])
+                await server.deliver(
+                    batch_id,
+                    [
+                        {
+                            "token_ids": [len(r["prompt_ids"])],
+                            "global_steps": 3,
+                            "generation_batch": "0:1",
+                            "generation_seconds": 0.01,
+                        }
+                        for r in requests
+                    ],
+                )
+
     return asyncio.create_task(loop())
 
 
@@ -132,7 +160,8 @@ def test_a_failed_batch_fails_each_of_its_requests_with_the_reason():
         return outcomes
 
     assert [str(outcome) for outcome in asyncio.run(scenario())] == [
-        "diffusion rollout: ValueError: the sampler says no"] * 3
+        "diffusion rollout: ValueError: the sampler says no"
+    ] * 3
 
 
 def test_requests_fail_once_the_worker_has_been_silent_too_long():
@@ -154,9 +183,17 @@ def test_the_server_process_needs_neither_torch_verl_nor_ray():
     import subprocess
     import sys
 
-    loaded = subprocess.run([sys.executable, "-c", "import sys, diffugrpo_plugin.sampling.request_batcher; "
-                             "print(sorted(m for m in ('torch', 'verl', 'ray') if m in sys.modules))"],
-                            capture_output=True, text=True, timeout=120)
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, diffugrpo_plugin.sampling.request_batcher; "
+            "print(sorted(m for m in ('torch', 'verl', 'ray') if m in sys.modules))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert loaded.stdout.strip() == "[]", loaded.stderr
 
 
@@ -171,8 +208,15 @@ class CountingRollout:
         if self.fail_with is not None:
             raise self.fail_with
         self.batches.append(len(requests))
-        return [{"token_ids": [len(r["prompt_ids"])], "global_steps": 1, "generation_batch": "0:1",
-                 "generation_seconds": 0.0} for r in requests]
+        return [
+            {
+                "token_ids": [len(r["prompt_ids"])],
+                "global_steps": 1,
+                "generation_batch": "0:1",
+                "generation_seconds": 0.0,
+            }
+            for r in requests
+        ]
 
 
 def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(ray_cluster):
@@ -206,8 +250,11 @@ def test_requests_fail_when_the_generating_thread_dies(ray_cluster):
     from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
     server = ray.remote(RequestBatcher).remote(batch_window_s=0.01, silence_limit_s=2.0)
-    generating = threading.Thread(target=rollout_module._generate_batches,
-                                  args=(CountingRollout(fail_with=SystemExit(3)), server, None), daemon=True)
+    generating = threading.Thread(
+        target=rollout_module._generate_batches,
+        args=(CountingRollout(fail_with=SystemExit(3)), server, None),
+        daemon=True,
+    )
     generating.start()
     threading.Thread(target=rollout_module._send_heartbeats, args=(server, generating), daemon=True).start()
     with pytest.raises(ray.exceptions.RayTaskError, match="has not been heard from"):

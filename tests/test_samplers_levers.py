@@ -30,8 +30,11 @@ SETTINGS = [
     ("dream", EntropySampler, {"threshold": 0.3, "kv_cache": True}),
     ("dream", MaskGitPlusSampler, {"block_length": 4, "steps": 8, "temperature": 1.0, "threshold": 0.2}),
     ("llada", LLaDASampler, {"block_length": 8, "threshold": 0.2}),
-    ("llada", LLaDASampler, {"block_length": 4, "steps": 8, "temperature": 0.7, "kv_cache": True,
-                             "threshold": 0.2, "cfg_scale": 0.5}),
+    (
+        "llada",
+        LLaDASampler,
+        {"block_length": 4, "steps": 8, "temperature": 0.7, "kv_cache": True, "threshold": 0.2, "cfg_scale": 0.5},
+    ),
     ("llada", LLaDASampler, {"block_length": 4, "steps": 8, "dual_cache": True, "threshold": 0.2}),
 ]
 
@@ -48,8 +51,12 @@ def same_output(first, second) -> bool:
 @pytest.mark.parametrize("style, sampler_class, options", SETTINGS)
 def test_each_lever_off_reproduces_the_plain_sampler_bit_for_bit(style, sampler_class, options, models):
     plain = run(sampler_class(**options), models[style], PROMPTS, seeds=SEEDS)
-    off = run(sampler_class(compact=False, reuse_logits=False, head_on_masked=False, factor=None, **options),
-              models[style], PROMPTS, seeds=SEEDS)
+    off = run(
+        sampler_class(compact=False, reuse_logits=False, head_on_masked=False, factor=None, **options),
+        models[style],
+        PROMPTS,
+        seeds=SEEDS,
+    )
     assert same_output(plain, off)
     assert torch.equal(plain.unmask_step, off.unmask_step) and torch.equal(plain.steps, off.steps)
     assert plain.forwards == off.forwards and plain.forwarded_rows == off.forwarded_rows
@@ -57,7 +64,8 @@ def test_each_lever_off_reproduces_the_plain_sampler_bit_for_bit(style, sampler_
 
 @pytest.mark.parametrize("style, sampler_class, options", SETTINGS)
 def test_compaction_gives_each_row_the_completion_it_gets_alone_and_without_compaction(
-        style, sampler_class, options, models):
+    style, sampler_class, options, models
+):
     lm = models[style]
     plain = run(sampler_class(**options), lm, PROMPTS, seeds=SEEDS)
     compact = run(sampler_class(compact=True, **options), lm, PROMPTS, seeds=SEEDS)
@@ -71,8 +79,10 @@ def test_compaction_gives_each_row_the_completion_it_gets_alone_and_without_comp
     assert compact.forwarded_rows <= plain.forwarded_rows
 
 
-@pytest.mark.parametrize("levers", [{"reuse_logits": True}, {"head_on_masked": True},
-                                    {"reuse_logits": True, "head_on_masked": True, "compact": True}])
+@pytest.mark.parametrize(
+    "levers",
+    [{"reuse_logits": True}, {"head_on_masked": True}, {"reuse_logits": True, "head_on_masked": True, "compact": True}],
+)
 @pytest.mark.parametrize("style, sampler_class, options", SETTINGS)
 def test_reused_logits_and_the_masked_only_head_change_no_output(style, sampler_class, options, levers, models):
     lm = models[style]
@@ -109,7 +119,8 @@ def test_the_levers_skip_real_work():
 
     def generate(**options):
         return MaskGitPlusSampler(steps=4, threshold=0.99, **options).generate(
-            lm, ids, torch.ones_like(ids), 4, eos_token_id=FAKE_EOS, pad_token_id=FAKE_PAD, seeds=[0, 1])
+            lm, ids, torch.ones_like(ids), 4, eos_token_id=FAKE_EOS, pad_token_id=FAKE_PAD, seeds=[0, 1]
+        )
 
     plain = generate()
     assert plain.forwards == 4 and plain.forwarded_rows == 8  # row 0 rides along to the end
@@ -137,15 +148,19 @@ def test_dual_cache_is_exact_when_attention_is_causal(style, sampler_class):
     assert same_output(plain, cached)
 
 
-@pytest.mark.parametrize("style, sampler", [
-    ("llada", LLaDASampler(block_length=4, steps=8, dual_cache=True)),
-    ("dream", MaskGitPlusSampler(block_length=4, steps=8, dual_cache=True)),
-])
+@pytest.mark.parametrize(
+    "style, sampler",
+    [
+        ("llada", LLaDASampler(block_length=4, steps=8, dual_cache=True)),
+        ("dream", MaskGitPlusSampler(block_length=4, steps=8, dual_cache=True)),
+    ],
+)
 def test_dual_cache_runs_only_the_block_after_its_first_step(style, sampler, models):
     lm = models[style]
     calls = []
-    handle = lm.module.register_forward_pre_hook(lambda _m, _a, kwargs: calls.append(kwargs["input_ids"].shape[1]),
-                                                 with_kwargs=True)
+    handle = lm.module.register_forward_pre_hook(
+        lambda _m, _a, kwargs: calls.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
     try:
         run(sampler, lm, [LONG], new_tokens=8)
     finally:
@@ -156,25 +171,35 @@ def test_dual_cache_runs_only_the_block_after_its_first_step(style, sampler, mod
 
 
 @pytest.mark.parametrize("cache", ["kv_cache", "dual_cache"])
-@pytest.mark.parametrize("style, sampler_class, options", [
-    ("dream", EntropySampler, {"threshold": 0.3}),
-    ("dream", MaskGitPlusSampler, {"block_length": 4, "steps": 8, "temperature": 1.0}),
-    ("llada", LLaDASampler, {"block_length": 16, "steps": 8, "temperature": 0.7, "cfg_scale": 0.5}),
-])
+@pytest.mark.parametrize(
+    "style, sampler_class, options",
+    [
+        ("dream", EntropySampler, {"threshold": 0.3}),
+        ("dream", MaskGitPlusSampler, {"block_length": 4, "steps": 8, "temperature": 1.0}),
+        ("llada", LLaDASampler, {"block_length": 16, "steps": 8, "temperature": 0.7, "cfg_scale": 0.5}),
+    ],
+)
 def test_a_cache_refreshed_every_forward_reproduces_the_plain_sampler(cache, style, sampler_class, options, models):
     # Refilled at every step, the kept keys/values are never stale: the logits are the full forward's.
     lm = models[style]
     plain = run(sampler_class(**options), lm, PROMPTS, seeds=SEEDS)
-    refreshed = run(sampler_class(**{cache: True}, cache_refresh=1, compact=True, reuse_logits=True,
-                                  head_on_masked=True, **options), lm, PROMPTS, seeds=SEEDS)
+    refreshed = run(
+        sampler_class(
+            **{cache: True}, cache_refresh=1, compact=True, reuse_logits=True, head_on_masked=True, **options
+        ),
+        lm,
+        PROMPTS,
+        seeds=SEEDS,
+    )
     assert same_output(plain, refreshed)
 
 
 def test_cache_refresh_refills_every_that_many_forwards(models):
     lm = models["llada"]
     calls = []
-    handle = lm.module.register_forward_pre_hook(lambda _m, _a, kwargs: calls.append(kwargs["input_ids"].shape[1]),
-                                                 with_kwargs=True)
+    handle = lm.module.register_forward_pre_hook(
+        lambda _m, _a, kwargs: calls.append(kwargs["input_ids"].shape[1]), with_kwargs=True
+    )
     try:
         run(LLaDASampler(steps=5, dual_cache=True, cache_refresh=2), lm, [LONG], new_tokens=5)
     finally:
@@ -187,9 +212,11 @@ def test_factor_rule_by_hand():
     # bars: k=1: 1 - 1/2 = .5, k=2: 1 - 1/3 = .667, k=3: .75, k=4: .8
     confidence = torch.tensor([[0.9, 0.7, 0.76, -torch.inf], [0.4, 0.95, 0.3, 0.2], [0.99, 0.99, 0.99, 0.99]])
     chosen = factor_choice(confidence, factor=1.0)
-    assert chosen.tolist() == [[True, False, True, False],  # ranked .9 > .5, .76 > .667, then .7 < .75
-                               [False, True, False, False],  # .95 > .5, then .4 < .667
-                               [True, True, True, True]]  # all four clear their bars
+    assert chosen.tolist() == [
+        [True, False, True, False],  # ranked .9 > .5, .76 > .667, then .7 < .75
+        [False, True, False, False],  # .95 > .5, then .4 < .667
+        [True, True, True, True],
+    ]  # all four clear their bars
 
 
 def test_factor_rule_keeps_only_a_leading_run():
@@ -212,15 +239,18 @@ def test_dual_cache_refuses_a_model_without_cache_support():
         LLaDASampler(dual_cache=True).generate(lm, ids, torch.ones_like(ids), 2, eos_token_id=4, pad_token_id=0)
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"kv_cache": True, "dual_cache": True}, "dual_cache=True is invalid; it replaces the prefix cache"),
-    ({"factor": 0}, "factor=0 is invalid; use a number > 0"),
-    ({"compact": "yes"}, "compact='yes' is invalid; use true or false"),
-    ({"reuse_logits": 1}, "reuse_logits=1 is invalid; use true or false"),
-    ({"head_on_masked": None}, "head_on_masked=None is invalid; use true or false"),
-    ({"cache_refresh": 2}, "cache_refresh=2 is invalid; it refreshes a KV cache: also set kv_cache=true"),
-    ({"cache_refresh": 0, "kv_cache": True}, "cache_refresh=0 is invalid; use an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"kv_cache": True, "dual_cache": True}, "dual_cache=True is invalid; it replaces the prefix cache"),
+        ({"factor": 0}, "factor=0 is invalid; use a number > 0"),
+        ({"compact": "yes"}, "compact='yes' is invalid; use true or false"),
+        ({"reuse_logits": 1}, "reuse_logits=1 is invalid; use true or false"),
+        ({"head_on_masked": None}, "head_on_masked=None is invalid; use true or false"),
+        ({"cache_refresh": 2}, "cache_refresh=2 is invalid; it refreshes a KV cache: also set kv_cache=true"),
+        ({"cache_refresh": 0, "kv_cache": True}, "cache_refresh=0 is invalid; use an integer >= 1"),
+    ],
+)
 def test_bad_lever_options_are_named(options, message):
     with pytest.raises(SamplerOptionError, match=message):
         EntropySampler(**options)
@@ -228,9 +258,16 @@ def test_bad_lever_options_are_named(options, message):
 
 def test_benchmark_names_the_mbpp_variable_when_it_is_unset():
     env = {key: value for key, value in os.environ.items() if key != "DIFFUGRPO_MBPP_DIR"}
-    done = subprocess.run([sys.executable, "benchmarks/sampler.py", "--tasks", "mbpp"], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "benchmarks/sampler.py", "--tasks", "mbpp"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1
     assert done.stderr.strip().splitlines() == [
         "benchmarks/sampler.py: --tasks mbpp needs DIFFUGRPO_MBPP_DIR, the folder holding mbpp.jsonl; set it "
-        "(e.g. DIFFUGRPO_MBPP_DIR=path/to/mbpp)"]
+        "(e.g. DIFFUGRPO_MBPP_DIR=path/to/mbpp)"
+    ]

@@ -56,8 +56,16 @@ def llada_lm():
 
 def run(sampler, lm, prompts, new_tokens=16, seeds=None, trace=True):
     ids, mask = left_pad(prompts, PAD)
-    return sampler.generate(lm, ids, mask, new_tokens, eos_token_id=EOS, pad_token_id=PAD,
-                            seeds=seeds or list(range(len(prompts))), record_trace=trace)
+    return sampler.generate(
+        lm,
+        ids,
+        mask,
+        new_tokens,
+        eos_token_id=EOS,
+        pad_token_id=PAD,
+        seeds=seeds or list(range(len(prompts))),
+        record_trace=trace,
+    )
 
 
 GREEDY = [
@@ -109,12 +117,15 @@ def test_global_rng_state_is_never_touched(style, sampler, dream_lm, llada_lm):
     assert len(out.seeds) == 2 and out.seeds[0] != out.seeds[1]
 
 
-@pytest.mark.parametrize("style, sampler_class, options", [
-    ("dream", EntropySampler, {}),
-    ("dream", MaskGitPlusSampler, {"block_length": 4, "steps": 8, "temperature": 1.0}),
-    ("llada", LLaDASampler, {"block_length": 8}),
-    ("llada", LLaDASampler, {"block_length": 4, "steps": 8, "temperature": 1.0, "kv_cache": True}),
-])
+@pytest.mark.parametrize(
+    "style, sampler_class, options",
+    [
+        ("dream", EntropySampler, {}),
+        ("dream", MaskGitPlusSampler, {"block_length": 4, "steps": 8, "temperature": 1.0}),
+        ("llada", LLaDASampler, {"block_length": 8}),
+        ("llada", LLaDASampler, {"block_length": 4, "steps": 8, "temperature": 1.0, "kv_cache": True}),
+    ],
+)
 def test_threshold_one_reproduces_the_plain_sampler_exactly(style, sampler_class, options, dream_lm, llada_lm):
     lm = dream_lm if style == "dream" else llada_lm
     plain = run(sampler_class(**options), lm, [SHORT, LONG])
@@ -167,8 +178,9 @@ def test_cache_logits_match_a_full_forward_until_the_block_changes(style, cache_
     # A later step with the same sequence reuses the kept keys/values: still the full-forward logits,
     # also for a subset of the rows.
     assert torch.allclose(cached(x, attention, positions, start, end, fresh=False), full, atol=1e-5)
-    assert torch.allclose(cached(x, attention, positions, start, end, fresh=False, rows=torch.tensor([1])),
-                          full[1:], atol=1e-5)
+    assert torch.allclose(
+        cached(x, attention, positions, start, end, fresh=False, rows=torch.tensor([1])), full[1:], atol=1e-5
+    )
     # Once a block token changes, only the block (and, for the prefix cache, the rest) is recomputed: the
     # kept keys/values are what was seen at the block start (the approximation), the block sees the new token.
     changed = x.clone()
@@ -194,8 +206,16 @@ def padded_after_eos(tokens: list[int]) -> list[int]:
     return tokens[:end] + [PAD] * (len(tokens) - end)
 
 
-def reference_dream_greedy(lm: DiffusionLM, prompt: list[int], new_tokens: int, steps: int, alg: str,
-                           top_k: int | None = None, suppress_mask: bool = False, eps: float = 1e-3) -> list[int]:
+def reference_dream_greedy(
+    lm: DiffusionLM,
+    prompt: list[int],
+    new_tokens: int,
+    steps: int,
+    alg: str,
+    top_k: int | None = None,
+    suppress_mask: bool = False,
+    eps: float = 1e-3,
+) -> list[int]:
     """Dream's diffusion_generate loop for one unpadded prompt at temperature 0, written out plainly.
 
     As in Dream's code: top-k filtering before the softmax (it shapes the confidence even at
@@ -226,11 +246,12 @@ def reference_dream_greedy(lm: DiffusionLM, prompt: list[int], new_tokens: int, 
         proposal[is_masked] = best
         for position in scores.topk(count).indices.tolist() if count else []:
             x[0, position] = proposal[position]
-    return padded_after_eos(x[0, len(prompt):].tolist())
+    return padded_after_eos(x[0, len(prompt) :].tolist())
 
 
-def reference_llada_greedy(lm: DiffusionLM, prompt: list[int], new_tokens: int, steps: int,
-                           block_length: int, suppress_mask: bool = False) -> list[int]:
+def reference_llada_greedy(
+    lm: DiffusionLM, prompt: list[int], new_tokens: int, steps: int, block_length: int, suppress_mask: bool = False
+) -> list[int]:
     """LLaDA's generate for one prompt at temperature 0, low-confidence remasking, written out plainly.
 
     Each block's share per step is fixed when the block starts; every masked position before the
@@ -242,7 +263,7 @@ def reference_llada_greedy(lm: DiffusionLM, prompt: list[int], new_tokens: int, 
     steps_per_block = steps // blocks
     for block in range(blocks):
         start = len(prompt) + block * block_length
-        block_masks = int((x[0, start:start + block_length] == lm.mask_token_id).sum())
+        block_masks = int((x[0, start : start + block_length] == lm.mask_token_id).sum())
         base, extra = divmod(block_masks, steps_per_block)
         schedule = [base + (1 if i < extra else 0) for i in range(steps_per_block)]
         for count in schedule:
@@ -251,11 +272,11 @@ def reference_llada_greedy(lm: DiffusionLM, prompt: list[int], new_tokens: int, 
                 logits[:, lm.mask_token_id] = float("-inf")
             best = logits.argmax(dim=-1)
             confidence = torch.softmax(logits, dim=-1).gather(-1, best.unsqueeze(-1)).squeeze(-1)
-            confidence[start + block_length:] = float("-inf")  # earlier blocks' leftover masks still compete
+            confidence[start + block_length :] = float("-inf")  # earlier blocks' leftover masks still compete
             confidence[x[0] != lm.mask_token_id] = float("-inf")
             for position in confidence.topk(count).indices.tolist() if count else []:
                 x[0, position] = best[position]
-    return padded_after_eos(x[0, len(prompt):].tolist())
+    return padded_after_eos(x[0, len(prompt) :].tolist())
 
 
 def mask_prone_lm(style: str) -> DiffusionLM:
@@ -292,11 +313,17 @@ def test_mask_token_proposals_follow_the_references_unless_suppressed(suppress, 
     """Neither reference keeps a position from taking the mask token; suppress_mask_token does."""
     dream, llada = mask_prone["dream"], mask_prone["llada"]
     for alg in ("maskgit_plus", "entropy"):
-        ours = run(DreamSampler(alg=alg, steps=8, top_k=None, suppress_mask_token=suppress), dream, [LONG],
-                   trace=False).completion_ids[0].tolist()
+        ours = (
+            run(DreamSampler(alg=alg, steps=8, top_k=None, suppress_mask_token=suppress), dream, [LONG], trace=False)
+            .completion_ids[0]
+            .tolist()
+        )
         assert ours == reference_dream_greedy(dream, LONG, 16, 8, alg, suppress_mask=suppress)
-    ours = run(LLaDASampler(steps=8, block_length=8, suppress_mask_token=suppress), llada, [LONG],
-               trace=False).completion_ids[0].tolist()
+    ours = (
+        run(LLaDASampler(steps=8, block_length=8, suppress_mask_token=suppress), llada, [LONG], trace=False)
+        .completion_ids[0]
+        .tolist()
+    )
     assert ours == reference_llada_greedy(llada, LONG, 16, 8, 8, suppress_mask=suppress)
 
 
@@ -305,6 +332,7 @@ def test_the_mask_prone_model_really_proposes_the_mask_token(mask_prone):
     for style, sampler_class in (("dream", EntropySampler), ("llada", LLaDASampler)):
         options = {"steps": 8, "block_length": 8} if style == "llada" else {"steps": 8}
         kept = run(sampler_class(**options), mask_prone[style], [LONG, SHORT], trace=False).completion_ids
-        suppressed = run(sampler_class(suppress_mask_token=True, **options), mask_prone[style], [LONG, SHORT],
-                         trace=False).completion_ids
+        suppressed = run(
+            sampler_class(suppress_mask_token=True, **options), mask_prone[style], [LONG, SHORT], trace=False
+        ).completion_ids
         assert (kept == MASK_ID).any() and not (suppressed == MASK_ID).any()

@@ -48,16 +48,19 @@ def test_unknown_option_lists_the_valid_ones():
         build_sampler("llada", stpes=8)
 
 
-@pytest.mark.parametrize("factory, options, message", [
-    (DreamSampler, {"alg": "greedy"}, "alg='greedy' is invalid; choose one of origin, maskgit_plus"),
-    (DreamSampler, {"steps": 0}, "steps=0 is invalid"),
-    (DreamSampler, {"top_p": 1.5}, "top_p=1.5 is invalid"),
-    (DreamSampler, {"temperature": -1}, "temperature=-1 is invalid"),
-    (LLaDASampler, {"remasking": "lowest"}, "remasking='lowest' is invalid; choose one of low_confidence, random"),
-    (LLaDASampler, {"threshold": 0}, "threshold=0 is invalid"),
-    (LLaDASampler, {"kv_cache": "yes"}, "kv_cache='yes' is invalid"),
-    (LLaDASampler, {"micro_batch_size": 2.5}, "micro_batch_size=2.5 is invalid"),
-])
+@pytest.mark.parametrize(
+    "factory, options, message",
+    [
+        (DreamSampler, {"alg": "greedy"}, "alg='greedy' is invalid; choose one of origin, maskgit_plus"),
+        (DreamSampler, {"steps": 0}, "steps=0 is invalid"),
+        (DreamSampler, {"top_p": 1.5}, "top_p=1.5 is invalid"),
+        (DreamSampler, {"temperature": -1}, "temperature=-1 is invalid"),
+        (LLaDASampler, {"remasking": "lowest"}, "remasking='lowest' is invalid; choose one of low_confidence, random"),
+        (LLaDASampler, {"threshold": 0}, "threshold=0 is invalid"),
+        (LLaDASampler, {"kv_cache": "yes"}, "kv_cache='yes' is invalid"),
+        (LLaDASampler, {"micro_batch_size": 2.5}, "micro_batch_size=2.5 is invalid"),
+    ],
+)
 def test_bad_option_values_are_named(factory, options, message):
     with pytest.raises(SamplerOptionError, match=message.replace("(", r"\(").replace(")", r"\)")):
         factory(**options)
@@ -71,11 +74,13 @@ def test_layout_errors_name_the_option():
     lm = fake_lm({1: [log_probs(0.5, 0.5)] * 9})
     ids = torch.tensor([[1]])
     with pytest.raises(SamplerOptionError, match="max_new_tokens=8 is not a multiple of block_length=3"):
-        LLaDASampler(block_length=3).generate(lm, ids, torch.ones_like(ids), 8, eos_token_id=FAKE_EOS,
-                                              pad_token_id=FAKE_PAD)
+        LLaDASampler(block_length=3).generate(
+            lm, ids, torch.ones_like(ids), 8, eos_token_id=FAKE_EOS, pad_token_id=FAKE_PAD
+        )
     with pytest.raises(SamplerOptionError, match="steps=3 cannot be split equally over 2 blocks"):
-        LLaDASampler(block_length=4, steps=3).generate(lm, ids, torch.ones_like(ids), 8, eos_token_id=FAKE_EOS,
-                                                       pad_token_id=FAKE_PAD)
+        LLaDASampler(block_length=4, steps=3).generate(
+            lm, ids, torch.ones_like(ids), 8, eos_token_id=FAKE_EOS, pad_token_id=FAKE_PAD
+        )
 
 
 def test_bad_prompts_are_named():
@@ -87,18 +92,18 @@ def test_bad_prompts_are_named():
     sampler = DreamSampler()
     ids = torch.tensor([[1, 1, 0], [1, 1, 1]])
     with pytest.raises(ValueError, match=r"rows \[0\] are not left-padded"):
-        sampler.generate(lm, ids, torch.tensor([[1, 1, 0], [1, 1, 1]]), 2, eos_token_id=FAKE_EOS,
-                         pad_token_id=FAKE_PAD)
+        sampler.generate(lm, ids, torch.tensor([[1, 1, 0], [1, 1, 1]]), 2, eos_token_id=FAKE_EOS, pad_token_id=FAKE_PAD)
     with pytest.raises(ValueError, match=r"rows \[1\] have no real token"):
-        sampler.generate(lm, ids, torch.tensor([[0, 1, 1], [0, 0, 0]]), 2, eos_token_id=FAKE_EOS,
-                         pad_token_id=FAKE_PAD)
+        sampler.generate(lm, ids, torch.tensor([[0, 1, 1], [0, 0, 0]]), 2, eos_token_id=FAKE_EOS, pad_token_id=FAKE_PAD)
     with pytest.raises(ValueError, match="seeds has 1 entries for 2 prompts"):
         sampler.generate(lm, ids, torch.ones_like(ids), 2, eos_token_id=FAKE_EOS, pad_token_id=FAKE_PAD, seeds=[1])
 
 
 def test_listing_samplers_does_not_import_torch():
-    code = ("import sys; from diffugrpo_plugin.plugins import factory_options, registrations; "
-            "[factory_options(r.obj) for r in registrations('sampler').values()]; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; from diffugrpo_plugin.plugins import factory_options, registrations; "
+        "[factory_options(r.obj) for r in registrations('sampler').values()]; "
+        "print('torch' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

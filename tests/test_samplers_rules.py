@@ -43,8 +43,16 @@ THREE = fake_lm({PROMPT: [C, C, A, B]})
 
 def generate(sampler, lm, rows: int = 1, new_tokens: int = 3, seeds=None):
     ids = torch.full((rows, 1), PROMPT)
-    return sampler.generate(lm, ids, torch.ones_like(ids), new_tokens, eos_token_id=FAKE_EOS,
-                            pad_token_id=FAKE_PAD, seeds=seeds or list(range(rows)), record_trace=True)
+    return sampler.generate(
+        lm,
+        ids,
+        torch.ones_like(ids),
+        new_tokens,
+        eos_token_id=FAKE_EOS,
+        pad_token_id=FAKE_PAD,
+        seeds=seeds or list(range(rows)),
+        record_trace=True,
+    )
 
 
 def test_dream_schedule_matches_hand_computed_counts():
@@ -69,12 +77,15 @@ def test_llada_schedule_is_an_equal_split_fixed_at_the_block_start():
     assert llada_transfer_count(10, 1, 4, num_masked=1) == 1
 
 
-@pytest.mark.parametrize("sampler, first_position", [
-    (MaskGitPlusSampler(steps=2), 2),  # B has the most likely token (.60)
-    (TopKMarginSampler(steps=2), 0),  # C has the largest margin (.40)
-    (EntropySampler(steps=2), 1),  # A has the lowest entropy (.692)
-    (DreamSampler(steps=2, alg="entropy"), 1),
-])
+@pytest.mark.parametrize(
+    "sampler, first_position",
+    [
+        (MaskGitPlusSampler(steps=2), 2),  # B has the most likely token (.60)
+        (TopKMarginSampler(steps=2), 0),  # C has the largest margin (.40)
+        (EntropySampler(steps=2), 1),  # A has the lowest entropy (.692)
+        (DreamSampler(steps=2, alg="entropy"), 1),
+    ],
+)
 def test_dream_alg_unmasks_its_best_position_first(sampler, first_position):
     out = generate(sampler, THREE)
     assert out.completion_ids.tolist() == [[3, 1, 2]]
@@ -103,13 +114,16 @@ def test_origin_unmasks_each_position_with_probability_one_minus_s_over_t():
     assert out.unmask_step.ge(0).all()  # the last step unmasks whatever is left
 
 
-@pytest.mark.parametrize("options, expected", [
-    ({"temperature": 1.0}, {0: 0.05, 1: 0.30, 2: 0.60, 3: 0.05}),
-    ({"temperature": 0.5}, {0: 0.0055, 1: 0.1978, 2: 0.7912, 3: 0.0055}),  # p^2 renormalised
-    ({"temperature": 1.0, "top_k": 2}, {1: 1 / 3, 2: 2 / 3}),
-    ({"temperature": 1.0, "top_p": 0.7}, {1: 1 / 3, 2: 2 / 3}),  # .60 then .30 reach .7
-    ({"temperature": 1.0, "top_p": 0.5}, {2: 1.0}),  # .60 alone exceeds .5
-])
+@pytest.mark.parametrize(
+    "options, expected",
+    [
+        ({"temperature": 1.0}, {0: 0.05, 1: 0.30, 2: 0.60, 3: 0.05}),
+        ({"temperature": 0.5}, {0: 0.0055, 1: 0.1978, 2: 0.7912, 3: 0.0055}),  # p^2 renormalised
+        ({"temperature": 1.0, "top_k": 2}, {1: 1 / 3, 2: 2 / 3}),
+        ({"temperature": 1.0, "top_p": 0.7}, {1: 1 / 3, 2: 2 / 3}),  # .60 then .30 reach .7
+        ({"temperature": 1.0, "top_p": 0.5}, {2: 1.0}),  # .60 alone exceeds .5
+    ],
+)
 def test_dream_token_sampling_follows_temperature_top_k_top_p(options, expected):
     # One position decided in one step, so the token is sampled exactly once from the filtered distribution.
     rows = 3000
@@ -135,8 +149,10 @@ def test_top_p_keeps_tokens_until_the_cumulative_probability_exceeds_it():
 
 def test_top_k_mask_picks_per_row_counts_with_lower_index_on_ties():
     scores = torch.tensor([[0.1, 0.9, 0.5, 0.9], [1.0, -math.inf, 2.0, 0.0]])
-    assert top_k_mask(scores, torch.tensor([2, 1])).tolist() == [[False, True, False, True],
-                                                                 [False, False, True, False]]
+    assert top_k_mask(scores, torch.tensor([2, 1])).tolist() == [
+        [False, True, False, True],
+        [False, False, True, False],
+    ]
 
 
 def test_gumbel_argmax_by_hand():
@@ -199,8 +215,9 @@ def test_a_row_stops_after_a_finished_block_with_eos_and_others_continue():
     lm = fake_lm({PROMPT: [C, A, eos_first, D, C], other_prompt: [C, A, B, D, C]})
     sampler = LLaDASampler(steps=4, block_length=2)
     ids = torch.tensor([[PROMPT], [other_prompt]])
-    out = sampler.generate(lm, ids, torch.ones_like(ids), 4, eos_token_id=FAKE_EOS, pad_token_id=FAKE_PAD,
-                           seeds=[0, 1], record_trace=True)
+    out = sampler.generate(
+        lm, ids, torch.ones_like(ids), 4, eos_token_id=FAKE_EOS, pad_token_id=FAKE_PAD, seeds=[0, 1], record_trace=True
+    )
     assert out.completion_ids.tolist() == [[1, FAKE_EOS, FAKE_PAD, FAKE_PAD], [1, 2, 0, 3]]
     assert out.completion_mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
     assert out.lengths.tolist() == [2, 4]

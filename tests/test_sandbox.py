@@ -46,7 +46,9 @@ def _inside(box: Sandbox, source: str, **job) -> dict:
 def test_job_runs_unprivileged_in_its_own_namespaces(box, tmp_path):
     host_file = tmp_path / "host_only.txt"
     host_file.write_text("visible?")
-    facts = _inside(box, f"""
+    facts = _inside(
+        box,
+        f"""
 import json, os, socket
 status = dict(line.split(':', 1) for line in open('/proc/self/status'))
 print(json.dumps({{
@@ -56,7 +58,8 @@ print(json.dumps({{
     "host_file_visible": os.path.exists({str(host_file)!r}),
     "env": sorted(os.environ), "cwd": os.getcwd(),
 }}))
-""")
+""",
+    )
     if os.geteuid() == 0:
         assert facts["uid"] >= TEST_UID_BASE and facts["cap_eff"] == "0000000000000000"
     assert len(facts["pids"]) <= 4  # bwrap's init, the launcher, this job: nothing of the host
@@ -67,7 +70,9 @@ print(json.dumps({{
 
 
 def test_system_dirs_are_read_only_and_work_dir_is_writable(box):
-    facts = _inside(box, """
+    facts = _inside(
+        box,
+        """
 import json
 def try_write(path):
     try:
@@ -76,17 +81,22 @@ def try_write(path):
     except OSError as exc:
         return exc.__class__.__name__ + ':' + str(exc.errno)
 print(json.dumps({"usr": try_write('/usr/evil'), "work": try_write('/work/ok'), "tmp": try_write('/tmp/ok')}))
-""")
+""",
+    )
     assert facts["usr"].endswith(":30") or facts["usr"].startswith("PermissionError")  # EROFS or EACCES
     assert facts["work"] == "written" and facts["tmp"] == "written"
 
 
 def test_limits_are_set_hard_inside_the_job(box):
-    limits = _inside(box, """
+    limits = _inside(
+        box,
+        """
 import json, resource
 names = ['RLIMIT_AS', 'RLIMIT_CPU', 'RLIMIT_NPROC', 'RLIMIT_FSIZE', 'RLIMIT_NOFILE', 'RLIMIT_CORE']
 print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
-""", timeout_s=1.5)
+""",
+        timeout_s=1.5,
+    )
     assert limits["RLIMIT_AS"] == [256 << 20, 256 << 20]
     assert limits["RLIMIT_CPU"] == [3, 4]  # ceil(1.5) + 1 soft, one more hard
     assert limits["RLIMIT_FSIZE"] == [1 << 20, 1 << 20]
@@ -95,15 +105,18 @@ print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
     assert limits["RLIMIT_NPROC"][0] == (16 if os.geteuid() == 0 else 18)
 
 
-@pytest.mark.parametrize("source, status, detail", [
-    ("print('hi')", "ok", {"stdout": "hi\n"}),
-    ("raise ValueError('bad')", "exception", {"exception": "ValueError", "message": "bad"}),
-    ("def f(:\n  pass", "exception", {"exception": "SyntaxError"}),
-    ("import sys; sys.exit(3)", "exit", {"exit_code": 3}),
-    ("import os; os._exit(0)", "vanished", {"exit_code": 0}),
-    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "signal", {"signal": 11}),
-    ("while True: pass", "timeout", {}),
-])
+@pytest.mark.parametrize(
+    "source, status, detail",
+    [
+        ("print('hi')", "ok", {"stdout": "hi\n"}),
+        ("raise ValueError('bad')", "exception", {"exception": "ValueError", "message": "bad"}),
+        ("def f(:\n  pass", "exception", {"exception": "SyntaxError"}),
+        ("import sys; sys.exit(3)", "exit", {"exit_code": 3}),
+        ("import os; os._exit(0)", "vanished", {"exit_code": 0}),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "signal", {"signal": 11}),
+        ("while True: pass", "timeout", {}),
+    ],
+)
 def test_statuses(box, source, status, detail):
     result = box.run([Job(source, timeout_s=0.5)])[0]
     assert result.status == status
@@ -126,11 +139,13 @@ def test_stdin_is_fed_and_output_is_capped(box):
 
 def test_time_and_memory_are_measured_inside_the_sandbox(box):
     # generous wall-clock limits: on a loaded host the 0.3 s CPU spin needs far more wall time
-    idle, busy, big = box.run([
-        Job("x = 1", timeout_s=10.0),
-        Job("import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass", timeout_s=10.0),
-        Job("block = bytearray(100 * 2**20)\nblock[::4096] = b'x' * len(block[::4096])", timeout_s=10.0),
-    ])
+    idle, busy, big = box.run(
+        [
+            Job("x = 1", timeout_s=10.0),
+            Job("import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass", timeout_s=10.0),
+            Job("block = bytearray(100 * 2**20)\nblock[::4096] = b'x' * len(block[::4096])", timeout_s=10.0),
+        ]
+    )
     assert [job.status for job in (idle, busy, big)] == ["ok"] * 3, (idle, busy, big)
     assert idle.cpu_s < 0.1 and idle.memory_kb < 5_000
     assert busy.cpu_s >= 0.25
@@ -143,10 +158,13 @@ def test_time_and_memory_are_measured_inside_the_sandbox(box):
 
 def test_a_counted_job_reports_the_lines_its_program_ran(box):
     loop = "x = 0\nfor i in range(5):\n    x += i\nprint(x)\n"
-    threaded = ("import threading\ndef work():\n    for i in range(3):\n        pass\n"
-                "t = threading.Thread(target=work)\nt.start()\nt.join()\n")
-    plain, *counted = box.run([Job(loop), Job(loop, count_lines=True), Job(loop, count_lines=True),
-                               *[Job(threaded, count_lines=True)] * 3])
+    threaded = (
+        "import threading\ndef work():\n    for i in range(3):\n        pass\n"
+        "t = threading.Thread(target=work)\nt.start()\nt.join()\n"
+    )
+    plain, *counted = box.run(
+        [Job(loop), Job(loop, count_lines=True), Job(loop, count_lines=True), *[Job(threaded, count_lines=True)] * 3]
+    )
     assert plain.lines is None and plain.stdout == "10\n"
     # line 1 once, the `for` line 5 + 1 times (the last finds range exhausted), the body 5 times, print once
     assert [job.lines for job in counted[:2]] == [13, 13]
@@ -156,17 +174,22 @@ def test_a_counted_job_reports_the_lines_its_program_ran(box):
 
 
 def test_a_pool_of_threads_is_counted_the_same_every_time(box):
-    pooled = ("from concurrent.futures import ThreadPoolExecutor\ndef square(x):\n    return x * x\n"
-              "with ThreadPoolExecutor(2) as pool:\n    print(list(pool.map(square, range(50))))\n")
+    pooled = (
+        "from concurrent.futures import ThreadPoolExecutor\ndef square(x):\n    return x * x\n"
+        "with ThreadPoolExecutor(2) as pool:\n    print(list(pool.map(square, range(50))))\n"
+    )
     counts = {job.lines for job in box.run([Job(pooled, count_lines=True)] * 3)}
     assert len(counts) == 1 and counts.pop() >= 50 + 4  # square's line 50 times, the module's 4 lines
 
 
 def test_a_program_that_replaces_the_line_tracer_gets_no_count(box):
-    stopped, profiled, threads_traced = box.run([
-        Job("import sys\nsys.settrace(None)\nfor i in range(100):\n    pass\n", count_lines=True),
-        Job("import sys\nsys.setprofile(lambda *a: None)\nx = 1\n", count_lines=True),
-        Job("import threading\nthreading.settrace(lambda *a: None)\nx = 1\n", count_lines=True)])
+    stopped, profiled, threads_traced = box.run(
+        [
+            Job("import sys\nsys.settrace(None)\nfor i in range(100):\n    pass\n", count_lines=True),
+            Job("import sys\nsys.setprofile(lambda *a: None)\nx = 1\n", count_lines=True),
+            Job("import threading\nthreading.settrace(lambda *a: None)\nx = 1\n", count_lines=True),
+        ]
+    )
     assert [job.status for job in (stopped, profiled, threads_traced)] == ["ok"] * 3
     assert stopped.lines is None and profiled.lines is None and threads_traced.lines is None
 
@@ -175,8 +198,9 @@ def test_a_program_that_breaks_what_the_counter_needs_still_ends_in_its_own_repo
     """The harness's last steps run in the job's process after the program: they must not fail because of it."""
     unthreaded = "import sys\nsys.modules.pop('threading', None)\nraise SystemExit(3)\n"
     no_settrace = "import sys\ndef broken(*a):\n    raise RuntimeError('no')\nsys.settrace = broken\nx = 1\n"
-    first, second, after = box.run([Job(unthreaded, count_lines=True), Job(no_settrace, count_lines=True),
-                                    Job("print('next')", count_lines=True)])
+    first, second, after = box.run(
+        [Job(unthreaded, count_lines=True), Job(no_settrace, count_lines=True), Job("print('next')", count_lines=True)]
+    )
     # the counter holds its own references: what the program removed or replaced is not what it calls
     assert (first.status, first.exit_code, first.lines) == ("exit", 3, 3)
     assert second.status == "ok" and second.lines == 4
@@ -265,8 +289,9 @@ def test_config_errors_name_the_option():
         SandboxConfig.from_mapping({"timeout_s": -1})
     with pytest.raises(ValueError, match="site_packages must be true or false"):
         SandboxConfig.from_mapping({"site_packages": "yes"})
-    assert SandboxConfig.from_mapping({"memory_mb": 512.0, "extra_ro_binds": ["/opt"]}) == \
-        SandboxConfig(memory_mb=512, extra_ro_binds=("/opt",))
+    assert SandboxConfig.from_mapping({"memory_mb": 512.0, "extra_ro_binds": ["/opt"]}) == SandboxConfig(
+        memory_mb=512, extra_ro_binds=("/opt",)
+    )
 
 
 def test_non_root_mode_under_a_user_namespace(tmp_path):
@@ -278,8 +303,9 @@ def test_non_root_mode_under_a_user_namespace(tmp_path):
     package = tmp_path / "diffugrpo_plugin"  # the sandbox modules alone (the package's __init__ needs pluggy)
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    shutil.copytree(REPO / "diffugrpo_plugin" / "sandbox", package / "sandbox",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        REPO / "diffugrpo_plugin" / "sandbox", package / "sandbox", ignore=shutil.ignore_patterns("__pycache__")
+    )
     for path in (tmp_path, *tmp_path.parents):
         if path != Path("/"):
             os.chmod(path, os.stat(path).st_mode | 0o005)
@@ -293,16 +319,27 @@ results = box.run([sb.Job("import os; print(os.getuid())"), sb.Job("import os\\n
                    sb.Job("print('still fine')")])
 print(json.dumps([[r.status, r.exception, r.stdout] for r in results]))
 """
-    done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-"],
-                          input=script, capture_output=True, text=True, timeout=60, cwd="/")
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == [["ok", None, "65534\n"], ["exception", "BlockingIOError", ""],
-                                       ["ok", None, "still fine\n"]]
+    assert json.loads(done.stdout) == [
+        ["ok", None, "65534\n"],
+        ["exception", "BlockingIOError", ""],
+        ["ok", None, "still fine\n"],
+    ]
 
 
 def test_sandbox_module_imports_no_torch():
-    code = ("import sys; import diffugrpo_plugin.sandbox.host, diffugrpo_plugin.rewards.code_tests; "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; import diffugrpo_plugin.sandbox.host, diffugrpo_plugin.rewards.code_tests; "
+        "print('torch' in sys.modules)"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert done.stdout.strip() == "False", done.stderr
 
@@ -322,7 +359,9 @@ def test_missing_protections_are_said_once_and_required_ones_refuse_to_start(cap
 def test_seccomp_is_an_allow_list(box):
     """A call off the list (one newer than any kernel, inotify, io_uring) and a socket family the network
     namespace does not isolate (vsock) are refused; threads, subprocesses and unix/inet sockets still work."""
-    facts = _inside(box, """
+    facts = _inside(
+        box,
+        """
 import ctypes, errno, json, socket, subprocess, threading
 libc = ctypes.CDLL(None, use_errno=True)
 def errno_of(number, *args):
@@ -340,18 +379,28 @@ thread.join()
 print(json.dumps({"unknown": errno_of(1000), "inotify_init1": errno_of(294, 0), "io_uring_setup": errno_of(425, 1, 0),
                   "vsock": refused(40), "unix": refused(socket.AF_UNIX), "inet": refused(socket.AF_INET),
                   "subprocess": subprocess.run(["true"]).returncode}))
-""")
-    assert facts == {"unknown": errno.EPERM, "inotify_init1": errno.EPERM, "io_uring_setup": errno.EPERM,
-                     "vsock": True, "unix": False, "inet": False, "subprocess": 0}
+""",
+    )
+    assert facts == {
+        "unknown": errno.EPERM,
+        "inotify_init1": errno.EPERM,
+        "io_uring_setup": errno.EPERM,
+        "vsock": True,
+        "unix": False,
+        "inet": False,
+        "subprocess": 0,
+    }
 
 
 def test_no_file_lock_is_shared_between_two_jobs_at_once():
     """Both jobs lock the same read-only system file (bind mounts share its inode) at the same time: neither
     sees the other's lock, because a lock inside the sandbox succeeds without locking anything."""
     two = tight_sandbox(max_concurrency=2, timeout_s=5.0)
-    locker = ("import fcntl, json, time\nhandle = open('/usr/lib/os-release', 'rb')\n"
-              "fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)\nfcntl.lockf(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
-              "time.sleep(1.0)\nprint(json.dumps('locked'))\n")
+    locker = (
+        "import fcntl, json, time\nhandle = open('/usr/lib/os-release', 'rb')\n"
+        "fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)\nfcntl.lockf(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)\n"
+        "time.sleep(1.0)\nprint(json.dumps('locked'))\n"
+    )
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         results = list(pool.map(lambda _: two.run([Job(locker)])[0], range(2)))
     assert [(r.status, r.stdout) for r in results] == [("ok", '"locked"\n')] * 2

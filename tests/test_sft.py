@@ -22,15 +22,19 @@ PAD = 0
 
 def small_batch():
     # two prompts (3 and 5 tokens) and targets of 2 and 4 tokens (EOS included), completion length 6
-    examples = [sft.Example(prompt_ids=(11, 12, 13), target_ids=(21, EOS)),
-                sft.Example(prompt_ids=(14, 15, 16, 17, 18), target_ids=(31, 32, 33, EOS))]
+    examples = [
+        sft.Example(prompt_ids=(11, 12, 13), target_ids=(21, EOS)),
+        sft.Example(prompt_ids=(14, 15, 16, 17, 18), target_ids=(31, 32, 33, EOS)),
+    ]
     return examples, sft.collate(examples, completion_length=6, pad_id=PAD, eos_id=EOS)
 
 
 def test_collate_left_pads_prompts_and_fills_the_completion_with_eos():
     _, batch = small_batch()
-    assert batch.input_ids.tolist() == [[PAD, PAD, 11, 12, 13, 21, EOS, EOS, EOS, EOS, EOS],
-                                        [14, 15, 16, 17, 18, 31, 32, 33, EOS, EOS, EOS]]
+    assert batch.input_ids.tolist() == [
+        [PAD, PAD, 11, 12, 13, 21, EOS, EOS, EOS, EOS, EOS],
+        [14, 15, 16, 17, 18, 31, 32, 33, EOS, EOS, EOS],
+    ]
     assert batch.attention_mask.tolist() == [[0, 0] + [1] * 9, [1] * 11]
     assert batch.completion_mask.tolist() == [[False] * 5 + [True] * 6] * 2
 
@@ -110,7 +114,7 @@ def test_batch_order_is_seeded_full_and_balanced():
     assert order == sft.batch_order(5, 3, 10, seed=1) and order != sft.batch_order(5, 3, 10, seed=2)
     assert all(len(batch) == 3 for batch in order)
     flat = [i for batch in order for i in batch]
-    assert all(sorted(flat[e * 5:(e + 1) * 5]) == list(range(5)) for e in range(6))  # each epoch a permutation
+    assert all(sorted(flat[e * 5 : (e + 1) * 5]) == list(range(5)) for e in range(6))  # each epoch a permutation
 
 
 def test_bad_settings_and_files_name_the_fix(tmp_path):
@@ -125,8 +129,17 @@ def test_bad_settings_and_files_name_the_fix(tmp_path):
 def test_sft_never_touches_the_global_rng(tiny_model_path, tmp_path):
     data = write_parquet(prepare("synthetic", "train")[:8], tmp_path / "train.parquet")
     states = torch.get_rng_state(), random.getstate(), np.random.get_state()[1].copy()
-    sft.train(sft.SFTConfig(train_files=(str(data),), output_dir=str(tmp_path / "out"), model_path=tiny_model_path,
-                            steps=2, batch_size=4, log_every=1), echo=lambda line: None)
+    sft.train(
+        sft.SFTConfig(
+            train_files=(str(data),),
+            output_dir=str(tmp_path / "out"),
+            model_path=tiny_model_path,
+            steps=2,
+            batch_size=4,
+            log_every=1,
+        ),
+        echo=lambda line: None,
+    )
     assert torch.equal(torch.get_rng_state(), states[0]) and random.getstate() == states[1]
     assert np.array_equal(np.random.get_state()[1], states[2])
 
@@ -139,8 +152,14 @@ def test_a_stop_rule_ends_training_early_and_the_checkpoint_says_where(tiny_mode
         seen.append((done, lm.module.training, torch.is_grad_enabled(), tokenizer.eos_token_id is not None))
         return done == 3
 
-    config = sft.SFTConfig(train_files=(str(data),), output_dir=str(tmp_path / "out"), model_path=tiny_model_path,
-                           steps=10, batch_size=4, log_every=1)
+    config = sft.SFTConfig(
+        train_files=(str(data),),
+        output_dir=str(tmp_path / "out"),
+        model_path=tiny_model_path,
+        steps=10,
+        batch_size=4,
+        log_every=1,
+    )
     result = sft.train(config, echo=lambda line: None, stop_when=stop_after_three)
     # asked after every step, with the model in eval mode and no autograd
     assert seen == [(1, False, False, True), (2, False, False, True), (3, False, False, True)]
@@ -154,13 +173,26 @@ def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_mo
 
     # the demo's data: MBPP train (601-974) and the synthetic family; held out: their validation splits
     mbpp = mbpp_file("mbpp.jsonl")
-    train_files = (str(write_parquet(prepare("mbpp", "train", mbpp), tmp_path / "mbpp_train.parquet")),
-                   str(write_parquet(prepare("synthetic", "train"), tmp_path / "train.parquet")))
-    val_files = (str(write_parquet(prepare("mbpp", "validation", mbpp), tmp_path / "mbpp_val.parquet")),
-                 str(write_parquet(prepare("synthetic", "validation"), tmp_path / "validation.parquet")))
-    config = sft.SFTConfig(train_files=train_files, val_files=val_files, output_dir=str(tmp_path / "ckpt"),
-                           model_path=tiny_model_path, steps=40, batch_size=8, lr=3e-3, warmup_steps=5, log_every=10,
-                           tensorboard_dir=str(tmp_path / "tb"))
+    train_files = (
+        str(write_parquet(prepare("mbpp", "train", mbpp), tmp_path / "mbpp_train.parquet")),
+        str(write_parquet(prepare("synthetic", "train"), tmp_path / "train.parquet")),
+    )
+    val_files = (
+        str(write_parquet(prepare("mbpp", "validation", mbpp), tmp_path / "mbpp_val.parquet")),
+        str(write_parquet(prepare("synthetic", "validation"), tmp_path / "validation.parquet")),
+    )
+    config = sft.SFTConfig(
+        train_files=train_files,
+        val_files=val_files,
+        output_dir=str(tmp_path / "ckpt"),
+        model_path=tiny_model_path,
+        steps=40,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=5,
+        log_every=10,
+        tensorboard_dir=str(tmp_path / "tb"),
+    )
     lm, tokenizer = sft.load_model_and_tokenizer(config)
     val_examples = sft.load_examples(config.val_files, tokenizer, 48, 160).examples
     before = sft.validation_loss(lm, val_examples, config, tokenizer.pad_token_id, tokenizer.eos_token_id, make_sft())
@@ -171,12 +203,18 @@ def test_loss_goes_down_and_the_checkpoint_loads_as_the_rl_side_loads_it(tiny_mo
     assert list((tmp_path / "tb").glob("events.out.tfevents.*"))
 
     # The RL side: verl's model config (as the engine builds it) and the rollout's loader accept the checkpoint.
-    model_config = DiffusionModelConfig(path=config.output_dir, model_type="diffusion_lm", use_remove_padding=False,
-                                        override_config={"attn_implementation": "sdpa"}, diffusion={"masker": "coupled"})
+    model_config = DiffusionModelConfig(
+        path=config.output_dir,
+        model_type="diffusion_lm",
+        use_remove_padding=False,
+        override_config={"attn_implementation": "sdpa"},
+        diffusion={"masker": "coupled"},
+    )
     reloaded = DiffusionLM.wrap(load_pretrained(model_config.local_path).eval(), tokenizer=model_config.tokenizer)
     assert reloaded.shift_logits and reloaded.mask_token_id == tokenizer.mask_token_id
-    reloaded_val = sft.validation_loss(reloaded, val_examples, config, tokenizer.pad_token_id, tokenizer.eos_token_id,
-                                       make_sft())
+    reloaded_val = sft.validation_loss(
+        reloaded, val_examples, config, tokenizer.pad_token_id, tokenizer.eos_token_id, make_sft()
+    )
     assert reloaded_val == pytest.approx(after, rel=1e-5)
     saved = json.loads((tmp_path / "ckpt" / "sft_config.json").read_text())
     assert saved["steps"] == saved["steps_done"] == result.steps_done == 40
@@ -198,9 +236,20 @@ def test_lora_sft_trains_only_adapters_and_saves_the_merged_model_and_the_adapte
     AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(tmp_path / "start")
     tiny_model_path = str(tmp_path / "start")
     data = write_parquet(prepare("synthetic", "train")[:64], tmp_path / "train.parquet")
-    config = sft.SFTConfig(train_files=(str(data),), val_files=(str(data),), output_dir=str(tmp_path / "out"),
-                           model_path=tiny_model_path, steps=40, batch_size=8, lr=3e-2, warmup_steps=2, log_every=10,
-                           lora_rank=8, lora_alpha=16, target_modules="q_proj,v_proj,up_proj,down_proj")
+    config = sft.SFTConfig(
+        train_files=(str(data),),
+        val_files=(str(data),),
+        output_dir=str(tmp_path / "out"),
+        model_path=tiny_model_path,
+        steps=40,
+        batch_size=8,
+        lr=3e-2,
+        warmup_steps=2,
+        log_every=10,
+        lora_rank=8,
+        lora_alpha=16,
+        target_modules="q_proj,v_proj,up_proj,down_proj",
+    )
     lm, tokenizer = sft.load_model_and_tokenizer(config)
     trainable = {name for name, parameter in lm.module.named_parameters() if parameter.requires_grad}
     assert trainable and all("lora_" in name for name in trainable)
@@ -218,8 +267,15 @@ def test_lora_sft_trains_only_adapters_and_saves_the_merged_model_and_the_adapte
         assert torch.allclose(saved(input_ids=ids).logits, merged_again(input_ids=ids).logits, atol=1e-5)
         assert not torch.allclose(saved(input_ids=ids).logits, load_pretrained(tiny_model_path)(input_ids=ids).logits)
     with pytest.raises(sft.SFTError, match="target-modules"):
-        sft.load_model_and_tokenizer(sft.SFTConfig(train_files=("x",), output_dir="y", model_path=tiny_model_path,
-                                                   lora_rank=4, target_modules="no_such_layer"))
+        sft.load_model_and_tokenizer(
+            sft.SFTConfig(
+                train_files=("x",),
+                output_dir="y",
+                model_path=tiny_model_path,
+                lora_rank=4,
+                target_modules="no_such_layer",
+            )
+        )
 
 
 # --------------------------------------------------------------------------- the warm-started default model

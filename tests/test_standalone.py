@@ -39,11 +39,17 @@ def test_ci_first_runs_the_readme_test_command_verbatim_in_a_copy_without_mbpp()
 
 def test_nothing_a_user_runs_points_beside_the_clone():
     files = [REPO / "README.md", REPO / "pyproject.toml"] + [
-        path for folder in ("examples", "diffugrpo_plugin", "reward_plugins", "hydra_plugins", "tests")
-        for path in (REPO / folder).rglob("*") if path.suffix in {".py", ".md", ".yaml", ".toml"}]
+        path
+        for folder in ("examples", "diffugrpo_plugin", "reward_plugins", "hydra_plugins", "tests")
+        for path in (REPO / folder).rglob("*")
+        if path.suffix in {".py", ".md", ".yaml", ".toml"}
+    ]
     beside = re.compile(r"\.\./shared|parent\s*/\s*[\"']shared")
-    offenders = [str(path.relative_to(REPO)) for path in files
-                 if path.name != "test_standalone.py" and beside.search(path.read_text(encoding="utf-8"))]
+    offenders = [
+        str(path.relative_to(REPO))
+        for path in files
+        if path.name != "test_standalone.py" and beside.search(path.read_text(encoding="utf-8"))
+    ]
     assert offenders == []
 
 

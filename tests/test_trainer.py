@@ -20,15 +20,18 @@ def nested(rows):
 
 
 def test_update_batch_is_expanded_iteration_major_with_each_iterations_masks_and_log_probs():
-    data = TensorDict({
-        "responses": nested([[1, 2], [3, 4, 5]]),
-        iteration_field("mask_seed", 0): torch.tensor([10, 11]),
-        iteration_field("mask_seed", 1): torch.tensor([20, 21]),
-        iteration_field("old_log_probs", 0): nested([[-1, -1], [-2, -2, -2]]),
-        iteration_field("old_log_probs", 1): nested([[-3, -3], [-4, -4, -4]]),
-        iteration_field("ref_log_prob", 0): nested([[-5, -5], [-6, -6, -6]]),
-        iteration_field("ref_log_prob", 1): nested([[-7, -7], [-8, -8, -8]]),
-    }, batch_size=2)
+    data = TensorDict(
+        {
+            "responses": nested([[1, 2], [3, 4, 5]]),
+            iteration_field("mask_seed", 0): torch.tensor([10, 11]),
+            iteration_field("mask_seed", 1): torch.tensor([20, 21]),
+            iteration_field("old_log_probs", 0): nested([[-1, -1], [-2, -2, -2]]),
+            iteration_field("old_log_probs", 1): nested([[-3, -3], [-4, -4, -4]]),
+            iteration_field("ref_log_prob", 0): nested([[-5, -5], [-6, -6, -6]]),
+            iteration_field("ref_log_prob", 1): nested([[-7, -7], [-8, -8, -8]]),
+        },
+        batch_size=2,
+    )
     expanded = expand_iterations(data, 2)
     assert expanded.batch_size[0] == 4
     assert expanded["mask_seed"].tolist() == [10, 11, 20, 21]
@@ -57,8 +60,11 @@ def test_loss_mask_stops_after_the_first_eos():
 
 
 def test_a_reward_failing_on_most_completions_is_reported_and_stops_training_after_its_patience(capsys):
-    trainer = SimpleNamespace(reward_spec=SimpleNamespace(names=["code", "code_format"], stop_after_failed_steps=2),
-                              failed_steps={}, global_steps=1)
+    trainer = SimpleNamespace(
+        reward_spec=SimpleNamespace(names=["code", "code_format"], stop_after_failed_steps=2),
+        failed_steps={},
+        global_steps=1,
+    )
     check = DiffuGRPOTrainer._check_reward_failures
     check(trainer, [{"code"}, set(), set(), set()])  # a quarter of the rows: reported, no streak
     assert "step 1: reward 'code' failed on 1 of 4 completions" in capsys.readouterr().err
@@ -72,8 +78,11 @@ def test_a_reward_failing_on_most_completions_is_reported_and_stops_training_aft
     trainer.global_steps = 4
     check(trainer, [{"code"}] * 4)
     trainer.global_steps = 5
-    with pytest.raises(RewardFailure, match=r"reward\(s\) \['code'\] failed on at least half the completions for 2 "
-                                            r"steps in a row \(step 5\).*stop_after_failed_steps=0 never stops"):
+    with pytest.raises(
+        RewardFailure,
+        match=r"reward\(s\) \['code'\] failed on at least half the completions for 2 "
+        r"steps in a row \(step 5\).*stop_after_failed_steps=0 never stops",
+    ):
         check(trainer, [{"code"}] * 4)
     trainer.reward_spec.stop_after_failed_steps = 0
     check(trainer, [{"code"}] * 4)  # 0: report, never stop

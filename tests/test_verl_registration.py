@@ -30,8 +30,14 @@ def test_fresh_import_of_verl_registers_every_piece():
         print(get_trainer_cls("diffugrpo").__name__, get_reward_manager_cls("diffugrpo").__name__)
     """)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["DiffusionLMEngine", "DiffusionLMEngine", "DiffusionRollout", "DiffusionReplica",
-                                     "DiffuGRPOTrainer", "DiffugrpoRewardManager"]
+    assert result.stdout.split() == [
+        "DiffusionLMEngine",
+        "DiffusionLMEngine",
+        "DiffusionRollout",
+        "DiffusionReplica",
+        "DiffuGRPOTrainer",
+        "DiffugrpoRewardManager",
+    ]
 
 
 def test_a_failing_registration_is_reported_loudly():
@@ -68,5 +74,7 @@ def test_the_main_entry_stops_in_one_line_when_registration_failed():
     """)
     assert result.returncode == 2, result.stderr[-2000:]
     last_line = result.stderr.strip().splitlines()[-1]
-    assert last_line.startswith("diffugrpo: could not register with verl (ModuleNotFoundError: import of "
-                                "diffugrpo_plugin.integration.algorithm halted"), last_line
+    assert last_line.startswith(
+        "diffugrpo: could not register with verl (ModuleNotFoundError: import of "
+        "diffugrpo_plugin.integration.algorithm halted"
+    ), last_line

@@ -22,7 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="diffugrpo",
         description="Coupled-GRPO for masked diffusion LMs on verl: generate, score, prepare data, evaluate, plot, "
-                    "check a model, check the sandbox.",
+        "check a model, check the sandbox.",
     )
     parser.add_argument("--version", action="version", version=f"diffugrpo {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -25,8 +25,9 @@ from diffugrpo_plugin.cli.model_flags import add_model_flags
 
 # Memory-estimate defaults: DiffuCoder's recipe per GPU (examples/diffucoder_7b): 5 completions per micro-batch,
 # 200 + 256 tokens, 8 GPUs, the sampler denoising 10 completions together, 256 steps, 2 iterations.
-DEFAULTS = dict(batch=5, prompt_length=200, completion_length=256, gpus=8, rollout_micro_batch=10,
-                diffusion_steps=256, iterations=2)
+DEFAULTS = dict(
+    batch=5, prompt_length=200, completion_length=256, gpus=8, rollout_micro_batch=10, diffusion_steps=256, iterations=2
+)
 TEXT_WIDTH = 100
 DESCRIPTION = """\
 What to run before booking GPUs:
@@ -45,78 +46,156 @@ values, a probe raised),
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "check-model", formatter_class=argparse.RawDescriptionHelpFormatter,
+        "check-model",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="before booking GPUs: what a checkpoint resolves to, whether it runs, the memory a step needs",
-        description=DESCRIPTION)
+        description=DESCRIPTION,
+    )
     parser.add_argument("path", metavar="PATH", help="checkpoint directory or hub id")
     add_model_flags(parser.add_argument_group("model"), with_model=False, default_device="cpu")
     probes = parser.add_argument_group("probes (step 2)")
-    probes.add_argument("--dtype", choices=("float32", "bfloat16"), default=None,
-                        help="weights' dtype for the probes (default: float32 on CPU, else the checkpoint's own)")
-    probes.add_argument("--config-only", action="store_true",
-                        help="read the config only: no weights, no probes (the estimate is still printed)")
+    probes.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default=None,
+        help="weights' dtype for the probes (default: float32 on CPU, else the checkpoint's own)",
+    )
+    probes.add_argument(
+        "--config-only",
+        action="store_true",
+        help="read the config only: no weights, no probes (the estimate is still printed)",
+    )
     probes.add_argument("--prompt", default=None, help="the probes' prompt (default: a short coding request)")
-    probes.add_argument("--sampler", default=None,
-                        help="sampler of the sampling probe (default: the family's own: entropy for dream, llada "
-                             "for llada, else entropy)")
+    probes.add_argument(
+        "--sampler",
+        default=None,
+        help="sampler of the sampling probe (default: the family's own: entropy for dream, llada "
+        "for llada, else entropy)",
+    )
     probes.add_argument("--sample-tokens", type=int, default=16, help="tokens to generate (default: 16)")
     probes.add_argument("--sample-steps", type=int, default=8, help="denoising steps (default: 8)")
     probes.add_argument("--mask-seed", type=int, default=0, help="mask seed of the log-prob pass (default: 0)")
-    probes.add_argument("--tolerance", type=float, default=None,
-                        help="padding probe tolerance, times max(1, max |logit|) (default: 1e-4 in float32, "
-                             "5e-2 in bfloat16)")
+    probes.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="padding probe tolerance, times max(1, max |logit|) (default: 1e-4 in float32, 5e-2 in bfloat16)",
+    )
     estimate = parser.add_argument_group("memory estimate (step 3; defaults: DiffuCoder's recipe per GPU)")
-    estimate.add_argument("--batch", type=int, default=DEFAULTS["batch"],
-                          help="completions per training micro-batch per GPU (ppo_micro_batch_size_per_gpu; "
-                               "default: %(default)s)")
-    estimate.add_argument("--prompt-length", type=int, default=DEFAULTS["prompt_length"],
-                          help="prompt tokens (default: %(default)s)")
-    estimate.add_argument("--completion-length", type=int, default=DEFAULTS["completion_length"],
-                          help="completion tokens (default: %(default)s)")
-    estimate.add_argument("--gpus", type=int, default=DEFAULTS["gpus"],
-                          help="FSDP shards, data-parallel GPUs (default: %(default)s)")
-    estimate.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
-                          help="enable_gradient_checkpointing (default: on)")
-    estimate.add_argument("--param-dtype", choices=("bf16", "fp32"), default="bf16",
-                          help="FSDP mixed-precision param_dtype, the compute dtype (default: bf16)")
-    estimate.add_argument("--rollout-dtype", choices=("bf16", "fp32"), default="bf16",
-                          help="actor_rollout_ref.rollout.dtype (default: bf16)")
-    estimate.add_argument("--reference-dtype", choices=("fp32", "bf16"), default="fp32",
-                          help="reference model's stored dtype (verl 0.9.1's ref.fsdp_config.model_dtype; "
-                               "default: fp32)")
+    estimate.add_argument(
+        "--batch",
+        type=int,
+        default=DEFAULTS["batch"],
+        help="completions per training micro-batch per GPU (ppo_micro_batch_size_per_gpu; default: %(default)s)",
+    )
+    estimate.add_argument(
+        "--prompt-length", type=int, default=DEFAULTS["prompt_length"], help="prompt tokens (default: %(default)s)"
+    )
+    estimate.add_argument(
+        "--completion-length",
+        type=int,
+        default=DEFAULTS["completion_length"],
+        help="completion tokens (default: %(default)s)",
+    )
+    estimate.add_argument(
+        "--gpus", type=int, default=DEFAULTS["gpus"], help="FSDP shards, data-parallel GPUs (default: %(default)s)"
+    )
+    estimate.add_argument(
+        "--gradient-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="enable_gradient_checkpointing (default: on)",
+    )
+    estimate.add_argument(
+        "--param-dtype",
+        choices=("bf16", "fp32"),
+        default="bf16",
+        help="FSDP mixed-precision param_dtype, the compute dtype (default: bf16)",
+    )
+    estimate.add_argument(
+        "--rollout-dtype",
+        choices=("bf16", "fp32"),
+        default="bf16",
+        help="actor_rollout_ref.rollout.dtype (default: bf16)",
+    )
+    estimate.add_argument(
+        "--reference-dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="reference model's stored dtype (verl 0.9.1's ref.fsdp_config.model_dtype; default: fp32)",
+    )
     estimate.add_argument("--no-reference", action="store_true", help="no reference model (no KL loss)")
-    estimate.add_argument("--masker", choices=("coupled", "pair", "d1"), default="coupled",
-                          help="masker of the training passes: views through the network and head rows per token "
-                               "(coupled: 3 views, 2 rows; pair: 2, 1; d1: 1, 1; default: coupled)")
-    estimate.add_argument("--rollout-micro-batch", type=int, default=DEFAULTS["rollout_micro_batch"],
-                          help="completions the sampler denoises together (engine_kwargs.diffusion.micro_batch_size; "
-                               "default: %(default)s)")
-    estimate.add_argument("--chunk-rows", type=int, default=None,
-                          help="the fused head's memory cap, at most chunk_rows x vocabulary logits at a time "
-                               "(actor_rollout_ref.model.diffusion.chunk_rows; default: the training default's)")
-    estimate.add_argument("--no-kv-cache", action="store_true",
-                          help="the rollout samples without the prefix KV cache (the reference sampler; the training "
-                               "default keeps one)")
-    estimate.add_argument("--no-lean-mlp", action="store_true",
-                          help="the SwiGLU blocks save all four activations (diffusion.lean_mlp=false; the training "
-                               "default saves two where the model's blocks allow it)")
-    estimate.add_argument("--model-dtype", choices=("fp32", "bf16"), default="fp32",
-                          help="the sharded policy weights' storage dtype (verl's actor.fsdp_config.model_dtype; "
-                               "default: fp32)")
-    estimate.add_argument("--lora-rank", type=int, default=0,
-                          help="LoRA adapters of this rank (actor_rollout_ref.model.lora_rank): frozen base weights, "
-                               "adapters and their optimizer state, no reference copy (default: 0, every weight "
-                               "trains)")
-    estimate.add_argument("--target-modules", default="all-linear",
-                          help="with --lora-rank: comma-separated module names to adapt, or all-linear "
-                               "(actor_rollout_ref.model.target_modules; default: all-linear)")
-    estimate.add_argument("--lora-dropout", type=float, default=0.0,
-                          help="with --lora-rank: adapter dropout (actor_rollout_ref.model.lora.dropout); above 0 it "
-                               "keeps a copy of each adapted module's input for the backward (default: 0)")
-    estimate.add_argument("--diffusion-steps", type=int, default=DEFAULTS["diffusion_steps"],
-                          help="rollout denoising steps, for the FLOP count (default: %(default)s)")
-    estimate.add_argument("--iterations", type=int, default=DEFAULTS["iterations"],
-                          help="num_iterations (ppo_epochs), for the FLOP count (default: %(default)s)")
+    estimate.add_argument(
+        "--masker",
+        choices=("coupled", "pair", "d1"),
+        default="coupled",
+        help="masker of the training passes: views through the network and head rows per token "
+        "(coupled: 3 views, 2 rows; pair: 2, 1; d1: 1, 1; default: coupled)",
+    )
+    estimate.add_argument(
+        "--rollout-micro-batch",
+        type=int,
+        default=DEFAULTS["rollout_micro_batch"],
+        help="completions the sampler denoises together (engine_kwargs.diffusion.micro_batch_size; "
+        "default: %(default)s)",
+    )
+    estimate.add_argument(
+        "--chunk-rows",
+        type=int,
+        default=None,
+        help="the fused head's memory cap, at most chunk_rows x vocabulary logits at a time "
+        "(actor_rollout_ref.model.diffusion.chunk_rows; default: the training default's)",
+    )
+    estimate.add_argument(
+        "--no-kv-cache",
+        action="store_true",
+        help="the rollout samples without the prefix KV cache (the reference sampler; the training default keeps one)",
+    )
+    estimate.add_argument(
+        "--no-lean-mlp",
+        action="store_true",
+        help="the SwiGLU blocks save all four activations (diffusion.lean_mlp=false; the training "
+        "default saves two where the model's blocks allow it)",
+    )
+    estimate.add_argument(
+        "--model-dtype",
+        choices=("fp32", "bf16"),
+        default="fp32",
+        help="the sharded policy weights' storage dtype (verl's actor.fsdp_config.model_dtype; default: fp32)",
+    )
+    estimate.add_argument(
+        "--lora-rank",
+        type=int,
+        default=0,
+        help="LoRA adapters of this rank (actor_rollout_ref.model.lora_rank): frozen base weights, "
+        "adapters and their optimizer state, no reference copy (default: 0, every weight "
+        "trains)",
+    )
+    estimate.add_argument(
+        "--target-modules",
+        default="all-linear",
+        help="with --lora-rank: comma-separated module names to adapt, or all-linear "
+        "(actor_rollout_ref.model.target_modules; default: all-linear)",
+    )
+    estimate.add_argument(
+        "--lora-dropout",
+        type=float,
+        default=0.0,
+        help="with --lora-rank: adapter dropout (actor_rollout_ref.model.lora.dropout); above 0 it "
+        "keeps a copy of each adapted module's input for the backward (default: 0)",
+    )
+    estimate.add_argument(
+        "--diffusion-steps",
+        type=int,
+        default=DEFAULTS["diffusion_steps"],
+        help="rollout denoising steps, for the FLOP count (default: %(default)s)",
+    )
+    estimate.add_argument(
+        "--iterations",
+        type=int,
+        default=DEFAULTS["iterations"],
+        help="num_iterations (ppo_epochs), for the FLOP count (default: %(default)s)",
+    )
     parser.add_argument("--json", action="store_true", help="print everything as one JSON object")
     parser.set_defaults(func=run)
     return parser
@@ -128,8 +207,18 @@ def _fail(message: str) -> int:
 
 
 def _check_numbers(args: argparse.Namespace) -> str | None:
-    for name in ("batch", "prompt_length", "completion_length", "gpus", "rollout_micro_batch", "sample_tokens",
-                 "sample_steps", "diffusion_steps", "iterations", "chunk_rows"):
+    for name in (
+        "batch",
+        "prompt_length",
+        "completion_length",
+        "gpus",
+        "rollout_micro_batch",
+        "sample_tokens",
+        "sample_steps",
+        "diffusion_steps",
+        "iterations",
+        "chunk_rows",
+    ):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be at least 1, got {value}"
@@ -163,8 +252,12 @@ def _adapters(resolved, args) -> tuple[int, int, bool | None, int]:
     refuse_adapted_head(adapted, resolved.plan.family)
     lean = make_lean(adapted, resolved.plan.family.swiglu)
     dropped = adapted_inputs_per_layer(adapted, resolved.resolution.layers) if args.lora_dropout > 0 else 0
-    return (adapter_parameters(adapted), len(adapted_module_names(adapted)), lean.installed > 0 and not lean.skipped,
-            dropped)
+    return (
+        adapter_parameters(adapted),
+        len(adapted_module_names(adapted)),
+        lean.installed > 0 and not lean.skipped,
+        dropped,
+    )
 
 
 @contextlib.contextmanager
@@ -210,41 +303,71 @@ def _run(args: argparse.Namespace) -> int:
     from diffugrpo_plugin.config import training_default
     from diffugrpo_plugin.tools import model_check, step_cost
 
-    resolved = model_check.resolve_checkpoint(args.path, family=args.family,
-                                              implementation=args.implementation or "auto",
-                                              trust_remote_code=bool(args.trust_remote_code))
+    resolved = model_check.resolve_checkpoint(
+        args.path,
+        family=args.family,
+        implementation=args.implementation or "auto",
+        trust_remote_code=bool(args.trust_remote_code),
+    )
     resolution = resolved.resolution
     adapter_count, adapted_modules, lean_with_adapters, dropped = _adapters(resolved, args)
     lean_everywhere = resolution.lean_mlp_everywhere if lean_with_adapters is None else lean_with_adapters
     setup = step_cost.StepSetup(
-        batch=args.batch, prompt_length=args.prompt_length, completion_length=args.completion_length,
-        gpus=args.gpus, gradient_checkpointing=args.gradient_checkpointing, param_dtype=args.param_dtype,
-        reference_dtype=None if args.no_reference else args.reference_dtype, rollout_dtype=args.rollout_dtype,
+        batch=args.batch,
+        prompt_length=args.prompt_length,
+        completion_length=args.completion_length,
+        gpus=args.gpus,
+        gradient_checkpointing=args.gradient_checkpointing,
+        param_dtype=args.param_dtype,
+        reference_dtype=None if args.no_reference else args.reference_dtype,
+        rollout_dtype=args.rollout_dtype,
         rollout_micro_batch=args.rollout_micro_batch,
         chunk_rows=args.chunk_rows or training_default("actor_rollout_ref.model.diffusion.chunk_rows"),
-        logits_shift=bool(resolution.logits_shift), views=step_cost.MASKER_SHAPES[args.masker][0],
-        scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1], sampler_kv_cache=not args.no_kv_cache,
-        lean_mlp=lean_everywhere and not args.no_lean_mlp, lora_parameters=adapter_count, lora_dropout_inputs=dropped,
-        model_dtype=args.model_dtype)
+        logits_shift=bool(resolution.logits_shift),
+        views=step_cost.MASKER_SHAPES[args.masker][0],
+        scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1],
+        sampler_kv_cache=not args.no_kv_cache,
+        lean_mlp=lean_everywhere and not args.no_lean_mlp,
+        lora_parameters=adapter_count,
+        lora_dropout_inputs=dropped,
+        model_dtype=args.model_dtype,
+    )
     memory = step_cost.memory_estimate(resolution.shape(), setup)
-    flops = step_cost.step_flops(resolution.parameters, args.batch, setup.tokens, args.diffusion_steps,
-                                 args.iterations, setup.views, args.gradient_checkpointing,
-                                 reference=not args.no_reference)
+    flops = step_cost.step_flops(
+        resolution.parameters,
+        args.batch,
+        setup.tokens,
+        args.diffusion_steps,
+        args.iterations,
+        setup.views,
+        args.gradient_checkpointing,
+        reference=not args.no_reference,
+    )
     if not args.json:
         print(_resolution_text(resolution))
     check = model_check.ModelCheck(resolution=resolution)
     if not args.config_only:
         if not args.json:
             print("\nprobes: loading the weights ...", flush=True)
-        check = model_check.run_probes(resolved, device=args.device or "cpu", dtype=args.dtype,
-                                       prompt=args.prompt or model_check.DEFAULT_PROMPT, sampler=args.sampler,
-                                       sample_tokens=args.sample_tokens, sample_steps=args.sample_steps,
-                                       mask_seed=args.mask_seed, tolerance=args.tolerance)
+        check = model_check.run_probes(
+            resolved,
+            device=args.device or "cpu",
+            dtype=args.dtype,
+            prompt=args.prompt or model_check.DEFAULT_PROMPT,
+            sampler=args.sampler,
+            sample_tokens=args.sample_tokens,
+            sample_steps=args.sample_steps,
+            mask_seed=args.mask_seed,
+            tolerance=args.tolerance,
+        )
     if args.json:
         payload = check.to_dict()
         payload["ok"] = check.probes_ok
-        payload["estimate"] = {"setup": dataclasses.asdict(setup), "memory": memory.to_dict(),
-                               "flops": _flops_dict(flops)}
+        payload["estimate"] = {
+            "setup": dataclasses.asdict(setup),
+            "memory": memory.to_dict(),
+            "flops": _flops_dict(flops),
+        }
         print(json.dumps(payload, default=str))
     else:
         if not args.config_only:
@@ -256,10 +379,18 @@ def _run(args: argparse.Namespace) -> int:
 def _flops_dict(flops) -> dict:
     from diffugrpo_plugin.tools import step_cost
 
-    values = {"forward": flops.forward, "generation": flops.generation, "old_logprobs": flops.old_logprobs,
-              "ref_logprobs": flops.ref_logprobs, "update": flops.update, "total": flops.total}
-    h100 = {name: step_cost.seconds(value, 1, step_cost.H100_BF16_DENSE_FLOPS, step_cost.DEFAULT_UTILIZATION)
-            for name, value in values.items()}
+    values = {
+        "forward": flops.forward,
+        "generation": flops.generation,
+        "old_logprobs": flops.old_logprobs,
+        "ref_logprobs": flops.ref_logprobs,
+        "update": flops.update,
+        "total": flops.total,
+    }
+    h100 = {
+        name: step_cost.seconds(value, 1, step_cost.H100_BF16_DENSE_FLOPS, step_cost.DEFAULT_UTILIZATION)
+        for name, value in values.items()
+    }
     return {**values, "seconds_on_one_h100_at_40_percent": h100}
 
 
@@ -269,7 +400,7 @@ def _plural(count: int, noun: str) -> str:
 
 def _escape(text: str, limit: int = 160) -> str:
     shown = repr(text)
-    return shown if len(shown) <= limit else shown[:limit - 4] + "...'"
+    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
 
 
 def _count(value: int) -> str:
@@ -280,11 +411,15 @@ def _count(value: int) -> str:
 
 
 def _resolution_text(r) -> str:
-    shift = {True: "yes: the output at i-1 scores token i", False: "no: the output at i scores token i",
-             None: "unknown (set diffusion.logits_shift)"}[r.logits_shift]
+    shift = {
+        True: "yes: the output at i-1 scores token i",
+        False: "no: the output at i scores token i",
+        None: "unknown (set diffusion.logits_shift)",
+    }[r.logits_shift]
     mask = f"{r.mask_token_id}" + (f" {r.mask_token!r}" if r.mask_token is not None else "")
-    vocab = f"{r.vocab_size:,} logits" + (f" (config vocab_size {r.config_vocab_size:,})"
-                                         if r.config_vocab_size not in (None, r.vocab_size) else "")
+    vocab = f"{r.vocab_size:,} logits" + (
+        f" (config vocab_size {r.config_vocab_size:,})" if r.config_vocab_size not in (None, r.vocab_size) else ""
+    )
     rows = [
         ("family", f"{r.family} (detected from {r.detected_from}): {r.family_description}"),
         ("implementation", r.implementation_detail),
@@ -315,37 +450,56 @@ def _probes_text(check) -> str:
     load, pad, head, lp, sm = check.load, check.padding, check.head, check.logprob, check.sampling
     lines = [f"  loaded              {load.model_class} on {load.device} in {load.dtype} ({load.seconds:.1f} s)"]
     lines += _probe_lines(
-        "padding", pad, "LEAKS",
-        lambda p: (f"max |diff| {p.max_abs_diff:.2e} on {p.positions} real positions with {p.padding} pads in front "
-                   f"(tolerance {p.tolerance:.1e})"),
+        "padding",
+        pad,
+        "LEAKS",
+        lambda p: (
+            f"max |diff| {p.max_abs_diff:.2e} on {p.positions} real positions with {p.padding} pads in front "
+            f"(tolerance {p.tolerance:.1e})"
+        ),
         "left padding changes the prompt's logits: the model's code does not hide padded keys (use the native "
-        "implementation or fix the attention mask)")
+        "implementation or fix the attention mask)",
+    )
     lines += _probe_lines(
-        "fused head", head, "DIFFERS",
-        lambda p: (f"max |diff| {p.max_abs_diff:.2e} between the training pass's log p and the model's own logits on "
-                   f"{p.rows} tokens (tolerance {p.tolerance:.1e})"),
+        "fused head",
+        head,
+        "DIFFERS",
+        lambda p: (
+            f"max |diff| {p.max_abs_diff:.2e} between the training pass's log p and the model's own logits on "
+            f"{p.rows} tokens (tolerance {p.tolerance:.1e})"
+        ),
         "the model changes its logits after the vocabulary head in a way its family does not describe (a logit "
-        "scale or cap): add it to the family's logit_scale")
+        "scale or cap): add it to the family's logit_scale",
+    )
     if check.lean_mlp is not None:
         lines += _probe_lines(
-            "lean MLP", check.lean_mlp, "DIFFERS",
-            lambda p: (f"max |diff| {p.max_abs_diff:.2e} between {p.block}'s own code and its lean backward, output "
-                       f"and gradients (tolerance {p.tolerance:.1e})"),
+            "lean MLP",
+            check.lean_mlp,
+            "DIFFERS",
+            lambda p: (
+                f"max |diff| {p.max_abs_diff:.2e} between {p.block}'s own code and its lean backward, output "
+                f"and gradients (tolerance {p.tolerance:.1e})"
+            ),
             "this block's code is not the SwiGLU its family describes: train with "
-            "actor_rollout_ref.model.diffusion.lean_mlp=false")
+            "actor_rollout_ref.model.diffusion.lean_mlp=false",
+        )
     if lp.error:
         lines.append(f"  coupled log-probs   FAILED: {lp.error}")
     else:
         verdict = "ok" if lp.ok else "NOT FINITE"
-        lines.append(f"  coupled log-probs   {verdict}: mean log p {lp.mean_logprob:.3f} over {lp.tokens} tokens, "
-                     f"{lp.head_rows} head rows, {lp.views} views, mask seed {lp.mask_seed}; forward "
-                     f"{lp.forward_seconds:.2f} s, backward {lp.backward_seconds:.2f} s, grad norm "
-                     f"{lp.gradient_norm if lp.gradient_norm is None else f'{lp.gradient_norm:.3g}'}")
+        lines.append(
+            f"  coupled log-probs   {verdict}: mean log p {lp.mean_logprob:.3f} over {lp.tokens} tokens, "
+            f"{lp.head_rows} head rows, {lp.views} views, mask seed {lp.mask_seed}; forward "
+            f"{lp.forward_seconds:.2f} s, backward {lp.backward_seconds:.2f} s, grad norm "
+            f"{lp.gradient_norm if lp.gradient_norm is None else f'{lp.gradient_norm:.3g}'}"
+        )
     if sm.error:
         lines.append(f"  sampling            FAILED ({sm.sampler}): {sm.error}")
     else:
-        lines.append(f"  sampling            ok: {sm.sampler}, {sm.steps} steps, {sm.new_tokens} tokens in "
-                     f"{sm.seconds:.2f} s: {_escape(sm.text)}")
+        lines.append(
+            f"  sampling            ok: {sm.sampler}, {sm.steps} steps, {sm.new_tokens} tokens in "
+            f"{sm.seconds:.2f} s: {_escape(sm.text)}"
+        )
     return "\n".join(lines)
 
 
@@ -353,13 +507,17 @@ def _estimate_text(setup, memory, flops, r, args, adapted_modules: int = 0) -> s
     from diffugrpo_plugin.tools import step_cost
 
     checkpointing = "on" if setup.gradient_checkpointing else "off"
-    head = (f"\nmemory per GPU, one training step: {setup.batch} completions x ({setup.prompt_length} + "
-            f"{setup.completion_length}) tokens x {setup.views} views, {_plural(setup.gpus, 'GPU')}, param_dtype "
-            f"{setup.param_dtype}, gradient checkpointing {checkpointing}, rollout micro-batch "
-            f"{setup.sampler_batch} in {setup.rollout_dtype}, weights stored in {setup.model_dtype}")
+    head = (
+        f"\nmemory per GPU, one training step: {setup.batch} completions x ({setup.prompt_length} + "
+        f"{setup.completion_length}) tokens x {setup.views} views, {_plural(setup.gpus, 'GPU')}, param_dtype "
+        f"{setup.param_dtype}, gradient checkpointing {checkpointing}, rollout micro-batch "
+        f"{setup.sampler_batch} in {setup.rollout_dtype}, weights stored in {setup.model_dtype}"
+    )
     if setup.lora_parameters:
-        head += (f"; LoRA rank {args.lora_rank} on {adapted_modules} modules ({args.target_modules}): "
-                 f"{_count(setup.lora_parameters)} adapter parameters")
+        head += (
+            f"; LoRA rank {args.lora_rank} on {adapted_modules} modules ({args.target_modules}): "
+            f"{_count(setup.lora_parameters)} adapter parameters"
+        )
     h100 = step_cost.H100_BF16_DENSE_FLOPS * step_cost.DEFAULT_UTILIZATION
     flop_lines = [
         f"\nFLOPs of one micro-batch of {setup.batch} completions on one GPU (F = 2 x {r.parameters:,} params x "

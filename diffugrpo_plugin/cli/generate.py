@@ -24,29 +24,49 @@ DEFAULT_SAMPLER = "entropy"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "generate", add_help=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "generate",
+        add_help=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         help="complete prompts with a diffusion sampler (optionally showing the unmasking order)",
         description="Complete prompts with a masked diffusion LM and one of the installed samplers.",
     )
-    parser.add_argument("-h", "--help", action=_HelpWithSamplers, nargs=0,
-                        help="show this help, with every installed sampler and its options, and exit")
+    parser.add_argument(
+        "-h",
+        "--help",
+        action=_HelpWithSamplers,
+        nargs=0,
+        help="show this help, with every installed sampler and its options, and exit",
+    )
     add_model_flags(parser.add_argument_group("model"))
     source = parser.add_mutually_exclusive_group()
-    source.add_argument("--prompt", action="append", default=[], metavar="TEXT",
-                        help="a prompt; repeat for a batch")
+    source.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a prompt; repeat for a batch")
     source.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line with a "prompt" string')
     parser.add_argument("--sampler", default=DEFAULT_SAMPLER, help=f"sampler name (default: {DEFAULT_SAMPLER})")
-    parser.add_argument("-o", "--option", action="append", default=[], metavar="NAME=VALUE",
-                        help="a sampler option, VALUE read as JSON when it parses (steps=64, kv_cache=true), "
-                             "else as text; repeatable")
-    parser.add_argument("--max-new-tokens", type=int, default=DEFAULT_MAX_NEW_TOKENS,
-                        help=f"completion length (default: {DEFAULT_MAX_NEW_TOKENS}, as in training)")
-    parser.add_argument("--seed", type=int, default=0,
-                        help=f"prompt i is sampled with seed SEED + i (default: 0); {SEED_HELP}")
-    parser.add_argument("--no-chat-template", action="store_true",
-                        help="feed prompts as they are instead of through the tokenizer's chat template")
-    parser.add_argument("--trace", action="store_true",
-                        help="show each completion coloured by the step that unmasked each token")
+    parser.add_argument(
+        "-o",
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a sampler option, VALUE read as JSON when it parses (steps=64, kv_cache=true), else as text; repeatable",
+    )
+    parser.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=DEFAULT_MAX_NEW_TOKENS,
+        help=f"completion length (default: {DEFAULT_MAX_NEW_TOKENS}, as in training)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help=f"prompt i is sampled with seed SEED + i (default: 0); {SEED_HELP}"
+    )
+    parser.add_argument(
+        "--no-chat-template",
+        action="store_true",
+        help="feed prompts as they are instead of through the tokenizer's chat template",
+    )
+    parser.add_argument(
+        "--trace", action="store_true", help="show each completion coloured by the step that unmasked each token"
+    )
     parser.add_argument("--trace-html", metavar="PATH", help="write the trace as an HTML page with a step slider")
     parser.add_argument("--trace-png", metavar="PATH", help="write the trace as a heatmap picture")
     parser.add_argument("--json", action="store_true", help="print one JSON object per completion")
@@ -134,10 +154,16 @@ def _encode(tokenizer, prompts: list[str], chat_template: bool, device):
     """Left-padded prompt ids and mask, through the chat template unless disabled.  # -> [B, P], [B, P]"""
     if chat_template:
         if not getattr(tokenizer, "chat_template", None):
-            raise ValueError(f"the tokenizer of {tokenizer.name_or_path} has no chat template; "
-                             f"pass --no-chat-template to use the prompts as they are")
-        prompts = [tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
-                                                 add_generation_prompt=True) for prompt in prompts]
+            raise ValueError(
+                f"the tokenizer of {tokenizer.name_or_path} has no chat template; "
+                f"pass --no-chat-template to use the prompts as they are"
+            )
+        prompts = [
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+            )
+            for prompt in prompts
+        ]
     encoded = [tokenizer.encode(prompt, add_special_tokens=False) for prompt in prompts]
     ids, mask = left_pad(encoded, padding_id(tokenizer), device)
     return prompts, ids, mask
@@ -149,9 +175,16 @@ def _generate(sampler, lm, tokenizer, prompts: list[str], args) -> list[dict[str
     device = next(lm.module.parameters()).device
     texts, ids, mask = _encode(tokenizer, prompts, not args.no_chat_template, device)
     want_trace = bool(args.trace or args.trace_html or args.trace_png)
-    out = sampler.generate(lm, ids, mask, args.max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                           pad_token_id=padding_id(tokenizer), seeds=[args.seed + i for i in range(len(prompts))],
-                           record_trace=want_trace)
+    out = sampler.generate(
+        lm,
+        ids,
+        mask,
+        args.max_new_tokens,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=padding_id(tokenizer),
+        seeds=[args.seed + i for i in range(len(prompts))],
+        record_trace=want_trace,
+    )
     results = []
     for row, prompt in enumerate(prompts):
         length = int(out.lengths[row])
@@ -184,8 +217,10 @@ def _report(results: list[dict[str, Any]], args) -> None:
         print(render_ansi(rows))
     else:
         for index, result in enumerate(results):
-            print(f"=== completion {index + 1} ({result['length']} tokens, {result['steps']} steps, "
-                  f"seed {result['seed']}) ===\n{result['completion']}")
+            print(
+                f"=== completion {index + 1} ({result['length']} tokens, {result['steps']} steps, "
+                f"seed {result['seed']}) ===\n{result['completion']}"
+            )
 
 
 def _write_trace_files(rows, html_path: str | None, png_path: str | None) -> None:

@@ -19,16 +19,23 @@ DEFAULT_OUT = "plots"
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "plot", help="PNG figures of a training run: reward, its components, policy movement, time, held-out pass@1",
+        "plot",
+        help="PNG figures of a training run: reward, its components, policy movement, time, held-out pass@1",
         description="Write PNG figures of a run's TensorBoard scalars, one per question: is the reward going up "
-                    "(rewards.png)? which component moves (reward_components.png)? is the policy moving: KL, clip "
-                    "fraction, entropy, completion length (policy.png)? where does the time go (timing.png)? does "
-                    "held-out pass@1 rise (validation.png)? Each written path is printed.")
-    parser.add_argument("run_dir", metavar="RUN_DIR",
-                        help="the run's TensorBoard directory (TENSORBOARD_DIR) or a parent holding it")
-    parser.add_argument("--out", metavar="DIR", default=DEFAULT_OUT,
-                        help=f"where to write the PNGs, created if missing (default: ./{DEFAULT_OUT} in the current "
-                             f"directory; nothing is written into RUN_DIR unless DIR is inside it)")
+        "(rewards.png)? which component moves (reward_components.png)? is the policy moving: KL, clip "
+        "fraction, entropy, completion length (policy.png)? where does the time go (timing.png)? does "
+        "held-out pass@1 rise (validation.png)? Each written path is printed.",
+    )
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="the run's TensorBoard directory (TENSORBOARD_DIR) or a parent holding it"
+    )
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default=DEFAULT_OUT,
+        help=f"where to write the PNGs, created if missing (default: ./{DEFAULT_OUT} in the current "
+        f"directory; nothing is written into RUN_DIR unless DIR is inside it)",
+    )
     parser.set_defaults(func=run)
     return parser
 

@@ -43,9 +43,11 @@ CHUNK_LINES = 64
 ID_FIELDS = ("id", "task_id")
 Scored = tuple[Record, dict[str, Any]]
 
-TEST_COLUMNS_HELP = ("test columns, first match wins: test_cases (assert strings, or {input, output} pairs); "
-                     "test_list (MBPP) with test_setup_code / test_imports; test + entry_point (HumanEval); "
-                     "inputs + outputs (stdin/stdout)")
+TEST_COLUMNS_HELP = (
+    "test columns, first match wins: test_cases (assert strings, or {input, output} pairs); "
+    "test_list (MBPP) with test_setup_code / test_imports; test + entry_point (HumanEval); "
+    "inputs + outputs (stdin/stdout)"
+)
 
 
 def reward_weight(text: str) -> tuple[str, float]:
@@ -60,29 +62,56 @@ def reward_weight(text: str) -> tuple[str, float]:
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("rewards", help="list reward functions or score completions",
-                                   description=__doc__.split("\n\n")[0])
+    parser = subparsers.add_parser(
+        "rewards", help="list reward functions or score completions", description=__doc__.split("\n\n")[0]
+    )
     actions = parser.add_subparsers(dest="rewards_command", metavar="ACTION", required=True)
 
     listing = actions.add_parser("list", help="installed rewards: name, providing distribution, description")
     listing.set_defaults(func=list_command)
 
-    score = actions.add_parser("score", help="score completions from a file, one JSON object per row out",
-                               epilog=TEST_COLUMNS_HELP)
-    score.add_argument("file", metavar="FILE", help="rows of {\"completion\": ..., <dataset columns>}: .jsonl, .json "
-                                                    "or .parquet; - reads standard input")
-    score.add_argument("--reward", dest="rewards", action="append", type=reward_weight, metavar="NAME=WEIGHT",
-                       help=f"a reward and its weight; repeat for several (default: {' '.join(DEFAULT_REWARDS)})")
-    score.add_argument("--aggregation", choices=[mode for mode in AGGREGATIONS if mode != "learned"], default="fixed",
-                       help="how the weighted rewards combine (docs/guides/rewards.md; 'learned' fits its weights during "
-                            "training, so it has no offline form)")
-    score.add_argument("--group-by", default="task_id", metavar="FIELD",
-                       help="group_normalized: rows with equal FIELD are one group (default: task_id)")
-    score.add_argument("--code-block", choices=("first", "last"), default="first",
-                       help="which fenced python block is judged (first: DiffuCoder, last: open-r1)")
-    score.add_argument("--format-end", choices=FORMAT_ENDS, default="exact",
-                       help="what may follow the closing fence: exact (DiffuCoder's pattern: one newline) or "
-                            "lenient (any whitespace or none)")
+    score = actions.add_parser(
+        "score", help="score completions from a file, one JSON object per row out", epilog=TEST_COLUMNS_HELP
+    )
+    score.add_argument(
+        "file",
+        metavar="FILE",
+        help='rows of {"completion": ..., <dataset columns>}: .jsonl, .json or .parquet; - reads standard input',
+    )
+    score.add_argument(
+        "--reward",
+        dest="rewards",
+        action="append",
+        type=reward_weight,
+        metavar="NAME=WEIGHT",
+        help=f"a reward and its weight; repeat for several (default: {' '.join(DEFAULT_REWARDS)})",
+    )
+    score.add_argument(
+        "--aggregation",
+        choices=[mode for mode in AGGREGATIONS if mode != "learned"],
+        default="fixed",
+        help="how the weighted rewards combine (docs/guides/rewards.md; 'learned' fits its weights during "
+        "training, so it has no offline form)",
+    )
+    score.add_argument(
+        "--group-by",
+        default="task_id",
+        metavar="FIELD",
+        help="group_normalized: rows with equal FIELD are one group (default: task_id)",
+    )
+    score.add_argument(
+        "--code-block",
+        choices=("first", "last"),
+        default="first",
+        help="which fenced python block is judged (first: DiffuCoder, last: open-r1)",
+    )
+    score.add_argument(
+        "--format-end",
+        choices=FORMAT_ENDS,
+        default="exact",
+        help="what may follow the closing fence: exact (DiffuCoder's pattern: one newline) or "
+        "lenient (any whitespace or none)",
+    )
     score.add_argument("--timeout-s", type=float, default=None, help="wall-clock limit per test")
     score.add_argument("--max-concurrency", type=int, default=None, help="sandboxes running at once")
     score.set_defaults(func=score_command)
@@ -95,8 +124,7 @@ def list_command(args: argparse.Namespace) -> int:
         known = plugins.registrations("reward")
     except plugins.PluginError as exc:
         return report_error("rewards list", exc)
-    rows = [(name, registration.distribution, registration.description)
-            for name, registration in sorted(known.items())]
+    rows = [(name, registration.distribution, registration.description) for name, registration in sorted(known.items())]
     header = ("NAME", "DISTRIBUTION", "DESCRIPTION")
     widths = [max(len(row[column]) for row in [header, *rows]) for column in range(2)]
     for name, distribution, description in [header, *rows]:
@@ -106,10 +134,18 @@ def list_command(args: argparse.Namespace) -> int:
 
 def rewards_config(args: argparse.Namespace) -> dict[str, Any]:
     pairs = args.rewards or [reward_weight(text) for text in DEFAULT_REWARDS]
-    sandbox = {key: value for key, value in (("timeout_s", args.timeout_s), ("max_concurrency", args.max_concurrency))
-               if value is not None}
-    return {"reward_funcs": {name: weight for name, weight in pairs}, "aggregation": args.aggregation,
-            "code_block": args.code_block, "format_end": args.format_end, "sandbox": sandbox}
+    sandbox = {
+        key: value
+        for key, value in (("timeout_s", args.timeout_s), ("max_concurrency", args.max_concurrency))
+        if value is not None
+    }
+    return {
+        "reward_funcs": {name: weight for name, weight in pairs},
+        "aggregation": args.aggregation,
+        "code_block": args.code_block,
+        "format_end": args.format_end,
+        "sandbox": sandbox,
+    }
 
 
 def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -121,14 +157,26 @@ def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     columns = {name: [row.get(name) for row in rows] for name in names}
     outputs = []
     for scored in spec.score(completions, columns):
-        outputs.append({"total": spec.total(scored.values), "rewards": scored.values,
-                        **({"reasons": {name: reason.to_dict() for name, reason in scored.reasons.items()}}
-                           if scored.reasons else {}),
-                        **({"errors": scored.errors} if scored.errors else {})})
+        outputs.append(
+            {
+                "total": spec.total(scored.values),
+                "rewards": scored.values,
+                **(
+                    {"reasons": {name: reason.to_dict() for name, reason in scored.reasons.items()}}
+                    if scored.reasons
+                    else {}
+                ),
+                **({"errors": scored.errors} if scored.errors else {}),
+            }
+        )
     code = next((component for component in spec.components if component.name == "code"), None)
     if code is not None:
-        options = {"code_block": spec.code_block, "format_end": spec.format_end, "sandbox": spec.sandbox(),
-                   **code.options}
+        options = {
+            "code_block": spec.code_block,
+            "format_end": spec.format_end,
+            "sandbox": spec.sandbox(),
+            **code.options,
+        }
         judged = code_outcomes(completions, columns, **options)  # cached: the code reward's own run
         for output, one in zip(outputs, judged):
             output["tests"] = [outcome.to_dict() for outcome in one.outcomes] if one.outcomes is not None else None
@@ -149,8 +197,10 @@ def group_ids(records: list[Record], field: str) -> list[str]:
     """Each row's ``field`` (JSON text, so lists and objects compare by value) for ``group_normalized``."""
     missing = next((record for record in records if record.data.get(field) is None), None)
     if missing is not None:
-        raise DataError(f"{missing.where}: aggregation group_normalized groups rows by '{field}', which this row "
-                        f"lacks; add it to every row or pass --group-by FIELD")
+        raise DataError(
+            f"{missing.where}: aggregation group_normalized groups rows by '{field}', which this row "
+            f"lacks; add it to every row or pass --group-by FIELD"
+        )
     return [json.dumps(record.data[field], sort_keys=True) for record in records]
 
 
@@ -163,7 +213,7 @@ def labelled(record: Record, output: dict[str, Any]) -> dict[str, Any]:
 def scored_rows(spec: RewardSpec, records: list[Record]) -> Iterator[Scored]:
     """``(record, output)`` for every row, scored chunk by chunk."""
     for start in range(0, len(records), CHUNK_LINES):
-        chunk = records[start:start + CHUNK_LINES]
+        chunk = records[start : start + CHUNK_LINES]
         yield from zip(chunk, score_rows(spec, [record.data for record in chunk]), strict=True)
 
 

@@ -18,34 +18,51 @@ SELF_TEST_TESTS = ["assert solve(3) == 9", "assert solve(-2) == 4"]
 SELF_TEST_PROGRAMS = {
     "a correct solution passes": ("def solve(x):\n    return x * x\n", True),
     "an object equal to everything fails": (
-        "class Any:\n    def __eq__(self, other):\n        return True\ndef solve(x):\n    return Any()\n", False),
-    "a forged report fails": ("import os\nos.write(3, b'{\"status\": \"ok\"}')\nos._exit(0)\n", False),
+        "class Any:\n    def __eq__(self, other):\n        return True\ndef solve(x):\n    return Any()\n",
+        False,
+    ),
+    "a forged report fails": ('import os\nos.write(3, b\'{"status": "ok"}\')\nos._exit(0)\n', False),
     "a user namespace is refused": (
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        "def solve(x):\n    return x * x if libc.unshare(0x10000000) == 0 else None\n", False),
+        "def solve(x):\n    return x * x if libc.unshare(0x10000000) == 0 else None\n",
+        False,
+    ),
     "the kernel keyring is refused": (
         "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "ADD_KEY = {'x86_64': 248, 'aarch64': 217}.get(os.uname().machine, -1)\n"
         "def solve(x):\n    ok = libc.syscall(ADD_KEY, b'user', b'selftest', b'1', 1, -4) >= 0\n"
-        "    return x * x if ok else None\n", False),
+        "    return x * x if ok else None\n",
+        False,
+    ),
     "a fork bomb fails": ("import os\ndef solve(x):\n    while True:\n        os.fork()\n", False),
     "writing outside the sandbox fails": (
-        "def solve(x):\n    open('/usr/diffugrpo-escape', 'w').write('x')\n    return x * x\n", False),
+        "def solve(x):\n    open('/usr/diffugrpo-escape', 'w').write('x')\n    return x * x\n",
+        False,
+    ),
 }
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
-        "sandbox", help="the code sandbox: `check` lists its protections on this machine and self-tests it",
-        description="Inspect the sandbox that runs model-written code.")
+        "sandbox",
+        help="the code sandbox: `check` lists its protections on this machine and self-tests it",
+        description="Inspect the sandbox that runs model-written code.",
+    )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     check = actions.add_parser(
-        "check", help="list each protection and whether it is active here; run a short self-test",
-        description=__doc__.split("\n\n", 1)[1])
-    check.add_argument("--require", nargs="*", metavar="PROTECTION", default=None,
-                       help="protections that must be active (default: the sandbox config's own, "
-                            "namespaces and seccomp); names: namespaces seccomp cgroups tmpfs_inode_cap "
-                            "unprivileged_uid")
+        "check",
+        help="list each protection and whether it is active here; run a short self-test",
+        description=__doc__.split("\n\n", 1)[1],
+    )
+    check.add_argument(
+        "--require",
+        nargs="*",
+        metavar="PROTECTION",
+        default=None,
+        help="protections that must be active (default: the sandbox config's own, "
+        "namespaces and seccomp); names: namespaces seccomp cgroups tmpfs_inode_cap "
+        "unprivileged_uid",
+    )
     check.add_argument("--timeout-s", type=float, default=5.0, help="CPU seconds per self-test program")
     check.set_defaults(func=run_check)
     return parser
@@ -68,8 +85,12 @@ def run_check(args: argparse.Namespace) -> int:
     width = max(map(len, protections))
     print("protection".ljust(width), " active  required  detail")
     for name, protection in protections.items():
-        print(name.ljust(width), " yes    " if protection.active else " NO     ",
-              " yes     " if name in config.require else " no      ", protection.detail)
+        print(
+            name.ljust(width),
+            " yes    " if protection.active else " NO     ",
+            " yes     " if name in config.require else " no      ",
+            protection.detail,
+        )
     missing = [name for name in config.require if not protections[name].active]
     if missing:
         print(f"\nrequired but not active: {', '.join(missing)}: the sandbox will refuse to run code here")

@@ -42,9 +42,15 @@ class TokenLogprobs:
     entropy: torch.Tensor | None = None
 
 
-def coupled_token_logprobs(lm: DiffusionLM, views: MaskedViews, input_ids: torch.Tensor,
-                           attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None,
-                           with_entropy: bool = False, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> TokenLogprobs:
+def coupled_token_logprobs(
+    lm: DiffusionLM,
+    views: MaskedViews,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor | None = None,
+    with_entropy: bool = False,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> TokenLogprobs:
     """The coupled estimate of ``log p(x[b, l])`` for every token a view scores.
 
     Args:
@@ -68,8 +74,9 @@ def coupled_token_logprobs(lm: DiffusionLM, views: MaskedViews, input_ids: torch
     scored = coef.reshape(num_views * batch, length) != 0  # [V*B, L]
     target_rows = scored.flatten().nonzero(as_tuple=True)[0]  # [R]
     row_targets = targets.flatten().index_select(0, target_rows)  # [R]
-    row_logp, row_entropy = lm.scored_logprobs(stacked_ids, stacked_attention, stacked_positions, target_rows,
-                                               row_targets, chunk_rows, with_entropy)  # [R], [R] or None
+    row_logp, row_entropy = lm.scored_logprobs(
+        stacked_ids, stacked_attention, stacked_positions, target_rows, row_targets, chunk_rows, with_entropy
+    )  # [R], [R] or None
 
     per_view = torch.zeros(num_views * batch * length, dtype=torch.float32, device=input_ids.device)
     per_view = per_view.index_put((target_rows,), row_logp).view(num_views, batch, length)  # [V, B, L]

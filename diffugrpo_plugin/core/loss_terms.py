@@ -128,8 +128,9 @@ def configured_terms(settings: Mapping | None) -> dict[str, tuple[float, LossTer
         options = dict(options)
         weight = options.pop("weight", None)
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight > 0:
-            raise ValueError(f"{key}.weight must be a positive number (the term's weight beside the policy loss), "
-                             f"got {weight!r}")
+            raise ValueError(
+                f"{key}.weight must be a positive number (the term's weight beside the policy loss), got {weight!r}"
+            )
         try:
             term = build("loss_term", str(name), options)
         except ValueError as error:
@@ -192,8 +193,9 @@ class GroupPreference:
 
     def loss(self, inputs: TermInputs) -> torch.Tensor:
         role = inputs.fields["role"].to(inputs.logp.device, torch.float32)  # [B]
-        partner = per_pass(inputs.fields["partner_logratio"], inputs.iteration).to(inputs.logp.device,
-                                                                                   torch.float32)  # [B]
+        partner = per_pass(inputs.fields["partner_logratio"], inputs.iteration).to(
+            inputs.logp.device, torch.float32
+        )  # [B]
         scored = inputs.scored.to(inputs.logp.dtype)
         logratio = ((inputs.logp - inputs.reference_logp) * scored).sum(dim=1).float()  # [B]
         z = role * self.beta * (logratio - partner)  # [B]
@@ -232,8 +234,7 @@ class ReferenceSFT:
             else:
                 targets.append(torch.full((length,), eos))
         seeds = mask_seed_table(self.SEED_BASE, step.step, len(step.rows), step.passes)  # [B, K]
-        return {"target": torch.nested.as_nested_tensor(targets, layout=torch.jagged), "has_target": has,
-                "seed": seeds}
+        return {"target": torch.nested.as_nested_tensor(targets, layout=torch.jagged), "has_target": has, "seed": seeds}
 
     def loss(self, inputs: TermInputs) -> torch.Tensor:
         # The forward runs on every row of every micro-batch, rows without a target weighted 0: under FSDP each
@@ -246,8 +247,9 @@ class ReferenceSFT:
             ids[row, canvas[row]] = target[row].to(ids.device)
         seeds = per_pass(inputs.fields["seed"], inputs.iteration).cpu()  # [B]
         views = self.masker.views(ids, canvas, inputs.lm.mask_token_id, seeds)
-        logp = coupled_token_logprobs(inputs.lm, views, ids, inputs.attention.long(), inputs.positions,
-                                      chunk_rows=inputs.chunk_rows).logp  # [B, L], weighted by 1/t where masked
+        logp = coupled_token_logprobs(
+            inputs.lm, views, ids, inputs.attention.long(), inputs.positions, chunk_rows=inputs.chunk_rows
+        ).logp  # [B, L], weighted by 1/t where masked
         lengths = canvas.sum(dim=1).clamp(min=1)  # [B]
         return -(logp * canvas).sum(dim=1).float() / lengths * has.float()  # [B]
 

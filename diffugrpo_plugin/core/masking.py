@@ -64,28 +64,43 @@ def check_views(views: object, shape: tuple[int, ...], masker: str) -> MaskedVie
     """What masker ``masker`` returned for a ``[B, L]`` batch, checked against the contract:
     a :class:`MaskedViews` with ``noisy`` and ``coef`` both ``[V, B, L]``."""
     if not isinstance(views, MaskedViews):
-        raise TypeError(f"masker '{masker}' returned {type(views).__name__} from views(); it must return "
-                        f"diffugrpo_plugin.core.masking.MaskedViews")
+        raise TypeError(
+            f"masker '{masker}' returned {type(views).__name__} from views(); it must return "
+            f"diffugrpo_plugin.core.masking.MaskedViews"
+        )
     expected = tuple(shape)
     if views.noisy.dim() != 3 or tuple(views.noisy.shape[1:]) != expected or views.coef.shape != views.noisy.shape:
-        raise ValueError(f"masker '{masker}' returned views with noisy {tuple(views.noisy.shape)} and coef "
-                         f"{tuple(views.coef.shape)}; both must be [V, {expected[0]}, {expected[1]}] for a batch "
-                         f"of {list(expected)}")
+        raise ValueError(
+            f"masker '{masker}' returned views with noisy {tuple(views.noisy.shape)} and coef "
+            f"{tuple(views.coef.shape)}; both must be [V, {expected[0]}, {expected[1]}] for a batch "
+            f"of {list(expected)}"
+        )
     return views
 
 
 class Masker(Protocol):
     """What a masker factory returns (see :func:`diffugrpo_plugin.hookspecs.diffugrpo_maskers`)."""
 
-    def views(self, input_ids: torch.Tensor, completion_mask: torch.Tensor, mask_id: int,
-              seeds: torch.Tensor, prompt_mask: torch.Tensor | None = None) -> MaskedViews:
+    def views(
+        self,
+        input_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+        mask_id: int,
+        seeds: torch.Tensor,
+        prompt_mask: torch.Tensor | None = None,
+    ) -> MaskedViews:
         """Noise ``input_ids`` [B, L]; ``completion_mask`` [B, L] bool marks completion tokens,
         ``prompt_mask`` [B, L] bool the real (non-padding) prompt tokens, ``seeds`` [B] int64."""
         ...
 
 
-def _draw_per_sample(completion_mask: torch.Tensor, seeds: torch.Tensor, t_range: tuple[float, float],
-                     prompt_mask: torch.Tensor | None, p_mask_prompt: float):
+def _draw_per_sample(
+    completion_mask: torch.Tensor,
+    seeds: torch.Tensor,
+    t_range: tuple[float, float],
+    prompt_mask: torch.Tensor | None,
+    p_mask_prompt: float,
+):
     """Per-sample draws: ``t`` [B], ``r`` [B, L] (uniform on completion tokens, 2 elsewhere),
     and the prompt positions to mask [B, L] bool. All computed on CPU, returned on the input's device."""
     t_min, t_max = t_range
@@ -111,11 +126,14 @@ def _draw_per_sample(completion_mask: torch.Tensor, seeds: torch.Tensor, t_range
 
 def _check_inputs(input_ids: torch.Tensor, completion_mask: torch.Tensor, seeds: torch.Tensor) -> None:
     if input_ids.shape != completion_mask.shape:
-        raise ValueError(f"input_ids {tuple(input_ids.shape)} and completion_mask {tuple(completion_mask.shape)} "
-                         f"must have the same [B, L] shape")
+        raise ValueError(
+            f"input_ids {tuple(input_ids.shape)} and completion_mask {tuple(completion_mask.shape)} "
+            f"must have the same [B, L] shape"
+        )
     if seeds.shape != (input_ids.shape[0],):
-        raise ValueError(f"seeds must be one integer per row: expected shape ({input_ids.shape[0]},), "
-                         f"got {tuple(seeds.shape)}")
+        raise ValueError(
+            f"seeds must be one integer per row: expected shape ({input_ids.shape[0]},), got {tuple(seeds.shape)}"
+        )
 
 
 def _validate_options(t_range: tuple[float, float], p_mask_prompt: float) -> tuple[float, float]:
@@ -123,11 +141,14 @@ def _validate_options(t_range: tuple[float, float], p_mask_prompt: float) -> tup
         t_min, t_max = (float(v) for v in t_range)
         p_mask_prompt = float(p_mask_prompt)
     except (TypeError, ValueError) as error:
-        raise ValueError(f"t_range must be two numbers and p_mask_prompt a number; got t_range={t_range!r}, "
-                         f"p_mask_prompt={p_mask_prompt!r}") from error
+        raise ValueError(
+            f"t_range must be two numbers and p_mask_prompt a number; got t_range={t_range!r}, "
+            f"p_mask_prompt={p_mask_prompt!r}"
+        ) from error
     if not 0.0 < t_min <= t_max < 1.0:
-        raise ValueError(f"t_range must satisfy 0 < t_min <= t_max < 1 (the weights are 1/t and 1/(1-t)); "
-                         f"got {t_range}")
+        raise ValueError(
+            f"t_range must satisfy 0 < t_min <= t_max < 1 (the weights are 1/t and 1/(1-t)); got {t_range}"
+        )
     if not 0.0 <= p_mask_prompt < 1.0:
         raise ValueError(f"p_mask_prompt must be in [0, 1); got {p_mask_prompt}")
     return t_min, t_max
@@ -136,8 +157,9 @@ def _validate_options(t_range: tuple[float, float], p_mask_prompt: float) -> tup
 class CoupledMasker:
     """DiffuCoder's coupled sampling: fully masked + a complementary pair, averaged."""
 
-    def __init__(self, t_range: tuple[float, float] = (0.2, 0.8), p_mask_prompt: float = 0.0,
-                 include_fully_masked: bool = True):
+    def __init__(
+        self, t_range: tuple[float, float] = (0.2, 0.8), p_mask_prompt: float = 0.0, include_fully_masked: bool = True
+    ):
         self.t_range = _validate_options(t_range, p_mask_prompt)
         self.p_mask_prompt = float(p_mask_prompt)
         self.include_fully_masked = include_fully_masked
@@ -213,8 +235,9 @@ def make_sft(eps: float = 1e-3) -> SFTMasker:
     return SFTMasker(eps)
 
 
-def mask_seed_table(base_seed: int, step: int, num_samples: int, num_iterations: int,
-                    random_masking: bool = True) -> torch.Tensor:
+def mask_seed_table(
+    base_seed: int, step: int, num_samples: int, num_iterations: int, random_masking: bool = True
+) -> torch.Tensor:
     """Mask seeds for one training step: row ``b``, column ``k`` seeds sample ``b``'s mask in iteration ``k``.
 
     With ``random_masking`` every (step, sample, iteration) gets its own seed, derived from

@@ -27,15 +27,29 @@ from diffugrpo_plugin.data.sources import (
 )
 from diffugrpo_plugin.data.synthetic import SYNTHETIC_FAMILIES, SYNTHETIC_SPLITS, SYNTHETIC_VERSION, synthetic_problems
 
-__all__ = ["DataError", "Problem", "SOURCES", "SYNTHETIC_FAMILIES", "SYNTHETIC_SPLITS", "SYNTHETIC_VERSION",
-           "build_prompt", "default_data_paths", "format_completion", "load_problems", "prepare", "prepare_to_parquet",
-           "synthetic_problems", "write_parquet"]
+__all__ = [
+    "DataError",
+    "Problem",
+    "SOURCES",
+    "SYNTHETIC_FAMILIES",
+    "SYNTHETIC_SPLITS",
+    "SYNTHETIC_VERSION",
+    "build_prompt",
+    "default_data_paths",
+    "format_completion",
+    "load_problems",
+    "prepare",
+    "prepare_to_parquet",
+    "synthetic_problems",
+    "write_parquet",
+]
 
 SOURCES = ("mbpp", "humaneval", "acecode", "leetcode", "jsonl", "synthetic")
 
 
-def load_problems(source: str, split: str, input_path: str | os.PathLike | None = None,
-                  **options: Any) -> list[Problem]:
+def load_problems(
+    source: str, split: str, input_path: str | os.PathLike | None = None, **options: Any
+) -> list[Problem]:
     """Problems of one source and split. ``options`` are the source's keyword arguments."""
     check_choice(source, SOURCES, "data source", "sources")
     if source in ("acecode", "leetcode", "jsonl") and input_path is None:
@@ -55,8 +69,14 @@ def load_problems(source: str, split: str, input_path: str | os.PathLike | None 
     return synthetic_problems(split, **options)
 
 
-def prepare(source: str, split: str, input_path: str | os.PathLike | None = None, data_source: str | None = None,
-            limit: int | None = None, **options: Any) -> list[dict[str, Any]]:
+def prepare(
+    source: str,
+    split: str,
+    input_path: str | os.PathLike | None = None,
+    data_source: str | None = None,
+    limit: int | None = None,
+    **options: Any,
+) -> list[dict[str, Any]]:
     """verl rows for one source and split (``data_source`` defaults to the source name)."""
     problems = load_problems(source, split, input_path, **options)
     if limit is not None:
@@ -65,11 +85,18 @@ def prepare(source: str, split: str, input_path: str | os.PathLike | None = None
     return [to_row(problem, name, split, index) for index, problem in enumerate(problems)]
 
 
-def prepare_to_parquet(source: str, splits: Iterable[str], output_dir: str | os.PathLike,
-                       input_path: str | os.PathLike | None = None, **options: Any) -> dict[str, Path]:
+def prepare_to_parquet(
+    source: str,
+    splits: Iterable[str],
+    output_dir: str | os.PathLike,
+    input_path: str | os.PathLike | None = None,
+    **options: Any,
+) -> dict[str, Path]:
     """Write ``{output_dir}/{split}.parquet`` for each split; returns the paths by split."""
-    return {split: write_parquet(prepare(source, split, input_path, **options), Path(output_dir) / f"{split}.parquet")
-            for split in splits}
+    return {
+        split: write_parquet(prepare(source, split, input_path, **options), Path(output_dir) / f"{split}.parquet")
+        for split in splits
+    }
 
 
 def default_data_paths(seed: int = 0) -> tuple[str, str]:

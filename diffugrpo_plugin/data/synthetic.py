@@ -50,26 +50,63 @@ def _sentence(rng: random.Random) -> str:
 
 
 SYNTHETIC_TEMPLATES = (
-    _Template("add", "x", tuple(range(1, 61)), "returns x plus {p}", "return x + {p}",
-              _small_int, lambda p, x: x + p),
-    _Template("sub", "x", tuple(range(1, 61)), "returns x minus {p}", "return x - {p}",
-              _small_int, lambda p, x: x - p),
-    _Template("mul", "x", tuple(range(2, 21)), "returns x times {p}", "return x * {p}",
-              _small_int, lambda p, x: x * p),
-    _Template("is_multiple_of", "x", tuple(range(2, 16)), "returns True if x is divisible by {p}, else False",
-              "return x % {p} == 0", _small_int, lambda p, x: x % p == 0),
-    _Template("repeat", "s", tuple(range(2, 7)), "returns the string s repeated {p} times", "return s * {p}",
-              _word, lambda p, s: s * p),
-    _Template("first", "items", tuple(range(1, 7)), "returns the first {p} elements of the list items",
-              "return items[:{p}]", _int_list, lambda p, items: items[:p]),
-    _Template("last", "items", tuple(range(1, 7)), "returns the last {p} elements of the list items",
-              "return items[-{p}:]", _int_list, lambda p, items: items[-p:]),
-    _Template("greater_than", "items", tuple(range(0, 31)),
-              "returns the elements of the list items that are greater than {p}, in order",
-              "return [v for v in items if v > {p}]", _int_list, lambda p, items: [v for v in items if v > p]),
-    _Template("count", "s", tuple("abcdefghijklmnopqrstuvwxyz"),
-              "returns how many times the letter '{p}' appears in the string s",
-              "return s.count('{p}')", _sentence, lambda p, s: s.count(p)),
+    _Template("add", "x", tuple(range(1, 61)), "returns x plus {p}", "return x + {p}", _small_int, lambda p, x: x + p),
+    _Template("sub", "x", tuple(range(1, 61)), "returns x minus {p}", "return x - {p}", _small_int, lambda p, x: x - p),
+    _Template("mul", "x", tuple(range(2, 21)), "returns x times {p}", "return x * {p}", _small_int, lambda p, x: x * p),
+    _Template(
+        "is_multiple_of",
+        "x",
+        tuple(range(2, 16)),
+        "returns True if x is divisible by {p}, else False",
+        "return x % {p} == 0",
+        _small_int,
+        lambda p, x: x % p == 0,
+    ),
+    _Template(
+        "repeat",
+        "s",
+        tuple(range(2, 7)),
+        "returns the string s repeated {p} times",
+        "return s * {p}",
+        _word,
+        lambda p, s: s * p,
+    ),
+    _Template(
+        "first",
+        "items",
+        tuple(range(1, 7)),
+        "returns the first {p} elements of the list items",
+        "return items[:{p}]",
+        _int_list,
+        lambda p, items: items[:p],
+    ),
+    _Template(
+        "last",
+        "items",
+        tuple(range(1, 7)),
+        "returns the last {p} elements of the list items",
+        "return items[-{p}:]",
+        _int_list,
+        lambda p, items: items[-p:],
+    ),
+    _Template(
+        "greater_than",
+        "items",
+        tuple(range(0, 31)),
+        "returns the elements of the list items that are greater than {p}, in order",
+        "return [v for v in items if v > {p}]",
+        _int_list,
+        lambda p, items: [v for v in items if v > p],
+    ),
+    _Template(
+        "count",
+        "s",
+        tuple("abcdefghijklmnopqrstuvwxyz"),
+        "returns how many times the letter '{p}' appears in the string s",
+        "return s.count('{p}')",
+        _sentence,
+        lambda p, s: s.count(p),
+    ),
 )
 
 
@@ -118,8 +155,9 @@ def _synthetic_problem(template: _Template, param: Any, seed: int, n_tests: int)
     )
 
 
-def synthetic_problems(split: str = "train", seed: int = 0, validation_fraction: float = 0.15,
-                       n_tests: int = 3, family: str = "small") -> list[Problem]:
+def synthetic_problems(
+    split: str = "train", seed: int = 0, validation_fraction: float = 0.15, n_tests: int = 3, family: str = "small"
+) -> list[Problem]:
     """The generated family (``small``: 227 problems; ``wide``: the same functions with constants
     up to 999). Per template, a seeded shuffle of its parameters sends ``ceil(validation_fraction * n)``
     (at least one) to ``validation`` and the rest to ``train``, so every template appears in both

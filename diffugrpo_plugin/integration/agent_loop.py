@@ -28,6 +28,7 @@ def mask_after_first_eos(response_ids: list[int], response_mask: list[int], eos_
 class DiffusionAgentLoop(SingleTurnAgentLoop):
     async def run(self, sampling_params: dict[str, Any], **kwargs) -> AgentLoopOutput:
         output = await super().run(sampling_params, **kwargs)
-        output.response_mask = mask_after_first_eos(output.response_ids, output.response_mask,
-                                                    self.tokenizer.eos_token_id)
+        output.response_mask = mask_after_first_eos(
+            output.response_ids, output.response_mask, self.tokenizer.eos_token_id
+        )
         return output

@@ -29,8 +29,9 @@ NO_DUAL_CLIP = 1e10
 """A dual-clip bound verl's loss can never reach: above exp(20), the largest ratio verl's clamp lets through."""
 
 
-def compute_coupled_grpo_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor,
-                                   index: np.ndarray, config=None, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+def compute_coupled_grpo_advantage(
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: np.ndarray, config=None, **kwargs
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Leave-one-out advantage per prompt group, broadcast over the response tokens.
 
     token_level_rewards, response_mask: [B, T]; index: [B] group ids (verl's ``uid``).
@@ -46,13 +47,25 @@ def compute_coupled_grpo_advantage(token_level_rewards: torch.Tensor, response_m
     return advantages, advantages
 
 
-def compute_coupled_grpo_policy_loss(old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor,
-                                     response_mask: torch.Tensor, loss_agg_mode: str = "token-mean", config=None,
-                                     rollout_is_weights: torch.Tensor | None = None):
+def compute_coupled_grpo_policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config=None,
+    rollout_is_weights: torch.Tensor | None = None,
+):
     """verl's vanilla PPO loss without dual clip. All tensors [B, T]; returns (loss, metrics) as verl's losses do."""
-    return core_algos.compute_policy_loss_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
-                                                  dataclasses.replace(config, clip_ratio_c=NO_DUAL_CLIP),
-                                                  rollout_is_weights)
+    return core_algos.compute_policy_loss_vanilla(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode,
+        dataclasses.replace(config, clip_ratio_c=NO_DUAL_CLIP),
+        rollout_is_weights,
+    )
 
 
 def register() -> None:

@@ -48,8 +48,12 @@ QUIET_WORKER_ENV = {
 }
 
 # (label, metric) pairs of the step line's time split; log-probs add old and reference passes
-TIME_SPLIT = (("rollout", ("timing_s/gen",)), ("log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
-              ("update", ("timing_s/update_actor",)), ("reward", ("timing_s/reward_scoring",)))
+TIME_SPLIT = (
+    ("rollout", ("timing_s/gen",)),
+    ("log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
+    ("update", ("timing_s/update_actor",)),
+    ("reward", ("timing_s/reward_scoring",)),
+)
 VALIDATION_PREFIX = "val-core/"
 
 
@@ -68,15 +72,21 @@ def is_held_out_mean(key: str) -> bool:
 
 
 def _validation(metrics: Mapping[str, float]) -> list[str]:
-    return [f"val {key[len(VALIDATION_PREFIX):]} {_number(float(value))}"
-            for key, value in sorted(metrics.items()) if is_held_out_mean(key)]
+    return [
+        f"val {key[len(VALIDATION_PREFIX) :]} {_number(float(value))}"
+        for key, value in sorted(metrics.items())
+        if is_held_out_mean(key)
+    ]
 
 
 def _reward(metrics: Mapping[str, float], components: Iterable[str]) -> list[str]:
     if "reward/total/mean" not in metrics:
         return []
-    parts = [f"{name} {_number(float(metrics[f'reward/{name}/mean']))}" for name in components
-             if f"reward/{name}/mean" in metrics and not math.isnan(float(metrics[f"reward/{name}/mean"]))]
+    parts = [
+        f"{name} {_number(float(metrics[f'reward/{name}/mean']))}"
+        for name in components
+        if f"reward/{name}/mean" in metrics and not math.isnan(float(metrics[f"reward/{name}/mean"]))
+    ]
     detail = f" ({', '.join(parts)})" if parts else ""
     return [f"reward {_number(float(metrics['reward/total/mean']))}{detail}"]
 
@@ -84,8 +94,11 @@ def _reward(metrics: Mapping[str, float], components: Iterable[str]) -> list[str
 def _time_split(metrics: Mapping[str, float]) -> list[str]:
     if "timing_s/step" not in metrics:
         return []
-    parts = [f"{label} {sum(float(metrics[key]) for key in keys if key in metrics):.1f}"
-             for label, keys in TIME_SPLIT if any(key in metrics for key in keys)]
+    parts = [
+        f"{label} {sum(float(metrics[key]) for key in keys if key in metrics):.1f}"
+        for label, keys in TIME_SPLIT
+        if any(key in metrics for key in keys)
+    ]
     return [f"{float(metrics['timing_s/step']):.1f}s ({', '.join(parts)})"]
 
 
@@ -93,9 +106,15 @@ def step_line(step: int, total: int, metrics: Mapping[str, float], components: I
     """One step's key metrics: total reward and its components, KL, clip fraction, completion length,
     the step's seconds split into rollout / log-probs / update / reward scoring (summed over
     completions, it overlaps the rollout), and held-out results on the steps that validate."""
-    fields = [f"step {step}/{total}", *_reward(metrics, components), *_field(metrics, "kl", "actor/kl_loss"),
-              *_field(metrics, "clip", "actor/pg_clipfrac"), *_field(metrics, "len", "response_length/mean"),
-              *_time_split(metrics), *_validation(metrics)]
+    fields = [
+        f"step {step}/{total}",
+        *_reward(metrics, components),
+        *_field(metrics, "kl", "actor/kl_loss"),
+        *_field(metrics, "clip", "actor/pg_clipfrac"),
+        *_field(metrics, "len", "response_length/mean"),
+        *_time_split(metrics),
+        *_validation(metrics),
+    ]
     return " | ".join(fields)
 
 
@@ -114,13 +133,14 @@ class LearningSummary:
         self.held_out: dict[str, list[tuple[int, float]]] = {}  # metric -> (step, value) per validation
 
     def observe(self, step: int, metrics: Mapping[str, float]) -> None:
-        rewards = {name: float(metrics[f"reward/{name}/mean"]) for name in self.components
-                   if f"reward/{name}/mean" in metrics}
+        rewards = {
+            name: float(metrics[f"reward/{name}/mean"]) for name in self.components if f"reward/{name}/mean" in metrics
+        }
         if rewards:  # a validation before training has none
             self.rewards.append(rewards)
         for key, value in metrics.items():
             if is_held_out_mean(key) and "/acc/" in key:
-                self.held_out.setdefault(key[len(VALIDATION_PREFIX):], []).append((step, float(value)))
+                self.held_out.setdefault(key[len(VALIDATION_PREFIX) :], []).append((step, float(value)))
 
     def _mean(self, steps: list[dict[str, float]], name: str) -> float | None:
         values = [step[name] for step in steps if name in step and not math.isnan(step[name])]
@@ -140,8 +160,9 @@ class LearningSummary:
         for key, points in sorted(self.held_out.items()):
             if len(points) > 1:
                 (first_step, before), (last_step, after) = points[0], points[-1]
-                parts.append(f"held-out {key} {_number(before)} (step {first_step}) -> {_number(after)} "
-                             f"(step {last_step})")
+                parts.append(
+                    f"held-out {key} {_number(before)} (step {first_step}) -> {_number(after)} (step {last_step})"
+                )
         return "learning: " + " | ".join(parts) if parts else None
 
 
@@ -191,7 +212,9 @@ class TerminalConsole:
 
         self.out = out
         # disable=None: no bar where stderr is not a terminal (a log file gets the lines only)
-        self.bar = tqdm(total=total_steps or None, unit="step", desc="training", file=err, disable=None, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=total_steps or None, unit="step", desc="training", file=err, disable=None, dynamic_ncols=True
+        )
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="diffugrpo-console", daemon=True)
         self.board = None
@@ -225,12 +248,18 @@ class TerminalConsole:
 
 def route_logging(log: TextIO) -> None:
     """Every logging record to ``log``; on the terminal streams, only ERROR and above."""
-    loggers = [logging.getLogger(), *(item for item in logging.Logger.manager.loggerDict.values()
-                                      if isinstance(item, logging.Logger))]
+    loggers = [
+        logging.getLogger(),
+        *(item for item in logging.Logger.manager.loggerDict.values() if isinstance(item, logging.Logger)),
+    ]
     for logger in loggers:
         for handler in logger.handlers:
-            if isinstance(handler, logging.StreamHandler) and handler.stream in (sys.stderr, sys.stdout,
-                                                                                 sys.__stderr__, sys.__stdout__):
+            if isinstance(handler, logging.StreamHandler) and handler.stream in (
+                sys.stderr,
+                sys.stdout,
+                sys.__stderr__,
+                sys.__stdout__,
+            ):
                 handler.setLevel(max(handler.level, logging.ERROR))
         if logger.handlers and (logger is logging.getLogger() or not logger.propagate):
             file_handler = logging.StreamHandler(log)
@@ -274,8 +303,9 @@ def run_quietly(config, run, log_dir: str) -> None:
             run(config)
         return
     _set_quiet_worker_settings(config, log_path)
-    print(f"diffugrpo: {total} steps; full log: {log_path} (diffugrpo.verbose=true shows it here)", file=out,
-          flush=True)
+    print(
+        f"diffugrpo: {total} steps; full log: {log_path} (diffugrpo.verbose=true shows it here)", file=out, flush=True
+    )
     started = time.monotonic()
     with open(log_path, "a", buffering=1) as log:
         route_logging(log)

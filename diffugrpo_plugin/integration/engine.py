@@ -155,8 +155,13 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         settings = self._diffusion_settings()
         path = self.model_config.local_path
         config = read_model_config(path)
-        plan = plan_loading(config, settings.get("family"), settings.get("implementation") or "auto",
-                            self.model_config.trust_remote_code, path)
+        plan = plan_loading(
+            config,
+            settings.get("family"),
+            settings.get("implementation") or "auto",
+            self.model_config.trust_remote_code,
+            path,
+        )
         self._family = plan.family
         if plan.implementation == "native":
             self.model_config.hf_config = _as_config_class(self.model_config.hf_config, plan.model_class.config_class)
@@ -190,8 +195,9 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         """verl's checkpoint (resumes the run exactly), plus with LoRA the adapter alone in peft's format in
         ``<local_path>/lora_adapter``, which ``diffugrpo generate/eval --adapter`` and peft load."""
         state = self._gathered_adapter() if self._is_lora else None
-        super().save_checkpoint(local_path, hdfs_path=hdfs_path, global_step=global_step,
-                                max_ckpt_to_keep=max_ckpt_to_keep, **kwargs)
+        super().save_checkpoint(
+            local_path, hdfs_path=hdfs_path, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep, **kwargs
+        )
         if state is None:
             return
         if self.rank == 0:
@@ -221,16 +227,22 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
 
     def _diffusion_lm(self) -> DiffusionLM:
         settings = self._diffusion_settings()
-        return DiffusionLM.wrap(self.module, tokenizer=self.model_config.tokenizer,
-                                mask_token_id=settings.get("mask_token_id"),
-                                logits_shift=settings.get("logits_shift"), family=settings.get("family"))
+        return DiffusionLM.wrap(
+            self.module,
+            tokenizer=self.model_config.tokenizer,
+            mask_token_id=settings.get("mask_token_id"),
+            logits_shift=settings.get("logits_shift"),
+            family=settings.get("family"),
+        )
 
     def forward_step(self, micro_batch: TensorDict, loss_function, forward_only):
         micro_batch = micro_batch.to(get_device_id())
         if MASK_SEED_FIELD not in micro_batch.keys():
-            raise KeyError(f"the batch has no '{MASK_SEED_FIELD}' field: diffusion log-probs need one mask seed per "
-                           f"sample. Use the diffugrpo trainer (trainer.v1.trainer_mode=diffugrpo, set by "
-                           f"algorithm=coupled_grpo), which writes it.")
+            raise KeyError(
+                f"the batch has no '{MASK_SEED_FIELD}' field: diffusion log-probs need one mask seed per "
+                f"sample. Use the diffugrpo trainer (trainer.v1.trainer_mode=diffugrpo, set by "
+                f"algorithm=coupled_grpo), which writes it."
+            )
         input_ids = micro_batch["input_ids"]  # nested [B, j]
         seq_lens = input_ids.offsets().diff()  # [B]
         prompt_lens = micro_batch["prompts"].offsets().diff()  # [B]
@@ -250,31 +262,56 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         lm = self._diffusion_lm()
         # Noise the whole canvas, padding after the EOS included, as the model generated it; score only
         # the tokens the loss counts.
-        views = check_views(self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(),
-                                               prompt), ids.shape, settings.get("masker", "coupled"))
+        views = check_views(
+            self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt),
+            ids.shape,
+            settings.get("masker", "coupled"),
+        )
         views.coef = views.coef * scored.to(views.coef.device)
 
         autocast_dtype = getattr(self, "_autocast_dtype", torch.bfloat16)
-        autocast_ctx = (nullcontext() if autocast_dtype == torch.float32
-                        else torch.autocast(device_type=get_device_name(), dtype=autocast_dtype))
+        autocast_ctx = (
+            nullcontext()
+            if autocast_dtype == torch.float32
+            else torch.autocast(device_type=get_device_name(), dtype=autocast_dtype)
+        )
         with autocast_ctx:
-            out = coupled_token_logprobs(lm, views, ids, attention.long(), positions, with_entropy=calculate_entropy,
-                                         chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)))
+            out = coupled_token_logprobs(
+                lm,
+                views,
+                ids,
+                attention.long(),
+                positions,
+                with_entropy=calculate_entropy,
+                chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
+            )
             # verl reads the log-prob of token p at index p - 1 (its autoregressive layout)
             model_output = {"log_probs": _nested(torch.roll(out.logp, shifts=-1, dims=1), seq_lens)}
             if calculate_entropy:
                 model_output["entropy"] = _nested(torch.roll(out.entropy, shifts=-1, dims=1), seq_lens)
 
             if loss_function is not None:
-                loss, metrics = loss_function(model_output=model_output, data=micro_batch,
-                                              dp_group=self.get_data_parallel_group())
+                loss, metrics = loss_function(
+                    model_output=model_output, data=micro_batch, dp_group=self.get_data_parallel_group()
+                )
                 if not forward_only and self._loss_terms:
-                    inputs = TermInputs(lm=lm, input_ids=ids, attention=attention, positions=positions, prompt=prompt,
-                                        canvas=in_response, scored=scored, logp=out.logp,
-                                        reference_logp=self._reference_logp(micro_batch, in_response, response_cols),
-                                        iteration=(micro_batch[ITERATION_FIELD] if ITERATION_FIELD in micro_batch.keys()
-                                                   else torch.zeros(len(ids), dtype=torch.long)),
-                                        chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)))
+                    inputs = TermInputs(
+                        lm=lm,
+                        input_ids=ids,
+                        attention=attention,
+                        positions=positions,
+                        prompt=prompt,
+                        canvas=in_response,
+                        scored=scored,
+                        logp=out.logp,
+                        reference_logp=self._reference_logp(micro_batch, in_response, response_cols),
+                        iteration=(
+                            micro_batch[ITERATION_FIELD]
+                            if ITERATION_FIELD in micro_batch.keys()
+                            else torch.zeros(len(ids), dtype=torch.long)
+                        ),
+                        chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
+                    )
                     loss = loss + self._added_terms(inputs, micro_batch, metrics)
             else:
                 assert forward_only, "forward_only must be True when loss_function is None"
@@ -287,8 +324,10 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         model), token-aligned.  # [B, L]"""
         name = next((key for key in ("ref_log_prob", "old_log_probs") if key in micro_batch.keys()), None)
         if name is None:
-            raise KeyError("loss terms need the batch's 'ref_log_prob' or 'old_log_probs' (the trainer's update "
-                           "batch has them); this batch has neither")
+            raise KeyError(
+                "loss terms need the batch's 'ref_log_prob' or 'old_log_probs' (the trainer's update "
+                "batch has them); this batch has neither"
+            )
         return _on_canvas(micro_batch[name], in_response, response_cols)
 
     def _added_terms(self, inputs: TermInputs, micro_batch: TensorDict, metrics: dict) -> torch.Tensor:
@@ -301,19 +340,31 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         total = inputs.logp.new_zeros(())
         for name, (weight, term) in self._loss_terms.items():
             prefix = LOSS_TERM_FIELD.format(name=name, field="")
-            inputs.fields = {key[len(prefix):]: micro_batch[key] for key in micro_batch.keys()
-                             if isinstance(key, str) and key.startswith(prefix)}
+            inputs.fields = {
+                key[len(prefix) :]: micro_batch[key]
+                for key in micro_batch.keys()
+                if isinstance(key, str) and key.startswith(prefix)
+            }
             per_sample = term.loss(inputs)
             if not (isinstance(per_sample, torch.Tensor) and per_sample.shape == (len(inputs.input_ids),)):
-                raise ValueError(f"loss term '{name}' returned {getattr(per_sample, 'shape', type(per_sample))}; "
-                                 f"loss(inputs) must return one loss per sample, [B] = [{len(inputs.input_ids)}] "
-                                 f"(diffugrpo_plugin/hookspecs.py)")
+                raise ValueError(
+                    f"loss term '{name}' returned {getattr(per_sample, 'shape', type(per_sample))}; "
+                    f"loss(inputs) must return one loss per sample, [B] = [{len(inputs.input_ids)}] "
+                    f"(diffugrpo_plugin/hookspecs.py)"
+                )
             per_sample = per_sample.float()[:, None]  # [B, 1]
-            value = agg_loss(loss_mat=per_sample, loss_mask=torch.ones_like(per_sample), loss_agg_mode="seq-mean-token-sum",
-                             dp_size=dp_size, global_batch_size=global_batch_size)
-            metrics[f"loss_terms/{name}"] = Metric(value=value.detach(), aggregation=AggregationType.SUM if summed
-                                                   else AggregationType.MEAN)
-            metrics[f"loss_terms/{name}/applied"] = Metric(value=(per_sample != 0).float().mean(),
-                                                           aggregation=AggregationType.MEAN)
+            value = agg_loss(
+                loss_mat=per_sample,
+                loss_mask=torch.ones_like(per_sample),
+                loss_agg_mode="seq-mean-token-sum",
+                dp_size=dp_size,
+                global_batch_size=global_batch_size,
+            )
+            metrics[f"loss_terms/{name}"] = Metric(
+                value=value.detach(), aggregation=AggregationType.SUM if summed else AggregationType.MEAN
+            )
+            metrics[f"loss_terms/{name}/applied"] = Metric(
+                value=(per_sample != 0).float().mean(), aggregation=AggregationType.MEAN
+            )
             total = total + weight * value
         return total

@@ -44,12 +44,16 @@ def _check_training_pass(config: DictConfig) -> None:
     prefix = "actor_rollout_ref.model.diffusion"
     lean = diffusion.get("lean_mlp", True)
     if not isinstance(lean, bool):
-        raise ConfigError(f"{prefix}.lean_mlp={lean!r}: set true (SwiGLU blocks keep 2 of 4 activations for the "
-                          f"backward; same values and gradients) or false (the model's own code)")
+        raise ConfigError(
+            f"{prefix}.lean_mlp={lean!r}: set true (SwiGLU blocks keep 2 of 4 activations for the "
+            f"backward; same values and gradients) or false (the model's own code)"
+        )
     chunk_rows = diffusion.get("chunk_rows", 1)
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
-        raise ConfigError(f"{prefix}.chunk_rows={chunk_rows!r}: set a positive whole number (the fused head holds at "
-                          f"most chunk_rows x vocabulary logits at a time; default 1024)")
+        raise ConfigError(
+            f"{prefix}.chunk_rows={chunk_rows!r}: set a positive whole number (the fused head holds at "
+            f"most chunk_rows x vocabulary logits at a time; default 1024)"
+        )
 
 
 def _check_rewards(config: DictConfig) -> None:
@@ -57,8 +61,10 @@ def _check_rewards(config: DictConfig) -> None:
 
     node = OmegaConf.select(config, "diffugrpo.rewards")
     if node is None:
-        raise ConfigError("no reward configuration: set diffugrpo.rewards.reward_funcs, e.g. {code: 2.0, "
-                          "code_format: 0.5}, or [code, code_format] with diffugrpo.rewards.reward_weights")
+        raise ConfigError(
+            "no reward configuration: set diffugrpo.rewards.reward_funcs, e.g. {code: 2.0, "
+            "code_format: 0.5}, or [code, code_format] with diffugrpo.rewards.reward_weights"
+        )
     try:
         RewardSpec.from_config(OmegaConf.to_container(node, resolve=True))
     except (PluginError, ValueError) as error:
@@ -85,8 +91,10 @@ def _check_model(config: DictConfig) -> None:
     if not os.path.exists(expanded):
         if is_hub_id(path):
             return  # a hub id: checked when it is downloaded
-        raise ConfigError(f"actor_rollout_ref.model.path '{path}' does not exist. Point it at a checkpoint directory "
-                          f"or a hub id such as apple/DiffuCoder-7B-Instruct.")
+        raise ConfigError(
+            f"actor_rollout_ref.model.path '{path}' does not exist. Point it at a checkpoint directory "
+            f"or a hub id such as apple/DiffuCoder-7B-Instruct."
+        )
     from verl.utils import hf_tokenizer
 
     trust = bool(model.get("trust_remote_code", False))
@@ -94,8 +102,9 @@ def _check_model(config: DictConfig) -> None:
     tokenizer_path = os.path.expanduser(str(model.get("tokenizer_path") or expanded))
     try:
         checkpoint_config = read_model_config(expanded)
-        plan = plan_loading(checkpoint_config, diffusion.get("family"), diffusion.get("implementation") or "auto",
-                            trust, expanded)
+        plan = plan_loading(
+            checkpoint_config, diffusion.get("family"), diffusion.get("implementation") or "auto", trust, expanded
+        )
     except ModelConfigError as error:
         raise ConfigError(str(error)) from error
     if not plan.trust_remote_code:
@@ -104,9 +113,11 @@ def _check_model(config: DictConfig) -> None:
     try:
         tokenizer = hf_tokenizer(tokenizer_path, trust_remote_code=True)
     except (OSError, ValueError) as error:
-        raise ConfigError(f"cannot load the tokenizer at '{tokenizer_path}' ({one_line(error)}); set "
-                          f"actor_rollout_ref.model.tokenizer_path to a directory with the checkpoint's tokenizer "
-                          f"files") from error
+        raise ConfigError(
+            f"cannot load the tokenizer at '{tokenizer_path}' ({one_line(error)}); set "
+            f"actor_rollout_ref.model.tokenizer_path to a directory with the checkpoint's tokenizer "
+            f"files"
+        ) from error
     try:
         config_object = load_model_config(expanded, plan)
         resolve_mask_token(plan.family, config_object, tokenizer, diffusion.get("mask_token_id"))
@@ -120,7 +131,8 @@ def _check_model(config: DictConfig) -> None:
             raise ConfigError(
                 f"{model_class.__name__} (the checkpoint's own code) does not support transformers' gradient "
                 f"checkpointing. Use our native implementation (actor_rollout_ref.model.diffusion.implementation=auto)"
-                f" or set actor_rollout_ref.model.enable_gradient_checkpointing=false.")
+                f" or set actor_rollout_ref.model.enable_gradient_checkpointing=false."
+            )
     sampler = (config.actor_rollout_ref.rollout.get("engine_kwargs", {}) or {}).get("diffusion", {}) or {}
     cache = next((option for option in ("kv_cache", "dual_cache") if sampler.get(option)), None)
     if cache and plan.implementation == "remote" and not plan.family.remote_prefix_cache:
@@ -130,7 +142,8 @@ def _check_model(config: DictConfig) -> None:
             f"a model whose forward fills a transformers Cache; the checkpoint's own code ({plan.family.name} family, "
             f"implementation=remote) does not. Use our native implementation "
             f"(actor_rollout_ref.model.diffusion.implementation=auto), or run without the cache: "
-            f"...engine_kwargs.diffusion.{cache}=false ...engine_kwargs.diffusion.cache_refresh=null.")
+            f"...engine_kwargs.diffusion.{cache}=false ...engine_kwargs.diffusion.cache_refresh=null."
+        )
 
 
 def _check_lora_keys(config: DictConfig) -> None:
@@ -139,32 +152,42 @@ def _check_lora_keys(config: DictConfig) -> None:
     model = config.actor_rollout_ref.model
     rank, megatron_rank = int(model.get("lora_rank", 0) or 0), int((model.get("lora") or {}).get("rank", 0) or 0)
     if megatron_rank > 0 and rank <= 0:
-        raise ConfigError(f"actor_rollout_ref.model.lora.rank={megatron_rank} is verl's Megatron key; the FSDP engine "
-                          f"adapts with actor_rollout_ref.model.lora_rank={megatron_rank} (and lora_alpha, "
-                          f"target_modules)")
+        raise ConfigError(
+            f"actor_rollout_ref.model.lora.rank={megatron_rank} is verl's Megatron key; the FSDP engine "
+            f"adapts with actor_rollout_ref.model.lora_rank={megatron_rank} (and lora_alpha, "
+            f"target_modules)"
+        )
     from diffugrpo_plugin.models.lora import ADAPTER_CONFIG
 
     adapter = model.get("lora_adapter_path")
     local = adapter and "://" not in str(adapter)  # verl copies remote (hdfs://) adapters to local itself
     if local and not os.path.isfile(os.path.join(os.path.expanduser(str(adapter)), ADAPTER_CONFIG)):
-        raise ConfigError(f"actor_rollout_ref.model.lora_adapter_path '{adapter}' holds no {ADAPTER_CONFIG}; "
-                          f"point it at a peft adapter folder (a checkpoint's actor/lora_adapter)")
+        raise ConfigError(
+            f"actor_rollout_ref.model.lora_adapter_path '{adapter}' holds no {ADAPTER_CONFIG}; "
+            f"point it at a peft adapter folder (a checkpoint's actor/lora_adapter)"
+        )
     if adapter and rank <= 0:
-        raise ConfigError("actor_rollout_ref.model.lora_adapter_path needs actor_rollout_ref.model.lora_rank > 0: "
-                          "without it verl's FSDP engine builds no adapters, while its trainer takes the reference "
-                          "from the actor with adapters disabled")
+        raise ConfigError(
+            "actor_rollout_ref.model.lora_adapter_path needs actor_rollout_ref.model.lora_rank > 0: "
+            "without it verl's FSDP engine builds no adapters, while its trainer takes the reference "
+            "from the actor with adapters disabled"
+        )
     if rank <= 0:
         return
     if OmegaConf.select(config, "diffugrpo.ref_sync.enable", default=False):
-        raise ConfigError("diffugrpo.ref_sync mixes the policy into a separate reference model; with LoRA the reference "
-                          "is the base model without its adapters (verl's way: no second copy), which cannot move "
-                          "alone. Set diffugrpo.ref_sync.enable=false")
+        raise ConfigError(
+            "diffugrpo.ref_sync mixes the policy into a separate reference model; with LoRA the reference "
+            "is the base model without its adapters (verl's way: no second copy), which cannot move "
+            "alone. Set diffugrpo.ref_sync.enable=false"
+        )
     backend = OmegaConf.select(config, "actor_rollout_ref.rollout.checkpoint_engine.backend", default="naive")
     merge = bool((model.get("lora") or {}).get("merge", False))
     if backend != "naive" and not merge:
-        raise ConfigError(f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend} sends the rollout the base "
-                          f"weights without the LoRA adapters; use backend=naive (the diffusion rollout's), or "
-                          f"actor_rollout_ref.model.lora.merge=true")
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.checkpoint_engine.backend={backend} sends the rollout the base "
+            f"weights without the LoRA adapters; use backend=naive (the diffusion rollout's), or "
+            f"actor_rollout_ref.model.lora.merge=true"
+        )
     dropout = (model.get("lora") or {}).get("dropout", 0.0) or 0.0
     if not 0.0 <= float(dropout) < 1.0:
         raise ConfigError(f"actor_rollout_ref.model.lora.dropout={dropout}: set a probability in [0, 1)")
@@ -187,8 +210,10 @@ def _check_adapters(model: DictConfig, meta, family) -> None:
     )
     from diffugrpo_plugin.models.weights import one_line
 
-    targets, exclude = (OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
-                        for value in (model.get("target_modules"), model.get("exclude_modules")))
+    targets, exclude = (
+        OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        for value in (model.get("target_modules"), model.get("exclude_modules"))
+    )
     rank, where = int(model.lora_rank), "actor_rollout_ref.model"
     settings = {"target_parameters": OmegaConf.select(model, "target_parameters", default=None)}
     adapter = model.get("lora_adapter_path")
@@ -203,15 +228,20 @@ def _check_adapters(model: DictConfig, meta, family) -> None:
     except ModelConfigError as error:
         raise ConfigError(str(error)) from error
     except ValueError as error:  # peft's own: no module matched
-        fix = (f"{where} was made for another model" if adapter else
-               f"set actor_rollout_ref.model.target_modules to names among its linear layers: "
-               f"{', '.join(linear_names(meta))}")
+        fix = (
+            f"{where} was made for another model"
+            if adapter
+            else f"set actor_rollout_ref.model.target_modules to names among its linear layers: "
+            f"{', '.join(linear_names(meta))}"
+        )
         raise ConfigError(f"LoRA on {type(meta).__name__}: {one_line(error)}; {fix}") from error
     matched, unmatched = target_report([name for name, _ in meta.named_modules()], targets)
     if unmatched:
-        print(f"[diffugrpo] LoRA: target_modules {', '.join(unmatched)} name no module of {type(meta).__name__} "
-              f"and adapt nothing; {', '.join(matched)} do ({len(adapted_module_names(adapted))} modules)",
-              file=sys.stderr)
+        print(
+            f"[diffugrpo] LoRA: target_modules {', '.join(unmatched)} name no module of {type(meta).__name__} "
+            f"and adapt nothing; {', '.join(matched)} do ({len(adapted_module_names(adapted))} modules)",
+            file=sys.stderr,
+        )
 
 
 def _load_without_remote_code(config: DictConfig, tokenizer_path: str) -> str:
@@ -238,18 +268,24 @@ def _check_data(config: DictConfig) -> None:
         for path in [files] if isinstance(files, str) else list(files or []):
             expanded = os.path.expanduser(str(path))
             if not os.path.exists(expanded):
-                raise ConfigError(f"data.{key}: '{path}' does not exist. Prepare data with "
-                                  f"`diffugrpo data prepare --source mbpp ...` (see docs/guides/data.md).")
+                raise ConfigError(
+                    f"data.{key}: '{path}' does not exist. Prepare data with "
+                    f"`diffugrpo data prepare --source mbpp ...` (see docs/guides/data.md)."
+                )
             try:
                 columns = set(pq.read_schema(expanded).names)
             except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-                raise ConfigError(f"data.{key}: '{path}' is not a readable parquet file ({str(exc).splitlines()[0]}). "
-                                  f"Write it again with `diffugrpo data prepare ... --output DIR`.") from None
+                raise ConfigError(
+                    f"data.{key}: '{path}' is not a readable parquet file ({str(exc).splitlines()[0]}). "
+                    f"Write it again with `diffugrpo data prepare ... --output DIR`."
+                ) from None
             missing = [c for c in (prompt_key, "data_source", "reward_model", "extra_info") if c not in columns]
             if missing:
-                raise ConfigError(f"data.{key}: '{path}' lacks column(s) {missing} (has {sorted(columns)}). "
-                                  f"Files from `diffugrpo data prepare` have them; set data.prompt_key if your "
-                                  f"prompt column has another name.")
+                raise ConfigError(
+                    f"data.{key}: '{path}' lacks column(s) {missing} (has {sorted(columns)}). "
+                    f"Files from `diffugrpo data prepare` have them; set data.prompt_key if your "
+                    f"prompt column has another name."
+                )
 
 
 def _check_batch_sizes(config: DictConfig) -> None:
@@ -258,21 +294,29 @@ def _check_batch_sizes(config: DictConfig) -> None:
     workers = int(trainer.n_gpus_per_node) * int(trainer.nnodes)
     train_batch, mini_batch = int(config.data.train_batch_size), int(actor.ppo_mini_batch_size)
     if generations < 2:
-        raise ConfigError(f"actor_rollout_ref.rollout.n (num_generations) is {generations}; the leave-one-out "
-                          f"advantage needs at least 2 completions per prompt")
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.n (num_generations) is {generations}; the leave-one-out "
+            f"advantage needs at least 2 completions per prompt"
+        )
     if train_batch % mini_batch:
-        raise ConfigError(f"data.train_batch_size ({train_batch} prompts, i.e. {train_batch * generations} completions "
-                          f"with num_generations n={generations}) must be a multiple of "
-                          f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini_batch} prompts)")
+        raise ConfigError(
+            f"data.train_batch_size ({train_batch} prompts, i.e. {train_batch * generations} completions "
+            f"with num_generations n={generations}) must be a multiple of "
+            f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini_batch} prompts)"
+        )
     samples_per_update = mini_batch * generations
     if samples_per_update % workers:
-        raise ConfigError(f"each update takes ppo_mini_batch_size x n = {samples_per_update} completions, which does "
-                          f"not split over {workers} workers (trainer.n_gpus_per_node x trainer.nnodes)")
+        raise ConfigError(
+            f"each update takes ppo_mini_batch_size x n = {samples_per_update} completions, which does "
+            f"not split over {workers} workers (trainer.n_gpus_per_node x trainer.nnodes)"
+        )
     micro = actor.get("ppo_micro_batch_size_per_gpu")
     if micro and (samples_per_update // workers) % int(micro):
-        raise ConfigError(f"each worker gets {samples_per_update // workers} completions per update "
-                          f"(ppo_mini_batch_size {mini_batch} x n {generations} / {workers} workers), not a multiple "
-                          f"of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})")
+        raise ConfigError(
+            f"each worker gets {samples_per_update // workers} completions per update "
+            f"(ppo_mini_batch_size {mini_batch} x n {generations} / {workers} workers), not a multiple "
+            f"of actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu ({micro})"
+        )
 
 
 def data_sampler_class(config: DictConfig):
@@ -284,8 +328,10 @@ def data_sampler_class(config: DictConfig):
     if not path and not name:
         return None
     if not (path and name):
-        raise ConfigError("data.sampler needs both class_path and class_name (the curriculum: class_path="
-                          "pkg://diffugrpo_plugin.training.curriculum class_name=CurriculumSampler)")
+        raise ConfigError(
+            "data.sampler needs both class_path and class_name (the curriculum: class_path="
+            "pkg://diffugrpo_plugin.training.curriculum class_name=CurriculumSampler)"
+        )
     try:
         found = load_extern_object(path, name)
     except Exception as error:  # noqa: BLE001 - any import failure becomes the one-line message
@@ -302,8 +348,10 @@ def _check_data_sampler(config: DictConfig) -> None:
     if sampler_class is None:
         return
     if int(config.data.get("dataloader_num_workers", 0) or 0):
-        raise ConfigError("data.sampler: a custom sampler needs data.dataloader_num_workers=0 (worker processes "
-                          "draw ahead, and the trainer must know which draw each prompt came from)")
+        raise ConfigError(
+            "data.sampler: a custom sampler needs data.dataloader_num_workers=0 (worker processes "
+            "draw ahead, and the trainer must know which draw each prompt came from)"
+        )
     if not issubclass(sampler_class, CurriculumSampler):
         return
     try:
@@ -322,8 +370,10 @@ def _check_curriculum_fields(config: DictConfig, options) -> None:
 
     rewards = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True)).names
     if options.metric not in rewards:
-        raise ConfigError(f"data.sampler.curriculum.metric='{options.metric}' is not one of the rewards in use "
-                          f"{list(rewards)}; name the reward whose value in [0, 1] is the pass (code)")
+        raise ConfigError(
+            f"data.sampler.curriculum.metric='{options.metric}' is not one of the rewards in use "
+            f"{list(rewards)}; name the reward whose value in [0, 1] is the pass (code)"
+        )
     if not options.difficulty_key:
         return
     head, *rest = options.difficulty_key.split(".")
@@ -335,9 +385,11 @@ def _check_curriculum_fields(config: DictConfig, options) -> None:
             is_struct = field_type is not None and pa.types.is_struct(field_type)
             field_type = {child.name: child.type for child in field_type}.get(part) if is_struct else None
         if field_type is None:
-            raise ConfigError(f"data.sampler.curriculum.difficulty_key='{options.difficulty_key}' is not a field of "
-                              f"data.train_files '{path}' (columns {schema.names}); name a numeric column, dotted "
-                              f"for nested fields, or null to measure pass rates")
+            raise ConfigError(
+                f"data.sampler.curriculum.difficulty_key='{options.difficulty_key}' is not a field of "
+                f"data.train_files '{path}' (columns {schema.names}); name a numeric column, dotted "
+                f"for nested fields, or null to measure pass rates"
+            )
 
 
 SUPPORTED_STRATEGIES = ("fsdp", "fsdp2")
@@ -347,9 +399,11 @@ def _check_strategy(config: DictConfig) -> None:
     for role in ("actor", "ref"):
         strategy = config.actor_rollout_ref[role].get("strategy")
         if strategy not in SUPPORTED_STRATEGIES:
-            raise ConfigError(f"actor_rollout_ref.{role}.strategy={strategy}: the diffusion_lm engine exists for "
-                              f"{' and '.join(SUPPORTED_STRATEGIES)} only (Megatron's engine computes autoregressive "
-                              f"log-probs inside its pipeline schedule and has no diffusion counterpart yet); use fsdp2")
+            raise ConfigError(
+                f"actor_rollout_ref.{role}.strategy={strategy}: the diffusion_lm engine exists for "
+                f"{' and '.join(SUPPORTED_STRATEGIES)} only (Megatron's engine computes autoregressive "
+                f"log-probs inside its pipeline schedule and has no diffusion counterpart yet); use fsdp2"
+            )
 
 
 def check_config(config: DictConfig) -> None:

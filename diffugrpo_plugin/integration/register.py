@@ -56,9 +56,8 @@ def _register_all() -> None:
 try:
     _register_all()
 except Exception as exc:  # noqa: BLE001 - reported loudly, then re-raised for verl
-    message = (
-        "diffugrpo failed to register with verl; coupled_grpo will not be available.\n"
-        + "".join(traceback.format_exception(exc))
+    message = "diffugrpo failed to register with verl; coupled_grpo will not be available.\n" + "".join(
+        traceback.format_exception(exc)
     )
     logger.error(message)
     print(f"[diffugrpo] ERROR: {message}", file=sys.stderr, flush=True)

@@ -42,7 +42,11 @@ def default_data(split: str) -> str:
 
 
 def register() -> None:
-    for name, function in {"diffugrpo.on_cpu": on_cpu, "diffugrpo.default_model": default_model,
-                           "diffugrpo.default_data": default_data, "diffugrpo.ray_cpus": ray_cpus}.items():
+    for name, function in {
+        "diffugrpo.on_cpu": on_cpu,
+        "diffugrpo.default_model": default_model,
+        "diffugrpo.default_data": default_data,
+        "diffugrpo.ray_cpus": ray_cpus,
+    }.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, function, use_cache=True)

@@ -41,10 +41,26 @@ ERROR_INFO_PREFIX = "reward_failed/"  # 1.0 where a component's reward raised on
 PASSED_KEY = "acc"  # verl's validation reports it as val-core/<data_source>/acc/mean@<n>: pass@1 per data source
 SECONDS_KEY = "scoring_seconds"  # wall time spent scoring the completion: a timing, not a component
 NOT_APPLICABLE = math.nan
-VERL_BOOKKEEPING = frozenset({"reward_model", "extra_info", "raw_prompt", "raw_prompt_ids", "tools_kwargs",
-                              "interaction_kwargs", "index", "uid", "tool_extra_fields", "__num_turns__",
-                              "reward_scores", "multi_modal_data", "multi_modal_inputs", "agent_name",
-                              "prompt_len", "response_len"})
+VERL_BOOKKEEPING = frozenset(
+    {
+        "reward_model",
+        "extra_info",
+        "raw_prompt",
+        "raw_prompt_ids",
+        "tools_kwargs",
+        "interaction_kwargs",
+        "index",
+        "uid",
+        "tool_extra_fields",
+        "__num_turns__",
+        "reward_scores",
+        "multi_modal_data",
+        "multi_modal_inputs",
+        "agent_name",
+        "prompt_len",
+        "response_len",
+    }
+)
 
 _manager_class: type | None = None
 
@@ -54,9 +70,11 @@ def rewards_config(config: Any) -> Mapping[str, Any]:
     diffugrpo = config.get("diffugrpo") if hasattr(config, "get") else None
     rewards = diffugrpo.get("rewards") if diffugrpo is not None else None
     if rewards is None:
-        raise ValueError("reward manager 'diffugrpo' needs config.diffugrpo.rewards (e.g. "
-                         "+diffugrpo.rewards.reward_funcs=[code,code_format] "
-                         "+diffugrpo.rewards.reward_weights=[2.0,0.5])")
+        raise ValueError(
+            "reward manager 'diffugrpo' needs config.diffugrpo.rewards (e.g. "
+            "+diffugrpo.rewards.reward_funcs=[code,code_format] "
+            "+diffugrpo.rewards.reward_weights=[2.0,0.5])"
+        )
     return rewards
 
 
@@ -83,8 +101,10 @@ def passed_all_tests(code_reward: float | None) -> float:
 def extra_info(scored: ScoredCompletion) -> dict[str, float]:
     """Per-component values for verl's ``reward_extra_info`` (None becomes NaN), and a 0/1 flag per
     component saying whether the reward failed on this completion (verl stores numbers only)."""
-    info = {f"{EXTRA_INFO_PREFIX}{name}": NOT_APPLICABLE if value is None else float(value)
-            for name, value in scored.values.items()}
+    info = {
+        f"{EXTRA_INFO_PREFIX}{name}": NOT_APPLICABLE if value is None else float(value)
+        for name, value in scored.values.items()
+    }
     info.update({f"{ERROR_INFO_PREFIX}{name}": float(name in scored.errors) for name in scored.values})
     return info
 
@@ -95,34 +115,45 @@ def _build_manager_class(base: type) -> type:
 
         executor: ThreadPoolExecutor | None = None
 
-        def __init__(self, config, tokenizer, compute_score=None, reward_router_address=None,
-                     reward_model_tokenizer=None, **kwargs):
+        def __init__(
+            self,
+            config,
+            tokenizer,
+            compute_score=None,
+            reward_router_address=None,
+            reward_model_tokenizer=None,
+            **kwargs,
+        ):
             super().__init__(config, tokenizer, compute_score)
             self.spec = RewardSpec.from_config(rewards_config(config))
             if DiffugrpoRewardManager.executor is None:
                 # One pool per process; the sandbox's own slots cap how many sandboxes run at once.
                 DiffugrpoRewardManager.executor = ThreadPoolExecutor(
-                    max_workers=self.spec.sandbox_config.max_concurrency + 2, thread_name_prefix="diffugrpo-reward")
+                    max_workers=self.spec.sandbox_config.max_concurrency + 2, thread_name_prefix="diffugrpo-reward"
+                )
 
         async def run_single(self, data) -> dict:
             loop = asyncio.get_running_loop()
             item = data[-1:][0]  # multi-turn outputs: the last sequence carries the answer
             response_ids = item.batch["responses"]
-            valid_length = int(item.batch["attention_mask"][-response_ids.shape[-1]:].sum())
+            valid_length = int(item.batch["attention_mask"][-response_ids.shape[-1] :].sum())
             text = await loop.run_in_executor(
-                None, lambda: self.tokenizer.decode(response_ids[:valid_length], skip_special_tokens=True))
+                None, lambda: self.tokenizer.decode(response_ids[:valid_length], skip_special_tokens=True)
+            )
             columns = {name: [value] for name, value in row_columns(item.non_tensor_batch).items()}
             step = data.meta_info.get("global_steps") if data.meta_info else None
             started = loop.time()
             try:
                 scored = await asyncio.wait_for(
                     loop.run_in_executor(self.executor, lambda: self.spec.score([text], columns, step)[0]),
-                    timeout=self.spec.sample_deadline_s)
+                    timeout=self.spec.sample_deadline_s,
+                )
             except asyncio.TimeoutError:
                 late = f"took longer than sample_deadline_s={self.spec.sample_deadline_s:.0f} s"
                 logger.error("diffugrpo rewards: a completion %s; every component scores None for it", late)
-                scored = ScoredCompletion(values={name: None for name in self.spec.names},
-                                          errors={name: late for name in self.spec.names})
+                scored = ScoredCompletion(
+                    values={name: None for name in self.spec.names}, errors={name: late for name in self.spec.names}
+                )
             info = {**extra_info(scored), SECONDS_KEY: loop.time() - started}
             if "code" in scored.values:
                 info[PASSED_KEY] = passed_all_tests(scored.values["code"])

@@ -78,17 +78,28 @@ class DiffusionRollout(BaseRollout):
         self.sampler_settings = settings
         build_sampler(self.sampler_name, **self.sampler_settings)  # fail at start-up on a bad option
         self.request_options = {o.name for o in factory_options(lookup("sampler", self.sampler_name).obj)} & {
-            "temperature", "top_p", "top_k"}
+            "temperature",
+            "top_p",
+            "top_k",
+        }
         self.device = torch.device(get_device_name())
         dtype = getattr(torch, str(self.config.dtype)) if isinstance(self.config.dtype, str) else self.config.dtype
         diffusion = dict(getattr(self.model_config, "diffusion", None) or {})
-        module = load_pretrained(self.model_config.local_path, dtype=dtype,
-                                 trust_remote_code=self.model_config.trust_remote_code,
-                                 attn_implementation=self._attn_implementation(), family=diffusion.get("family"),
-                                 implementation=diffusion.get("implementation") or "auto")
-        self.lm = DiffusionLM.wrap(module.to(self.device).eval(), tokenizer=self.model_config.tokenizer,
-                                   mask_token_id=diffusion.get("mask_token_id"),
-                                   logits_shift=diffusion.get("logits_shift"), family=diffusion.get("family"))
+        module = load_pretrained(
+            self.model_config.local_path,
+            dtype=dtype,
+            trust_remote_code=self.model_config.trust_remote_code,
+            attn_implementation=self._attn_implementation(),
+            family=diffusion.get("family"),
+            implementation=diffusion.get("implementation") or "auto",
+        )
+        self.lm = DiffusionLM.wrap(
+            module.to(self.device).eval(),
+            tokenizer=self.model_config.tokenizer,
+            mask_token_id=diffusion.get("mask_token_id"),
+            logits_shift=diffusion.get("logits_shift"),
+            family=diffusion.get("family"),
+        )
         self.tokenizer = self.model_config.tokenizer
         self.global_steps = 0
         self.replica_rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
@@ -110,16 +121,23 @@ class DiffusionRollout(BaseRollout):
             self.lm.module.to("cpu")
             torch.cuda.empty_cache()
 
-    async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None],
-                             wire_format: str = "named_tensors", peft_config: dict | None = None,
-                             base_sync_done: bool = False, **kwargs):
+    async def update_weights(
+        self,
+        weights: Generator[tuple[str, torch.Tensor], None, None],
+        wire_format: str = "named_tensors",
+        peft_config: dict | None = None,
+        base_sync_done: bool = False,
+        **kwargs,
+    ):
         """Copy the trainer's weights in by name. With LoRA (verl's default ``lora.merge=false``) verl sends the
         adapters alone with their ``peft_config``: the first such update adds the same adapters to this copy, and
         sampling runs through them (exact; a sync moves the adapters only). ``lora.merge=true`` sends whole
         merged weights, as without LoRA."""
         if wire_format != "named_tensors":
-            raise NotImplementedError(f"the diffusion rollout takes full named tensors, not '{wire_format}'; "
-                                      f"use actor_rollout_ref.rollout.checkpoint_engine.backend=naive")
+            raise NotImplementedError(
+                f"the diffusion rollout takes full named tensors, not '{wire_format}'; "
+                f"use actor_rollout_ref.rollout.checkpoint_engine.backend=naive"
+            )
         module = self.lm.module
         if peft_config is not None and not adapted_module_names(module):
             inject_adapter(module, peft_config)
@@ -134,18 +152,23 @@ class DiffusionRollout(BaseRollout):
             for name, tensor in weights:
                 target = targets.get(canonical_weight_name(name))
                 if target is None:
-                    raise KeyError(f"weight '{name}' from the trainer has no counterpart in the rollout model "
-                                   f"({type(module).__name__}{' with LoRA adapters' if peft_config else ''}); the "
-                                   f"trainer and the rollout must build the same model: same path, family and "
-                                   f"implementation (actor_rollout_ref.model.diffusion)")
+                    raise KeyError(
+                        f"weight '{name}' from the trainer has no counterpart in the rollout model "
+                        f"({type(module).__name__}{' with LoRA adapters' if peft_config else ''}); the "
+                        f"trainer and the rollout must build the same model: same path, family and "
+                        f"implementation (actor_rollout_ref.model.diffusion)"
+                    )
                 target.copy_(tensor.to(device=target.device, dtype=target.dtype))
                 updated.add(id(target))
-        stale = [n for n, p in module.named_parameters()
-                 if id(p) not in updated and is_adapter_weight(n) == adapters_only]
+        stale = [
+            n for n, p in module.named_parameters() if id(p) not in updated and is_adapter_weight(n) == adapters_only
+        ]
         if stale:
-            raise RuntimeError(f"weight update left {len(stale)} rollout parameters stale, e.g. {stale[:3]}: the "
-                               f"trainer sent a different model (actor_rollout_ref.model and its diffusion settings "
-                               f"must describe one model for both)")
+            raise RuntimeError(
+                f"weight update left {len(stale)} rollout parameters stale, e.g. {stale[:3]}: the "
+                f"trainer sent a different model (actor_rollout_ref.model and its diffusion settings "
+                f"must describe one model for both)"
+            )
         if kwargs.get("global_steps") is not None:
             self.global_steps = int(kwargs["global_steps"])
 
@@ -185,8 +208,15 @@ class DiffusionRollout(BaseRollout):
             seeds = [self._seed_for(p) for p in prompts]
             pad = padding_id(self.tokenizer)
             prompt_ids, prompt_mask = left_pad(prompts, pad, self.device)
-            out = sampler.generate(self.lm, prompt_ids, prompt_mask, int(self.config.response_length),
-                                   eos_token_id=self.tokenizer.eos_token_id, pad_token_id=pad, seeds=seeds)
+            out = sampler.generate(
+                self.lm,
+                prompt_ids,
+                prompt_mask,
+                int(self.config.response_length),
+                eos_token_id=self.tokenizer.eos_token_id,
+                pad_token_id=pad,
+                seeds=seeds,
+            )
             for row, i in enumerate(indices):
                 # the whole canvas, padding after the first EOS included (see agent_loop.py)
                 results[i] = {"token_ids": out.completion_ids[row].tolist(), "global_steps": self.global_steps}
@@ -204,11 +234,13 @@ def _serve_from_worker(_worker_actor, server: ray.actor.ActorHandle) -> None:
     if _local_rollout is None:
         raise RuntimeError("no diffusion rollout in this worker process; is actor_rollout_ref.rollout.name=diffusion?")
     device = torch.accelerator.current_device_index() if torch.accelerator.is_available() else None
-    generating = threading.Thread(target=_generate_batches, args=(_local_rollout, server, device), daemon=True,
-                                  name="diffusion-rollout")
+    generating = threading.Thread(
+        target=_generate_batches, args=(_local_rollout, server, device), daemon=True, name="diffusion-rollout"
+    )
     generating.start()
-    threading.Thread(target=_send_heartbeats, args=(server, generating), daemon=True,
-                     name="diffusion-heartbeat").start()
+    threading.Thread(
+        target=_send_heartbeats, args=(server, generating), daemon=True, name="diffusion-heartbeat"
+    ).start()
 
 
 def _generate_batches(rollout: DiffusionRollout, server: ray.actor.ActorHandle, device: int | None) -> None:
@@ -223,8 +255,11 @@ def _generate_batches(rollout: DiffusionRollout, server: ray.actor.ActorHandle, 
         except ray.exceptions.RayError:
             failures += 1
             if failures > MAX_PULL_FAILURES:
-                logger.exception("diffusion rollout: the server did not answer %d pulls in a row; stopping, so that "
-                                 "its waiting requests fail", failures)
+                logger.exception(
+                    "diffusion rollout: the server did not answer %d pulls in a row; stopping, so that "
+                    "its waiting requests fail",
+                    failures,
+                )
                 return  # the heartbeats stop with this thread
             time.sleep(1.0)
             continue
@@ -255,20 +290,27 @@ class DiffusionReplica(RolloutReplica):
 
     async def launch_servers(self):
         if self.world_size != 1:
-            raise ValueError(f"the diffusion rollout runs one sampler per trainer worker; set "
-                             f"actor_rollout_ref.rollout.tensor_model_parallel_size=1 (and data/pipeline parallel "
-                             f"sizes 1); got a rollout world size of {self.world_size}")
+            raise ValueError(
+                f"the diffusion rollout runs one sampler per trainer worker; set "
+                f"actor_rollout_ref.rollout.tensor_model_parallel_size=1 (and data/pipeline parallel "
+                f"sizes 1); got a rollout world size of {self.world_size}"
+            )
         worker = self.workers[0]
         node_id = await worker.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
-        server = ray.remote(RequestBatcher).options(
-            name=f"diffusion_server_{self.replica_rank}{self.name_suffix}",
-            num_cpus=0,
-            # every waiting generate() holds a slot until its batch comes back, and the worker's pulls need theirs:
-            # verl's cap (1000 and up) would deadlock a server holding that many requests
-            max_concurrency=SERVER_MAX_CONCURRENCY,
-            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id,
-                                                                                             soft=False),
-        ).remote()
+        server = (
+            ray.remote(RequestBatcher)
+            .options(
+                name=f"diffusion_server_{self.replica_rank}{self.name_suffix}",
+                num_cpus=0,
+                # every waiting generate() holds a slot until its batch comes back, and the worker's pulls need theirs:
+                # verl's cap (1000 and up) would deadlock a server holding that many requests
+                max_concurrency=SERVER_MAX_CONCURRENCY,
+                scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                    node_id=node_id, soft=False
+                ),
+            )
+            .remote()
+        )
         await worker.__ray_call__.remote(_serve_from_worker, server)
         self.servers = [server]
         self._server_handle = server

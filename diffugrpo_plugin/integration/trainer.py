@@ -151,8 +151,10 @@ class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def sync_reference(self, alpha: float) -> None:
         if self.ref is None or self.actor is None:
-            raise RuntimeError("diffugrpo.ref_sync needs the reference model in the actor's worker "
-                               "(actor_rollout_ref.hybrid_engine=true, no LoRA)")
+            raise RuntimeError(
+                "diffugrpo.ref_sync needs the reference model in the actor's worker "
+                "(actor_rollout_ref.hybrid_engine=true, no LoRA)"
+            )
         mix_into_reference(self.ref.engine.module, self.actor.engine.module, float(alpha))
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
@@ -187,8 +189,11 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         if self.ref_sync_steps and not 0.0 < self.ref_sync_alpha <= 1.0:
             raise ValueError(f"diffugrpo.ref_sync.alpha must be in (0, 1], got {self.ref_sync_alpha}")
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
-        self.learned_weights = (LearnedWeights(self.reward_spec.weights, self.reward_spec.gate_reward)
-                                if self.reward_spec.aggregation == "learned" else None)
+        self.learned_weights = (
+            LearnedWeights(self.reward_spec.weights, self.reward_spec.gate_reward)
+            if self.reward_spec.aggregation == "learned"
+            else None
+        )
         self.loss_terms = configured_terms(diffusion.get("loss_terms"))
         self.prompt_rows: dict[str, tuple[int, dict]] = {}  # uid -> (step fetched, its extra_info): for the loss terms
         self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
@@ -208,10 +213,17 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         loader = self.train_dataloader
-        self.data_sampler = RecordingSampler(sampler_class(data_source=self.train_dataset, data_config=self.config.data))
-        self.train_dataloader = StatefulDataLoader(dataset=loader.dataset, batch_size=loader.batch_size,
-                                                   num_workers=loader.num_workers, drop_last=loader.drop_last,
-                                                   collate_fn=loader.collate_fn, sampler=self.data_sampler)
+        self.data_sampler = RecordingSampler(
+            sampler_class(data_source=self.train_dataset, data_config=self.config.data)
+        )
+        self.train_dataloader = StatefulDataLoader(
+            dataset=loader.dataset,
+            batch_size=loader.batch_size,
+            num_workers=loader.num_workers,
+            drop_last=loader.drop_last,
+            collate_fn=loader.collate_fn,
+            sampler=self.data_sampler,
+        )
 
     def _fetch_one_gen_batch(self):
         batch = super()._fetch_one_gen_batch()
@@ -228,8 +240,11 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         samples, _, uids = self._reward_components(batch)
         totals = [float(row.sum()) for row in self._get(batch, ["rm_scores"])["rm_scores"].unbind()]
         positions = group_positions([uids[i] for i in real], self.prompt_positions)
-        self.data_sampler.update(CurriculumFeedback(positions=positions, rewards=[totals[i] for i in real],
-                                                    components=[samples[i] for i in real]))
+        self.data_sampler.update(
+            CurriculumFeedback(
+                positions=positions, rewards=[totals[i] for i in real], components=[samples[i] for i in real]
+            )
+        )
         for uid in set(uids):
             self.prompt_positions.pop(uid, None)
         metrics.update(self.data_sampler.metrics())
@@ -270,8 +285,9 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         this one (the update) fetch them."""
         import transfer_queue as tq
 
-        stored = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                                 fields=TensorDict(fields, batch_size=len(batch)))
+        stored = tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(fields, batch_size=len(batch))
+        )
         batch.fields = stored.fields
 
     def _get(self, batch, fields: list[str]) -> TensorDict:
@@ -280,17 +296,20 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
 
     def _compute_old_log_prob(self, batch, metrics):
-        seeds = mask_seed_table(self.mask_seed_base, self.global_steps, len(batch), self.num_iterations,
-                                self.random_masking)  # [B, K]
-        per_iteration = {iteration_field(MASK_SEED_FIELD, k): seeds[:, k].contiguous()
-                         for k in range(self.num_iterations)}
+        seeds = mask_seed_table(
+            self.mask_seed_base, self.global_steps, len(batch), self.num_iterations, self.random_masking
+        )  # [B, K]
+        per_iteration = {
+            iteration_field(MASK_SEED_FIELD, k): seeds[:, k].contiguous() for k in range(self.num_iterations)
+        }
         self._put(batch, per_iteration)
         return self._per_iteration(batch, metrics, super()._compute_old_log_prob, "old_log_probs", per_iteration)
 
     def _compute_ref_log_prob(self, batch, metrics):
         fields = [iteration_field(MASK_SEED_FIELD, k) for k in range(self.num_iterations)]
-        return self._per_iteration(batch, metrics, super()._compute_ref_log_prob, "ref_log_prob",
-                                   self._get(batch, fields))
+        return self._per_iteration(
+            batch, metrics, super()._compute_ref_log_prob, "ref_log_prob", self._get(batch, fields)
+        )
 
     def _per_iteration(self, batch, metrics, compute, output_field: str, seeds):
         """Run ``compute`` once per iteration with that iteration's masks (``seeds``: the per-iteration seed
@@ -312,10 +331,20 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         samples, failed = [], []
         for extra in list(data["extra_fields"]):
             info = (extra or {}).get("reward_extra_info", {}) or {}
-            samples.append({key[len(EXTRA_INFO_PREFIX):]: None if math.isnan(value) else float(value)
-                            for key, value in info.items() if key.startswith(EXTRA_INFO_PREFIX)})
-            failed.append({key[len(ERROR_INFO_PREFIX):] for key, value in info.items()
-                           if key.startswith(ERROR_INFO_PREFIX) and value})
+            samples.append(
+                {
+                    key[len(EXTRA_INFO_PREFIX) :]: None if math.isnan(value) else float(value)
+                    for key, value in info.items()
+                    if key.startswith(EXTRA_INFO_PREFIX)
+                }
+            )
+            failed.append(
+                {
+                    key[len(ERROR_INFO_PREFIX) :]
+                    for key, value in info.items()
+                    if key.startswith(ERROR_INFO_PREFIX) and value
+                }
+            )
         return samples, failed, list(data["uid"])
 
     def _check_reward_failures(self, failed: list[set[str]]) -> None:
@@ -329,9 +358,12 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             mostly = bool(failed) and 2 * count >= len(failed)
             self.failed_steps[name] = self.failed_steps.get(name, 0) + 1 if mostly else 0
             if count:
-                print(f"[diffugrpo] step {self.global_steps}: reward '{name}' failed on {count} of {len(failed)} "
-                      f"completions and scored None there; the reward workers' log has the error", file=sys.stderr,
-                      flush=True)
+                print(
+                    f"[diffugrpo] step {self.global_steps}: reward '{name}' failed on {count} of {len(failed)} "
+                    f"completions and scored None there; the reward workers' log has the error",
+                    file=sys.stderr,
+                    flush=True,
+                )
         patience = self.reward_spec.stop_after_failed_steps
         broken = sorted(name for name, streak in self.failed_steps.items() if patience and streak >= patience)
         if broken:
@@ -339,7 +371,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
                 f"reward(s) {broken} failed on at least half the completions for {patience} steps in a row (step "
                 f"{self.global_steps}); training on the other components alone would optimise something else. Fix "
                 f"the cause in the reward workers' log (a broken sandbox: run `diffugrpo sandbox check`), then resume "
-                f"from the last checkpoint; diffugrpo.rewards.stop_after_failed_steps=0 never stops.")
+                f"from the last checkpoint; diffugrpo.rewards.stop_after_failed_steps=0 never stops."
+            )
 
     def _compute_advantage(self, batch, metrics):
         if self.data_sampler is not None:
@@ -352,8 +385,9 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             real = real_rows(batch)
             self._rewrite_totals(batch, self.learned_weights.totals(samples))  # the weights before this step's fit
             metrics.update(self.learned_weights.metrics())
-            metrics["reward_weights/groups_fitted"] = self.learned_weights.fit([samples[i] for i in real],
-                                                                               [groups[i] for i in real])
+            metrics["reward_weights/groups_fitted"] = self.learned_weights.fit(
+                [samples[i] for i in real], [groups[i] for i in real]
+            )
         batch = super()._compute_advantage(batch, metrics)
         if self.loss_terms:
             self._prepare_loss_terms(batch)
@@ -370,25 +404,46 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         real = torch.zeros(len(uids), dtype=torch.bool)
         real[real_rows(batch)] = True
         masks = data["response_mask"].unbind()
-        logratios = torch.stack([torch.stack([((old - ref) * mask).sum() for old, ref, mask in
-                                              zip(data[old_name].unbind(), data[ref_name].unbind(), masks)])
-                                 for old_name, ref_name in zip(olds, refs)], dim=1).float()  # [B, K]
-        step = StepBatch(groups=uids, rewards=torch.tensor([float(row.sum()) for row in data["rm_scores"].unbind()]),
-                         rows=[self.prompt_rows.get(uid, (0, {}))[1] for uid in uids],
-                         response_lengths=data["responses"].offsets().diff(), logratios=logratios, real=real,
-                         step=self.global_steps, tokenizer=self.tokenizer)
+        logratios = torch.stack(
+            [
+                torch.stack(
+                    [
+                        ((old - ref) * mask).sum()
+                        for old, ref, mask in zip(data[old_name].unbind(), data[ref_name].unbind(), masks)
+                    ]
+                )
+                for old_name, ref_name in zip(olds, refs)
+            ],
+            dim=1,
+        ).float()  # [B, K]
+        step = StepBatch(
+            groups=uids,
+            rewards=torch.tensor([float(row.sum()) for row in data["rm_scores"].unbind()]),
+            rows=[self.prompt_rows.get(uid, (0, {}))[1] for uid in uids],
+            response_lengths=data["responses"].offsets().diff(),
+            logratios=logratios,
+            real=real,
+            step=self.global_steps,
+            tokenizer=self.tokenizer,
+        )
         for name, (_, term) in self.loss_terms.items():
             fields = term.prepare(step)
-            wrong = [key for key, value in fields.items() if not (isinstance(value, torch.Tensor)
-                                                                  and value.size(0) == len(uids))]
+            wrong = [
+                key
+                for key, value in fields.items()
+                if not (isinstance(value, torch.Tensor) and value.size(0) == len(uids))
+            ]
             if wrong:
-                raise ValueError(f"loss term '{name}' prepared {wrong} without one entry per sample ({len(uids)}); "
-                                 f"prepare(step) must return [B] or jagged [B, j] tensors (diffugrpo_plugin/hookspecs.py)")
+                raise ValueError(
+                    f"loss term '{name}' prepared {wrong} without one entry per sample ({len(uids)}); "
+                    f"prepare(step) must return [B] or jagged [B, j] tensors (diffugrpo_plugin/hookspecs.py)"
+                )
             self._put(batch, {LOSS_TERM_FIELD.format(name=name, field=key): value for key, value in fields.items()})
         # this step's prompts are done with, and so are any fetched before the previous step that never came back
         done = set(uids)
-        self.prompt_rows = {uid: kept for uid, kept in self.prompt_rows.items()
-                            if uid not in done and kept[0] >= self.global_steps - 1}
+        self.prompt_rows = {
+            uid: kept for uid, kept in self.prompt_rows.items() if uid not in done and kept[0] >= self.global_steps - 1
+        }
 
     def _rewrite_totals(self, batch, totals: list[float]) -> None:
         """Each completion's reward replaced by ``totals`` (verl's convention: on the sequence's last token)."""
@@ -415,12 +470,18 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         if self.learned_weights is None or not self.global_steps:
             return
         trainer = self.config.trainer
-        folder = (trainer.resume_from_path if trainer.resume_mode == "resume_path"
-                  else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}"))
+        folder = (
+            trainer.resume_from_path
+            if trainer.resume_mode == "resume_path"
+            else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}")
+        )
         path = os.path.join(os.path.abspath(folder), LEARNED_WEIGHTS_FILE)
         if not os.path.exists(path):
-            print(f"[diffugrpo] {path} is missing: the learned reward weights start again from the fixed ones",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[diffugrpo] {path} is missing: the learned reward weights start again from the fixed ones",
+                file=sys.stderr,
+                flush=True,
+            )
             return
         with open(path) as handle:
             self.learned_weights.load_state_dict(json.load(handle))
@@ -434,15 +495,17 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self._check_reward_failures([failed[i] for i in real])
         extras = list(data["extra_fields"])
         reward_seconds = [(extras[i] or {}).get("reward_extra_info", {}).get(SECONDS_KEY, 0.0) for i in real]
-        sampling = {(extras[i] or {}).get("generation_batch"): (extras[i] or {}).get("generation_seconds", 0.0)
-                    for i in real}
+        sampling = {
+            (extras[i] or {}).get("generation_batch"): (extras[i] or {}).get("generation_seconds", 0.0) for i in real
+        }
         metrics["timing_s/rollout_sampling"] = float(sum(sampling.values()))
         metrics["rollout/sampler_batches"] = len(sampling)  # sampler calls this step (each pays every forward)
         metrics["timing_s/reward_scoring"] = float(sum(reward_seconds))
         super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
         metrics.update(self._completion_length_metrics(batch, real))
-        self.reporter.report(step_line(global_steps, self.total_training_steps, metrics, self.reward_spec.names),
-                             step=global_steps)
+        self.reporter.report(
+            step_line(global_steps, self.total_training_steps, metrics, self.reward_spec.names), step=global_steps
+        )
         self.learning.observe(global_steps, metrics)
         if global_steps >= self.total_training_steps and (summary := self.learning.line()):
             self.reporter.report(summary)
@@ -453,6 +516,9 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         data = self._get(batch, ["response_mask", "responses"])
         lengths = torch.tensor([float(row.sum()) for row in data["response_mask"].unbind()])[real]  # [B]
         canvas = torch.tensor([float(row.numel()) for row in data["responses"].unbind()])[real]  # [B]
-        return {"response_length/mean": lengths.mean().item(), "response_length/max": lengths.max().item(),
-                "response_length/min": lengths.min().item(),
-                "response_length/clip_ratio": (lengths >= canvas).float().mean().item()}
+        return {
+            "response_length/mean": lengths.mean().item(),
+            "response_length/max": lengths.max().item(),
+            "response_length/min": lengths.min().item(),
+            "response_length/clip_ratio": (lengths >= canvas).float().mean().item(),
+        }

@@ -12,9 +12,22 @@ import importlib
 from typing import Any
 
 _FROM_DLM = (
-    "DiffusionLM", "LoadPlan", "ModelConfigError", "align_logits", "load_diffusion_lm", "load_model_config",
-    "load_pretrained", "plan_loading", "position_ids_from_mask", "read_model_config", "remote_classes",
-    "is_hub_id", "planned_meta_model", "refuse_unloaded_weights", "resolve_mask_token", "supports_attention",
+    "DiffusionLM",
+    "LoadPlan",
+    "ModelConfigError",
+    "align_logits",
+    "load_diffusion_lm",
+    "load_model_config",
+    "load_pretrained",
+    "plan_loading",
+    "position_ids_from_mask",
+    "read_model_config",
+    "remote_classes",
+    "is_hub_id",
+    "planned_meta_model",
+    "refuse_unloaded_weights",
+    "resolve_mask_token",
+    "supports_attention",
     "tokenizer_without_remote_code",
 )
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 from diffugrpo_plugin.models.families import BIDIRECTIONAL, ModelConfigError, ModelFamily
 from diffugrpo_plugin.plugins import PluginError, lookup, registrations
 
-SELECT_HINT = ("Set actor_rollout_ref.model.diffusion.family=<name> (CLI: --family), or register a family for "
-               "your model through the diffugrpo_model_families hook (diffugrpo_plugin/hookspecs.py)")
+SELECT_HINT = (
+    "Set actor_rollout_ref.model.diffusion.family=<name> (CLI: --family), or register a family for "
+    "your model through the diffugrpo_model_families hook (diffugrpo_plugin/hookspecs.py)"
+)
 
 
 def known_families() -> dict[str, ModelFamily]:
@@ -39,19 +41,26 @@ def detect_family(config: dict, override: str | None = None) -> ModelFamily:
     if override:
         return family_named(override)
     families = known_families()
-    found = {family.name: family for family in families.values() if family is not BIDIRECTIONAL and family.matches(config)}
+    found = {
+        family.name: family for family in families.values() if family is not BIDIRECTIONAL and family.matches(config)
+    }
     if len(found) == 1:
         return next(iter(found.values()))
     if len(found) > 1:
-        raise ModelConfigError(f"the model config matches several families ({', '.join(sorted(found))}). "
-                               f"{SELECT_HINT}.")
+        raise ModelConfigError(
+            f"the model config matches several families ({', '.join(sorted(found))}). {SELECT_HINT}."
+        )
     if config.get("is_causal") is False:
         return BIDIRECTIONAL
     listing = "; ".join(f"{' / '.join(names)}: {family.description}" for family, names in _names_by_family(families))
-    causal = (" It has causal attention (no is_causal: false), so it looks like an autoregressive model; a stock "
-              "transformers model trained as a masked diffusion LM needs is_causal: false in its config.json."
-              if not config.get("auto_map") else "")
+    causal = (
+        " It has causal attention (no is_causal: false), so it looks like an autoregressive model; a stock "
+        "transformers model trained as a masked diffusion LM needs is_causal: false in its config.json."
+        if not config.get("auto_map")
+        else ""
+    )
     raise ModelConfigError(
         f"cannot tell which diffusion-LM family this model is: model_type={config.get('model_type')!r}, "
         f"architectures={config.get('architectures')}, auto_map={sorted((config.get('auto_map') or {}).values())}."
-        f"{causal} Known families: {listing}. {SELECT_HINT}.")
+        f"{causal} Known families: {listing}. {SELECT_HINT}."
+    )

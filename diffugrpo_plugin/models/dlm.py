@@ -33,10 +33,25 @@ from diffugrpo_plugin.models.native import register_with_transformers
 from diffugrpo_plugin.models.weights import WeightFit, checkpoint_shapes, forward_problem, meta_model, one_line
 from diffugrpo_plugin.models.weights import fit as weight_fit
 
-__all__ = ["DiffusionLM", "LoadPlan", "ModelConfigError", "align_logits", "load_diffusion_lm", "load_model_config",
-           "load_pretrained", "plan_loading", "position_ids_from_mask", "read_model_config", "remote_classes",
-           "is_hub_id", "planned_meta_model", "refuse_unloaded_weights", "resolve_mask_token", "supports_attention",
-           "tokenizer_without_remote_code"]
+__all__ = [
+    "DiffusionLM",
+    "LoadPlan",
+    "ModelConfigError",
+    "align_logits",
+    "load_diffusion_lm",
+    "load_model_config",
+    "load_pretrained",
+    "plan_loading",
+    "position_ids_from_mask",
+    "read_model_config",
+    "remote_classes",
+    "is_hub_id",
+    "planned_meta_model",
+    "refuse_unloaded_weights",
+    "resolve_mask_token",
+    "supports_attention",
+    "tokenizer_without_remote_code",
+]
 
 
 def align_logits(logits: torch.Tensor, shift: bool) -> torch.Tensor:
@@ -50,15 +65,18 @@ def align_logits(logits: torch.Tensor, shift: bool) -> torch.Tensor:
     return torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
 
 
-def resolve_mask_token(family: ModelFamily, config: Any = None, tokenizer: Any = None,
-                       override: int | None = None) -> tuple[int, str]:
+def resolve_mask_token(
+    family: ModelFamily, config: Any = None, tokenizer: Any = None, override: int | None = None
+) -> tuple[int, str]:
     """The mask token id and where it came from, in this order: the override, the model config, the
     tokenizer's ``mask_token``, a family token name in the tokenizer, the family's published id."""
     vocab_size = getattr(config, "vocab_size", None)
     # the logits' width: LLaDA pads its embedding (and head) past vocab_size to embedding_size
     width = max(vocab_size or 0, getattr(config, "embedding_size", None) or 0) or None
-    stated = ((override, "set in config (diffusion.mask_token_id)"),
-              (family.config_mask_token_id(config) if config is not None else None, "model config (mask_token_id)"))
+    stated = (
+        (override, "set in config (diffusion.mask_token_id)"),
+        (family.config_mask_token_id(config) if config is not None else None, "model config (mask_token_id)"),
+    )
     for mask_id, source in stated:
         if mask_id is None:
             continue
@@ -66,7 +84,8 @@ def resolve_mask_token(family: ModelFamily, config: Any = None, tokenizer: Any =
             raise ModelConfigError(
                 f"mask token id {mask_id} ({source}) is outside the model's {width} logits: give the model's own mask "
                 f"token id (actor_rollout_ref.model.diffusion.mask_token_id in training, mask_token_id in its "
-                f"config.json), or leave diffusion.mask_token_id null to read it from the model and its tokenizer")
+                f"config.json), or leave diffusion.mask_token_id null to read it from the model and its tokenizer"
+            )
         return int(mask_id), source
     if getattr(tokenizer, "mask_token_id", None) is not None:
         return int(tokenizer.mask_token_id), f"tokenizer mask_token {tokenizer.mask_token!r}"
@@ -80,7 +99,8 @@ def resolve_mask_token(family: ModelFamily, config: Any = None, tokenizer: Any =
     raise ModelConfigError(
         f"no mask token id for {name}: neither the model config nor the tokenizer defines mask_token_id "
         f"(tried tokens {', '.join(family.mask_token_names)}). Masked diffusion needs one: add a mask token to "
-        f"the tokenizer or set actor_rollout_ref.model.diffusion.mask_token_id=<id>.")
+        f"the tokenizer or set actor_rollout_ref.model.diffusion.mask_token_id=<id>."
+    )
 
 
 @dataclass
@@ -97,8 +117,14 @@ class DiffusionLM:
     family: ModelFamily
 
     @classmethod
-    def wrap(cls, module: torch.nn.Module, tokenizer: Any = None, mask_token_id: int | None = None,
-             logits_shift: bool | None = None, family: str | None = None) -> "DiffusionLM":
+    def wrap(
+        cls,
+        module: torch.nn.Module,
+        tokenizer: Any = None,
+        mask_token_id: int | None = None,
+        logits_shift: bool | None = None,
+        family: str | None = None,
+    ) -> "DiffusionLM":
         """Wrap a loaded model, detecting its family from its config unless ``family`` names one."""
         config = unwrap(module).config
         found = family_named(family) if family else detect_family(config.to_dict())
@@ -107,20 +133,29 @@ class DiffusionLM:
             raise ModelConfigError(
                 f"cannot tell whether {type(unwrap(module)).__name__} (family {found.name}) shifts its logits: set "
                 f"actor_rollout_ref.model.diffusion.logits_shift=true (the output at i-1 predicts token i, as in "
-                f"Dream) or false (as in LLaDA), or diffusion_logits_shift in its config.json.")
+                f"Dream) or false (as in LLaDA), or diffusion_logits_shift in its config.json."
+            )
         mask_id, _ = resolve_mask_token(found, config, tokenizer, mask_token_id)
         return cls(module=module, mask_token_id=mask_id, shift_logits=bool(shift), family=found)
 
-    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    def logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Aligned logits for every position.  # [B, L] -> [B, L, V]"""
         if position_ids is None:
             position_ids = position_ids_from_mask(attention_mask)
         return align_logits(self.family.call(self.module, input_ids, attention_mask, position_ids), self.shift_logits)
 
-    def scored_logprobs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                        token_rows: torch.Tensor, targets: torch.Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                        with_entropy: bool = False):
+    def scored_logprobs(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        token_rows: torch.Tensor,
+        targets: torch.Tensor,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        with_entropy: bool = False,
+    ):
         """fp32 ``log p(targets)`` at the flat positions ``token_rows`` of ``input_ids.flatten()`` (and the entropy
         of those predictive distributions), through the fused head (:func:`~diffugrpo_plugin.models.kernels.fused_head_logprob`).
 
@@ -131,8 +166,10 @@ class DiffusionLM:
         """
         hidden_rows = token_rows - 1 if self.shift_logits else token_rows  # [R]
         if self.shift_logits and bool((token_rows % input_ids.shape[1] == 0).any()):
-            raise ValueError("a scored token sits at position 0, which a shifted (Dream-style) model cannot predict; "
-                             "every completion needs at least one prompt token before it")
+            raise ValueError(
+                "a scored token sits at position 0, which a shifted (Dream-style) model cannot predict; "
+                "every completion needs at least one prompt token before it"
+            )
         scale = self.family.logit_scale(unwrap(self.module).config)
 
         def head_logprobs(hidden, weight, bias):  # -> [R, 1] or [R, 2] with the entropy
@@ -163,13 +200,23 @@ def read_model_config(path: str) -> dict:
 
 def _ways_out(remote_tried: bool, names: tuple[str, ...] = ()) -> str:
     """What a user can do about weights that fit nothing we would build (one sentence)."""
-    ways = [] if remote_tried else [
-        "actor_rollout_ref.model.diffusion.implementation=remote with the checkpoint's own modeling code beside its "
-        "weights (and actor_rollout_ref.model.trust_remote_code=true)"]
-    ways += ["actor_rollout_ref.model.diffusion.family=<name> if it is another family",
-             "or convert the weights to the family's published parameter names"]
-    adapter = ("They look like an un-merged adapter: merge it into the base weights (peft's merge_and_unload) first. "
-               if any("lora_" in name for name in names) else "")
+    ways = (
+        []
+        if remote_tried
+        else [
+            "actor_rollout_ref.model.diffusion.implementation=remote with the checkpoint's own modeling code beside its "
+            "weights (and actor_rollout_ref.model.trust_remote_code=true)"
+        ]
+    )
+    ways += [
+        "actor_rollout_ref.model.diffusion.family=<name> if it is another family",
+        "or convert the weights to the family's published parameter names",
+    ]
+    adapter = (
+        "They look like an un-merged adapter: merge it into the base weights (peft's merge_and_unload) first. "
+        if any("lora_" in name for name in names)
+        else ""
+    )
     return f"{adapter}Ways out: {'; '.join(ways)}."
 
 
@@ -188,8 +235,13 @@ class LoadPlan:
         return self.implementation == "remote"
 
 
-def plan_loading(config: dict, family: str | None = None, implementation: str = "auto",
-                 trust_remote_code: bool = False, path: str | None = None) -> LoadPlan:
+def plan_loading(
+    config: dict,
+    family: str | None = None,
+    implementation: str = "auto",
+    trust_remote_code: bool = False,
+    path: str | None = None,
+) -> LoadPlan:
     """Choose how to build the network for a ``config.json`` dict; errors say which key to set.
 
     ``auto`` takes our native class when it runs the config's settings and, for a local checkpoint
@@ -199,8 +251,10 @@ def plan_loading(config: dict, family: str | None = None, implementation: str = 
     that would be freshly initialised or dropped are an error, never a model that runs on random weights.
     """
     if implementation not in IMPLEMENTATIONS:
-        raise ModelConfigError(f"unknown implementation '{implementation}' (actor_rollout_ref.model.diffusion."
-                               f"implementation); choose one of {', '.join(IMPLEMENTATIONS)}")
+        raise ModelConfigError(
+            f"unknown implementation '{implementation}' (actor_rollout_ref.model.diffusion."
+            f"implementation); choose one of {', '.join(IMPLEMENTATIONS)}"
+        )
     found = detect_family(config, family)
     local = path if path and os.path.isdir(path) else None
     misfit, misfit_names = None, ()
@@ -210,26 +264,38 @@ def plan_loading(config: dict, family: str | None = None, implementation: str = 
             weights = "the checkpoint's weights fit it" if local else "its weights are checked as they load"
             return LoadPlan(found, "native", found.native()[1], f"it runs these settings and {weights}")
         if implementation == "native":
-            fallback = ("Use implementation=auto (it runs the checkpoint's own code where ours does not fit)"
-                        + (f". {_ways_out(True, misfit_names)}" if misfit_names else ".")
-                        if config.get("auto_map") else _ways_out(False, misfit_names))
+            fallback = (
+                "Use implementation=auto (it runs the checkpoint's own code where ours does not fit)"
+                + (f". {_ways_out(True, misfit_names)}" if misfit_names else ".")
+                if config.get("auto_map")
+                else _ways_out(False, misfit_names)
+            )
             raise ModelConfigError(f"implementation=native cannot load this checkpoint: {misfit}. {fallback}")
         why = f"our native class does not fit: {misfit}"
     elif implementation == "native":
-        raise ModelConfigError(f"implementation=native cannot load this checkpoint: the {found.name} family has no "
-                               f"native implementation. Use implementation=auto.")
+        raise ModelConfigError(
+            f"implementation=native cannot load this checkpoint: the {found.name} family has no "
+            f"native implementation. Use implementation=auto."
+        )
     else:
-        why = ("implementation=remote asks for it" if implementation == "remote" else
-               f"the {found.name} family has no native implementation")
+        why = (
+            "implementation=remote asks for it"
+            if implementation == "remote"
+            else f"the {found.name} family has no native implementation"
+        )
     if config.get("auto_map"):
         if not trust_remote_code:
-            raise ModelConfigError(f"this checkpoint must run its own modeling code ({why}). Set "
-                                   f"actor_rollout_ref.model.trust_remote_code=true (CLI: --trust-remote-code) if "
-                                   f"you trust the code shipped with it.")
+            raise ModelConfigError(
+                f"this checkpoint must run its own modeling code ({why}). Set "
+                f"actor_rollout_ref.model.trust_remote_code=true (CLI: --trust-remote-code) if "
+                f"you trust the code shipped with it."
+            )
         plan = LoadPlan(found, "remote", reason=why, native_refused=misfit is not None)
     elif found.native or implementation == "remote":
-        raise ModelConfigError(f"cannot load this checkpoint: {why}; and its config.json has no auto_map, so it ships "
-                               f"no modeling code to run instead. {_ways_out(False, misfit_names)}")
+        raise ModelConfigError(
+            f"cannot load this checkpoint: {why}; and its config.json has no auto_map, so it ships "
+            f"no modeling code to run instead. {_ways_out(False, misfit_names)}"
+        )
     else:
         plan = LoadPlan(found, "stock", reason=why)
     if local:
@@ -254,8 +320,10 @@ def _native_misfit(found: ModelFamily, config: dict, path: str | None) -> tuple[
     shapes = checkpoint_shapes(path) if path else None
     fit = weight_fit(model, shapes) if shapes is not None else None
     if fit is not None and not fit.fits:
-        return (f"the checkpoint's weights do not fit {model_class.__name__}: {fit.describe()}",
-                fit.unexpected or fit.missing or tuple(name for name, _, _ in fit.mismatched))
+        return (
+            f"the checkpoint's weights do not fit {model_class.__name__}: {fit.describe()}",
+            fit.unexpected or fit.missing or tuple(name for name, _, _ in fit.mismatched),
+        )
     return None, ()
 
 
@@ -273,8 +341,11 @@ def _refuse_misfit_weights(plan: LoadPlan, config: dict, path: str) -> None:
 
 def planned_meta_model(path: str, config: dict, config_object: Any, plan: LoadPlan) -> torch.nn.Module:
     """The planned network built on the meta device: names, shapes and parameter count, no memory."""
-    model_class = {"native": lambda: plan.model_class, "remote": lambda: remote_classes(path, config)[1],
-                   "stock": lambda: None}[plan.implementation]()
+    model_class = {
+        "native": lambda: plan.model_class,
+        "remote": lambda: remote_classes(path, config)[1],
+        "stock": lambda: None,
+    }[plan.implementation]()
     return meta_model(model_class, config_object)
 
 
@@ -304,10 +375,15 @@ def _cached_snapshot(repo_id: str) -> str | None:
 def _misfit_message(plan: LoadPlan, class_name: str, fit: WeightFit) -> str:
     built = {"native": "our native class", "remote": "the checkpoint's own code", "stock": "a stock transformers class"}
     also = " (our native class does not fit either)" if plan.native_refused else ""
-    consequence = ("it would run with those weights freshly initialised" if fit.missing or fit.mismatched else
-                   "loading would drop those weights")
-    return (f"the checkpoint's weights do not fit {class_name}, {built[plan.implementation]}{also}: {fit.describe()}; "
-            f"{consequence}. {_ways_out(plan.implementation == 'remote', fit.unexpected or fit.missing)}")
+    consequence = (
+        "it would run with those weights freshly initialised"
+        if fit.missing or fit.mismatched
+        else "loading would drop those weights"
+    )
+    return (
+        f"the checkpoint's weights do not fit {class_name}, {built[plan.implementation]}{also}: {fit.describe()}; "
+        f"{consequence}. {_ways_out(plan.implementation == 'remote', fit.unexpected or fit.missing)}"
+    )
 
 
 def remote_classes(path: str, config: dict) -> tuple[type, type]:
@@ -322,8 +398,9 @@ def remote_classes(path: str, config: dict) -> tuple[type, type]:
     auto_map = config["auto_map"]
     auto_name = "AutoModelForCausalLM" if "AutoModelForCausalLM" in auto_map else "AutoModel"
     if "AutoConfig" not in auto_map or auto_name not in auto_map:
-        raise ModelConfigError(f"the checkpoint's auto_map {auto_map} names no AutoConfig and AutoModel classes to "
-                               f"run its own code with")
+        raise ModelConfigError(
+            f"the checkpoint's auto_map {auto_map} names no AutoConfig and AutoModel classes to run its own code with"
+        )
     config_class = get_class_from_dynamic_module(auto_map["AutoConfig"], path)
     model_class = get_class_from_dynamic_module(auto_map[auto_name], path)
     config_class.register_for_auto_class()
@@ -363,14 +440,22 @@ def _local_or_hub(path: str) -> str:
     """``path`` expanded when it exists locally; a hub id as given; else a one-line error."""
     expanded = os.path.expanduser(path)
     if not os.path.exists(expanded) and not is_hub_id(path):
-        raise ModelConfigError(f"model path '{path}' does not exist. Point actor_rollout_ref.model.path at a "
-                               f"checkpoint directory or a hub id such as apple/DiffuCoder-7B-Instruct.")
+        raise ModelConfigError(
+            f"model path '{path}' does not exist. Point actor_rollout_ref.model.path at a "
+            f"checkpoint directory or a hub id such as apple/DiffuCoder-7B-Instruct."
+        )
     return expanded if os.path.exists(expanded) else path
 
 
-def load_pretrained(path: str, dtype: torch.dtype = torch.float32, trust_remote_code: bool = False,
-                    attn_implementation: str | None = None, family: str | None = None,
-                    implementation: str = "auto", plan: LoadPlan | None = None) -> torch.nn.Module:
+def load_pretrained(
+    path: str,
+    dtype: torch.dtype = torch.float32,
+    trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
+    family: str | None = None,
+    implementation: str = "auto",
+    plan: LoadPlan | None = None,
+) -> torch.nn.Module:
     """Load a diffusion LM checkpoint from a local path or hub id, as :func:`plan_loading` decides (or ``plan``
     says, when it was already made for this path)."""
     from transformers import AutoModelForCausalLM
@@ -403,9 +488,15 @@ def _refuse_partial_load(module: torch.nn.Module, plan: LoadPlan, info: dict) ->
         raise ModelConfigError(_misfit_message(plan, type(module).__name__, fit))
 
 
-def load_diffusion_lm(path: str, device: str | torch.device | None = None, dtype: torch.dtype = torch.float32,
-                      trust_remote_code: bool = False, family: str | None = None,
-                      implementation: str = "auto", adapter: str | None = None) -> tuple[DiffusionLM, Any]:
+def load_diffusion_lm(
+    path: str,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    trust_remote_code: bool = False,
+    family: str | None = None,
+    implementation: str = "auto",
+    adapter: str | None = None,
+) -> tuple[DiffusionLM, Any]:
     """A checkpoint ready to sample from: the wrapped model in eval mode on ``device`` and its tokenizer; with a
     LoRA ``adapter`` folder (a training checkpoint's ``actor/lora_adapter``), the adapter merged in.
 
@@ -428,9 +519,11 @@ def load_diffusion_lm(path: str, device: str | torch.device | None = None, dtype
 
 
 TOKENIZER_CODE_FILES = ("tokenizer_config.json", "config.json")  # where an auto_map can send AutoTokenizer
-TOKENIZER_FILES = re.compile(r"(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|"
-                             r"chat_template\..*|additional_chat_templates|.*\.model|.*\.tiktoken|config\.json|"
-                             r"generation_config\.json|(pre)?processor_config\.json)")
+TOKENIZER_FILES = re.compile(
+    r"(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|"
+    r"chat_template\..*|additional_chat_templates|.*\.model|.*\.tiktoken|config\.json|"
+    r"generation_config\.json|(pre)?processor_config\.json)"
+)
 
 
 def tokenizer_without_remote_code(path: str) -> str:
@@ -464,8 +557,11 @@ def tokenizer_without_remote_code(path: str) -> str:
     digest = hashlib.sha256()
     for name in names:
         top = os.path.join(source, name)
-        files = [top] if os.path.isfile(top) else sorted(os.path.join(root, file) for root, _, found in os.walk(top)
-                                                          for file in found)
+        files = (
+            [top]
+            if os.path.isfile(top)
+            else sorted(os.path.join(root, file) for root, _, found in os.walk(top) for file in found)
+        )
         for file in files:
             with open(file, "rb") as handle:
                 digest.update(os.path.relpath(file, source).encode() + b"\0" + hashlib.sha256(handle.read()).digest())

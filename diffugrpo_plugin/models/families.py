@@ -80,9 +80,11 @@ def submodule(module: torch.nn.Module, path: str) -> torch.nn.Module:
     """``module.a.b`` for ``path="a.b"``, or an error naming the model and the missing attribute."""
     found = _find(module, path)
     if found is None:
-        raise ModelConfigError(f"{type(unwrap(module)).__name__} has no '{path}': its layout does not match the "
-                               f"family it was detected as. Set actor_rollout_ref.model.diffusion.family to the "
-                               f"right one.")
+        raise ModelConfigError(
+            f"{type(unwrap(module)).__name__} has no '{path}': its layout does not match the "
+            f"family it was detected as. Set actor_rollout_ref.model.diffusion.family to the "
+            f"right one."
+        )
     return found
 
 
@@ -102,8 +104,9 @@ def _logits_of(out: Any) -> torch.Tensor:
 
 def call_with_padding_mask(module, input_ids, attention_mask, position_ids) -> torch.Tensor:
     """Stock transformers and our native classes: 2D mask, explicit positions, no cache."""
-    return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             use_cache=False))
+    return _logits_of(
+        module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    )
 
 
 def dream_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor | str:
@@ -125,8 +128,9 @@ def call_dream_published(module, input_ids, attention_mask, position_ids) -> tor
     """Dream's published code: the mask as built by :func:`dream_attention_mask`, positions over real tokens."""
     if takes_padding_mask(module):
         return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
-    return _logits_of(module(input_ids=input_ids, attention_mask=dream_attention_mask(attention_mask),
-                             position_ids=position_ids))
+    return _logits_of(
+        module(input_ids=input_ids, attention_mask=dream_attention_mask(attention_mask), position_ids=position_ids)
+    )
 
 
 def call_llada_published(module, input_ids, attention_mask, position_ids) -> torch.Tensor:
@@ -136,8 +140,7 @@ def call_llada_published(module, input_ids, attention_mask, position_ids) -> tor
         return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
     padded = not bool(attention_mask.bool().all())
     # use_cache stated: the published forward reads config.use_cache, which transformers 5 drops
-    return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask if padded else None,
-                             use_cache=False))
+    return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask if padded else None, use_cache=False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,8 +193,9 @@ class ModelFamily:
     architectures: tuple[str, ...] = ()
     mask_token_names: tuple[str, ...] = ("<|mask|>",)
     default_mask_token_id: int | None = None
-    config_mask_token_id: Callable[[Any], int | None] = field(default=lambda config: getattr(config, "mask_token_id",
-                                                                                             None))
+    config_mask_token_id: Callable[[Any], int | None] = field(
+        default=lambda config: getattr(config, "mask_token_id", None)
+    )
     native: Callable[[], tuple[type, type]] | None = None
     native_unsupported: Callable[[dict], list[str]] = field(default=lambda config: [])
     remote_prefix_cache: bool = False
@@ -300,8 +304,10 @@ DREAM = ModelFamily(
     name="dream",
     description="Dream / DiffuCoder: Qwen2 body, bidirectional, shifted logits",
     call=call_dream_published,
-    attention_convention=('native: 2D padding mask + position_ids; published code: "full" or a 4D boolean '
-                          'mask (query and key real) + position_ids'),
+    attention_convention=(
+        'native: 2D padding mask + position_ids; published code: "full" or a 4D boolean '
+        "mask (query and key real) + position_ids"
+    ),
     final_norm="model.norm",
     head="lm_head",
     embedding="model.embed_tokens",
@@ -317,8 +323,9 @@ LLADA = ModelFamily(
     name="llada",
     description="LLaDA: Llama-style body with its own weight names, bidirectional, unshifted logits",
     call=call_llada_published,
-    attention_convention=("native: 2D padding mask + position_ids; published code: 2D mask only, "
-                          "no position_ids (positions 0..L-1)"),
+    attention_convention=(
+        "native: 2D padding mask + position_ids; published code: 2D mask only, no position_ids (positions 0..L-1)"
+    ),
     final_norm="model.transformer.ln_f",
     head="model.transformer.ff_out",
     embedding="model.transformer.wte",
@@ -334,8 +341,14 @@ LLADA = ModelFamily(
     complete_remote_config=_llada_kv_heads,
     logit_scale=lambda config: 1 / math.sqrt(config.d_model) if getattr(config, "scale_logits", False) else 1.0,
     # our native block's feed_forward(); the published block computes its feed-forward inline and is left as it is
-    swiglu=SwiGLUBlocks(classes=("LLaDALlamaBlock",), method="feed_forward", gate="ff_proj", up="up_proj",
-                        down="ff_out", activation=None),
+    swiglu=SwiGLUBlocks(
+        classes=("LLaDALlamaBlock",),
+        method="feed_forward",
+        gate="ff_proj",
+        up="up_proj",
+        down="ff_out",
+        activation=None,
+    ),
 )
 
 
@@ -366,8 +379,12 @@ def final_hidden_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.
 
 
 @contextmanager
-def projected_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.Tensor,
-                   project: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor]):
+def projected_rows(
+    family: ModelFamily,
+    module: torch.nn.Module,
+    rows: torch.Tensor,
+    project: Callable[[torch.Tensor, torch.Tensor, torch.Tensor | None], torch.Tensor],
+):
     """While active, the model's forward returns ``project(hidden [R, H], weight [V, H], bias)`` ([R, k], returned
     as [1, R, k]) in place of its logits, for the final hidden states ``hidden.flatten(0, 1)[rows]``; the
     vocabulary head projects nothing.
@@ -402,9 +419,11 @@ def projected_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.Ten
 
     def return_projected(_model, _args, output):  # prepended: runs before FSDP's own post-forward hook
         if len(projected) != 1:
-            raise RuntimeError(f"{type(unwrap(module)).__name__} did not run its vocabulary head once on the final "
-                               f"hidden states (family {family.name}: final_norm '{family.final_norm}', head "
-                               f"'{family.head}'); the family's layout does not match the model")
+            raise RuntimeError(
+                f"{type(unwrap(module)).__name__} did not run its vocabulary head once on the final "
+                f"hidden states (family {family.name}: final_norm '{family.final_norm}', head "
+                f"'{family.head}'); the family's layout does not match the model"
+            )
         if isinstance(output, dict):  # transformers' ModelOutput
             output.logits = projected.pop()
             return output
@@ -414,8 +433,10 @@ def projected_rows(family: ModelFamily, module: torch.nn.Module, rows: torch.Ten
         if head is None:
             handles = [submodule(module, family.final_norm).register_forward_hook(project_tied)]
         else:
-            handles = [head.register_forward_pre_hook(divert_input),
-                       head.register_forward_hook(project_diverted, prepend=True)]
+            handles = [
+                head.register_forward_pre_hook(divert_input),
+                head.register_forward_hook(project_diverted, prepend=True),
+            ]
         handles.append(unwrap(module).register_forward_hook(return_projected, prepend=True))
         try:
             yield

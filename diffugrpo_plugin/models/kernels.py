@@ -65,8 +65,9 @@ class _ChunkedTargetLogprob(torch.autograd.Function):
         # fp32 logits: work in the buffer itself; others: in an fp32 chunk, cast in at the end
         in_place = grad.dtype == torch.float32
         for rows in _row_chunks(logits.shape[0], ctx.chunk_rows):
-            chunk_grad = torch.sub(logits[rows].float(), log_normaliser[rows, None],
-                                   out=grad[rows] if in_place else None)  # [r, V]
+            chunk_grad = torch.sub(
+                logits[rows].float(), log_normaliser[rows, None], out=grad[rows] if in_place else None
+            )  # [r, V]
             upstream = grad_logp[rows, None].float()  # [r, 1]
             chunk_grad.exp_().mul_(-upstream)  # -g * softmax
             chunk_grad.scatter_add_(-1, targets[rows, None], upstream)  # +g at the target
@@ -75,8 +76,9 @@ class _ChunkedTargetLogprob(torch.autograd.Function):
         return grad, None, None, None
 
 
-def chunked_gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                             with_entropy: bool = False):
+def chunked_gathered_logprob(
+    logits: torch.Tensor, targets: torch.Tensor, chunk_rows: int = DEFAULT_CHUNK_ROWS, with_entropy: bool = False
+):
     """``log softmax(logits)[target]`` in fp32 (and optionally the entropy) over row chunks: no fp32 copy
     of more than one chunk is alive, and the backward needs a single gradient buffer shaped like ``logits``.
 
@@ -91,8 +93,9 @@ def chunked_gathered_logprob(logits: torch.Tensor, targets: torch.Tensor, chunk_
     return (logp, entropy) if with_entropy else logp
 
 
-def _slice_logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float,
-                  out: torch.Tensor) -> torch.Tensor:
+def _slice_logits(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float, out: torch.Tensor
+) -> torch.Tensor:
     """fp32 logits ``scale * (weight @ hidden.T + bias)`` of one vocabulary slice (``weight``/``bias`` are the
     slice's rows), written into ``out``.  # [v, R]
 
@@ -131,8 +134,15 @@ def _vocab_slices(num_rows: int, vocab: int, chunk_rows: int, columns: int = SLI
     return [slice(start, min(start + width, vocab)) for start in range(0, vocab, width)]
 
 
-def _online_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, scale: float,
-                    targets: torch.Tensor, slices: list[slice], with_entropy: bool):
+def _online_forward(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    scale: float,
+    targets: torch.Tensor,
+    slices: list[slice],
+    with_entropy: bool,
+):
     """Per-row fp32 ``logp``, ``log_normaliser`` and (optionally) ``entropy`` from the vocabulary slices' logits,
     combined online: a running maximum and a sum of ``exp(logit - maximum)`` per row, rescaled whenever the
     maximum grows (as flash attention combines its key blocks), so one ``[v, R]`` slice exists at a time.
@@ -147,8 +157,9 @@ def _online_forward(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     target_logit = torch.empty_like(running_max)  # [R]
     buffer = torch.empty(slices[0].stop, num_rows, dtype=torch.float32, device=targets.device)  # [v, R], reused
     for cols in slices:
-        logits = _slice_logits(hidden, weight[cols], None if bias is None else bias[cols], scale,
-                               buffer[:cols.stop - cols.start])  # [v, R]
+        logits = _slice_logits(
+            hidden, weight[cols], None if bias is None else bias[cols], scale, buffer[: cols.stop - cols.start]
+        )  # [v, R]
         inside = (targets >= cols.start) & (targets < cols.stop)  # [R]
         target_logit[inside] = logits[targets[inside] - cols.start, row_index[inside]]
         new_max = torch.maximum(running_max, logits.amax(0))  # [R]
@@ -209,8 +220,17 @@ class _FusedHeadLogprob(torch.autograd.Function):
         grad_bias = torch.empty_like(bias) if want_bias else None  # [V]
         buffer = torch.empty(ctx.slices[0].stop, hidden.shape[0], dtype=torch.float32, device=hidden.device)
         for cols in ctx.slices:
-            probs = _slice_logits(hidden, weight[cols], None if bias is None else bias[cols], ctx.scale,
-                                  buffer[:cols.stop - cols.start]).sub_(log_normaliser).exp_()  # [v, R] fp32
+            probs = (
+                _slice_logits(
+                    hidden,
+                    weight[cols],
+                    None if bias is None else bias[cols],
+                    ctx.scale,
+                    buffer[: cols.stop - cols.start],
+                )
+                .sub_(log_normaliser)
+                .exp_()
+            )  # [v, R] fp32
             if want_bias:
                 grad_bias[cols] = -(probs @ upstream)  # [v]
             probs = probs.to(weight.dtype)  # the head's dtype for its gradient matmuls, as the unfused backward
@@ -231,9 +251,15 @@ class _FusedHeadLogprob(torch.autograd.Function):
         return grad_hidden, grad_weight, grad_bias, None, None, None, None
 
 
-def fused_head_logprob(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor,
-                       bias: torch.Tensor | None = None, scale: float = 1.0, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                       with_entropy: bool = False):
+def fused_head_logprob(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    scale: float = 1.0,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    with_entropy: bool = False,
+):
     """The vocabulary head and ``log softmax(logits)[target]`` in fp32, fused: at most ``chunk_rows x V``
     logits exist at a time, in the forward and in the backward (which recomputes them).
 

@@ -41,8 +41,10 @@ class _SwiGLUDown(torch.autograd.Function):
     @staticmethod
     def forward(ctx, gate, up, weight, bias):
         if gate.dtype != up.dtype or gate.shape != up.shape:
-            raise ValueError(f"a SwiGLU block's gate and up projections must agree: {gate.dtype} {tuple(gate.shape)} "
-                             f"vs {up.dtype} {tuple(up.shape)}")
+            raise ValueError(
+                f"a SwiGLU block's gate and up projections must agree: {gate.dtype} {tuple(gate.shape)} "
+                f"vs {up.dtype} {tuple(up.shape)}"
+            )
         device = gate.device.type
         ctx.autocast = (device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device))
         ctx.save_for_backward(gate, up, weight)
@@ -72,8 +74,9 @@ class _SwiGLUDown(torch.autograd.Function):
         return grad_gate, grad_up, grad_weight, grad_bias
 
 
-def swiglu_down(gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor,
-                bias: torch.Tensor | None = None) -> torch.Tensor:
+def swiglu_down(
+    gate: torch.Tensor, up: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
     """``linear(silu(gate) * up, weight, bias)``, keeping only ``gate`` and ``up`` for the backward.
 
     gate, up [..., I]; weight [H, I]; bias [H] or None -> [..., H].
@@ -127,8 +130,10 @@ def _why_not(owner: nn.Module, blocks: SwiGLUBlocks) -> str | None:
         return f"{name}.{blocks.method} was already replaced on the instance (Liger or another patch)"
     down = type(getattr(owner, blocks.down, None))
     if down is not nn.Linear:
-        return (f"{name}.{blocks.down} is a {down.__name__}, not a plain nn.Linear (LoRA and quantised layers keep "
-                f"their own forward)")
+        return (
+            f"{name}.{blocks.down} is a {down.__name__}, not a plain nn.Linear (LoRA and quantised layers keep "
+            f"their own forward)"
+        )
     if blocks.activation is not None:
         activation = getattr(owner, blocks.activation, None)
         if not _is_silu(activation):

@@ -33,8 +33,10 @@ _ADAPTER_TENSOR = re.compile(r"\.(lora_[A-Za-z_]+)\.(?:default)(?=\.|$)")
 
 
 def _no_autoregressive_generation(*args, **kwargs):
-    raise NotImplementedError("a masked diffusion LM does not generate autoregressively; sample with diffugrpo's "
-                              "samplers (diffugrpo generate)")
+    raise NotImplementedError(
+        "a masked diffusion LM does not generate autoregressively; sample with diffugrpo's "
+        "samplers (diffugrpo generate)"
+    )
 
 
 def accept_causal_lm_wrapper(module: torch.nn.Module) -> torch.nn.Module:
@@ -83,28 +85,38 @@ def refuse_adapted_head(module: torch.nn.Module, family: ModelFamily) -> None:
         raise ModelConfigError(
             f"LoRA adapts '{adapted[0]}', the vocabulary projection{' (tied to the embedding)' if tied else ''}: the "
             f"coupled log-probs and the samplers project with its base weight, so the adapter would be ignored. Leave "
-            f"it out of actor_rollout_ref.model.target_modules (or name it in exclude_modules).")
+            f"it out of actor_rollout_ref.model.target_modules (or name it in exclude_modules)."
+        )
 
 
-UNSUPPORTED = {"use_dora": "DoRA (use_dora)", "modules_to_save": "fully trained modules (modules_to_save)",
-               "target_parameters": "adapters on bare parameters (target_parameters)",
-               "bias": "trained biases (bias other than none)"}
+UNSUPPORTED = {
+    "use_dora": "DoRA (use_dora)",
+    "modules_to_save": "fully trained modules (modules_to_save)",
+    "target_parameters": "adapters on bare parameters (target_parameters)",
+    "bias": "trained biases (bias other than none)",
+}
 
 
 def refuse_unsupported(settings: dict[str, Any], where: str) -> None:
     """One-line error for the peft features the rollout sync and the coupled pass do not carry: they would train
     weights the rollout never receives under their names."""
-    found = [label for key, label in UNSUPPORTED.items()
-             if settings.get(key) not in (None, False, [], (), "none", {})]
+    found = [label for key, label in UNSUPPORTED.items() if settings.get(key) not in (None, False, [], (), "none", {})]
     if found:
-        raise ModelConfigError(f"{where} asks for {', '.join(found)}, which diffugrpo's LoRA does not carry to the "
-                               f"rollout; use plain LoRA adapters (peft's LoraConfig without them)")
+        raise ModelConfigError(
+            f"{where} asks for {', '.join(found)}, which diffugrpo's LoRA does not carry to the "
+            f"rollout; use plain LoRA adapters (peft's LoraConfig without them)"
+        )
 
 
 def linear_names(module: torch.nn.Module) -> list[str]:
     """The distinct last names of a model's linear layers: what ``target_modules`` may list."""
-    return sorted({name.rsplit(".", 1)[-1] for name, layer in unwrap(module).named_modules()
-                   if isinstance(layer, torch.nn.Linear)})
+    return sorted(
+        {
+            name.rsplit(".", 1)[-1]
+            for name, layer in unwrap(module).named_modules()
+            if isinstance(layer, torch.nn.Linear)
+        }
+    )
 
 
 def set_dropout(module: torch.nn.Module, probability: float) -> None:
@@ -146,12 +158,15 @@ def adapter_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     from peft.utils.save_and_load import get_peft_model_state_dict
 
     state = get_peft_model_state_dict(module)
-    return {name: (value.full_tensor() if hasattr(value, "full_tensor") else value).detach().cpu().contiguous()
-            for name, value in state.items()}
+    return {
+        name: (value.full_tensor() if hasattr(value, "full_tensor") else value).detach().cpu().contiguous()
+        for name, value in state.items()
+    }
 
 
-def save_adapter(directory: str | Path, state: dict[str, torch.Tensor], settings: dict[str, Any],
-                 base_model: str | None = None) -> Path:
+def save_adapter(
+    directory: str | Path, state: dict[str, torch.Tensor], settings: dict[str, Any], base_model: str | None = None
+) -> Path:
     """Write ``state`` and its config as peft's adapter folder (``PeftModel.from_pretrained`` reads it)."""
     from safetensors.torch import save_file
 
@@ -174,21 +189,27 @@ def apply_adapter(module: torch.nn.Module, adapter_dir: str | Path, merge: bool 
     from peft import PeftModel
 
     if not is_adapter_dir(adapter_dir):
-        raise ModelConfigError(f"{adapter_dir} is not a LoRA adapter folder (no {ADAPTER_CONFIG}); pass the "
-                               f"checkpoint's actor/lora_adapter folder or one saved by peft's save_pretrained")
+        raise ModelConfigError(
+            f"{adapter_dir} is not a LoRA adapter folder (no {ADAPTER_CONFIG}); pass the "
+            f"checkpoint's actor/lora_adapter folder or one saved by peft's save_pretrained"
+        )
     refuse_unsupported(json.loads((Path(adapter_dir) / ADAPTER_CONFIG).read_text()), f"the adapter in {adapter_dir}")
     accept_causal_lm_wrapper(module)
     try:
         adapted = PeftModel.from_pretrained(module, str(adapter_dir), is_trainable=not merge)
     except (ValueError, RuntimeError) as error:  # targets it cannot find, shapes that do not fit
-        raise ModelConfigError(f"the adapter in {adapter_dir} does not fit {type(module).__name__}, it was trained on "
-                               f"another model: {' '.join(str(error).split())[:300]}") from error
+        raise ModelConfigError(
+            f"the adapter in {adapter_dir} does not fit {type(module).__name__}, it was trained on "
+            f"another model: {' '.join(str(error).split())[:300]}"
+        ) from error
     expected = {canonical_weight_name(name) for name in adapter_file_names(adapter_dir)}
     present = {canonical_weight_name(name) for name, _ in adapted.named_parameters() if is_adapter_weight(name)}
     missing = sorted(expected - present)
     if missing:
-        raise ModelConfigError(f"the adapter in {adapter_dir} names {len(missing)} weights this model does not have, "
-                               f"e.g. {missing[:3]}: it was trained on another model")
+        raise ModelConfigError(
+            f"the adapter in {adapter_dir} names {len(missing)} weights this model does not have, "
+            f"e.g. {missing[:3]}: it was trained on another model"
+        )
     return adapted.merge_and_unload() if merge else adapted
 
 
@@ -205,16 +226,32 @@ def parse_targets(text: str) -> str | list[str]:
     return text if text == "all-linear" else [name.strip() for name in text.split(",") if name.strip()]
 
 
-def with_adapters(model: torch.nn.Module, rank: int, targets: Any = "all-linear", exclude: Any = None,
-                  alpha: float | None = None, dropout: float = 0.0, on_meta: bool = False):
+def with_adapters(
+    model: torch.nn.Module,
+    rank: int,
+    targets: Any = "all-linear",
+    exclude: Any = None,
+    alpha: float | None = None,
+    dropout: float = 0.0,
+    on_meta: bool = False,
+):
     """``model`` wrapped with trainable LoRA adapters of ``rank`` where verl's engine puts them: peft's ``CAUSAL_LM``
     wrapper resolves ``targets`` and ``exclude``; every other weight is frozen. ``on_meta``: a model built on the
     meta device (the adapters are made there too)."""
     from peft import LoraConfig, TaskType, get_peft_model
 
-    return get_peft_model(accept_causal_lm_wrapper(model), LoraConfig(
-        task_type=TaskType.CAUSAL_LM, r=rank, lora_alpha=rank if alpha is None else alpha, lora_dropout=dropout,
-        target_modules=targets, exclude_modules=exclude), low_cpu_mem_usage=on_meta)
+    return get_peft_model(
+        accept_causal_lm_wrapper(model),
+        LoraConfig(
+            task_type=TaskType.CAUSAL_LM,
+            r=rank,
+            lora_alpha=rank if alpha is None else alpha,
+            lora_dropout=dropout,
+            target_modules=targets,
+            exclude_modules=exclude,
+        ),
+        low_cpu_mem_usage=on_meta,
+    )
 
 
 def adapted_copy(model: torch.nn.Module, rank: int, targets: Any = "all-linear", exclude: Any = None):

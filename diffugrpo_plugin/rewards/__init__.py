@@ -12,10 +12,26 @@ import importlib
 from typing import Any
 
 _FROM_SPEC = (
-    "AGGREGATIONS", "DEFAULT_QUALITY_REWARDS", "CONFIG_KEYS", "SMOKE_TEST_REWARDS", "DIFFUCODER_REWARDS",
-    "PASS_TOLERANCE", "CRASH_LOG_WINDOW_S", "RewardConfigError", "value_of", "RewardComponent", "parse_weights",
-    "keyword_options", "plain", "ScoredCompletion", "RewardSpec", "weighted_total", "gated_total",
-    "normalize_by_group", "group_normalized_totals", "step_metrics",
+    "AGGREGATIONS",
+    "DEFAULT_QUALITY_REWARDS",
+    "CONFIG_KEYS",
+    "SMOKE_TEST_REWARDS",
+    "DIFFUCODER_REWARDS",
+    "PASS_TOLERANCE",
+    "CRASH_LOG_WINDOW_S",
+    "RewardConfigError",
+    "value_of",
+    "RewardComponent",
+    "parse_weights",
+    "keyword_options",
+    "plain",
+    "ScoredCompletion",
+    "RewardSpec",
+    "weighted_total",
+    "gated_total",
+    "normalize_by_group",
+    "group_normalized_totals",
+    "step_metrics",
 )
 
 

@@ -89,9 +89,17 @@ class TestOutcome:
         return self.outcome is Outcome.PASSED
 
     def to_dict(self) -> dict[str, Any]:
-        return {"index": self.index, "outcome": self.outcome.value, "detail": self.detail, "cpu_s": self.cpu_s,
-                "wall_s": self.wall_s, "memory_kb": self.memory_kb, "instructions": self.instructions,
-                "compared": self.compared, "lines": self.lines}
+        return {
+            "index": self.index,
+            "outcome": self.outcome.value,
+            "detail": self.detail,
+            "cpu_s": self.cpu_s,
+            "wall_s": self.wall_s,
+            "memory_kb": self.memory_kb,
+            "instructions": self.instructions,
+            "compared": self.compared,
+            "lines": self.lines,
+        }
 
 
 @dataclass(frozen=True)
@@ -132,12 +140,20 @@ class TestSpec:
         source = f"{code}\n{self.setup}\n" if self.setup else code
         if self.kind == "stdio":
             return [Job(source, stdin=stdin, preamble=self.prelude) for stdin, _ in self.stdio]
-        context = {"preamble": self.prelude, "helpers": self.helpers, "program_names": self.program_names,
-                   "has_reference": self.has_reference, "entry": self.entry_point}
-        tests = [("assert", test) for test in self.asserts] if self.kind == "asserts" else \
-            [("check", self.check_source)]
-        tests = [Judged(kind, test, **context, free_names=free_names(test)[0], called_only=free_names(test)[1])
-                 for kind, test in tests]
+        context = {
+            "preamble": self.prelude,
+            "helpers": self.helpers,
+            "program_names": self.program_names,
+            "has_reference": self.has_reference,
+            "entry": self.entry_point,
+        }
+        tests = (
+            [("assert", test) for test in self.asserts] if self.kind == "asserts" else [("check", self.check_source)]
+        )
+        tests = [
+            Judged(kind, test, **context, free_names=free_names(test)[0], called_only=free_names(test)[1])
+            for kind, test in tests
+        ]
         return [Job(source, preamble=self.prelude, judged=test) for test in tests]
 
 
@@ -247,7 +263,8 @@ def entry_root(entry_point: str) -> str | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     if not all(isinstance(node, _ENTRY_NODES) for node in ast.walk(tree)) or any(
-            isinstance(node, ast.Call) and (node.args or node.keywords) for node in ast.walk(tree)):
+        isinstance(node, ast.Call) and (node.args or node.keywords) for node in ast.walk(tree)
+    ):
         return None
     names = [node.id for node in ast.walk(tree) if isinstance(node, ast.Name)]
     return names[0] if len(names) == 1 else None
@@ -288,12 +305,21 @@ def _check_tests(row: Mapping[str, Any], prelude: str, setup: str) -> TestSpec:
     entry_point = row.get("entry_point")
     root = entry_root(entry_point) if isinstance(entry_point, str) else None
     if root is None:
-        raise ValueError(f"column 'test' (HumanEval / LeetCodeDataset style) needs an 'entry_point' naming the "
-                         f"function (e.g. 'has_close_elements' or 'Solution().twoSum'), got {entry_point!r}")
+        raise ValueError(
+            f"column 'test' (HumanEval / LeetCodeDataset style) needs an 'entry_point' naming the "
+            f"function (e.g. 'has_close_elements' or 'Solution().twoSum'), got {entry_point!r}"
+        )
     reference = reference_from_row(row)
-    return TestSpec(kind="check", check_source=str(row["test"]), entry_point=entry_point, prelude=prelude,
-                    setup=setup, helpers=reference or "", program_names=frozenset({root}),
-                    has_reference=reference is not None)
+    return TestSpec(
+        kind="check",
+        check_source=str(row["test"]),
+        entry_point=entry_point,
+        prelude=prelude,
+        setup=setup,
+        helpers=reference or "",
+        program_names=frozenset({root}),
+        has_reference=reference is not None,
+    )
 
 
 def _stdio_tests(row: Mapping[str, Any], prelude: str) -> TestSpec | None:
@@ -320,8 +346,13 @@ def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
             spec = _list_tests(_as_list(row[column], column), column, prelude, setup)
             if spec is not None and spec.kind == "asserts":
                 reference = reference_from_row(row)
-                spec = TestSpec(**{**spec.__dict__, "has_reference": reference is not None,
-                                   "program_names": defined_names(reference or "") | defined_names(setup)})
+                spec = TestSpec(
+                    **{
+                        **spec.__dict__,
+                        "has_reference": reference is not None,
+                        "program_names": defined_names(reference or "") | defined_names(setup),
+                    }
+                )
             return spec
     if row.get("inputs") is not None or row.get("outputs") is not None:
         return _stdio_tests(row, prelude)
@@ -343,17 +374,25 @@ def reference_from_row(row: Mapping[str, Any]) -> str | None:
 def outputs_match(actual: str, expected: str) -> bool:
     """Whole-output comparison: equal line by line after trailing whitespace, ignoring trailing
     blank lines. A prefix of the expected output does not match (unlike open-r1's zip)."""
+
     def lines(text: str) -> list[str]:
         stripped = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
         while stripped and not stripped[-1]:
             stripped.pop()
         return stripped
+
     return lines(actual) == lines(expected)
 
 
 def _memory_exhausted(result: JobResult) -> bool:
-    return result.oom_killed or result.exception == "MemoryError" or (
-        result.status == "signal" and ("MemoryError" in result.stderr_tail or "Cannot allocate" in result.stderr_tail))
+    return (
+        result.oom_killed
+        or result.exception == "MemoryError"
+        or (
+            result.status == "signal"
+            and ("MemoryError" in result.stderr_tail or "Cannot allocate" in result.stderr_tail)
+        )
+    )
 
 
 def _failure(result: JobResult, stdio: bool, timeout_s: float) -> tuple[Outcome, str] | None:
@@ -391,8 +430,13 @@ def _output_verdict(result: JobResult, expected: str) -> tuple[Outcome, str]:
     return Outcome.FAILED, "wrong output"
 
 
-JUDGE_OUTCOMES = {"passed": Outcome.PASSED, "failed": Outcome.FAILED, "error": Outcome.RUNTIME_ERROR,
-                  "memory": Outcome.MEMORY_LIMIT_EXCEEDED, "ended": Outcome.RUNTIME_ERROR}
+JUDGE_OUTCOMES = {
+    "passed": Outcome.PASSED,
+    "failed": Outcome.FAILED,
+    "error": Outcome.RUNTIME_ERROR,
+    "memory": Outcome.MEMORY_LIMIT_EXCEEDED,
+    "ended": Outcome.RUNTIME_ERROR,
+}
 
 
 # The judge answers for every test it reaches, the program's crashes and hangs included ("ended"); it gives none
@@ -411,20 +455,31 @@ def judge(result: JobResult, job: Job, index: int, timeout_s: float, expected_ou
     if result.status == "setup_error":
         raise SandboxError(f"the sandbox could not prepare a test: {result.message}")
     judge_failed = expected_output is None and result.verdict is None and result.status != "not_run"
-    verdict = (Outcome.FAILED, JUDGE_GAVE_NONE) if judge_failed else _failure(result, expected_output is not None,
-                                                                               timeout_s)
+    verdict = (
+        (Outcome.FAILED, JUDGE_GAVE_NONE) if judge_failed else _failure(result, expected_output is not None, timeout_s)
+    )
     if verdict is None:
-        verdict = _output_verdict(result, expected_output) if expected_output is not None else \
-            _judge_verdict(result.verdict)
+        verdict = (
+            _output_verdict(result, expected_output) if expected_output is not None else _judge_verdict(result.verdict)
+        )
     outcome, detail = verdict
     compared = result.verdict["compared"] if result.verdict else 0
-    return TestOutcome(index=index, outcome=outcome, detail=detail, cpu_s=result.cpu_s, wall_s=result.wall_s,
-                       memory_kb=result.memory_kb, instructions=result.instructions, compared=compared,
-                       lines=result.lines)
+    return TestOutcome(
+        index=index,
+        outcome=outcome,
+        detail=detail,
+        cpu_s=result.cpu_s,
+        wall_s=result.wall_s,
+        memory_kb=result.memory_kb,
+        instructions=result.instructions,
+        compared=compared,
+        lines=result.lines,
+    )
 
 
-def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None,
-                  count_lines: bool = False) -> list[TestOutcome]:
+def _run_uncached(
+    code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None, count_lines: bool = False
+) -> list[TestOutcome]:
     if not parses(code):
         return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
     limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
@@ -432,8 +487,10 @@ def _run_uncached(code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float 
     expected = [output for _, output in spec.stdio] if spec.kind == "stdio" else [None] * len(jobs)
     results = sandbox.run(jobs)
     cpu_limit = limit * LINE_COUNT_SLOWDOWN if count_lines else limit
-    return [judge(result, job, index, cpu_limit, output)
-            for index, (result, job, output) in enumerate(zip(results, jobs, expected))]
+    return [
+        judge(result, job, index, cpu_limit, output)
+        for index, (result, job, output) in enumerate(zip(results, jobs, expected))
+    ]
 
 
 class _RunCache:
@@ -468,8 +525,14 @@ class _RunCache:
 _cache = _RunCache(CACHE_SIZE)
 
 
-def run_tests(code: str, spec: TestSpec, sandbox: Sandbox | None = None,
-              timeout_s: float | None = None, cache: bool = True, count_lines: bool = False) -> list[TestOutcome]:
+def run_tests(
+    code: str,
+    spec: TestSpec,
+    sandbox: Sandbox | None = None,
+    timeout_s: float | None = None,
+    cache: bool = True,
+    count_lines: bool = False,
+) -> list[TestOutcome]:
     """Runs every test of ``spec`` against ``code``; one outcome per test, in order.
 
     Code that does not parse gets SYNTAX_ERROR for every test without being run. ``timeout_s``
@@ -485,9 +548,13 @@ def run_tests(code: str, spec: TestSpec, sandbox: Sandbox | None = None,
     return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s, count_lines))
 
 
-def run_tests_many(items: Sequence[tuple[str, TestSpec]], sandbox: Sandbox | None = None,
-                   timeout_s: float | None = None, cache: bool = True,
-                   count_lines: bool = False) -> list[list[TestOutcome] | SandboxError]:
+def run_tests_many(
+    items: Sequence[tuple[str, TestSpec]],
+    sandbox: Sandbox | None = None,
+    timeout_s: float | None = None,
+    cache: bool = True,
+    count_lines: bool = False,
+) -> list[list[TestOutcome] | SandboxError]:
     """:func:`run_tests` for many (code, spec) pairs, up to the sandbox's concurrency at once.
 
     A pair whose sandbox failed yields its :class:`SandboxError` in place of outcomes.

@@ -50,8 +50,11 @@ FENCE = "```"
 PYTHON_OPENER = "```python\n"
 EXCERPT_CHARS = 60
 NO_CODE_BLOCK = Reason("no_code_block", "no closed, fenced ```python block")
-NO_TESTS = Reason("no_tests", "the row has no tests (no test_cases, test_list, test + entry_point or "
-                              "inputs/outputs column): not applicable, None rather than 0")
+NO_TESTS = Reason(
+    "no_tests",
+    "the row has no tests (no test_cases, test_list, test + entry_point or "
+    "inputs/outputs column): not applicable, None rather than 0",
+)
 
 
 def completion_text(completion: Any) -> str:
@@ -108,22 +111,27 @@ def _format_shape(text: str, format_end: str = "exact") -> tuple[str | None, Rea
         return None, _unfenced(text)
     if not text.startswith(PYTHON_OPENER, first):
         opener = text[first:].split("\n", 1)[0]
-        return None, Reason("format", f"the first fence opens {_excerpt(opener)}; the format needs ```python alone "
-                                      f"on its line")
+        return None, Reason(
+            "format", f"the first fence opens {_excerpt(opener)}; the format needs ```python alone on its line"
+        )
     body = first + len(PYTHON_OPENER)
     close = text.find(FENCE, body)
     if close == -1:
         return None, Reason("format", "the ```python block is never closed (was the completion cut off?)")
-    tail = text[close + len(FENCE):]
+    tail = text[close + len(FENCE) :]
     if FENCE in tail:
         return None, Reason("format", f"{text.count(FENCE)} ``` fences; the format allows exactly one block")
     if tail.strip():
-        return None, Reason("format", f"text after the closing fence: {_excerpt(tail.strip())}; the block must "
-                                      f"end the completion")
+        return None, Reason(
+            "format", f"text after the closing fence: {_excerpt(tail.strip())}; the block must end the completion"
+        )
     if format_end == "exact" and tail != "\n":
         found = "nothing" if not tail else _excerpt(tail)
-        return None, Reason("format", f"{found} after the closing fence; DiffuCoder's format ends with exactly one "
-                                      f"newline there (format_end=lenient accepts any whitespace or none)")
+        return None, Reason(
+            "format",
+            f"{found} after the closing fence; DiffuCoder's format ends with exactly one "
+            f"newline there (format_end=lenient accepts any whitespace or none)",
+        )
     return text[body:close], None
 
 
@@ -139,7 +147,7 @@ def format_verdict(text: str, format_end: str = "exact") -> tuple[float, Reason 
     # DiffuCoder parses the block stripped (``code.strip()``): whitespace before its first line is no syntax error
     # here (running the code still fails, for the code reward, as there)
     stripped = code.strip()
-    problem = syntax_problem(stripped, lines_before=code[:len(code) - len(code.lstrip())].count("\n"))
+    problem = syntax_problem(stripped, lines_before=code[: len(code) - len(code.lstrip())].count("\n"))
     return (0.5, problem) if problem is not None else (1.0, None)
 
 
@@ -151,8 +159,14 @@ class Offer:
     reason: Reason | None = None
 
 
-def offered_code(completion: Any, code_block: str = "first", require_format: bool = True, bare_code: bool = False,
-                 starter: str | None = None, format_end: str = "exact") -> Offer:
+def offered_code(
+    completion: Any,
+    code_block: str = "first",
+    require_format: bool = True,
+    bare_code: bool = False,
+    starter: str | None = None,
+    format_end: str = "exact",
+) -> Offer:
     """The code a completion offers for judging, or the reason it offers none.
 
     With ``require_format`` (DiffuCoder's behaviour) only completions whose format score is 1.0
@@ -189,8 +203,10 @@ def outcomes_reason(code: str, outcomes: Sequence[TestOutcome]) -> Reason | None
         return problem
     first = failed[0]
     detail = f": {_shortened(first.detail)}" if first.detail else ""
-    return Reason("tests_failed", f"{len(failed)} of {len(outcomes)} tests failed; first: test {first.index} "
-                                  f"{first.outcome.value}{detail}")
+    return Reason(
+        "tests_failed",
+        f"{len(failed)} of {len(outcomes)} tests failed; first: test {first.index} {first.outcome.value}{detail}",
+    )
 
 
 def rows_of(columns: Mapping[str, Sequence], count: int) -> list[dict[str, Any]]:
@@ -205,8 +221,12 @@ def rows_of(columns: Mapping[str, Sequence], count: int) -> list[dict[str, Any]]
     return rows
 
 
-def outcomes_for(pairs: Sequence[tuple[str, TestSpec] | None], sandbox: Sandbox | None,
-                 timeout_s: float | None, count_lines: bool = False) -> list[list[TestOutcome] | None]:
+def outcomes_for(
+    pairs: Sequence[tuple[str, TestSpec] | None],
+    sandbox: Sandbox | None,
+    timeout_s: float | None,
+    count_lines: bool = False,
+) -> list[list[TestOutcome] | None]:
     """Sandboxed outcomes for each (code, tests) pair, concurrently and cached; None for a None pair
     (``count_lines``: see :func:`~diffugrpo_plugin.rewards.code_tests.run_tests`).
 
@@ -256,9 +276,16 @@ class Judged:
         return outcomes_reason(self.offer.code, self.outcomes)
 
 
-def code_outcomes(completions: Sequence, columns: Mapping[str, Sequence], *, code_block: str = "first",
-                  require_format: bool = True, format_end: str = "exact", timeout_s: float | None = None,
-                  sandbox: Sandbox | None = None) -> list[Judged]:
+def code_outcomes(
+    completions: Sequence,
+    columns: Mapping[str, Sequence],
+    *,
+    code_block: str = "first",
+    require_format: bool = True,
+    format_end: str = "exact",
+    timeout_s: float | None = None,
+    sandbox: Sandbox | None = None,
+) -> list[Judged]:
     """Every completion judged against its row's tests (see :class:`Judged`).
 
     Runs are cached, so the quality rewards reuse the ``code`` reward's run. Raises ValueError
@@ -266,10 +293,11 @@ def code_outcomes(completions: Sequence, columns: Mapping[str, Sequence], *, cod
     :class:`~diffugrpo_plugin.sandbox.host.SandboxError` when the sandbox itself failed.
     """
     specs = [tests_from_row(row) for row in rows_of(columns, len(completions))]
-    offers = [offered_code(completion, code_block, require_format, format_end=format_end)
-              for completion in completions]
-    pairs = [(offer.code, spec) if offer.code is not None and spec is not None else None
-             for offer, spec in zip(offers, specs)]
+    offers = [offered_code(completion, code_block, require_format, format_end=format_end) for completion in completions]
+    pairs = [
+        (offer.code, spec) if offer.code is not None and spec is not None else None
+        for offer, spec in zip(offers, specs)
+    ]
     outcomes = outcomes_for(pairs, sandbox, timeout_s)
     return [Judged(spec, offer, result) for spec, offer, result in zip(specs, offers, outcomes)]
 

@@ -48,8 +48,10 @@ class LearnedWeights:
 
     def __init__(self, weights: Mapping[str, float], target: str):
         if target not in weights:
-            raise ValueError(f"aggregation 'learned' fits the auxiliary rewards to predict '{target}' (gate_reward), "
-                             f"which is not among reward_funcs {list(weights)}")
+            raise ValueError(
+                f"aggregation 'learned' fits the auxiliary rewards to predict '{target}' (gate_reward), "
+                f"which is not among reward_funcs {list(weights)}"
+            )
         self.weights, self.target = dict(weights), target
         self.auxiliaries = [name for name in weights if name != target]
         self.sum_xy = np.zeros(len(self.auxiliaries))  # [K] decayed sums of within-group deviation products
@@ -71,8 +73,10 @@ class LearnedWeights:
     def totals(self, samples: Sequence[Mapping[str, float | None]]) -> list[float]:
         """Each completion's total under the current weights (a None component is left out, as in ``fixed``)."""
         weights = self.effective_weights()
-        return [float(sum(weights[name] * value for name, value in sample.items()
-                          if value is not None and name in weights)) for sample in samples]
+        return [
+            float(sum(weights[name] * value for name, value in sample.items() if value is not None and name in weights))
+            for sample in samples
+        ]
 
     def fit(self, samples: Sequence[Mapping[str, float | None]], groups: Sequence[Hashable]) -> int:
         """Add one step's completions (``groups``: each one's prompt); returns how many groups taught something."""
@@ -86,8 +90,14 @@ class LearnedWeights:
         for members in rows.values():
             taught = False
             for k, name in enumerate(self.auxiliaries):
-                pairs = np.array([(sample[name], sample[self.target]) for sample in members
-                                  if _finite(sample.get(name)) and _finite(sample.get(self.target))], dtype=np.float64)
+                pairs = np.array(
+                    [
+                        (sample[name], sample[self.target])
+                        for sample in members
+                        if _finite(sample.get(name)) and _finite(sample.get(self.target))
+                    ],
+                    dtype=np.float64,
+                )
                 if len(pairs) < 2:
                     continue
                 deviations = pairs - pairs.mean(axis=0)  # [n, 2]: dx, dy within the group
@@ -103,15 +113,23 @@ class LearnedWeights:
         return {f"reward_weights/{name}": value for name, value in self.effective_weights().items()}
 
     def state_dict(self) -> dict:
-        return {"auxiliaries": self.auxiliaries, "sum_xy": self.sum_xy.tolist(), "sum_xx": self.sum_xx.tolist(),
-                "sum_yy": self.sum_yy.tolist(), "updates": self.updates}
+        return {
+            "auxiliaries": self.auxiliaries,
+            "sum_xy": self.sum_xy.tolist(),
+            "sum_xx": self.sum_xx.tolist(),
+            "sum_yy": self.sum_yy.tolist(),
+            "updates": self.updates,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if state["auxiliaries"] != self.auxiliaries:
-            raise ValueError(f"the checkpoint's learned reward weights are for {state['auxiliaries']}, this run's "
-                             f"auxiliary rewards are {self.auxiliaries}: resume with the same reward_funcs")
-        self.sum_xy, self.sum_xx, self.sum_yy = (np.asarray(state[key], dtype=np.float64)
-                                                 for key in ("sum_xy", "sum_xx", "sum_yy"))
+            raise ValueError(
+                f"the checkpoint's learned reward weights are for {state['auxiliaries']}, this run's "
+                f"auxiliary rewards are {self.auxiliaries}: resume with the same reward_funcs"
+            )
+        self.sum_xy, self.sum_xx, self.sum_yy = (
+            np.asarray(state[key], dtype=np.float64) for key in ("sum_xy", "sum_xx", "sum_yy")
+        )
         self.updates = int(state["updates"])
 
 

@@ -76,9 +76,19 @@ logger = logging.getLogger("diffugrpo.rewards")
 
 AGGREGATIONS = ("fixed", "gated", "group_normalized", "learned")
 DEFAULT_QUALITY_REWARDS = ("efficiency", "maintainability", "comments")
-CONFIG_KEYS = ("reward_funcs", "reward_weights", "reward_kwargs", "aggregation", "gate_reward",
-               "quality_rewards", "code_block", "format_end", "sample_deadline_s", "stop_after_failed_steps",
-               "sandbox")
+CONFIG_KEYS = (
+    "reward_funcs",
+    "reward_weights",
+    "reward_kwargs",
+    "aggregation",
+    "gate_reward",
+    "quality_rewards",
+    "code_block",
+    "format_end",
+    "sample_deadline_s",
+    "stop_after_failed_steps",
+    "sandbox",
+)
 SMOKE_TEST_REWARDS = ("constant",)
 DIFFUCODER_REWARDS = {"code": 2.0, "code_format": 0.5}
 PASS_TOLERANCE = 1e-9
@@ -124,8 +134,10 @@ def _list_weights(reward_funcs: Sequence, reward_weights: Any) -> dict[str, floa
     if isinstance(reward_weights, (str, Mapping)) or not isinstance(reward_weights, Sequence):
         raise RewardConfigError(f"reward_weights must be a list of numbers, got {reward_weights!r}")
     if len(reward_weights) != len(names):
-        raise RewardConfigError(f"reward_funcs has {len(names)} names {names} but reward_weights has "
-                                f"{len(reward_weights)} values {list(reward_weights)}; give one weight per name")
+        raise RewardConfigError(
+            f"reward_funcs has {len(names)} names {names} but reward_weights has "
+            f"{len(reward_weights)} values {list(reward_weights)}; give one weight per name"
+        )
     return {name: _check_weight(name, weight) for name, weight in zip(names, reward_weights)}
 
 
@@ -136,17 +148,22 @@ def parse_weights(reward_funcs: Any, reward_weights: Any = None) -> dict[str, fl
     ``reward_funcs: {a: wa, b: wb}``.
     """
     if not reward_funcs:
-        raise RewardConfigError("rewards config needs reward_funcs, e.g. reward_funcs: [code, code_format] "
-                                "with reward_weights: [2.0, 0.5], or reward_funcs: {code: 2.0, code_format: 0.5}")
+        raise RewardConfigError(
+            "rewards config needs reward_funcs, e.g. reward_funcs: [code, code_format] "
+            "with reward_weights: [2.0, 0.5], or reward_funcs: {code: 2.0, code_format: 0.5}"
+        )
     if isinstance(reward_funcs, Mapping):
         if reward_weights is not None:
-            raise RewardConfigError(f"reward_funcs is a mapping of name -> weight ({dict(reward_funcs)}), so "
-                                    f"reward_weights ({reward_weights}) must not also be given: put the weights in "
-                                    f"the mapping, or list the names (reward_funcs: [a, b]) beside reward_weights")
+            raise RewardConfigError(
+                f"reward_funcs is a mapping of name -> weight ({dict(reward_funcs)}), so "
+                f"reward_weights ({reward_weights}) must not also be given: put the weights in "
+                f"the mapping, or list the names (reward_funcs: [a, b]) beside reward_weights"
+            )
         return {str(name): _check_weight(str(name), weight) for name, weight in reward_funcs.items()}
     if isinstance(reward_funcs, str) or not isinstance(reward_funcs, Sequence):
-        raise RewardConfigError(f"reward_funcs must be a list of names or a mapping name -> weight, "
-                                f"got {reward_funcs!r}")
+        raise RewardConfigError(
+            f"reward_funcs must be a list of names or a mapping name -> weight, got {reward_funcs!r}"
+        )
     return _list_weights(reward_funcs, reward_weights)
 
 
@@ -166,8 +183,11 @@ def _selected_names(reward_funcs: Any) -> list[str]:
 
 def keyword_options(fn: Callable) -> set[str]:
     """The options a reward function accepts: its keyword-only parameters."""
-    return {name for name, parameter in inspect.signature(fn).parameters.items()
-            if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
+    return {
+        name
+        for name, parameter in inspect.signature(fn).parameters.items()
+        if parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    }
 
 
 def _check_options(name: str, fn: Callable, options: Any) -> dict[str, Any]:
@@ -176,8 +196,9 @@ def _check_options(name: str, fn: Callable, options: Any) -> dict[str, Any]:
     accepted = keyword_options(fn) - {"sandbox"}  # code_block, format_end may be set per reward; sandbox never
     unknown = sorted(set(options) - accepted)
     if unknown:
-        raise RewardConfigError(f"reward '{name}' has no option(s) {unknown}; its options are "
-                                f"{sorted(accepted) or 'none'}")
+        raise RewardConfigError(
+            f"reward '{name}' has no option(s) {unknown}; its options are {sorted(accepted) or 'none'}"
+        )
     for key, choices in (("code_block", BLOCK_CHOICES), ("format_end", FORMAT_ENDS)):
         if key in options and options[key] not in choices:
             raise RewardConfigError(f"reward_kwargs.{name}.{key} must be one of {list(choices)}, got {options[key]!r}")
@@ -190,8 +211,10 @@ def _reward_kwargs(reward_kwargs: Any, weights: Mapping[str, float]) -> Mapping[
         raise RewardConfigError(f"reward_kwargs must map reward names to options, got {reward_kwargs!r}")
     strangers = sorted(set(reward_kwargs) - set(weights))
     if strangers:
-        raise RewardConfigError(f"reward_kwargs gives options for {strangers}, which reward_funcs does not "
-                                f"select (selected: {list(weights)})")
+        raise RewardConfigError(
+            f"reward_kwargs gives options for {strangers}, which reward_funcs does not "
+            f"select (selected: {list(weights)})"
+        )
     return reward_kwargs
 
 
@@ -230,8 +253,10 @@ def plain(value: Any) -> Any:
 
 
 def _warn_smoke_test(name: str) -> None:
-    message = (f"reward '{name}' is for smoke tests only: it ignores the completions and teaches the "
-               f"model nothing. Do not train with it.")
+    message = (
+        f"reward '{name}' is for smoke tests only: it ignores the completions and teaches the "
+        f"model nothing. Do not train with it."
+    )
     logger.warning(message)
     print(f"[diffugrpo.rewards] WARNING: {message}", file=sys.stderr, flush=True)
 
@@ -251,7 +276,9 @@ class _CrashLog:
         self.seen.add((component.name, window))
         logger.error(
             "reward '%s' (%s) failed and scored None for this call; later failures in this step are "
-            "counted, not logged:\n%s", component.name, component.distribution,
+            "counted, not logged:\n%s",
+            component.name,
+            component.distribution,
             "".join(traceback.format_exception(exc)),
         )
 
@@ -268,16 +295,17 @@ def _checked_reason(item: Any, name: str) -> Reason | None:
     if not isinstance(item, Explained):
         return None
     if not isinstance(item.reason, Reason):
-        raise TypeError(f"reward '{name}' returned Explained with reason {item.reason!r}; give a "
-                        f"Reason(kind, detail)")
+        raise TypeError(f"reward '{name}' returned Explained with reason {item.reason!r}; give a Reason(kind, detail)")
     return item.reason
 
 
 def _validated(items: Any, count: int, name: str) -> tuple[list[float | None], list[Reason | None]]:
     """The values and reasons of what reward ``name`` returned (one float, None or Explained per completion)."""
     if not isinstance(items, (list, tuple)) or len(items) != count:
-        raise TypeError(f"reward '{name}' must return a list of {count} values (one per completion), "
-                        f"got {type(items).__name__} of length {len(items) if hasattr(items, '__len__') else '?'}")
+        raise TypeError(
+            f"reward '{name}' must return a list of {count} values (one per completion), "
+            f"got {type(items).__name__} of length {len(items) if hasattr(items, '__len__') else '?'}"
+        )
     values = [_checked_value(value_of(item), name) for item in items]
     return values, [_checked_reason(item, name) for item in items]
 
@@ -336,12 +364,14 @@ class RewardSpec:
         aggregation = _choice(config, "aggregation", AGGREGATIONS, "fixed")
         gate_reward = config.get("gate_reward", "code")
         if aggregation in ("gated", "learned") and gate_reward not in weights:
-            raise RewardConfigError(f"aggregation '{aggregation}' needs its gate_reward '{gate_reward}' among "
-                                    f"reward_funcs {list(weights)}")
+            raise RewardConfigError(
+                f"aggregation '{aggregation}' needs its gate_reward '{gate_reward}' among reward_funcs {list(weights)}"
+            )
         patience = config.get("stop_after_failed_steps", 3)
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
-            raise RewardConfigError(f"stop_after_failed_steps must be a whole number of steps >= 0 (0: never stop), "
-                                    f"got {patience!r}")
+            raise RewardConfigError(
+                f"stop_after_failed_steps must be a whole number of steps >= 0 (0: never stop), got {patience!r}"
+            )
         deadline = config.get("sample_deadline_s", 300.0)
         if isinstance(deadline, bool) or not isinstance(deadline, (int, float)) or not deadline > 0:
             raise RewardConfigError(f"sample_deadline_s must be a positive number of seconds, got {deadline!r}")
@@ -353,12 +383,17 @@ class RewardSpec:
             # No bubblewrap, or one that cannot work here: fail now, loudly, not as None rewards later.
             shared_sandbox(sandbox_config).check()
         quality = config.get("quality_rewards", DEFAULT_QUALITY_REWARDS)
-        return cls(components=components, aggregation=aggregation, gate_reward=gate_reward,
-                   quality_rewards=frozenset(map(str, quality)),
-                   code_block=_choice(config, "code_block", BLOCK_CHOICES, "first"),
-                   format_end=_choice(config, "format_end", FORMAT_ENDS, "exact"),
-                   sample_deadline_s=float(deadline), stop_after_failed_steps=patience,
-                   sandbox_config=sandbox_config)
+        return cls(
+            components=components,
+            aggregation=aggregation,
+            gate_reward=gate_reward,
+            quality_rewards=frozenset(map(str, quality)),
+            code_block=_choice(config, "code_block", BLOCK_CHOICES, "first"),
+            format_end=_choice(config, "format_end", FORMAT_ENDS, "exact"),
+            sample_deadline_s=float(deadline),
+            stop_after_failed_steps=patience,
+            sandbox_config=sandbox_config,
+        )
 
     @property
     def names(self) -> list[str]:
@@ -371,17 +406,20 @@ class RewardSpec:
     def sandbox(self) -> Sandbox:
         return shared_sandbox(self.sandbox_config)
 
-    def _run(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list]
-             ) -> list[_RowScore]:
+    def _run(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list]) -> list[_RowScore]:
         accepted = keyword_options(component.fn)
-        injected = {name: self.sandbox() if name == "sandbox" else getattr(self, name)
-                     for name in plugins.INJECTED_REWARD_OPTIONS if name in accepted}
+        injected = {
+            name: self.sandbox() if name == "sandbox" else getattr(self, name)
+            for name in plugins.INJECTED_REWARD_OPTIONS
+            if name in accepted
+        }
         kwargs = {**{k: v for k, v in columns.items() if k != "completions"}, **injected, **component.options}
         values, reasons = _validated(component.fn(completions, **kwargs), len(completions), component.name)
         return [_RowScore(value, reason) for value, reason in zip(values, reasons)]
 
-    def _call(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list],
-              step: Hashable | None) -> list[_RowScore]:
+    def _call(
+        self, component: RewardComponent, completions: list[str], columns: Mapping[str, list], step: Hashable | None
+    ) -> list[_RowScore]:
         """The component's score of each completion; where it raised, None with the error.
 
         A call that raises is repeated one completion at a time, so a fault stays in its row: the
@@ -402,21 +440,25 @@ class RewardSpec:
                 scores.append(_RowScore(error=_describe(row_error)))
         return scores
 
-    def score(self, completions: list[str], columns: Mapping[str, list],
-              step: Hashable | None = None) -> list[ScoredCompletion]:
+    def score(
+        self, completions: list[str], columns: Mapping[str, list], step: Hashable | None = None
+    ) -> list[ScoredCompletion]:
         """Every component's value for every completion, the reasons the rewards gave, and what
         failed where a reward raised.
 
         ``columns`` maps each dataset column to a list with one value per completion.
         """
         columns = {name: plain(values) for name, values in columns.items()}
-        results = {component.name: self._call(component, completions, columns, step)
-                   for component in self.components}
+        results = {component.name: self._call(component, completions, columns, step) for component in self.components}
         rows = [{name: scores[index] for name, scores in results.items()} for index in range(len(completions))]
-        return [ScoredCompletion(values={name: score.value for name, score in row.items()},
-                                 errors={name: score.error for name, score in row.items() if score.error},
-                                 reasons={name: score.reason for name, score in row.items() if score.reason})
-                for row in rows]
+        return [
+            ScoredCompletion(
+                values={name: score.value for name, score in row.items()},
+                errors={name: score.error for name, score in row.items() if score.error},
+                reasons={name: score.reason for name, score in row.items() if score.reason},
+            )
+            for row in rows
+        ]
 
     def total(self, values: Mapping[str, float | None]) -> float:
         """The scalar reward of one completion under this spec's aggregation.
@@ -433,8 +475,12 @@ def weighted_total(values: Mapping[str, float | None], weights: Mapping[str, flo
     return float(sum(weights[name] * value for name, value in values.items() if value is not None))
 
 
-def gated_total(values: Mapping[str, float | None], weights: Mapping[str, float], gate_reward: str,
-                quality_rewards: frozenset[str] | set[str]) -> float:
+def gated_total(
+    values: Mapping[str, float | None],
+    weights: Mapping[str, float],
+    gate_reward: str,
+    quality_rewards: frozenset[str] | set[str],
+) -> float:
     """:func:`weighted_total` where quality terms count only when ``gate_reward`` is 1.0."""
     gate = values.get(gate_reward)
     passed = gate is not None and gate >= 1.0 - PASS_TOLERANCE
@@ -450,8 +496,9 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(variance)
 
 
-def normalize_by_group(samples: Sequence[Mapping[str, float | None]], group_ids: Sequence[Hashable],
-                       eps: float = 1e-6) -> list[dict[str, float | None]]:
+def normalize_by_group(
+    samples: Sequence[Mapping[str, float | None]], group_ids: Sequence[Hashable], eps: float = 1e-6
+) -> list[dict[str, float | None]]:
     """Standardises each component within each group: ``(x - mean) / (std + eps)``.
 
     ``samples[i]`` holds completion i's components, ``group_ids[i]`` its prompt group (verl's
@@ -476,14 +523,22 @@ def normalize_by_group(samples: Sequence[Mapping[str, float | None]], group_ids:
     return normalized
 
 
-def group_normalized_totals(samples: Sequence[Mapping[str, float | None]], group_ids: Sequence[Hashable],
-                            weights: Mapping[str, float], eps: float = 1e-6) -> list[float]:
+def group_normalized_totals(
+    samples: Sequence[Mapping[str, float | None]],
+    group_ids: Sequence[Hashable],
+    weights: Mapping[str, float],
+    eps: float = 1e-6,
+) -> list[float]:
     """GDPO-style totals: normalise every component within its group, then weight and sum."""
     return [weighted_total(sample, weights) for sample in normalize_by_group(samples, group_ids, eps)]
 
 
-def step_metrics(samples: Sequence[Mapping[str, float | None]], totals: Sequence[float],
-                 failed: Sequence[Collection[str]], prefix: str = "reward") -> dict[str, float]:
+def step_metrics(
+    samples: Sequence[Mapping[str, float | None]],
+    totals: Sequence[float],
+    failed: Sequence[Collection[str]],
+    prefix: str = "reward",
+) -> dict[str, float]:
     """Per-step logging values: each component's mean (over applicable values), fraction of None and
     fraction of completions it failed on (``failed[i]``: the components that raised on completion i),
     and the mean weighted total. NaN counts as None (verl's arrays carry None as NaN)."""
@@ -494,7 +549,8 @@ def step_metrics(samples: Sequence[Mapping[str, float | None]], totals: Sequence
         present = [value for value in values if value is not None and not math.isnan(value)]
         metrics[f"{prefix}/{name}/mean"] = sum(present) / len(present) if present else math.nan
         metrics[f"{prefix}/{name}/none_fraction"] = 1.0 - len(present) / len(values) if values else math.nan
-        metrics[f"{prefix}/{name}/error_fraction"] = (sum(name in names_failed for names_failed in failed) / len(failed)
-                                                      if failed else math.nan)
+        metrics[f"{prefix}/{name}/error_fraction"] = (
+            sum(name in names_failed for names_failed in failed) / len(failed) if failed else math.nan
+        )
     metrics[f"{prefix}/total/mean"] = sum(totals) / len(totals) if totals else math.nan
     return metrics

@@ -52,8 +52,10 @@ def padding_id(tokenizer: Any) -> int:
     for name in ("pad_token_id", "eos_token_id"):
         if getattr(tokenizer, name, None) is not None:
             return int(getattr(tokenizer, name))
-    raise ValueError(f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')} has neither a pad nor an "
-                     f"EOS token; add one (tokenizer.pad_token = ...) to batch prompts")
+    raise ValueError(
+        f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')} has neither a pad nor an "
+        f"EOS token; add one (tokenizer.pad_token = ...) to batch prompts"
+    )
 
 
 def left_pad(token_lists, pad_id: int, device=None):

@@ -49,9 +49,18 @@ class GenerationOutput:
 class Sampler(Protocol):
     """What a sampler factory (``factory(**options)``) must return."""
 
-    def generate(self, model: DiffusionLM, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                 max_new_tokens: int, *, eos_token_id: int, pad_token_id: int,
-                 seeds: list[int] | None = None, record_trace: bool = False) -> GenerationOutput: ...
+    def generate(
+        self,
+        model: DiffusionLM,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        eos_token_id: int,
+        pad_token_id: int,
+        seeds: list[int] | None = None,
+        record_trace: bool = False,
+    ) -> GenerationOutput: ...
 
 
 class SamplerOptionError(ValueError):

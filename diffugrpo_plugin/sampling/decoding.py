@@ -14,11 +14,17 @@ import math
 import torch
 
 
-def row_uniforms(generators: list[torch.Generator], sizes: list[int], trailing: tuple[int, ...] = (),
-                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> torch.Tensor:
+def row_uniforms(
+    generators: list[torch.Generator],
+    sizes: list[int],
+    trailing: tuple[int, ...] = (),
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
     """Uniform [0, 1) draws, ``sizes[r]`` of them from ``generators[r]``, packed.  # [M, *trailing]"""
-    draws = [torch.rand((size, *trailing), generator=gen, dtype=dtype, device=device)
-             for gen, size in zip(generators, sizes)]
+    draws = [
+        torch.rand((size, *trailing), generator=gen, dtype=dtype, device=device) for gen, size in zip(generators, sizes)
+    ]
     return torch.cat(draws, dim=0)
 
 

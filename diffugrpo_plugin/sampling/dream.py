@@ -38,8 +38,9 @@ class DreamRule:
 
     revisits_earlier_blocks = False  # Dream denoises one block; its steps only see that block
 
-    def __init__(self, alg: str, temperature: float, top_p: float | None, top_k: int | None, eps: float,
-                 alg_temp: float):
+    def __init__(
+        self, alg: str, temperature: float, top_p: float | None, top_k: int | None, eps: float, alg_temp: float
+    ):
         self.alg = alg
         self.temperature = temperature
         self.top_p = top_p
@@ -47,8 +48,7 @@ class DreamRule:
         self.eps = eps
         self.alg_temp = alg_temp
 
-    def propose(self, masked_logits: torch.Tensor, sizes: list[int],
-                generators: list[torch.Generator]) -> Proposal:
+    def propose(self, masked_logits: torch.Tensor, sizes: list[int], generators: list[torch.Generator]) -> Proposal:
         logits = masked_logits  # [M, V]
         if self.temperature > 0:
             logits = logits / self.temperature
@@ -70,16 +70,24 @@ class DreamRule:
             scores = token_probs
         return Proposal(tokens, scores, token_probs)
 
-    def choose(self, scores: torch.Tensor, masked: torch.Tensor, step: int, steps: int, block_length: int,
-               generators: list[torch.Generator]) -> torch.Tensor:
+    def choose(
+        self,
+        scores: torch.Tensor,
+        masked: torch.Tensor,
+        step: int,
+        steps: int,
+        block_length: int,
+        generators: list[torch.Generator],
+    ) -> torch.Tensor:
         timesteps = torch.linspace(1, self.eps, steps + 1)  # float32, as the reference
         sizes = masked.sum(dim=1).tolist()
         if self.alg == "origin":
             transfer_probability = 1.0 if step == steps - 1 else float(1 - timesteps[step + 1] / timesteps[step])
             uniforms = row_uniforms(generators, sizes, device=masked.device)  # [M]
             return masked & (packed_to_rows(uniforms, masked, 1.0) < transfer_probability)
-        counts = torch.tensor([dream_transfer_count(m, step, steps, timesteps) for m in sizes],
-                              device=masked.device)  # [l]
+        counts = torch.tensor(
+            [dream_transfer_count(m, step, steps, timesteps) for m in sizes], device=masked.device
+        )  # [l]
         if self.alg_temp > 0:
             uniforms = row_uniforms(generators, sizes, device=masked.device)  # [M]
             gumbel = -torch.log(-torch.log(uniforms.clamp_min(torch.finfo(uniforms.dtype).tiny)))  # [M]

@@ -65,12 +65,18 @@ class StepRule(Protocol):
 
     revisits_earlier_blocks: bool
 
-    def propose(self, masked_logits: torch.Tensor, sizes: list[int],
-                generators: list[torch.Generator]) -> Proposal:
+    def propose(self, masked_logits: torch.Tensor, sizes: list[int], generators: list[torch.Generator]) -> Proposal:
         """Tokens and scores for the packed masked positions (``sizes[r]`` of row ``r``).  # [M, V] -> [M]"""
 
-    def choose(self, scores: torch.Tensor, masked: torch.Tensor, step: int, steps: int, block_length: int,
-               generators: list[torch.Generator]) -> torch.Tensor:
+    def choose(
+        self,
+        scores: torch.Tensor,
+        masked: torch.Tensor,
+        step: int,
+        steps: int,
+        block_length: int,
+        generators: list[torch.Generator],
+    ) -> torch.Tensor:
         """Positions to unmask at ``step`` of ``steps`` in this block.  # [b, W], [b, W] -> [b, W] bool"""
 
 
@@ -108,23 +114,30 @@ def block_layout(max_new_tokens: int, plan: Plan) -> BlockLayout:
     """Blocks and steps per block, or an error naming the option to change."""
     block_length = plan.block_length or max_new_tokens
     if max_new_tokens % block_length:
-        raise SamplerOptionError(f"max_new_tokens={max_new_tokens} is not a multiple of block_length={block_length}; "
-                                 f"choose a block_length that divides it")
+        raise SamplerOptionError(
+            f"max_new_tokens={max_new_tokens} is not a multiple of block_length={block_length}; "
+            f"choose a block_length that divides it"
+        )
     num_blocks = max_new_tokens // block_length
     steps = plan.steps or max_new_tokens
     if steps % num_blocks:
-        raise SamplerOptionError(f"steps={steps} cannot be split equally over {num_blocks} blocks "
-                                 f"(max_new_tokens={max_new_tokens} / block_length={block_length}); "
-                                 f"use a multiple of {num_blocks}")
+        raise SamplerOptionError(
+            f"steps={steps} cannot be split equally over {num_blocks} blocks "
+            f"(max_new_tokens={max_new_tokens} / block_length={block_length}); "
+            f"use a multiple of {num_blocks}"
+        )
     return BlockLayout(num_blocks, block_length, steps // num_blocks)
 
 
-def check_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int,
-                  seeds: list[int] | None) -> None:
+def check_prompts(
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_tokens: int, seeds: list[int] | None
+) -> None:
     """Reject inputs the loop cannot handle, naming what to fix."""
     if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
-        raise ValueError(f"prompt_ids and prompt_mask must both be [batch, prompt_length]; got "
-                         f"{tuple(prompt_ids.shape)} and {tuple(prompt_mask.shape)}")
+        raise ValueError(
+            f"prompt_ids and prompt_mask must both be [batch, prompt_length]; got "
+            f"{tuple(prompt_ids.shape)} and {tuple(prompt_mask.shape)}"
+        )
     if max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be at least 1, got {max_new_tokens}")
     empty = (prompt_mask.sum(dim=1) == 0).nonzero().flatten().tolist()
@@ -132,8 +145,10 @@ def check_prompts(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, max_new_t
         raise ValueError(f"prompt rows {empty} have no real token (prompt_mask all 0); every prompt needs one")
     holes = (prompt_mask[:, 1:].long() < prompt_mask[:, :-1].long()).any(dim=1).nonzero().flatten().tolist()
     if holes:
-        raise ValueError(f"prompt rows {holes} are not left-padded (a 0 in prompt_mask after a 1); pad prompts "
-                         f"on the left (tokenizer.padding_side = 'left')")
+        raise ValueError(
+            f"prompt rows {holes} are not left-padded (a 0 in prompt_mask after a 1); pad prompts "
+            f"on the left (tokenizer.padding_side = 'left')"
+        )
     if seeds is not None and len(seeds) != prompt_ids.shape[0]:
         raise ValueError(f"seeds has {len(seeds)} entries for {prompt_ids.shape[0]} prompts; give one seed per prompt")
 
@@ -145,9 +160,19 @@ def resolve_seeds(seeds: list[int] | None, batch_size: int) -> list[int]:
     return [int(seed) for seed in seeds]
 
 
-def run(rule: StepRule, plan: Plan, model: DiffusionLM, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-        max_new_tokens: int, *, eos_token_id: int, pad_token_id: int, seeds: list[int] | None = None,
-        record_trace: bool = False) -> GenerationOutput:
+def run(
+    rule: StepRule,
+    plan: Plan,
+    model: DiffusionLM,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    max_new_tokens: int,
+    *,
+    eos_token_id: int,
+    pad_token_id: int,
+    seeds: list[int] | None = None,
+    record_trace: bool = False,
+) -> GenerationOutput:
     """Generate ``max_new_tokens`` tokens after each left-padded prompt (see the contract)."""
     check_prompts(prompt_ids, prompt_mask, max_new_tokens, seeds)
     layout = block_layout(max_new_tokens, plan)
@@ -155,10 +180,19 @@ def run(rule: StepRule, plan: Plan, model: DiffusionLM, prompt_ids: torch.Tensor
     generators = [torch.Generator(device=prompt_ids.device).manual_seed(seed) for seed in seeds]
     chunk = plan.micro_batch_size or prompt_ids.shape[0]
     with _eval_mode(model.module), torch.no_grad():
-        parts = [_generate_micro_batch(rule, plan, layout, model, prompt_ids[start:start + chunk],
-                                       prompt_mask[start:start + chunk], generators[start:start + chunk],
-                                       eos_token_id)
-                 for start in range(0, prompt_ids.shape[0], chunk)]
+        parts = [
+            _generate_micro_batch(
+                rule,
+                plan,
+                layout,
+                model,
+                prompt_ids[start : start + chunk],
+                prompt_mask[start : start + chunk],
+                generators[start : start + chunk],
+                eos_token_id,
+            )
+            for start in range(0, prompt_ids.shape[0], chunk)
+        ]
     return _merge(parts, seeds, eos_token_id, pad_token_id, record_trace)
 
 
@@ -173,11 +207,13 @@ def _eval_mode(module: torch.nn.Module):
         module.train(was_training)
 
 
-def _merge(parts: list[_MicroBatchResult], seeds: list[int], eos_token_id: int, pad_token_id: int,
-           record_trace: bool) -> GenerationOutput:
+def _merge(
+    parts: list[_MicroBatchResult], seeds: list[int], eos_token_id: int, pad_token_id: int, record_trace: bool
+) -> GenerationOutput:
     """One output for all micro-batches, with everything after the first EOS padded."""
-    completion_ids, completion_mask = cut_after_eos(torch.cat([part.completion for part in parts]),
-                                                    eos_token_id, pad_token_id)  # [B, N] each
+    completion_ids, completion_mask = cut_after_eos(
+        torch.cat([part.completion for part in parts]), eos_token_id, pad_token_id
+    )  # [B, N] each
     return GenerationOutput(
         completion_ids=completion_ids,
         completion_mask=completion_mask,
@@ -223,19 +259,32 @@ def _canvas(prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, new_tokens: int
     first_real_column = int(prompt_mask.any(dim=0).long().argmax())
     prompt_ids, prompt_mask = prompt_ids[:, first_real_column:], prompt_mask[:, first_real_column:]  # [b, P]
     batch, device = prompt_ids.shape[0], prompt_ids.device
-    x = torch.cat([prompt_ids, torch.full((batch, new_tokens), mask_id, dtype=prompt_ids.dtype, device=device)],
-                  dim=1)  # [b, L]
-    attention_mask = torch.cat([prompt_mask.long(), torch.ones(batch, new_tokens, dtype=torch.long, device=device)],
-                               dim=1)  # [b, L]
-    return _Canvas(x=x, attention_mask=attention_mask, position_ids=position_ids_from_mask(attention_mask),
-                   prompt_length=prompt_ids.shape[1],
-                   unmask_step=torch.full((batch, new_tokens), -1, dtype=torch.long, device=device),
-                   steps_taken=torch.zeros(batch, dtype=torch.long, device=device))
+    x = torch.cat(
+        [prompt_ids, torch.full((batch, new_tokens), mask_id, dtype=prompt_ids.dtype, device=device)], dim=1
+    )  # [b, L]
+    attention_mask = torch.cat(
+        [prompt_mask.long(), torch.ones(batch, new_tokens, dtype=torch.long, device=device)], dim=1
+    )  # [b, L]
+    return _Canvas(
+        x=x,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        prompt_length=prompt_ids.shape[1],
+        unmask_step=torch.full((batch, new_tokens), -1, dtype=torch.long, device=device),
+        steps_taken=torch.zeros(batch, dtype=torch.long, device=device),
+    )
 
 
-def _generate_micro_batch(rule: StepRule, plan: Plan, layout: BlockLayout, model: DiffusionLM,
-                          prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                          generators: list[torch.Generator], eos_token_id: int) -> _MicroBatchResult:
+def _generate_micro_batch(
+    rule: StepRule,
+    plan: Plan,
+    layout: BlockLayout,
+    model: DiffusionLM,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    generators: list[torch.Generator],
+    eos_token_id: int,
+) -> _MicroBatchResult:
     canvas = _canvas(prompt_ids, prompt_mask, layout.num_blocks * layout.block_length, model.mask_token_id)
     forward = build_forward(model, plan.kv_cache, plan.cfg_scale, canvas.prompt_length, plan.dual_cache)
     # With a KV cache, earlier blocks are frozen context (Fast-dLLM); only the plain loop revisits them.
@@ -248,14 +297,27 @@ def _generate_micro_batch(rule: StepRule, plan: Plan, layout: BlockLayout, model
             break
         start = canvas.prompt_length + block * layout.block_length
         end = start + layout.block_length
-        work = _denoise_block(rule, plan, layout, forward, canvas, rows, canvas.prompt_length if revisit else start,
-                              end, generators, model.mask_token_id, eos_token_id)
+        work = _denoise_block(
+            rule,
+            plan,
+            layout,
+            forward,
+            canvas,
+            rows,
+            canvas.prompt_length if revisit else start,
+            end,
+            generators,
+            model.mask_token_id,
+            eos_token_id,
+        )
         forwards += work.forwards
         forwarded_rows += work.rows
-        finished[rows] = _has_final_eos(canvas.x[rows, canvas.prompt_length:end], eos_token_id, model.mask_token_id,
-                                        revisit)
-    return _MicroBatchResult(canvas.x[:, canvas.prompt_length:], canvas.unmask_step, canvas.steps_taken, forwards,
-                             forwarded_rows)
+        finished[rows] = _has_final_eos(
+            canvas.x[rows, canvas.prompt_length : end], eos_token_id, model.mask_token_id, revisit
+        )
+    return _MicroBatchResult(
+        canvas.x[:, canvas.prompt_length :], canvas.unmask_step, canvas.steps_taken, forwards, forwarded_rows
+    )
 
 
 def _has_final_eos(decided: torch.Tensor, eos_token_id: int, mask_id: int, revisit: bool) -> torch.Tensor:
@@ -283,9 +345,19 @@ def _output_is_final(completion: torch.Tensor, eos_token_id: int, mask_id: int) 
     return is_eos.any(dim=1) & ~((completion == mask_id) & before_first_eos).any(dim=1)
 
 
-def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, canvas: _Canvas, rows: torch.Tensor,
-                   start: int, end: int, generators: list[torch.Generator], mask_id: int,
-                   eos_token_id: int) -> _BlockWork:
+def _denoise_block(
+    rule: StepRule,
+    plan: Plan,
+    layout: BlockLayout,
+    forward,
+    canvas: _Canvas,
+    rows: torch.Tensor,
+    start: int,
+    end: int,
+    generators: list[torch.Generator],
+    mask_id: int,
+    eos_token_id: int,
+) -> _BlockWork:
     """Unmask positions ``start:end`` of ``rows`` over one block's steps; returns the model work done.
 
     By default every step runs the model on all ``rows`` (the references' cost). ``compact`` runs it
@@ -306,7 +378,7 @@ def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, can
         masked = x[:, start:end] == mask_id  # [r, W]
         undecided = masked.any(dim=1)  # [r]
         if plan.compact:
-            undecided &= ~_output_is_final(x[:, canvas.prompt_length:end], eos_token_id, mask_id)
+            undecided &= ~_output_is_final(x[:, canvas.prompt_length : end], eos_token_id, mask_id)
         live = undecided.nonzero().flatten()  # [l]: rows with something left to decide
         if live.numel() == 0:
             break
@@ -316,8 +388,16 @@ def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, can
             run_rows = live[stale[live]] if plan.reuse_logits else live
         if run_rows is None or run_rows.numel():
             run_masked = masked if run_rows is None else masked[run_rows]  # [n, W]
-            logits = forward(x, attention_mask, position_ids, start, end, fresh=fresh, rows=run_rows,
-                             positions=run_masked if plan.head_on_masked else None).float()  # [n, W, V] or [M, V]
+            logits = forward(
+                x,
+                attention_mask,
+                position_ids,
+                start,
+                end,
+                fresh=fresh,
+                rows=run_rows,
+                positions=run_masked if plan.head_on_masked else None,
+            ).float()  # [n, W, V] or [M, V]
             forwards += 1
             forwarded += rows.numel() if run_rows is None else run_rows.numel()
             if plan.suppress_mask_token:
@@ -332,22 +412,37 @@ def _denoise_block(rule: StepRule, plan: Plan, layout: BlockLayout, forward, can
         else:
             masked_logits = (logits if run_rows is not None else logits[live])[live_masked]  # [M, V]
         live_rows = rows[live]  # [l]: indices into the micro-batch
-        tokens, chosen = _decide(rule, plan, masked_logits, live_masked, step, steps, layout.block_length,
-                                 [generators[i] for i in live_rows.tolist()], mask_id)  # [l, W] each
+        tokens, chosen = _decide(
+            rule,
+            plan,
+            masked_logits,
+            live_masked,
+            step,
+            steps,
+            layout.block_length,
+            [generators[i] for i in live_rows.tolist()],
+            mask_id,
+        )  # [l, W] each
         before = x[live, start:end]  # [l, W]
         after = torch.where(chosen, tokens, before)  # [l, W]
         x[live, start:end] = after
         stale[live] |= (after != before).any(dim=1)
         decided_at = canvas.unmask_step[live_rows, in_completion]  # [l, W]
         canvas.unmask_step[live_rows, in_completion] = torch.where(
-            chosen, canvas.steps_taken[live_rows].unsqueeze(1), decided_at)
+            chosen, canvas.steps_taken[live_rows].unsqueeze(1), decided_at
+        )
         canvas.steps_taken[live_rows] += 1
     canvas.x[rows] = x
     return _BlockWork(forwards, forwarded)
 
 
-def _keep(kept: torch.Tensor | None, logits: torch.Tensor, run_rows: torch.Tensor | None, run_masked: torch.Tensor,
-          packed: bool) -> torch.Tensor:
+def _keep(
+    kept: torch.Tensor | None,
+    logits: torch.Tensor,
+    run_rows: torch.Tensor | None,
+    run_masked: torch.Tensor,
+    packed: bool,
+) -> torch.Tensor:
     """Write a forward's logits (``[n, W, V]``, or ``[M, V]`` for the masked positions) into the kept ones."""
     if kept is None:  # the block's first step, which runs every row
         if not packed:
@@ -362,13 +457,24 @@ def _keep(kept: torch.Tensor | None, logits: torch.Tensor, run_rows: torch.Tenso
     return kept
 
 
-def _decide(rule: StepRule, plan: Plan, masked_logits: torch.Tensor, masked: torch.Tensor, step: int, steps: int,
-            block_length: int, generators: list[torch.Generator], mask_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _decide(
+    rule: StepRule,
+    plan: Plan,
+    masked_logits: torch.Tensor,
+    masked: torch.Tensor,
+    step: int,
+    steps: int,
+    block_length: int,
+    generators: list[torch.Generator],
+    mask_id: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Tokens for the window and the positions to unmask now.  # [M, V], [l, W] -> ([l, W], [l, W])"""
     sizes = masked.sum(dim=1).tolist()
     proposal = rule.propose(masked_logits, sizes, generators)  # [M] each
-    chosen = rule.choose(packed_to_rows(proposal.scores, masked, -math.inf), masked, step, steps, block_length,
-                         generators) & masked  # [l, W]
+    chosen = (
+        rule.choose(packed_to_rows(proposal.scores, masked, -math.inf), masked, step, steps, block_length, generators)
+        & masked
+    )  # [l, W]
     if plan.threshold is not None:
         chosen |= masked & (packed_to_rows(proposal.token_probs, masked, 0.0) > plan.threshold)
     if plan.factor is not None:

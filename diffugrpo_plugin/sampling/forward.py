@@ -37,13 +37,15 @@ def _select(rows: torch.Tensor | None, *tensors: torch.Tensor) -> tuple[torch.Te
     return tensors if rows is None else tuple(tensor[rows] for tensor in tensors)
 
 
-def _hidden_rows(batch: int, run_length: int, offset: int, width: int, positions: torch.Tensor | None,
-                 device: torch.device) -> torch.Tensor:
+def _hidden_rows(
+    batch: int, run_length: int, offset: int, width: int, positions: torch.Tensor | None, device: torch.device
+) -> torch.Tensor:
     """Flat indices of the hidden states that score the wanted window positions (all ``width`` of them without
     ``positions``); the window's predicting rows start at ``offset`` of each row's ``run_length``."""
     if positions is None:
-        return (torch.arange(batch, device=device)[:, None] * run_length + offset
-                + torch.arange(width, device=device)[None]).flatten()  # [r * W]
+        return (
+            torch.arange(batch, device=device)[:, None] * run_length + offset + torch.arange(width, device=device)[None]
+        ).flatten()  # [r * W]
     row, column = positions.nonzero(as_tuple=True)  # [M] each, in the order of logits[positions]
     return row * run_length + offset + column  # [M]
 
@@ -59,15 +61,24 @@ class FullForward:
     def __init__(self, model: DiffusionLM):
         self.model = model
 
-    def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
-                 positions: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        x: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        window_start: int,
+        window_end: int,
+        fresh: bool,
+        rows: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
         if positions is None:
             return self.model.logits(x, attention_mask, position_ids)[:, window_start:window_end]  # [r, W, V]
         width = window_end - window_start
-        hidden_rows = _hidden_rows(x.shape[0], x.shape[1], _query_start(self.model, window_start), width, positions,
-                                   x.device)
+        hidden_rows = _hidden_rows(
+            x.shape[0], x.shape[1], _query_start(self.model, window_start), width, positions, x.device
+        )
         with final_hidden_rows(self.model.family, self.model.module, hidden_rows):
             logits = self.model.family.call(self.model.module, x, attention_mask, position_ids)  # [1, M, V]
         return _shaped(logits, x.shape[0], width, positions)  # [M, V]
@@ -85,38 +96,67 @@ class _CachedForward:
             raise self._unsupported("its forward takes no transformers Cache (past_key_values)")
         self.kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # per layer: the cached keys, values
 
-    def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
-                 positions: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        x: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        window_start: int,
+        window_end: int,
+        fresh: bool,
+        rows: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         query_start, width = _query_start(self.model, window_start), window_end - window_start
         if fresh or not self.kept:
             return self._fill(x, attention_mask, position_ids, query_start, width, positions, rows)
         x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
         kept = self.kept if rows is None else [(keys[rows], values[rows]) for keys, values in self.kept]
         cache, last_input = self._reused(kept, query_start, window_end, x.shape[1])
-        return self._run(x, attention_mask, position_ids, query_start, last_input, query_start, width, cache,
-                         positions)
+        return self._run(x, attention_mask, position_ids, query_start, last_input, query_start, width, cache, positions)
 
-    def _reused(self, kept: list[tuple[torch.Tensor, torch.Tensor]], query_start: int, window_end: int,
-                length: int) -> tuple[Cache, int]:
+    def _reused(
+        self, kept: list[tuple[torch.Tensor, torch.Tensor]], query_start: int, window_end: int, length: int
+    ) -> tuple[Cache, int]:
         """The cache a later step of the block runs against, and the end of the inputs it re-runs."""
         raise NotImplementedError
 
-    def _run(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, first_input: int,
-             last_input: int, query_start: int, width: int, cache: Cache,
-             positions: torch.Tensor | None) -> torch.Tensor:
+    def _run(
+        self,
+        x: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        first_input: int,
+        last_input: int,
+        query_start: int,
+        width: int,
+        cache: Cache,
+        positions: torch.Tensor | None,
+    ) -> torch.Tensor:
         """Logits of ``width`` positions from ``query_start`` (or of ``positions`` among them, packed), running
         inputs ``first_input:last_input``."""
         batch, run_length = x.shape[0], last_input - first_input
         hidden_rows = _hidden_rows(batch, run_length, query_start - first_input, width, positions, x.device)
         with final_hidden_rows(self.model.family, self.model.module, hidden_rows):
-            out = self.model.module(input_ids=x[:, first_input:last_input], attention_mask=attention_mask,
-                                    position_ids=position_ids[:, first_input:last_input], past_key_values=cache,
-                                    use_cache=True)
+            out = self.model.module(
+                input_ids=x[:, first_input:last_input],
+                attention_mask=attention_mask,
+                position_ids=position_ids[:, first_input:last_input],
+                past_key_values=cache,
+                use_cache=True,
+            )
         return _shaped(out.logits, batch, width, positions)  # [r, W, V] or [M, V]
 
-    def _fill(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, query_start: int,
-              width: int, positions: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor:
+    def _fill(
+        self,
+        x: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        query_start: int,
+        width: int,
+        positions: torch.Tensor | None,
+        rows: torch.Tensor | None,
+    ) -> torch.Tensor:
         """The block's first step, or a refresh of ``rows``: the whole sequence, its keys/values kept per layer."""
         x, attention_mask, position_ids = _select(rows, x, attention_mask, position_ids)
         cache = DynamicCache(config=unwrap(self.model.module).config)
@@ -155,8 +195,9 @@ class PrefixCachedForward(_CachedForward):
 
     def _reused(self, kept, query_start, window_end, length):
         # everything from the token that scores the block's first one on is re-run
-        return _prefilled_cache([(keys[..., :query_start, :], values[..., :query_start, :])
-                                 for keys, values in kept]), length
+        return _prefilled_cache(
+            [(keys[..., :query_start, :], values[..., :query_start, :]) for keys, values in kept]
+        ), length
 
 
 class DualCachedForward(_CachedForward):
@@ -197,7 +238,7 @@ class _BlockLayer(DynamicLayer):
         return self._spliced(self.keys, key_states), self._spliced(self.values, value_states)
 
     def _spliced(self, kept: torch.Tensor, block: torch.Tensor) -> torch.Tensor:
-        return torch.cat([kept[..., :self.run_start, :], block, kept[..., self.run_end:, :]], dim=-2)
+        return torch.cat([kept[..., : self.run_start, :], block, kept[..., self.run_end :, :]], dim=-2)
 
     def get_seq_length(self) -> int:
         return self.run_start
@@ -216,18 +257,33 @@ class GuidedForward:
         self.mask_token_id = mask_token_id
         self.prompt_length = prompt_length
 
-    def __call__(self, x: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                 window_start: int, window_end: int, fresh: bool, rows: torch.Tensor | None = None,
-                 positions: torch.Tensor | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        x: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        window_start: int,
+        window_end: int,
+        fresh: bool,
+        rows: torch.Tensor | None = None,
+        positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         prompt_tokens = attention_mask.bool().clone()  # [b, L]
-        prompt_tokens[:, self.prompt_length:] = False
+        prompt_tokens[:, self.prompt_length :] = False
         unconditional = x.masked_fill(prompt_tokens, self.mask_token_id)  # [b, L]
         # the inner forward sees conditional rows first, then their unconditional twins
         both_rows = None if rows is None else torch.cat([rows, rows + x.shape[0]])
         both_positions = None if positions is None else torch.cat([positions, positions])
-        both = self.inner(torch.cat([x, unconditional]), torch.cat([attention_mask, attention_mask]),
-                          torch.cat([position_ids, position_ids]), window_start, window_end, fresh,
-                          both_rows, both_positions)  # [2r, W, V] or [2M, V]
+        both = self.inner(
+            torch.cat([x, unconditional]),
+            torch.cat([attention_mask, attention_mask]),
+            torch.cat([position_ids, position_ids]),
+            window_start,
+            window_end,
+            fresh,
+            both_rows,
+            both_positions,
+        )  # [2r, W, V] or [2M, V]
         conditional, unconditional_logits = both.chunk(2, dim=0)  # [r, W, V] or [M, V] each
         return unconditional_logits + (self.cfg_scale + 1) * (conditional - unconditional_logits)
 

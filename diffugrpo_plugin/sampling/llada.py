@@ -33,22 +33,30 @@ class LLaDARule:
         self.remasking = remasking
         self.temperature = temperature
 
-    def propose(self, masked_logits: torch.Tensor, sizes: list[int],
-                generators: list[torch.Generator]) -> Proposal:
+    def propose(self, masked_logits: torch.Tensor, sizes: list[int], generators: list[torch.Generator]) -> Proposal:
         uniforms = None
         if self.temperature > 0:
-            uniforms = row_uniforms(generators, sizes, (masked_logits.shape[-1],), dtype=torch.float64,
-                                    device=masked_logits.device)  # [M, V]
+            uniforms = row_uniforms(
+                generators, sizes, (masked_logits.shape[-1],), dtype=torch.float64, device=masked_logits.device
+            )  # [M, V]
         tokens = gumbel_argmax(masked_logits, self.temperature, uniforms)  # [M]
         probs = torch.softmax(masked_logits.to(torch.float64), dim=-1)  # [M, V]
         token_probs = probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # [M]
         return Proposal(tokens, token_probs, token_probs)
 
-    def choose(self, scores: torch.Tensor, masked: torch.Tensor, step: int, steps: int, block_length: int,
-               generators: list[torch.Generator]) -> torch.Tensor:
+    def choose(
+        self,
+        scores: torch.Tensor,
+        masked: torch.Tensor,
+        step: int,
+        steps: int,
+        block_length: int,
+        generators: list[torch.Generator],
+    ) -> torch.Tensor:
         sizes = masked.sum(dim=1).tolist()
-        counts = torch.tensor([llada_transfer_count(block_length, step, steps, m) for m in sizes],
-                              device=masked.device)  # [l]
+        counts = torch.tensor(
+            [llada_transfer_count(block_length, step, steps, m) for m in sizes], device=masked.device
+        )  # [l]
         if self.remasking == "random":
             scores = packed_to_rows(row_uniforms(generators, sizes, device=masked.device), masked, -1.0)  # [l, W]
         return top_k_mask(scores, counts)

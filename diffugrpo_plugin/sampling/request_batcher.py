@@ -56,8 +56,15 @@ class RequestBatcher:
             self._arrived = asyncio.Event()
         return self._arrived
 
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data=None, video_data=None, **kwargs) -> GeneratedTokens:
+    async def generate(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data=None,
+        video_data=None,
+        **kwargs,
+    ) -> GeneratedTokens:
         if image_data or video_data:
             raise ValueError("the diffusion rollout generates text only; this request carries images/video")
         future = asyncio.get_running_loop().create_future()
@@ -66,9 +73,10 @@ class RequestBatcher:
         if self._watchdog is None or self._watchdog.done():
             self._watchdog = asyncio.create_task(self._watch_worker())
         result = await future
-        return GeneratedTokens(token_ids=result["token_ids"],
-                               extra_fields={key: result[key] for key in ("global_steps", "generation_batch",
-                                                                          "generation_seconds")})
+        return GeneratedTokens(
+            token_ids=result["token_ids"],
+            extra_fields={key: result[key] for key in ("global_steps", "generation_batch", "generation_seconds")},
+        )
 
     async def next_batch(self, wait_s: float) -> tuple[int, list[dict[str, Any]]] | None:
         """The worker's pull: waits up to ``wait_s`` for a request, then ``batch_window_s`` for the ones arriving
@@ -109,8 +117,10 @@ class RequestBatcher:
             await asyncio.sleep(min(1.0, self.silence_limit_s / 4))
             silent = time.monotonic() - self.last_heard
             if silent > self.silence_limit_s:
-                error = RuntimeError(f"diffusion rollout: the trainer worker that generates for this server has not "
-                                     f"been heard from for {silent:.0f} s; did it die? Its log says why")
+                error = RuntimeError(
+                    f"diffusion rollout: the trainer worker that generates for this server has not "
+                    f"been heard from for {silent:.0f} s; did it die? Its log says why"
+                )
                 waiting = [future for _, future in self.pending] + [f for fs in self.taken.values() for f in fs]
                 self.pending, self.taken = [], {}
                 for future in waiting:

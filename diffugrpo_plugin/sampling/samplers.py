@@ -44,34 +44,63 @@ def _is_number(value) -> bool:
 class _LoopOptions:
     """Options every built-in sampler shares (the loop and the fast path)."""
 
-    steps: int | None = _option(None, "denoising steps in all, split equally over the blocks (default: one per "
-                                      "generated token)")
-    block_length: int | None = _option(None, "tokens per block, generated left to right; must divide "
-                                             "max_new_tokens (default: one block)")
+    steps: int | None = _option(
+        None, "denoising steps in all, split equally over the blocks (default: one per generated token)"
+    )
+    block_length: int | None = _option(
+        None, "tokens per block, generated left to right; must divide max_new_tokens (default: one block)"
+    )
     temperature: float = _option(0.0, "token sampling temperature; 0 takes the most likely token")
-    threshold: float | None = _option(None, "fast path: also unmask every masked position whose token "
-                                            "probability exceeds this (1.0 changes nothing; default off)")
-    kv_cache: bool = _option(False, "fast path: Fast-dLLM block-wise prefix KV cache (approximate with "
-                                    "bidirectional attention; needs a model body that takes past_key_values)")
-    dual_cache: bool = _option(False, "fast path: Fast-dLLM DualCache, keys/values before and after the block kept "
-                                      "from the block's first step and only the block re-run (approximate with "
-                                      "bidirectional attention; pays off with blocks; excludes kv_cache)")
-    cache_refresh: int | None = _option(None, "with kv_cache or dual_cache: recompute the kept keys/values every "
-                                              "this many forwards of a block (1 = every step, as without a cache; "
-                                              "default: only at the block's start, as Fast-dLLM)")
-    factor: float | None = _option(None, "fast path: Fast-dLLM's factor rule, also unmask the n most confident "
-                                         "positions where the k-th best has probability >= 1 - factor / (k + 1) "
-                                         "for every k <= n (default off)")
-    compact: bool = _option(False, "no model work for finished rows: a row leaves the forwards once its output "
-                                   "is final (an EOS with nothing masked before it, or nothing masked); outputs "
-                                   "unchanged")
-    reuse_logits: bool = _option(False, "no model work for unchanged rows: a row whose tokens did not change since "
-                                        "its last forward reuses those logits; outputs unchanged")
-    head_on_masked: bool = _option(False, "no vocabulary projection for decided positions: only the masked ones "
-                                          "of the rows run go through the head; outputs unchanged")
+    threshold: float | None = _option(
+        None,
+        "fast path: also unmask every masked position whose token "
+        "probability exceeds this (1.0 changes nothing; default off)",
+    )
+    kv_cache: bool = _option(
+        False,
+        "fast path: Fast-dLLM block-wise prefix KV cache (approximate with "
+        "bidirectional attention; needs a model body that takes past_key_values)",
+    )
+    dual_cache: bool = _option(
+        False,
+        "fast path: Fast-dLLM DualCache, keys/values before and after the block kept "
+        "from the block's first step and only the block re-run (approximate with "
+        "bidirectional attention; pays off with blocks; excludes kv_cache)",
+    )
+    cache_refresh: int | None = _option(
+        None,
+        "with kv_cache or dual_cache: recompute the kept keys/values every "
+        "this many forwards of a block (1 = every step, as without a cache; "
+        "default: only at the block's start, as Fast-dLLM)",
+    )
+    factor: float | None = _option(
+        None,
+        "fast path: Fast-dLLM's factor rule, also unmask the n most confident "
+        "positions where the k-th best has probability >= 1 - factor / (k + 1) "
+        "for every k <= n (default off)",
+    )
+    compact: bool = _option(
+        False,
+        "no model work for finished rows: a row leaves the forwards once its output "
+        "is final (an EOS with nothing masked before it, or nothing masked); outputs "
+        "unchanged",
+    )
+    reuse_logits: bool = _option(
+        False,
+        "no model work for unchanged rows: a row whose tokens did not change since "
+        "its last forward reuses those logits; outputs unchanged",
+    )
+    head_on_masked: bool = _option(
+        False,
+        "no vocabulary projection for decided positions: only the masked ones "
+        "of the rows run go through the head; outputs unchanged",
+    )
     micro_batch_size: int | None = _option(None, "prompts generated together (default: the whole batch)")
-    suppress_mask_token: bool = _option(False, "never propose the mask token itself (the Dream and LLaDA references "
-                                               "do not suppress it; default off, as they run)")
+    suppress_mask_token: bool = _option(
+        False,
+        "never propose the mask token itself (the Dream and LLaDA references "
+        "do not suppress it; default off, as they run)",
+    )
 
     sampler_name = "diffusion"
 
@@ -80,43 +109,82 @@ class _LoopOptions:
         for option in ("steps", "block_length", "micro_batch_size", "cache_refresh"):
             value = getattr(self, option)
             _check(value is None or (_is_int(value) and value >= 1), name, option, value, "use an integer >= 1")
-        _check(_is_number(self.temperature) and self.temperature >= 0, name, "temperature", self.temperature,
-               "use a number >= 0")
-        _check(self.threshold is None or (_is_number(self.threshold) and 0 < self.threshold <= 1), name,
-               "threshold", self.threshold, "use a number in (0, 1] or leave it unset")
-        _check(self.factor is None or (_is_number(self.factor) and self.factor > 0), name, "factor", self.factor,
-               "use a number > 0 (Fast-dLLM uses 1) or leave it unset")
+        _check(
+            _is_number(self.temperature) and self.temperature >= 0,
+            name,
+            "temperature",
+            self.temperature,
+            "use a number >= 0",
+        )
+        _check(
+            self.threshold is None or (_is_number(self.threshold) and 0 < self.threshold <= 1),
+            name,
+            "threshold",
+            self.threshold,
+            "use a number in (0, 1] or leave it unset",
+        )
+        _check(
+            self.factor is None or (_is_number(self.factor) and self.factor > 0),
+            name,
+            "factor",
+            self.factor,
+            "use a number > 0 (Fast-dLLM uses 1) or leave it unset",
+        )
         for option in ("kv_cache", "dual_cache", "compact", "reuse_logits", "head_on_masked", "suppress_mask_token"):
             _check(isinstance(getattr(self, option), bool), name, option, getattr(self, option), "use true or false")
-        _check(not (self.kv_cache and self.dual_cache), name, "dual_cache", self.dual_cache,
-               "it replaces the prefix cache: set kv_cache=false or dual_cache=false")
-        _check(self.cache_refresh is None or self.kv_cache or self.dual_cache, name, "cache_refresh",
-               self.cache_refresh,
-               "it refreshes a KV cache: also set kv_cache=true or dual_cache=true, or leave it unset")
+        _check(
+            not (self.kv_cache and self.dual_cache),
+            name,
+            "dual_cache",
+            self.dual_cache,
+            "it replaces the prefix cache: set kv_cache=false or dual_cache=false",
+        )
+        _check(
+            self.cache_refresh is None or self.kv_cache or self.dual_cache,
+            name,
+            "cache_refresh",
+            self.cache_refresh,
+            "it refreshes a KV cache: also set kv_cache=true or dual_cache=true, or leave it unset",
+        )
 
     def _plan(self, cfg_scale: float = 0.0):
         from diffugrpo_plugin.sampling.engine import Plan
 
-        return Plan(steps=self.steps, block_length=self.block_length, threshold=self.threshold,
-                    kv_cache=self.kv_cache, micro_batch_size=self.micro_batch_size, cfg_scale=cfg_scale,
-                    suppress_mask_token=self.suppress_mask_token, dual_cache=self.dual_cache, factor=self.factor,
-                    compact=self.compact, reuse_logits=self.reuse_logits, head_on_masked=self.head_on_masked,
-                    cache_refresh=self.cache_refresh)
+        return Plan(
+            steps=self.steps,
+            block_length=self.block_length,
+            threshold=self.threshold,
+            kv_cache=self.kv_cache,
+            micro_batch_size=self.micro_batch_size,
+            cfg_scale=cfg_scale,
+            suppress_mask_token=self.suppress_mask_token,
+            dual_cache=self.dual_cache,
+            factor=self.factor,
+            compact=self.compact,
+            reuse_logits=self.reuse_logits,
+            head_on_masked=self.head_on_masked,
+            cache_refresh=self.cache_refresh,
+        )
 
 
 @dataclass(frozen=True)
 class DreamSampler(_LoopOptions):
     """Dream / DiffuCoder diffusion_generate: unmask int(m * (1 - s/t)) positions per step, ranked by alg."""
 
-    top_p: float | None = _option(None, "nucleus sampling: keep the most likely tokens up to this cumulative "
-                                        "probability")
-    top_k: int | None = _option(50, "keep only the k most likely tokens; 50 is what Dream's diffusion_generate "
-                                     "runs when not given one (transformers 4.x's generation default), as in "
-                                     "DiffuCoder's rollout; null keeps every token")
+    top_p: float | None = _option(
+        None, "nucleus sampling: keep the most likely tokens up to this cumulative probability"
+    )
+    top_k: int | None = _option(
+        50,
+        "keep only the k most likely tokens; 50 is what Dream's diffusion_generate "
+        "runs when not given one (transformers 4.x's generation default), as in "
+        "DiffuCoder's rollout; null keeps every token",
+    )
     eps: float = _option(1e-3, "last timestep of linspace(1, eps, steps + 1)")
     alg: str = _option("entropy", "position ranking: " + " / ".join(DREAM_ALGS))
-    alg_temp: float = _option(0.0, "0 unmasks the best-ranked positions; > 0 samples them from "
-                                   "softmax(score / alg_temp)")
+    alg_temp: float = _option(
+        0.0, "0 unmasks the best-ranked positions; > 0 samples them from softmax(score / alg_temp)"
+    )
 
     sampler_name = "dream"
 
@@ -124,23 +192,51 @@ class DreamSampler(_LoopOptions):
         super().__post_init__()
         name = self.sampler_name
         _check(self.alg in DREAM_ALGS, name, "alg", self.alg, "choose one of " + ", ".join(DREAM_ALGS))
-        _check(self.top_p is None or (_is_number(self.top_p) and 0 < self.top_p <= 1), name, "top_p", self.top_p,
-               "use a number in (0, 1]")
-        _check(self.top_k is None or (_is_int(self.top_k) and self.top_k >= 1), name, "top_k", self.top_k,
-               "use an integer >= 1")
+        _check(
+            self.top_p is None or (_is_number(self.top_p) and 0 < self.top_p <= 1),
+            name,
+            "top_p",
+            self.top_p,
+            "use a number in (0, 1]",
+        )
+        _check(
+            self.top_k is None or (_is_int(self.top_k) and self.top_k >= 1),
+            name,
+            "top_k",
+            self.top_k,
+            "use an integer >= 1",
+        )
         _check(_is_number(self.eps) and 0 <= self.eps < 1, name, "eps", self.eps, "use a number in [0, 1)")
-        _check(_is_number(self.alg_temp) and self.alg_temp >= 0, name, "alg_temp", self.alg_temp,
-               "use a number >= 0")
+        _check(_is_number(self.alg_temp) and self.alg_temp >= 0, name, "alg_temp", self.alg_temp, "use a number >= 0")
 
-    def generate(self, model: DiffusionLM, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                 max_new_tokens: int, *, eos_token_id: int, pad_token_id: int,
-                 seeds: list[int] | None = None, record_trace: bool = False) -> GenerationOutput:
+    def generate(
+        self,
+        model: DiffusionLM,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        eos_token_id: int,
+        pad_token_id: int,
+        seeds: list[int] | None = None,
+        record_trace: bool = False,
+    ) -> GenerationOutput:
         from diffugrpo_plugin.sampling.dream import DreamRule
         from diffugrpo_plugin.sampling.engine import run
 
         rule = DreamRule(self.alg, self.temperature, self.top_p, self.top_k, self.eps, self.alg_temp)
-        return run(rule, self._plan(), model, prompt_ids, prompt_mask, max_new_tokens, eos_token_id=eos_token_id,
-                   pad_token_id=pad_token_id, seeds=seeds, record_trace=record_trace)
+        return run(
+            rule,
+            self._plan(),
+            model,
+            prompt_ids,
+            prompt_mask,
+            max_new_tokens,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            seeds=seeds,
+            record_trace=record_trace,
+        )
 
 
 @dataclass(frozen=True)
@@ -180,25 +276,51 @@ class LLaDASampler(_LoopOptions):
     """LLaDA generate: block-wise semi-autoregressive, equal tokens per step, Gumbel-max in float64."""
 
     remasking: str = _option("low_confidence", "which positions to unmask: " + " / ".join(LLADA_REMASKING))
-    cfg_scale: float = _option(0.0, "classifier-free guidance scale; > 0 adds an unconditional pass with the "
-                                    "prompt masked")
+    cfg_scale: float = _option(
+        0.0, "classifier-free guidance scale; > 0 adds an unconditional pass with the prompt masked"
+    )
 
     sampler_name = "llada"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         name = self.sampler_name
-        _check(self.remasking in LLADA_REMASKING, name, "remasking", self.remasking,
-               "choose one of " + ", ".join(LLADA_REMASKING))
-        _check(_is_number(self.cfg_scale) and self.cfg_scale >= 0, name, "cfg_scale", self.cfg_scale,
-               "use a number >= 0")
+        _check(
+            self.remasking in LLADA_REMASKING,
+            name,
+            "remasking",
+            self.remasking,
+            "choose one of " + ", ".join(LLADA_REMASKING),
+        )
+        _check(
+            _is_number(self.cfg_scale) and self.cfg_scale >= 0, name, "cfg_scale", self.cfg_scale, "use a number >= 0"
+        )
 
-    def generate(self, model: DiffusionLM, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                 max_new_tokens: int, *, eos_token_id: int, pad_token_id: int,
-                 seeds: list[int] | None = None, record_trace: bool = False) -> GenerationOutput:
+    def generate(
+        self,
+        model: DiffusionLM,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        eos_token_id: int,
+        pad_token_id: int,
+        seeds: list[int] | None = None,
+        record_trace: bool = False,
+    ) -> GenerationOutput:
         from diffugrpo_plugin.sampling.engine import run
         from diffugrpo_plugin.sampling.llada import LLaDARule
 
         rule = LLaDARule(self.remasking, self.temperature)
-        return run(rule, self._plan(self.cfg_scale), model, prompt_ids, prompt_mask, max_new_tokens,
-                   eos_token_id=eos_token_id, pad_token_id=pad_token_id, seeds=seeds, record_trace=record_trace)
+        return run(
+            rule,
+            self._plan(self.cfg_scale),
+            model,
+            prompt_ids,
+            prompt_mask,
+            max_new_tokens,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            seeds=seeds,
+            record_trace=record_trace,
+        )

@@ -36,8 +36,9 @@ class TraceRow:
 
     def __post_init__(self) -> None:
         if len(self.tokens) != len(self.steps):
-            raise ValueError(f"a trace row needs one step per token; got {len(self.tokens)} tokens "
-                             f"and {len(self.steps)} steps")
+            raise ValueError(
+                f"a trace row needs one step per token; got {len(self.tokens)} tokens and {len(self.steps)} steps"
+            )
 
 
 def step_colour(step: int, total_steps: int) -> tuple[int, int, int]:
@@ -70,12 +71,16 @@ def render_ansi(rows: list[TraceRow]) -> str:
         for token, step in zip(row.tokens, row.steps):
             background = step_colour(step, row.total_steps)
             foreground = _text_colour(background)
-            coloured.append(f"\x1b[48;2;{background[0]};{background[1]};{background[2]}m"
-                            f"\x1b[38;2;{foreground[0]};{foreground[1]};{foreground[2]}m{_visible(token)}\x1b[0m")
+            coloured.append(
+                f"\x1b[48;2;{background[0]};{background[1]};{background[2]}m"
+                f"\x1b[38;2;{foreground[0]};{foreground[1]};{foreground[2]}m{_visible(token)}\x1b[0m"
+            )
         blocks.append(f"\x1b[2m{row.prompt}\x1b[0m" + "".join(coloured))
     total = max((row.total_steps for row in rows), default=1)
-    legend = "".join(f"\x1b[48;2;{c[0]};{c[1]};{c[2]}m  \x1b[0m"
-                     for c in (step_colour(s, total) for s in range(0, total, max(1, total // 16))))
+    legend = "".join(
+        f"\x1b[48;2;{c[0]};{c[1]};{c[2]}m  \x1b[0m"
+        for c in (step_colour(s, total) for s in range(0, total, max(1, total // 16)))
+    )
     return "\n\n".join(blocks) + f"\n\nunmask step: 0 {legend} {total - 1}\n"
 
 
@@ -88,18 +93,19 @@ def render_html(rows: list[TraceRow], title: str = "Denoising trace") -> str:
             background = step_colour(step, row.total_steps)
             foreground = _text_colour(background)
             label = "never decided" if step == NEVER else f"step {step}"
-            spans.append(f'<span class="tok" data-step="{step}" data-text="{html.escape(_visible(token))}" '
-                         f'title="{label}" style="background:rgb{background};color:rgb{foreground}">'
-                         f"{html.escape(_visible(token))}</span>")
+            spans.append(
+                f'<span class="tok" data-step="{step}" data-text="{html.escape(_visible(token))}" '
+                f'title="{label}" style="background:rgb{background};color:rgb{foreground}">'
+                f"{html.escape(_visible(token))}</span>"
+            )
         last = max(row.total_steps - 1, 0)
         sections.append(
             f'<section><h2>Completion {index + 1}</h2><pre class="prompt">{html.escape(row.prompt)}</pre>'
             f'<label>after step <input type="range" min="0" max="{last}" value="{last}" data-row="{index}"> '
-            f'<output>{last}</output> of {last}</label>'
+            f"<output>{last}</output> of {last}</label>"
             f'<pre class="completion" id="row-{index}">{"".join(spans)}</pre></section>'
         )
-    return HTML_PAGE.format(title=html.escape(title), sections="\n".join(sections),
-                            mask=json.dumps(MASK_GLYPH))
+    return HTML_PAGE.format(title=html.escape(title), sections="\n".join(sections), mask=json.dumps(MASK_GLYPH))
 
 
 HTML_PAGE = """<!DOCTYPE html>
@@ -143,7 +149,7 @@ def render_png(rows: list[TraceRow], path: str) -> None:
     grid = np.full((len(rows), width), np.nan)
     for index, row in enumerate(rows):
         decided = [float(step) if step != NEVER else np.nan for step in row.steps]
-        grid[index, :len(decided)] = decided
+        grid[index, : len(decided)] = decided
     figure, axes = plt.subplots(figsize=(max(6.0, width / 8), 1.0 + 0.5 * len(rows)))
     image = axes.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest")
     axes.set_xlabel("completion position")

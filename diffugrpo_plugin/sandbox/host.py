@@ -101,8 +101,13 @@ REPORT_STATUSES = ("ok", "exception", "exit")
 EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 MARSHAL_VERSION = 4  # the launcher speaks marshal: built in, so it costs nothing to import
 INSTALL_HINT = "Install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or your distribution's package."
-SANDBOX_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK_DIR, "LANG": "C.UTF-8",
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0"}
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": WORK_DIR,
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",
+}
 
 
 class SandboxUnavailable(RuntimeError):
@@ -158,8 +163,9 @@ def _coerce(name: str, value: Any, default: Any) -> Any:
     if name == "require":
         unknown = sorted(set(map(str, value or ())) - set(PROTECTION_NAMES))
         if unknown:
-            raise ValueError(f"sandbox option require names unknown protection(s) {unknown}; known: "
-                             f"{list(PROTECTION_NAMES)}")
+            raise ValueError(
+                f"sandbox option require names unknown protection(s) {unknown}; known: {list(PROTECTION_NAMES)}"
+            )
         return tuple(str(item) for item in (value or ()))
     if isinstance(default, bool):
         if not isinstance(value, bool):
@@ -192,8 +198,13 @@ class Judged:
     called_only: tuple[str, ...] = ()  # those of them it only ever calls
 
     def row(self) -> dict[str, Any]:
-        return {"preamble": self.preamble, "helpers": self.helpers, "program_names": sorted(self.program_names),
-                "has_reference": self.has_reference, "entry": self.entry}
+        return {
+            "preamble": self.preamble,
+            "helpers": self.helpers,
+            "program_names": sorted(self.program_names),
+            "has_reference": self.has_reference,
+            "entry": self.entry,
+        }
 
 
 @dataclass(frozen=True)
@@ -261,19 +272,23 @@ class InterpreterLayout:
     site_dirs: tuple[str, ...]
 
 
-_LAYOUT_PROBE = ("import json, sys, sysconfig; paths = sysconfig.get_paths(); "
-                 "print(json.dumps([[sys.prefix, sys.base_prefix], [paths['purelib'], paths['platlib']]]))")
+_LAYOUT_PROBE = (
+    "import json, sys, sysconfig; paths = sysconfig.get_paths(); "
+    "print(json.dumps([[sys.prefix, sys.base_prefix], [paths['purelib'], paths['platlib']]]))"
+)
 
 
 def interpreter_layout(executable: str) -> InterpreterLayout:
     """Asks ``executable`` (isolated mode, so no user site) where it lives."""
     try:
-        probe = subprocess.run([executable, "-I", "-c", _LAYOUT_PROBE], capture_output=True, text=True,
-                               timeout=60, check=True)
+        probe = subprocess.run(
+            [executable, "-I", "-c", _LAYOUT_PROBE], capture_output=True, text=True, timeout=60, check=True
+        )
         prefixes, site_dirs = json.loads(probe.stdout)
     except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        raise SandboxError(f"cannot use {executable!r} as the sandbox's Python interpreter "
-                           f"(sandbox option python_executable): {exc}") from exc
+        raise SandboxError(
+            f"cannot use {executable!r} as the sandbox's Python interpreter (sandbox option python_executable): {exc}"
+        ) from exc
     return InterpreterLayout(
         prefixes=tuple(sorted({os.path.realpath(prefix) for prefix in prefixes})),
         site_dirs=tuple(dict.fromkeys(site_dirs)),
@@ -345,9 +360,11 @@ class Sandbox:
                 f"rlimits alone, set {UNSAFE_ENV_VAR}=1 or the sandbox option {FALLBACK_CONFIG_KEY}: true."
             )
         if self.bwrap is None:
-            message = ("UNSAFE: bubblewrap is missing and the unsandboxed fallback was explicitly allowed: "
-                       "model-written code runs on this machine with rlimits only (no namespaces, "
-                       "no filesystem isolation, network reachable).")
+            message = (
+                "UNSAFE: bubblewrap is missing and the unsandboxed fallback was explicitly allowed: "
+                "model-written code runs on this machine with rlimits only (no namespaces, "
+                "no filesystem isolation, network reachable)."
+            )
             logger.warning(message)
             print(f"[diffugrpo.sandbox] WARNING: {message}", file=sys.stderr, flush=True)
         self.python = os.path.realpath(self.config.python_executable or sys.executable)
@@ -362,8 +379,9 @@ class Sandbox:
         self._layout_lock = threading.Lock()
         self._compiled: str | None = None
         self._baseline: dict | None = None  # what the forked interpreter itself costs (time, memory, instructions)
-        self.protections = host_protections(self.bwrap, self.is_root, self.config.cgroups, self.config.seccomp,
-                                            self.config.inode_cap)
+        self.protections = host_protections(
+            self.bwrap, self.is_root, self.config.cgroups, self.config.seccomp, self.config.inode_cap
+        )
         self._require_protections()
         self._seccomp = seccomp_program()[0] if self.protections["seccomp"].active else None
         self._cgroups = self._cgroup_slots() if self.protections["cgroups"].active else None
@@ -377,24 +395,28 @@ class Sandbox:
                 "the sandbox config requires protection(s) this host does not give: "
                 + "; ".join(f"{p.name} ({p.detail})" for p in required)
                 + ". Fix the host, or take the name out of the sandbox option `require` "
-                  "(`diffugrpo sandbox check` lists what this machine offers).")
+                "(`diffugrpo sandbox check` lists what this machine offers)."
+            )
         key = tuple(p.name for p in missing)
         with _reported_lock:
             if missing and key not in _reported_missing:
                 _reported_missing.add(key)
                 message = "sandbox protections not active on this host: " + "; ".join(
-                    f"{p.name}: {p.detail}" for p in missing)
+                    f"{p.name}: {p.detail}" for p in missing
+                )
                 print(f"[diffugrpo.sandbox] {message}", file=sys.stderr, flush=True)  # always seen, logging or not
 
     def _cgroup_slots(self) -> CgroupSlots | None:
         config = self.config
-        limits = SlotLimits(memory_bytes=config.memory_mb << 20,
-                            processes=config.max_processes + 2)  # the launcher and bwrap's init are in it too
+        limits = SlotLimits(
+            memory_bytes=config.memory_mb << 20, processes=config.max_processes + 2
+        )  # the launcher and bwrap's init are in it too
         try:
             slots = CgroupSlots(config.max_concurrency, limits, tag=f"{os.getpid()}-{id(self):x}")
         except OSError as error:
-            logger.warning("sandbox: could not create cgroups (%s); memory and processes are limited per "
-                           "process only", error)
+            logger.warning(
+                "sandbox: could not create cgroups (%s); memory and processes are limited per process only", error
+            )
             self.protections["cgroups"] = Protection("cgroups", False, f"creating them failed: {error}")
             return None
         atexit.register(slots.close)
@@ -433,10 +455,16 @@ class Sandbox:
         # a counted job gets the CPU its tracer costs, and that much more wall clock (not the wall factor
         # times it: a program that sleeps is held no longer than uncounted, plus the tracer's share)
         tracer_s = timeout_s * (LINE_COUNT_SLOWDOWN - 1) if job.count_lines else 0.0
-        return {"source": job.source, "preamble": job.preamble, "stdin": job.stdin, "timeout_s": timeout_s,
-                "serve": job.judged is not None, "count_lines": job.count_lines,
-                "wall_s": timeout_s * self.config.wall_timeout_factor + tracer_s,
-                "cpu_s": int(math.ceil(timeout_s + tracer_s)) + 1}
+        return {
+            "source": job.source,
+            "preamble": job.preamble,
+            "stdin": job.stdin,
+            "timeout_s": timeout_s,
+            "serve": job.judged is not None,
+            "count_lines": job.count_lines,
+            "wall_s": timeout_s * self.config.wall_timeout_factor + tracer_s,
+            "cpu_s": int(math.ceil(timeout_s + tracer_s)) + 1,
+        }
 
     def _judge_payload(self, jobs: list[Job], slot: int, judge_fd: int | None) -> dict[str, Any] | None:
         """The judge's limits and uid; its tests travel apart, through ``judge_fd`` (see :func:`judge_spec`)."""
@@ -445,12 +473,27 @@ class Sandbox:
             return None
         uid = self._uid_base + slot + JUDGE_UID_OFFSET
         cpu_s = sum(int(math.ceil(job.timeout_s or self.config.timeout_s)) + 1 for job in judged) + 5
-        return {"fd": judge_fd, "drop_to": [uid, uid] if self.is_root else None, "cpu_s": cpu_s,
-                "limits": {"address_space_bytes": self.config.judge_memory_mb << 20, "processes": 4,
-                           "file_size_bytes": 1 << 20, "open_files": len(judged) + 32}}
+        return {
+            "fd": judge_fd,
+            "drop_to": [uid, uid] if self.is_root else None,
+            "cpu_s": cpu_s,
+            "limits": {
+                "address_space_bytes": self.config.judge_memory_mb << 20,
+                "processes": 4,
+                "file_size_bytes": 1 << 20,
+                "open_files": len(judged) + 32,
+            },
+        }
 
-    def _payload(self, jobs: list[Job], slot: int, work_dir: str, scratch_dir: str,
-                 cgroup_fds: tuple[list[int], int | None], judge_fd: int | None) -> dict[str, Any]:
+    def _payload(
+        self,
+        jobs: list[Job],
+        slot: int,
+        work_dir: str,
+        scratch_dir: str,
+        cgroup_fds: tuple[list[int], int | None],
+        judge_fd: int | None,
+    ) -> dict[str, Any]:
         config = self.config
         uid = self._uid_base + slot
         privileged = self.isolated and self.is_root
@@ -461,8 +504,13 @@ class Sandbox:
             "namespaced": self.isolated,
             "drop_to": [uid, uid] if self.is_root else None,
             "keep_capabilities": privileged,  # drops the CAP_SYS_ADMIN the capped tmpfs needed
-            "capped_tmpfs": {"directories": ["/tmp", work_dir], "size_bytes": config.tmpfs_mb << 20,
-                             "max_files": config.max_files} if capped else None,
+            "capped_tmpfs": {
+                "directories": ["/tmp", work_dir],
+                "size_bytes": config.tmpfs_mb << 20,
+                "max_files": config.max_files,
+            }
+            if capped
+            else None,
             "seccomp": self._seccomp,
             "cgroup_procs_fds": cgroup_fds[0],
             "oom_events_fd": cgroup_fds[1],
@@ -508,8 +556,22 @@ class Sandbox:
                 atexit.register(shutil.rmtree, folder, True)
                 os.chmod(folder, 0o755)
                 try:
-                    subprocess.run([self.python, "-I", "-S", "-c", _COMPILE, str(LAUNCHER_PATH.parent), SANDBOX_DIR,
-                                    folder, *IN_SANDBOX_MODULES], check=True, capture_output=True, timeout=60)
+                    subprocess.run(
+                        [
+                            self.python,
+                            "-I",
+                            "-S",
+                            "-c",
+                            _COMPILE,
+                            str(LAUNCHER_PATH.parent),
+                            SANDBOX_DIR,
+                            folder,
+                            *IN_SANDBOX_MODULES,
+                        ],
+                        check=True,
+                        capture_output=True,
+                        timeout=60,
+                    )
                     for name in os.listdir(folder):
                         os.chmod(os.path.join(folder, name), 0o644)
                     self._compiled = folder
@@ -526,26 +588,75 @@ class Sandbox:
 
     def _bwrap_argv(self) -> list[str]:
         tmpfs_bytes = str(self.config.tmpfs_mb << 20)
-        argv = [self.bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
-                "--unshare-cgroup-try", "--die-with-parent", "--new-session", "--clearenv"]
+        argv = [
+            self.bwrap,
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+        ]
         if not self.is_root:
             argv.append("--unshare-user")
         for key, value in SANDBOX_ENV.items():
             argv += ["--setenv", key, value]
         argv += _system_dir_args()
-        argv += _ro_bind_args([path for path in [*self.layout.prefixes, *self.config.extra_ro_binds]
-                               if not path.startswith("/usr/")])
-        argv += ["--proc", "/proc", "--dev", "/dev",
-                 "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", "/dev/shm",  # multiprocessing's semaphores
-                 "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", "/tmp",
-                 "--perms", "1777", "--size", tmpfs_bytes, "--tmpfs", WORK_DIR,
-                 "--perms", "0700", "--size", tmpfs_bytes, "--tmpfs", SCRATCH_DIR,
-                 *[arg for name in IN_SANDBOX_MODULES
-                   for arg in ("--ro-bind", str(LAUNCHER_PATH.with_name(name)), f"{SANDBOX_DIR}/{name}")],
-                 "--chdir", WORK_DIR]
+        argv += _ro_bind_args(
+            [path for path in [*self.layout.prefixes, *self.config.extra_ro_binds] if not path.startswith("/usr/")]
+        )
+        argv += [
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--perms",
+            "1777",
+            "--size",
+            tmpfs_bytes,
+            "--tmpfs",
+            "/dev/shm",  # multiprocessing's semaphores
+            "--perms",
+            "1777",
+            "--size",
+            tmpfs_bytes,
+            "--tmpfs",
+            "/tmp",
+            "--perms",
+            "1777",
+            "--size",
+            tmpfs_bytes,
+            "--tmpfs",
+            WORK_DIR,
+            "--perms",
+            "0700",
+            "--size",
+            tmpfs_bytes,
+            "--tmpfs",
+            SCRATCH_DIR,
+            *[
+                arg
+                for name in IN_SANDBOX_MODULES
+                for arg in ("--ro-bind", str(LAUNCHER_PATH.with_name(name)), f"{SANDBOX_DIR}/{name}")
+            ],
+            "--chdir",
+            WORK_DIR,
+        ]
         if self.is_root:  # CAP_SYS_ADMIN mounts the capped tmpfs; the launcher drops it before any job
-            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-                     "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
+            argv += [
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+                "--cap-add",
+                "CAP_KILL",
+                "--cap-add",
+                "CAP_SYS_ADMIN",
+            ]
         if self.compiled_modules:
             argv += ["--ro-bind", self.compiled_modules, f"{SANDBOX_DIR}/__pycache__"]
         return [*argv, "--", *self._interpreter_args(), "-c", _LAUNCH.format(SANDBOX_DIR)]
@@ -590,14 +701,26 @@ class Sandbox:
 
     def _launch(self, argv: list[str], payload: dict[str, Any], cwd: str | None) -> list[JobResult]:
         env = SANDBOX_ENV if self.isolated else {**SANDBOX_ENV, "HOME": cwd or WORK_DIR}
-        inherited = [*payload["cgroup_procs_fds"], *([payload["oom_events_fd"]] if payload["oom_events_fd"] else []),
-                     *([payload["judge"]["fd"]] if payload["judge"] else [])]
-        process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   cwd=cwd, env=dict(env), start_new_session=True, pass_fds=inherited)
+        inherited = [
+            *payload["cgroup_procs_fds"],
+            *([payload["oom_events_fd"]] if payload["oom_events_fd"] else []),
+            *([payload["judge"]["fd"]] if payload["judge"] else []),
+        ]
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            pass_fds=inherited,
+        )
         timed_out = False
         try:
-            stdout, stderr = process.communicate(marshal.dumps(payload, MARSHAL_VERSION),
-                                                 timeout=self._deadline_s(payload))
+            stdout, stderr = process.communicate(
+                marshal.dumps(payload, MARSHAL_VERSION), timeout=self._deadline_s(payload)
+            )
         except subprocess.TimeoutExpired:
             timed_out = True
             _kill_group(process)
@@ -618,8 +741,13 @@ class Sandbox:
 def judge_spec(jobs: Sequence[Job]) -> dict[str, Any]:
     """What the judge reads: the row's context and each judged test, in the order the jobs run."""
     judged = [job.judged for job in jobs if job.judged is not None]
-    return {**judged[0].row(), "tests": [{"kind": test.kind, "code": test.code, "names": list(test.free_names),
-                                          "called": list(test.called_only)} for test in judged]}
+    return {
+        **judged[0].row(),
+        "tests": [
+            {"kind": test.kind, "code": test.code, "names": list(test.free_names), "called": list(test.called_only)}
+            for test in judged
+        ],
+    }
 
 
 @contextlib.contextmanager
@@ -634,7 +762,7 @@ def _judge_tests(jobs: Sequence[Job]):
         data = json.dumps(judge_spec(jobs)).encode("utf-8")
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         os.lseek(fd, 0, os.SEEK_SET)
         yield fd
     finally:
@@ -659,8 +787,8 @@ def _launcher_frames(stdout: bytes, count: int) -> tuple[list[dict | None], dict
     calibration = None
     offset = 0
     while offset + 8 <= len(stdout):
-        size = int.from_bytes(stdout[offset:offset + 8], "little")
-        frame = stdout[offset + 8:offset + 8 + size]
+        size = int.from_bytes(stdout[offset : offset + 8], "little")
+        frame = stdout[offset + 8 : offset + 8 + size]
         offset += 8 + size
         if len(frame) < size:
             break
@@ -689,22 +817,35 @@ def job_report(raw: bytes) -> dict | None:
         return None
     exception, message, exit_code = report.get("exception"), report.get("message", ""), report.get("exit_code")
     lines = report.get("lines")
-    if (lines is not None and not (type(lines) is int and 0 <= lines < (1 << 63))) or (exception is not None and not (isinstance(exception, str) and EXCEPTION_NAME.fullmatch(exception))) \
-            or not isinstance(message, str) \
-            or (exit_code is not None and (type(exit_code) is not int or not -(1 << 31) <= exit_code < (1 << 31))):
+    if (
+        (lines is not None and not (type(lines) is int and 0 <= lines < (1 << 63)))
+        or (exception is not None and not (isinstance(exception, str) and EXCEPTION_NAME.fullmatch(exception)))
+        or not isinstance(message, str)
+        or (exit_code is not None and (type(exit_code) is not int or not -(1 << 31) <= exit_code < (1 << 31)))
+    ):
         return None
-    return {"status": report["status"], "exception": exception, "message": escaped(message), "exit_code": exit_code,
-            "lines": lines}
+    return {
+        "status": report["status"],
+        "exception": exception,
+        "message": escaped(message),
+        "exit_code": exit_code,
+        "lines": lines,
+    }
 
 
 def judge_verdict(raw: bytes | None) -> dict | None:
     """The judge's verdict line, parsed strictly (it carries text the program's values produced)."""
     verdict = _small_json_object(raw)
-    if verdict is None or set(verdict) != set(wire.VERDICT_KEYS) or verdict["outcome"] not in wire.VERDICT_OUTCOMES \
-            or not isinstance(verdict["detail"], str) \
-            or not all(type(verdict[key]) is int and verdict[key] >= 0 for key in ("compared", "untrusted")) \
-            or not isinstance(verdict["sizes"], dict) or set(verdict["sizes"]) != set(wire.SIZE_KEYS) \
-            or not all(type(size) is int and size >= 0 for size in verdict["sizes"].values()):
+    if (
+        verdict is None
+        or set(verdict) != set(wire.VERDICT_KEYS)
+        or verdict["outcome"] not in wire.VERDICT_OUTCOMES
+        or not isinstance(verdict["detail"], str)
+        or not all(type(verdict[key]) is int and verdict[key] >= 0 for key in ("compared", "untrusted"))
+        or not isinstance(verdict["sizes"], dict)
+        or set(verdict["sizes"]) != set(wire.SIZE_KEYS)
+        or not all(type(size) is int and size >= 0 for size in verdict["sizes"].values())
+    ):
         return None
     return {**verdict, "detail": escaped(verdict["detail"])}
 
@@ -723,13 +864,22 @@ def job_result(frame: Mapping[str, Any]) -> JobResult:
     """What happened to one job, from the launcher's frame: the launcher's own observations (how the
     process ended, the setup channel) decide the status; the job's report only says what it ran into."""
     if frame.get("judge_gone"):
-        return JobResult(status="not_run", message="not judged: the judge of this completion had already "
-                                                   "stopped (over its limits on an earlier test)")
-    measured = {"stdout": frame["stdout"], "stdout_truncated": frame["stdout_truncated"],
-                "stderr_tail": frame["stderr_tail"], "cpu_s": frame["cpu_s"], "wall_s": frame["wall_s"],
-                "peak_rss_kb": frame["peak_rss_kb"], "baseline_rss_kb": frame["baseline_rss_kb"],
-                "instructions": frame["instructions"], "oom_killed": frame["oom_killed"],
-                "verdict": judge_verdict(frame["judge"])}
+        return JobResult(
+            status="not_run",
+            message="not judged: the judge of this completion had already stopped (over its limits on an earlier test)",
+        )
+    measured = {
+        "stdout": frame["stdout"],
+        "stdout_truncated": frame["stdout_truncated"],
+        "stderr_tail": frame["stderr_tail"],
+        "cpu_s": frame["cpu_s"],
+        "wall_s": frame["wall_s"],
+        "peak_rss_kb": frame["peak_rss_kb"],
+        "baseline_rss_kb": frame["baseline_rss_kb"],
+        "instructions": frame["instructions"],
+        "oom_killed": frame["oom_killed"],
+        "verdict": judge_verdict(frame["judge"]),
+    }
     if frame["setup_error"] is not None:
         return JobResult(status="setup_error", message=escaped(frame["setup_error"]), **measured)
     if frame["output_overflow"]:

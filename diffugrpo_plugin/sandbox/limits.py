@@ -39,38 +39,278 @@ CPU_PERIOD_US = 100_000
 # io_uring, inotify/fanotify, name_to_handle_at, modify_ldt, memfd_secret, landlock). Anything else, a call
 # newer than this list included, is refused with EPERM, as Docker does.
 ALLOWED_SYSCALLS = (
-    "accept", "accept4", "access", "alarm", "bind", "brk", "capget", "capset", "chdir", "chmod", "chown",
-    "clock_getres", "clock_gettime", "clock_nanosleep", "close", "close_range", "connect", "copy_file_range", "creat",
-    "dup", "dup2", "dup3", "epoll_create", "epoll_create1", "epoll_ctl", "epoll_pwait", "epoll_pwait2", "epoll_wait",
-    "eventfd", "eventfd2", "execve", "execveat", "exit", "exit_group", "faccessat", "faccessat2", "fadvise64",
-    "fallocate", "fchdir", "fchmod", "fchmodat", "fchown", "fchownat", "fdatasync", "fgetxattr", "flistxattr",
-    "fork", "fremovexattr", "fsetxattr", "fstat", "fstatfs", "fsync", "ftruncate", "futex", "futex_waitv",
-    "futimesat", "getcpu", "getcwd", "getdents", "getdents64", "getegid", "geteuid", "getgid", "getgroups",
-    "getitimer", "getpeername", "getpgid", "getpgrp", "getpid", "getppid", "getpriority", "getrandom", "getresgid",
-    "getresuid", "getrlimit", "get_robust_list", "getrusage", "getsid", "getsockname", "getsockopt",
-    "get_thread_area", "gettid", "gettimeofday", "getuid", "getxattr", "ioctl", "io_cancel", "io_destroy",
-    "io_getevents", "io_pgetevents", "ioprio_get", "ioprio_set", "io_setup", "io_submit", "kill", "lchown",
-    "lgetxattr", "link", "linkat", "listen", "listxattr", "llistxattr", "lremovexattr", "lseek", "lsetxattr", "lstat",
-    "madvise", "membarrier", "memfd_create", "mincore", "mkdir", "mkdirat", "mknod", "mknodat", "mlock", "mlock2",
-    "mlockall", "mmap", "mprotect", "mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive", "mq_timedsend",
-    "mq_unlink", "mremap", "msgctl", "msgget", "msgrcv", "msgsnd", "msync", "munlock", "munlockall", "munmap",
-    "nanosleep", "newfstatat", "open", "openat", "openat2", "pause", "pidfd_open", "pidfd_send_signal", "pipe",
-    "pipe2", "pkey_alloc", "pkey_free", "pkey_mprotect", "poll", "ppoll", "prctl", "pread64", "preadv", "preadv2",
-    "prlimit64", "process_mrelease", "pselect6", "pwrite64", "pwritev", "pwritev2", "read", "readahead", "readlink",
-    "readlinkat", "readv", "recvfrom", "recvmmsg", "recvmsg", "remap_file_pages", "removexattr", "rename", "renameat",
-    "renameat2", "restart_syscall", "rmdir", "rseq", "rt_sigaction", "rt_sigpending", "rt_sigprocmask",
-    "rt_sigqueueinfo", "rt_sigreturn", "rt_sigsuspend", "rt_sigtimedwait", "rt_tgsigqueueinfo", "sched_getaffinity",
-    "sched_getattr", "sched_getparam", "sched_get_priority_max", "sched_get_priority_min", "sched_getscheduler",
-    "sched_rr_get_interval", "sched_setaffinity", "sched_setattr", "sched_setparam", "sched_setscheduler",
-    "sched_yield", "seccomp", "select", "semctl", "semget", "semop", "semtimedop", "sendfile", "sendmmsg", "sendmsg",
-    "sendto", "setfsgid", "setfsuid", "setgid", "setgroups", "setitimer", "setpgid", "setpriority", "setregid",
-    "setresgid", "setresuid", "setreuid", "setrlimit", "set_robust_list", "setsid", "setsockopt", "set_thread_area",
-    "set_tid_address", "setuid", "setxattr", "shmat", "shmctl", "shmdt", "shmget", "shutdown", "sigaltstack",
-    "signalfd", "signalfd4", "splice", "stat", "statfs", "statx", "symlink", "symlinkat", "sync", "sync_file_range",
-    "syncfs", "sysinfo", "tee", "tgkill", "time", "timer_create", "timer_delete", "timer_getoverrun", "timer_gettime",
-    "timer_settime", "timerfd_create", "timerfd_gettime", "timerfd_settime", "times", "tkill", "truncate", "ugetrlimit",
-    "umask", "uname", "unlink", "unlinkat", "utime", "utimensat", "utimes", "vfork", "vmsplice", "wait4", "waitid",
-    "waitpid", "write", "writev", "arch_prctl",
+    "accept",
+    "accept4",
+    "access",
+    "alarm",
+    "bind",
+    "brk",
+    "capget",
+    "capset",
+    "chdir",
+    "chmod",
+    "chown",
+    "clock_getres",
+    "clock_gettime",
+    "clock_nanosleep",
+    "close",
+    "close_range",
+    "connect",
+    "copy_file_range",
+    "creat",
+    "dup",
+    "dup2",
+    "dup3",
+    "epoll_create",
+    "epoll_create1",
+    "epoll_ctl",
+    "epoll_pwait",
+    "epoll_pwait2",
+    "epoll_wait",
+    "eventfd",
+    "eventfd2",
+    "execve",
+    "execveat",
+    "exit",
+    "exit_group",
+    "faccessat",
+    "faccessat2",
+    "fadvise64",
+    "fallocate",
+    "fchdir",
+    "fchmod",
+    "fchmodat",
+    "fchown",
+    "fchownat",
+    "fdatasync",
+    "fgetxattr",
+    "flistxattr",
+    "fork",
+    "fremovexattr",
+    "fsetxattr",
+    "fstat",
+    "fstatfs",
+    "fsync",
+    "ftruncate",
+    "futex",
+    "futex_waitv",
+    "futimesat",
+    "getcpu",
+    "getcwd",
+    "getdents",
+    "getdents64",
+    "getegid",
+    "geteuid",
+    "getgid",
+    "getgroups",
+    "getitimer",
+    "getpeername",
+    "getpgid",
+    "getpgrp",
+    "getpid",
+    "getppid",
+    "getpriority",
+    "getrandom",
+    "getresgid",
+    "getresuid",
+    "getrlimit",
+    "get_robust_list",
+    "getrusage",
+    "getsid",
+    "getsockname",
+    "getsockopt",
+    "get_thread_area",
+    "gettid",
+    "gettimeofday",
+    "getuid",
+    "getxattr",
+    "ioctl",
+    "io_cancel",
+    "io_destroy",
+    "io_getevents",
+    "io_pgetevents",
+    "ioprio_get",
+    "ioprio_set",
+    "io_setup",
+    "io_submit",
+    "kill",
+    "lchown",
+    "lgetxattr",
+    "link",
+    "linkat",
+    "listen",
+    "listxattr",
+    "llistxattr",
+    "lremovexattr",
+    "lseek",
+    "lsetxattr",
+    "lstat",
+    "madvise",
+    "membarrier",
+    "memfd_create",
+    "mincore",
+    "mkdir",
+    "mkdirat",
+    "mknod",
+    "mknodat",
+    "mlock",
+    "mlock2",
+    "mlockall",
+    "mmap",
+    "mprotect",
+    "mq_getsetattr",
+    "mq_notify",
+    "mq_open",
+    "mq_timedreceive",
+    "mq_timedsend",
+    "mq_unlink",
+    "mremap",
+    "msgctl",
+    "msgget",
+    "msgrcv",
+    "msgsnd",
+    "msync",
+    "munlock",
+    "munlockall",
+    "munmap",
+    "nanosleep",
+    "newfstatat",
+    "open",
+    "openat",
+    "openat2",
+    "pause",
+    "pidfd_open",
+    "pidfd_send_signal",
+    "pipe",
+    "pipe2",
+    "pkey_alloc",
+    "pkey_free",
+    "pkey_mprotect",
+    "poll",
+    "ppoll",
+    "prctl",
+    "pread64",
+    "preadv",
+    "preadv2",
+    "prlimit64",
+    "process_mrelease",
+    "pselect6",
+    "pwrite64",
+    "pwritev",
+    "pwritev2",
+    "read",
+    "readahead",
+    "readlink",
+    "readlinkat",
+    "readv",
+    "recvfrom",
+    "recvmmsg",
+    "recvmsg",
+    "remap_file_pages",
+    "removexattr",
+    "rename",
+    "renameat",
+    "renameat2",
+    "restart_syscall",
+    "rmdir",
+    "rseq",
+    "rt_sigaction",
+    "rt_sigpending",
+    "rt_sigprocmask",
+    "rt_sigqueueinfo",
+    "rt_sigreturn",
+    "rt_sigsuspend",
+    "rt_sigtimedwait",
+    "rt_tgsigqueueinfo",
+    "sched_getaffinity",
+    "sched_getattr",
+    "sched_getparam",
+    "sched_get_priority_max",
+    "sched_get_priority_min",
+    "sched_getscheduler",
+    "sched_rr_get_interval",
+    "sched_setaffinity",
+    "sched_setattr",
+    "sched_setparam",
+    "sched_setscheduler",
+    "sched_yield",
+    "seccomp",
+    "select",
+    "semctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "sendfile",
+    "sendmmsg",
+    "sendmsg",
+    "sendto",
+    "setfsgid",
+    "setfsuid",
+    "setgid",
+    "setgroups",
+    "setitimer",
+    "setpgid",
+    "setpriority",
+    "setregid",
+    "setresgid",
+    "setresuid",
+    "setreuid",
+    "setrlimit",
+    "set_robust_list",
+    "setsid",
+    "setsockopt",
+    "set_thread_area",
+    "set_tid_address",
+    "setuid",
+    "setxattr",
+    "shmat",
+    "shmctl",
+    "shmdt",
+    "shmget",
+    "shutdown",
+    "sigaltstack",
+    "signalfd",
+    "signalfd4",
+    "splice",
+    "stat",
+    "statfs",
+    "statx",
+    "symlink",
+    "symlinkat",
+    "sync",
+    "sync_file_range",
+    "syncfs",
+    "sysinfo",
+    "tee",
+    "tgkill",
+    "time",
+    "timer_create",
+    "timer_delete",
+    "timer_getoverrun",
+    "timer_gettime",
+    "timer_settime",
+    "timerfd_create",
+    "timerfd_gettime",
+    "timerfd_settime",
+    "times",
+    "tkill",
+    "truncate",
+    "ugetrlimit",
+    "umask",
+    "uname",
+    "unlink",
+    "unlinkat",
+    "utime",
+    "utimensat",
+    "utimes",
+    "vfork",
+    "vmsplice",
+    "wait4",
+    "waitid",
+    "waitpid",
+    "write",
+    "writev",
+    "arch_prctl",
 )
 # Families a program may open a socket in, each isolated by the sandbox's network namespace (nothing behind
 # INET, netlink sees only the namespace's loopback); vsock, packet and every other family are refused.
@@ -80,8 +320,9 @@ SOCKET_FAMILIES = (1, 2, 10, 16)  # AF_UNIX, AF_INET, AF_INET6, AF_NETLINK
 # Asking about locks, leases and directory notification (F_GETLK, F_NOTIFY, ...) is refused.
 FCNTL_ALLOWED = (0, 1, 2, 3, 4, 8, 9, 10, 11, 15, 16, 1030, 1031, 1032, 1033, 1034)  # DUPFD .. GET_SEALS
 FCNTL_LOCKS_AS_NOOPS = (6, 7, 37, 38)
-CLONE_NAMESPACE_FLAGS = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000
-                         | 0x40000000 | 0x00000080)  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
+CLONE_NAMESPACE_FLAGS = (
+    0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00000080
+)  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,8 +331,10 @@ def seccomp_program() -> tuple[bytes | None, str]:
     try:
         import pyseccomp as seccomp
     except (ImportError, OSError) as error:  # the binding, or libseccomp itself, is missing
-        return None, f"pyseccomp / libseccomp unavailable ({error}); `pip install pyseccomp`, " \
-                     f"`apt-get install -y libseccomp2`"
+        return (
+            None,
+            f"pyseccomp / libseccomp unavailable ({error}); `pip install pyseccomp`, `apt-get install -y libseccomp2`",
+        )
     rules = seccomp.SyscallFilter(defaction=seccomp.ERRNO(errno.EPERM))
     try:
         rules.set_attr(seccomp.Attr.CTL_OPTIMIZE, 2)  # a binary search over call numbers, not a 270-step list
@@ -118,8 +361,10 @@ def seccomp_program() -> tuple[bytes | None, str]:
         rules.export_bpf(handle)
         handle.seek(0)
         program = handle.read()
-    return program, (f"allow list: {allowed} system calls (Docker's default profile as the reference), clone "
-                     f"without namespace flags, sockets of the unix/inet/inet6/netlink families; everything else refused")
+    return program, (
+        f"allow list: {allowed} system calls (Docker's default profile as the reference), clone "
+        f"without namespace flags, sockets of the unix/inet/inet6/netlink families; everything else refused"
+    )
 
 
 def _bits(mask: int) -> list[int]:
@@ -241,28 +486,46 @@ class Protection:
 PROTECTION_NAMES = ("namespaces", "seccomp", "cgroups", "tmpfs_inode_cap", "unprivileged_uid")
 
 
-def host_protections(bwrap: str | None, is_root: bool, want_cgroups: bool, want_seccomp: bool,
-                     want_inode_cap: bool) -> dict[str, Protection]:
+def host_protections(
+    bwrap: str | None, is_root: bool, want_cgroups: bool, want_seccomp: bool, want_inode_cap: bool
+) -> dict[str, Protection]:
     """Each protection and whether this host (and the config) gives it; the reason when it does not."""
     program, why = seccomp_program() if want_seccomp else (None, "switched off in the sandbox config")
     version = _cgroup_version() if want_cgroups else None
-    cgroup_why = (f"cgroup v{version}: memory and processes of the whole job, one CPU each" if version else
-                  "switched off in the sandbox config" if not want_cgroups else
-                  "needs root and a writable cgroup hierarchy (memory, pids, cpu); memory and processes are "
-                  "limited per process only")
+    cgroup_why = (
+        f"cgroup v{version}: memory and processes of the whole job, one CPU each"
+        if version
+        else "switched off in the sandbox config"
+        if not want_cgroups
+        else "needs root and a writable cgroup hierarchy (memory, pids, cpu); memory and processes are "
+        "limited per process only"
+    )
     return {
-        "namespaces": Protection("namespaces", bwrap is not None,
-                                 "bubblewrap: own PID, network, IPC, UTS, cgroup and mount namespaces" if bwrap else
-                                 "bubblewrap missing: `apt-get install -y bubblewrap`"),
+        "namespaces": Protection(
+            "namespaces",
+            bwrap is not None,
+            "bubblewrap: own PID, network, IPC, UTS, cgroup and mount namespaces"
+            if bwrap
+            else "bubblewrap missing: `apt-get install -y bubblewrap`",
+        ),
         "seccomp": Protection("seccomp", program is not None, why),
         "cgroups": Protection("cgroups", version is not None, cgroup_why),
-        "tmpfs_inode_cap": Protection("tmpfs_inode_cap", bwrap is not None and is_root and want_inode_cap,
-                                      "switched off in the sandbox config: size cap only" if not want_inode_cap else
-                                      "size and file-count caps on /tmp and the work dir" if is_root else
-                                      "needs root (mounting a tmpfs with a file-count cap): size cap only"),
-        "unprivileged_uid": Protection("unprivileged_uid", is_root and bwrap is not None,
-                                       "each slot runs jobs as its own uid, all capabilities dropped" if is_root else
-                                       "not root: jobs keep your uid (inside a user namespace)"),
+        "tmpfs_inode_cap": Protection(
+            "tmpfs_inode_cap",
+            bwrap is not None and is_root and want_inode_cap,
+            "switched off in the sandbox config: size cap only"
+            if not want_inode_cap
+            else "size and file-count caps on /tmp and the work dir"
+            if is_root
+            else "needs root (mounting a tmpfs with a file-count cap): size cap only",
+        ),
+        "unprivileged_uid": Protection(
+            "unprivileged_uid",
+            is_root and bwrap is not None,
+            "each slot runs jobs as its own uid, all capabilities dropped"
+            if is_root
+            else "not root: jobs keep your uid (inside a user namespace)",
+        ),
     }
 
 

@@ -74,8 +74,11 @@ def program_exception(type_name: str, message: str, base_name: str = "", args: t
     travelled (``e.args[0] == 'x'``), else its message; one its base cannot rebuild (an ``ExceptionGroup``)
     arrives as a plain exception of its name, never as a ``TypeError`` a test might catch."""
     cls = program_exception_class(type_name, base_name)
-    for attempt in (lambda: cls(*args) if args is not None else cls(message), lambda: cls(message),
-                    lambda: program_exception_class(type_name, "Exception")(message)):
+    for attempt in (
+        lambda: cls(*args) if args is not None else cls(message),
+        lambda: cls(message),
+        lambda: program_exception_class(type_name, "Exception")(message),
+    ):
         try:
             return attempt()
         except Exception:  # noqa: BLE001 - arguments its builtin base refuses
@@ -109,17 +112,36 @@ def _readable(read):
     except _ANSWER_ERRORS as error:
         if isinstance(error, FromProgram):
             raise
-        raise Unreadable(str(error) if isinstance(error, wire.BadValue) else
-                         f"malformed answer ({type(error).__name__})") from None
+        raise Unreadable(
+            str(error) if isinstance(error, wire.BadValue) else f"malformed answer ({type(error).__name__})"
+        ) from None
 
 
 ALLOWED_MODULES = ("numpy",)  # besides the standard library: modules a program's names may come from
 # Modules whose objects a program's name may stand for (``from collections import Counter``): value types
 # and pure functions. Never builtins (pure ones travel as such), os, pickle, subprocess and the like, whose
 # functions the test might call on the program's values.
-VALUE_MODULES = ("math", "cmath", "statistics", "itertools", "functools", "operator", "heapq", "bisect",
-                 "collections", "fractions", "decimal", "string", "re", "datetime", "array", "copy", "enum",
-                 "numbers", "numpy")
+VALUE_MODULES = (
+    "math",
+    "cmath",
+    "statistics",
+    "itertools",
+    "functools",
+    "operator",
+    "heapq",
+    "bisect",
+    "collections",
+    "fractions",
+    "decimal",
+    "string",
+    "re",
+    "datetime",
+    "array",
+    "copy",
+    "enum",
+    "numbers",
+    "numpy",
+)
 
 
 class Judging:
@@ -150,14 +172,19 @@ class Judging:
             raise wire.BadValue("an exception class of the program is not sent back")
         if hasattr(type(value), "__next__") and hasattr(type(value), "__iter__"):
             return self._value_of_iterator(value)
-        if isinstance(value, type) and value.__name__ in wire.BUILTIN_EXCEPTIONS \
-                and getattr(builtins, value.__name__) is value:
+        if (
+            isinstance(value, type)
+            and value.__name__ in wire.BUILTIN_EXCEPTIONS
+            and getattr(builtins, value.__name__) is value
+        ):
             return ["bi", value.__name__]
         if _test_function(value):
             self.callbacks.append(value)
             return ["cb", len(self.callbacks) - 1]
-        raise wire.BadValue(f"a {type(value).__name__} of the test cannot be sent to the program (only its own "
-                            f"functions and values travel)")
+        raise wire.BadValue(
+            f"a {type(value).__name__} of the test cannot be sent to the program (only its own "
+            f"functions and values travel)"
+        )
 
     def _value_of_iterator(self, iterator):
         """An iterator of the test (a generator expression as an argument) travels as the items it yields."""
@@ -194,8 +221,14 @@ class Judging:
             return program_exception_class(encoded[1], encoded[2])
         if tag in ("mod", "std"):
             return _module_object(encoded)
-        if tag != "h" or len(encoded) != 4 or type(encoded[1]) is not int or type(encoded[2]) is not str \
-                or not wire._is_list(encoded[3]) or not set(map(str, encoded[3])) <= set(wire.CAPABILITIES):
+        if (
+            tag != "h"
+            or len(encoded) != 4
+            or type(encoded[1]) is not int
+            or type(encoded[2]) is not str
+            or not wire._is_list(encoded[3])
+            or not set(map(str, encoded[3])) <= set(wire.CAPABILITIES)
+        ):
             raise wire.BadValue("malformed handle")
         handle = encoded[1]
         if handle not in self.remotes:
@@ -225,9 +258,12 @@ class Judging:
                     raise wire.BadValue(answer[2][:MESSAGE_CHARS])
                 base, args = (answer[3], answer[4]) if len(answer) == 5 else ("", None)
                 arguments = self.decode(args) if args is not None else None
-                return True, program_exception(answer[1][:100], answer[2][:MESSAGE_CHARS],
-                                               base if type(base) is str else "",
-                                               tuple(arguments) if type(arguments) is list else None)
+                return True, program_exception(
+                    answer[1][:100],
+                    answer[2][:MESSAGE_CHARS],
+                    base if type(base) is str else "",
+                    tuple(arguments) if type(arguments) is list else None,
+                )
             raise wire.BadValue("malformed answer")
 
         raised, value = _readable(read)
@@ -253,9 +289,14 @@ class Judging:
     def serve(self, request):
         """A call the program makes to one of the test's own callables (a ``key=lambda ...`` it was given)."""
         try:
-            if not (wire._is_list(request, 4) and request[0] == "callback" and type(request[1]) is int
-                    and 0 <= request[1] < len(self.callbacks) and wire._is_list(request[2])
-                    and wire._is_list(request[3])):
+            if not (
+                wire._is_list(request, 4)
+                and request[0] == "callback"
+                and type(request[1]) is int
+                and 0 <= request[1] < len(self.callbacks)
+                and wire._is_list(request[2])
+                and wire._is_list(request[3])
+            ):
                 raise wire.BadValue("malformed callback")
             args = [self.decode(item) for item in request[2]]
             kwargs = {}
@@ -274,8 +315,12 @@ class Judging:
         program's globals the test holds are refreshed, and a result that is one of the arguments is that
         argument (``b = copy_list(a); assert b is not a`` holds as in Python)."""
         try:
-            request = ["call", handle, [self.encode(arg) for arg in args],
-                       [[name, self.encode(value)] for name, value in kwargs.items()]]
+            request = [
+                "call",
+                handle,
+                [self.encode(arg) for arg in args],
+                [[name, self.encode(value)] for name, value in kwargs.items()],
+            ]
         except wire.BadValue as error:
             raise Unsendable(str(error)) from None
         answer = self._request(request)
@@ -284,8 +329,11 @@ class Judging:
 
         def read():
             for position, state in answer[2]:
-                target = args[position] if type(position) is int and 0 <= position < len(args) else (
-                    kwargs.get(position) if type(position) is str else None)
+                target = (
+                    args[position]
+                    if type(position) is int and 0 <= position < len(args)
+                    else (kwargs.get(position) if type(position) is str else None)
+                )
                 if target is not None:
                     _update_in_place(target, self.decode(state))
             for name, state in answer[3]:
@@ -327,8 +375,9 @@ def _module_object(encoded):
     module_name = encoded[1]
     refused = wire.BadValue(f"{'.'.join(encoded[1:])[:80]} is not something the judge takes from a program's names")
     if encoded[0] == "mod":
-        if module_name.split(".")[0] not in (*sys.stdlib_module_names, *ALLOWED_MODULES) or \
-                not all(part.isidentifier() for part in module_name.split(".")):
+        if module_name.split(".")[0] not in (*sys.stdlib_module_names, *ALLOWED_MODULES) or not all(
+            part.isidentifier() for part in module_name.split(".")
+        ):
             raise refused
     elif module_name not in VALUE_MODULES or not encoded[2].isidentifier() or encoded[2].startswith("_"):
         raise refused  # one attribute of a value module: no path through it to another module (os, builtins)
@@ -340,8 +389,10 @@ def _module_object(encoded):
     except (ImportError, AttributeError):
         raise wire.BadValue(f"{'.'.join(encoded[1:])[:80]} is not importable here") from None
     defined_in = str(getattr(value, "__module__", ""))
-    if encoded[0] == "std" and (isinstance(value, type(sys)) or not (
-            defined_in in (module_name, f"_{module_name}") or defined_in.startswith(f"{module_name}."))):
+    if encoded[0] == "std" and (
+        isinstance(value, type(sys))
+        or not (defined_in in (module_name, f"_{module_name}") or defined_in.startswith(f"{module_name}."))
+    ):
         raise refused  # what the module merely re-exports (a module, a builtin such as exec) is not its own
     return value
 
@@ -493,6 +544,7 @@ def _binary(name: str):
     """An operator between two of the program's objects is the program's (counted like ==); with a value of the
     test it is refused, as a builtin refuses an unknown type: the test's value never reaches the program's
     operator, so ``abs(f(x) - 3.14) < 1e-6`` cannot be answered by an object that subtracts to zero."""
+
     def forward(self, other):
         judging = _judging(self)
         if not isinstance(other, Remote):
@@ -500,12 +552,36 @@ def _binary(name: str):
             raise TypeError(f"unsupported operand for {name}: a program object and a {type(other).__name__}")
         judging.compared += 1
         return self._op(name, other)
+
     forward.__name__ = f"__{name}__"
     return forward
 
 
-for _name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift", "rshift",
-              "matmul", "radd", "rsub", "rmul", "rtruediv", "rfloordiv", "rmod", "rpow", "rand", "ror", "rxor"):
+for _name in (
+    "add",
+    "sub",
+    "mul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "and",
+    "or",
+    "xor",
+    "lshift",
+    "rshift",
+    "matmul",
+    "radd",
+    "rsub",
+    "rmul",
+    "rtruediv",
+    "rfloordiv",
+    "rmod",
+    "rpow",
+    "rand",
+    "ror",
+    "rxor",
+):
     setattr(Remote, f"__{_name}__", _binary(_name))
 
 
@@ -520,8 +596,10 @@ def _contains(self, item) -> bool:
     judging = _judging(self)
     if not isinstance(item, Remote):
         judging.untrusted += 1
-        raise Untrusted("membership of a test's value in a program object is decided by its own __contains__: "
-                        "not trusted (return a list, set or dict)")
+        raise Untrusted(
+            "membership of a test's value in a program object is decided by its own __contains__: "
+            "not trusted (return a list, set or dict)"
+        )
     judging.compared += 1
     return _typed(self._op("contains", item), bool, "__contains__")
 
@@ -599,8 +677,9 @@ class RemoteIterator:
         if tail == "stop":
             self.end = StopIteration()
         elif tail is not None:
-            self.end = _readable(lambda: program_exception(str(tail[0])[:100], str(tail[1])[:MESSAGE_CHARS],
-                                                           str(tail[2])[:100]))
+            self.end = _readable(
+                lambda: program_exception(str(tail[0])[:100], str(tail[1])[:MESSAGE_CHARS], str(tail[2])[:100])
+            )
 
 
 # --------------------------------------------------------------------------- one row's tests
@@ -625,8 +704,11 @@ class Row:
         self.has_reference = bool(spec.get("has_reference", True))
         self.entry = spec.get("entry") or ""
         exec(compile(spec.get("preamble") or "", "<preamble>", "exec"), self.base)  # noqa: S102 - the task's code
-        self.task_classes = {name: value for name, value in self.base.items()
-                             if isinstance(value, type) and value.__module__ == "__test__"}
+        self.task_classes = {
+            name: value
+            for name, value in self.base.items()
+            if isinstance(value, type) and value.__module__ == "__test__"
+        }
         helpers = spec.get("helpers") or ""
         if helpers:
             self._helpers(helpers)
@@ -643,8 +725,9 @@ class Row:
             if name not in self.base and name not in self.program_names:
                 self.base[name] = value
 
-    def namespace(self, judging: Judging, free_names: list[str], called_only: list[str],
-                  programs_builtins: bool = False) -> dict:
+    def namespace(
+        self, judging: Judging, free_names: list[str], called_only: list[str], programs_builtins: bool = False
+    ) -> dict:
         """The test's globals: the row's own names, then each name the test reads without binding it
         (``free_names``, found by the harness) as the rule in the module docstring says. A name the test only
         ever calls cannot mean a module: it is the program's (a task's own ``tokenize`` or ``copy``). In a row
@@ -654,8 +737,9 @@ class Row:
         namespace = dict(self.base)
         wanted, builtin_named = [], []
         for name in free_names:
-            if name in self.program_names or (name in called_only and name not in namespace
-                                                and name not in BUILTIN_NAMES):
+            if name in self.program_names or (
+                name in called_only and name not in namespace and name not in BUILTIN_NAMES
+            ):
                 namespace.pop(name, None)
                 wanted.append(name)
             elif name in BUILTIN_NAMES and name not in namespace and not self.has_reference:
@@ -713,8 +797,10 @@ def _run(row: Row, test: dict, judging: Judging) -> tuple[str, str]:
     if outcome == "passed":
         return outcome, detail
     names = ", ".join(sorted(judging.ambiguous))
-    return outcome, (f"{detail} (with the program's own {names}; without a reference solution a test that uses a "
-                     f"builtin the program redefines must pass both with the builtin and with the program's)")
+    return outcome, (
+        f"{detail} (with the program's own {names}; without a reference solution a test that uses a "
+        f"builtin the program redefines must pass both with the builtin and with the program's)"
+    )
 
 
 def _attempt(row: Row, test: dict, judging: Judging, programs_builtins: bool) -> tuple[str, str]:
@@ -765,13 +851,20 @@ def _failed_line(error: AssertionError, code: str) -> str:
 def _untrusted_note(judging: Judging) -> str:
     if not judging.untrusted:
         return ""
-    return (" (a program object was compared with a builtin value: its own __eq__ is not trusted; "
-            "return the builtin value itself)")
+    return (
+        " (a program object was compared with a builtin value: its own __eq__ is not trusted; "
+        "return the builtin value itself)"
+    )
 
 
 def _verdict(outcome: str, detail: str, judging: Judging) -> dict:
-    return {"outcome": outcome, "detail": detail[:MESSAGE_CHARS], "compared": judging.compared,
-            "untrusted": judging.untrusted, "sizes": judging.sizes}
+    return {
+        "outcome": outcome,
+        "detail": detail[:MESSAGE_CHARS],
+        "compared": judging.compared,
+        "untrusted": judging.untrusted,
+        "sizes": judging.sizes,
+    }
 
 
 def main(payload_fd: int, channels: list[tuple[int, int]], verdict_fd: int) -> None:
@@ -789,8 +882,13 @@ def main(payload_fd: int, channels: list[tuple[int, int]], verdict_fd: int) -> N
         row, broken = None, f"the task's preamble failed: {type(error).__name__}: {_text(error)}"
     for index, test in enumerate(spec["tests"]):
         if row is None:
-            verdict = {"outcome": "judge_error", "detail": broken, "compared": 0, "untrusted": 0,
-                       "sizes": dict.fromkeys(wire.SIZE_KEYS, 0)}
+            verdict = {
+                "outcome": "judge_error",
+                "detail": broken,
+                "compared": 0,
+                "untrusted": 0,
+                "sizes": dict.fromkeys(wire.SIZE_KEYS, 0),
+            }
         else:
             verdict = judge_test(row, test, *channels[index])
         for fd in channels[index]:

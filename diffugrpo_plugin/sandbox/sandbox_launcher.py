@@ -66,8 +66,15 @@ PERF_FLAG_EXCLUDE_KERNEL = 1 << 5
 PERF_FLAG_EXCLUDE_HV = 1 << 6
 
 # Standard-library code (files, and packages by their directory) whose lines wait on other threads or processes
-WAITING_LIBRARY = ("threading.py", "queue.py", "selectors.py", "subprocess.py", "multiprocessing" + os.sep,
-                   "concurrent" + os.sep, "asyncio" + os.sep)
+WAITING_LIBRARY = (
+    "threading.py",
+    "queue.py",
+    "selectors.py",
+    "subprocess.py",
+    "multiprocessing" + os.sep,
+    "concurrent" + os.sep,
+    "asyncio" + os.sep,
+)
 
 
 def load_libc():
@@ -97,8 +104,9 @@ def open_instruction_counter(libc) -> int | None:
     attr[40:48] = flags.to_bytes(8, "little")
     buffer = (ctypes.c_char * PERF_ATTR_SIZE).from_buffer(attr)
     libc.syscall.restype = ctypes.c_long
-    fd = libc.syscall(ctypes.c_long(number), buffer, ctypes.c_int(0), ctypes.c_int(-1),
-                      ctypes.c_int(-1), ctypes.c_ulong(0))
+    fd = libc.syscall(
+        ctypes.c_long(number), buffer, ctypes.c_int(0), ctypes.c_int(-1), ctypes.c_int(-1), ctypes.c_ulong(0)
+    )
     return fd if fd >= 0 else None
 
 
@@ -126,8 +134,11 @@ def mount_capped_tmpfs(libc, directories: list[str], size_bytes: int, max_files:
     """A fresh tmpfs on each directory with a size and a file-count cap (bubblewrap can set the size only)."""
     options = f"size={size_bytes},nr_inodes={max_files},mode=1777".encode()
     for directory in directories:
-        _check(libc.mount(b"tmpfs", directory.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
-               f"mounting the capped tmpfs on {directory}", libc)
+        _check(
+            libc.mount(b"tmpfs", directory.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
+            f"mounting the capped tmpfs on {directory}",
+            libc,
+        )
 
 
 def keep_only_capabilities(libc, kept: tuple[int, ...]) -> None:
@@ -228,8 +239,9 @@ def _child(job: dict, payload: dict, paths: dict, streams: dict, setup_w: int, l
         _isolate(payload, payload["limits"], job["cpu_s"], payload.get("drop_to"), libc)
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
-        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace",
-                                      line_buffering=True)
+        sys.stderr = io.TextIOWrapper(
+            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
+        )
         sys.argv = ["solution.py"]
     except BaseException as exc:  # noqa: BLE001 - setup failure is reported, never run untrusted code then
         os.write(4, repr(exc).encode("utf-8", errors="replace")[:SETUP_READ_CAP])
@@ -338,8 +350,11 @@ class LineCounter:
         for name in ("sandbox_program", "sandbox_wire"):
             module = sys.modules.get(name)
             if module is not None:
-                self.harness_files.update(value.__code__.co_filename for value in vars(module).values()
-                                          if hasattr(value, "__code__") and value.__module__ == name)
+                self.harness_files.update(
+                    value.__code__.co_filename
+                    for value in vars(module).values()
+                    if hasattr(value, "__code__") and value.__module__ == name
+                )
 
     def start(self) -> None:
         import threading
@@ -370,8 +385,11 @@ class LineCounter:
     def _on_audit(self, event, args):
         # a thread started by threading sets the tracer threading holds: harness code; the program's own call
         # replaces the tracer, and its count no longer says what it ran
-        if self.counting and event in ("sys.settrace", "sys.setprofile") \
-                and not self._uncounted(self._getframe(1).f_code.co_filename):
+        if (
+            self.counting
+            and event in ("sys.settrace", "sys.setprofile")
+            and not self._uncounted(self._getframe(1).f_code.co_filename)
+        ):
             self.tampered = True
 
     def _uncounted(self, filename: str) -> bool:
@@ -402,8 +420,9 @@ def _execute(job: dict, counter: "LineCounter | None" = None) -> dict:
         task_classes = {}
         if job.get("preamble"):
             exec(compile(job["preamble"], "<preamble>", "exec"), namespace)  # noqa: S102 - the task's own code
-            task_classes = {key: value for key, value in namespace.items()
-                            if isinstance(value, type) and value.__module__ == name}
+            task_classes = {
+                key: value for key, value in namespace.items() if isinstance(value, type) and value.__module__ == name
+            }
         program = compile(job["source"], "solution.py", "exec")
         if counter is not None:
             counter.start()
@@ -443,8 +462,16 @@ def start_judge(payload: dict, served: list[int], libc) -> dict:
             os.setsid()
             ends = [(reading, writing) for (reading, _), (_, writing) in zip(to_judge, to_program)]
             nothing = os.open(os.devnull, os.O_RDWR)  # the launcher's stdout carries the frames: never the judge's
-            _place_descriptors([(0, nothing), (1, nothing), (2, nothing), (3, verdict_w), (4, spec["fd"]),
-                                *((5 + 2 * n + side, fd) for n, pair in enumerate(ends) for side, fd in enumerate(pair))])
+            _place_descriptors(
+                [
+                    (0, nothing),
+                    (1, nothing),
+                    (2, nothing),
+                    (3, verdict_w),
+                    (4, spec["fd"]),
+                    *((5 + 2 * n + side, fd) for n, pair in enumerate(ends) for side, fd in enumerate(pair)),
+                ]
+            )
             if payload["drop_to"] is None:
                 libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
             _isolate(payload, spec["limits"], spec["cpu_s"], spec.get("drop_to"), libc)
@@ -458,9 +485,16 @@ def start_judge(payload: dict, served: list[int], libc) -> dict:
     for (judge_reads, _), (_, judge_writes) in zip(to_judge, to_program):
         os.close(judge_reads)
         os.close(judge_writes)
-    return {"pid": pid, "channels": {index: (program_reads, program_writes) for index, (program_reads, _), (_, program_writes)
-                                     in zip(served, to_program, to_judge)},
-            "verdicts": verdict_r, "pending": b"", "alive": True}
+    return {
+        "pid": pid,
+        "channels": {
+            index: (program_reads, program_writes)
+            for index, (program_reads, _), (_, program_writes) in zip(served, to_program, to_judge)
+        },
+        "verdicts": verdict_r,
+        "pending": b"",
+        "alive": True,
+    }
 
 
 def _judge_verdict(judge: dict, patience_s: float) -> bytes | None:
@@ -508,7 +542,7 @@ class _Capture:
         if self.tail:
             self.data += chunk
             if len(self.data) > self.limit:
-                del self.data[:len(self.data) - self.limit]
+                del self.data[: len(self.data) - self.limit]
                 self.truncated = True
         else:
             room = self.limit - len(self.data)
@@ -641,8 +675,10 @@ def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
         _child(job, payload, paths, {"stdout": stdout_w, "stderr": stderr_w, "judge": channel}, setup_w, state["libc"])
     for fd in (setup_w, stdout_w, stderr_w, *(channel or ())):
         os.close(fd)
-    captured = {stdout_r: _Capture(payload["max_output_bytes"], tail=False),
-                stderr_r: _Capture(STDERR_TAIL_CHARS, tail=True)}
+    captured = {
+        stdout_r: _Capture(payload["max_output_bytes"], tail=False),
+        stderr_r: _Capture(STDERR_TAIL_CHARS, tail=True),
+    }
     pidfd = os.pidfd_open(pid)
     judged_on_output = not job.get("serve")
     finished = _drain(captured, pidfd, started + job["wall_s"], captured[stdout_r] if judged_on_output else None)
@@ -685,8 +721,11 @@ def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
         "wall_s": wall_s,
         "peak_rss_kb": usage.ru_maxrss,
         "baseline_rss_kb": baseline.get("peak_rss_kb", 0),
-        "instructions": (None if instructions_before is None or instructions_after is None else
-                         max(0, instructions_after - instructions_before - baseline.get("instructions", 0))),
+        "instructions": (
+            None
+            if instructions_before is None or instructions_after is None
+            else max(0, instructions_after - instructions_before - baseline.get("instructions", 0))
+        ),
     }
 
 
@@ -721,8 +760,11 @@ def main() -> int:
     state["baseline"] = payload.get("baseline")
     if state["baseline"] is None:
         calibration = run_job(-1, {"source": "", "wall_s": 10.0, "cpu_s": 11}, payload, {**state, "baseline": {}})
-        state["baseline"] = {"peak_rss_kb": calibration["peak_rss_kb"], "cpu_s": calibration["cpu_s"],
-                             "instructions": calibration["instructions"] or 0}
+        state["baseline"] = {
+            "peak_rss_kb": calibration["peak_rss_kb"],
+            "cpu_s": calibration["cpu_s"],
+            "instructions": calibration["instructions"] or 0,
+        }
         _write_frame({"index": -1, "baseline": state["baseline"]})
     served = [index for index, job in enumerate(payload["jobs"]) if job.get("serve")]
     if served:

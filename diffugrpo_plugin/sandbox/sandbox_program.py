@@ -19,20 +19,59 @@ import sandbox_wire as wire
 MESSAGE_CHARS = 500
 MUTABLE_TYPES = (list, dict, set, bytearray, collections.deque)
 
-UNARY = {"repr": repr, "str": str, "len": len, "bool": bool, "iter": iter, "int": int, "float": float,
-         "index": operator.index, "neg": operator.neg, "pos": operator.pos, "abs": abs, "invert": operator.invert,
-         "hash": hash, "reversed": reversed, "enter": lambda target: type(target).__enter__(target)}
-BINARY = {
-    "getattr": getattr, "delattr": delattr, "getitem": operator.getitem, "delitem": operator.delitem,
-    "contains": operator.contains, "format": format, "round": round, "isinstance": isinstance,
-    "issubclass": issubclass, "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
-    "gt": operator.gt, "ge": operator.ge, "add": operator.add, "sub": operator.sub, "mul": operator.mul,
-    "truediv": operator.truediv, "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
-    "and": operator.and_, "or": operator.or_, "xor": operator.xor, "lshift": operator.lshift,
-    "rshift": operator.rshift, "matmul": operator.matmul,
+UNARY = {
+    "repr": repr,
+    "str": str,
+    "len": len,
+    "bool": bool,
+    "iter": iter,
+    "int": int,
+    "float": float,
+    "index": operator.index,
+    "neg": operator.neg,
+    "pos": operator.pos,
+    "abs": abs,
+    "invert": operator.invert,
+    "hash": hash,
+    "reversed": reversed,
+    "enter": lambda target: type(target).__enter__(target),
 }
-BINARY.update({f"r{name}": (lambda function: lambda a, b: function(b, a))(BINARY[name])
-               for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")})
+BINARY = {
+    "getattr": getattr,
+    "delattr": delattr,
+    "getitem": operator.getitem,
+    "delitem": operator.delitem,
+    "contains": operator.contains,
+    "format": format,
+    "round": round,
+    "isinstance": isinstance,
+    "issubclass": issubclass,
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+    "lshift": operator.lshift,
+    "rshift": operator.rshift,
+    "matmul": operator.matmul,
+}
+BINARY.update(
+    {
+        f"r{name}": (lambda function: lambda a, b: function(b, a))(BINARY[name])
+        for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
+    }
+)
 TERNARY = {"setattr": setattr, "setitem": operator.setitem}
 EXIT = "exit"  # __exit__(type, value, traceback): the judge sends None for each
 
@@ -45,8 +84,12 @@ def imported_as(value) -> list | None:
         name = getattr(value, "__name__", None)
         return ["mod", name] if type(name) is str and sys.modules.get(name) is value else None
     module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
-    if type(module) is not str or type(qualname) is not str or module in ("__main__", "solution", "builtins") \
-            or module.split(".")[0] not in (*sys.stdlib_module_names, "numpy"):
+    if (
+        type(module) is not str
+        or type(qualname) is not str
+        or module in ("__main__", "solution", "builtins")
+        or module.split(".")[0] not in (*sys.stdlib_module_names, "numpy")
+    ):
         return None
     if "." in qualname or not qualname.isidentifier():
         return None
@@ -70,8 +113,14 @@ class JudgeCallable:
 
     def __call__(self, *args, **kwargs):
         side = self.side
-        answer = side.peer.request(["callback", self.index, [side.encode(arg) for arg in args],
-                                    [[name, side.encode(value)] for name, value in kwargs.items()]])
+        answer = side.peer.request(
+            [
+                "callback",
+                self.index,
+                [side.encode(arg) for arg in args],
+                [[name, side.encode(value)] for name, value in kwargs.items()],
+            ]
+        )
         if type(answer) is list and len(answer) == 3 and answer[0] == "raise":
             error = getattr(builtins, str(answer[1]), None)
             if not (isinstance(error, type) and issubclass(error, Exception)):
@@ -106,7 +155,9 @@ class ProgramSide:
         return ["h", handle, kind.__name__, capabilities]
 
     def decode(self, encoded):
-        return wire.Decoder(self.task_classes, self._resolve, wire.PURE_BUILTINS | wire.BUILTIN_EXCEPTIONS).decode(encoded)
+        return wire.Decoder(self.task_classes, self._resolve, wire.PURE_BUILTINS | wire.BUILTIN_EXCEPTIONS).decode(
+            encoded
+        )
 
     def _resolve(self, encoded):
         index = encoded[1] if len(encoded) >= 2 else None
@@ -179,8 +230,10 @@ class ProgramSide:
         if same is None:
             same = next((name for name, value in kwargs.items() if value is result), None)
         changed = []
-        for position, value, sent in [*zip(range(len(args)), args, encoded_args),
-                                      *((name, kwargs[name], item) for name, item in encoded_kwargs)]:
+        for position, value, sent in [
+            *zip(range(len(args)), args, encoded_args),
+            *((name, kwargs[name], item) for name, item in encoded_kwargs),
+        ]:
             if isinstance(value, MUTABLE_TYPES) or type(value) in self.task_classes.values():
                 now = self.encode(value)
                 if now != sent:

@@ -55,8 +55,20 @@ VERDICT_OUTCOMES = ("passed", "failed", "error", "memory", "ended", "judge_error
 SIZE_KEYS = ("elements", "depth", "int_hex_digits")  # the largest value of a test, against LIMITS
 # Special methods a program object's type may have; its handle offers exactly those (``__hash__`` when its
 # type is hashable), so hasattr(), callable() and the collections.abc checks answer as for the object.
-CAPABILITIES = ("__iter__", "__next__", "__len__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
-                "__call__", "__reversed__", "__enter__", "__exit__", "__hash__")
+CAPABILITIES = (
+    "__iter__",
+    "__next__",
+    "__len__",
+    "__getitem__",
+    "__setitem__",
+    "__delitem__",
+    "__contains__",
+    "__call__",
+    "__reversed__",
+    "__enter__",
+    "__exit__",
+    "__hash__",
+)
 
 
 class BadValue(ValueError):
@@ -92,13 +104,13 @@ def _json_codec():
         import _json
 
         scan = _json.make_scanner(_ScannerSettings())
-        encode = _json.make_encoder(None, _unencodable, _json.encode_basestring_ascii, None, ":", ",",
-                                    False, False, False)
+        encode = _json.make_encoder(
+            None, _unencodable, _json.encode_basestring_ascii, None, ":", ",", False, False, False
+        )
     except (ImportError, AttributeError, TypeError):
         import json
 
-        return (lambda value: json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False),
-                json.loads)
+        return (lambda value: json.dumps(value, ensure_ascii=True, separators=(",", ":"), allow_nan=False), json.loads)
 
     def dumps(value) -> str:
         return "".join(encode(value, 0))
@@ -129,7 +141,7 @@ def send_frame(fd: int, message) -> None:
     view = memoryview(len(data).to_bytes(8, "little") + data)
     try:
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
     except BrokenPipeError:
         raise WireClosed("the other side is gone") from None
 
@@ -190,8 +202,9 @@ class Encoder:
         while done < len(self.objects):
             obj, name = self.objects[done]
             attributes = object.__getattribute__(obj, "__dict__")
-            table.append([name, [[key, self._value(item, 1)] for key, item in dict.items(attributes)
-                                 if type(key) is str]])
+            table.append(
+                [name, [[key, self._value(item, 1)] for key, item in dict.items(attributes) if type(key) is str]]
+            )
             done += 1
         return ["graph", table, root] if table else root
 
@@ -228,15 +241,24 @@ class Encoder:
         if issubclass(kind, float):
             return ["f", float.hex(value)]
         if issubclass(kind, complex):
-            return ["c", [float.hex(complex.__getattribute__(value, "real")),
-                          float.hex(complex.__getattribute__(value, "imag"))]]
+            return [
+                "c",
+                [
+                    float.hex(complex.__getattribute__(value, "real")),
+                    float.hex(complex.__getattribute__(value, "imag")),
+                ],
+            ]
         if issubclass(kind, bytes):
             return ["b", _b64(bytes(memoryview(value)))]
         if issubclass(kind, (tuple, frozenset, list, dict, set)):
             self._sized(len(value) if kind in (tuple, frozenset, list, dict, set) else 0)
         if issubclass(kind, tuple) and kind is not tuple and _is_namedtuple(kind):
-            return ["nt", kind.__name__, list(kind._fields),
-                    [self._value(item, depth + 1) for item in tuple.__iter__(value)]]
+            return [
+                "nt",
+                kind.__name__,
+                list(kind._fields),
+                [self._value(item, depth + 1) for item in tuple.__iter__(value)],
+            ]
         if issubclass(kind, tuple):
             return ["t", [self._value(item, depth + 1) for item in tuple.__iter__(value)]]
         if issubclass(kind, frozenset):
@@ -330,8 +352,11 @@ class Encoder:
             return ["ct", self._pairs(dict.items(value), depth)]
         if kind is collections.defaultdict:
             factory = value.default_factory
-            return ["dd", None if factory is None else self._value(factory, depth + 1),
-                    self._pairs(dict.items(value), depth)]
+            return [
+                "dd",
+                None if factory is None else self._value(factory, depth + 1),
+                self._pairs(dict.items(value), depth),
+            ]
         return None
 
     @staticmethod
@@ -558,8 +583,9 @@ class Decoder:
         tag, payload = encoded[0], encoded[1]
         if tag == "td":
             days, seconds, microseconds = payload
-            return datetime.timedelta(days=_small_int(days), seconds=_small_int(seconds),
-                                      microseconds=_small_int(microseconds))
+            return datetime.timedelta(
+                days=_small_int(days), seconds=_small_int(seconds), microseconds=_small_int(microseconds)
+            )
         if type(payload) is not str or len(payload) > 40:
             raise BadValue("malformed date")
         return (datetime.date if tag == "date" else datetime.datetime).fromisoformat(payload)
@@ -620,14 +646,57 @@ class Decoder:
 # Builtin exception classes travel by name only from the judge (a test's ``pytest.raises``-style argument):
 # from the program they arrive as the program's own classes, so no name of the program can stand for the
 # test's own AssertionError in an ``except`` clause.
-PURE_BUILTINS = frozenset((
-    "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr", "complex", "dict",
-    "divmod", "enumerate", "filter", "float", "format", "frozenset", "hash", "hex", "int", "isinstance",
-    "issubclass", "iter", "len", "list", "map", "max", "min", "next", "oct", "ord", "pow", "range",
-    "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum", "tuple", "zip",
-))
-BUILTIN_EXCEPTIONS = frozenset(name for name, value in vars(builtins).items()
-                               if isinstance(value, type) and issubclass(value, BaseException))
+PURE_BUILTINS = frozenset(
+    (
+        "abs",
+        "all",
+        "any",
+        "ascii",
+        "bin",
+        "bool",
+        "bytearray",
+        "bytes",
+        "callable",
+        "chr",
+        "complex",
+        "dict",
+        "divmod",
+        "enumerate",
+        "filter",
+        "float",
+        "format",
+        "frozenset",
+        "hash",
+        "hex",
+        "int",
+        "isinstance",
+        "issubclass",
+        "iter",
+        "len",
+        "list",
+        "map",
+        "max",
+        "min",
+        "next",
+        "oct",
+        "ord",
+        "pow",
+        "range",
+        "repr",
+        "reversed",
+        "round",
+        "set",
+        "slice",
+        "sorted",
+        "str",
+        "sum",
+        "tuple",
+        "zip",
+    )
+)
+BUILTIN_EXCEPTIONS = frozenset(
+    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+)
 _BUILTIN_IDS = {id(getattr(builtins, name)): name for name in PURE_BUILTINS}
 
 
@@ -674,7 +743,7 @@ def _int(text) -> int:
 
 
 def _small_int(value) -> int:
-    if type(value) is not int or abs(value) > 10 ** 12:
+    if type(value) is not int or abs(value) > 10**12:
         raise BadValue("malformed small int")
     return value
 
@@ -712,14 +781,42 @@ def _dtype_text(text) -> str:
 
 
 _DECODERS = {
-    "i": Decoder.int_, "f": Decoder.float_, "c": Decoder.complex_, "b": Decoder.bytes_, "ba": Decoder.bytearray_,
-    "l": Decoder.list_, "t": Decoder.tuple_, "nt": Decoder.namedtuple_, "it": Decoder.iterator_,
-    "sl": Decoder.slice_, "mod": Decoder.handle_, "std": Decoder.handle_, "s": Decoder.set_, "fs": Decoder.frozenset_, "d": Decoder.dict_,
-    "od": Decoder.ordered_, "ct": Decoder.counter_, "dd": Decoder.defaultdict_, "dq": Decoder.deque_,
-    "r": Decoder.range_, "dk": Decoder.view_, "dv": Decoder.view_, "di": Decoder.view_, "fr": Decoder.fraction_,
-    "de": Decoder.decimal_, "date": Decoder.datetime_, "dtm": Decoder.datetime_, "td": Decoder.datetime_,
-    "np": Decoder.numpy_, "nps": Decoder.numpy_, "npo": Decoder.numpy_, "obj": Decoder.task_object_,
-    "e": Decoder.task_enum_, "ref": Decoder.ref_, "h": Decoder.handle_, "cb": Decoder.handle_,
+    "i": Decoder.int_,
+    "f": Decoder.float_,
+    "c": Decoder.complex_,
+    "b": Decoder.bytes_,
+    "ba": Decoder.bytearray_,
+    "l": Decoder.list_,
+    "t": Decoder.tuple_,
+    "nt": Decoder.namedtuple_,
+    "it": Decoder.iterator_,
+    "sl": Decoder.slice_,
+    "mod": Decoder.handle_,
+    "std": Decoder.handle_,
+    "s": Decoder.set_,
+    "fs": Decoder.frozenset_,
+    "d": Decoder.dict_,
+    "od": Decoder.ordered_,
+    "ct": Decoder.counter_,
+    "dd": Decoder.defaultdict_,
+    "dq": Decoder.deque_,
+    "r": Decoder.range_,
+    "dk": Decoder.view_,
+    "dv": Decoder.view_,
+    "di": Decoder.view_,
+    "fr": Decoder.fraction_,
+    "de": Decoder.decimal_,
+    "date": Decoder.datetime_,
+    "dtm": Decoder.datetime_,
+    "td": Decoder.datetime_,
+    "np": Decoder.numpy_,
+    "nps": Decoder.numpy_,
+    "npo": Decoder.numpy_,
+    "obj": Decoder.task_object_,
+    "e": Decoder.task_enum_,
+    "ref": Decoder.ref_,
+    "h": Decoder.handle_,
+    "cb": Decoder.handle_,
     "exc": Decoder.handle_,
     "bi": Decoder.builtin_,
 }

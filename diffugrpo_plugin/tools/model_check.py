@@ -74,9 +74,16 @@ class Resolution:
     lean_mlp_everywhere: bool  # every SwiGLU block it knows for the family takes the lean backward
 
     def shape(self) -> ModelShape:
-        return ModelShape(parameters=self.parameters, vocab=self.vocab_size, hidden=self.hidden_size,
-                          layers=self.layers, intermediate=self.intermediate_size, kv_dim=self.kv_dim,
-                          embedding_parameters=self.embedding_parameters, head_parameters=self.head_parameters)
+        return ModelShape(
+            parameters=self.parameters,
+            vocab=self.vocab_size,
+            hidden=self.hidden_size,
+            layers=self.layers,
+            intermediate=self.intermediate_size,
+            kv_dim=self.kv_dim,
+            embedding_parameters=self.embedding_parameters,
+            head_parameters=self.head_parameters,
+        )
 
 
 @dataclass
@@ -163,8 +170,11 @@ class ModelCheck:
 
     @property
     def probes_ok(self) -> bool:
-        return all(probe.ok for probe in (self.padding, self.head, self.lean_mlp, self.logprob, self.sampling)
-                   if probe is not None)
+        return all(
+            probe.ok
+            for probe in (self.padding, self.head, self.lean_mlp, self.logprob, self.sampling)
+            if probe is not None
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -192,8 +202,11 @@ def checkpoint_path_problem(path: str) -> str | None:
     """Why ``path`` cannot be a checkpoint, or None (a local directory, or something shaped like a hub id)."""
     expanded = os.path.expanduser(path)
     if os.path.isdir(expanded):
-        return None if os.path.isfile(os.path.join(expanded, "config.json")) else (
-            f"'{path}' has no config.json: point PATH at a checkpoint directory")
+        return (
+            None
+            if os.path.isfile(os.path.join(expanded, "config.json"))
+            else (f"'{path}' has no config.json: point PATH at a checkpoint directory")
+        )
     if os.path.exists(expanded):
         return f"'{path}' is a file; point PATH at a checkpoint directory (holding config.json) or a hub id"
     from diffugrpo_plugin.models.dlm import is_hub_id
@@ -261,12 +274,15 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     try:
         return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelConfigError(f"cannot load the tokenizer of '{path}' ({type(exc).__name__}: {exc}); the "
-                               f"training job needs it beside the weights") from exc
+        raise ModelConfigError(
+            f"cannot load the tokenizer of '{path}' ({type(exc).__name__}: {exc}); the "
+            f"training job needs it beside the weights"
+        ) from exc
 
 
-def resolve_checkpoint(path: str, family: str | None = None, implementation: str = "auto",
-                       trust_remote_code: bool = False) -> ResolvedCheckpoint:
+def resolve_checkpoint(
+    path: str, family: str | None = None, implementation: str = "auto", trust_remote_code: bool = False
+) -> ResolvedCheckpoint:
     """Stage 1: what ``path`` resolves to, from its config and tokenizer (no weights are read).
 
     Raises :class:`~diffugrpo_plugin.models.families.ModelConfigError` for a path that is not a checkpoint,
@@ -314,20 +330,43 @@ def resolve_checkpoint(path: str, family: str | None = None, implementation: str
     if mask_id < len(tokenizer):
         mask_token = tokenizer.convert_ids_to_tokens(mask_id)
     resolution = Resolution(
-        path=path, family=found.name, family_description=found.description,
-        detected_from=detection_clue(found, config, family), implementation=plan.implementation,
+        path=path,
+        family=found.name,
+        family_description=found.description,
+        detected_from=detection_clue(found, config, family),
+        implementation=plan.implementation,
         implementation_detail=_implementation_detail(plan, config, meta),
         model_class=f"{type(meta).__module__}.{type(meta).__name__}",
-        attention_convention=found.attention_convention, logits_shift=found.logits_shift_of(config_object),
-        mask_token_id=mask_id, mask_token=mask_token, mask_token_source=mask_source, head=head, head_tied=tied,
-        embedding=found.embedding, vocab_size=vocab, config_vocab_size=getattr(config_object, "vocab_size", None),
-        hidden_size=hidden, layers=layers, intermediate_size=intermediate, kv_dim=kv_dim,
+        attention_convention=found.attention_convention,
+        logits_shift=found.logits_shift_of(config_object),
+        mask_token_id=mask_id,
+        mask_token=mask_token,
+        mask_token_source=mask_source,
+        head=head,
+        head_tied=tied,
+        embedding=found.embedding,
+        vocab_size=vocab,
+        config_vocab_size=getattr(config_object, "vocab_size", None),
+        hidden_size=hidden,
+        layers=layers,
+        intermediate_size=intermediate,
+        kv_dim=kv_dim,
         checkpoint_dtype=str(dtype) if dtype else None,
         parameters=sum(p.numel() for p in meta.parameters()),  # a tied weight is one parameter
-        embedding_parameters=embedding_weight.numel(), head_parameters=0 if tied else head_weight.numel(),
-        lean_mlp=lean.summary(), lean_mlp_everywhere=lean.installed > 0 and not lean.skipped)
-    return ResolvedCheckpoint(resolution=resolution, config=config, config_object=config_object, plan=plan,
-                              tokenizer=tokenizer, family_override=family, meta=meta)
+        embedding_parameters=embedding_weight.numel(),
+        head_parameters=0 if tied else head_weight.numel(),
+        lean_mlp=lean.summary(),
+        lean_mlp_everywhere=lean.installed > 0 and not lean.skipped,
+    )
+    return ResolvedCheckpoint(
+        resolution=resolution,
+        config=config,
+        config_object=config_object,
+        plan=plan,
+        tokenizer=tokenizer,
+        family_override=family,
+        meta=meta,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,8 +387,9 @@ def _chat(tokenizer, text: str) -> list[int]:
     """``text`` as a user turn through the chat template with the assistant turn opened (as the rollout
     feeds prompts), or as it is when the tokenizer has no template."""
     if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
     return list(tokenizer.encode(text, add_special_tokens=False))
 
 
@@ -368,16 +408,18 @@ def padding_probe(lm, short_ids: list[int], long_ids: list[int], pad_id: int, to
     device = next(lm.module.parameters()).device
     n = len(short_ids)
     with torch.no_grad():
-        alone = lm.logits(torch.tensor([short_ids], device=device),
-                          torch.ones(1, n, dtype=torch.long, device=device))[0].float()  # [n, V]
+        alone = lm.logits(torch.tensor([short_ids], device=device), torch.ones(1, n, dtype=torch.long, device=device))[
+            0
+        ].float()  # [n, V]
         ids, mask = left_pad([short_ids, long_ids], pad_id, device)  # [2, P]
         batched = lm.logits(ids, mask)[0, -n:].float()  # [n, V]: the short row's real positions
     start = 1 if lm.shift_logits else 0
     diff = float((alone[start:] - batched[start:]).abs().max())
     scaled = tolerance * max(1.0, float(alone.abs().max()))
     ok = diff <= scaled  # NaN compares False: a NaN leak fails
-    return PaddingProbe(ok=bool(ok), max_abs_diff=diff, tolerance=scaled, positions=n - start,
-                        padding=len(long_ids) - n)
+    return PaddingProbe(
+        ok=bool(ok), max_abs_diff=diff, tolerance=scaled, positions=n - start, padding=len(long_ids) - n
+    )
 
 
 def head_probe(lm, ids: list[int], tolerance: float) -> HeadProbe:
@@ -411,8 +453,14 @@ def lean_mlp_probe(lm, tolerance: float) -> LeanProbe | None:
     from diffugrpo_plugin.models.lean_mlp import make_lean
 
     blocks = lm.family.swiglu
-    found = next(((name, module) for name, module in lm.module.named_modules()
-                  if blocks is not None and type(module).__name__ in blocks.classes), None)
+    found = next(
+        (
+            (name, module)
+            for name, module in lm.module.named_modules()
+            if blocks is not None and type(module).__name__ in blocks.classes
+        ),
+        None,
+    )
     if found is None or not make_lean(found[1], blocks).installed:
         return None
     name, block = found
@@ -437,8 +485,9 @@ def lean_mlp_probe(lm, tolerance: float) -> LeanProbe | None:
     own = output_and_gradients()
     diff = max(float((a.float() - b.float()).abs().max()) for a, b in zip(lean, own))
     scaled = tolerance * max(1.0, max(float(a.float().abs().max()) for a in own))
-    return LeanProbe(ok=bool(diff <= scaled), block=f"{type(block).__name__} {name}", max_abs_diff=diff,
-                     tolerance=scaled)
+    return LeanProbe(
+        ok=bool(diff <= scaled), block=f"{type(block).__name__} {name}", max_abs_diff=diff, tolerance=scaled
+    )
 
 
 def logprob_probe(lm, rows: list[tuple[list[int], list[int]]], pad_id: int, mask_seed: int = 0) -> LogprobProbe:
@@ -457,7 +506,7 @@ def logprob_probe(lm, rows: list[tuple[list[int], list[int]]], pad_id: int, mask
     ids, mask = left_pad([prompt + completion for prompt, completion in rows], pad_id, device)  # [B, L]
     completion = torch.zeros_like(ids, dtype=torch.bool)  # [B, L]
     for row, (_, tokens) in enumerate(rows):
-        completion[row, ids.shape[1] - len(tokens):] = True
+        completion[row, ids.shape[1] - len(tokens) :] = True
     seeds = torch.arange(len(rows), dtype=torch.int64) + mask_seed  # [B]
     views = make_coupled().views(ids, completion, lm.mask_token_id, seeds, mask.bool() & ~completion)
     parameters = [p for p in lm.module.parameters() if p.requires_grad]
@@ -473,19 +522,31 @@ def logprob_probe(lm, rows: list[tuple[list[int], list[int]]], pad_id: int, mask
         grads = [p.grad.float() for p in parameters if p.grad is not None]
         finite_logp = bool(torch.isfinite(logp).all())
         finite_grads = bool(grads) and all(bool(torch.isfinite(g).all()) for g in grads)
-        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads \
+        norm = (
+            float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+            if grads
             else None
+        )
     finally:
         lm.module.zero_grad(set_to_none=True)
-    return LogprobProbe(ok=finite_logp and finite_grads, finite_logprobs=finite_logp, finite_gradients=finite_grads,
-                        mean_logprob=float(logp.detach().float().mean()), gradient_norm=norm,
-                        tokens=int(completion.sum()), head_rows=int((views.coef != 0).sum()),
-                        views=views.num_views, mask_seed=mask_seed, forward_seconds=forward_s,
-                        backward_seconds=backward_s)
+    return LogprobProbe(
+        ok=finite_logp and finite_grads,
+        finite_logprobs=finite_logp,
+        finite_gradients=finite_grads,
+        mean_logprob=float(logp.detach().float().mean()),
+        gradient_norm=norm,
+        tokens=int(completion.sum()),
+        head_rows=int((views.coef != 0).sum()),
+        views=views.num_views,
+        mask_seed=mask_seed,
+        forward_seconds=forward_s,
+        backward_seconds=backward_s,
+    )
 
 
-def sampling_probe(lm, tokenizer, prompt_ids: list[int], sampler: str, new_tokens: int, steps: int,
-                   seed: int = 0) -> SamplingProbe:
+def sampling_probe(
+    lm, tokenizer, prompt_ids: list[int], sampler: str, new_tokens: int, steps: int, seed: int = 0
+) -> SamplingProbe:
     """``steps`` greedy denoising steps of ``sampler`` for ``new_tokens`` tokens after the prompt."""
     from diffugrpo_plugin.sampling import build_sampler, left_pad, padding_id
 
@@ -495,12 +556,19 @@ def sampling_probe(lm, tokenizer, prompt_ids: list[int], sampler: str, new_token
     ids, mask = left_pad([prompt_ids], padding_id(tokenizer), device)
     started = time.perf_counter()
     out = build_sampler(sampler, steps=steps, temperature=0.0).generate(
-        lm, ids, mask, new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=padding_id(tokenizer),
-        seeds=[seed])
+        lm, ids, mask, new_tokens, eos_token_id=tokenizer.eos_token_id, pad_token_id=padding_id(tokenizer), seeds=[seed]
+    )
     seconds = time.perf_counter() - started
-    tokens = out.completion_ids[0, :int(out.lengths[0])].tolist()
-    return SamplingProbe(ok=True, sampler=sampler, steps=int(out.steps[0]), new_tokens=len(tokens), seconds=seconds,
-                         text=tokenizer.decode(tokens, skip_special_tokens=False), token_ids=tokens)
+    tokens = out.completion_ids[0, : int(out.lengths[0])].tolist()
+    return SamplingProbe(
+        ok=True,
+        sampler=sampler,
+        steps=int(out.steps[0]),
+        new_tokens=len(tokens),
+        seconds=seconds,
+        text=tokenizer.decode(tokens, skip_special_tokens=False),
+        token_ids=tokens,
+    )
 
 
 def load_for_probes(resolved: ResolvedCheckpoint, device: str = "cpu", dtype: str = "float32"):
@@ -514,14 +582,26 @@ def load_for_probes(resolved: ResolvedCheckpoint, device: str = "cpu", dtype: st
     module = module.to(device).eval()
     lm = DiffusionLM.wrap(module, resolved.tokenizer, family=resolved.family_override)
     cls = type(module)
-    return lm, LoadResult(device=str(device), dtype=dtype, seconds=time.perf_counter() - started,
-                          model_class=f"{cls.__module__}.{cls.__name__}")
+    return lm, LoadResult(
+        device=str(device),
+        dtype=dtype,
+        seconds=time.perf_counter() - started,
+        model_class=f"{cls.__module__}.{cls.__name__}",
+    )
 
 
-def run_probes(resolved: ResolvedCheckpoint, device: str = "cpu", dtype: str | None = None,
-               prompt: str = DEFAULT_PROMPT, completion: str = DEFAULT_COMPLETION, sampler: str | None = None,
-               sample_tokens: int = 16, sample_steps: int = 8, mask_seed: int = 0,
-               tolerance: float | None = None) -> ModelCheck:
+def run_probes(
+    resolved: ResolvedCheckpoint,
+    device: str = "cpu",
+    dtype: str | None = None,
+    prompt: str = DEFAULT_PROMPT,
+    completion: str = DEFAULT_COMPLETION,
+    sampler: str | None = None,
+    sample_tokens: int = 16,
+    sample_steps: int = 8,
+    mask_seed: int = 0,
+    tolerance: float | None = None,
+) -> ModelCheck:
     """Stage 2: load the weights on ``device`` in ``dtype`` (see :func:`probe_dtype`) and run the probes.
 
     Loading errors propagate; a probe that raises is reported as failed with its error.

@@ -47,18 +47,44 @@ STEP_TAG = "timing_s/step"
 SAMPLING_TAG = "timing_s/rollout_sampling"
 VALIDATION_TIME_TAG = "timing_s/testing"
 # The stages inside verl's ``step`` timer, in the order a step runs them (verl's trainer_base).
-STEP_STAGES = (("timing_s/gen", "rollout"), ("timing_s/reward", "reward (colocated)"),
-               ("timing_s/old_log_prob", "old-policy log-probs"), ("timing_s/ref", "reference log-probs"),
-               ("timing_s/values", "critic values"), ("timing_s/adv", "advantages"),
-               ("timing_s/update_critic", "critic update"), ("timing_s/update_actor", "policy update"),
-               ("timing_s/save_checkpoint", "checkpoint"), ("timing_s/update_weights", "weight sync to rollout"))
+STEP_STAGES = (
+    ("timing_s/gen", "rollout"),
+    ("timing_s/reward", "reward (colocated)"),
+    ("timing_s/old_log_prob", "old-policy log-probs"),
+    ("timing_s/ref", "reference log-probs"),
+    ("timing_s/values", "critic values"),
+    ("timing_s/adv", "advantages"),
+    ("timing_s/update_critic", "critic update"),
+    ("timing_s/update_actor", "policy update"),
+    ("timing_s/save_checkpoint", "checkpoint"),
+    ("timing_s/update_weights", "weight sync to rollout"),
+)
 SMALL_STAGE_SHARE = 0.02
 BARS_UP_TO_STEPS = 80
 SMOOTH_FROM_POINTS = 20
 # tab10 without its grey (kept for the untimed rest), then black and tab20b's dark and middle tones: 20 colours
-PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#bcbd22", "#17becf",
-           "#000000", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#6b6ecf", "#b5cf6b", "#e7ba52",
-           "#d6616b", "#ce6dbd")
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#17becf",
+    "#000000",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#6b6ecf",
+    "#b5cf6b",
+    "#e7ba52",
+    "#d6616b",
+    "#ce6dbd",
+)
 REST_COLOR = "#7f7f7f"
 _COMPONENT_TAG = re.compile(r"^reward/(?P<name>.+)/(?P<stat>mean|none_fraction|error_fraction)$")
 _PASS_AT_1_TAG = re.compile(r"^val-core/(?P<source>[^/]+)/acc/mean@\d+$")
@@ -135,9 +161,11 @@ def find_event_dir(run_dir: str | os.PathLike) -> Path:
         raise PlotError(f"run directory {run_dir} does not exist")
     found = sorted({path.parent for path in run_dir.rglob(EVENT_FILE_GLOB) if path.is_file()})
     if not found:
-        raise PlotError(f"no TensorBoard event files ({EVENT_FILE_GLOB}) under {run_dir}. Point RUN_DIR at the "
-                        f"run's TENSORBOARD_DIR (verl's default: tensorboard_log/<project>/<experiment>) and make "
-                        f"sure trainer.logger includes 'tensorboard'.")
+        raise PlotError(
+            f"no TensorBoard event files ({EVENT_FILE_GLOB}) under {run_dir}. Point RUN_DIR at the "
+            f"run's TENSORBOARD_DIR (verl's default: tensorboard_log/<project>/<experiment>) and make "
+            f"sure trainer.logger includes 'tensorboard'."
+        )
     if len(found) > 1:
         listed = "\n  ".join(str(path) for path in found)
         raise PlotError(f"{run_dir} holds event files of {len(found)} runs; plot one of them:\n  {listed}")
@@ -193,16 +221,15 @@ def _unscored_lines(scalars: Mapping[str, Series]) -> tuple[Line, ...]:
 
 
 def _component_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
-    means = tuple(Line(name, f"reward/{name}/mean", scalars[f"reward/{name}/mean"])
-                  for name in reward_components(scalars, "mean"))
+    means = tuple(
+        Line(name, f"reward/{name}/mean", scalars[f"reward/{name}/mean"]) for name in reward_components(scalars, "mean")
+    )
     if not means:
         return []
-    panels = [Panel("each reward component: mean over the batch's completions", "component reward", means,
-                    width=1.3)]
+    panels = [Panel("each reward component: mean over the batch's completions", "component reward", means, width=1.3)]
     unscored = _unscored_lines(scalars)
     if unscored:
-        panels.append(Panel("completions a reward did not score", "fraction of completions", unscored,
-                            unit_range=True))
+        panels.append(Panel("completions a reward did not score", "fraction of completions", unscored, unit_range=True))
     return [FigureSpec("reward_components", "Which reward component moves?", tuple(panels), columns=len(panels))]
 
 
@@ -215,13 +242,19 @@ def _policy_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
         line = Line("clip fraction", "actor/pg_clipfrac", scalars["actor/pg_clipfrac"])
         panels.append(Panel("clip fraction: tokens whose ratio was clipped", "fraction", (line,), from_zero=True))
     if "actor/entropy" in scalars:
-        panels.append(Panel("entropy of the policy", "nats per token",
-                            (Line("entropy", "actor/entropy", scalars["actor/entropy"]),)))
+        panels.append(
+            Panel(
+                "entropy of the policy", "nats per token", (Line("entropy", "actor/entropy", scalars["actor/entropy"]),)
+            )
+        )
     mean, low, high = LENGTH_TAGS
     if mean in scalars:
         band = (scalars[low], scalars[high]) if low in scalars and high in scalars else None
-        panels.append(Panel("completion length (tokens up to EOS)", "tokens",
-                            (Line("mean length", mean, scalars[mean]),), band=band))
+        panels.append(
+            Panel(
+                "completion length (tokens up to EOS)", "tokens", (Line("mean length", mean, scalars[mean]),), band=band
+            )
+        )
     if not panels:
         return []
     return [FigureSpec("policy", "Is the policy moving?", tuple(panels), columns=2)]
@@ -238,9 +271,14 @@ def _rollout_lines(scalars: Mapping[str, Series], steps: Sequence[int]) -> list[
     sampling = scalars.get(SAMPLING_TAG)
     if sampling is None or any(sampling.at(step) > gen.at(step) for step in steps):
         return [Line("rollout", "timing_s/gen", gen)]
-    return [Line("rollout: sampling", SAMPLING_TAG, sampling),
-            Line("rollout: scoring, batching", "timing_s/gen - timing_s/rollout_sampling",
-                 _derived(steps, (gen.at(step) - sampling.at(step) for step in steps)))]
+    return [
+        Line("rollout: sampling", SAMPLING_TAG, sampling),
+        Line(
+            "rollout: scoring, batching",
+            "timing_s/gen - timing_s/rollout_sampling",
+            _derived(steps, (gen.at(step) - sampling.at(step) for step in steps)),
+        ),
+    ]
 
 
 def _step_lines(scalars: Mapping[str, Series]) -> list[Line]:
@@ -267,15 +305,22 @@ def _timing_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
     if VALIDATION_TIME_TAG in scalars:
         lines.append(Line("validation (after the step)", VALIDATION_TIME_TAG, scalars[VALIDATION_TIME_TAG]))
         hatched = (VALIDATION_TIME_TAG,)
-    stacked = Panel("time of each training step, by stage (legend: mean per step, share)", "seconds", tuple(lines),
-                    kind="stacked", width=1.6, hatched=hatched)
+    stacked = Panel(
+        "time of each training step, by stage (legend: mean per step, share)",
+        "seconds",
+        tuple(lines),
+        kind="stacked",
+        width=1.6,
+        hatched=hatched,
+    )
     return [FigureSpec("timing", "Where does the time go?", (stacked,))]
 
 
 def _by_source(scalars: Mapping[str, Series], pattern: re.Pattern) -> tuple[Line, ...]:
     """One line per data source: its ``val-core`` tag where verl logged the metric under both."""
-    matches = sorted((m["source"], not m.string.startswith("val-core/"), m.string)
-                     for m in map(pattern.match, scalars) if m)
+    matches = sorted(
+        (m["source"], not m.string.startswith("val-core/"), m.string) for m in map(pattern.match, scalars) if m
+    )
     first = {}
     for source, _, tag in matches:
         first.setdefault(source, tag)
@@ -291,8 +336,15 @@ def _validation_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
     panels = []
     pass_at_1 = _by_source(scalars, _PASS_AT_1_TAG)
     if pass_at_1:
-        panels.append(Panel(f"held-out pass@1 (all tests pass){_sources(pass_at_1)}", "pass@1", pass_at_1,
-                            unit_range=True, width=1.6))
+        panels.append(
+            Panel(
+                f"held-out pass@1 (all tests pass){_sources(pass_at_1)}",
+                "pass@1",
+                pass_at_1,
+                unit_range=True,
+                width=1.6,
+            )
+        )
     rewards = _by_source(scalars, _HELD_OUT_REWARD_TAG)
     if rewards:
         panels.append(Panel(f"held-out total reward{_sources(rewards)}", "reward", rewards))
@@ -303,8 +355,13 @@ def _validation_figure(scalars: Mapping[str, Series]) -> list[FigureSpec]:
 
 def figure_specs(scalars: Mapping[str, Series]) -> list[FigureSpec]:
     """The figures a run with these scalars calls for, in a fixed order."""
-    return [*_total_reward_figure(scalars), *_component_figure(scalars), *_policy_figure(scalars),
-            *_timing_figure(scalars), *_validation_figure(scalars)]
+    return [
+        *_total_reward_figure(scalars),
+        *_component_figure(scalars),
+        *_policy_figure(scalars),
+        *_timing_figure(scalars),
+        *_validation_figure(scalars),
+    ]
 
 
 # --------------------------------------------------------------------------- drawing
@@ -314,7 +371,7 @@ def trailing_mean(values: Sequence[float], window: int) -> list[float]:
     """Mean of the last ``window`` finite values up to each point (NaN where there is none)."""
     means = []
     for end in range(1, len(values) + 1):
-        recent = [value for value in values[max(0, end - window):end] if math.isfinite(value)]
+        recent = [value for value in values[max(0, end - window) : end] if math.isfinite(value)]
         means.append(sum(recent) / len(recent) if recent else math.nan)
     return means
 
@@ -359,8 +416,16 @@ def _legend_entries(panel: Panel) -> int:
 
 def _legend_above(axes, entries: int) -> None:
     """The legend in rows between the title and the plotting area, clear of every line."""
-    axes.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=min(entries, 3), fontsize=8, frameon=False,
-                borderaxespad=0.2, handlelength=1.5, columnspacing=1.2)
+    axes.legend(
+        loc="lower left",
+        bbox_to_anchor=(0.0, 1.0),
+        ncols=min(entries, 3),
+        fontsize=8,
+        frameon=False,
+        borderaxespad=0.2,
+        handlelength=1.5,
+        columnspacing=1.2,
+    )
 
 
 def _draw_lines_panel(axes, panel: Panel, window: int | None) -> None:
@@ -378,8 +443,9 @@ def _draw_lines_panel(axes, panel: Panel, window: int | None) -> None:
 
 
 def _stage_colors(lines: Sequence[Line]) -> list[str]:
-    return [REST_COLOR if line.metric.startswith(f"{STEP_TAG} -") else PALETTE[index]
-            for index, line in enumerate(lines)]
+    return [
+        REST_COLOR if line.metric.startswith(f"{STEP_TAG} -") else PALETTE[index] for index, line in enumerate(lines)
+    ]
 
 
 def _mean_per_step(line: Line, steps: int) -> float:
@@ -406,17 +472,30 @@ def _draw_stacked_panel(axes, panel: Panel) -> None:
         heights = [line.series.at(step) for step in steps]
         top = [below + height for below, height in zip(bottom, heights)]
         hatched = line.metric in panel.hatched
-        style = dict(color=color, hatch="//" if hatched else None, edgecolor="white" if hatched else color,
-                     linewidth=0, label=_stage_legend(line, step_count, step_mean, hatched))
+        style = dict(
+            color=color,
+            hatch="//" if hatched else None,
+            edgecolor="white" if hatched else color,
+            linewidth=0,
+            label=_stage_legend(line, step_count, step_mean, hatched),
+        )
         if len(steps) <= BARS_UP_TO_STEPS:
             axes.bar(steps, heights, width=width, bottom=bottom, **style)
         else:  # bars this thin would leave seams: one stepped band per stage instead
             axes.fill_between(steps, bottom, top, step="mid", **style)
         bottom = top
     handles, labels = axes.get_legend_handles_labels()
-    axes.legend(handles[::-1], labels[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8,
-                frameon=False, title=f"mean per step: {step_mean:.2f} s", title_fontsize=8,
-                alignment="left")  # the top of the stack first, as it reads
+    axes.legend(
+        handles[::-1],
+        labels[::-1],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+        title=f"mean per step: {step_mean:.2f} s",
+        title_fontsize=8,
+        alignment="left",
+    )  # the top of the stack first, as it reads
 
 
 def _draw_panel(axes, panel: Panel, window: int | None) -> None:
@@ -448,7 +527,7 @@ def draw(spec: FigureSpec):
     window = _smoothing_window(spec)
     for axes, panel in zip(grid.flat, spec.panels):
         _draw_panel(axes, panel, window)
-    for axes in list(grid.flat)[len(spec.panels):]:
+    for axes in list(grid.flat)[len(spec.panels) :]:
         axes.set_visible(False)
     if window:
         figure.supxlabel(f"faint: each step; bold: mean of the last {window} steps", fontsize=8, color="dimgray")
@@ -462,8 +541,10 @@ def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> list[Pat
     specs = figure_specs(scalars)
     if not specs:
         known = ", ".join(sorted(scalars)[:20]) or "none"
-        raise PlotError(f"{event_dir} holds no metric these plots show (reward/*, actor/*, response_length/*, "
-                        f"timing_s/*, val-core/*/acc/*); scalar tags found: {known}")
+        raise PlotError(
+            f"{event_dir} holds no metric these plots show (reward/*, actor/*, response_length/*, "
+            f"timing_s/*, val-core/*/acc/*); scalar tags found: {known}"
+        )
     out_dir = Path(out_dir)
     paths = []
     try:
@@ -472,6 +553,8 @@ def plot_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike) -> list[Pat
             paths.append(out_dir / f"{spec.name}.png")
             draw(spec).savefig(paths[-1], dpi=100)
     except OSError as error:
-        raise PlotError(f"cannot write {paths[-1] if paths else out_dir}: {error.strerror or error}; "
-                        f"choose a writable directory with --out DIR") from error
+        raise PlotError(
+            f"cannot write {paths[-1] if paths else out_dir}: {error.strerror or error}; "
+            f"choose a writable directory with --out DIR"
+        ) from error
     return paths

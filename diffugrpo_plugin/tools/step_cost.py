@@ -85,8 +85,16 @@ class StepFlops:
         return self.generation + self.training
 
 
-def step_flops(parameters: float, sequences: int, tokens: int, diffusion_steps: int, iterations: int = 1,
-               views: int = 3, gradient_checkpointing: bool = False, reference: bool = True) -> StepFlops:
+def step_flops(
+    parameters: float,
+    sequences: int,
+    tokens: int,
+    diffusion_steps: int,
+    iterations: int = 1,
+    views: int = 3,
+    gradient_checkpointing: bool = False,
+    reference: bool = True,
+) -> StepFlops:
     """FLOPs of one step: ``sequences`` completions of ``tokens`` (prompt + completion) tokens each.
 
     ``iterations`` is DiffuCoder's ``num_iterations`` (verl's ``ppo_epochs``): old-policy and
@@ -95,9 +103,13 @@ def step_flops(parameters: float, sequences: int, tokens: int, diffusion_steps: 
     """
     f = forward_flops(parameters, sequences, tokens)
     passes = views * iterations
-    return StepFlops(forward=f, generation=diffusion_steps * f, old_logprobs=passes * f,
-                     ref_logprobs=passes * f if reference else 0.0,
-                     update=passes * (4 if gradient_checkpointing else 3) * f)
+    return StepFlops(
+        forward=f,
+        generation=diffusion_steps * f,
+        old_logprobs=passes * f,
+        ref_logprobs=passes * f if reference else 0.0,
+        update=passes * (4 if gradient_checkpointing else 3) * f,
+    )
 
 
 def seconds(flops: float, gpus: int, peak_flops_per_gpu: float, utilization: float) -> float:
@@ -139,8 +151,15 @@ class FlopRecipe:
         return self.prompt_length + self.completion_length
 
     def flops(self) -> StepFlops:
-        return step_flops(self.parameters, self.sequences, self.tokens, self.diffusion_steps, self.iterations,
-                          self.views, self.gradient_checkpointing)
+        return step_flops(
+            self.parameters,
+            self.sequences,
+            self.tokens,
+            self.diffusion_steps,
+            self.iterations,
+            self.views,
+            self.gradient_checkpointing,
+        )
 
     def seconds(self, flops: float) -> float:
         return seconds(flops, self.gpus, self.peak_flops_per_gpu, self.utilization)
@@ -148,9 +167,18 @@ class FlopRecipe:
 
 # The paper estimate of docs/concepts/step-cost.md (examples/diffucoder_7b): 8 prompts x 10 completions, 200 + 256 tokens,
 # 256 diffusion steps, 2 iterations, gradient checkpointing, 8 GPUs.
-DIFFUCODER_7B = FlopRecipe(name="DiffuCoder-7B", parameters=7.6e9, prompts=8, completions_per_prompt=10,
-                           prompt_length=200, completion_length=256, diffusion_steps=256, iterations=2,
-                           gradient_checkpointing=True, gpus=8)
+DIFFUCODER_7B = FlopRecipe(
+    name="DiffuCoder-7B",
+    parameters=7.6e9,
+    prompts=8,
+    completions_per_prompt=10,
+    prompt_length=200,
+    completion_length=256,
+    diffusion_steps=256,
+    iterations=2,
+    gradient_checkpointing=True,
+    gpus=8,
+)
 
 
 def format_flops(value: float, digits: int = 3) -> str:
@@ -354,8 +382,17 @@ class MemoryEstimate:
 
     def to_dict(self) -> dict:
         return {
-            "terms": [{"name": t.name, "phase": t.phase, "bytes": t.bytes, "gib": t.gib, "formula": t.formula,
-                       "assumption": t.assumption} for t in self.terms],
+            "terms": [
+                {
+                    "name": t.name,
+                    "phase": t.phase,
+                    "bytes": t.bytes,
+                    "gib": t.gib,
+                    "formula": t.formula,
+                    "assumption": t.assumption,
+                }
+                for t in self.terms
+            ],
             "phase_gib": {phase: self.phase_bytes(phase) / GIB for phase in PHASES},
             "peak_phase": self.peak_phase,
             "total_bytes": self.total_bytes,
@@ -445,8 +482,9 @@ def layer_saved_bytes(model: ModelShape, compute_bytes: int, lean_mlp: bool = Fa
     (RoPE's cos/sin).
     """
     mlp = 2 if lean_mlp else 4
-    return (2 * norm_saved_bytes(model, compute_bytes)
-            + compute_bytes * (2 * model.hidden + 2 * model.kv_dim + mlp * model.intermediate))
+    return 2 * norm_saved_bytes(model, compute_bytes) + compute_bytes * (
+        2 * model.hidden + 2 * model.kv_dim + mlp * model.intermediate
+    )
 
 
 def backward_extra_bytes(model: ModelShape, compute_bytes: int, lean_mlp: bool = False) -> int:
@@ -466,127 +504,242 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
     mb = dtype_bytes(mdt)
     if a:
         terms: list[MemoryTerm] = [
-            MemoryTerm(f"policy: frozen base weights ({mdt}, sharded)", "held", frozen_base_bytes(n, g, mdt),
-                       f"{mb} B x {_n(n)} / {g}",
-                       "LoRA: the base weights take no gradient and no optimizer state (verl's actor model_dtype)"),
-            MemoryTerm(f"LoRA adapters: params + AdamW moments ({mdt}, sharded)", "held",
-                       policy_state_bytes(a, g, mdt), f"{3 * mb} B x {_n(a)} / {g}",
-                       "the adapters train like full weights (param, two AdamW moments), in the base's dtype: "
-                       "verl casts them to it for FSDP"),
+            MemoryTerm(
+                f"policy: frozen base weights ({mdt}, sharded)",
+                "held",
+                frozen_base_bytes(n, g, mdt),
+                f"{mb} B x {_n(n)} / {g}",
+                "LoRA: the base weights take no gradient and no optimizer state (verl's actor model_dtype)",
+            ),
+            MemoryTerm(
+                f"LoRA adapters: params + AdamW moments ({mdt}, sharded)",
+                "held",
+                policy_state_bytes(a, g, mdt),
+                f"{3 * mb} B x {_n(a)} / {g}",
+                "the adapters train like full weights (param, two AdamW moments), in the base's dtype: "
+                "verl casts them to it for FSDP",
+            ),
         ]
-        gradients = MemoryTerm(f"LoRA adapters: sharded grads ({mdt})", "update", sharded_grad_bytes(a, g, mdt),
-                               f"{mb} B x {_n(a)} / {g}", "freed when the update ends (verl's zero_grad on exit)")
+        gradients = MemoryTerm(
+            f"LoRA adapters: sharded grads ({mdt})",
+            "update",
+            sharded_grad_bytes(a, g, mdt),
+            f"{mb} B x {_n(a)} / {g}",
+            "freed when the update ends (verl's zero_grad on exit)",
+        )
     else:
         terms = [
-            MemoryTerm(f"policy: {mdt} params + AdamW moments (sharded)", "held",
-                       policy_state_bytes(n, g, mdt), f"{3 * mb} B x {_n(n)} / {g}",
-                       f"master params + AdamW exp_avg + exp_avg_sq, {mb} bytes each per parameter, sharded "
-                       f"over the FSDP workers (verl's actor model_dtype, fp32 by default)"),
+            MemoryTerm(
+                f"policy: {mdt} params + AdamW moments (sharded)",
+                "held",
+                policy_state_bytes(n, g, mdt),
+                f"{3 * mb} B x {_n(n)} / {g}",
+                f"master params + AdamW exp_avg + exp_avg_sq, {mb} bytes each per parameter, sharded "
+                f"over the FSDP workers (verl's actor model_dtype, fp32 by default)",
+            ),
         ]
-        gradients = MemoryTerm(f"policy: sharded grads ({mdt})", "update", sharded_grad_bytes(n, g, mdt),
-                               f"{mb} B x {_n(n)} / {g}",
-                               "every gradient counted for the whole update (an upper bound: the root's are written "
-                               "last); freed when the update ends (verl's zero_grad on exit), not held in the rollout")
+        gradients = MemoryTerm(
+            f"policy: sharded grads ({mdt})",
+            "update",
+            sharded_grad_bytes(n, g, mdt),
+            f"{mb} B x {_n(n)} / {g}",
+            "every gradient counted for the whole update (an upper bound: the root's are written "
+            "last); freed when the update ends (verl's zero_grad on exit), not held in the rollout",
+        )
     if setup.reference_dtype and a:
-        terms.append(MemoryTerm("reference model: the base without adapters", "held", 0.0, "0",
-                                "with LoRA verl computes the reference with the actor's adapters disabled: no copy"))
+        terms.append(
+            MemoryTerm(
+                "reference model: the base without adapters",
+                "held",
+                0.0,
+                "0",
+                "with LoRA verl computes the reference with the actor's adapters disabled: no copy",
+            )
+        )
     elif setup.reference_dtype:
-        terms.append(MemoryTerm(f"reference model ({setup.reference_dtype}, sharded)", "held",
-                                reference_bytes(n, g, setup.reference_dtype),
-                                f"{dtype_bytes(setup.reference_dtype)} B x {_n(n)} / {g}",
-                                "forward only: no grads, no optimizer; verl 0.9.1 stores it in ref.fsdp_config."
-                                "model_dtype (default fp32), sharded like the actor"))
-    terms.append(MemoryTerm(f"rollout policy copy ({setup.rollout_dtype}, unsharded)", "held",
-                            rollout_copy_bytes(n + a, setup.rollout_dtype), f"{rb} B x {_n(n + a)}",
-                            "one full copy per trainer worker (integration/rollout.py), kept on the GPU "
-                            "(free_cache_engine: false)" + ("; with LoRA the base plus the adapters it samples "
-                                                            "through" if a else "")))
+        terms.append(
+            MemoryTerm(
+                f"reference model ({setup.reference_dtype}, sharded)",
+                "held",
+                reference_bytes(n, g, setup.reference_dtype),
+                f"{dtype_bytes(setup.reference_dtype)} B x {_n(n)} / {g}",
+                "forward only: no grads, no optimizer; verl 0.9.1 stores it in ref.fsdp_config."
+                "model_dtype (default fp32), sharded like the actor",
+            )
+        )
+    terms.append(
+        MemoryTerm(
+            f"rollout policy copy ({setup.rollout_dtype}, unsharded)",
+            "held",
+            rollout_copy_bytes(n + a, setup.rollout_dtype),
+            f"{rb} B x {_n(n + a)}",
+            "one full copy per trainer worker (integration/rollout.py), kept on the GPU "
+            "(free_cache_engine: false)" + ("; with LoRA the base plus the adapters it samples through" if a else ""),
+        )
+    )
 
     terms.append(gradients)
-    terms.append(MemoryTerm(f"FSDP gathered params ({pdt})", "update", fsdp_gathered_bytes(model, pdt),
-                            f"{pb} B x ({_n(model.root_parameters)} root + 2 x {_n(model.layer_parameters)} layer)",
-                            "root unit (embedding, head) gathered for the whole pass, plus the current and the "
-                            "prefetched decoder layer"))
+    terms.append(
+        MemoryTerm(
+            f"FSDP gathered params ({pdt})",
+            "update",
+            fsdp_gathered_bytes(model, pdt),
+            f"{pb} B x ({_n(model.root_parameters)} root + 2 x {_n(model.layer_parameters)} layer)",
+            "root unit (embedding, head) gathered for the whole pass, plus the current and the "
+            "prefetched decoder layer",
+        )
+    )
     if a:
-        terms.append(MemoryTerm(f"FSDP unsharded adapter grads ({pdt})", "update", a * pb,
-                                f"{pb} B x {_n(a)}", "at most every adapter's gradient before its reduce-scatter; "
-                                                     "the frozen base has none"))
+        terms.append(
+            MemoryTerm(
+                f"FSDP unsharded adapter grads ({pdt})",
+                "update",
+                a * pb,
+                f"{pb} B x {_n(a)}",
+                "at most every adapter's gradient before its reduce-scatter; the frozen base has none",
+            )
+        )
     else:
-        terms.append(MemoryTerm(f"FSDP unsharded grads ({pdt})", "update", fsdp_unsharded_grad_bytes(model, pdt),
-                                f"{pb} B x ({_n(model.root_parameters)} root + {_n(model.layer_parameters)} layer)",
-                                "the root unit's gradients live from the head's backward to the end of the backward; "
-                                "plus one layer's before its reduce-scatter"))
+        terms.append(
+            MemoryTerm(
+                f"FSDP unsharded grads ({pdt})",
+                "update",
+                fsdp_unsharded_grad_bytes(model, pdt),
+                f"{pb} B x ({_n(model.root_parameters)} root + {_n(model.layer_parameters)} layer)",
+                "the root unit's gradients live from the head's backward to the end of the backward; "
+                "plus one layer's before its reduce-scatter",
+            )
+        )
     per_layer, extra = layer_saved_bytes(model, pb, setup.lean_mlp), backward_extra_bytes(model, pb, setup.lean_mlp)
     norm = norm_saved_bytes(model, pb)
     mlp_saved = "2 lean MLP activations" if setup.lean_mlp else "4 MLP activations"
     mlp_gradients = "3I" if setup.lean_mlp else "2I"
     if setup.gradient_checkpointing:
-        terms.append(MemoryTerm("activations: kept layer inputs (checkpointing)", "update",
-                                s * t * (model.layers * h * pb + norm),
-                                f"{s} seq x {t} tok x ({model.layers} layers x {h} x {pb} B + {norm} B final norm)",
-                                f"{setup.views} views x {setup.batch} completions; each layer's input hidden state "
-                                f"kept for the recomputation, and the final norm's saved tensors"))
-        terms.append(MemoryTerm("activations: one layer recomputed + its backward", "update",
-                                s * t * (per_layer + extra),
-                                f"{s} x {t} x ({per_layer} + {extra}) B",
-                                f"one layer's saved tensors (2 RMSNorms, q, attention output, k, v, {mlp_saved}; "
-                                f"see layer_saved_bytes) plus its backward's gradients 2H + {mlp_gradients}"))
+        terms.append(
+            MemoryTerm(
+                "activations: kept layer inputs (checkpointing)",
+                "update",
+                s * t * (model.layers * h * pb + norm),
+                f"{s} seq x {t} tok x ({model.layers} layers x {h} x {pb} B + {norm} B final norm)",
+                f"{setup.views} views x {setup.batch} completions; each layer's input hidden state "
+                f"kept for the recomputation, and the final norm's saved tensors",
+            )
+        )
+        terms.append(
+            MemoryTerm(
+                "activations: one layer recomputed + its backward",
+                "update",
+                s * t * (per_layer + extra),
+                f"{s} x {t} x ({per_layer} + {extra}) B",
+                f"one layer's saved tensors (2 RMSNorms, q, attention output, k, v, {mlp_saved}; "
+                f"see layer_saved_bytes) plus its backward's gradients 2H + {mlp_gradients}",
+            )
+        )
     else:
-        terms.append(MemoryTerm("activations: every layer's saved tensors", "update",
-                                s * t * (model.layers * per_layer + norm),
-                                f"{s} x {t} x ({model.layers} x {per_layer} + {norm}) B",
-                                f"each layer's saved tensors ({mlp_saved}, see layer_saved_bytes; SDPA: no tokens^2 "
-                                f"term), plus the final norm's"))
-        terms.append(MemoryTerm("activations: backward gradients of one layer", "update", s * t * extra,
-                                f"{s} x {t} x {extra} B",
-                                f"gradients of a layer's hidden states and MLP activations 2H + {mlp_gradients} per "
-                                f"token"))
+        terms.append(
+            MemoryTerm(
+                "activations: every layer's saved tensors",
+                "update",
+                s * t * (model.layers * per_layer + norm),
+                f"{s} x {t} x ({model.layers} x {per_layer} + {norm}) B",
+                f"each layer's saved tensors ({mlp_saved}, see layer_saved_bytes; SDPA: no tokens^2 "
+                f"term), plus the final norm's",
+            )
+        )
+        terms.append(
+            MemoryTerm(
+                "activations: backward gradients of one layer",
+                "update",
+                s * t * extra,
+                f"{s} x {t} x {extra} B",
+                f"gradients of a layer's hidden states and MLP activations 2H + {mlp_gradients} per token",
+            )
+        )
     if setup.lora_dropout_inputs:
         kept_layers = 1 if setup.gradient_checkpointing else model.layers
-        terms.append(MemoryTerm("activations: adapter dropout's kept inputs", "update",
-                                s * t * kept_layers * setup.lora_dropout_inputs * (pb + 1),
-                                f"{s} x {t} x {kept_layers} layers x {setup.lora_dropout_inputs} x ({pb} + 1) B",
-                                "each adapted module keeps its dropped-out input for the adapter's backward, and the "
-                                "mask (1 byte); with checkpointing, one layer's at a time"))
+        terms.append(
+            MemoryTerm(
+                "activations: adapter dropout's kept inputs",
+                "update",
+                s * t * kept_layers * setup.lora_dropout_inputs * (pb + 1),
+                f"{s} x {t} x {kept_layers} layers x {setup.lora_dropout_inputs} x ({pb} + 1) B",
+                "each adapted module keeps its dropped-out input for the adapter's backward, and the "
+                "mask (1 byte); with checkpointing, one layer's at a time",
+            )
+        )
     rows = setup.scored_rows_per_token * setup.batch * c
     width = min(v, max(1, min(setup.slice_columns, setup.chunk_rows * v // rows)))  # kernels._vocab_slices
     head_dtype_slice = 0 if pb == 4 else pb
-    terms.append(MemoryTerm(f"fused head: saved rows ({pdt}) + their fp32 gradient", "update",
-                            rows * h * (pb + 4), f"{rows} rows x {h} x ({pb} + 4) B",
-                            f"fused head (logprobs.py): {setup.scored_rows_per_token} x {setup.batch} completions x "
-                            f"{c} tokens, saved for the backward, which recomputes their logits"))
-    terms.append(MemoryTerm("fused head: one vocabulary slice of logits", "update",
-                            width * rows * (4 + head_dtype_slice + 8),
-                            f"{width} x {rows} x (4 + {head_dtype_slice} + 8) B",
-                            f"{width} vocabulary columns (at most {setup.slice_columns}, and at most chunk_rows="
-                            f"{setup.chunk_rows} x {v} elements) x {rows} rows: the reused fp32 buffer, the slice in "
-                            f"the head's dtype (none when the head is fp32) and two fp32 temporaries when the entropy "
-                            f"is asked for. No [rows, vocab] tensor exists"))
+    terms.append(
+        MemoryTerm(
+            f"fused head: saved rows ({pdt}) + their fp32 gradient",
+            "update",
+            rows * h * (pb + 4),
+            f"{rows} rows x {h} x ({pb} + 4) B",
+            f"fused head (logprobs.py): {setup.scored_rows_per_token} x {setup.batch} completions x "
+            f"{c} tokens, saved for the backward, which recomputes their logits",
+        )
+    )
+    terms.append(
+        MemoryTerm(
+            "fused head: one vocabulary slice of logits",
+            "update",
+            width * rows * (4 + head_dtype_slice + 8),
+            f"{width} x {rows} x (4 + {head_dtype_slice} + 8) B",
+            f"{width} vocabulary columns (at most {setup.slice_columns}, and at most chunk_rows="
+            f"{setup.chunk_rows} x {v} elements) x {rows} rows: the reused fp32 buffer, the slice in "
+            f"the head's dtype (none when the head is fp32) and two fp32 temporaries when the entropy "
+            f"is asked for. No [rows, vocab] tensor exists",
+        )
+    )
 
     m, L = setup.sampler_batch, setup.tokens
     copies = 2 if setup.logits_shift else 1
-    terms.append(MemoryTerm(f"sampler: model logits ({setup.rollout_dtype})", "rollout", copies * m * L * v * rb,
-                            f"{copies} x {m} x {L} x {v} x {rb} B",
-                            "the plain sampler runs the whole sequence and gets logits for every position "
-                            "(sampling/forward.py; an upper bound for head_on_masked)" + ("; aligning shifted logits concatenates a copy"
-                                                        if setup.logits_shift else "")))
-    terms.append(MemoryTerm("sampler: fp32 window buffers", "rollout",
-                            setup.sampler_window_copies * m * c * v * 4,
-                            f"{setup.sampler_window_copies} x {m} x {c} x {v} x 4 B",
-                            "at the first step (every position masked), inside top-p: the window's .float() logits "
-                            "(sampling/engine.py), their live-row copy, the packed masked rows, the temperature-scaled "
-                            "copy, top-p's sorted values, int64 indices (2), softmax, cumulative sum and its "
-                            "difference = 10 (7 greedy without top-p; both measured)"))
+    terms.append(
+        MemoryTerm(
+            f"sampler: model logits ({setup.rollout_dtype})",
+            "rollout",
+            copies * m * L * v * rb,
+            f"{copies} x {m} x {L} x {v} x {rb} B",
+            "the plain sampler runs the whole sequence and gets logits for every position "
+            "(sampling/forward.py; an upper bound for head_on_masked)"
+            + ("; aligning shifted logits concatenates a copy" if setup.logits_shift else ""),
+        )
+    )
+    terms.append(
+        MemoryTerm(
+            "sampler: fp32 window buffers",
+            "rollout",
+            setup.sampler_window_copies * m * c * v * 4,
+            f"{setup.sampler_window_copies} x {m} x {c} x {v} x 4 B",
+            "at the first step (every position masked), inside top-p: the window's .float() logits "
+            "(sampling/engine.py), their live-row copy, the packed masked rows, the temperature-scaled "
+            "copy, top-p's sorted values, int64 indices (2), softmax, cumulative sum and its "
+            "difference = 10 (7 greedy without top-p; both measured)",
+        )
+    )
     if setup.sampler_kv_cache:
         kept = 2 * model.layers * m * setup.prompt_length * model.kv_dim * rb
-        terms.append(MemoryTerm(f"sampler: prefix KV cache ({setup.rollout_dtype})", "rollout", kept,
-                                f"2 x {model.layers} x {m} x {setup.prompt_length} x {model.kv_dim} x {rb} B",
-                                "keys and values of every layer for the prompt, kept between forwards "
-                                "(sampling/forward.py; kv_cache=false keeps none)"))
+        terms.append(
+            MemoryTerm(
+                f"sampler: prefix KV cache ({setup.rollout_dtype})",
+                "rollout",
+                kept,
+                f"2 x {model.layers} x {m} x {setup.prompt_length} x {model.kv_dim} x {rb} B",
+                "keys and values of every layer for the prompt, kept between forwards "
+                "(sampling/forward.py; kv_cache=false keeps none)",
+            )
+        )
     sampler_layer = layer_saved_bytes(model, rb)
-    terms.append(MemoryTerm("sampler: one layer's forward working set", "rollout", m * L * sampler_layer,
-                            f"{m} x {L} x {sampler_layer} B",
-                            "no grad: one layer's intermediates at a time, at most what it would save for a backward"))
+    terms.append(
+        MemoryTerm(
+            "sampler: one layer's forward working set",
+            "rollout",
+            m * L * sampler_layer,
+            f"{m} x {L} x {sampler_layer} B",
+            "no grad: one layer's intermediates at a time, at most what it would save for a backward",
+        )
+    )
     return MemoryEstimate(terms=tuple(terms))
 
 
@@ -597,8 +750,10 @@ def format_memory_table(estimate: MemoryEstimate, name_width: int = 56) -> str:
     lines = [f"  {'component':<{name_width}} {unit:>9}  phase"]
     for term in estimate.terms:
         lines.append(f"  {term.name:<{name_width}} {term.bytes / scale:>9.3f}  {term.phase}")
-    lines.append(f"  {'total per GPU (held + max(update, rollout))':<{name_width}} "
-                 f"{estimate.total_bytes / scale:>9.3f}  peak in {estimate.peak_phase}")
+    lines.append(
+        f"  {'total per GPU (held + max(update, rollout))':<{name_width}} "
+        f"{estimate.total_bytes / scale:>9.3f}  peak in {estimate.peak_phase}"
+    )
     sums = ", ".join(f"{phase} {estimate.phase_bytes(phase) / scale:.3f}" for phase in PHASES)
     lines.append(f"  phases ({unit}): {sums}")
     return "\n".join(lines)
@@ -606,6 +761,8 @@ def format_memory_table(estimate: MemoryEstimate, name_width: int = 56) -> str:
 
 if __name__ == "__main__":
     recipe = DIFFUCODER_7B
-    print(f"F = 2 x {format_flops(recipe.parameters, 2)} x {recipe.sequences} x {recipe.tokens} = "
-          f"{format_flops(recipe.flops().forward, 2)} FLOPs")
+    print(
+        f"F = 2 x {format_flops(recipe.parameters, 2)} x {recipe.sequences} x {recipe.tokens} = "
+        f"{format_flops(recipe.flops().forward, 2)} FLOPs"
+    )
     print(flop_table_markdown(recipe))

@@ -99,8 +99,10 @@ class CurriculumOptions:
             if not (isinstance(value, int) and value >= 1):
                 raise CurriculumConfigError(f"{prefix}.{name} must be a whole number of steps >= 1, got {value!r}")
         if not (isinstance(parsed.zero_advantage_weight, (int, float)) and 0 <= parsed.zero_advantage_weight <= 1):
-            raise CurriculumConfigError(f"{prefix}.zero_advantage_weight must be in [0, 1] (1 keeps such prompts, 0 "
-                                        f"skips them), got {parsed.zero_advantage_weight!r}")
+            raise CurriculumConfigError(
+                f"{prefix}.zero_advantage_weight must be in [0, 1] (1 keeps such prompts, 0 "
+                f"skips them), got {parsed.zero_advantage_weight!r}"
+            )
         return parsed
 
 
@@ -131,9 +133,11 @@ def column(data_source: object, key: str) -> list:
         for part in rest:
             values = [value[part] for value in values]
     except (KeyError, TypeError) as error:
-        raise CurriculumConfigError(f"data.sampler.curriculum.difficulty_key '{key}' is not a field of the training "
-                                    f"data ({type(error).__name__}: {error}); name a numeric column, dotted for "
-                                    f"nested fields (extra_info.difficulty), or null to measure pass rates") from None
+        raise CurriculumConfigError(
+            f"data.sampler.curriculum.difficulty_key '{key}' is not a field of the training "
+            f"data ({type(error).__name__}: {error}); name a numeric column, dotted for "
+            f"nested fields (extra_info.difficulty), or null to measure pass rates"
+        ) from None
     return values
 
 
@@ -144,7 +148,7 @@ class CurriculumSampler(Sampler[int]):
         self.size = len(data_source)
         if self.size == 0:
             raise CurriculumConfigError("the curriculum sampler got an empty training set")
-        sampler_config = (data_config.get("sampler") or {})
+        sampler_config = data_config.get("sampler") or {}
         self.options = CurriculumOptions.from_config(sampler_config.get("curriculum"))
         self.data_difficulty = None
         if self.options.difficulty_key:
@@ -152,12 +156,16 @@ class CurriculumSampler(Sampler[int]):
             try:
                 self.data_difficulty = np.asarray(values, dtype=np.float64)
             except (TypeError, ValueError):
-                raise CurriculumConfigError(f"data.sampler.curriculum.difficulty_key "
-                                            f"'{self.options.difficulty_key}' holds non-numeric values (first: "
-                                            f"{values[0]!r})") from None
+                raise CurriculumConfigError(
+                    f"data.sampler.curriculum.difficulty_key "
+                    f"'{self.options.difficulty_key}' holds non-numeric values (first: "
+                    f"{values[0]!r})"
+                ) from None
             if not np.isfinite(self.data_difficulty).all():
-                raise CurriculumConfigError(f"data.sampler.curriculum.difficulty_key '{self.options.difficulty_key}' "
-                                            f"has missing or non-finite values")
+                raise CurriculumConfigError(
+                    f"data.sampler.curriculum.difficulty_key '{self.options.difficulty_key}' "
+                    f"has missing or non-finite values"
+                )
         seed = data_config.get("seed")
         self.rng = np.random.default_rng(0 if seed is None else int(seed))
         self.step = 0
@@ -246,28 +254,41 @@ class CurriculumSampler(Sampler[int]):
     def metrics(self) -> dict[str, float]:
         """``curriculum/*`` for the step's log, after its update: the level and the pool the next step draws from,
         the share of this step's groups with one reward for all, the gated schedule's window."""
-        return {"curriculum/level": self.level,
-                "curriculum/pool": float((self.weights() > 0).sum()),
-                "curriculum/zero_advantage_share": self.zero_advantage_share,
-                "curriculum/window_pass_rate": float(np.mean(self.window)) if self.window else math.nan}
+        return {
+            "curriculum/level": self.level,
+            "curriculum/pool": float((self.weights() > 0).sum()),
+            "curriculum/zero_advantage_share": self.zero_advantage_share,
+            "curriculum/window_pass_rate": float(np.mean(self.window)) if self.window else math.nan,
+        }
 
     # -- resuming --------------------------------------------------------------------------------
 
     def state_dict(self) -> dict:
-        return {"options": asdict(self.options), "step": self.step, "level": self.level,
-                "drawn_in_epoch": self.drawn_in_epoch, "rng": self.rng.bit_generator.state,
-                "pass_sum": self.pass_sum.tolist(), "groups_seen": self.groups_seen.tolist(),
-                "uniform_since": self.uniform_since.tolist(), "window": list(self.window),
-                "zero_advantage_share": self.zero_advantage_share}
+        return {
+            "options": asdict(self.options),
+            "step": self.step,
+            "level": self.level,
+            "drawn_in_epoch": self.drawn_in_epoch,
+            "rng": self.rng.bit_generator.state,
+            "pass_sum": self.pass_sum.tolist(),
+            "groups_seen": self.groups_seen.tolist(),
+            "uniform_since": self.uniform_since.tolist(),
+            "window": list(self.window),
+            "zero_advantage_share": self.zero_advantage_share,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         if len(state["pass_sum"]) != self.size:
-            raise CurriculumConfigError(f"the curriculum checkpoint covers {len(state['pass_sum'])} prompts but the "
-                                        f"training set has {self.size}: resume with the data it was saved with")
+            raise CurriculumConfigError(
+                f"the curriculum checkpoint covers {len(state['pass_sum'])} prompts but the "
+                f"training set has {self.size}: resume with the data it was saved with"
+            )
         if state["options"] != asdict(self.options):
             changed = sorted(k for k, v in state["options"].items() if asdict(self.options).get(k) != v)
-            print(f"[diffugrpo] curriculum options changed since the checkpoint ({', '.join(changed)}): the level "
-                  f"and statistics carry on under the new ones")
+            print(
+                f"[diffugrpo] curriculum options changed since the checkpoint ({', '.join(changed)}): the level "
+                f"and statistics carry on under the new ones"
+            )
         self.step, self.level, self.drawn_in_epoch = int(state["step"]), float(state["level"]), state["drawn_in_epoch"]
         self.rng.bit_generator.state = state["rng"]
         self.pass_sum = np.asarray(state["pass_sum"], dtype=np.float64)
@@ -301,8 +322,10 @@ class RecordingSampler(Sampler[int]):
     def take(self, count: int) -> list[int]:
         """The next ``count`` positions in the order they were drawn."""
         if count > len(self.drawn):
-            raise RuntimeError(f"a batch of {count} prompts but only {len(self.drawn)} recorded draws: the "
-                               f"curriculum needs data.dataloader_num_workers=0")
+            raise RuntimeError(
+                f"a batch of {count} prompts but only {len(self.drawn)} recorded draws: the "
+                f"curriculum needs data.dataloader_num_workers=0"
+            )
         return [self.drawn.popleft() for _ in range(count)]
 
     def update(self, feedback: CurriculumFeedback) -> None:

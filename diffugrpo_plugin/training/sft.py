@@ -75,14 +75,24 @@ class SFTConfig:
     to ``min_lr_ratio * lr`` (transformers' ``cosine_with_min_lr``, DiffuCoder's schedule).
     """
 
-    train_files: list[str] = field(metadata={"help": "prepared rows (`diffugrpo data prepare`); each needs "
-                                                     "extra_info.reference_solution"})
+    train_files: list[str] = field(
+        metadata={"help": "prepared rows (`diffugrpo data prepare`); each needs extra_info.reference_solution"}
+    )
     output_dir: str = field(metadata={"help": "where the checkpoint is written"})
-    model_path: str | None = field(default=None, metadata={
-        "aliases": ["--model"], "help": "checkpoint to start from (default: the tiny built-in Dream-style model)"})
+    model_path: str | None = field(
+        default=None,
+        metadata={
+            "aliases": ["--model"],
+            "help": "checkpoint to start from (default: the tiny built-in Dream-style model)",
+        },
+    )
     family: str | None = field(default=None, metadata={"help": "model family (default: detected from config.json)"})
-    implementation: str = field(default="auto", metadata={
-        "help": "auto: our native Dream/LLaDA classes when they fit, else the checkpoint's own code; native; remote"})
+    implementation: str = field(
+        default="auto",
+        metadata={
+            "help": "auto: our native Dream/LLaDA classes when they fit, else the checkpoint's own code; native; remote"
+        },
+    )
     trust_remote_code: bool = field(default=False, metadata={"help": "allow the checkpoint's own modeling code"})
     val_files: list[str] = field(default_factory=list, metadata={"help": "rows for a validation loss"})
     steps: int = 1000
@@ -100,22 +110,37 @@ class SFTConfig:
     eval_every: int = field(default=0, metadata={"help": "validation loss every N steps (0: at the end only)"})
     val_masks: int = field(default=4, metadata={"help": "fixed masks per validation example"})
     tensorboard_dir: str | None = field(default=None, metadata={"help": "write train/loss, train/lr, val/loss here"})
-    lora_rank: int = field(default=0, metadata={
-        "help": "train LoRA adapters of this rank instead of every weight (0: full fine-tuning); the checkpoint is the "
-                "merged model, with the adapter alone in <output_dir>/lora_adapter"})
+    lora_rank: int = field(
+        default=0,
+        metadata={
+            "help": "train LoRA adapters of this rank instead of every weight (0: full fine-tuning); the checkpoint is the "
+            "merged model, with the adapter alone in <output_dir>/lora_adapter"
+        },
+    )
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scale numerator (scale = lora_alpha / lora_rank)"})
     lora_dropout: float = field(default=0.0, metadata={"help": "dropout on each adapter's input"})
-    target_modules: str = field(default="all-linear", metadata={
-        "help": "comma-separated module names to adapt, or all-linear (every linear layer but the vocabulary head)"})
-    threads: int = field(default=1, metadata={
-        "help": "torch intra-op threads while training (0: leave torch's setting); one suits tiny models, several "
-                "spin against each other on a loaded host (measured 3-5x slower on a busy 2-core machine)"})
+    target_modules: str = field(
+        default="all-linear",
+        metadata={
+            "help": "comma-separated module names to adapt, or all-linear (every linear layer but the vocabulary head)"
+        },
+    )
+    threads: int = field(
+        default=1,
+        metadata={
+            "help": "torch intra-op threads while training (0: leave torch's setting); one suits tiny models, several "
+            "spin against each other on a loaded host (measured 3-5x slower on a busy 2-core machine)"
+        },
+    )
 
     def __post_init__(self) -> None:
         positive = ("steps", "batch_size", "max_prompt_length", "completion_length", "log_every", "val_masks")
         bad = [f"{name}={getattr(self, name)}" for name in positive if getattr(self, name) < 1]
-        bad += [f"{name}={getattr(self, name)}" for name in ("warmup_steps", "eval_every", "weight_decay", "threads",
-                                                              "lora_rank") if getattr(self, name) < 0]
+        bad += [
+            f"{name}={getattr(self, name)}"
+            for name in ("warmup_steps", "eval_every", "weight_decay", "threads", "lora_rank")
+            if getattr(self, name) < 0
+        ]
         if not 0 <= self.lora_dropout < 1:
             bad.append(f"lora_dropout={self.lora_dropout} (must be in [0, 1))")
         if self.seed < 0:
@@ -176,8 +201,9 @@ def prompt_ids_of(tokenizer: Any, messages: Sequence[dict[str, str]]) -> list[in
     return tokenizer.encode(text, add_special_tokens=False)
 
 
-def examples_from_rows(rows: Sequence[dict[str, Any]], tokenizer: Any, completion_length: int,
-                       max_prompt_length: int, where: str = "rows") -> LoadedExamples:
+def examples_from_rows(
+    rows: Sequence[dict[str, Any]], tokenizer: Any, completion_length: int, max_prompt_length: int, where: str = "rows"
+) -> LoadedExamples:
     """Examples from prepared rows; a row without ``prompt`` or ``extra_info.reference_solution`` is an error."""
     loaded = LoadedExamples()
     for number, row in enumerate(rows, start=1):
@@ -186,9 +212,11 @@ def examples_from_rows(rows: Sequence[dict[str, Any]], tokenizer: Any, completio
         if not isinstance(messages, list) or not messages:
             raise SFTError(f"{where} row {number}: missing field 'prompt' (a chat list)")
         if not isinstance(solution, str) or not solution.strip():
-            raise SFTError(f"{where} row {number}: missing field 'extra_info.reference_solution'; SFT needs a "
-                           f"reference solution for every row (prepare a source that ships them: mbpp, synthetic, "
-                           f"leetcode with 'completion', jsonl with --solution-field)")
+            raise SFTError(
+                f"{where} row {number}: missing field 'extra_info.reference_solution'; SFT needs a "
+                f"reference solution for every row (prepare a source that ships them: mbpp, synthetic, "
+                f"leetcode with 'completion', jsonl with --solution-field)"
+            )
         prompt = prompt_ids_of(tokenizer, messages)
         target = tokenizer.encode(target_text(solution), add_special_tokens=False) + [tokenizer.eos_token_id]
         if len(prompt) > max_prompt_length:
@@ -200,8 +228,9 @@ def examples_from_rows(rows: Sequence[dict[str, Any]], tokenizer: Any, completio
     return loaded
 
 
-def load_examples(paths: Sequence[str], tokenizer: Any, completion_length: int,
-                  max_prompt_length: int) -> LoadedExamples:
+def load_examples(
+    paths: Sequence[str], tokenizer: Any, completion_length: int, max_prompt_length: int
+) -> LoadedExamples:
     """Examples of every file, in file order; an error when none fits the lengths."""
     if tokenizer.eos_token_id is None:
         raise SFTError(f"the tokenizer of {tokenizer.name_or_path} has no EOS token; SFT pads targets with it")
@@ -216,9 +245,11 @@ def load_examples(paths: Sequence[str], tokenizer: Any, completion_length: int,
         loaded.overlong_prompts += part.overlong_prompts
         loaded.overlong_targets += part.overlong_targets
     if not loaded.examples:
-        raise SFTError(f"no example of {list(paths)} fits: {loaded.overlong_targets} targets are longer than "
-                       f"completion_length={completion_length} tokens (EOS included) and {loaded.overlong_prompts} "
-                       f"prompts longer than max_prompt_length={max_prompt_length}; raise them")
+        raise SFTError(
+            f"no example of {list(paths)} fits: {loaded.overlong_targets} targets are longer than "
+            f"completion_length={completion_length} tokens (EOS included) and {loaded.overlong_prompts} "
+            f"prompts longer than max_prompt_length={max_prompt_length}; raise them"
+        )
     return loaded
 
 
@@ -256,8 +287,9 @@ def lr_schedule(optimizer: torch.optim.Optimizer, config: SFTConfig) -> torch.op
     """transformers' ``cosine_with_min_lr`` (DiffuCoder's, and verl's ``cosine`` for the RL job): step ``s`` runs at
     ``lr s / warmup_steps`` during the warm-up, then ``(s - warmup_steps) / (steps - warmup_steps)`` of the way
     down a half cosine from ``lr`` to ``min_lr_ratio * lr``."""
-    return get_cosine_with_min_lr_schedule_with_warmup(optimizer, config.warmup_steps, config.steps,
-                                                       min_lr_rate=config.min_lr_ratio)
+    return get_cosine_with_min_lr_schedule_with_warmup(
+        optimizer, config.warmup_steps, config.steps, min_lr_rate=config.min_lr_ratio
+    )
 
 
 def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
@@ -267,21 +299,22 @@ def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> li
     stream: list[int] = []
     while len(stream) < steps * batch_size:
         stream += torch.randperm(num_examples, generator=generator).tolist()
-    return [stream[i * batch_size:(i + 1) * batch_size] for i in range(steps)]
+    return [stream[i * batch_size : (i + 1) * batch_size] for i in range(steps)]
 
 
 @torch.no_grad()
-def validation_loss(lm: DiffusionLM, examples: Sequence[Example], config: SFTConfig, pad_id: int, eos_id: int,
-                    masker: Any) -> float:
+def validation_loss(
+    lm: DiffusionLM, examples: Sequence[Example], config: SFTConfig, pad_id: int, eos_id: int, masker: Any
+) -> float:
     """Mean loss over ``examples``, each under ``val_masks`` fixed masks: the same value every call
     for the same weights, so curves compare."""
     total, count = 0.0, 0
     repeated = [example for example in examples for _ in range(config.val_masks)]
     seeds = mask_seed_table(config.seed, EVAL_STEP, len(repeated), 1)[:, 0]  # [N]
     for start in range(0, len(repeated), config.batch_size):
-        chunk = repeated[start:start + config.batch_size]
+        chunk = repeated[start : start + config.batch_size]
         batch = collate(chunk, config.completion_length, pad_id, eos_id)
-        loss = masked_diffusion_loss(lm, batch, seeds[start:start + len(chunk)], masker)
+        loss = masked_diffusion_loss(lm, batch, seeds[start : start + len(chunk)], masker)
         total += float(loss) * len(chunk)
         count += len(chunk)
     return total / count
@@ -358,8 +391,13 @@ def load_model_and_tokenizer(config: SFTConfig) -> tuple[DiffusionLM, Any]:
         from diffugrpo_plugin.models.tiny import default_tiny_model_path
 
         model_path = default_tiny_model_path()
-    lm, tokenizer = load_diffusion_lm(model_path, "cpu", trust_remote_code=config.trust_remote_code,
-                                      family=config.family, implementation=config.implementation)
+    lm, tokenizer = load_diffusion_lm(
+        model_path,
+        "cpu",
+        trust_remote_code=config.trust_remote_code,
+        family=config.family,
+        implementation=config.implementation,
+    )
     if config.lora_rank:
         lm = _with_adapters(lm, tokenizer, config)
     lm.module.train()
@@ -371,13 +409,19 @@ def _with_adapters(lm: DiffusionLM, tokenizer: Any, config: SFTConfig) -> Diffus
     from diffugrpo_plugin.models.lora import parse_targets, refuse_adapted_head, with_adapters
 
     try:
-        model = with_adapters(lm.module, config.lora_rank, parse_targets(config.target_modules),
-                              alpha=config.lora_alpha, dropout=config.lora_dropout)
+        model = with_adapters(
+            lm.module,
+            config.lora_rank,
+            parse_targets(config.target_modules),
+            alpha=config.lora_alpha,
+            dropout=config.lora_dropout,
+        )
     except ValueError as error:
         raise SFTError(f"LoRA: {' '.join(str(error).split())} (--target-modules)") from error
     refuse_adapted_head(model, lm.family)
-    return DiffusionLM.wrap(model, tokenizer, mask_token_id=lm.mask_token_id, logits_shift=lm.shift_logits,
-                            family=lm.family.name)
+    return DiffusionLM.wrap(
+        model, tokenizer, mask_token_id=lm.mask_token_id, logits_shift=lm.shift_logits, family=lm.family.name
+    )
 
 
 StopRule = Callable[[int, DiffusionLM, Any], bool]
@@ -399,11 +443,16 @@ def train(config: SFTConfig, echo: Callable[[str], None] = print, stop_when: Sto
 
 def _load_data(config: SFTConfig, tokenizer: Any, echo: Callable[[str], None]) -> tuple[list[Example], list[Example]]:
     loaded = load_examples(config.train_files, tokenizer, config.completion_length, config.max_prompt_length)
-    val = (load_examples(config.val_files, tokenizer, config.completion_length, config.max_prompt_length).examples
-           if config.val_files else [])
-    echo(f"sft: {len(loaded.examples)} examples ({loaded.overlong_targets} targets over {config.completion_length} "
-         f"tokens and {loaded.overlong_prompts} prompts over {config.max_prompt_length} left out), "
-         f"{len(val)} validation examples, {config.steps} steps of {config.batch_size}")
+    val = (
+        load_examples(config.val_files, tokenizer, config.completion_length, config.max_prompt_length).examples
+        if config.val_files
+        else []
+    )
+    echo(
+        f"sft: {len(loaded.examples)} examples ({loaded.overlong_targets} targets over {config.completion_length} "
+        f"tokens and {loaded.overlong_prompts} prompts over {config.max_prompt_length} left out), "
+        f"{len(val)} validation examples, {config.steps} steps of {config.batch_size}"
+    )
     return loaded.examples, val
 
 
@@ -413,8 +462,14 @@ def _train(config: SFTConfig, echo: Callable[[str], None], stop_when: StopRule |
     examples, val = _load_data(config, tokenizer, echo)
     trainable = [parameter for parameter in lm.module.parameters() if parameter.requires_grad]
     optimizer = torch.optim.AdamW(trainable, lr=config.lr, weight_decay=config.weight_decay)
-    learner = _Learner(lm=lm, optimizer=optimizer, schedule=lr_schedule(optimizer, config), masker=make_sft(config.eps),
-                       pad_id=padding_id(tokenizer), eos_id=tokenizer.eos_token_id)
+    learner = _Learner(
+        lm=lm,
+        optimizer=optimizer,
+        schedule=lr_schedule(optimizer, config),
+        masker=make_sft(config.eps),
+        pad_id=padding_id(tokenizer),
+        eos_id=tokenizer.eos_token_id,
+    )
     scalars = _Scalars(config.tensorboard_dir)
     result = SFTResult(config.output_dir, [], [], 0.0, len(examples))
     window: list[float] = []
@@ -427,8 +482,10 @@ def _train(config: SFTConfig, echo: Callable[[str], None], stop_when: StopRule |
         if done % config.log_every == 0 or done == config.steps:
             result.train_losses.append((done, sum(window) / len(window)))
             window = []
-            echo(f"sft: step {done}/{config.steps} loss {result.train_losses[-1][1]:.4f} lr {values['train/lr']:.2e} "
-                 f"({time.perf_counter() - started:.0f} s)")
+            echo(
+                f"sft: step {done}/{config.steps} loss {result.train_losses[-1][1]:.4f} lr {values['train/lr']:.2e} "
+                f"({time.perf_counter() - started:.0f} s)"
+            )
         if val and ((config.eval_every and done % config.eval_every == 0) or done == config.steps):
             result.val_losses.append((done, learner.validation_loss(val, config)))
             scalars.add(done, {"val/loss": result.val_losses[-1][1]})
@@ -462,8 +519,9 @@ def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig, 
     if hasattr(module, "peft_config"):  # LoRA: the adapter alone, then the merged model (what the RL job loads)
         from diffugrpo_plugin.models.lora import adapter_state, save_adapter
 
-        save_adapter(output / "lora_adapter", adapter_state(module), module.peft_config["default"].to_dict(),
-                     config.model_path)
+        save_adapter(
+            output / "lora_adapter", adapter_state(module), module.peft_config["default"].to_dict(), config.model_path
+        )
         module = module.merge_and_unload()
     module.save_pretrained(output)
     tokenizer.save_pretrained(output)
@@ -478,10 +536,13 @@ def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig, 
 
 def parse_args(argv: Sequence[str] | None = None) -> SFTConfig:
     """An :class:`SFTConfig` from the command line, one option per field."""
-    parser = HfArgumentParser(SFTConfig, prog="python -m diffugrpo_plugin.training.sft",
-                              description="Completion-only masked-diffusion SFT (LLaDA's loss) on prepared parquet "
-                                          "rows; saves an HF checkpoint the RL job loads with "
-                                          "actor_rollout_ref.model.path=OUTPUT_DIR.")
+    parser = HfArgumentParser(
+        SFTConfig,
+        prog="python -m diffugrpo_plugin.training.sft",
+        description="Completion-only masked-diffusion SFT (LLaDA's loss) on prepared parquet "
+        "rows; saves an HF checkpoint the RL job loads with "
+        "actor_rollout_ref.model.path=OUTPUT_DIR.",
+    )
     (config,) = parser.parse_args_into_dataclasses(args=argv)
     return config
 

@@ -22,7 +22,9 @@ from diffugrpo_plugin.data.cache import build_once, diffugrpo_home
 from diffugrpo_plugin.models.tiny import TinySpec, tiny_model_path
 from diffugrpo_plugin.training.sft import SFTConfig, train
 
-WARM_START_VERSION = 3  # 2: the SFT schedule became transformers' cosine_with_min_lr; 3: stopped inside a longer schedule
+WARM_START_VERSION = (
+    3  # 2: the SFT schedule became transformers' cosine_with_min_lr; 3: stopped inside a longer schedule
+)
 """Bump when the warm-start procedure changes in a way :class:`WarmStart`'s fields do not show."""
 
 
@@ -54,25 +56,44 @@ class WarmStart:
 
     def __post_init__(self) -> None:
         if not 0 < self.steps <= self.schedule_steps:
-            raise ValueError(f"steps ({self.steps}) must be positive and at most schedule_steps ({self.schedule_steps})")
+            raise ValueError(
+                f"steps ({self.steps}) must be positive and at most schedule_steps ({self.schedule_steps})"
+            )
 
     @property
     def cache_suffix(self) -> str:
-        return (f"sft-n{self.steps}of{self.schedule_steps}-b{self.batch_size}-lr{self.lr:g}-w{self.warmup_steps}"
-                f"-c{self.completion_length}-s{self.seed}-syn{SYNTHETIC_VERSION}d{self.data_seed}-ws{WARM_START_VERSION}")
+        return (
+            f"sft-n{self.steps}of{self.schedule_steps}-b{self.batch_size}-lr{self.lr:g}-w{self.warmup_steps}"
+            f"-c{self.completion_length}-s{self.seed}-syn{SYNTHETIC_VERSION}d{self.data_seed}-ws{WARM_START_VERSION}"
+        )
 
 
-def save_warm_model(directory: str | os.PathLike, spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart(),
-                    echo: Callable[[str], None] | None = None) -> Path:
+def save_warm_model(
+    directory: str | os.PathLike,
+    spec: TinySpec = TinySpec(),
+    recipe: WarmStart = WarmStart(),
+    echo: Callable[[str], None] | None = None,
+) -> Path:
     """Fine-tune the random tiny model of ``spec`` with ``recipe`` on the synthetic train split into ``directory``."""
     train_file, _ = default_data_paths(recipe.data_seed)
-    config = SFTConfig(train_files=[train_file], output_dir=str(directory), model_path=tiny_model_path(spec),
-                       steps=recipe.schedule_steps, batch_size=recipe.batch_size, lr=recipe.lr,
-                       warmup_steps=recipe.warmup_steps, completion_length=recipe.completion_length,
-                       seed=recipe.seed, log_every=max(1, recipe.steps // 5),
-                       threads=min(recipe.threads, os.cpu_count() or 1))
-    train(config, echo=echo or (lambda line: print(f"diffugrpo: warm start: {line}", file=sys.stderr)),
-          stop_when=lambda steps_done, _lm, _tokenizer: steps_done >= recipe.steps)
+    config = SFTConfig(
+        train_files=[train_file],
+        output_dir=str(directory),
+        model_path=tiny_model_path(spec),
+        steps=recipe.schedule_steps,
+        batch_size=recipe.batch_size,
+        lr=recipe.lr,
+        warmup_steps=recipe.warmup_steps,
+        completion_length=recipe.completion_length,
+        seed=recipe.seed,
+        log_every=max(1, recipe.steps // 5),
+        threads=min(recipe.threads, os.cpu_count() or 1),
+    )
+    train(
+        config,
+        echo=echo or (lambda line: print(f"diffugrpo: warm start: {line}", file=sys.stderr)),
+        stop_when=lambda steps_done, _lm, _tokenizer: steps_done >= recipe.steps,
+    )
     return Path(directory)
 
 
@@ -85,8 +106,11 @@ def warm_model_path(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()
     """Path of the cached warm-started checkpoint, fine-tuned on first use (once per machine)."""
     target = warm_model_dir(spec, recipe)
     if not target.is_dir():
-        print(f"diffugrpo: building the warm-started tiny model once into {target} "
-              f"({recipe.steps} SFT steps, a few minutes on CPU)", file=sys.stderr)
+        print(
+            f"diffugrpo: building the warm-started tiny model once into {target} "
+            f"({recipe.steps} SFT steps, a few minutes on CPU)",
+            file=sys.stderr,
+        )
     return str(build_once(target, lambda staging: save_warm_model(staging, spec, recipe)))
 
 

@@ -121,8 +121,14 @@ class Settings:
         """The rollout's sampler, for evaluation and SFT checks: entropy, same steps, temperature, top-p, top-k."""
         from diffugrpo_plugin.sampling import build_sampler
 
-        return build_sampler("entropy", steps=self.sampler_steps, temperature=self.temperature, top_p=0.95,
-                             **MEASURED_SAMPLING, **self.sampler_fast_path)
+        return build_sampler(
+            "entropy",
+            steps=self.sampler_steps,
+            temperature=self.temperature,
+            top_p=0.95,
+            **MEASURED_SAMPLING,
+            **self.sampler_fast_path,
+        )
 
 
 # --------------------------------------------------------------------------- stages
@@ -153,8 +159,10 @@ def prepare_data(settings: Settings) -> DemoData:
         train.append(str(directory / "mbpp" / "train.parquet"))
         held_out["mbpp"] = str(directory / "mbpp" / "validation.parquet")
     synthetic = directory / f"synthetic-{settings.synthetic_family}"
-    options = {"family": settings.synthetic_family,
-               "validation_fraction": SYNTHETIC_VALIDATION_FRACTION[settings.synthetic_family]}
+    options = {
+        "family": settings.synthetic_family,
+        "validation_fraction": SYNTHETIC_VALIDATION_FRACTION[settings.synthetic_family],
+    }
     if not (synthetic / "sft_check.parquet").is_file():  # also rebuilds data from before the check split
         rows = prepare("synthetic", "train", **options)
         every = len(rows) // SFT_CHECK_PROBLEMS
@@ -165,8 +173,9 @@ def prepare_data(settings: Settings) -> DemoData:
     train.append(str(synthetic / "train.parquet"))
     held_out["synthetic"] = str(synthetic / "validation.parquet")
     rl_train = tuple(train) if settings.rl_on_mbpp else (str(synthetic / "train.parquet"),)
-    return DemoData(train=tuple(train), sft_check=str(synthetic / "sft_check.parquet"), held_out=held_out,
-                    rl_train=rl_train)
+    return DemoData(
+        train=tuple(train), sft_check=str(synthetic / "sft_check.parquet"), held_out=held_out, rl_train=rl_train
+    )
 
 
 def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> dict[str, Any]:
@@ -178,11 +187,22 @@ def run_sft(settings: Settings, data: DemoData, seed: int, directory: Path) -> d
         return json.loads((directory / "timing.json").read_text())
     echo = lambda line: print(f"[seed {seed}] {line}", flush=True)  # noqa: E731
     checks: list[dict[str, float]] = []
-    result = train(SFTConfig(train_files=data.train, output_dir=str(directory), steps=settings.sft_steps,
-                             lr=settings.sft_lr, warmup_steps=min(30, settings.sft_steps),
-                             completion_length=settings.response_length, seed=seed, threads=settings.threads,
-                             log_every=max(1, settings.sft_steps // 20), tensorboard_dir=str(directory / "tb")),
-                   echo=echo, stop_when=sft_stop_rule(settings, data.sft_check, seed, checks, echo))
+    result = train(
+        SFTConfig(
+            train_files=data.train,
+            output_dir=str(directory),
+            steps=settings.sft_steps,
+            lr=settings.sft_lr,
+            warmup_steps=min(30, settings.sft_steps),
+            completion_length=settings.response_length,
+            seed=seed,
+            threads=settings.threads,
+            log_every=max(1, settings.sft_steps // 20),
+            tensorboard_dir=str(directory / "tb"),
+        ),
+        echo=echo,
+        stop_when=sft_stop_rule(settings, data.sft_check, seed, checks, echo),
+    )
     record = {"seconds": result.seconds, "steps": result.steps_done, "checks": checks}
     (directory / "timing.json").write_text(json.dumps(record, indent=1))
     return record
@@ -203,12 +223,15 @@ def sft_stop_rule(settings: Settings, check_file: str, seed: int, checks: list[d
         if done < settings.sft_check_from or done % settings.sft_check_every:
             return False
         started = time.perf_counter()
-        completions = evaluation.generate_completions(sampler, lm, tokenizer, problems, 1, settings.response_length,
-                                                      seed=seed, batch_size=32)
+        completions = evaluation.generate_completions(
+            sampler, lm, tokenizer, problems, 1, settings.response_length, seed=seed, batch_size=32
+        )
         pass_at_1 = evaluation.summarize(evaluation.judge_completions(problems, completions), [1])["pass@1"]
         checks.append({"step": done, "pass@1": pass_at_1, "seconds": time.perf_counter() - started})
-        echo(f"sft check: step {done} pass@1 {pass_at_1:.3f} on {len(problems)} check problems "
-             f"(stop at {settings.sft_stop_pass})")
+        echo(
+            f"sft check: step {done} pass@1 {pass_at_1:.3f} on {len(problems)} check problems "
+            f"(stop at {settings.sft_stop_pass})"
+        )
         return pass_at_1 >= settings.sft_stop_pass
 
     return enough_pass
@@ -217,34 +240,40 @@ def sft_stop_rule(settings: Settings, check_file: str, seed: int, checks: list[d
 def rl_command(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, seed: int) -> list[str]:
     """``python -m diffugrpo_plugin.main`` with the demo's overrides (the coupled_grpo defaults otherwise)."""
     steps = settings.rl_steps
-    return [sys.executable, "-m", "diffugrpo_plugin.main",
-            f"actor_rollout_ref.model.path={sft_dir}",
-            f"data.train_files=[{','.join(data.rl_train)}]",
-            f"data.val_files=[{','.join(data.held_out.values())}]",
-            f"data.max_response_length={settings.response_length}",
-            f"data.train_batch_size={settings.rl_batch}",
-            f"actor_rollout_ref.actor.ppo_mini_batch_size={settings.rl_mini_batch}",
-            f"actor_rollout_ref.actor.ppo_epochs={settings.rl_epochs}",
-            f"data.seed={seed}",
-            f"actor_rollout_ref.rollout.seed={seed}",
-            f"actor_rollout_ref.model.diffusion.mask_seed={seed}",
-            f"actor_rollout_ref.rollout.n={settings.rl_n}",
-            f"actor_rollout_ref.rollout.temperature={settings.temperature}",
-            f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={settings.sampler_steps}",
-            "actor_rollout_ref.rollout.top_k=-1",
-            "actor_rollout_ref.rollout.engine_kwargs.diffusion.suppress_mask_token=true",
-            *(f"actor_rollout_ref.rollout.engine_kwargs.diffusion.{key}={_override_value(value)}"
-              for key, value in settings.sampler_fast_path.items()),
-            f"actor_rollout_ref.actor.optim.lr={settings.rl_lr}",
-            f"actor_rollout_ref.actor.kl_loss_coef={settings.rl_kl}",
-            "actor_rollout_ref.actor.checkpoint.save_contents=[model,extra,hf_model]",
-            f"trainer.total_training_steps={steps}",
-            f"trainer.save_freq={steps}",
-            "trainer.test_freq=-1",
-            "trainer.val_before_train=false",
-            f"trainer.experiment_name=cpu_demo_seed{seed}",
-            f"trainer.default_local_dir={rl_dir / 'ckpt'}",
-            *settings.rl_overrides]
+    return [
+        sys.executable,
+        "-m",
+        "diffugrpo_plugin.main",
+        f"actor_rollout_ref.model.path={sft_dir}",
+        f"data.train_files=[{','.join(data.rl_train)}]",
+        f"data.val_files=[{','.join(data.held_out.values())}]",
+        f"data.max_response_length={settings.response_length}",
+        f"data.train_batch_size={settings.rl_batch}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={settings.rl_mini_batch}",
+        f"actor_rollout_ref.actor.ppo_epochs={settings.rl_epochs}",
+        f"data.seed={seed}",
+        f"actor_rollout_ref.rollout.seed={seed}",
+        f"actor_rollout_ref.model.diffusion.mask_seed={seed}",
+        f"actor_rollout_ref.rollout.n={settings.rl_n}",
+        f"actor_rollout_ref.rollout.temperature={settings.temperature}",
+        f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={settings.sampler_steps}",
+        "actor_rollout_ref.rollout.top_k=-1",
+        "actor_rollout_ref.rollout.engine_kwargs.diffusion.suppress_mask_token=true",
+        *(
+            f"actor_rollout_ref.rollout.engine_kwargs.diffusion.{key}={_override_value(value)}"
+            for key, value in settings.sampler_fast_path.items()
+        ),
+        f"actor_rollout_ref.actor.optim.lr={settings.rl_lr}",
+        f"actor_rollout_ref.actor.kl_loss_coef={settings.rl_kl}",
+        "actor_rollout_ref.actor.checkpoint.save_contents=[model,extra,hf_model]",
+        f"trainer.total_training_steps={steps}",
+        f"trainer.save_freq={steps}",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=false",
+        f"trainer.experiment_name=cpu_demo_seed{seed}",
+        f"trainer.default_local_dir={rl_dir / 'ckpt'}",
+        *settings.rl_overrides,
+    ]
 
 
 def run_rl(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, seed: int) -> tuple[Path, float]:
@@ -257,8 +286,14 @@ def run_rl(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, seed
     (rl_dir / "command.txt").write_text(" ".join(command) + "\n")
     started = time.perf_counter()
     with open(rl_dir / "train.log", "w") as log:
-        result = subprocess.run(command, cwd=rl_dir, stdout=log, stderr=subprocess.STDOUT, check=False,
-                                env={**os.environ, "TENSORBOARD_DIR": str(rl_dir / "tb")})
+        result = subprocess.run(
+            command,
+            cwd=rl_dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            check=False,
+            env={**os.environ, "TENSORBOARD_DIR": str(rl_dir / "tb")},
+        )
     seconds = time.perf_counter() - started
     if result.returncode != 0 or not (policy / "model.safetensors").is_file():
         raise SystemExit(f"[seed {seed}] the RL job failed (exit {result.returncode}); see {rl_dir / 'train.log'}")
@@ -284,11 +319,15 @@ def evaluate(settings: Settings, data: DemoData, model_path: Path, seed: int, pa
     from diffugrpo_plugin.tools import evaluation
 
     started = time.perf_counter()
-    problems = [problem for source, file in data.held_out.items()
-                for problem in evaluation.load_problems("parquet", path=file, limit=settings.eval_limit)]
+    problems = [
+        problem
+        for source, file in data.held_out.items()
+        for problem in evaluation.load_problems("parquet", path=file, limit=settings.eval_limit)
+    ]
     lm, tokenizer = load_diffusion_lm(str(model_path), "cpu")
-    completions = evaluation.generate_completions(settings.sampler(), lm, tokenizer, problems, settings.eval_n,
-                                                  settings.response_length, seed=seed, batch_size=32)
+    completions = evaluation.generate_completions(
+        settings.sampler(), lm, tokenizer, problems, settings.eval_n, settings.response_length, seed=seed, batch_size=32
+    )
     results = evaluation.judge_completions(problems, completions)
     summary = evaluation.summarize(results, [1])
     report = reward_report(problems, completions, summary)
@@ -315,7 +354,9 @@ def reward_report(problems, completions, summary: dict[str, Any]) -> dict[str, d
     report = {}
     for source, rows in per_source.items():
         pass_at_1 = summary["pass@1"] if source == "all" else summary["by_data_source"][source]["pass@1"]
-        report[source] = {name: statistics.fmean(row[name] for row in rows) for name in ("total", "code", "code_format")}
+        report[source] = {
+            name: statistics.fmean(row[name] for row in rows) for name in ("total", "code", "code_format")
+        }
         report[source]["pass@1"] = pass_at_1
     return report
 
@@ -338,23 +379,37 @@ def results_table(runs: dict[int, dict[str, Any]], sources: tuple[str, ...]) -> 
             for metric in COMPONENTS:
                 before, after = run["sft"][source][metric], run["rl"][source][metric]
                 lines.append(f"| {seed} | {source} | {metric} | {before:.3f} | {after:.3f} | {after - before:+.3f} |")
-    lines += ["", f"Mean ± standard deviation over {len(runs)} seed(s):", "",
-              "| data | metric | after SFT | after RL | change |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        f"Mean ± standard deviation over {len(runs)} seed(s):",
+        "",
+        "| data | metric | after SFT | after RL | change |",
+        "|---|---|---|---|---|",
+    ]
     for source in sources:
         for metric in COMPONENTS:
             before = [run["sft"][source][metric] for run in runs.values()]
             after = [run["rl"][source][metric] for run in runs.values()]
             change = [a - b for a, b in zip(after, before)]
-            lines.append(f"| {source} | {metric} | {mean_and_spread(before)} | {mean_and_spread(after)} | "
-                         f"{mean_and_spread(change, '+')} |")
-    lines += ["", "SFT steps run and wall time per seed (s, 2 CPU cores; SFT includes its checks):", "",
-              "| seed | SFT steps | last check pass@1 | SFT | eval SFT | RL | eval RL | total |",
-              "|---|---|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {source} | {metric} | {mean_and_spread(before)} | {mean_and_spread(after)} | "
+                f"{mean_and_spread(change, '+')} |"
+            )
+    lines += [
+        "",
+        "SFT steps run and wall time per seed (s, 2 CPU cores; SFT includes its checks):",
+        "",
+        "| seed | SFT steps | last check pass@1 | SFT | eval SFT | RL | eval RL | total |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for seed, run in sorted(runs.items()):
         times = [run["sft_seconds"], run["sft"]["seconds"], run["rl_seconds"], run["rl"]["seconds"]]
         last_check = f"{run['sft_checks'][-1]['pass@1']:.3f}" if run["sft_checks"] else "-"
-        lines.append(f"| {seed} | {run['sft_steps']} | {last_check} | " + " | ".join(f"{t:.0f}" for t in times)
-                     + f" | {sum(times):.0f} |")
+        lines.append(
+            f"| {seed} | {run['sft_steps']} | {last_check} | "
+            + " | ".join(f"{t:.0f}" for t in times)
+            + f" | {sum(times):.0f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -368,8 +423,13 @@ def summary_figure(runs: dict[int, dict[str, Any]], sources: tuple[str, ...], pa
         for index, metric in enumerate(COMPONENTS):
             for offset, stage, color in ((-0.17, "sft", "tab:gray"), (0.17, "rl", "tab:blue")):
                 values = [run[stage][source][metric] for run in runs.values()]
-                axes.bar(index + offset, statistics.fmean(values), width=0.32, color=color,
-                         label=("after SFT" if stage == "sft" else "after RL") if index == 0 else None)
+                axes.bar(
+                    index + offset,
+                    statistics.fmean(values),
+                    width=0.32,
+                    color=color,
+                    label=("after SFT" if stage == "sft" else "after RL") if index == 0 else None,
+                )
                 axes.scatter([index + offset] * len(values), values, color="black", s=8, zorder=3)
         axes.set_xticks(range(len(COMPONENTS)), ["total", "code x1", "format x1", "pass@1"])
         axes.set_title(f"held-out {source}")
@@ -377,8 +437,9 @@ def summary_figure(runs: dict[int, dict[str, Any]], sources: tuple[str, ...], pa
         if column == 0:
             axes.set_ylabel("mean over completions")
             axes.legend(loc="upper left", fontsize=8)
-    figure.suptitle(f"CPU demo: held-out reward before and after coupled-GRPO ({len(runs)} seeds; bars: mean, "
-                    f"dots: seeds)")
+    figure.suptitle(
+        f"CPU demo: held-out reward before and after coupled-GRPO ({len(runs)} seeds; bars: mean, dots: seeds)"
+    )
     figure.tight_layout()
     figure.savefig(path)
 
@@ -396,68 +457,135 @@ def run_seed(settings: Settings, data: DemoData, seed: int) -> dict[str, Any]:
     after = evaluate(settings, data, policy, seed, directory / "eval_rl.json")
     print(f"[seed {seed}] after RL: {json.dumps(after['all'])}", flush=True)
     plot_rl(rl_dir, directory / "plots")
-    return {"sft": before, "rl": after, "sft_seconds": sft["seconds"], "sft_steps": sft["steps"],
-            "sft_checks": sft["checks"], "rl_seconds": rl_seconds}
+    return {
+        "sft": before,
+        "rl": after,
+        "sft_seconds": sft["seconds"],
+        "sft_steps": sft["steps"],
+        "sft_checks": sft["checks"],
+        "rl_seconds": rl_seconds,
+    }
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[Settings, list[int]]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("runs/cpu_demo"))
-    parser.add_argument("--mbpp", type=Path, default=default_mbpp(os.environ),
-                        help=f"MBPP's mbpp.jsonl (default: ${MBPP_DIR_VAR}/mbpp.jsonl; unset: synthetic tasks only)")
-    parser.add_argument("--response-length", type=int, default=48,
-                        help="SFT target length = rollout and evaluation length (tokens); they must agree")
-    parser.add_argument("--sft-steps", type=int, default=12000,
-                        help="most SFT steps (the learning-rate schedule's length); the stop rule may end it earlier")
+    parser.add_argument(
+        "--mbpp",
+        type=Path,
+        default=default_mbpp(os.environ),
+        help=f"MBPP's mbpp.jsonl (default: ${MBPP_DIR_VAR}/mbpp.jsonl; unset: synthetic tasks only)",
+    )
+    parser.add_argument(
+        "--response-length",
+        type=int,
+        default=48,
+        help="SFT target length = rollout and evaluation length (tokens); they must agree",
+    )
+    parser.add_argument(
+        "--sft-steps",
+        type=int,
+        default=12000,
+        help="most SFT steps (the learning-rate schedule's length); the stop rule may end it earlier",
+    )
     parser.add_argument("--sft-lr", type=float, default=1e-3)
-    parser.add_argument("--sft-stop-pass", type=float, default=0.25,
-                        help="stop SFT at the first check whose pass@1 on the SFT check split reaches this (0: never)")
+    parser.add_argument(
+        "--sft-stop-pass",
+        type=float,
+        default=0.25,
+        help="stop SFT at the first check whose pass@1 on the SFT check split reaches this (0: never)",
+    )
     parser.add_argument("--sft-check-from", type=int, default=2000, help="first SFT step that is checked")
     parser.add_argument("--sft-check-every", type=int, default=250, help="SFT steps between checks")
     parser.add_argument("--rl-steps", type=int, default=160)
     parser.add_argument("--rl-lr", type=float, default=1e-4)
-    parser.add_argument("--rl-kl", type=float, default=0.01,
-                        help="weight of the KL term to the SFT model (DiffuCoder's beta; the default job uses 0.05)")
-    parser.add_argument("--rl-mbpp", action="store_true",
-                        help="RL prompts from MBPP train too (default: the synthetic train split only; MBPP prompts "
-                             "give this model no test signal, its code does not pass them)")
+    parser.add_argument(
+        "--rl-kl",
+        type=float,
+        default=0.01,
+        help="weight of the KL term to the SFT model (DiffuCoder's beta; the default job uses 0.05)",
+    )
+    parser.add_argument(
+        "--rl-mbpp",
+        action="store_true",
+        help="RL prompts from MBPP train too (default: the synthetic train split only; MBPP prompts "
+        "give this model no test signal, its code does not pass them)",
+    )
     parser.add_argument("--rl-n", type=int, default=8, help="completions per prompt (GRPO group size)")
     parser.add_argument("--rl-batch", type=int, default=4, help="prompts per RL step")
     parser.add_argument("--rl-mini-batch", type=int, default=4, help="prompts per policy update")
-    parser.add_argument("--rl-epochs", type=int, default=2,
-                        help="passes over each step's rollouts, each with fresh masks (DiffuCoder's num_iterations)")
+    parser.add_argument(
+        "--rl-epochs",
+        type=int,
+        default=2,
+        help="passes over each step's rollouts, each with fresh masks (DiffuCoder's num_iterations)",
+    )
     parser.add_argument("--temperature", type=float, default=1.0, help="rollout and evaluation temperature")
     parser.add_argument("--sampler-steps", type=int, default=32, help="denoising steps (rollout and evaluation)")
     parser.add_argument("--eval-n", type=int, default=4, help="held-out completions per problem")
     parser.add_argument("--eval-limit", type=int, default=None, help="held-out problems per data source (all)")
-    parser.add_argument("--synthetic-family", default="wide", choices=list(SYNTHETIC_VALIDATION_FRACTION),
-                        help="wide: constants up to 999 (3925 train functions); small: the default job's 191")
-    parser.add_argument("--threads", type=int, default=2,
-                        help="torch threads of SFT and evaluation (1 when seeds run side by side)")
-    parser.add_argument("--plain-sampler", action="store_true",
-                        help="rollout and evaluation with the reference's plain sampler instead of the fast path "
-                             "(prompt KV cache, threshold 0.99; ~3x faster sampling)")
-    parser.add_argument("--rl-override", action="append", default=[], metavar="KEY=VALUE",
-                        help="any further verl/diffugrpo override for the RL job; repeatable")
-    parser.add_argument("--smoke", action="store_true",
-                        help="check the wiring only: 20 SFT steps (checked at 10 and 20 on 4 problems), 2 RL steps, "
-                             "4 held-out problems per source")
+    parser.add_argument(
+        "--synthetic-family",
+        default="wide",
+        choices=list(SYNTHETIC_VALIDATION_FRACTION),
+        help="wide: constants up to 999 (3925 train functions); small: the default job's 191",
+    )
+    parser.add_argument(
+        "--threads", type=int, default=2, help="torch threads of SFT and evaluation (1 when seeds run side by side)"
+    )
+    parser.add_argument(
+        "--plain-sampler",
+        action="store_true",
+        help="rollout and evaluation with the reference's plain sampler instead of the fast path "
+        "(prompt KV cache, threshold 0.99; ~3x faster sampling)",
+    )
+    parser.add_argument(
+        "--rl-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any further verl/diffugrpo override for the RL job; repeatable",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="check the wiring only: 20 SFT steps (checked at 10 and 20 on 4 problems), 2 RL steps, "
+        "4 held-out problems per source",
+    )
     args = parser.parse_args(argv)
     if args.smoke:
         args.sft_steps, args.rl_steps, args.eval_n, args.eval_limit = 20, 2, 1, 4
         args.sft_check_from, args.sft_check_every = 10, 10
-    settings = Settings(out=args.out.resolve(), mbpp=args.mbpp, response_length=args.response_length,
-                        sft_steps=args.sft_steps, sft_lr=args.sft_lr, sft_stop_pass=args.sft_stop_pass,
-                        sft_check_from=args.sft_check_from, sft_check_every=args.sft_check_every,
-                        sft_check_problems=4 if args.smoke else SFT_CHECK_PROBLEMS,
-                        rl_steps=args.rl_steps, rl_lr=args.rl_lr, rl_kl=args.rl_kl, rl_on_mbpp=args.rl_mbpp,
-                        rl_n=args.rl_n, rl_batch=args.rl_batch, rl_mini_batch=args.rl_mini_batch,
-                        rl_epochs=args.rl_epochs, temperature=args.temperature,
-                        sampler_steps=args.sampler_steps, eval_n=args.eval_n, eval_limit=args.eval_limit,
-                        fast_sampler=not args.plain_sampler, synthetic_family=args.synthetic_family,
-                        threads=args.threads, rl_overrides=tuple(args.rl_override))
+    settings = Settings(
+        out=args.out.resolve(),
+        mbpp=args.mbpp,
+        response_length=args.response_length,
+        sft_steps=args.sft_steps,
+        sft_lr=args.sft_lr,
+        sft_stop_pass=args.sft_stop_pass,
+        sft_check_from=args.sft_check_from,
+        sft_check_every=args.sft_check_every,
+        sft_check_problems=4 if args.smoke else SFT_CHECK_PROBLEMS,
+        rl_steps=args.rl_steps,
+        rl_lr=args.rl_lr,
+        rl_kl=args.rl_kl,
+        rl_on_mbpp=args.rl_mbpp,
+        rl_n=args.rl_n,
+        rl_batch=args.rl_batch,
+        rl_mini_batch=args.rl_mini_batch,
+        rl_epochs=args.rl_epochs,
+        temperature=args.temperature,
+        sampler_steps=args.sampler_steps,
+        eval_n=args.eval_n,
+        eval_limit=args.eval_limit,
+        fast_sampler=not args.plain_sampler,
+        synthetic_family=args.synthetic_family,
+        threads=args.threads,
+        rl_overrides=tuple(args.rl_override),
+    )
     return settings, args.seeds
 
 
@@ -465,8 +593,11 @@ def mbpp_usable(mbpp: Path | None) -> bool:
     """False, with the error printed, for a named MBPP file that does not exist; without one (None) the
     demo goes on with the synthetic tasks alone and says so."""
     if mbpp is None:
-        print(f"run_demo: no MBPP file ({MBPP_DIR_VAR} is not set), so the synthetic tasks only; "
-              f"add MBPP with --mbpp path/to/mbpp.jsonl", flush=True)
+        print(
+            f"run_demo: no MBPP file ({MBPP_DIR_VAR} is not set), so the synthetic tasks only; "
+            f"add MBPP with --mbpp path/to/mbpp.jsonl",
+            flush=True,
+        )
     elif not mbpp.is_file():
         print(f"run_demo: MBPP file {mbpp} does not exist; pass --mbpp path/to/mbpp.jsonl", file=sys.stderr)
         return False

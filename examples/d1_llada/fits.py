@@ -44,9 +44,15 @@ def llada_8b():
     model = meta_model(LLaDAModelLM, config)
     hidden, vocab = config.d_model, config.embedding_size
     shape = step_cost.ModelShape(
-        parameters=sum(p.numel() for p in model.parameters()), vocab=vocab, hidden=hidden, layers=config.n_layers,
-        intermediate=config.mlp_hidden_size, kv_dim=hidden // config.n_heads * config.n_kv_heads,
-        embedding_parameters=vocab * hidden, head_parameters=0 if config.weight_tying else vocab * hidden)
+        parameters=sum(p.numel() for p in model.parameters()),
+        vocab=vocab,
+        hidden=hidden,
+        layers=config.n_layers,
+        intermediate=config.mlp_hidden_size,
+        kv_dim=hidden // config.n_heads * config.n_kv_heads,
+        embedding_parameters=vocab * hidden,
+        head_parameters=0 if config.weight_tying else vocab * hidden,
+    )
     return model, shape
 
 
@@ -54,11 +60,24 @@ def d1_setup(lean_mlp: bool, **changes) -> step_cost.StepSetup:
     """The recipe per GPU (d1's train.yaml): 6 completions per device batch, prompts 200 and completions 256 tokens,
     its one-view masker, bf16 compute, the sampler denoising the 6 completions together; weights stored in fp32
     (verl's default, so the adapters train in fp32 as d1's do), and so gradient checkpointing on (d1: off)."""
-    settings = dict(batch=6, prompt_length=200, completion_length=256, gpus=1, gradient_checkpointing=True,
-                    chunk_rows=training_default("actor_rollout_ref.model.diffusion.chunk_rows"),
-                    param_dtype="bf16", rollout_dtype="bf16", rollout_micro_batch=6, views=1,
-                    scored_rows_per_token=1, logits_shift=False, sampler_kv_cache=False, model_dtype="fp32",
-                    reference_dtype="bf16", lean_mlp=lean_mlp)
+    settings = dict(
+        batch=6,
+        prompt_length=200,
+        completion_length=256,
+        gpus=1,
+        gradient_checkpointing=True,
+        chunk_rows=training_default("actor_rollout_ref.model.diffusion.chunk_rows"),
+        param_dtype="bf16",
+        rollout_dtype="bf16",
+        rollout_micro_batch=6,
+        views=1,
+        scored_rows_per_token=1,
+        logits_shift=False,
+        sampler_kv_cache=False,
+        model_dtype="fp32",
+        reference_dtype="bf16",
+        lean_mlp=lean_mlp,
+    )
     settings.update(changes)
     return step_cost.StepSetup(**settings)
 
@@ -71,36 +90,54 @@ def main() -> None:
     stock = lean.installed == 0
     dropped = adapted_inputs_per_layer(adapted, shape.layers) if D1_DROPOUT else 0  # lora_dropout 0.05
     matched, unmatched = target_report([name for name, _ in model.named_modules()], D1_TARGETS)
-    print(f"LLaDA-8B: {shape.parameters / 1e9:.2f}B parameters. d1's LoRA, rank {D1_RANK}, targets "
-          f"{', '.join(D1_TARGETS)}: in LLaDA's module names only {', '.join(matched)} exist "
-          f"({', '.join(unmatched)} adapt nothing), so {len(adapted_module_names(adapted))} modules carry "
-          f"{adapters / 1e6:.0f}M adapter parameters ({100 * adapters / shape.parameters:.1f}% of the model); "
-          f"{'blocks with an adapter keep their own SwiGLU code (all their activations)' if stock else 'lean MLP'}.\n")
+    print(
+        f"LLaDA-8B: {shape.parameters / 1e9:.2f}B parameters. d1's LoRA, rank {D1_RANK}, targets "
+        f"{', '.join(D1_TARGETS)}: in LLaDA's module names only {', '.join(matched)} exist "
+        f"({', '.join(unmatched)} adapt nothing), so {len(adapted_module_names(adapted))} modules carry "
+        f"{adapters / 1e6:.0f}M adapter parameters ({100 * adapters / shape.parameters:.1f}% of the model); "
+        f"{'blocks with an adapter keep their own SwiGLU code (all their activations)' if stock else 'lean MLP'}.\n"
+    )
     rows = [
-        ("the recipe: LoRA, fp32 base and adapters, checkpointing",
-         d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped)),
-        ("... without checkpointing (d1's setting)",
-         d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, gradient_checkpointing=False)),
-        ("... 1 completion per micro-batch and sampler batch",
-         d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, batch=1, rollout_micro_batch=1)),
-        ("... bf16 base (adapters in bf16 too: too coarse for lr 3e-6)",
-         d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, model_dtype="bf16")),
+        (
+            "the recipe: LoRA, fp32 base and adapters, checkpointing",
+            d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped),
+        ),
+        (
+            "... without checkpointing (d1's setting)",
+            d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, gradient_checkpointing=False),
+        ),
+        (
+            "... 1 completion per micro-batch and sampler batch",
+            d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, batch=1, rollout_micro_batch=1),
+        ),
+        (
+            "... bf16 base (adapters in bf16 too: too coarse for lr 3e-6)",
+            d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, model_dtype="bf16"),
+        ),
         ("full fine-tuning, fp32 states, bf16 reference", d1_setup(True)),
     ]
     width = max(len(name) for name, _ in rows)
-    print(f"| {'setting (one GPU, one training step)':<{width}} | GiB | held | update | rollout | "
-          + " | ".join(f"{gb} GB" for gb in GPUS_GB) + " |")
-    print(f"|{'-' * (width + 2)}|-----|------|--------|---------|" + "|".join("-" * (len(str(gb)) + 5) for gb in GPUS_GB)
-          + "|")
+    print(
+        f"| {'setting (one GPU, one training step)':<{width}} | GiB | held | update | rollout | "
+        + " | ".join(f"{gb} GB" for gb in GPUS_GB)
+        + " |"
+    )
+    print(
+        f"|{'-' * (width + 2)}|-----|------|--------|---------|"
+        + "|".join("-" * (len(str(gb)) + 5) for gb in GPUS_GB)
+        + "|"
+    )
     for name, setup in rows:
         estimate = step_cost.memory_estimate(shape, setup)
         total = estimate.total_gib
         fits = " | ".join(f"{'yes' if fits_on(total, gb) else 'no':<{len(str(gb)) + 3}}" for gb in GPUS_GB)
         phases = " | ".join(f"{estimate.phase_bytes(phase) / 2**30:.1f}" for phase in step_cost.PHASES)
         print(f"| {name:<{width}} | {total:.1f} | {phases} | {fits} |")
-    print(f"\n'yes': the estimate plus {ALLOCATOR_MARGIN:.0%} (allocator, terms not counted) and {CONTEXT_GIB} GiB of CUDA "
-          f"context fit the card (GB = 10^9 bytes, as cards are sold). 4-bit base weights (d1's load_in_4bit) are "
-          f"not supported yet.")
+    print(
+        f"\n'yes': the estimate plus {ALLOCATOR_MARGIN:.0%} (allocator, terms not counted) and {CONTEXT_GIB} GiB of CUDA "
+        f"context fit the card (GB = 10^9 bytes, as cards are sold). 4-bit base weights (d1's load_in_4bit) are "
+        f"not supported yet."
+    )
 
 
 if __name__ == "__main__":

@@ -132,8 +132,11 @@ SUPPORTED_SETTINGS: dict[str, tuple[Any, ...]] = {
 def unsupported_settings(config: dict[str, Any]) -> list[str]:
     """``key=value`` for every setting of a LLaDA ``config.json`` dict that this implementation cannot run."""
     defaults = LLaDAConfig()
-    problems = [f"{key}={config.get(key, getattr(defaults, key))!r}" for key, allowed in SUPPORTED_SETTINGS.items()
-                if config.get(key, getattr(defaults, key)) not in allowed]
+    problems = [
+        f"{key}={config.get(key, getattr(defaults, key))!r}"
+        for key, allowed in SUPPORTED_SETTINGS.items()
+        if config.get(key, getattr(defaults, key)) not in allowed
+    ]
     norm_bias = config.get("bias_for_layer_norm")
     if norm_bias or (norm_bias is None and config.get("include_bias", False)):
         problems.append("bias_for_layer_norm=True (a bias in the RMS norms)")
@@ -145,8 +148,9 @@ def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float) -> tup
 
     Computed on the fly (no buffer), so weights loaded onto a meta device never leave it stale.
     """
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32)
-                                / head_dim))  # [D/2]
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
+    )  # [D/2]
     freqs = position_ids.float()[..., None] * inv_freq  # [B, L, D/2]
     angles = torch.cat((freqs, freqs), dim=-1)  # [B, L, D]
     return angles.cos(), angles.sin()
@@ -168,10 +172,13 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
         self.layer_idx = layer_idx
         self.head_dim = config.head_dim
         self.num_key_value_groups = config.n_heads // config.num_key_value_heads  # read by the attention functions
-        self.scaling = self.head_dim ** -0.5
+        self.scaling = self.head_dim**-0.5
         self.is_causal = False
-        d_model, kv_width, qkv_bias = config.d_model, config.num_key_value_heads * config.head_dim, bool(
-            config.include_bias or config.include_qkv_bias)
+        d_model, kv_width, qkv_bias = (
+            config.d_model,
+            config.num_key_value_heads * config.head_dim,
+            bool(config.include_bias or config.include_qkv_bias),
+        )
         self.attn_norm = LlamaRMSNorm(d_model, eps=config.rms_norm_eps)
         self.ff_norm = LlamaRMSNorm(d_model, eps=config.rms_norm_eps)
         self.q_proj = nn.Linear(d_model, d_model, bias=qkv_bias)
@@ -183,8 +190,13 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
         self.ff_out = nn.Linear(config.feed_forward_size, d_model, bias=config.include_bias)
         self.dropout = nn.Dropout(config.residual_dropout)
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor | None,
-                rope: tuple[torch.Tensor, torch.Tensor], past_key_values: Cache | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        past_key_values: Cache | None = None,
+    ) -> torch.Tensor:
         batch, length, _ = hidden.shape
         normed = self.attn_norm(hidden)  # [B, L, d]
         shape = (batch, length, -1, self.head_dim)
@@ -197,8 +209,16 @@ class LLaDALlamaBlock(GradientCheckpointingLayer):
         if past_key_values is not None:
             key, value = past_key_values.update(key, value, self.layer_idx)  # [B, Hkv, P + L, D]
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
-        attended, _ = attention(self, query, key, value, attention_mask, scaling=self.scaling, is_causal=False,
-                                dropout=self.config.attention_dropout if self.training else 0.0)  # [B, L, H, D]
+        attended, _ = attention(
+            self,
+            query,
+            key,
+            value,
+            attention_mask,
+            scaling=self.scaling,
+            is_causal=False,
+            dropout=self.config.attention_dropout if self.training else 0.0,
+        )  # [B, L, H, D]
         hidden = hidden + self.dropout(self.attn_out(attended.reshape(batch, length, -1)))
         return hidden + self.dropout(self.feed_forward(self.ff_norm(hidden)))
 
@@ -245,10 +265,16 @@ class LLaDAModel(LLaDAPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.transformer.wte = value
 
-    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, past_key_values: Cache | None = None,
-                inputs_embeds: torch.Tensor | None = None, use_cache: bool | None = None,
-                **kwargs) -> BaseModelOutputWithPast:
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPast:
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         hidden = self.transformer.wte(input_ids) if inputs_embeds is None else inputs_embeds  # [B, L, d]
@@ -257,17 +283,20 @@ class LLaDAModel(LLaDAPreTrainedModel):
         past = past_key_values.get_seq_length() if past_key_values is not None else 0
         if position_ids is None:
             position_ids = torch.arange(past, past + hidden.shape[1], device=hidden.device)[None].expand(
-                hidden.shape[0], -1)  # [B, L]
+                hidden.shape[0], -1
+            )  # [B, L]
         if self.config.input_emb_norm:
-            hidden = hidden * self.config.d_model ** 0.5
+            hidden = hidden * self.config.d_model**0.5
         hidden = self.transformer.emb_drop(hidden)
-        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask,
-                                         past_key_values=past_key_values)
+        mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden, attention_mask=attention_mask, past_key_values=past_key_values
+        )
         rope = rope_cos_sin(position_ids, self.config.head_dim, float(self.config.rope_theta))
         for block in self.transformer.blocks:
             hidden = block(hidden, mask, rope, past_key_values)
-        return BaseModelOutputWithPast(last_hidden_state=self.transformer.ln_f(hidden),
-                                       past_key_values=past_key_values if use_cache else None)
+        return BaseModelOutputWithPast(
+            last_hidden_state=self.transformer.ln_f(hidden), past_key_values=past_key_values if use_cache else None
+        )
 
 
 class LLaDAModelLM(LLaDAPreTrainedModel):
@@ -295,12 +324,24 @@ class LLaDAModelLM(LLaDAPreTrainedModel):
         """The vocabulary projection's weight.  # [embedding_size, d_model]"""
         return self.model.transformer.wte.weight if self.config.weight_tying else self.model.transformer.ff_out.weight
 
-    def forward(self, input_ids: torch.Tensor | None = None, attention_mask: torch.Tensor | None = None,
-                position_ids: torch.Tensor | None = None, past_key_values: Cache | None = None,
-                inputs_embeds: torch.Tensor | None = None, use_cache: bool | None = None,
-                **kwargs) -> CausalLMOutputWithPast:
-        body = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache)
+    def forward(
+        self,
+        input_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> CausalLMOutputWithPast:
+        body = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            use_cache=use_cache,
+        )
         hidden = body.last_hidden_state  # [B, L, d]
         if self.config.weight_tying:
             logits = F.linear(hidden, self.model.transformer.wte.weight)  # [B, L, V]

@@ -50,10 +50,14 @@ class StratifiedMasker:
         try:
             t_min, t_max = (float(value) for value in t_range)
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"example_stratified: t_range must be two numbers [t_min, t_max], got {t_range!r}") from exc
+            raise ValueError(
+                f"example_stratified: t_range must be two numbers [t_min, t_max], got {t_range!r}"
+            ) from exc
         if not 0.0 < t_min <= t_max <= 1.0:
-            raise ValueError(f"example_stratified: t_range must satisfy 0 < t_min <= t_max <= 1 "
-                             f"(the weights are 1/(K t)); got {tuple(t_range)}")
+            raise ValueError(
+                f"example_stratified: t_range must satisfy 0 < t_min <= t_max <= 1 "
+                f"(the weights are 1/(K t)); got {tuple(t_range)}"
+            )
         self.num_views = num_views
         self.t_range = (t_min, t_max)
 
@@ -63,12 +67,20 @@ class StratifiedMasker:
         strata = torch.arange(self.num_views, dtype=torch.float64)  # [K]
         return t_min + (t_max - t_min) * (strata[None] + offsets) / self.num_views  # [B, K]
 
-    def views(self, input_ids: torch.Tensor, completion_mask: torch.Tensor, mask_id: int, seeds: torch.Tensor,
-              prompt_mask: torch.Tensor | None = None) -> MaskedViews:
+    def views(
+        self,
+        input_ids: torch.Tensor,
+        completion_mask: torch.Tensor,
+        mask_id: int,
+        seeds: torch.Tensor,
+        prompt_mask: torch.Tensor | None = None,
+    ) -> MaskedViews:
         """``num_views`` noised copies of ``input_ids`` [B, L]; ``prompt_mask`` is accepted and unused."""
         if input_ids.shape != completion_mask.shape or seeds.shape != (input_ids.shape[0],):
-            raise ValueError(f"example_stratified: expected input_ids and completion_mask [B, L] and seeds [B]; got "
-                             f"{tuple(input_ids.shape)}, {tuple(completion_mask.shape)}, {tuple(seeds.shape)}")
+            raise ValueError(
+                f"example_stratified: expected input_ids and completion_mask [B, L] and seeds [B]; got "
+                f"{tuple(input_ids.shape)}, {tuple(completion_mask.shape)}, {tuple(seeds.shape)}"
+            )
         completion = completion_mask.detach().to("cpu", torch.bool)  # [B, L]
         offsets, draws = _draw(completion, seeds, self.num_views)  # [B, K], [K, B, L]
         t = self.ratios(offsets).T[:, :, None]  # [K, B, 1]

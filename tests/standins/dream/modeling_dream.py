@@ -47,8 +47,9 @@ class DreamRMSNorm(nn.Module):
 
 def rotary_cos_sin(position_ids, head_dim, theta, dtype):
     """``cat(f, f)`` with ``f = position * theta^(-2i/d)``, in fp32, cast to ``dtype``.  # [B, L] -> 2 x [B, L, D]"""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=position_ids.device)
-                                / head_dim))  # [D/2]
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=position_ids.device) / head_dim)
+    )  # [D/2]
     freqs = position_ids.to(torch.float32)[..., None] * inv_freq  # [B, L, D/2]
     angles = torch.cat((freqs, freqs), dim=-1)  # [B, L, D]
     return angles.cos().to(dtype), angles.sin().to(dtype)
@@ -111,7 +112,9 @@ class DreamSdpaAttention(nn.Module):
         key = repeat_kv(key, self.num_key_value_groups)  # [B, H, L, D]
         value = repeat_kv(value, self.num_key_value_groups)  # [B, H, L, D]
         attended = F.scaled_dot_product_attention(
-            query, key, value,
+            query,
+            key,
+            value,
             attn_mask=attention_mask if isinstance(attention_mask, torch.Tensor) else None,
             dropout_p=self.config.attention_dropout if self.training else 0.0,
             is_causal=False,
@@ -172,8 +175,9 @@ class DreamBaseModel(DreamPreTrainedModel):
     def set_input_embeddings(self, value):
         self.embed_tokens = value
 
-    def forward(self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None,
-                output_hidden_states=False):
+    def forward(
+        self, input_ids=None, attention_mask=None, position_ids=None, inputs_embeds=None, output_hidden_states=False
+    ):
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("You must specify exactly one of input_ids or inputs_embeds")
         hidden = self.embed_tokens(input_ids) if inputs_embeds is None else inputs_embeds  # [B, L, d]
@@ -242,8 +246,13 @@ class DreamModel(DreamPreTrainedModel):
         if labels is not None:
             raise NotImplementedError("this stand-in computes no loss")
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             inputs_embeds=inputs_embeds, output_hidden_states=bool(output_hidden_states))
+        outputs = self.model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            inputs_embeds=inputs_embeds,
+            output_hidden_states=bool(output_hidden_states),
+        )
         hidden = outputs.last_hidden_state  # [B, L, d]
         logits = self.lm_head(hidden[:, -num_logits_to_keep:, :])  # [B, L, V] for num_logits_to_keep=0
         if not return_dict:

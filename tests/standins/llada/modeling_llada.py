@@ -105,14 +105,20 @@ class LLaDALlamaBlock(nn.Module):
             k = k.repeat_interleave(heads // k.shape[1], dim=1)  # [B, H, L, D]
             v = v.repeat_interleave(heads // v.shape[1], dim=1)  # [B, H, L, D]
         attended = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attention_bias,
-            dropout_p=self.config.attention_dropout if self.training else 0.0, is_causal=False)  # [B, H, L, D]
+            q,
+            k,
+            v,
+            attn_mask=attention_bias,
+            dropout_p=self.config.attention_dropout if self.training else 0.0,
+            is_causal=False,
+        )  # [B, H, L, D]
         return self.attn_out(attended.transpose(1, 2).contiguous().view(batch, length, width))
 
     def forward(self, x, attention_bias=None):
         normed = self.attn_norm(x)
-        x = x + self.dropout(self.attention(self.q_proj(normed), self.k_proj(normed), self.v_proj(normed),
-                                            attention_bias))
+        x = x + self.dropout(
+            self.attention(self.q_proj(normed), self.k_proj(normed), self.v_proj(normed), attention_bias)
+        )
         normed = self.ff_norm(x)
         return x + self.dropout(self.ff_out(self.act(self.ff_proj(normed)) * self.up_proj(normed)))
 
@@ -136,15 +142,23 @@ class LLaDAModel(nn.Module):
             parts["ff_out"] = nn.Linear(config.d_model, width, bias=config.include_bias)
         self.transformer = nn.ModuleDict(parts)
 
-    def forward(self, input_ids, input_embeddings=None, attention_mask=None, attention_bias=None,
-                past_key_values=None, use_cache=False, output_hidden_states=None):
+    def forward(
+        self,
+        input_ids,
+        input_embeddings=None,
+        attention_mask=None,
+        attention_bias=None,
+        past_key_values=None,
+        use_cache=False,
+        output_hidden_states=None,
+    ):
         assert not self.config.alibi, "Alibi length extrapolation is not supported for MDM."
         assert self.config.rope, "Rope must be used in Llama-Encoder for MDM."
         assert past_key_values is None and not use_cache, "The kvcache is not supported for MDM."
         x = self.transformer.wte(input_ids) if input_embeddings is None else input_embeddings  # [B, L, d]
         batch = x.shape[0]
         if self.config.input_emb_norm:
-            x = x * self.config.d_model ** 0.5
+            x = x * self.config.d_model**0.5
         x = self.transformer.emb_drop(x)
         if attention_mask is not None and 0.0 in attention_mask:
             keep = attention_mask.to(torch.float).view(batch, -1)[:, None, None, :]  # [B, 1, 1, L]
@@ -206,10 +220,15 @@ class LLaDAModelLM(PreTrainedModel):
         if output_attentions:
             raise ValueError("output_attentions is not yet supported in LLaDA")
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        logits, hidden_states = self.model(input_ids=input_ids, input_embeddings=inputs_embeds,
-                                           attention_mask=attention_mask, attention_bias=attention_bias,
-                                           past_key_values=past_key_values, use_cache=use_cache,
-                                           output_hidden_states=output_hidden_states)
+        logits, hidden_states = self.model(
+            input_ids=input_ids,
+            input_embeddings=inputs_embeds,
+            attention_mask=attention_mask,
+            attention_bias=attention_bias,
+            past_key_values=past_key_values,
+            use_cache=use_cache,
+            output_hidden_states=output_hidden_states,
+        )
         if not return_dict:
             return (logits,) + ((hidden_states,) if hidden_states is not None else ())
         return CausalLMOutputWithPast(logits=logits, hidden_states=hidden_states)

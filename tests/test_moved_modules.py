@@ -1,0 +1,64 @@
+"""The flat modules of 0.1 moved into subsystem folders in 0.2.0: their old names still import, as the very same
+module, with a FutureWarning naming the new place; the three that became packages still export their names."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from diffugrpo_plugin import _moved
+from diffugrpo_plugin.sandbox.host import LAUNCHER_PATH
+
+SANDBOX_FOLDER = LAUNCHER_PATH.parent
+
+
+def fresh(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-W", "always::FutureWarning", "-c", code], capture_output=True, text=True, timeout=300
+    )
+
+
+@pytest.mark.parametrize("old", sorted(_moved.NEW_PLACE))
+def test_an_old_name_imports_the_module_at_its_new_place_and_says_where(old):
+    new = _moved.NEW_PLACE[old]
+    # the in-sandbox modules import each other by their top-level names, as inside the sandbox
+    done = fresh(
+        f"import importlib, sys\n"
+        f"sys.path.append({str(SANDBOX_FOLDER)!r})\n"
+        f"old = importlib.import_module('diffugrpo_plugin.{old}')\n"
+        f"print(old is sys.modules['diffugrpo_plugin.{new}'])"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"]
+    assert f"diffugrpo_plugin.{old} moved to diffugrpo_plugin.{new}: import it from there" in done.stderr
+
+
+def test_a_submodule_of_a_moved_package_follows_it():
+    done = fresh("from diffugrpo_plugin.native import dream; print(dream.__name__)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "diffugrpo_plugin.models.native.dream"
+
+
+def test_python_dash_m_runs_a_moved_module_by_its_old_name():
+    done = subprocess.run(
+        [sys.executable, "-m", "diffugrpo_plugin.sft", "--help"], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert "usage:" in done.stdout and "moved to diffugrpo_plugin.training.sft" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "package, name", [("models", "load_diffusion_lm"), ("rewards", "RewardSpec"), ("sandbox", "Sandbox")]
+)
+def test_a_module_that_became_a_package_still_exports_its_names(package, name):
+    done = fresh(f"from diffugrpo_plugin.{package} import {name}; print({name}.__module__)")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith(f"diffugrpo_plugin.{package}.")
+    assert "FutureWarning" not in done.stderr
+
+
+def test_a_name_that_never_existed_is_still_an_import_error():
+    done = fresh("import diffugrpo_plugin.no_such_module")
+    assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr
