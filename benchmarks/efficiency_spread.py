@@ -23,7 +23,9 @@ import subprocess
 import sys
 
 from diffugrpo_plugin.rewards.code_tests import TestSpec, run_tests, tests_from_row
-from diffugrpo_plugin.sandbox.host import Sandbox, SandboxConfig, instruction_counter_available
+from diffugrpo_plugin.sandbox.config import SandboxConfig
+from diffugrpo_plugin.sandbox.host import Sandbox
+from diffugrpo_plugin.sandbox.probe import instruction_counter_available
 from reward_plugins.efficiency import CPU_SCORE_BAND, Runs, cost_ratio, relative_time
 
 TESTS = ["assert count_primes(30000) == 3245", "assert count_primes(20000) == 2262", "assert count_primes(2) == 0"]

@@ -19,7 +19,9 @@ from pathlib import Path
 
 from diffugrpo_plugin import data
 from diffugrpo_plugin.rewards.code_tests import reference_from_row, tests_from_row
-from diffugrpo_plugin.sandbox.host import Job, SandboxConfig, shared_sandbox
+from diffugrpo_plugin.sandbox.config import SandboxConfig
+from diffugrpo_plugin.sandbox.host import shared_sandbox
+from diffugrpo_plugin.sandbox.jobs import Job
 from diffugrpo_plugin.sandbox.sandbox_wire import LIMITS, SIZE_KEYS
 
 FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "judge_forms"

@@ -30,7 +30,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from diffugrpo_plugin.rewards.code_tests import TestSpec, run_tests_many, tests_from_row
-from diffugrpo_plugin.sandbox.host import Job, Sandbox, SandboxConfig
+from diffugrpo_plugin.sandbox.config import SandboxConfig
+from diffugrpo_plugin.sandbox.host import Sandbox
+from diffugrpo_plugin.sandbox.jobs import Job
 
 TIMEOUT_S = 10.0
 PROTECTION_OPTIONS = {"seccomp": "seccomp", "cgroups": "cgroups", "tmpfs inode cap": "inode_cap"}

@@ -61,7 +61,7 @@ BWRAP_HINT = "bubblewrap, which runs the untrusted code: apt-get install -y bubb
 def pytest_runtest_call(item):
     """A test that reaches the package's sandbox on a host without bubblewrap is :func:`missing` it (a sandbox
     that fails where bubblewrap is installed still fails the test)."""
-    from diffugrpo_plugin.sandbox.host import SandboxUnavailable
+    from diffugrpo_plugin.sandbox.config import SandboxUnavailable
 
     try:
         return (yield)

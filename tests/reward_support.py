@@ -6,7 +6,8 @@ import os
 import shutil
 
 from conftest import BWRAP_HINT, missing
-from diffugrpo_plugin.sandbox.host import Sandbox, SandboxConfig
+from diffugrpo_plugin.sandbox.config import SandboxConfig
+from diffugrpo_plugin.sandbox.host import Sandbox
 
 # Far from real accounts and distinct per test process, so leftover checks see only this run's jobs.
 TEST_UID_BASE = 3_000_000 + (os.getpid() % 10_000) * 256

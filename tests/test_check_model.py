@@ -803,3 +803,25 @@ def test_check_model_counts_d1s_adapters_on_llada(llada_standin, capsys):
         capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules", "q_proj,ff_out"
     )
     assert code == 2 and "LoRA adapts 'model.transformer.ff_out', the vocabulary projection" in err
+
+
+# the words by which the help and the report name each probe of model_check.PROBES
+PROBE_WORDS = {
+    "padding": "padding",
+    "head": "fused head",
+    "lean_mlp": "lean MLP",
+    "logprob": "coupled log-prob",
+    "sampling": "sampling",
+}
+
+
+def test_the_help_and_the_library_describe_every_probe():
+    from diffugrpo_plugin.cli.check_model import DESCRIPTION
+    from diffugrpo_plugin.tools import model_check
+
+    assert set(PROBE_WORDS) == set(model_check.PROBES)
+    help_text = " ".join(DESCRIPTION.split())
+    library = " ".join(model_check.__doc__.split())
+    assert f"{len(model_check.PROBES)} probes" in help_text.replace("five", "5")
+    assert [word for word in PROBE_WORDS.values() if word not in help_text] == []
+    assert [word for word in PROBE_WORDS.values() if f"**{word}" not in library] == []

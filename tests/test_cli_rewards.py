@@ -108,7 +108,7 @@ def test_aggregation_choices_are_the_ones_the_readme_documents():
     documented = re.search(r"aggregation: fixed +# (.+)", (REPO / "docs" / "guides" / "rewards.md").read_text()).group(
         1
     )
-    assert tuple(documented.split(" | ")) == rewards.AGGREGATIONS
+    assert tuple(documented.split(" | ")) == tuple(rewards.AGGREGATIONS)
     parser = argparse.ArgumentParser()
     rewards_cli.add_parser(parser.add_subparsers())
     assert (

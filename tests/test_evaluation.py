@@ -244,7 +244,7 @@ def test_judging_only_problems_with_completions_and_refusing_problems_without_te
 
 
 def test_a_sandbox_failure_is_an_error_not_a_score(monkeypatch):
-    from diffugrpo_plugin.sandbox.host import SandboxError
+    from diffugrpo_plugin.sandbox.config import SandboxError
 
     monkeypatch.setattr(evaluation, "run_tests_many", lambda items, sandbox, timeout_s: [SandboxError("boom")])
     with pytest.raises(EvaluationError, match="sandbox failed while judging task add: boom"):

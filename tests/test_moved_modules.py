@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from diffugrpo_plugin import _moved
-from diffugrpo_plugin.sandbox.host import LAUNCHER_PATH
+from diffugrpo_plugin.sandbox.probe import LAUNCHER_PATH
 
 SANDBOX_FOLDER = LAUNCHER_PATH.parent
 

@@ -195,7 +195,8 @@ def test_extra_info_uses_nan_for_none_and_flags_failures():
 
 
 def test_a_sandbox_failure_is_a_flagged_failure_not_a_silent_none(manager_class, tokenizer, monkeypatch, caplog):
-    from diffugrpo_plugin.sandbox.host import Sandbox, SandboxError
+    from diffugrpo_plugin.sandbox.config import SandboxError
+    from diffugrpo_plugin.sandbox.host import Sandbox
 
     def broken(self, jobs):
         raise SandboxError("the sandbox failed to start (exit code 1): bwrap: Can't find source path /gone")

@@ -18,14 +18,10 @@ import pytest
 
 from conftest import missing
 from diffugrpo_plugin.sandbox import host as sandbox_module
-from diffugrpo_plugin.sandbox.host import (
-    Job,
-    Sandbox,
-    SandboxConfig,
-    SandboxError,
-    SandboxUnavailable,
-    instruction_counter_available,
-)
+from diffugrpo_plugin.sandbox.config import SandboxConfig, SandboxError, SandboxUnavailable
+from diffugrpo_plugin.sandbox.host import Sandbox
+from diffugrpo_plugin.sandbox.jobs import Job
+from diffugrpo_plugin.sandbox.probe import instruction_counter_available
 from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, require_bwrap, tight_sandbox
 
 REPO = Path(__file__).resolve().parents[1]

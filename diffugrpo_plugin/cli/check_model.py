@@ -1,16 +1,5 @@
-"""``diffugrpo check-model PATH``: what to run before booking GPUs.
-
-1. The checkpoint's config (no weights): family and the clue that selected it, the implementation
-   that will load it, calling convention, logit shift, mask token id and where it came from, the
-   vocabulary head (tied or not), vocabulary, hidden size, layers, dtype, parameters.
-2. The weights on ``--device``: a padding probe (does left padding change a prompt's logits?), a
-   fused-head probe (do the training pass's log-probs equal the model's own?), one coupled log-prob
-   pass forward and backward, a few steps of the family's sampler.
-3. The memory one training step needs per GPU (:mod:`diffugrpo_plugin.tools.step_cost`) and its FLOPs.
-
-Exit status: 0 all well, 1 a probe found a problem (padding leaks, the fused head differs, non-finite
-values, a probe raised), 2 an error (no such checkpoint, no family fits, code that must run is not trusted).
-"""
+"""``diffugrpo check-model PATH``: what to run before booking GPUs (:data:`DESCRIPTION`, its help, says what it
+reports and its exit statuses; :mod:`diffugrpo_plugin.tools.model_check` does the work)."""
 
 from __future__ import annotations
 
@@ -34,14 +23,14 @@ What to run before booking GPUs:
 1. the checkpoint's config (no weights): family and the clue that selected it, the implementation that
    will load it, calling convention, logit shift, mask token id and its source, the vocabulary head (tied
    or not), vocabulary, hidden size, layers, dtype, parameters;
-2. the weights on --device: a padding probe (does left padding change a prompt's logits?), a fused-head
-   probe (do the training pass's log-probs equal the model's own?), one coupled log-prob pass forward and
-   backward, a few steps of the family's sampler;
+2. the weights on --device, five probes: padding (does left padding change a prompt's logits?), fused
+   head (do the training pass's log-probs equal the model's own?), lean MLP (does a SwiGLU block's lean
+   backward give its own code's gradients?), one coupled log-prob pass forward and backward, and a few
+   sampling steps of the family's sampler;
 3. the memory one training step needs per GPU, term by term, and its FLOPs.
 
-Exit status: 0 all well, 1 a probe found a problem (padding leaks, the fused head differs, non-finite
-values, a probe raised),
-2 an error (no such checkpoint, no family fits, code that must run is not trusted)."""
+Exit status: 0 all well, 1 a probe found a problem (padding leaks, the fused head or a lean block differs,
+non-finite values, a probe raised), 2 an error (no such checkpoint, no family fits, code that must run is not trusted)."""
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

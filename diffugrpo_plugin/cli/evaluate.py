@@ -216,7 +216,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _sandbox(args: argparse.Namespace):
-    from diffugrpo_plugin.sandbox.host import SandboxConfig, shared_sandbox
+    from diffugrpo_plugin.sandbox.config import SandboxConfig
+    from diffugrpo_plugin.sandbox.host import shared_sandbox
 
     limits = {"timeout_s": args.timeout_s, "max_concurrency": args.max_concurrency}
     return shared_sandbox(

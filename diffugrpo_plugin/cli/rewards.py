@@ -36,7 +36,7 @@ from diffugrpo_plugin.data.records import DataError, Record, checked_field, read
 from diffugrpo_plugin.plugins import PluginError
 from diffugrpo_plugin.rewards.code_tests import FORMAT_ENDS, tests_from_row
 from diffugrpo_plugin.rewards.spec import AGGREGATIONS, RewardConfigError, RewardSpec, group_normalized_totals
-from diffugrpo_plugin.sandbox.host import SandboxError, SandboxUnavailable
+from diffugrpo_plugin.sandbox.config import SandboxError, SandboxUnavailable
 
 DEFAULT_REWARDS = ("code=2.0", "code_format=0.5")
 CHUNK_LINES = 64
@@ -88,7 +88,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     score.add_argument(
         "--aggregation",
-        choices=[mode for mode in AGGREGATIONS if mode != "learned"],
+        choices=[name for name, aggregation in AGGREGATIONS.items() if not aggregation.learns_weights],
         default="fixed",
         help="how the weighted rewards combine (docs/guides/rewards.md; 'learned' fits its weights during "
         "training, so it has no offline form)",
@@ -229,7 +229,7 @@ def score_command(args: argparse.Namespace) -> int:
         records = read_records(args.file)
         checked_rows(records)  # every row is checked before any scoring starts
         pairs = scored_rows(spec, records)
-        if spec.aggregation == "group_normalized":
+        if AGGREGATIONS[spec.aggregation].whole_group:
             groups = group_ids(records, args.group_by)
             pairs = group_normalized(spec, list(pairs), groups)
         for record, output in pairs:

@@ -70,7 +70,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def run_check(args: argparse.Namespace) -> int:
     from diffugrpo_plugin.rewards.code_tests import run_tests, tests_from_row
-    from diffugrpo_plugin.sandbox.host import Sandbox, SandboxConfig, SandboxError, SandboxUnavailable
+    from diffugrpo_plugin.sandbox.config import SandboxConfig, SandboxError, SandboxUnavailable
+    from diffugrpo_plugin.sandbox.host import Sandbox
     from diffugrpo_plugin.sandbox.limits import bwrap_path, host_protections
 
     options = {"timeout_s": args.timeout_s, "max_processes": 16}

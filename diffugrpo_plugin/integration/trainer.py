@@ -74,7 +74,7 @@ from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
-from diffugrpo_plugin.rewards.spec import RewardSpec, group_normalized_totals, step_metrics
+from diffugrpo_plugin.rewards.spec import AGGREGATIONS, RewardSpec, group_normalized_totals, step_metrics
 from diffugrpo_plugin.training.curriculum import CurriculumFeedback, RecordingSampler, group_positions
 
 TRAINER_MODE = "diffugrpo"
@@ -191,7 +191,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
         self.learned_weights = (
             LearnedWeights(self.reward_spec.weights, self.reward_spec.gate_reward)
-            if self.reward_spec.aggregation == "learned"
+            if AGGREGATIONS[self.reward_spec.aggregation].learns_weights
             else None
         )
         self.loss_terms = configured_terms(diffusion.get("loss_terms"))
@@ -377,7 +377,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
     def _compute_advantage(self, batch, metrics):
         if self.data_sampler is not None:
             self._update_data_sampler(batch, metrics)
-        if self.reward_spec.aggregation == "group_normalized":
+        if AGGREGATIONS[self.reward_spec.aggregation].whole_group:
             samples, _, groups = self._reward_components(batch)
             self._rewrite_totals(batch, group_normalized_totals(samples, groups, self.reward_spec.weights))
         elif self.learned_weights is not None:

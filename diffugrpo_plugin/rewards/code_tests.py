@@ -34,15 +34,9 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from diffugrpo_plugin.rewards.verdicts import parse_python
-from diffugrpo_plugin.sandbox.host import (
-    LINE_COUNT_SLOWDOWN,
-    Job,
-    JobResult,
-    Judged,
-    Sandbox,
-    SandboxError,
-    shared_sandbox,
-)
+from diffugrpo_plugin.sandbox.config import SandboxError
+from diffugrpo_plugin.sandbox.host import LINE_COUNT_SLOWDOWN, Sandbox, shared_sandbox
+from diffugrpo_plugin.sandbox.jobs import Job, JobResult, Judged
 
 SIGXCPU = 24
 CACHE_SIZE = 4096

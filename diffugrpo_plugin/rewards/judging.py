@@ -42,7 +42,8 @@ from diffugrpo_plugin.rewards.code_tests import (
     tests_from_row,
 )
 from diffugrpo_plugin.rewards.verdicts import parse_python
-from diffugrpo_plugin.sandbox.host import Sandbox, SandboxError
+from diffugrpo_plugin.sandbox.config import SandboxError
+from diffugrpo_plugin.sandbox.host import Sandbox
 
 # Far beyond any rollout (about 25k tokens); longer text is not parsed here at all: it scores as no code.
 MAX_COMPLETION_CHARS = 100_000

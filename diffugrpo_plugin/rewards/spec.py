@@ -70,11 +70,11 @@ from omegaconf import OmegaConf
 from diffugrpo_plugin import plugins
 from diffugrpo_plugin.hooktypes import Explained, Reason
 from diffugrpo_plugin.rewards.code_tests import BLOCK_CHOICES, FORMAT_ENDS
-from diffugrpo_plugin.sandbox.host import Sandbox, SandboxConfig, shared_sandbox
+from diffugrpo_plugin.sandbox.config import SandboxConfig
+from diffugrpo_plugin.sandbox.host import Sandbox, shared_sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")
 
-AGGREGATIONS = ("fixed", "gated", "group_normalized", "learned")
 DEFAULT_QUALITY_REWARDS = ("efficiency", "maintainability", "comments")
 CONFIG_KEYS = (
     "reward_funcs",
@@ -361,9 +361,9 @@ class RewardSpec:
             plugins.lookup("reward", name)  # an unknown name is the mistake to report, not the weights it skews
         weights = parse_weights(reward_funcs, config.get("reward_weights"))
         components = _resolve(weights, _reward_kwargs(config.get("reward_kwargs"), weights))
-        aggregation = _choice(config, "aggregation", AGGREGATIONS, "fixed")
+        aggregation = _choice(config, "aggregation", tuple(AGGREGATIONS), "fixed")
         gate_reward = config.get("gate_reward", "code")
-        if aggregation in ("gated", "learned") and gate_reward not in weights:
+        if AGGREGATIONS[aggregation].needs_gate and gate_reward not in weights:
             raise RewardConfigError(
                 f"aggregation '{aggregation}' needs its gate_reward '{gate_reward}' among reward_funcs {list(weights)}"
             )
@@ -465,9 +465,7 @@ class RewardSpec:
 
         ``group_normalized`` needs the whole group; per completion it falls back to ``fixed``.
         """
-        if self.aggregation == "gated":
-            return gated_total(values, self.weights, self.gate_reward, self.quality_rewards)
-        return weighted_total(values, self.weights)
+        return AGGREGATIONS[self.aggregation].total(self, values)
 
 
 def weighted_total(values: Mapping[str, float | None], weights: Mapping[str, float]) -> float:
@@ -486,6 +484,40 @@ def gated_total(
     passed = gate is not None and gate >= 1.0 - PASS_TOLERANCE
     kept = {name: value for name, value in values.items() if passed or name not in quality_rewards}
     return weighted_total(kept, weights)
+
+
+@dataclass(frozen=True)
+class Aggregation:
+    """How a completion's weighted components become its scalar reward: one entry of :data:`AGGREGATIONS`.
+
+    ``total(spec, values)`` is one completion's reward on its own. An aggregation with ``whole_group`` replaces
+    those totals with :func:`group_normalized_totals` wherever the groups are known (the trainer, ``rewards
+    score``); one with ``learns_weights`` has the trainer fit its weights (:mod:`.learned_weights`) and score
+    with them. ``needs_gate``: ``gate_reward`` must be among the selected rewards.
+    """
+
+    total: Callable[[RewardSpec, Mapping[str, float | None]], float]
+    needs_gate: bool = False
+    whole_group: bool = False
+    learns_weights: bool = False
+
+
+def _weighted(spec: RewardSpec, values: Mapping[str, float | None]) -> float:
+    return weighted_total(values, spec.weights)
+
+
+def _gated(spec: RewardSpec, values: Mapping[str, float | None]) -> float:
+    return gated_total(values, spec.weights, spec.gate_reward, spec.quality_rewards)
+
+
+AGGREGATIONS = {
+    "fixed": Aggregation(_weighted),
+    "gated": Aggregation(_gated, needs_gate=True),
+    "group_normalized": Aggregation(_weighted, whole_group=True),
+    "learned": Aggregation(_weighted, needs_gate=True, learns_weights=True),
+}
+"""``diffugrpo.rewards.aggregation`` -> how it combines (per completion, ``group_normalized`` and ``learned`` fall
+back to the fixed weights)."""
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:

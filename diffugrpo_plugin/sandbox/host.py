@@ -3,7 +3,7 @@
 Threat model: the job's code was written by a policy that is rewarded for passing tests, and will
 try anything that raises its reward: fool the comparison, forge the harness's messages, read or
 break other jobs, exhaust the host. What stops it (the in-sandbox half is ``sandbox_launcher.py``,
-the kernel-level limits ``sandbox_limits.py``):
+the kernel-level limits ``limits.py``):
 
 * **The judge** (``sandbox_judge``). A test's verdict is decided by a second process in the same
   sandbox that runs the test's own code and never the program's; the program's process answers its
@@ -15,7 +15,7 @@ the kernel-level limits ``sandbox_limits.py``):
   user namespace when not root): no network, the job sees only its own processes, every process
   dies with the sandbox. Read-only ``/usr`` (and the interpreter's prefix); ``/tmp`` and the work
   dir ``/work`` are fresh tmpfs mounts with a size cap and a file-count cap.
-* **seccomp.** An allow list (``sandbox_limits.ALLOWED_SYSCALLS``): new namespaces, mounts, the kernel
+* **seccomp.** An allow list (``limits.ALLOWED_SYSCALLS``): new namespaces, mounts, the kernel
   keyring, ptrace, ``process_vm_*``, bpf, perf events, userfaultfd, io_uring, inotify, vsock and
   every call not on the list are refused; file locks lock nothing, so jobs share no lock state.
 * **cgroups** (root): memory and processes of everything a job runs together, its CPU one core
@@ -35,47 +35,52 @@ No bubblewrap means untrusted code does not run: :class:`SandboxUnavailable` say
 it. Only an explicit opt-in (environment ``DIFFUGRPO_UNSAFE_NO_SANDBOX=1`` or config
 ``allow_unsandboxed_fallback_i_understand_the_risk: true``) runs jobs with rlimits alone.
 
-This module imports no torch; only the standard library, ``sandbox_limits`` and ``sandbox_wire``.
+This module imports no torch: only the standard library and the sandbox's other host-side modules.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
-import functools
-import importlib.util
 import json
 import logging
 import marshal
 import math
 import os
 import queue
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
-from diffugrpo_plugin.sandbox import sandbox_wire as wire
+from diffugrpo_plugin.sandbox.config import (
+    FALLBACK_CONFIG_KEY,
+    UNSAFE_ENV_VAR,
+    SandboxConfig,
+    SandboxError,
+    SandboxUnavailable,
+    unsafe_fallback_requested,
+)
+from diffugrpo_plugin.sandbox.jobs import Job, JobResult, job_result, launcher_frames
 from diffugrpo_plugin.sandbox.limits import (
-    PROTECTION_NAMES,
     CgroupSlots,
     Protection,
     SlotLimits,
     host_protections,
     seccomp_program,
 )
+from diffugrpo_plugin.sandbox.probe import (
+    LAUNCHER_PATH,
+    InterpreterLayout,
+    instruction_counter_available,
+    interpreter_layout,
+)
 
 logger = logging.getLogger("diffugrpo.sandbox")
 
-UNSAFE_ENV_VAR = "DIFFUGRPO_UNSAFE_NO_SANDBOX"
-FALLBACK_CONFIG_KEY = "allow_unsandboxed_fallback_i_understand_the_risk"
-LAUNCHER_PATH = Path(__file__).with_name("sandbox_launcher.py")
 SANDBOX_DIR = "/opt/diffugrpo"
 _LAUNCH = "import sys; sys.path.insert(0, {!r}); import sandbox_launcher; sys.exit(sandbox_launcher.main())"
 _COMPILE = """import importlib.util, os, py_compile, sys
@@ -94,11 +99,6 @@ PER_JOB_OVERHEAD_S = 0.5
 # CPython 3.11; a counted job gets this many times its CPU limit, so a program that passed its tests
 # is not cut short only because it is being measured.
 LINE_COUNT_SLOWDOWN = 6.0
-MESSAGE_CHARS = 500
-REPORT_MAX_BYTES = 1 << 20
-REPORT_KEYS = {"status", "exception", "message", "exit_code", "lines"}
-REPORT_STATUSES = ("ok", "exception", "exit")
-EXCEPTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
 MARSHAL_VERSION = 4  # the launcher speaks marshal: built in, so it costs nothing to import
 INSTALL_HINT = "Install it with `apt-get install -y bubblewrap` (Debian/Ubuntu) or your distribution's package."
 SANDBOX_ENV = {
@@ -108,209 +108,6 @@ SANDBOX_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONHASHSEED": "0",
 }
-
-
-class SandboxUnavailable(RuntimeError):
-    """bubblewrap is missing or cannot create namespaces here, and no unsafe fallback was allowed."""
-
-
-class SandboxError(RuntimeError):
-    """The sandbox itself failed (not the job): a harness problem, never scored as the job's fault."""
-
-
-@dataclass(frozen=True)
-class SandboxConfig:
-    """Limits and options of one :class:`Sandbox`; every field can come from a config mapping."""
-
-    timeout_s: float = 5.0  # CPU seconds per job (a test), every process of it counted
-    wall_timeout_factor: float = 3.0  # wall-clock backstop per job: this times timeout_s (sleeping programs)
-    memory_mb: int = 1024  # address space per process; with cgroups, resident memory of the whole job
-    max_processes: int = 32  # per job's uid, threads included
-    max_file_size_mb: float = 16.0  # any single file the job writes
-    max_output_bytes: int = 1 << 20  # captured stdout per job
-    max_open_files: int = 64
-    judge_memory_mb: int = 1024  # address space of the judge process (decoding and comparing the program's values)
-    max_concurrency: int = max(1, os.cpu_count() or 1)  # sandboxes running at once in this process
-    tmpfs_mb: int = 64  # size of each of /tmp and /work inside the sandbox (memory-backed)
-    max_files: int = 4096  # files and directories each of /tmp and /work may hold (tmpfs inodes)
-    startup_timeout_s: float = 20.0  # slack for starting the sandbox, added to the whole-run deadline
-    python_executable: str | None = None  # defaults to the harness's own interpreter
-    site_packages: bool = True  # whether jobs can import the interpreter's installed packages
-    count_instructions: bool = True  # where the CPU and kernel offer a user-space counter
-    extra_ro_binds: tuple[str, ...] = ()  # more host paths visible read-only inside
-    uid_base: int | None = None  # root mode: jobs run as uid_base + slot (default derived from the pid)
-    seccomp: bool = True  # the seccomp allow list (sandbox_limits.ALLOWED_SYSCALLS)
-    cgroups: bool = True  # a cgroup per slot where the host allows (root)
-    inode_cap: bool = True  # the file-count cap on /tmp and /work
-    require: tuple[str, ...] = ("namespaces", "seccomp")  # protections without which the sandbox will not start
-    allow_unsandboxed_fallback_i_understand_the_risk: bool = False
-
-    @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any] | None) -> "SandboxConfig":
-        """Builds a config from a plain mapping, naming any unknown key or bad value."""
-        mapping = dict(mapping or {})
-        known = [field.name for field in dataclasses.fields(cls)]
-        unknown = sorted(set(mapping) - set(known))
-        if unknown:
-            raise ValueError(f"unknown sandbox option(s) {unknown}; known options: {sorted(known)}")
-        return cls(**{name: _coerce(name, value, getattr(cls, name)) for name, value in mapping.items()})
-
-
-def _coerce(name: str, value: Any, default: Any) -> Any:
-    """One sandbox option, checked against the type of its default."""
-    if name == "extra_ro_binds":
-        return tuple(str(path) for path in (value or ()))
-    if name == "require":
-        unknown = sorted(set(map(str, value or ())) - set(PROTECTION_NAMES))
-        if unknown:
-            raise ValueError(
-                f"sandbox option require names unknown protection(s) {unknown}; known: {list(PROTECTION_NAMES)}"
-            )
-        return tuple(str(item) for item in (value or ()))
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise ValueError(f"sandbox option {name} must be true or false, got {value!r}")
-        return value
-    if not isinstance(default, (int, float)) and name != "uid_base":
-        return value
-    if value is None and name == "uid_base":
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-        raise ValueError(f"sandbox option {name} must be a positive number, got {value!r}")
-    return int(value) if isinstance(default, int) or name == "uid_base" else float(value)
-
-
-@dataclass(frozen=True)
-class Judged:
-    """What the judge needs for one test (see ``sandbox_judge``): the test's own code (``kind`` ``assert``: one
-    assert statement; ``check``: a module defining ``check(candidate)``, called with ``entry``), and the row's
-    context: the preamble (run on both sides), the task's helpers (its reference code, run on the judge's side
-    for the names a check uses) and ``program_names``, the names that mean the program's objects."""
-
-    kind: str
-    code: str
-    preamble: str = ""
-    helpers: str = ""
-    program_names: frozenset[str] = frozenset()
-    has_reference: bool = True  # whether the task's code says which names are its own
-    entry: str = ""
-    free_names: tuple[str, ...] = ()  # the names the test's code reads and never binds
-    called_only: tuple[str, ...] = ()  # those of them it only ever calls
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "preamble": self.preamble,
-            "helpers": self.helpers,
-            "program_names": sorted(self.program_names),
-            "has_reference": self.has_reference,
-            "entry": self.entry,
-        }
-
-
-@dataclass(frozen=True)
-class Job:
-    """One program to run: Python source after the task's ``preamble``, its stdin, an optional CPU limit in
-    seconds, and, for a judged test, what the judge runs against it (the program then answers the judge)."""
-
-    source: str
-    stdin: str = ""
-    timeout_s: float | None = None
-    judged: Judged | None = None
-    preamble: str = ""
-    count_lines: bool = False  # count the program's executed lines, under LINE_COUNT_SLOWDOWN x the CPU limit
-
-
-@dataclass(frozen=True)
-class JobResult:
-    """What happened to one job, measured inside the sandbox.
-
-    ``status``: ``ok`` (ran to the end), ``exception`` (``exception`` names it; ``SyntaxError``
-    included), ``exit`` (``SystemExit`` with ``exit_code``), ``signal`` (killed by ``signal``),
-    ``timeout`` (the wall-clock backstop), ``output_limit`` (a job judged on its output wrote more than
-    ``max_output_bytes``: stopped there), ``vanished`` (exited without a well-formed report, e.g.
-    ``os._exit``), ``setup_error`` (the launcher could not prepare the job), ``not_run`` (the
-    sandbox ended before reaching it, or its judge had already failed). ``verdict``: the judge's
-    verdict for a judged test (``outcome`` in ``sandbox_wire.VERDICT_OUTCOMES``, ``detail``, ``compared``: how
-    many comparisons the program's own code decided, ``untrusted``: how many of its objects were
-    compared with a builtin value, ``sizes``: the largest value it sent, against the wire's limits);
-    None when the judge gave none. Every text field came from the job or from values it sent: shown
-    escaped, never interpreted.
-    """
-
-    status: str
-    exception: str | None = None
-    message: str = ""
-    exit_code: int | None = None
-    signal: int | None = None
-    stdout: str = ""
-    stdout_truncated: bool = False
-    stderr_tail: str = ""
-    cpu_s: float = 0.0
-    wall_s: float = 0.0
-    peak_rss_kb: int = 0
-    baseline_rss_kb: int = 0
-    instructions: int | None = None
-    lines: int | None = None  # executed source lines, for a job that counted them (the job's own claim)
-    oom_killed: bool = False  # the job's cgroup hit its memory limit
-    verdict: dict | None = None
-
-    @property
-    def memory_kb(self) -> int:
-        """Peak resident memory the job added on top of the forked interpreter it started from."""
-        return max(0, self.peak_rss_kb - self.baseline_rss_kb)
-
-
-def unsafe_fallback_requested(config: SandboxConfig) -> bool:
-    return config.allow_unsandboxed_fallback_i_understand_the_risk or os.environ.get(UNSAFE_ENV_VAR) == "1"
-
-
-@dataclass(frozen=True)
-class InterpreterLayout:
-    """Where an interpreter lives: the prefixes to bind read-only and its site-packages dirs."""
-
-    prefixes: tuple[str, ...]
-    site_dirs: tuple[str, ...]
-
-
-_LAYOUT_PROBE = (
-    "import json, sys, sysconfig; paths = sysconfig.get_paths(); "
-    "print(json.dumps([[sys.prefix, sys.base_prefix], [paths['purelib'], paths['platlib']]]))"
-)
-
-
-def interpreter_layout(executable: str) -> InterpreterLayout:
-    """Asks ``executable`` (isolated mode, so no user site) where it lives."""
-    try:
-        probe = subprocess.run(
-            [executable, "-I", "-c", _LAYOUT_PROBE], capture_output=True, text=True, timeout=60, check=True
-        )
-        prefixes, site_dirs = json.loads(probe.stdout)
-    except (OSError, subprocess.SubprocessError, ValueError) as exc:
-        raise SandboxError(
-            f"cannot use {executable!r} as the sandbox's Python interpreter (sandbox option python_executable): {exc}"
-        ) from exc
-    return InterpreterLayout(
-        prefixes=tuple(sorted({os.path.realpath(prefix) for prefix in prefixes})),
-        site_dirs=tuple(dict.fromkeys(site_dirs)),
-    )
-
-
-@functools.lru_cache(maxsize=1)
-def instruction_counter_available() -> bool:
-    """Whether this machine offers the user-space instruction counter the launcher would open
-    (virtual machines often do not); asked once, so sandboxes skip the attempt when it cannot work."""
-    # Loaded by path: this module stays usable on its own, outside the diffugrpo package.
-    spec = importlib.util.spec_from_file_location("diffugrpo_sandbox_launcher", LAUNCHER_PATH)
-    sandbox_launcher = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sandbox_launcher)
-    try:
-        fd = sandbox_launcher.open_instruction_counter(sandbox_launcher.load_libc())
-    except OSError:
-        return False
-    if fd is None:
-        return False
-    os.close(fd)
-    return True
 
 
 def _system_dir_args() -> list[str]:
@@ -725,7 +522,7 @@ class Sandbox:
             timed_out = True
             _kill_group(process)
             stdout, stderr = process.communicate()
-        frames, calibration = _launcher_frames(stdout, len(payload["jobs"]))
+        frames, calibration = launcher_frames(stdout, len(payload["jobs"]))
         if calibration is not None and self._baseline is None:
             self._baseline = calibration  # measured once per sandbox, not once per completion
         if not timed_out and process.returncode != 0 and all(frame is None for frame in frames):
@@ -774,124 +571,6 @@ def _kill_group(process: subprocess.Popen) -> None:
         os.killpg(process.pid, 9)
     except (ProcessLookupError, PermissionError):
         process.kill()
-
-
-def _launcher_frames(stdout: bytes, count: int) -> tuple[list[dict | None], dict | None]:
-    """The launcher's length-prefixed marshal frames, one per job (a frame cut short by a kill is dropped), and
-    its calibration (what a forked interpreter costs), when it measured one.
-
-    The launcher is trusted (no job or judge holds its stdout); what the job wrote travels inside a
-    frame as raw bytes and is parsed by :func:`job_result`.
-    """
-    frames: list[dict | None] = [None] * count
-    calibration = None
-    offset = 0
-    while offset + 8 <= len(stdout):
-        size = int.from_bytes(stdout[offset : offset + 8], "little")
-        frame = stdout[offset + 8 : offset + 8 + size]
-        offset += 8 + size
-        if len(frame) < size:
-            break
-        try:
-            report = marshal.loads(frame)
-        except (ValueError, EOFError, TypeError):
-            break
-        index = report.get("index") if isinstance(report, dict) else None
-        if type(index) is int and 0 <= index < count:
-            frames[index] = report
-        elif index == -1:
-            calibration = report.get("baseline")
-    return frames, calibration
-
-
-def escaped(text: str, limit: int = MESSAGE_CHARS) -> str:
-    """Job-written text made safe to show: capped, control and unprintable characters escaped."""
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text[:limit])
-
-
-def job_report(raw: bytes) -> dict | None:
-    """The job's own report (``{"status", "exception", "message", "exit_code"}``, and ``lines`` where it counted
-    them), parsed strictly: None for anything but a size-capped JSON object of exactly that shape."""
-    report = _small_json_object(raw)
-    if report is None or not set(report) <= REPORT_KEYS or report.get("status") not in REPORT_STATUSES:
-        return None
-    exception, message, exit_code = report.get("exception"), report.get("message", ""), report.get("exit_code")
-    lines = report.get("lines")
-    if (
-        (lines is not None and not (type(lines) is int and 0 <= lines < (1 << 63)))
-        or (exception is not None and not (isinstance(exception, str) and EXCEPTION_NAME.fullmatch(exception)))
-        or not isinstance(message, str)
-        or (exit_code is not None and (type(exit_code) is not int or not -(1 << 31) <= exit_code < (1 << 31)))
-    ):
-        return None
-    return {
-        "status": report["status"],
-        "exception": exception,
-        "message": escaped(message),
-        "exit_code": exit_code,
-        "lines": lines,
-    }
-
-
-def judge_verdict(raw: bytes | None) -> dict | None:
-    """The judge's verdict line, parsed strictly (it carries text the program's values produced)."""
-    verdict = _small_json_object(raw)
-    if (
-        verdict is None
-        or set(verdict) != set(wire.VERDICT_KEYS)
-        or verdict["outcome"] not in wire.VERDICT_OUTCOMES
-        or not isinstance(verdict["detail"], str)
-        or not all(type(verdict[key]) is int and verdict[key] >= 0 for key in ("compared", "untrusted"))
-        or not isinstance(verdict["sizes"], dict)
-        or set(verdict["sizes"]) != set(wire.SIZE_KEYS)
-        or not all(type(size) is int and size >= 0 for size in verdict["sizes"].values())
-    ):
-        return None
-    return {**verdict, "detail": escaped(verdict["detail"])}
-
-
-def _small_json_object(raw: bytes | None) -> dict | None:
-    if not raw or len(raw) > REPORT_MAX_BYTES:
-        return None
-    try:
-        value = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def job_result(frame: Mapping[str, Any]) -> JobResult:
-    """What happened to one job, from the launcher's frame: the launcher's own observations (how the
-    process ended, the setup channel) decide the status; the job's report only says what it ran into."""
-    if frame.get("judge_gone"):
-        return JobResult(
-            status="not_run",
-            message="not judged: the judge of this completion had already stopped (over its limits on an earlier test)",
-        )
-    measured = {
-        "stdout": frame["stdout"],
-        "stdout_truncated": frame["stdout_truncated"],
-        "stderr_tail": frame["stderr_tail"],
-        "cpu_s": frame["cpu_s"],
-        "wall_s": frame["wall_s"],
-        "peak_rss_kb": frame["peak_rss_kb"],
-        "baseline_rss_kb": frame["baseline_rss_kb"],
-        "instructions": frame["instructions"],
-        "oom_killed": frame["oom_killed"],
-        "verdict": judge_verdict(frame["judge"]),
-    }
-    if frame["setup_error"] is not None:
-        return JobResult(status="setup_error", message=escaped(frame["setup_error"]), **measured)
-    if frame["output_overflow"]:
-        return JobResult(status="output_limit", **measured)
-    if not frame["finished"]:
-        return JobResult(status="timeout", **measured)
-    if frame["signal"] is not None:
-        return JobResult(status="signal", signal=frame["signal"], **measured)
-    report = job_report(frame["report"]) if frame["exit_status"] == 0 else None
-    if report is None:
-        return JobResult(status="vanished", exit_code=frame["exit_status"], **measured)
-    return JobResult(**report, **measured)
 
 
 _reported_missing: set[tuple[str, ...]] = set()

@@ -161,7 +161,7 @@ def keep_only_capabilities(libc, kept: tuple[int, ...]) -> None:
 
 
 def install_seccomp(libc, program: bytes) -> None:
-    """Load a BPF filter (from ``sandbox_limits.seccomp_program``) on this process and its descendants."""
+    """Load a BPF filter (from ``limits.seccomp_program``, on the host) on this process and its descendants."""
     import ctypes
 
     class SockFprog(ctypes.Structure):

@@ -48,7 +48,8 @@ from diffugrpo_plugin.rewards.code_tests import (
     tests_from_row,
 )
 from diffugrpo_plugin.rewards.judging import Offer, offered_code, outcomes_reason
-from diffugrpo_plugin.sandbox.host import Sandbox, SandboxError
+from diffugrpo_plugin.sandbox.config import SandboxError
+from diffugrpo_plugin.sandbox.host import Sandbox
 
 DATASETS = ("humaneval", "mbpp", "parquet")
 DEFAULT_SPLITS = {"humaneval": "test", "mbpp": "test"}

@@ -4,7 +4,7 @@
 family and the clue that selected it, the implementation that will load it, the calling
 convention, logit shift, mask token and where it came from, the vocabulary head (tied or not),
 the network's shape and parameter count (the network is built on the ``meta`` device, so no
-memory is allocated). :func:`run_probes` then loads the weights and runs four probes:
+memory is allocated). :func:`run_probes` then loads the weights and runs the five probes of :data:`PROBES`:
 
 * **padding**: logits of a prompt alone vs the same prompt left-padded in a batch with a longer
   one, compared on its real positions (a model whose code ignores the attention mask leaks);
@@ -12,6 +12,9 @@ memory is allocated). :func:`run_probes` then loads the weights and runs four pr
   family's head weight, bias and logit scale outside the model's projection code, against a
   log-softmax of the model's own logits (a forward that changes its logits in a way the family
   does not know about, e.g. a soft cap, would train on the wrong log-probs);
+* **lean MLP**: one SwiGLU block's output and gradients through its own code against the lean backward the
+  training engine gives it (a block whose code is not the family's SwiGLU would train on wrong gradients);
+  not run when no block of the model can be made lean;
 * **coupled log-probs**: one coupled-masker pass over prompt + completion with a fixed mask
   seed, forward and backward, checked for finite log-probs and gradients;
 * **sampling**: a few steps of the family's natural sampler on the prompt.
@@ -31,6 +34,8 @@ from diffugrpo_plugin.tools.step_cost import ModelShape
 DEFAULT_PROMPT = "Write a Python function that adds two numbers."
 LONGER_PROMPT_SUFFIX = " Give it a docstring and type hints."
 DEFAULT_COMPLETION = "```python\ndef add(a, b):\n    return a + b\n```"
+PROBES = ("padding", "head", "lean_mlp", "logprob", "sampling")
+"""The probes :func:`run_probes` runs, in order: the names of their fields in :class:`ModelCheck`."""
 # Largest |difference| allowed by the padding probe, times max(1, max |logit|) of the unpadded pass.
 PADDING_TOLERANCE = {"float32": 1e-4, "bfloat16": 5e-2}
 NATURAL_SAMPLERS = {"dream": "entropy", "llada": "llada"}  # any other family: entropy
@@ -168,13 +173,13 @@ class ModelCheck:
     logprob: LogprobProbe | None = None
     sampling: SamplingProbe | None = None
 
+    def probes(self) -> dict[str, Any]:
+        """Each probe's result by name, in :data:`PROBES` order (None: not run)."""
+        return {name: getattr(self, name) for name in PROBES}
+
     @property
     def probes_ok(self) -> bool:
-        return all(
-            probe.ok
-            for probe in (self.padding, self.head, self.lean_mlp, self.logprob, self.sampling)
-            if probe is not None
-        )
+        return all(probe.ok for probe in self.probes().values() if probe is not None)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -622,25 +627,27 @@ def run_probes(
         answer.append(int(tokenizer.eos_token_id))
     check = ModelCheck(resolution=resolved.resolution, load=load)
     base = tolerance if tolerance is not None else PADDING_TOLERANCE.get(dtype, PADDING_TOLERANCE["bfloat16"])
-    try:
-        check.padding = padding_probe(lm, short_ids, long_ids, pad_id, base)
-    except Exception as exc:  # noqa: BLE001 - a probe's failure is a finding, reported with its error
-        check.padding = PaddingProbe(ok=False, error=one_line(exc))
-    try:
-        check.head = head_probe(lm, long_ids + answer, base)
-    except Exception as exc:  # noqa: BLE001
-        check.head = HeadProbe(ok=False, error=one_line(exc))
-    try:
-        check.lean_mlp = lean_mlp_probe(lm, base)
-    except Exception as exc:  # noqa: BLE001
-        check.lean_mlp = LeanProbe(ok=False, error=one_line(exc))
-    try:
-        check.logprob = logprob_probe(lm, [(short_ids, answer), (long_ids, answer)], pad_id, mask_seed)
-    except Exception as exc:  # noqa: BLE001
-        check.logprob = LogprobProbe(ok=False, mask_seed=mask_seed, error=one_line(exc))
-    name = sampler or natural_sampler(resolved.resolution.family)
-    try:
-        check.sampling = sampling_probe(lm, tokenizer, short_ids, name, sample_tokens, sample_steps, mask_seed)
-    except Exception as exc:  # noqa: BLE001
-        check.sampling = SamplingProbe(ok=False, sampler=name, error=one_line(exc))
+    sampler_name = sampler or natural_sampler(resolved.resolution.family)
+    runs = {  # each probe: how to run it, and its record when it raises (a probe's failure is a finding)
+        "padding": (
+            lambda: padding_probe(lm, short_ids, long_ids, pad_id, base),
+            lambda error: PaddingProbe(ok=False, error=error),
+        ),
+        "head": (lambda: head_probe(lm, long_ids + answer, base), lambda error: HeadProbe(ok=False, error=error)),
+        "lean_mlp": (lambda: lean_mlp_probe(lm, base), lambda error: LeanProbe(ok=False, error=error)),
+        "logprob": (
+            lambda: logprob_probe(lm, [(short_ids, answer), (long_ids, answer)], pad_id, mask_seed),
+            lambda error: LogprobProbe(ok=False, mask_seed=mask_seed, error=error),
+        ),
+        "sampling": (
+            lambda: sampling_probe(lm, tokenizer, short_ids, sampler_name, sample_tokens, sample_steps, mask_seed),
+            lambda error: SamplingProbe(ok=False, sampler=sampler_name, error=error),
+        ),
+    }
+    for name in PROBES:
+        run, failed = runs[name]
+        try:
+            setattr(check, name, run())
+        except Exception as exc:  # noqa: BLE001 - reported with its error
+            setattr(check, name, failed(one_line(exc)))
     return check

@@ -496,57 +496,63 @@ def backward_extra_bytes(model: ModelShape, compute_bytes: int, lean_mlp: bool =
 
 def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
     """Per-GPU memory of one training step, term by term (see each term's ``assumption``)."""
-    n, g = model.parameters, setup.gpus
-    pb, pdt = dtype_bytes(setup.param_dtype), setup.param_dtype
-    rb = dtype_bytes(setup.rollout_dtype)
-    s, t, c, v, h = setup.sequences, setup.tokens, setup.completion_length, model.vocab, model.hidden
-    a, mdt = setup.lora_parameters, setup.model_dtype
-    mb = dtype_bytes(mdt)
-    if a:
+    params, gpus = model.parameters, setup.gpus
+    param_bytes, param_dtype = dtype_bytes(setup.param_dtype), setup.param_dtype
+    rollout_bytes = dtype_bytes(setup.rollout_dtype)
+    sequences, tokens, completion, vocab, hidden = (
+        setup.sequences,
+        setup.tokens,
+        setup.completion_length,
+        model.vocab,
+        model.hidden,
+    )
+    adapters, model_dtype = setup.lora_parameters, setup.model_dtype
+    model_bytes = dtype_bytes(model_dtype)
+    if adapters:
         terms: list[MemoryTerm] = [
             MemoryTerm(
-                f"policy: frozen base weights ({mdt}, sharded)",
+                f"policy: frozen base weights ({model_dtype}, sharded)",
                 "held",
-                frozen_base_bytes(n, g, mdt),
-                f"{mb} B x {_n(n)} / {g}",
+                frozen_base_bytes(params, gpus, model_dtype),
+                f"{model_bytes} B x {_n(params)} / {gpus}",
                 "LoRA: the base weights take no gradient and no optimizer state (verl's actor model_dtype)",
             ),
             MemoryTerm(
-                f"LoRA adapters: params + AdamW moments ({mdt}, sharded)",
+                f"LoRA adapters: params + AdamW moments ({model_dtype}, sharded)",
                 "held",
-                policy_state_bytes(a, g, mdt),
-                f"{3 * mb} B x {_n(a)} / {g}",
+                policy_state_bytes(adapters, gpus, model_dtype),
+                f"{3 * model_bytes} B x {_n(adapters)} / {gpus}",
                 "the adapters train like full weights (param, two AdamW moments), in the base's dtype: "
                 "verl casts them to it for FSDP",
             ),
         ]
         gradients = MemoryTerm(
-            f"LoRA adapters: sharded grads ({mdt})",
+            f"LoRA adapters: sharded grads ({model_dtype})",
             "update",
-            sharded_grad_bytes(a, g, mdt),
-            f"{mb} B x {_n(a)} / {g}",
+            sharded_grad_bytes(adapters, gpus, model_dtype),
+            f"{model_bytes} B x {_n(adapters)} / {gpus}",
             "freed when the update ends (verl's zero_grad on exit)",
         )
     else:
         terms = [
             MemoryTerm(
-                f"policy: {mdt} params + AdamW moments (sharded)",
+                f"policy: {model_dtype} params + AdamW moments (sharded)",
                 "held",
-                policy_state_bytes(n, g, mdt),
-                f"{3 * mb} B x {_n(n)} / {g}",
-                f"master params + AdamW exp_avg + exp_avg_sq, {mb} bytes each per parameter, sharded "
+                policy_state_bytes(params, gpus, model_dtype),
+                f"{3 * model_bytes} B x {_n(params)} / {gpus}",
+                f"master params + AdamW exp_avg + exp_avg_sq, {model_bytes} bytes each per parameter, sharded "
                 f"over the FSDP workers (verl's actor model_dtype, fp32 by default)",
             ),
         ]
         gradients = MemoryTerm(
-            f"policy: sharded grads ({mdt})",
+            f"policy: sharded grads ({model_dtype})",
             "update",
-            sharded_grad_bytes(n, g, mdt),
-            f"{mb} B x {_n(n)} / {g}",
+            sharded_grad_bytes(params, gpus, model_dtype),
+            f"{model_bytes} B x {_n(params)} / {gpus}",
             "every gradient counted for the whole update (an upper bound: the root's are written "
             "last); freed when the update ends (verl's zero_grad on exit), not held in the rollout",
         )
-    if setup.reference_dtype and a:
+    if setup.reference_dtype and adapters:
         terms.append(
             MemoryTerm(
                 "reference model: the base without adapters",
@@ -561,8 +567,8 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             MemoryTerm(
                 f"reference model ({setup.reference_dtype}, sharded)",
                 "held",
-                reference_bytes(n, g, setup.reference_dtype),
-                f"{dtype_bytes(setup.reference_dtype)} B x {_n(n)} / {g}",
+                reference_bytes(params, gpus, setup.reference_dtype),
+                f"{dtype_bytes(setup.reference_dtype)} B x {_n(params)} / {gpus}",
                 "forward only: no grads, no optimizer; verl 0.9.1 stores it in ref.fsdp_config."
                 "model_dtype (default fp32), sharded like the actor",
             )
@@ -571,47 +577,51 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
         MemoryTerm(
             f"rollout policy copy ({setup.rollout_dtype}, unsharded)",
             "held",
-            rollout_copy_bytes(n + a, setup.rollout_dtype),
-            f"{rb} B x {_n(n + a)}",
+            rollout_copy_bytes(params + adapters, setup.rollout_dtype),
+            f"{rollout_bytes} B x {_n(params + adapters)}",
             "one full copy per trainer worker (integration/rollout.py), kept on the GPU "
-            "(free_cache_engine: false)" + ("; with LoRA the base plus the adapters it samples through" if a else ""),
+            "(free_cache_engine: false)"
+            + ("; with LoRA the base plus the adapters it samples through" if adapters else ""),
         )
     )
 
     terms.append(gradients)
     terms.append(
         MemoryTerm(
-            f"FSDP gathered params ({pdt})",
+            f"FSDP gathered params ({param_dtype})",
             "update",
-            fsdp_gathered_bytes(model, pdt),
-            f"{pb} B x ({_n(model.root_parameters)} root + 2 x {_n(model.layer_parameters)} layer)",
+            fsdp_gathered_bytes(model, param_dtype),
+            f"{param_bytes} B x ({_n(model.root_parameters)} root + 2 x {_n(model.layer_parameters)} layer)",
             "root unit (embedding, head) gathered for the whole pass, plus the current and the "
             "prefetched decoder layer",
         )
     )
-    if a:
+    if adapters:
         terms.append(
             MemoryTerm(
-                f"FSDP unsharded adapter grads ({pdt})",
+                f"FSDP unsharded adapter grads ({param_dtype})",
                 "update",
-                a * pb,
-                f"{pb} B x {_n(a)}",
+                adapters * param_bytes,
+                f"{param_bytes} B x {_n(adapters)}",
                 "at most every adapter's gradient before its reduce-scatter; the frozen base has none",
             )
         )
     else:
         terms.append(
             MemoryTerm(
-                f"FSDP unsharded grads ({pdt})",
+                f"FSDP unsharded grads ({param_dtype})",
                 "update",
-                fsdp_unsharded_grad_bytes(model, pdt),
-                f"{pb} B x ({_n(model.root_parameters)} root + {_n(model.layer_parameters)} layer)",
+                fsdp_unsharded_grad_bytes(model, param_dtype),
+                f"{param_bytes} B x ({_n(model.root_parameters)} root + {_n(model.layer_parameters)} layer)",
                 "the root unit's gradients live from the head's backward to the end of the backward; "
                 "plus one layer's before its reduce-scatter",
             )
         )
-    per_layer, extra = layer_saved_bytes(model, pb, setup.lean_mlp), backward_extra_bytes(model, pb, setup.lean_mlp)
-    norm = norm_saved_bytes(model, pb)
+    per_layer, extra = (
+        layer_saved_bytes(model, param_bytes, setup.lean_mlp),
+        backward_extra_bytes(model, param_bytes, setup.lean_mlp),
+    )
+    norm = norm_saved_bytes(model, param_bytes)
     mlp_saved = "2 lean MLP activations" if setup.lean_mlp else "4 MLP activations"
     mlp_gradients = "3I" if setup.lean_mlp else "2I"
     if setup.gradient_checkpointing:
@@ -619,8 +629,8 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             MemoryTerm(
                 "activations: kept layer inputs (checkpointing)",
                 "update",
-                s * t * (model.layers * h * pb + norm),
-                f"{s} seq x {t} tok x ({model.layers} layers x {h} x {pb} B + {norm} B final norm)",
+                sequences * tokens * (model.layers * hidden * param_bytes + norm),
+                f"{sequences} seq x {tokens} tok x ({model.layers} layers x {hidden} x {param_bytes} B + {norm} B final norm)",
                 f"{setup.views} views x {setup.batch} completions; each layer's input hidden state "
                 f"kept for the recomputation, and the final norm's saved tensors",
             )
@@ -629,8 +639,8 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             MemoryTerm(
                 "activations: one layer recomputed + its backward",
                 "update",
-                s * t * (per_layer + extra),
-                f"{s} x {t} x ({per_layer} + {extra}) B",
+                sequences * tokens * (per_layer + extra),
+                f"{sequences} x {tokens} x ({per_layer} + {extra}) B",
                 f"one layer's saved tensors (2 RMSNorms, q, attention output, k, v, {mlp_saved}; "
                 f"see layer_saved_bytes) plus its backward's gradients 2H + {mlp_gradients}",
             )
@@ -640,8 +650,8 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             MemoryTerm(
                 "activations: every layer's saved tensors",
                 "update",
-                s * t * (model.layers * per_layer + norm),
-                f"{s} x {t} x ({model.layers} x {per_layer} + {norm}) B",
+                sequences * tokens * (model.layers * per_layer + norm),
+                f"{sequences} x {tokens} x ({model.layers} x {per_layer} + {norm}) B",
                 f"each layer's saved tensors ({mlp_saved}, see layer_saved_bytes; SDPA: no tokens^2 "
                 f"term), plus the final norm's",
             )
@@ -650,8 +660,8 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             MemoryTerm(
                 "activations: backward gradients of one layer",
                 "update",
-                s * t * extra,
-                f"{s} x {t} x {extra} B",
+                sequences * tokens * extra,
+                f"{sequences} x {tokens} x {extra} B",
                 f"gradients of a layer's hidden states and MLP activations 2H + {mlp_gradients} per token",
             )
         )
@@ -661,23 +671,23 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             MemoryTerm(
                 "activations: adapter dropout's kept inputs",
                 "update",
-                s * t * kept_layers * setup.lora_dropout_inputs * (pb + 1),
-                f"{s} x {t} x {kept_layers} layers x {setup.lora_dropout_inputs} x ({pb} + 1) B",
+                sequences * tokens * kept_layers * setup.lora_dropout_inputs * (param_bytes + 1),
+                f"{sequences} x {tokens} x {kept_layers} layers x {setup.lora_dropout_inputs} x ({param_bytes} + 1) B",
                 "each adapted module keeps its dropped-out input for the adapter's backward, and the "
                 "mask (1 byte); with checkpointing, one layer's at a time",
             )
         )
-    rows = setup.scored_rows_per_token * setup.batch * c
-    width = min(v, max(1, min(setup.slice_columns, setup.chunk_rows * v // rows)))  # kernels._vocab_slices
-    head_dtype_slice = 0 if pb == 4 else pb
+    rows = setup.scored_rows_per_token * setup.batch * completion
+    width = min(vocab, max(1, min(setup.slice_columns, setup.chunk_rows * vocab // rows)))  # kernels._vocab_slices
+    head_dtype_slice = 0 if param_bytes == 4 else param_bytes
     terms.append(
         MemoryTerm(
-            f"fused head: saved rows ({pdt}) + their fp32 gradient",
+            f"fused head: saved rows ({param_dtype}) + their fp32 gradient",
             "update",
-            rows * h * (pb + 4),
-            f"{rows} rows x {h} x ({pb} + 4) B",
+            rows * hidden * (param_bytes + 4),
+            f"{rows} rows x {hidden} x ({param_bytes} + 4) B",
             f"fused head (logprobs.py): {setup.scored_rows_per_token} x {setup.batch} completions x "
-            f"{c} tokens, saved for the backward, which recomputes their logits",
+            f"{completion} tokens, saved for the backward, which recomputes their logits",
         )
     )
     terms.append(
@@ -687,7 +697,7 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             width * rows * (4 + head_dtype_slice + 8),
             f"{width} x {rows} x (4 + {head_dtype_slice} + 8) B",
             f"{width} vocabulary columns (at most {setup.slice_columns}, and at most chunk_rows="
-            f"{setup.chunk_rows} x {v} elements) x {rows} rows: the reused fp32 buffer, the slice in "
+            f"{setup.chunk_rows} x {vocab} elements) x {rows} rows: the reused fp32 buffer, the slice in "
             f"the head's dtype (none when the head is fp32) and two fp32 temporaries when the entropy "
             f"is asked for. No [rows, vocab] tensor exists",
         )
@@ -699,8 +709,8 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
         MemoryTerm(
             f"sampler: model logits ({setup.rollout_dtype})",
             "rollout",
-            copies * m * L * v * rb,
-            f"{copies} x {m} x {L} x {v} x {rb} B",
+            copies * m * L * vocab * rollout_bytes,
+            f"{copies} x {m} x {L} x {vocab} x {rollout_bytes} B",
             "the plain sampler runs the whole sequence and gets logits for every position "
             "(sampling/forward.py; an upper bound for head_on_masked)"
             + ("; aligning shifted logits concatenates a copy" if setup.logits_shift else ""),
@@ -710,8 +720,8 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
         MemoryTerm(
             "sampler: fp32 window buffers",
             "rollout",
-            setup.sampler_window_copies * m * c * v * 4,
-            f"{setup.sampler_window_copies} x {m} x {c} x {v} x 4 B",
+            setup.sampler_window_copies * m * completion * vocab * 4,
+            f"{setup.sampler_window_copies} x {m} x {completion} x {vocab} x 4 B",
             "at the first step (every position masked), inside top-p: the window's .float() logits "
             "(sampling/engine.py), their live-row copy, the packed masked rows, the temperature-scaled "
             "copy, top-p's sorted values, int64 indices (2), softmax, cumulative sum and its "
@@ -719,18 +729,18 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
         )
     )
     if setup.sampler_kv_cache:
-        kept = 2 * model.layers * m * setup.prompt_length * model.kv_dim * rb
+        kept = 2 * model.layers * m * setup.prompt_length * model.kv_dim * rollout_bytes
         terms.append(
             MemoryTerm(
                 f"sampler: prefix KV cache ({setup.rollout_dtype})",
                 "rollout",
                 kept,
-                f"2 x {model.layers} x {m} x {setup.prompt_length} x {model.kv_dim} x {rb} B",
+                f"2 x {model.layers} x {m} x {setup.prompt_length} x {model.kv_dim} x {rollout_bytes} B",
                 "keys and values of every layer for the prompt, kept between forwards "
                 "(sampling/forward.py; kv_cache=false keeps none)",
             )
         )
-    sampler_layer = layer_saved_bytes(model, rb)
+    sampler_layer = layer_saved_bytes(model, rollout_bytes)
     terms.append(
         MemoryTerm(
             "sampler: one layer's forward working set",
