@@ -166,7 +166,7 @@ def reference_style(work: Workload) -> torch.Tensor:
 def unfused(work: Workload) -> torch.Tensor:
     """The scored rows through the model's own head (materialised logits), then the chunked log-softmax.  # -> [B, L]"""
     from diffugrpo_plugin.models.dlm import position_ids_from_mask
-    from diffugrpo_plugin.models.families import final_hidden_rows
+    from diffugrpo_plugin.models.family import final_hidden_rows
     from diffugrpo_plugin.models.kernels import chunked_gathered_logprob
 
     lm, views = work.lm, work.views

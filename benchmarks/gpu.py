@@ -214,7 +214,7 @@ def matmul_rate(device: str, size: int) -> float | None:
 
 def unfused_logprobs(lm, views, ids, attention):
     """The scored rows through the model's own head: ``[rows, V]`` logits materialised.  # -> [B, L]"""
-    from diffugrpo_plugin.models.families import final_hidden_rows, position_ids_from_mask
+    from diffugrpo_plugin.models.family import final_hidden_rows, position_ids_from_mask
     from diffugrpo_plugin.models.kernels import chunked_gathered_logprob
 
     num_views, rows, length = views.coef.shape

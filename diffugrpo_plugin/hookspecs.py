@@ -119,7 +119,7 @@ def diffugrpo_maskers() -> dict[str, Callable[..., Any]]:
 def diffugrpo_model_families() -> dict[str, Any]:
     """Model families: how a kind of diffusion LM is called, aligned, projected and masked.
 
-    Each value is a :class:`diffugrpo_plugin.models.families.ModelFamily` (a frozen dataclass; build
+    Each value is a :class:`diffugrpo_plugin.models.family.ModelFamily` (a frozen dataclass; build
     yours with it). Its fields say:
 
     * ``call(module, input_ids [B, L], attention_mask [B, L] 0/1, position_ids [B, L]) -> logits

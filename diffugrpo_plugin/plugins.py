@@ -112,10 +112,10 @@ def _factory_problem(factory: Any) -> str | None:
 
 
 def _model_family_problem(family: Any) -> str | None:
-    from diffugrpo_plugin.models.families import ModelFamily
+    from diffugrpo_plugin.models.family import ModelFamily
 
     if not isinstance(family, ModelFamily):
-        return f"got {type(family).__name__}; expected a diffugrpo_plugin.models.families.ModelFamily"
+        return f"got {type(family).__name__}; expected a diffugrpo_plugin.models.family.ModelFamily"
     return None
 
 

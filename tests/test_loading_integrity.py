@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError, load_pretrained, plan_loading, read_model_config
-from diffugrpo_plugin.models.families import takes_padding_mask
+from diffugrpo_plugin.models.family import takes_padding_mask
 from diffugrpo_plugin.models.weights import checkpoint_shapes, compare
 from family_standins import STANDINS, llada_standin, save_standin, tokenizer  # noqa: F401  (fixture used by name)
 

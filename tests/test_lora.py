@@ -137,7 +137,7 @@ def test_canonical_names_join_what_peft_and_verl_write():
 @pytest.mark.parametrize("targets, where", [(["q_proj", "lm_head"], "lm_head")])
 def test_an_adapter_on_the_vocabulary_head_is_refused(targets, where):
     from diffugrpo_plugin.models.dlm import DiffusionLM
-    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.family import ModelConfigError
     from diffugrpo_plugin.models.lora import refuse_adapted_head
 
     model = adapted(build_tiny_module("dream"), targets=targets)
@@ -148,7 +148,7 @@ def test_an_adapter_on_the_vocabulary_head_is_refused(targets, where):
 
 def test_an_adapter_on_a_tied_embedding_is_refused(llada_tied_standin):
     from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
-    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.family import ModelConfigError
     from diffugrpo_plugin.models.lora import refuse_adapted_head
     from family_standins import tokenizer
 
@@ -176,7 +176,7 @@ def test_adapter_folder_round_trip_merges_into_the_same_model(tmp_path, tiny_mod
     """An adapter saved as the engine saves it loads with peft and merges: the merged model's logits equal the
     adapted model's; an adapter for another model is refused by name."""
     from diffugrpo_plugin.models.dlm import load_pretrained
-    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.family import ModelConfigError
     from diffugrpo_plugin.models.lora import adapter_state, apply_adapter, save_adapter
 
     model = adapted(load_pretrained(tiny_model_path).eval())
@@ -263,7 +263,7 @@ def test_rollout_samples_through_synced_adapters_as_the_merged_model_does(rollou
 
 
 def test_dropout_is_applied_to_every_adapter_and_saved():
-    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.family import ModelConfigError
     from diffugrpo_plugin.models.lora import set_dropout
 
     model = adapted(build_tiny_module("dream"), targets=["q_proj", "up_proj"])
@@ -310,7 +310,7 @@ def test_rollout_follows_verls_own_sync_of_base_then_adapters(rollout, tiny_mode
 
 def test_adapters_the_rollout_cannot_carry_are_refused_where_they_load(tmp_path, tiny_model_path):
     from diffugrpo_plugin.models.dlm import load_pretrained
-    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.family import ModelConfigError
     from diffugrpo_plugin.models.lora import adapter_state, apply_adapter, inject_adapter, save_adapter
 
     dora = adapted(load_pretrained(tiny_model_path), targets=["q_proj"], use_dora=True)

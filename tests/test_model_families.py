@@ -31,7 +31,7 @@ from diffugrpo_plugin.models.dlm import (
     plan_loading,
     read_model_config,
 )
-from diffugrpo_plugin.models.families import ModelConfigError, takes_padding_mask
+from diffugrpo_plugin.models.family import ModelConfigError, takes_padding_mask
 from diffugrpo_plugin.models.native import register_with_transformers
 from diffugrpo_plugin.models.native.dream import DreamModel as NativeDream
 from diffugrpo_plugin.models.native.llada import LLaDAConfig as NativeLLaDAConfig

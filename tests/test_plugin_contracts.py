@@ -115,7 +115,7 @@ def test_a_model_family_must_be_a_model_family_record(register_in_code):
     with pytest.raises(
         PluginError,
         match=r"model family 'mine' from plugin 'contract_test_model_family'.*got dict; "
-        r"expected a diffugrpo_plugin.models.families.ModelFamily",
+        r"expected a diffugrpo_plugin.models.family.ModelFamily",
     ):
         plugins.registrations("model_family")
 

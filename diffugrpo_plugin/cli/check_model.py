@@ -281,7 +281,7 @@ def run(args: argparse.Namespace) -> int:
     except BrokenPipeError:  # the reader went away (| head): nothing left to say
         return 1
     except Exception as exc:  # noqa: BLE001 - one line, never a traceback
-        from diffugrpo_plugin.models.families import ModelConfigError
+        from diffugrpo_plugin.models.family import ModelConfigError
         from diffugrpo_plugin.plugins import PluginError
 
         known = (ModelConfigError, PluginError, OSError, ValueError)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-IMPLEMENTATION_CHOICES = ("auto", "native", "remote")  # diffugrpo_plugin.models.families.IMPLEMENTATIONS, without torch
+IMPLEMENTATION_CHOICES = ("auto", "native", "remote")  # diffugrpo_plugin.models.family.IMPLEMENTATIONS, without torch
 # The training job's completion length (data.max_response_length), which the default model was
 # fine-tuned for (WarmStart.completion_length); tests/test_config_composition.py checks they agree.
 DEFAULT_MAX_NEW_TOKENS = 48

@@ -24,7 +24,7 @@ import torch
 
 from diffugrpo_plugin.core.masking import MaskedViews
 from diffugrpo_plugin.models.dlm import DiffusionLM
-from diffugrpo_plugin.models.families import position_ids_from_mask
+from diffugrpo_plugin.models.family import position_ids_from_mask
 from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS
 
 

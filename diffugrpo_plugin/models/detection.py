@@ -1,4 +1,4 @@
-"""Which :class:`~diffugrpo_plugin.models.families.ModelFamily` a checkpoint belongs to: the one its config names
+"""Which :class:`~diffugrpo_plugin.models.family.ModelFamily` a checkpoint belongs to: the one its config names
 (``model_type``, ``auto_map`` code files, ``architectures``) among the installed families (built-in or a
 plugin's, through :mod:`diffugrpo_plugin.plugins`), the one config asks for by name, or an error naming what
 to set. Kept apart from the families themselves so that plugin discovery, which checks what a family plugin
@@ -7,7 +7,8 @@ returns against the record, and the families do not import each other.
 
 from __future__ import annotations
 
-from diffugrpo_plugin.models.families import BIDIRECTIONAL, ModelConfigError, ModelFamily
+from diffugrpo_plugin.models.families import BIDIRECTIONAL
+from diffugrpo_plugin.models.family import ModelConfigError, ModelFamily
 from diffugrpo_plugin.plugins import PluginError, lookup, registrations
 
 SELECT_HINT = (

@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from diffugrpo_plugin.models.detection import detect_family, family_named
-from diffugrpo_plugin.models.families import (
+from diffugrpo_plugin.models.family import (
     IMPLEMENTATIONS,
     ModelConfigError,
     ModelFamily,
@@ -160,7 +160,7 @@ class DiffusionLM:
         of those predictive distributions), through the fused head (:func:`~diffugrpo_plugin.models.kernels.fused_head_logprob`).
 
         Only those rows are projected, inside the model's forward (see
-        :func:`~diffugrpo_plugin.models.families.projected_rows`); a shifted model reads each token's
+        :func:`~diffugrpo_plugin.models.family.projected_rows`); a shifted model reads each token's
         prediction from the position before it, so no scored token may sit at position 0.
         token_rows [R], targets [R] (the clean tokens) -> logp [R] (differentiable), entropy [R] (detached) or None.
         """

@@ -24,7 +24,7 @@ from typing import Any, Iterable
 
 import torch
 
-from diffugrpo_plugin.models.families import ModelConfigError, ModelFamily, submodule, unwrap
+from diffugrpo_plugin.models.family import ModelConfigError, ModelFamily, submodule, unwrap
 
 ADAPTER_NAME = "default"
 ADAPTER_CONFIG = "adapter_config.json"

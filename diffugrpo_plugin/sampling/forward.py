@@ -29,7 +29,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, DynamicLayer
 
 from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError
-from diffugrpo_plugin.models.families import final_hidden_rows, unwrap
+from diffugrpo_plugin.models.family import final_hidden_rows, unwrap
 
 
 def _select(rows: torch.Tensor | None, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:

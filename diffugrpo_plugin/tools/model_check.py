@@ -272,7 +272,7 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     """The checkpoint's tokenizer, or a :class:`ModelConfigError` naming the path."""
     from transformers import AutoTokenizer
 
-    from diffugrpo_plugin.models.families import ModelConfigError
+    from diffugrpo_plugin.models.family import ModelConfigError
     from diffugrpo_plugin.models.native import register_with_transformers
 
     register_with_transformers()  # Dream's tokenizer files name a class only our registration knows
@@ -290,7 +290,7 @@ def resolve_checkpoint(
 ) -> ResolvedCheckpoint:
     """Stage 1: what ``path`` resolves to, from its config and tokenizer (no weights are read).
 
-    Raises :class:`~diffugrpo_plugin.models.families.ModelConfigError` for a path that is not a checkpoint,
+    Raises :class:`~diffugrpo_plugin.models.family.ModelConfigError` for a path that is not a checkpoint,
     a config no family fits, or code that must run but is not trusted.
     """
     from diffugrpo_plugin.models.dlm import (
@@ -300,7 +300,7 @@ def resolve_checkpoint(
         read_model_config,
         resolve_mask_token,
     )
-    from diffugrpo_plugin.models.families import ModelConfigError, submodule
+    from diffugrpo_plugin.models.family import ModelConfigError, submodule
     from diffugrpo_plugin.models.lean_mlp import make_lean
 
     problem = checkpoint_path_problem(path)
@@ -432,7 +432,7 @@ def head_probe(lm, ids: list[int], tolerance: float) -> HeadProbe:
     log-softmax of the model's own logits. ``tolerance`` is multiplied by ``max(1, max |log p|)``."""
     import torch
 
-    from diffugrpo_plugin.models.families import position_ids_from_mask
+    from diffugrpo_plugin.models.family import position_ids_from_mask
 
     device = next(lm.module.parameters()).device
     tokens = torch.tensor([ids], device=device)  # [1, n]

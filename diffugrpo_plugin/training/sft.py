@@ -53,7 +53,7 @@ from diffugrpo_plugin.core.masking import make_sft, mask_seed_table
 from diffugrpo_plugin.data import DataError, format_completion
 from diffugrpo_plugin.data.rows import read_parquet_rows
 from diffugrpo_plugin.models.dlm import DiffusionLM
-from diffugrpo_plugin.models.families import IMPLEMENTATIONS
+from diffugrpo_plugin.models.family import IMPLEMENTATIONS
 from diffugrpo_plugin.sampling import padding_id
 
 EVAL_STEP = 2**31 - 1
