@@ -10,7 +10,7 @@ import math
 import pytest
 
 from diffugrpo_plugin.cli import plot as plot_cli
-from diffugrpo_plugin.tools import plotting
+from diffugrpo_plugin.tools import drawing, plotting
 from diffugrpo_plugin.tools.plotting import Line, PlotError, Series
 
 STEPS = 24
@@ -235,9 +235,9 @@ def test_only_the_figures_a_run_logged_metrics_for():
 
 
 def test_trailing_mean_by_hand():
-    means = plotting.trailing_mean([1.0, 2.0, 3.0, math.nan, 5.0], window=2)
+    means = drawing.trailing_mean([1.0, 2.0, 3.0, math.nan, 5.0], window=2)
     assert means == [1.0, 1.5, 2.5, 3.0, 5.0]
-    assert math.isnan(plotting.trailing_mean([math.nan], window=3)[0])
+    assert math.isnan(drawing.trailing_mean([math.nan], window=3)[0])
 
 
 # --------------------------------------------------------------------------- drawing
@@ -380,7 +380,7 @@ def test_timing_legend_gives_each_stage_its_mean_and_share_of_the_step(specs):
 
 
 def test_a_long_run_stacks_stepped_bands_with_the_same_stages_and_colours(tmp_path):
-    write_run(tmp_path, steps=plotting.BARS_UP_TO_STEPS + 1, tags=[], validation=False)
+    write_run(tmp_path, steps=drawing.BARS_UP_TO_STEPS + 1, tags=[], validation=False)
     (timing,) = plotting.figure_specs(plotting.read_scalars(tmp_path))
     (axes,) = plotting.draw(timing).axes
     assert not axes.containers  # no bars
