@@ -11,7 +11,7 @@ from diffugrpo_plugin.hooktypes import Explained, Reason
 
 _moved.install()
 
-__version__ = "0.2.0"
+__version__ = "0.1.0"
 
 PROJECT_NAME = "diffugrpo"
 """The pluggy project name and the entry-point group third-party plugins register under."""

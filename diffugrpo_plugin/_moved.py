@@ -1,4 +1,4 @@
-"""Modules that moved when the package was laid out by subsystem (0.2.0), still importable by their old names.
+"""Modules that moved when the package was laid out by subsystem, still importable by their old names until 0.2.
 
 ``import diffugrpo_plugin.masking`` (or ``python -m diffugrpo_plugin.sft``) keeps working: it hands back the
 module at its new place, the same object, and warns once, naming that place. The three old modules that became
@@ -81,7 +81,7 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
         if moved_to is None:
             return None
         warnings.warn(
-            f"{fullname} moved to {moved_to}: import it from there (the old name goes in 0.3)",
+            f"{fullname} moved to {moved_to}: import it from there (the old name goes in 0.2)",
             FutureWarning,
             stacklevel=2,
         )

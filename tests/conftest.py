@@ -55,19 +55,31 @@ def missing(what: str) -> NoReturn:
 
 
 BWRAP_HINT = "bubblewrap, which runs the untrusted code: apt-get install -y bubblewrap"
+ROOT_HINT = "root, setpriv and /usr/bin/python3: it switches to the 'nobody' user"
+
+
+def pytest_runtest_setup(item):
+    """The markers of what a test needs (pyproject.toml): where the host lacks it, the test is :func:`missing` it."""
+    if item.get_closest_marker("sandbox") and shutil.which("bwrap") is None:
+        missing(BWRAP_HINT)
+    if item.get_closest_marker("root") and (
+        os.geteuid() != 0 or not os.path.exists("/usr/bin/python3") or shutil.which("setpriv") is None
+    ):
+        missing(ROOT_HINT)
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """A test that reaches the package's sandbox on a host without bubblewrap is :func:`missing` it (a sandbox
-    that fails where bubblewrap is installed still fails the test)."""
+    """A test that reaches the sandbox must say so with the ``sandbox`` marker, so that ``-m "not sandbox"`` leaves
+    it out and a host without bubblewrap skips it: one that does not fails, saying so (a sandbox that fails where
+    bubblewrap is installed fails the test as it is)."""
     from diffugrpo_plugin.sandbox.config import SandboxUnavailable
 
     try:
         return (yield)
     except SandboxUnavailable:
-        if shutil.which("bwrap") is None:
-            missing(BWRAP_HINT)
+        if shutil.which("bwrap") is None and not item.get_closest_marker("sandbox"):
+            pytest.fail("this test runs code in the sandbox: mark it @pytest.mark.sandbox")
         raise
 
 

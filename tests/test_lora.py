@@ -228,8 +228,9 @@ def greedy(rollout, texts):
 
 def test_rollout_samples_through_synced_adapters_as_the_merged_model_does(rollout, tiny_model_path):
     """verl's default LoRA sync (lora.merge=false): the adapters alone, under peft's names, with their config.
-    The rollout adds the adapters once and copies them in at every sync; its greedy completions then equal those of
-    a rollout holding the merged weights (lora.merge=true's full update) and differ from the base model's."""
+    The rollout adds the adapters once and copies them in at every sync; its model then computes what a rollout
+    holding the merged weights (lora.merge=true's full update) computes, and its greedy completions differ from the
+    base model's."""
     from diffugrpo_plugin.models.dlm import load_pretrained
     from diffugrpo_plugin.models.lora import adapter_state
 
@@ -245,10 +246,17 @@ def test_rollout_samples_through_synced_adapters_as_the_merged_model_does(rollou
     with_adapters = greedy(rollout, prompts)
     assert with_adapters != base
 
+    # the same model as the merged weights: their logits agree to rounding. Not their greedy completions: on a tiny
+    # random model many masked positions tie, and which of two near-equal confidences wins depends on that rounding
+    # (it flipped after an earlier test had loaded a Dream stand-in in the same process)
     merged_rollout = type(rollout)(rollout.config, rollout.model_config, device_mesh=None)
     merged = policy.merge_and_unload()
     asyncio.run(merged_rollout.update_weights(iter(merged.state_dict().items()), global_steps=1))
-    assert greedy(merged_rollout, prompts) == with_adapters
+    ids = torch.tensor([rollout.tokenizer.encode(text)[:3] for text in prompts])
+    with torch.no_grad():
+        through_adapters = rollout.lm.module(input_ids=ids).logits  # [3, 3, V]
+        through_merged = merged_rollout.lm.module(input_ids=ids).logits  # [3, 3, V]
+    torch.testing.assert_close(through_adapters, through_merged, rtol=0, atol=1e-5)
 
     # a second sync moves the adapters again; a sync missing an adapter tensor is refused
     zeroed = {

@@ -1,4 +1,4 @@
-"""The flat modules of 0.1 moved into subsystem folders in 0.2.0: their old names still import, as the very same
+"""The flat modules of the first layout moved into subsystem folders: their old names still import, as the very same
 module, with a FutureWarning naming the new place; the three that became packages still export their names."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ head's autograd kernels (:mod:`.kernels`), LoRA, our native Dream/LLaDA, the mem
 and tokenizer built in code.
 
 ``from diffugrpo_plugin.models import X`` still works for the names the module ``diffugrpo_plugin.models`` had
-before 0.2.0, when it became :mod:`.dlm`; they are loaded when first asked for.
+before it became a package, when its code moved to :mod:`.dlm`; they are loaded when first asked for.
 """
 
 from __future__ import annotations

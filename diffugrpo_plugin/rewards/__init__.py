@@ -3,7 +3,7 @@ weights, the code tests and their verdicts (:mod:`.code_tests`, :mod:`.judging`)
 (:mod:`.verdicts`). Imports no torch.
 
 ``from diffugrpo_plugin.rewards import X`` still works for the names the module ``diffugrpo_plugin.rewards`` had
-before 0.2.0, when it became :mod:`.spec`; they are loaded when first asked for.
+before it became a package, when its code moved to :mod:`.spec`; they are loaded when first asked for.
 """
 
 from __future__ import annotations
