@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import os
-import shutil
 
-from conftest import BWRAP_HINT, missing
 from diffugrpo_plugin.sandbox.config import SandboxConfig
 from diffugrpo_plugin.sandbox.host import Sandbox
 
@@ -13,16 +11,8 @@ from diffugrpo_plugin.sandbox.host import Sandbox
 TEST_UID_BASE = 3_000_000 + (os.getpid() % 10_000) * 256
 
 
-def require_bwrap() -> None:
-    """The sandbox tests need bubblewrap: without it they are skipped, saying so, or fail where CI requires
-    every test (:func:`conftest.missing`)."""
-    if shutil.which("bwrap") is None:
-        missing(BWRAP_HINT)
-
-
 def tight_sandbox(**overrides) -> Sandbox:
-    """A sandbox with small limits so the adversarial tests stay fast."""
-    require_bwrap()
+    """A sandbox with small limits so the adversarial tests stay fast (for tests marked ``sandbox``)."""
     settings = dict(
         timeout_s=1.0,
         memory_mb=256,

@@ -142,6 +142,7 @@ def test_test_list_that_is_a_number(tmp_path, capsys, out):
 # --------------------------------------------------------------------------- corrupt parquet
 
 
+@pytest.mark.sandbox
 def test_corrupt_parquet(tmp_path, capsys, out):
     path = tmp_path / "in.parquet"
     path.write_bytes(b"PAR1" + b"\x15\x00" * 40)  # a parquet header with no footer

@@ -14,15 +14,11 @@ import pytest
 from conftest import mbpp_file
 from diffugrpo_plugin.cli import evaluate
 from diffugrpo_plugin.data import format_completion, prepare
-from reward_support import require_bwrap
 from samplers_support import single_thread
 
+pytestmark = pytest.mark.sandbox  # every test here runs code in the sandbox
+
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
-
-
-@pytest.fixture(autouse=True)
-def _bubblewrap():
-    require_bwrap()
 
 
 def run_cli(argv: list[str]) -> int:

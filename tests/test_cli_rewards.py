@@ -17,7 +17,9 @@ from conftest import REPO
 from diffugrpo_plugin import __version__
 from diffugrpo_plugin.cli import rewards as rewards_cli
 from diffugrpo_plugin.rewards import spec as rewards
-from reward_support import TEST_UID_BASE, require_bwrap
+from reward_support import TEST_UID_BASE
+
+pytestmark = pytest.mark.sandbox  # every test here runs code in the sandbox
 
 CORRECT = "```python\ndef add(a, b):\n    return a + b\n```\n"
 HALF = "Try:\n```python\ndef add(a, b):\n    return 3\n```\n"
@@ -33,7 +35,6 @@ def run_cli(argv: list[str]) -> int:
 
 @pytest.fixture(autouse=True)
 def isolated_uids(monkeypatch):
-    require_bwrap()
     original = rewards_cli.rewards_config
     monkeypatch.setattr(
         rewards_cli,

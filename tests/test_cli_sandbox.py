@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from diffugrpo_plugin.cli import main
 from diffugrpo_plugin.sandbox import limits as sandbox_limits
-from reward_support import require_bwrap
 
 
+@pytest.mark.sandbox
 def test_check_lists_every_protection_and_passes_its_self_test(capsys):
-    require_bwrap()
     assert main(["sandbox", "check", "--timeout-s", "2"]) == 0
     out = capsys.readouterr().out
     for name in sandbox_limits.PROTECTION_NAMES:
@@ -16,8 +17,8 @@ def test_check_lists_every_protection_and_passes_its_self_test(capsys):
     assert out.count("  ok      ") == 7 and "isolation is as configured" in out
 
 
+@pytest.mark.sandbox
 def test_check_fails_when_a_required_protection_is_missing(capsys, monkeypatch):
-    require_bwrap()  # namespaces, the other protection required here, are bubblewrap's
     monkeypatch.setattr(sandbox_limits, "seccomp_program", lambda: (None, "libseccomp missing (simulated)"))
     assert main(["sandbox", "check", "--require", "namespaces", "seccomp"]) == 1
     out = capsys.readouterr().out

@@ -134,6 +134,7 @@ def test_whole_output_comparison():
 # --- verdicts --------------------------------------------------------------------------------
 
 
+@pytest.mark.sandbox
 def test_each_assert_is_judged_separately(box):
     spec = spec_of({"test_cases": ["assert add(1, 2) == 3", "assert add(2, 2) == 5", "assert add(0) == 0"]})
     outcomes = run_tests("def add(a, b):\n    return a + b\n", spec, box)
@@ -142,12 +143,14 @@ def test_each_assert_is_judged_separately(box):
     assert pass_rate(outcomes) == pytest.approx(1 / 3)
 
 
+@pytest.mark.sandbox
 def test_a_test_that_times_out_fails_only_itself(box):
     spec = spec_of({"test_cases": ["assert f(0) == 0", "assert f(1) == 1"]})
     code = "def f(x):\n    while x == 0:\n        pass\n    return x\n"
     assert _outcomes(box, code, spec) == [Outcome.TIME_LIMIT_EXCEEDED, Outcome.PASSED]
 
 
+@pytest.mark.sandbox
 def test_time_limit_comes_from_the_call(box):
     """The limit is CPU time (0.5 s of work fails a 0.2 s limit); sleeping meets the wall-clock
     backstop, wall_timeout_factor (3) times the limit."""
@@ -159,12 +162,14 @@ def test_time_limit_comes_from_the_call(box):
         assert outcome.outcome is Outcome.TIME_LIMIT_EXCEEDED and outcome.wall_s < 2, outcome
 
 
+@pytest.mark.sandbox
 def test_memory_and_syntax_verdicts(box):
     spec = spec_of({"test_cases": ["assert f() == 1"]})
     assert _outcomes(box, "def f():\n    return len(bytearray(2**40))\n", spec) == [Outcome.MEMORY_LIMIT_EXCEEDED]
     assert _outcomes(box, "def f(:\n    return 1\n", spec) == [Outcome.SYNTAX_ERROR]
 
 
+@pytest.mark.sandbox
 def test_stdio_programs_are_compared_on_their_whole_output(box):
     spec = spec_of({"inputs": ["2 3\n", "10 5\n"], "outputs": ["5\n6\n", "15\n50\n"]})
     both = "a, b = map(int, input().split())\nprint(a + b)\nprint(a * b)\n"
@@ -175,18 +180,21 @@ def test_stdio_programs_are_compared_on_their_whole_output(box):
     assert _outcomes(box, exits_cleanly, spec) == [Outcome.PASSED, Outcome.PASSED]
 
 
+@pytest.mark.sandbox
 def test_exiting_early_never_passes_assert_tests(box):
     spec = spec_of({"test_cases": ["assert f() == 2"]})
     for escape in ("import sys\nsys.exit(0)\n", "import os\nos._exit(0)\n"):
         assert _outcomes(box, "def f(): return 1\n" + escape, spec) == [Outcome.RUNTIME_ERROR]
 
 
+@pytest.mark.sandbox
 def test_humaneval_check_runs(box):
     spec = spec_of({"test": "def check(candidate):\n    assert candidate(2) == 4\n", "entry_point": "square"})
     assert _outcomes(box, "def square(x):\n    return x * x\n", spec) == [Outcome.PASSED]
     assert _outcomes(box, "def square(x):\n    return x + x + 1\n", spec) == [Outcome.FAILED]
 
 
+@pytest.mark.sandbox
 def test_identical_runs_are_cached(box, monkeypatch):
     calls = []
     real_run = type(box).run
@@ -238,12 +246,14 @@ def _check_references(box, rows):
     assert [row.get("task_id") for row, outcomes in zip(rows, stubs) if all(o.passed for o in outcomes)] == []
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("load", [_humaneval, _mbpp, _sanitized])
 def test_reference_solutions_pass_and_stubs_fail_sample(patient_box, load):
     rows = load()
     _check_references(patient_box, random.Random(0).sample(rows, SAMPLE))
 
 
+@pytest.mark.sandbox
 def test_mbpp_rows_that_need_setup_code(patient_box):
     rows = [row for row in _mbpp() if row["test_setup_code"]]
     assert len(rows) == 2

@@ -111,6 +111,7 @@ def composed_rewards(*overrides: str) -> dict:
     return OmegaConf.to_container(job.diffugrpo.rewards, resolve=True)
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize(
     "overrides, weights",
     [
@@ -161,6 +162,7 @@ def test_generate_eval_and_training_agree_on_the_completion_length():
     ) == (DEFAULT_MAX_NEW_TOKENS,) * 4
 
 
+@pytest.mark.sandbox
 def test_a_mapping_in_a_users_config_file_replaces_the_default(tmp_path):
     from diffugrpo_plugin.rewards.spec import RewardSpec
 

@@ -729,6 +729,7 @@ def assert_references_pass_and_stubs_fail(groups: dict[str, list[dict]]) -> None
         assert {scored.values["code"] for scored in spec.score([stub] * len(rows), columns)} == {0.0}, name
 
 
+@pytest.mark.sandbox
 def test_code_reward_passes_every_reference_and_no_stub(tmp_path):
     assert_references_pass_and_stubs_fail(
         {
@@ -741,6 +742,7 @@ def test_code_reward_passes_every_reference_and_no_stub(tmp_path):
     )
 
 
+@pytest.mark.sandbox
 def test_code_reward_passes_the_real_mbpp_references():
     mbpp_rows = data.prepare("mbpp", "all", mbpp_file("mbpp.jsonl"))
     with_imports = [

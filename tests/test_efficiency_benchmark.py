@@ -4,9 +4,13 @@
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from efficiency_spread import PROGRAMS, report, run  # noqa: E402
+
+pytestmark = pytest.mark.sandbox  # every test here runs code in the sandbox
 
 
 def test_line_counts_repeat_exactly_under_load_and_the_table_prints(capsys):

@@ -13,7 +13,7 @@ import torch
 
 from conftest import ray_cluster  # noqa: F401  (fixture)
 
-pytestmark = pytest.mark.usefixtures("ray_cluster")
+pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.ray]
 
 
 def nested(rows):

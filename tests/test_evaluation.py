@@ -23,7 +23,6 @@ from diffugrpo_plugin.tools.evaluation import (
     Verdict,
     pass_at_k,
 )
-from reward_support import require_bwrap
 from samplers_support import single_thread
 
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(-1, 1) == 0"]
@@ -173,8 +172,8 @@ def test_table_lists_each_source_then_all():
 # --------------------------------------------------------------------------- judging
 
 
+@pytest.mark.sandbox
 def test_judging_runs_each_test_in_the_sandbox_and_keeps_per_test_outcomes():
-    require_bwrap()
     prose_only = "def add(a, b):\n    return a + b"  # no fenced block: offers no code, as in training
     completions = {"add": [Completion(CORRECT, 1), Completion(WRONG, 2), Completion(prose_only, 3)]}
     (judged,) = evaluation.judge_completions([add_problem()], completions)
@@ -193,8 +192,8 @@ def test_judging_runs_each_test_in_the_sandbox_and_keeps_per_test_outcomes():
     )
 
 
+@pytest.mark.sandbox
 def test_judging_follows_the_training_format_rule_unless_lenient():
-    require_bwrap()
     trailing_prose = "```python\ndef add(a, b):\n    return a + b\n```\nThis adds."  # text after the fence
     strict = evaluation.judge_completions([add_problem()], {"add": [Completion(trailing_prose)]})
     lenient = evaluation.judge_completions([add_problem()], {"add": [Completion(trailing_prose)]}, require_format=False)
@@ -216,8 +215,8 @@ HUMANEVAL_STYLE = EvalProblem(
 )
 
 
+@pytest.mark.sandbox
 def test_bare_code_is_judged_after_the_starter_code_only_when_asked_for():
-    require_bwrap()
     body, whole = "    return a + b\n", "def add(a, b):\n    return a + b\n"
     completions = {"add": [Completion(body), Completion(whole), Completion("")]}
     assert HUMANEVAL_STYLE.starter_code == STARTER
@@ -232,8 +231,8 @@ def test_bare_code_is_judged_after_the_starter_code_only_when_asked_for():
     )
 
 
+@pytest.mark.sandbox
 def test_judging_only_problems_with_completions_and_refusing_problems_without_tests():
-    require_bwrap()
     judged = evaluation.judge_completions([add_problem("a"), add_problem("b")], {"b": [Completion(CORRECT)]})
     assert [r.task_id for r in judged] == ["b"]
     untested = EvalProblem("bare", "toy", ({"role": "user", "content": "hi"},), {"data_source": "toy"})
@@ -456,8 +455,8 @@ def test_generation_refuses_prompts_longer_than_the_model_context(tiny):
         )
 
 
+@pytest.mark.sandbox
 def test_mbpp_reference_solutions_pass():
-    require_bwrap()
     problems = evaluation.load_problems("mbpp", "validation", mbpp_file("mbpp.jsonl"), limit=10)
     rows = {r["extra_info"]["task_id"]: r for r in prepare("mbpp", "validation", mbpp_file("mbpp.jsonl"), limit=10)}
     references = {

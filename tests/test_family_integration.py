@@ -82,6 +82,7 @@ def _llada_mask_id(path) -> int:
 
 
 @pytest.mark.usefixtures("ray_cluster")
+@pytest.mark.ray
 def test_engine_on_two_workers_matches_the_formula_and_trains(case):
     name, path, loading, _ = case
     prompts, responses, seeds = make_batch(vocab=512)
@@ -150,6 +151,7 @@ def sampler_flags(sampler) -> list[str]:
     return ["--sampler", sampler["sampler"], *[flag for option in options for flag in ("-o", option)]]
 
 
+@pytest.mark.sandbox
 def test_diffugrpo_generate_and_eval_run_the_checkpoint(case, tmp_path, capsys):
     from diffugrpo_plugin.cli import main
 

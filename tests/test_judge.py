@@ -500,6 +500,7 @@ STDIO = {
 }
 
 
+@pytest.mark.sandbox
 def test_every_correct_program_scores_one(box):
     names = list(CORRECT)
     results = judged(box, [CORRECT[name] for name in names])
@@ -511,6 +512,7 @@ def test_every_correct_program_scores_one(box):
     assert failing == {}
 
 
+@pytest.mark.sandbox
 def test_stdin_stdout_programs_that_end_the_python_way(box):
     row = {"inputs": ["3\n3\n"], "outputs": ["9\n"]}
     names = list(STDIO)
@@ -519,6 +521,7 @@ def test_stdin_stdout_programs_that_end_the_python_way(box):
     assert failing == {}
 
 
+@pytest.mark.sandbox
 def test_only_a_comparison_between_two_of_the_programs_objects_is_counted_as_the_programs(box):
     dataclass, enum, values = judged(
         box,
@@ -818,6 +821,7 @@ ATTACKS = {
 }
 
 
+@pytest.mark.sandbox
 def test_every_attack_scores_zero_beside_correct_programs(box):
     names = list(ATTACKS)
     correct = [CORRECT["a list sorted in place"], CORRECT["LeetCode linked list"]]
@@ -842,6 +846,7 @@ COSTLY = {
 }
 
 
+@pytest.mark.sandbox
 def test_costly_values_cost_their_own_row_only():
     tight = tight_sandbox(timeout_s=1.0, memory_mb=512, max_concurrency=2)
     started = time.monotonic()

@@ -19,6 +19,8 @@ from diffugrpo_plugin.data.rows import format_completion
 from diffugrpo_plugin.tools.evaluation import Completion, judge_completions, problems_from_rows, summarize
 from reward_support import tight_sandbox
 
+pytestmark = pytest.mark.sandbox  # every test here runs code in the sandbox
+
 FIXTURES = Path(__file__).parent / "fixtures"
 FORMS = {
     "mbpp": ("mbpp", "all", FIXTURES / "mini_mbpp.jsonl", {}),

@@ -19,7 +19,7 @@ from reward_plugins.comments import comments_reward
 from reward_plugins.efficiency import efficiency_reward
 from reward_plugins.maintainability import maintainability_reward
 from reward_plugins.syntax import syntax_reward
-from reward_support import require_bwrap, tight_sandbox
+from reward_support import tight_sandbox
 
 ADD = "def add(a, b):\n    return a + b\n"
 ADD_TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]
@@ -132,6 +132,7 @@ def test_the_rule_is_diffucoders_pattern_or_its_lenient_end(format_end, pattern)
 # --- the code rewards ------------------------------------------------------------------------
 
 
+@pytest.mark.sandbox
 def test_a_correct_completion_closed_without_a_newline_passes_with_the_lenient_end_only(box):
     no_newline = f"```python\n{ADD}```"
     assert code_reward([no_newline], test_cases=[ADD_TESTS], sandbox=box, format_end="lenient") == [1.0]
@@ -139,6 +140,7 @@ def test_a_correct_completion_closed_without_a_newline_passes_with_the_lenient_e
     assert exact.value == 0.0 and kind_and_detail(exact)[1].startswith("tests not run: nothing after the closing fence")
 
 
+@pytest.mark.sandbox
 def test_the_code_reward_says_why_the_tests_were_not_run(box):
     chatty = f"```python\n{ADD}```\nHope this helps!"
     [score] = code_reward([chatty], test_cases=[ADD_TESTS], sandbox=box)
@@ -151,6 +153,7 @@ def test_the_code_reward_says_why_the_tests_were_not_run(box):
     assert kind_and_detail(score) == ("no_code_block", "tests not run: no fenced ```python block")
 
 
+@pytest.mark.sandbox
 def test_the_code_reward_names_the_syntax_error_line(box):
     broken = "```python\ndef add(a, b):\n    return (a +\n```\n"
     [strict] = code_reward([broken], test_cases=[ADD_TESTS], sandbox=box)
@@ -165,6 +168,7 @@ def test_the_code_reward_names_the_syntax_error_line(box):
     )
 
 
+@pytest.mark.sandbox
 def test_the_code_reward_says_which_test_failed_and_when_a_row_has_none(box):
     half = "```python\ndef add(a, b):\n    return 3\n```\n"
     failed, untested = code_reward([half, f"```python\n{ADD}```\n"], test_cases=[ADD_TESTS, []], sandbox=box)
@@ -180,6 +184,7 @@ def test_the_code_reward_says_which_test_failed_and_when_a_row_has_none(box):
     )
 
 
+@pytest.mark.sandbox
 def test_the_quality_rewards_say_they_are_gated_or_why_they_give_nothing(box):
     wrong = "```python\ndef add(a, b):\n    return a * b\n```\n"
     [gated] = efficiency_reward([wrong], test_cases=[ADD_TESTS], sandbox=box)
@@ -199,6 +204,7 @@ def test_the_quality_rewards_say_they_are_gated_or_why_they_give_nothing(box):
     assert (no_block.value, kind_and_detail(no_block)) == (0.0, ("no_code_block", "no fenced ```python block"))
 
 
+@pytest.mark.sandbox
 def test_efficiency_says_which_cost_measured_it(box):
     tracer_replaced = "```python\nimport sys\nsys.settrace(None)\ndef add(a, b):\n    return a + b\n```\n"
     honest, replaced = efficiency_reward(
@@ -218,6 +224,7 @@ def test_efficiency_says_which_cost_measured_it(box):
     assert "s over 2 tests, on absolute scales (no passing reference solution)" in kind_and_detail(absolute)[1]
 
 
+@pytest.mark.sandbox
 def test_full_marks_need_no_reason(box):
     completion = f"```python\n{ADD}```\n"
     assert code_reward([completion], test_cases=[ADD_TESTS], sandbox=box) == [1.0]
@@ -227,10 +234,9 @@ def test_full_marks_need_no_reason(box):
 # --- as `diffugrpo rewards score` prints them ---------------------------------------------------
 
 
+@pytest.mark.sandbox
 def test_rewards_score_prints_each_rows_reasons(tmp_path, capsys):
     from diffugrpo_plugin.cli import main
-
-    require_bwrap()  # the CLI checks the sandbox before scoring
 
     rows = [
         {"completion": f"```python\n{ADD}```\n", "test_cases": ADD_TESTS},

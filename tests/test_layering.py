@@ -23,8 +23,6 @@ from pathlib import Path
 
 import pytest
 
-from reward_support import require_bwrap
-
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "diffugrpo_plugin"
 IN_SANDBOX = ("sandbox_launcher", "sandbox_wire", "sandbox_program", "sandbox_judge")
@@ -168,8 +166,8 @@ def fresh(code: str) -> str:
     return result.stdout.strip()
 
 
+@pytest.mark.sandbox
 def test_choosing_and_building_rewards_loads_no_torch_verl_or_ray():
-    require_bwrap()  # building the code rewards checks the sandbox
     loaded = fresh("""
         import sys
         from diffugrpo_plugin.rewards.spec import RewardSpec

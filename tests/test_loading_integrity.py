@@ -184,6 +184,7 @@ def test_settings_the_native_class_cannot_run_fall_back_to_the_own_code_or_say_w
     )
 
 
+@pytest.mark.sandbox
 def test_every_entry_point_refuses_the_mismatched_checkpoint(mismatched, tmp_path, capsys):
     from hydra import compose, initialize_config_module
 
@@ -287,6 +288,7 @@ def dream_tokenizer_naming_its_code(path: Path) -> Path:
     return path
 
 
+@pytest.mark.sandbox
 def test_a_checkpoint_without_its_code_passes_the_preflight_that_verl_workers_honour(tmp_path):
     from hydra import compose, initialize_config_module
 

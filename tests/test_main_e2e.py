@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.ray]  # the default job: Ray, code rewards
 
 SHORT = ["trainer.val_before_train=false", "trainer.test_freq=-1"]
 

@@ -12,7 +12,8 @@ from hydra import compose, initialize_config_module
 
 from diffugrpo_plugin.integration.preflight import ConfigError, check_config
 from family_standins import dream_standin  # noqa: F401  (session fixture, used by name)
-from reward_support import require_bwrap
+
+pytestmark = pytest.mark.sandbox  # every test here runs code in the sandbox
 
 
 def composed(*overrides: str):
@@ -134,7 +135,6 @@ def test_a_tokenizer_without_mask_token_is_refused(tmp_path):
 
 
 def test_the_command_line_stops_before_ray_starts():
-    require_bwrap()  # the pre-flight checks the sandbox before it reaches the model path
     result = subprocess.run(
         [sys.executable, "-m", "diffugrpo_plugin.main", "actor_rollout_ref.model.path=/no/model"],
         capture_output=True,

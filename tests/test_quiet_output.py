@@ -192,6 +192,7 @@ def test_a_quiet_worker_sends_output_and_warnings_to_the_log_and_keeps_errors_on
         assert text in logged, text
 
 
+@pytest.mark.ray
 def test_the_trainers_lines_reach_the_driver_console_with_the_progress(ray_cluster):
     out = io.StringIO()
     with console.TerminalConsole(total_steps=3, out=out, err=io.StringIO()) as terminal:
@@ -209,6 +210,7 @@ def test_the_trainers_lines_reach_the_driver_console_with_the_progress(ray_clust
     ]
 
 
+@pytest.mark.ray
 def test_without_a_driver_console_the_trainer_prints_its_lines_to_stderr(ray_cluster, capsys):
     console.StepReporter().report("step 1/3 | reward 1", step=1)
     assert capsys.readouterr().err == "step 1/3 | reward 1\n"
@@ -230,6 +232,8 @@ STEP_FIELDS = (
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.ray
 def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     """The embedded default job (24 steps, validation every 12, checkpoints every 12), run as a user would."""
     result = subprocess.run(DEFAULT_JOB, cwd=tmp_path, capture_output=True, text=True, timeout=1500)
@@ -274,6 +278,8 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.ray
 def test_a_quiet_run_that_fails_in_a_worker_shows_the_error(tmp_path):
     """The sandbox loses a path it binds after step 1: the reward worker's error (bwrap's words), the
     trainer's report of the failed step and its reason for stopping all reach the terminal."""

@@ -77,6 +77,7 @@ FORGERIES = {
 }
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("name", list(FORGERIES))
 def test_forged_verdicts_score_zero_and_evaluation_goes_on(box, name):
     assert scores(box, [FORGERIES[name], CORRECT]) == [0.0, 1.0]
@@ -87,6 +88,7 @@ def test_forged_verdicts_score_zero_and_evaluation_goes_on(box, name):
     assert judged.passed == [False, True]
 
 
+@pytest.mark.sandbox
 def test_a_subclass_travels_as_the_builtin_value_it_holds(box):
     """Read through int's own methods: the value inside, not what its __eq__ claims."""
     honest_subclass = (
@@ -125,6 +127,7 @@ def solve(x):
 """
 
 
+@pytest.mark.sandbox
 def test_no_expected_value_reaches_the_programs_process(box):
     """Neither this test's expected value nor another test's: the program's process holds only its own calls
     (the launcher it was forked from never held the tests, the judge runs as another uid and is not dumpable)."""
@@ -184,6 +187,7 @@ CAPABILITY_PROBES = {
 }
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize("name", list(CAPABILITY_PROBES))
 def test_a_program_that_needs_a_forbidden_capability_scores_zero(box, name):
     """Each passes its tests only if the capability works: 800 MB held at once by a job whose
@@ -193,6 +197,7 @@ def test_a_program_that_needs_a_forbidden_capability_scores_zero(box, name):
     assert scores(box, [CAPABILITY_PROBES[name], CORRECT]) == [0.0, 1.0]
 
 
+@pytest.mark.sandbox
 def test_the_keyring_is_not_shared_between_completions(box):
     store = (
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
@@ -219,6 +224,7 @@ CPU_HOG = (
 )
 
 
+@pytest.mark.sandbox
 def test_a_cpu_hog_does_not_turn_correct_neighbours_into_timeouts(box):
     """Five at once on a small machine: the hog's spinners escape its process group but not its
     cgroup, and the verdict is CPU time, so four correct CPU-heavy programs keep 1.0."""
@@ -226,6 +232,7 @@ def test_a_cpu_hog_does_not_turn_correct_neighbours_into_timeouts(box):
     assert scores(box, [CPU_HOG, *heavy]) == [0.0, 1.0, 1.0, 1.0, 1.0]
 
 
+@pytest.mark.sandbox
 def test_one_pathological_completion_does_not_change_another_rows_maintainability(box):
     pathological = "def solve(x):\n    return x * x" + " + 0" * 1000 + "\n"  # correct; too deep for radon
     honest = fenced("def solve(x):\n    square = x * x\n    return square\n")
@@ -236,6 +243,7 @@ def test_one_pathological_completion_does_not_change_another_rows_maintainabilit
     assert together[0].values["maintainability"] is None and "maintainability" in together[0].errors
 
 
+@pytest.mark.sandbox
 def test_efficiency_counts_the_cpu_of_children_nobody_waits_for(box):
     """The work runs in a child that hands back its answer and is never waited for."""
     hidden = (
@@ -256,6 +264,7 @@ def test_efficiency_counts_the_cpu_of_children_nobody_waits_for(box):
     assert hidden_score < 0.8 < direct_score
 
 
+@pytest.mark.sandbox
 def test_a_judged_programs_line_count_is_its_own_work_not_the_judges():
     """Answering the judge (encoding values, the wire) runs in the program's process but is not counted."""
     spec = code_execution.tests_from_row({"test_cases": TESTS})
@@ -263,6 +272,7 @@ def test_a_judged_programs_line_count_is_its_own_work_not_the_judges():
     assert [o.lines for o in outcomes] == [2, 2]  # the `def` line, then `return x * x` once per test
 
 
+@pytest.mark.sandbox
 def test_a_forged_line_count_earns_no_more_than_the_cpu_time_score_plus_its_band(box):
     """The program zeroes the counter it can reach (``sys.gettrace().__self__``), after a 4M-step loop."""
     forger = (
@@ -282,6 +292,7 @@ def test_a_forged_line_count_earns_no_more_than_the_cpu_time_score_plus_its_band
 # --------------------------------------------------------------------------- size caps
 
 
+@pytest.mark.sandbox
 def test_a_huge_completion_is_never_parsed():
     huge = fenced("x = 1\n" * (MAX_COMPLETION_CHARS // 6 + 1))
     assert format_verdict(huge)[0] == 0.0 and offered_code(huge, require_format=False).code is None
@@ -292,6 +303,7 @@ def test_a_huge_completion_is_never_parsed():
 # --------------------------------------------------------------------------- what evaluation reports
 
 
+@pytest.mark.sandbox
 def test_the_evaluation_summary_counts_per_source_the_tests_that_rest_on_the_programs_comparison(box):
     point = (
         "class P:\n    def __init__(self, x):\n        self.x = x\n"

@@ -16,7 +16,7 @@ from verl import DataProto
 
 from diffugrpo_plugin.integration import reward_manager
 from diffugrpo_plugin.integration.reward_manager import extra_info, row_columns
-from reward_support import TEST_UID_BASE, processes_with_uids, require_bwrap
+from reward_support import TEST_UID_BASE, processes_with_uids
 
 PROMPT_LENGTH, RESPONSE_LENGTH = 8, 160
 CORRECT = "Here you go:\n```python\ndef add(a, b):\n    return a + b\n```\n"
@@ -40,7 +40,6 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def manager_class():
-    require_bwrap()
     return reward_manager.register()
 
 
@@ -92,6 +91,7 @@ def _score(manager_class, tokenizer, data, config=None):
     return result
 
 
+@pytest.mark.sandbox
 def test_registered_in_verls_reward_loop_registry(manager_class):
     from verl.experimental.reward_loop.reward_manager import get_reward_manager_cls
     from verl.experimental.reward_loop.reward_manager.base import RewardManagerBase
@@ -101,6 +101,7 @@ def test_registered_in_verls_reward_loop_registry(manager_class):
     assert reward_manager.register() is manager_class  # a second import of the plugin is harmless
 
 
+@pytest.mark.sandbox
 def test_correct_completion_gets_the_weighted_total(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"test_cases": ADD_TESTS}))
     assert result["reward_score"] == 2.0 * 1.0 + 0.5 * 1.0
@@ -114,6 +115,7 @@ def test_correct_completion_gets_the_weighted_total(manager_class, tokenizer):
     }
 
 
+@pytest.mark.sandbox
 def test_wrong_completion_and_tests_given_as_a_top_level_column(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, WRONG, {}, test_cases=ADD_TESTS))
     assert result["reward_extra_info"] == {
@@ -126,6 +128,7 @@ def test_wrong_completion_and_tests_given_as_a_top_level_column(manager_class, t
     assert result["reward_score"] == 0.5
 
 
+@pytest.mark.sandbox
 def test_not_applicable_is_nan_in_extra_info_and_left_out_of_the_total(manager_class, tokenizer):
     result = _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {"note": "no tests here"}))
     assert (
@@ -136,6 +139,7 @@ def test_not_applicable_is_nan_in_extra_info_and_left_out_of_the_total(manager_c
     assert result["reward_score"] == 0.5
 
 
+@pytest.mark.sandbox
 def test_a_completion_past_its_deadline_scores_none_without_blocking(manager_class, tokenizer):
     slow = "```python\nimport time\ndef add(a, b):\n    time.sleep(1.5)\n    return a + b\n```\n"
     config = _config(sample_deadline_s=0.3)
@@ -161,6 +165,7 @@ def test_a_completion_past_its_deadline_scores_none_without_blocking(manager_cla
     assert processes_with_uids(TEST_UID_BASE, TEST_UID_BASE + 64) == []
 
 
+@pytest.mark.sandbox
 def test_missing_rewards_config_says_what_to_add(manager_class, tokenizer):
     with pytest.raises(ValueError, match=r"needs config\.diffugrpo\.rewards"):
         _score(manager_class, tokenizer, _row(tokenizer, CORRECT, {}), OmegaConf.create({"trainer": {}}))
@@ -194,6 +199,7 @@ def test_extra_info_uses_nan_for_none_and_flags_failures():
     )
 
 
+@pytest.mark.sandbox
 def test_a_sandbox_failure_is_a_flagged_failure_not_a_silent_none(manager_class, tokenizer, monkeypatch, caplog):
     from diffugrpo_plugin.sandbox.config import SandboxError
     from diffugrpo_plugin.sandbox.host import Sandbox

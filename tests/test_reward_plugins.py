@@ -86,6 +86,7 @@ def test_code_format_accepts_chat_messages():
 # --- code ------------------------------------------------------------------------------------
 
 
+@pytest.mark.sandbox
 def test_code_reward_is_the_pass_rate(box):
     right = fenced("def add(a, b):\n    return a + b\n")
     half = fenced("def add(a, b):\n    return 3\n")
@@ -93,12 +94,14 @@ def test_code_reward_is_the_pass_rate(box):
     assert values(scores) == [1.0, 0.5, None]  # no tests: not applicable, not a division by zero
 
 
+@pytest.mark.sandbox
 def test_code_reward_runs_only_well_formatted_completions(box):
     chatty = "```python\ndef add(a, b):\n    return a + b\n```\nHope this helps!\n"
     assert values(code_reward([chatty], test_cases=[ADD_TESTS], sandbox=box)) == [0.0]
     assert code_reward([chatty], test_cases=[ADD_TESTS], sandbox=box, require_format=False) == [1.0]
 
 
+@pytest.mark.sandbox
 def test_code_reward_block_choice(box):
     draft_then_fix = (
         "```python\ndef add(a, b):\n    return a - b\n```\nOops, fixed:\n"
@@ -170,6 +173,7 @@ def test_absolute_efficiency_by_hand():
     assert absolute_score(candidate, 0.5, time_scale_s=0.1, memory_scale_mb=64.0) == pytest.approx(0.5)
 
 
+@pytest.mark.sandbox
 def test_efficiency_is_gated_and_compares_to_the_reference(box):
     reference = "def add(a, b):\n    return a + b\n"
     slow = "def add(a, b):\n    total = 0\n    for _ in range(3_000_000):\n        total += 1\n    return a + b\n"
@@ -183,6 +187,7 @@ def test_efficiency_is_gated_and_compares_to_the_reference(box):
         assert (failing, untested) == (0.0, None)
 
 
+@pytest.mark.sandbox
 def test_efficiency_by_lines_is_the_same_on_every_run(box):
     """The 3M-iteration loop: 6,000,002 lines per test against the reference's 1, whatever the host's load."""
     reference = "def add(a, b):\n    return a + b\n"
@@ -201,6 +206,7 @@ def test_efficiency_by_lines_is_the_same_on_every_run(box):
     assert 0.5 * time_score < score.value <= 0.5 * time_score + 0.5 + 1e-12
 
 
+@pytest.mark.sandbox
 def test_efficiency_says_a_cost_it_cannot_use(box):
     completion = fenced("def add(a, b):\n    return a + b\n")
     with pytest.raises(ValueError, match="cost must be one of"):
@@ -238,6 +244,7 @@ def test_trivial_or_empty_code_earns_nothing():
     assert maintainability_score("x = 1\n", None) == 0.0
 
 
+@pytest.mark.sandbox
 def test_maintainability_is_gated_on_correctness(box):
     wrong = "def sign(x):\n    return 1\n"
     scores = maintainability_reward(

@@ -15,6 +15,8 @@ from diffugrpo_plugin.rewards.judging import code_outcomes
 from reward_plugins.code import code_reward
 from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, tight_sandbox
 
+pytestmark = pytest.mark.sandbox  # every test here runs code in the sandbox
+
 SECRET_NAME, SECRET_VALUE = "DIFFUGRPO_TEST_SECRET", "s3cr3t-harness-value"
 HOST_MARKER = Path("/tmp/diffugrpo_escape_marker")
 TESTS = ["assert attack() == 'escaped'"]

@@ -91,6 +91,7 @@ def test_state_round_trip_and_mismatch():
         other.load_state_dict(learned.state_dict())
 
 
+@pytest.mark.sandbox
 def test_the_rewards_config_takes_learned_and_needs_its_correctness_reward():
     assert RewardSpec.from_config({"aggregation": "learned"}).aggregation == "learned"
     with pytest.raises(RewardConfigError, match="aggregation 'learned' needs its gate_reward 'code'"):

@@ -54,6 +54,7 @@ def test_weight_errors_say_what_to_fix(funcs, weights, message):
         parse_weights(funcs, weights)
 
 
+@pytest.mark.sandbox
 def test_from_config_resolves_builtins_with_provenance_and_options():
     spec = RewardSpec.from_config(
         {
@@ -86,6 +87,7 @@ def test_an_unknown_name_is_reported_before_the_weights_it_miscounts():
         RewardSpec.from_config({"reward_funcs": {"code": 1.0, "nope": 2.0}})
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize(
     "config, message",
     [
@@ -149,6 +151,7 @@ def test_gated_total_counts_quality_only_when_all_tests_pass():
     assert gated_total({"code": None, "code_format": 1.0, "comments": 0.4}, weights, "code", quality) == 0.5
 
 
+@pytest.mark.sandbox
 def test_spec_total_follows_its_aggregation():
     gated = RewardSpec.from_config({"reward_funcs": {"code": 2.0, "comments": 1.0}, "aggregation": "gated"})
     fixed = RewardSpec.from_config({"reward_funcs": {"code": 2.0, "comments": 1.0}})

@@ -219,6 +219,7 @@ class CountingRollout:
         ]
 
 
+@pytest.mark.ray
 def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(ray_cluster):
     """Through Ray, as in a run: 1,100 requests wait at once (verl's cap is 1,000 and up; each waiting request
     holds a slot) and the worker's pulling thread still gets them all, in order."""
@@ -239,6 +240,7 @@ def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(r
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the thread dies on purpose
+@pytest.mark.ray
 def test_requests_fail_when_the_generating_thread_dies(ray_cluster):
     """A thread that dies (here on a BaseException no handler catches) stops the heartbeats, so the server fails
     its requests instead of leaving them waiting for ever."""

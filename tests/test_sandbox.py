@@ -22,7 +22,7 @@ from diffugrpo_plugin.sandbox.config import SandboxConfig, SandboxError, Sandbox
 from diffugrpo_plugin.sandbox.host import Sandbox
 from diffugrpo_plugin.sandbox.jobs import Job
 from diffugrpo_plugin.sandbox.probe import instruction_counter_available
-from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, require_bwrap, tight_sandbox
+from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, tight_sandbox
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,6 +39,7 @@ def _inside(box: Sandbox, source: str, **job) -> dict:
     return json.loads(result.stdout)
 
 
+@pytest.mark.sandbox
 def test_job_runs_unprivileged_in_its_own_namespaces(box, tmp_path):
     host_file = tmp_path / "host_only.txt"
     host_file.write_text("visible?")
@@ -65,6 +66,7 @@ print(json.dumps({{
     assert facts["cwd"] == "/work"
 
 
+@pytest.mark.sandbox
 def test_system_dirs_are_read_only_and_work_dir_is_writable(box):
     facts = _inside(
         box,
@@ -83,6 +85,7 @@ print(json.dumps({"usr": try_write('/usr/evil'), "work": try_write('/work/ok'), 
     assert facts["work"] == "written" and facts["tmp"] == "written"
 
 
+@pytest.mark.sandbox
 def test_limits_are_set_hard_inside_the_job(box):
     limits = _inside(
         box,
@@ -101,6 +104,7 @@ print(json.dumps({n: resource.getrlimit(getattr(resource, n)) for n in names}))
     assert limits["RLIMIT_NPROC"][0] == (16 if os.geteuid() == 0 else 18)
 
 
+@pytest.mark.sandbox
 @pytest.mark.parametrize(
     "source, status, detail",
     [
@@ -120,12 +124,14 @@ def test_statuses(box, source, status, detail):
         assert getattr(result, key) == value
 
 
+@pytest.mark.sandbox
 def test_a_job_that_times_out_does_not_stop_the_next_ones(box):
     results = box.run([Job("import time; time.sleep(5)", timeout_s=0.3), Job("print(6 * 7)")])
     assert [r.status for r in results] == ["timeout", "ok"]
     assert results[1].stdout == "42\n"
 
 
+@pytest.mark.sandbox
 def test_stdin_is_fed_and_output_is_capped(box):
     echoed, flood = box.run([Job("print(input()[::-1])", stdin="abc\n"), Job("while True: print('y' * 999)")])
     assert echoed.stdout == "cba\n"
@@ -133,6 +139,7 @@ def test_stdin_is_fed_and_output_is_capped(box):
     assert flood.stdout_truncated and len(flood.stdout) == 20_000
 
 
+@pytest.mark.sandbox
 def test_time_and_memory_are_measured_inside_the_sandbox(box):
     # generous wall-clock limits: on a loaded host the 0.3 s CPU spin needs far more wall time
     idle, busy, big = box.run(
@@ -152,6 +159,7 @@ def test_time_and_memory_are_measured_inside_the_sandbox(box):
     assert 95_000 <= big.memory_kb <= 130_000  # the 100 MiB it touched, not the interpreter's own
 
 
+@pytest.mark.sandbox
 def test_a_counted_job_reports_the_lines_its_program_ran(box):
     loop = "x = 0\nfor i in range(5):\n    x += i\nprint(x)\n"
     threaded = (
@@ -169,6 +177,7 @@ def test_a_counted_job_reports_the_lines_its_program_ran(box):
     assert len(thread_counts) == 1 and thread_counts.pop() >= 12
 
 
+@pytest.mark.sandbox
 def test_a_pool_of_threads_is_counted_the_same_every_time(box):
     pooled = (
         "from concurrent.futures import ThreadPoolExecutor\ndef square(x):\n    return x * x\n"
@@ -178,6 +187,7 @@ def test_a_pool_of_threads_is_counted_the_same_every_time(box):
     assert len(counts) == 1 and counts.pop() >= 50 + 4  # square's line 50 times, the module's 4 lines
 
 
+@pytest.mark.sandbox
 def test_a_program_that_replaces_the_line_tracer_gets_no_count(box):
     stopped, profiled, threads_traced = box.run(
         [
@@ -190,6 +200,7 @@ def test_a_program_that_replaces_the_line_tracer_gets_no_count(box):
     assert stopped.lines is None and profiled.lines is None and threads_traced.lines is None
 
 
+@pytest.mark.sandbox
 def test_a_program_that_breaks_what_the_counter_needs_still_ends_in_its_own_report(box):
     """The harness's last steps run in the job's process after the program: they must not fail because of it."""
     unthreaded = "import sys\nsys.modules.pop('threading', None)\nraise SystemExit(3)\n"
@@ -203,6 +214,7 @@ def test_a_program_that_breaks_what_the_counter_needs_still_ends_in_its_own_repo
     assert (after.status, after.stdout, after.lines) == ("ok", "next\n", 1)
 
 
+@pytest.mark.sandbox
 def test_a_counted_job_gets_the_tracers_time_and_no_more():
     """6x the CPU limit, and the 5 extra seconds on the wall clock, not 6x the wall limit: a program that
     sleeps when traced holds its slot little longer than one that sleeps anyway."""
@@ -212,6 +224,7 @@ def test_a_counted_job_gets_the_tracers_time_and_no_more():
     assert (counted["cpu_s"], counted["wall_s"]) == (7, 8.0)
 
 
+@pytest.mark.sandbox
 def test_whole_run_deadline_kills_the_sandbox(box, monkeypatch):
     """If the launcher itself stalls, the caller still gets an answer at the run's deadline."""
     monkeypatch.setattr(Sandbox, "_deadline_s", lambda self, payload: 1.0)
@@ -222,6 +235,7 @@ def test_whole_run_deadline_kills_the_sandbox(box, monkeypatch):
     assert bwrap_children() == []
 
 
+@pytest.mark.sandbox
 def test_concurrent_runs_use_separate_uids(box):
     if os.geteuid() != 0:
         pytest.fail("the uid-per-slot layout is the root mode; run this suite as root, as CI does")
@@ -265,6 +279,7 @@ def test_config_option_also_allows_the_fallback(monkeypatch):
     assert not Sandbox(config).isolated
 
 
+@pytest.mark.sandbox
 def test_a_sandbox_that_cannot_start_is_a_harness_error_not_a_verdict(box, monkeypatch):
     broken = tight_sandbox()
     real_argv = Sandbox._bwrap_argv
@@ -273,6 +288,7 @@ def test_a_sandbox_that_cannot_start_is_a_harness_error_not_a_verdict(box, monke
         broken.check()
 
 
+@pytest.mark.sandbox
 def test_unusable_interpreter_is_named():
     with pytest.raises(SandboxError, match="cannot use '/nonexistent/python'.*python_executable"):
         tight_sandbox(python_executable="/nonexistent/python").check()
@@ -290,12 +306,11 @@ def test_config_errors_name_the_option():
     )
 
 
+@pytest.mark.sandbox
+@pytest.mark.root
 def test_non_root_mode_under_a_user_namespace(tmp_path):
     """As an ordinary user: bwrap makes a user namespace, limits still hold (run as nobody with the
     system interpreter, which that user can read; it has no pyseccomp, so seccomp is not required)."""
-    require_bwrap()
-    if os.geteuid() != 0 or not os.path.exists("/usr/bin/python3") or shutil.which("setpriv") is None:
-        missing("root, setpriv and /usr/bin/python3: it switches to the 'nobody' user")
     package = tmp_path / "diffugrpo_plugin"  # the sandbox modules alone (the package's __init__ needs pluggy)
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -340,8 +355,8 @@ def test_sandbox_module_imports_no_torch():
     assert done.stdout.strip() == "False", done.stderr
 
 
+@pytest.mark.sandbox
 def test_missing_protections_are_said_once_and_required_ones_refuse_to_start(capsys, monkeypatch):
-    require_bwrap()
     monkeypatch.setattr(sandbox_module, "_reported_missing", set())
     for _ in range(2):
         Sandbox(SandboxConfig(cgroups=False, inode_cap=False))
@@ -352,6 +367,7 @@ def test_missing_protections_are_said_once_and_required_ones_refuse_to_start(cap
         Sandbox(SandboxConfig(seccomp=False))
 
 
+@pytest.mark.sandbox
 def test_seccomp_is_an_allow_list(box):
     """A call off the list (one newer than any kernel, inotify, io_uring) and a socket family the network
     namespace does not isolate (vsock) are refused; threads, subprocesses and unix/inet sockets still work."""
@@ -388,6 +404,7 @@ print(json.dumps({"unknown": errno_of(1000), "inotify_init1": errno_of(294, 0), 
     }
 
 
+@pytest.mark.sandbox
 def test_no_file_lock_is_shared_between_two_jobs_at_once():
     """Both jobs lock the same read-only system file (bind mounts share its inode) at the same time: neither
     sees the other's lock, because a lock inside the sandbox succeeds without locking anything."""

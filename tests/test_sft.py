@@ -329,6 +329,7 @@ def test_the_rl_default_model_is_the_warm_started_one_built_by_its_first_loader(
 
 
 @pytest.mark.slow
+@pytest.mark.sandbox
 def test_default_warm_model_writes_formatted_code_and_sometimes_passes():
     # Builds the real default (about 2.5 minutes on 2 cores, once per machine) and samples like the rollout.
     from transformers import AutoTokenizer
