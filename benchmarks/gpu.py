@@ -8,7 +8,7 @@ Three parts, each a table (and the whole record as JSON with ``--json PATH``):
   engine's pass (fused head + lean MLP), the fused head on stock MLPs, and the model's own head
   (materialised logits). Peak memory is ``max_memory_allocated`` during the pass minus what was
   allocated before it (weights and already-allocated gradients), against the activation and fused-head
-  terms of ``diffugrpo_plugin.tools.step_cost.memory_estimate`` for the same shape (``check-model``'s model).
+  terms of ``diffugrpo_plugin.tools.step_memory.memory_estimate`` for the same shape (``check-model``'s model).
   A second row without checkpointing, at G=2, checks the other activation formula. Also: the fused
   head's log-probs and gradient against an fp64 reference on the model's head weight, and which
   scaled-dot-product-attention kernel PyTorch ran, with and without left padding (profiler).
@@ -249,7 +249,7 @@ def estimated_pass_bytes(shape, rows: int, prompt: int, completion: int, checkpo
     parameters, unsharded gradients) have no counterpart in an unsharded model whose ``.grad`` tensors exist
     before the pass; the ``step`` part checks them."""
     from diffugrpo_plugin.config import training_default
-    from diffugrpo_plugin.tools.step_cost import StepSetup, memory_estimate
+    from diffugrpo_plugin.tools.step_memory import StepSetup, memory_estimate
 
     setup = StepSetup(
         batch=rows,
@@ -627,7 +627,7 @@ def step_part(args, results: list) -> None:
     from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
     from diffugrpo_plugin.models.lean_mlp import make_lean
     from diffugrpo_plugin.sampling import build_sampler
-    from diffugrpo_plugin.tools.step_cost import StepSetup, memory_estimate
+    from diffugrpo_plugin.tools.step_memory import StepSetup, memory_estimate
 
     device, rows, chunk_rows = args.device, args.step_rows, training_default(CHUNK_ROWS_KEY)
     resolved = resolve(family_config("dream", args.tiny, args.step_layers))

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from diffugrpo_plugin.cli import main as cli_main
-from diffugrpo_plugin.tools import step_cost
+from diffugrpo_plugin.tools import step_cost, step_memory
 from family_standins import (  # noqa: F401  (session fixtures are used by name)
     dream_standin,
     llada_standin,
@@ -136,9 +136,9 @@ def test_tiny_model_json_report_and_estimate(tiny_model_path, capsys):
     assert report["lean_mlp"]["ok"] and report["lean_mlp"]["max_abs_diff"] == 0.0
 
     estimate = report["estimate"]
-    setup = step_cost.StepSetup(**estimate["setup"])
+    setup = step_memory.StepSetup(**estimate["setup"])
     assert (setup.batch, setup.tokens, setup.gpus, setup.sampler_batch) == (2, 48, 2, 4)
-    shape = step_cost.ModelShape(
+    shape = step_memory.ModelShape(
         parameters=resolution["parameters"],
         vocab=resolution["vocab_size"],
         hidden=32,
@@ -148,10 +148,10 @@ def test_tiny_model_json_report_and_estimate(tiny_model_path, capsys):
         embedding_parameters=resolution["vocab_size"] * 32,
         head_parameters=0,
     )
-    expected = step_cost.memory_estimate(shape, setup)
+    expected = step_memory.memory_estimate(shape, setup)
     assert estimate["memory"]["total_bytes"] == pytest.approx(expected.total_bytes)
     assert [t["name"] for t in estimate["memory"]["terms"]] == [t.name for t in expected.terms]
-    assert estimate["memory"]["not_counted"] == list(step_cost.NOT_COUNTED)
+    assert estimate["memory"]["not_counted"] == list(step_memory.NOT_COUNTED)
     flops = estimate["flops"]
     assert flops["forward"] == 2 * resolution["parameters"] * 2 * 48
     assert flops["generation"] == 256 * flops["forward"]  # --diffusion-steps default: DiffuCoder's 256
@@ -445,7 +445,7 @@ def test_help_and_step_cost_import_no_torch():
 
 # A made-up 1B model with round numbers: vocabulary 50,000, hidden 2048, 16 layers, MLP 8192, key/value
 # width 512, untied head. Embedding = head = 50,000 x 2048 = 102.4M parameters; the 16 layers share the rest.
-ONE_B = step_cost.ModelShape(
+ONE_B = step_memory.ModelShape(
     parameters=1_000_000_000,
     vocab=50_000,
     hidden=2048,
@@ -456,7 +456,7 @@ ONE_B = step_cost.ModelShape(
     head_parameters=102_400_000,
 )
 # 4 completions of 100 + 150 tokens per micro-batch on each of 4 GPUs; the sampler denoises 8 at once.
-ONE_B_STEP = step_cost.StepSetup(
+ONE_B_STEP = step_memory.StepSetup(
     batch=4,
     prompt_length=100,
     completion_length=150,
@@ -471,7 +471,7 @@ ONE_B_STEP = step_cost.StepSetup(
 )
 
 
-def terms_by_name(estimate: step_cost.MemoryEstimate) -> dict[str, tuple[str, float]]:
+def terms_by_name(estimate: step_memory.MemoryEstimate) -> dict[str, tuple[str, float]]:
     return {term.name: (term.phase, term.bytes) for term in estimate.terms}
 
 
@@ -506,7 +506,7 @@ def test_memory_terms_by_hand_with_checkpointing():
         "sampler: prefix KV cache (bf16)": ("rollout", 2 * 16 * 8 * 100 * 512 * 2),  # 26.2e6: k and v, every layer
         "sampler: one layer's forward working set": ("rollout", 8 * 250 * layer_saved),  # 217.088e6
     }
-    estimate = step_cost.memory_estimate(ONE_B, ONE_B_STEP)
+    estimate = step_memory.memory_estimate(ONE_B, ONE_B_STEP)
     found = terms_by_name(estimate)
     assert list(found) == list(expected)
     for name, (phase, value) in expected.items():
@@ -519,19 +519,21 @@ def test_memory_terms_by_hand_with_checkpointing():
     assert estimate.peak_phase == "update"
     assert estimate.total_bytes == pytest.approx(held + update)  # training and sampling never overlap
     assert estimate.total_gib == pytest.approx(9_052_516_800 / 2**30)
-    table = step_cost.format_memory_table(estimate)
+    table = step_memory.format_memory_table(estimate)
     assert f"{9_052_516_800 / 2**30:>9.3f}  peak in update" in table and "phases (GiB): held 5.588" in table
 
 
 def test_memory_model_uses_the_fused_heads_own_constants():
     from diffugrpo_plugin.models import kernels
 
-    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).chunk_rows == kernels.DEFAULT_CHUNK_ROWS
-    assert step_cost.StepSetup(batch=1, prompt_length=1, completion_length=1).slice_columns == kernels.SLICE_COLUMNS_GPU
+    assert step_memory.StepSetup(batch=1, prompt_length=1, completion_length=1).chunk_rows == kernels.DEFAULT_CHUNK_ROWS
+    assert (
+        step_memory.StepSetup(batch=1, prompt_length=1, completion_length=1).slice_columns == kernels.SLICE_COLUMNS_GPU
+    )
 
 
 def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
-    setup = step_cost.StepSetup(
+    setup = step_memory.StepSetup(
         batch=4,
         prompt_length=100,
         completion_length=150,
@@ -542,19 +544,19 @@ def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
         chunk_rows=4096,
         logits_shift=False,
     )
-    found = terms_by_name(step_cost.memory_estimate(ONE_B, setup))
+    found = terms_by_name(step_memory.memory_estimate(ONE_B, setup))
     assert "reference model (fp32, sharded)" not in found
     # every lean layer keeps 75,776 bytes per token, plus the final norm's 16,384; its backward 57,344
     assert found["activations: every layer's saved tensors"][1] == 3000 * (16 * 75_776 + 16_384)
     assert found["activations: backward gradients of one layer"][1] == 3000 * 57_344
     # with the model's own MLPs (diffusion.lean_mlp=false): 108,544 and 2 x (2 x 2048 + 2 x 8192) = 40,960
-    stock = terms_by_name(step_cost.memory_estimate(ONE_B, dataclasses.replace(setup, lean_mlp=False)))
+    stock = terms_by_name(step_memory.memory_estimate(ONE_B, dataclasses.replace(setup, lean_mlp=False)))
     assert stock["activations: every layer's saved tensors"][1] == 3000 * (16 * 108_544 + 16_384)
     assert stock["activations: backward gradients of one layer"][1] == 3000 * 40_960
     assert found["fused head: one vocabulary slice of logits"][1] == 16384 * 1200 * 14  # slice_columns binds
-    fp32 = step_cost.memory_estimate(
+    fp32 = step_memory.memory_estimate(
         ONE_B,
-        step_cost.StepSetup(
+        step_memory.StepSetup(
             batch=4, prompt_length=100, completion_length=150, param_dtype="fp32", rollout_dtype="fp32"
         ),
     )
@@ -562,16 +564,16 @@ def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
     # fp32: no copy of the slice; the default chunk_rows 128 caps it at 128 x 50k / 1,200 rows = 5,333 columns
     assert in_fp32["fused head: one vocabulary slice of logits"][1] == 5333 * 1200 * (4 + 8)
     capped = terms_by_name(
-        step_cost.memory_estimate(
-            ONE_B, step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150, chunk_rows=1)
+        step_memory.memory_estimate(
+            ONE_B, step_memory.StepSetup(batch=4, prompt_length=100, completion_length=150, chunk_rows=1)
         )
     )
     assert capped["fused head: one vocabulary slice of logits"][1] == 41 * 1200 * 14  # 1 x 50k elements: 41 columns
     assert in_fp32["fused head: saved rows (fp32) + their fp32 gradient"][1] == 1200 * 2048 * (4 + 4)
     assert in_fp32["FSDP gathered params (fp32)"][1] == pytest.approx(4 * (204.8e6 + 2 * (1e9 - 204.8e6) / 16))
     assert found["sampler: model logits (bf16)"][1] == 1 * 8 * 250 * 50_000 * 2  # unshifted: no aligned copy
-    reference_sampler = step_cost.StepSetup(batch=4, prompt_length=100, completion_length=150, sampler_kv_cache=False)
-    assert "sampler: prefix KV cache (bf16)" not in terms_by_name(step_cost.memory_estimate(ONE_B, reference_sampler))
+    reference_sampler = step_memory.StepSetup(batch=4, prompt_length=100, completion_length=150, sampler_kv_cache=False)
+    assert "sampler: prefix KV cache (bf16)" not in terms_by_name(step_memory.memory_estimate(ONE_B, reference_sampler))
 
 
 @pytest.mark.parametrize("lean", [False, True], ids=["stock", "lean"])
@@ -646,7 +648,7 @@ def test_layer_saved_bytes_match_autograd(kind, dtype, lean):
     layer.register_forward_pre_hook(hooked, with_kwargs=True)
     layer.register_forward_hook(unhooked, with_kwargs=True)
     model(input_ids=torch.randint(0, 60, (batch, length)))
-    shape = step_cost.ModelShape(
+    shape = step_memory.ModelShape(
         parameters=0,
         vocab=64,
         hidden=hidden,
@@ -655,19 +657,19 @@ def test_layer_saved_bytes_match_autograd(kind, dtype, lean):
         kv_dim=kv_heads * hidden // heads,
         embedding_parameters=0,
     )
-    predicted = step_cost.layer_saved_bytes(shape, 2 if dtype == "bfloat16" else 4, lean_mlp=lean)
+    predicted = step_memory.layer_saved_bytes(shape, 2 if dtype == "bfloat16" else 4, lean_mlp=lean)
     measured = sum(saved.values()) / (batch * length)
     assert predicted <= measured <= 1.05 * predicted, (measured, predicted)
 
 
 def test_memory_units_and_dtypes():
-    assert step_cost.policy_state_bytes(1e9, 8) == 1.5e9  # 12 bytes per parameter (params, 2 moments) over 8 shards
-    assert step_cost.sharded_grad_bytes(1e9, 8) == 0.5e9  # 4 bytes per parameter over 8 shards, update only
-    assert step_cost.reference_bytes(1e9, 8, "bf16") == 0.25e9
-    assert step_cost.rollout_copy_bytes(7e9, "bfloat16") == 14e9
+    assert step_memory.policy_state_bytes(1e9, 8) == 1.5e9  # 12 bytes per parameter (params, 2 moments) over 8 shards
+    assert step_memory.sharded_grad_bytes(1e9, 8) == 0.5e9  # 4 bytes per parameter over 8 shards, update only
+    assert step_memory.reference_bytes(1e9, 8, "bf16") == 0.25e9
+    assert step_memory.rollout_copy_bytes(7e9, "bfloat16") == 14e9
     with pytest.raises(ValueError, match="unknown dtype 'int8'"):
         step_cost.dtype_bytes("int8")
-    tied = step_cost.ModelShape(
+    tied = step_memory.ModelShape(
         parameters=1000, vocab=10, hidden=10, layers=2, intermediate=40, kv_dim=10, embedding_parameters=100
     )
     assert tied.root_parameters == 100 and tied.layer_parameters == 450
@@ -763,7 +765,7 @@ def test_lora_memory_terms_by_hand():
     adapters' param and two AdamW moments in bf16 (their grad during the update only) (verl casts adapters to the base's dtype), no reference
     copy, the rollout holding base + adapters, and only the adapters' gradients unsharded."""
     setup = dataclasses.replace(ONE_B_STEP, lora_parameters=10_000_000, model_dtype="bf16")
-    found = terms_by_name(step_cost.memory_estimate(ONE_B, setup))
+    found = terms_by_name(step_memory.memory_estimate(ONE_B, setup))
     assert found["policy: frozen base weights (bf16, sharded)"] == ("held", 2 * 1e9 / 4)
     assert found["LoRA adapters: params + AdamW moments (bf16, sharded)"] == ("held", 3 * 2 * 10e6 / 4)
     assert found["LoRA adapters: sharded grads (bf16)"] == ("update", 2 * 10e6 / 4)
@@ -775,11 +777,11 @@ def test_lora_memory_terms_by_hand():
     # layer's dropped inputs (bf16) and masks (1 byte) at a time, over the 3,000 token rows; without, all 16 layers'
     dropout = dataclasses.replace(setup, lora_dropout_inputs=6144)
     term = "activations: adapter dropout's kept inputs"
-    assert terms_by_name(step_cost.memory_estimate(ONE_B, dropout))[term] == ("update", 3000 * 6144 * 3)
+    assert terms_by_name(step_memory.memory_estimate(ONE_B, dropout))[term] == ("update", 3000 * 6144 * 3)
     no_checkpointing = dataclasses.replace(dropout, gradient_checkpointing=False)
-    assert terms_by_name(step_cost.memory_estimate(ONE_B, no_checkpointing))[term] == ("update", 3000 * 16 * 6144 * 3)
+    assert terms_by_name(step_memory.memory_estimate(ONE_B, no_checkpointing))[term] == ("update", 3000 * 16 * 6144 * 3)
     assert term not in found
-    full = terms_by_name(step_cost.memory_estimate(ONE_B, dataclasses.replace(ONE_B_STEP, model_dtype="bf16")))
+    full = terms_by_name(step_memory.memory_estimate(ONE_B, dataclasses.replace(ONE_B_STEP, model_dtype="bf16")))
     assert full["policy: bf16 params + AdamW moments (sharded)"] == ("held", 3 * 2 * 1e9 / 4)
 
 

@@ -290,7 +290,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from diffugrpo_plugin.config import training_default
-    from diffugrpo_plugin.tools import model_check, step_cost
+    from diffugrpo_plugin.tools import model_check, step_cost, step_memory
 
     resolved = model_check.resolve_checkpoint(
         args.path,
@@ -301,7 +301,7 @@ def _run(args: argparse.Namespace) -> int:
     resolution = resolved.resolution
     adapter_count, adapted_modules, lean_with_adapters, dropped = _adapters(resolved, args)
     lean_everywhere = resolution.lean_mlp_everywhere if lean_with_adapters is None else lean_with_adapters
-    setup = step_cost.StepSetup(
+    setup = step_memory.StepSetup(
         batch=args.batch,
         prompt_length=args.prompt_length,
         completion_length=args.completion_length,
@@ -313,15 +313,15 @@ def _run(args: argparse.Namespace) -> int:
         rollout_micro_batch=args.rollout_micro_batch,
         chunk_rows=args.chunk_rows or training_default("actor_rollout_ref.model.diffusion.chunk_rows"),
         logits_shift=bool(resolution.logits_shift),
-        views=step_cost.MASKER_SHAPES[args.masker][0],
-        scored_rows_per_token=step_cost.MASKER_SHAPES[args.masker][1],
+        views=step_memory.MASKER_SHAPES[args.masker][0],
+        scored_rows_per_token=step_memory.MASKER_SHAPES[args.masker][1],
         sampler_kv_cache=not args.no_kv_cache,
         lean_mlp=lean_everywhere and not args.no_lean_mlp,
         lora_parameters=adapter_count,
         lora_dropout_inputs=dropped,
         model_dtype=args.model_dtype,
     )
-    memory = step_cost.memory_estimate(resolution.shape(), setup)
+    memory = step_memory.memory_estimate(resolution.shape(), setup)
     flops = step_cost.step_flops(
         resolution.parameters,
         args.batch,
@@ -493,7 +493,7 @@ def _probes_text(check) -> str:
 
 
 def _estimate_text(setup, memory, flops, r, args, adapted_modules: int = 0) -> str:
-    from diffugrpo_plugin.tools import step_cost
+    from diffugrpo_plugin.tools import step_cost, step_memory
 
     checkpointing = "on" if setup.gradient_checkpointing else "off"
     head = (
@@ -519,4 +519,4 @@ def _estimate_text(setup, memory, flops, r, args, adapted_modules: int = 0) -> s
     ]
     not_counted = "  not counted: " + "; ".join(memory.not_counted)
     wrapped = textwrap.fill(not_counted, TEXT_WIDTH, subsequent_indent="    ")
-    return "\n".join([head, step_cost.format_memory_table(memory), wrapped, *flop_lines])
+    return "\n".join([head, step_memory.format_memory_table(memory), wrapped, *flop_lines])

@@ -264,7 +264,7 @@ def adapted_copy(model: torch.nn.Module, rank: int, targets: Any = "all-linear",
 
 def adapted_inputs_per_layer(model: torch.nn.Module, layers: int) -> int:
     """The adapted modules' input widths summed and divided over ``layers``: the elements per token and layer that
-    adapter dropout keeps for the backward (see ``step_cost.StepSetup.lora_dropout_inputs``)."""
+    adapter dropout keeps for the backward (see ``step_memory.StepSetup.lora_dropout_inputs``)."""
     from peft.tuners.lora import LoraLayer
 
     widths = [layer.in_features for layer in unwrap(model).modules() if isinstance(layer, LoraLayer)]

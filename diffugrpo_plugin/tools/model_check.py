@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from diffugrpo_plugin.tools.step_cost import ModelShape
+from diffugrpo_plugin.tools.step_memory import ModelShape
 
 DEFAULT_PROMPT = "Write a Python function that adds two numbers."
 LONGER_PROMPT_SUFFIX = " Give it a docstring and type hints."

@@ -2,7 +2,7 @@
 
     python examples/d1_llada/fits.py
 
-Arithmetic, not a measurement (diffugrpo_plugin/tools/step_cost.py, the model ``diffugrpo check-model`` prints):
+Arithmetic, not a measurement (diffugrpo_plugin/tools/step_memory.py, the model ``diffugrpo check-model`` prints):
 LLaDA-8B is built on the meta device from ``llada_8b_config.json`` (the published config's shape fields),
 d1's adapters are placed by peft exactly as the training engine places them, and one training step of
 d1's per-GPU batch is costed term by term, on one GPU (no sharding).
@@ -25,7 +25,7 @@ from diffugrpo_plugin.models.lora import (
 )
 from diffugrpo_plugin.models.native.llada import LLaDAConfig, LLaDAModelLM
 from diffugrpo_plugin.models.weights import meta_model
-from diffugrpo_plugin.tools import step_cost
+from diffugrpo_plugin.tools import step_memory
 
 D1_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"]
 D1_RANK = 128
@@ -43,7 +43,7 @@ def llada_8b():
     config = LLaDAConfig(**json.loads((Path(__file__).with_name("llada_8b_config.json")).read_text()))
     model = meta_model(LLaDAModelLM, config)
     hidden, vocab = config.d_model, config.embedding_size
-    shape = step_cost.ModelShape(
+    shape = step_memory.ModelShape(
         parameters=sum(p.numel() for p in model.parameters()),
         vocab=vocab,
         hidden=hidden,
@@ -56,7 +56,7 @@ def llada_8b():
     return model, shape
 
 
-def d1_setup(lean_mlp: bool, **changes) -> step_cost.StepSetup:
+def d1_setup(lean_mlp: bool, **changes) -> step_memory.StepSetup:
     """The recipe per GPU (d1's train.yaml): 6 completions per device batch, prompts 200 and completions 256 tokens,
     its one-view masker, bf16 compute, the sampler denoising the 6 completions together; weights stored in fp32
     (verl's default, so the adapters train in fp32 as d1's do), and so gradient checkpointing on (d1: off)."""
@@ -79,7 +79,7 @@ def d1_setup(lean_mlp: bool, **changes) -> step_cost.StepSetup:
         lean_mlp=lean_mlp,
     )
     settings.update(changes)
-    return step_cost.StepSetup(**settings)
+    return step_memory.StepSetup(**settings)
 
 
 def main() -> None:
@@ -128,10 +128,10 @@ def main() -> None:
         + "|"
     )
     for name, setup in rows:
-        estimate = step_cost.memory_estimate(shape, setup)
+        estimate = step_memory.memory_estimate(shape, setup)
         total = estimate.total_gib
         fits = " | ".join(f"{'yes' if fits_on(total, gb) else 'no':<{len(str(gb)) + 3}}" for gb in GPUS_GB)
-        phases = " | ".join(f"{estimate.phase_bytes(phase) / 2**30:.1f}" for phase in step_cost.PHASES)
+        phases = " | ".join(f"{estimate.phase_bytes(phase) / 2**30:.1f}" for phase in step_memory.PHASES)
         print(f"| {name:<{width}} | {total:.1f} | {phases} | {fits} |")
     print(
         f"\n'yes': the estimate plus {ALLOCATOR_MARGIN:.0%} (allocator, terms not counted) and {CONTEXT_GIB} GiB of CUDA "
