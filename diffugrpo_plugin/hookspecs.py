@@ -76,7 +76,7 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | 
     reason is printed per row by ``diffugrpo rewards score`` (``reasons``) and ``diffugrpo eval``
     (``reason`` in ``outcomes.jsonl``). A function that returns plain floats and ``None`` gives
     no reasons and needs nothing else; to call one that explains from TRL itself, take
-    :func:`diffugrpo_plugin.rewards.spec.value_of` of each item.
+    :func:`diffugrpo_plugin.rewards.scoring.value_of` of each item.
 
     A function must accept and ignore columns it does not use (the ``**columns``). It runs in
     verl's reward workers, on CPU, and must not import torch. A function that raises is called

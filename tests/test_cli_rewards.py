@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 from diffugrpo_plugin import __version__
 from diffugrpo_plugin.cli import rewards as rewards_cli
-from diffugrpo_plugin.rewards import spec as rewards
+from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS
 from reward_support import TEST_UID_BASE
 
 pytestmark = pytest.mark.sandbox  # every test here runs code in the sandbox
@@ -109,7 +109,7 @@ def test_aggregation_choices_are_the_ones_the_readme_documents():
     documented = re.search(r"aggregation: fixed +# (.+)", (REPO / "docs" / "guides" / "rewards.md").read_text()).group(
         1
     )
-    assert tuple(documented.split(" | ")) == tuple(rewards.AGGREGATIONS)
+    assert tuple(documented.split(" | ")) == tuple(AGGREGATIONS)
     parser = argparse.ArgumentParser()
     rewards_cli.add_parser(parser.add_subparsers())
     assert (

@@ -11,8 +11,8 @@ import re
 
 import pytest
 
+from diffugrpo_plugin import Explained, Reason
 from diffugrpo_plugin.rewards.judging import MAX_COMPLETION_CHARS, Offer, format_verdict, offered_code
-from diffugrpo_plugin.rewards.spec import Explained, Reason
 from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward
 from reward_plugins.comments import comments_reward

@@ -20,7 +20,8 @@ from diffugrpo_plugin.rewards.judging import (
     offered_code,
     syntax_problem,
 )
-from diffugrpo_plugin.rewards.spec import RewardSpec, value_of
+from diffugrpo_plugin.rewards.scoring import value_of
+from diffugrpo_plugin.rewards.spec import RewardSpec
 from diffugrpo_plugin.tools.evaluation import Completion, EvalProblem, judge_completions, summarize
 from reward_plugins.code import code_reward
 from reward_plugins.efficiency import CPU_SCORE_BAND, efficiency_reward

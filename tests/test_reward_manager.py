@@ -188,7 +188,7 @@ def test_row_columns_order_and_sources():
 
 
 def test_extra_info_uses_nan_for_none_and_flags_failures():
-    from diffugrpo_plugin.rewards.spec import ScoredCompletion
+    from diffugrpo_plugin.rewards.scoring import ScoredCompletion
 
     values = extra_info(ScoredCompletion({"code": None, "syntax": 1, "fmt": None}, {"code": "SandboxError: gone"}))
     assert math.isnan(values["reward/code"]) and values["reward/syntax"] == 1.0 and math.isnan(values["reward/fmt"])

@@ -16,7 +16,7 @@ import pytest
 from diffugrpo_plugin.rewards import code_tests as code_execution
 from diffugrpo_plugin.rewards.code_tests import Outcome, TestOutcome, run_tests
 from diffugrpo_plugin.rewards.judging import format_verdict
-from diffugrpo_plugin.rewards.spec import value_of
+from diffugrpo_plugin.rewards.scoring import value_of
 from diffugrpo_plugin.sandbox.probe import instruction_counter_available
 from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward

@@ -9,21 +9,21 @@ import re
 
 import pytest
 
-from diffugrpo_plugin import __version__
+from diffugrpo_plugin import Explained, Reason, __version__
 from diffugrpo_plugin.plugins import PluginError
-from diffugrpo_plugin.rewards.spec import (
-    Explained,
-    Reason,
-    RewardComponent,
-    RewardConfigError,
-    RewardSpec,
+from diffugrpo_plugin.rewards.aggregation import (
     gated_total,
     group_normalized_totals,
     normalize_by_group,
-    parse_weights,
     step_metrics,
-    value_of,
     weighted_total,
+)
+from diffugrpo_plugin.rewards.scoring import value_of
+from diffugrpo_plugin.rewards.spec import (
+    RewardComponent,
+    RewardConfigError,
+    RewardSpec,
+    parse_weights,
 )
 
 # --- config ----------------------------------------------------------------------------------

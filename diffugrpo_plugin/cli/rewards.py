@@ -34,8 +34,9 @@ from typing import Any, Iterator
 from diffugrpo_plugin.cli import report_error
 from diffugrpo_plugin.data.records import DataError, Record, checked_field, read_records
 from diffugrpo_plugin.plugins import PluginError
+from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals
 from diffugrpo_plugin.rewards.code_tests import FORMAT_ENDS, tests_from_row
-from diffugrpo_plugin.rewards.spec import AGGREGATIONS, RewardConfigError, RewardSpec, group_normalized_totals
+from diffugrpo_plugin.rewards.spec import RewardConfigError, RewardSpec
 from diffugrpo_plugin.sandbox.config import SandboxError, SandboxUnavailable
 
 DEFAULT_REWARDS = ("code=2.0", "code_format=0.5")

@@ -31,7 +31,9 @@ import math
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Mapping
 
-from diffugrpo_plugin.rewards.spec import PASS_TOLERANCE, RewardSpec, ScoredCompletion
+from diffugrpo_plugin.rewards.aggregation import PASS_TOLERANCE
+from diffugrpo_plugin.rewards.scoring import ScoredCompletion
+from diffugrpo_plugin.rewards.spec import RewardSpec
 
 logger = logging.getLogger("diffugrpo.reward_manager")
 

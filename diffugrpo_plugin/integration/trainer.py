@@ -73,8 +73,9 @@ from diffugrpo_plugin.integration.console import LearningSummary, StepReporter, 
 from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
+from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
 from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
-from diffugrpo_plugin.rewards.spec import AGGREGATIONS, RewardSpec, group_normalized_totals, step_metrics
+from diffugrpo_plugin.rewards.spec import RewardSpec
 from diffugrpo_plugin.training.curriculum import CurriculumFeedback, RecordingSampler, group_positions
 
 TRAINER_MODE = "diffugrpo"

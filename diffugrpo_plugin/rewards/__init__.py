@@ -1,9 +1,11 @@
-"""Rewards and the judge: which reward functions run and how their values combine (:mod:`.spec`), learned
-weights, the code tests and their verdicts (:mod:`.code_tests`, :mod:`.judging`), parsing untrusted source
-(:mod:`.verdicts`). Imports no torch.
+"""Rewards and the judge: which reward functions run, with which options and weights (:mod:`.spec`), how their
+values combine (:mod:`.aggregation`), running them in isolation (:mod:`.scoring`), learned weights, the code tests
+and their verdicts (:mod:`.code_tests`, :mod:`.judging`), parsing untrusted source (:mod:`.verdicts`). Imports no
+torch.
 
 ``from diffugrpo_plugin.rewards import X`` still works for the names the module ``diffugrpo_plugin.rewards`` had
-before it became a package, when its code moved to :mod:`.spec`; they are loaded when first asked for.
+before it became a package (now in :mod:`.spec`, :mod:`.aggregation`, :mod:`.scoring`); they are loaded when
+first asked for.
 """
 
 from __future__ import annotations
@@ -11,31 +13,31 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_FROM_SPEC = (
-    "AGGREGATIONS",
-    "DEFAULT_QUALITY_REWARDS",
-    "CONFIG_KEYS",
-    "SMOKE_TEST_REWARDS",
-    "DIFFUCODER_REWARDS",
-    "PASS_TOLERANCE",
-    "CRASH_LOG_WINDOW_S",
-    "RewardConfigError",
-    "value_of",
-    "RewardComponent",
-    "parse_weights",
-    "keyword_options",
-    "plain",
-    "ScoredCompletion",
-    "RewardSpec",
-    "weighted_total",
-    "gated_total",
-    "normalize_by_group",
-    "group_normalized_totals",
-    "step_metrics",
-)
+_OLD_NAMES = {  # the names the module diffugrpo_plugin.rewards had -> the module that holds each now
+    "AGGREGATIONS": "aggregation",
+    "DEFAULT_QUALITY_REWARDS": "spec",
+    "CONFIG_KEYS": "spec",
+    "SMOKE_TEST_REWARDS": "spec",
+    "DIFFUCODER_REWARDS": "spec",
+    "PASS_TOLERANCE": "aggregation",
+    "CRASH_LOG_WINDOW_S": "scoring",
+    "RewardConfigError": "spec",
+    "value_of": "scoring",
+    "RewardComponent": "spec",
+    "parse_weights": "spec",
+    "keyword_options": "spec",
+    "plain": "spec",
+    "ScoredCompletion": "scoring",
+    "RewardSpec": "spec",
+    "weighted_total": "aggregation",
+    "gated_total": "aggregation",
+    "normalize_by_group": "aggregation",
+    "group_normalized_totals": "aggregation",
+    "step_metrics": "aggregation",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _FROM_SPEC:
-        return getattr(importlib.import_module(f"{__name__}.spec"), name)
+    if name in _OLD_NAMES:
+        return getattr(importlib.import_module(f"{__name__}.{_OLD_NAMES[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

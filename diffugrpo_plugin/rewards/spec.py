@@ -1,5 +1,6 @@
-"""Reward selection and weighting: which reward functions run, with which options, and how
-their values combine into one scalar per completion.
+"""Reward selection and weighting: which reward functions run, with which options and weights, and the
+:class:`RewardSpec` that scores completions with them (running each in isolation: :mod:`.scoring`) and combines
+their values into one scalar per completion (as the configured aggregation says: :mod:`.aggregation`).
 
 Config (``config.diffugrpo.rewards``; every key optional)::
 
@@ -60,16 +61,15 @@ import inspect
 import logging
 import math
 import sys
-import time
-import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Hashable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 from omegaconf import OmegaConf
 
 from diffugrpo_plugin import plugins
-from diffugrpo_plugin.hooktypes import Explained, Reason
+from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS
 from diffugrpo_plugin.rewards.code_tests import BLOCK_CHOICES, FORMAT_ENDS
+from diffugrpo_plugin.rewards.scoring import CrashLog, RowScore, ScoredCompletion, describe_error, validated
 from diffugrpo_plugin.sandbox.config import SandboxConfig
 from diffugrpo_plugin.sandbox.host import Sandbox, shared_sandbox
 
@@ -91,18 +91,10 @@ CONFIG_KEYS = (
 )
 SMOKE_TEST_REWARDS = ("constant",)
 DIFFUCODER_REWARDS = {"code": 2.0, "code_format": 0.5}
-PASS_TOLERANCE = 1e-9
-CRASH_LOG_WINDOW_S = 60.0
 
 
 class RewardConfigError(ValueError):
     """The rewards config names something unknown or gives a value that cannot be used."""
-
-
-def value_of(item: Any) -> Any:
-    """The value of one item a reward function returned: ``item.value`` for an :class:`Explained`,
-    else the item itself (a plain float or None, as TRL expects)."""
-    return item.value if isinstance(item, Explained) else item
 
 
 @dataclass(frozen=True)
@@ -261,79 +253,6 @@ def _warn_smoke_test(name: str) -> None:
     print(f"[diffugrpo.rewards] WARNING: {message}", file=sys.stderr, flush=True)
 
 
-class _CrashLog:
-    """Logs the first failure of each reward per step (or per minute when no step is known)."""
-
-    def __init__(self):
-        self.seen: set[tuple[str, Hashable]] = set()
-        self.counts: dict[str, int] = {}
-
-    def report(self, component: RewardComponent, step: Hashable | None, exc: BaseException) -> None:
-        self.counts[component.name] = self.counts.get(component.name, 0) + 1
-        window = step if step is not None else ("minute", int(time.monotonic() // CRASH_LOG_WINDOW_S))
-        if (component.name, window) in self.seen:
-            return
-        self.seen.add((component.name, window))
-        logger.error(
-            "reward '%s' (%s) failed and scored None for this call; later failures in this step are "
-            "counted, not logged:\n%s",
-            component.name,
-            component.distribution,
-            "".join(traceback.format_exception(exc)),
-        )
-
-
-def _checked_value(value: Any, name: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isinf(value):
-        raise TypeError(f"reward '{name}' returned {value!r}; values must be finite numbers or None")
-    return None if math.isnan(value) else float(value)
-
-
-def _checked_reason(item: Any, name: str) -> Reason | None:
-    if not isinstance(item, Explained):
-        return None
-    if not isinstance(item.reason, Reason):
-        raise TypeError(f"reward '{name}' returned Explained with reason {item.reason!r}; give a Reason(kind, detail)")
-    return item.reason
-
-
-def _validated(items: Any, count: int, name: str) -> tuple[list[float | None], list[Reason | None]]:
-    """The values and reasons of what reward ``name`` returned (one float, None or Explained per completion)."""
-    if not isinstance(items, (list, tuple)) or len(items) != count:
-        raise TypeError(
-            f"reward '{name}' must return a list of {count} values (one per completion), "
-            f"got {type(items).__name__} of length {len(items) if hasattr(items, '__len__') else '?'}"
-        )
-    values = [_checked_value(value_of(item), name) for item in items]
-    return values, [_checked_reason(item, name) for item in items]
-
-
-def _describe(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
-
-
-@dataclass(frozen=True)
-class _RowScore:
-    """One component's score of one completion: its value, the reason it gave, the error it raised."""
-
-    value: float | None = None
-    reason: Reason | None = None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class ScoredCompletion:
-    """One completion's scores: each component's value (None: not applicable, or the reward failed),
-    for the components that failed on it the error (``"SandboxError: ..."``), and for those that
-    said why they scored what they did, the :class:`Reason`."""
-
-    values: dict[str, float | None]
-    errors: dict[str, str] = field(default_factory=dict)
-    reasons: dict[str, Reason] = field(default_factory=dict)
-
-
 @dataclass
 class RewardSpec:
     """The selected rewards and how they combine; build it with :meth:`from_config`."""
@@ -347,7 +266,7 @@ class RewardSpec:
     sample_deadline_s: float = 300.0
     stop_after_failed_steps: int = 3
     sandbox_config: SandboxConfig = field(default_factory=SandboxConfig)
-    crash_log: _CrashLog = field(default_factory=_CrashLog)
+    crash_log: CrashLog = field(default_factory=CrashLog)
 
     @classmethod
     def from_config(cls, mapping: Mapping[str, Any] | None) -> "RewardSpec":
@@ -406,7 +325,7 @@ class RewardSpec:
     def sandbox(self) -> Sandbox:
         return shared_sandbox(self.sandbox_config)
 
-    def _run(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list]) -> list[_RowScore]:
+    def _run(self, component: RewardComponent, completions: list[str], columns: Mapping[str, list]) -> list[RowScore]:
         accepted = keyword_options(component.fn)
         injected = {
             name: self.sandbox() if name == "sandbox" else getattr(self, name)
@@ -414,12 +333,12 @@ class RewardSpec:
             if name in accepted
         }
         kwargs = {**{k: v for k, v in columns.items() if k != "completions"}, **injected, **component.options}
-        values, reasons = _validated(component.fn(completions, **kwargs), len(completions), component.name)
-        return [_RowScore(value, reason) for value, reason in zip(values, reasons)]
+        values, reasons = validated(component.fn(completions, **kwargs), len(completions), component.name)
+        return [RowScore(value, reason) for value, reason in zip(values, reasons)]
 
     def _call(
         self, component: RewardComponent, completions: list[str], columns: Mapping[str, list], step: Hashable | None
-    ) -> list[_RowScore]:
+    ) -> list[RowScore]:
         """The component's score of each completion; where it raised, None with the error.
 
         A call that raises is repeated one completion at a time, so a fault stays in its row: the
@@ -430,14 +349,14 @@ class RewardSpec:
         except Exception as batch_error:  # noqa: BLE001 - a reward must never stop training
             if len(completions) == 1:
                 self.crash_log.report(component, step, batch_error)
-                return [_RowScore(error=_describe(batch_error))]
-        scores: list[_RowScore] = []
+                return [RowScore(error=describe_error(batch_error))]
+        scores: list[RowScore] = []
         for index, completion in enumerate(completions):
             try:
                 scores += self._run(component, [completion], {name: [rows[index]] for name, rows in columns.items()})
             except Exception as row_error:  # noqa: BLE001 - this row scores None, the others go on
                 self.crash_log.report(component, step, row_error)
-                scores.append(_RowScore(error=_describe(row_error)))
+                scores.append(RowScore(error=describe_error(row_error)))
         return scores
 
     def score(
@@ -465,124 +384,4 @@ class RewardSpec:
 
         ``group_normalized`` needs the whole group; per completion it falls back to ``fixed``.
         """
-        return AGGREGATIONS[self.aggregation].total(self, values)
-
-
-def weighted_total(values: Mapping[str, float | None], weights: Mapping[str, float]) -> float:
-    """``sum(weight * value)`` over the components that apply (None left out, as TRL's nansum)."""
-    return float(sum(weights[name] * value for name, value in values.items() if value is not None))
-
-
-def gated_total(
-    values: Mapping[str, float | None],
-    weights: Mapping[str, float],
-    gate_reward: str,
-    quality_rewards: frozenset[str] | set[str],
-) -> float:
-    """:func:`weighted_total` where quality terms count only when ``gate_reward`` is 1.0."""
-    gate = values.get(gate_reward)
-    passed = gate is not None and gate >= 1.0 - PASS_TOLERANCE
-    kept = {name: value for name, value in values.items() if passed or name not in quality_rewards}
-    return weighted_total(kept, weights)
-
-
-@dataclass(frozen=True)
-class Aggregation:
-    """How a completion's weighted components become its scalar reward: one entry of :data:`AGGREGATIONS`.
-
-    ``total(spec, values)`` is one completion's reward on its own. An aggregation with ``whole_group`` replaces
-    those totals with :func:`group_normalized_totals` wherever the groups are known (the trainer, ``rewards
-    score``); one with ``learns_weights`` has the trainer fit its weights (:mod:`.learned_weights`) and score
-    with them. ``needs_gate``: ``gate_reward`` must be among the selected rewards.
-    """
-
-    total: Callable[[RewardSpec, Mapping[str, float | None]], float]
-    needs_gate: bool = False
-    whole_group: bool = False
-    learns_weights: bool = False
-
-
-def _weighted(spec: RewardSpec, values: Mapping[str, float | None]) -> float:
-    return weighted_total(values, spec.weights)
-
-
-def _gated(spec: RewardSpec, values: Mapping[str, float | None]) -> float:
-    return gated_total(values, spec.weights, spec.gate_reward, spec.quality_rewards)
-
-
-AGGREGATIONS = {
-    "fixed": Aggregation(_weighted),
-    "gated": Aggregation(_gated, needs_gate=True),
-    "group_normalized": Aggregation(_weighted, whole_group=True),
-    "learned": Aggregation(_weighted, needs_gate=True, learns_weights=True),
-}
-"""``diffugrpo.rewards.aggregation`` -> how it combines (per completion, ``group_normalized`` and ``learned`` fall
-back to the fixed weights)."""
-
-
-def _mean_std(values: list[float]) -> tuple[float, float]:
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return mean, 0.0
-    variance = sum((value - mean) ** 2 for value in values) / (len(values) - 1)
-    return mean, math.sqrt(variance)
-
-
-def normalize_by_group(
-    samples: Sequence[Mapping[str, float | None]], group_ids: Sequence[Hashable], eps: float = 1e-6
-) -> list[dict[str, float | None]]:
-    """Standardises each component within each group: ``(x - mean) / (std + eps)``.
-
-    ``samples[i]`` holds completion i's components, ``group_ids[i]`` its prompt group (verl's
-    ``uid``). Mean and std (unbiased, as verl's GRPO) use the group's non-None values only; None
-    stays None. A component with one value in its group, or no spread, normalises to 0.0.
-    """
-    if len(samples) != len(group_ids):
-        raise ValueError(f"{len(samples)} samples but {len(group_ids)} group ids")
-    members: dict[Hashable, list[int]] = {}
-    for index, group in enumerate(group_ids):
-        members.setdefault(group, []).append(index)
-    normalized: list[dict[str, float | None]] = [dict(sample) for sample in samples]
-    names = {name for sample in samples for name in sample}
-    for indices in members.values():
-        for name in names:
-            present = {i: value for i in indices if (value := samples[i].get(name)) is not None}
-            if not present:
-                continue
-            mean, std = _mean_std(list(present.values()))
-            for i, value in present.items():
-                normalized[i][name] = 0.0 if std == 0 else (value - mean) / (std + eps)
-    return normalized
-
-
-def group_normalized_totals(
-    samples: Sequence[Mapping[str, float | None]],
-    group_ids: Sequence[Hashable],
-    weights: Mapping[str, float],
-    eps: float = 1e-6,
-) -> list[float]:
-    """GDPO-style totals: normalise every component within its group, then weight and sum."""
-    return [weighted_total(sample, weights) for sample in normalize_by_group(samples, group_ids, eps)]
-
-
-def step_metrics(
-    samples: Sequence[Mapping[str, float | None]],
-    totals: Sequence[float],
-    failed: Sequence[Collection[str]],
-    prefix: str = "reward",
-) -> dict[str, float]:
-    """Per-step logging values: each component's mean (over applicable values), fraction of None and
-    fraction of completions it failed on (``failed[i]``: the components that raised on completion i),
-    and the mean weighted total. NaN counts as None (verl's arrays carry None as NaN)."""
-    metrics: dict[str, float] = {}
-    names = sorted({name for sample in samples for name in sample})
-    for name in names:
-        values = [sample.get(name) for sample in samples]
-        present = [value for value in values if value is not None and not math.isnan(value)]
-        metrics[f"{prefix}/{name}/mean"] = sum(present) / len(present) if present else math.nan
-        metrics[f"{prefix}/{name}/none_fraction"] = 1.0 - len(present) / len(values) if values else math.nan
-        metrics[f"{prefix}/{name}/error_fraction"] = (
-            sum(name in names_failed for names_failed in failed) / len(failed) if failed else math.nan
-        )
-    metrics[f"{prefix}/total/mean"] = sum(totals) / len(totals) if totals else math.nan
-    return metrics
+        return AGGREGATIONS[self.aggregation].total(values, self.weights, self.gate_reward, self.quality_rewards)
