@@ -10,6 +10,7 @@ out by hand for a made-up 1B model, and the FLOP model against the DiffuCoder-7B
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import json
 import math
@@ -414,13 +415,14 @@ def run_module(*argv: str) -> subprocess.CompletedProcess:
 def test_subprocess_exit_codes_and_no_traceback(tiny_model_path, tmp_path):
     """As a user runs it: 0 with one JSON line; 2 with one stderr line for a missing path and for a config no
     family fits (which fails after torch and transformers are loaded); never a traceback."""
-    done = run_module(tiny_model_path, "--json", *SMALL_STEP)
+    mystery = write_config(tmp_path / "mystery", {"model_type": "mystery"})
+    runs = [(tiny_model_path, "--json", *SMALL_STEP), (str(tmp_path / "nope"),), (mystery,)]
+    with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:  # three interpreters at once
+        done, *refused = pool.map(lambda argv: run_module(*argv), runs)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["ok"] is True
     assert "Traceback" not in done.stderr
-    mystery = write_config(tmp_path / "mystery", {"model_type": "mystery"})
-    for path, fragment in ((str(tmp_path / "nope"), "does not exist"), (mystery, "cannot tell which")):
-        done = run_module(path)
+    for done, fragment in zip(refused, ("does not exist", "cannot tell which")):
         assert done.returncode == 2
         assert done.stdout == "" and "Traceback" not in done.stderr
         assert len(done.stderr.splitlines()) == 1 and fragment in done.stderr, done.stderr

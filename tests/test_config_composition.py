@@ -3,6 +3,8 @@ spellings of the rewards compose from the command line; the CLIs' completion len
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import os
 import subprocess
 import sys
@@ -14,16 +16,24 @@ from omegaconf import OmegaConf
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@functools.cache
 def composed_job(*args: str) -> str:
+    """What ``python <args> --cfg job`` composes (each command line run once per session)."""
     result = subprocess.run([sys.executable, *args, "--cfg", "job"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 def test_the_three_commands_compose_the_same_job():
-    canonical = composed_job("-m", "diffugrpo_plugin.main")
-    assert composed_job("-m", "verl.trainer.main", "algorithm=coupled_grpo") == canonical
-    assert composed_job("-m", "verl.trainer.main_ppo", "+algorithm=coupled_grpo") == canonical
+    commands = [
+        ("-m", "diffugrpo_plugin.main"),
+        ("-m", "verl.trainer.main", "algorithm=coupled_grpo"),
+        ("-m", "verl.trainer.main_ppo", "+algorithm=coupled_grpo"),
+    ]
+    with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:  # three interpreters importing verl at once
+        canonical, through_main, through_main_ppo = pool.map(lambda args: composed_job(*args), commands)
+    assert through_main == canonical
+    assert through_main_ppo == canonical
     job = OmegaConf.create(canonical)
     assert job.algorithm.adv_estimator == "coupled_grpo"
     assert job.actor_rollout_ref.actor.policy_loss.loss_mode == "coupled_grpo"

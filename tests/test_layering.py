@@ -66,26 +66,30 @@ def test_the_import_contracts_hold():
     assert "4 kept, 0 broken" in result.stdout
 
 
-@pytest.mark.parametrize(
-    "importer, line",
-    [
-        ("diffugrpo_plugin/models/dlm.py", "import diffugrpo_plugin.cli"),  # upwards, into the CLI
-        ("diffugrpo_plugin/rewards/judging.py", "import torch"),  # torch in a reward worker
-        ("diffugrpo_plugin/core/masking.py", "import verl"),  # verl outside the glue
-    ],
-)
-def test_the_import_contracts_catch_a_violation(tmp_path, importer, line):
+VIOLATIONS = {  # contract -> (file, a line that breaks it)
+    "subsystems are layered": ("diffugrpo_plugin/models/dlm.py", "import diffugrpo_plugin.cli"),
+    "rewards, the sandbox, data and plugin discovery import no torch": (
+        "diffugrpo_plugin/rewards/judging.py",
+        "import torch",
+    ),
+    "only the verl glue and the entry point import verl or Ray": ("diffugrpo_plugin/core/masking.py", "import verl"),
+}
+
+
+def test_each_import_contract_catches_its_violation(tmp_path):
+    """A copy of the package with one violation of each contract: lint-imports reports each contract broken."""
     for name in ("diffugrpo_plugin", "reward_plugins"):
         shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    target = tmp_path / importer
-    target.write_text(target.read_text() + f"\n{line}\n")
+    for importer, line in VIOLATIONS.values():
+        target = tmp_path / importer
+        target.write_text(target.read_text() + f"\n{line}\n")
     result = subprocess.run(
         [
             sys.executable,
             "-c",
-            "import sys; sys.path.insert(0, '.'); "
-            "from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())",
+            "import sys; sys.path.insert(0, '.'); from importlinter.cli import lint_imports_command; "
+            "sys.exit(lint_imports_command())",
             "--no-cache",
         ],
         cwd=tmp_path,
@@ -93,7 +97,13 @@ def test_the_import_contracts_catch_a_violation(tmp_path, importer, line):
         text=True,
         timeout=300,
     )
-    assert result.returncode != 0 and "1 broken" in result.stdout, result.stdout[-3000:] + result.stderr[-2000:]
+    report = " ".join(result.stdout.split())
+    assert result.returncode != 0 and f"{len(VIOLATIONS)} broken" in report, (
+        result.stdout[-3000:] + result.stderr[-2000:]
+    )
+    assert [contract for contract in VIOLATIONS if f"{contract}" not in report] == []
+    for importer, line in VIOLATIONS.values():
+        assert importer.removesuffix(".py").replace("/", ".") in report, importer
 
 
 @pytest.mark.parametrize("name", IN_SANDBOX)
