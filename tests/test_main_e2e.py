@@ -276,7 +276,9 @@ def test_reference_sync_and_group_normalised_rewards(tmp_path):
         f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
     )
     kl = metric_by_step(log, "actor/kl_loss")
-    assert kl[2] > 1e-4 and abs(kl[3]) < 1e-6, kl
+    # moved, then synced: step 2's KL was 5.5e-6 and 9.2e-6 in two runs of today's environment (1e-4 no longer held,
+    # on the previous commit too); step 3's is exactly 0
+    assert kl[2] > 1e-6 and abs(kl[3]) < 1e-9, kl
 
     from diffugrpo_plugin.rewards.spec import RewardSpec
 
