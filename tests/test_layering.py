@@ -1,10 +1,10 @@
 """The layering of the package, checked by import-linter and in fresh interpreters.
 
 ``lint-imports`` checks the contracts in ``pyproject.toml``: the subsystems form layers (the CLI on top, nothing
-imports it; the verl glue under it; then tools and training recipes, the algorithm and the rollout, models and
-rewards, the sandbox and data, plugin discovery and the hook types), only the verl glue imports verl or Ray,
-rewards, the sandbox, data and plugin discovery import no torch, and the framework imports no built-in reward
-plugin. This file runs it, shows it catches a violation, and adds what it cannot express:
+imports it; the verl glue under it; then the training recipes; the tools and ``coupled``; the algorithm and the
+rollout; models and rewards; the sandbox and data; plugin discovery and the hook types), only the verl glue imports
+verl or Ray, rewards, the sandbox, data and plugin discovery import no torch, and the framework imports no built-in
+reward plugin. This file runs it, shows it catches a violation, and adds what it cannot express:
 
 * the in-sandbox modules import only the standard library and each other;
 * no module of ours imports itself through others: no import cycle, counting imports inside functions and

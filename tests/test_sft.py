@@ -4,6 +4,7 @@ checkpoint the RL side loads."""
 import json
 import math
 import random
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -281,7 +282,9 @@ def test_lora_sft_trains_only_adapters_and_saves_the_merged_model_and_the_adapte
 # --------------------------------------------------------------------------- the warm-started default model
 
 
-def test_warm_start_fine_tunes_the_random_model_once_into_the_cache(monkeypatch, tmp_path):
+def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_once_into_the_cache(
+    monkeypatch, tmp_path
+):
     from safetensors.torch import load_file
 
     from diffugrpo_plugin.models import tiny
@@ -289,26 +292,85 @@ def test_warm_start_fine_tunes_the_random_model_once_into_the_cache(monkeypatch,
 
     monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
     spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
-    recipe = warm_start.WarmStart(steps=3, schedule_steps=5, batch_size=2, warmup_steps=1)
+    recipe = warm_start.WarmStart(
+        schedule_steps=9, first_check=2, check_every=3, target_pass_rate=0.4, batch_size=2, warmup_steps=1
+    )
+    measured = []  # whether the model was in training mode at each check: the sandboxed judge is stood in for
+
+    def pass_rate(lm, tokenizer, checked_recipe, train_file):
+        measured.append(lm.module.training)
+        assert checked_recipe == recipe and train_file.endswith(".parquet")
+        return [0.1, 0.39, 0.4][len(measured) - 1]
+
+    monkeypatch.setattr(warm_start, "train_pass_rate", pass_rate)
     path = warm_start.warm_model_path(spec, recipe)
     assert path.startswith(str(tmp_path)) and recipe.cache_suffix in path and spec.cache_name in path
     saved = json.loads((tmp_path / path / "sft_config.json").read_text())
-    # stopped after 3 steps of a 5-step schedule
-    assert (saved["steps"], saved["steps_done"], saved["batch_size"], saved["lr"]) == (5, 3, 2, recipe.lr)
+    # measured after steps 2, 5 and 8; 0.4 reaches the target: stopped after step 8 of the 9-step schedule
+    assert measured == [False, False, False]  # measured in eval mode
+    assert (saved["steps"], saved["steps_done"], saved["batch_size"], saved["lr"]) == (9, 8, 2, recipe.lr)
+    record = json.loads((tmp_path / path / warm_start.WARM_START_RECORD).read_text())
+    assert record == {"checks": [[2, 0.1], [5, 0.39], [8, 0.4]], "target_pass_rate": 0.4, "reached": True}
     assert saved["model_path"] == tiny.tiny_model_path(spec)
     warm = load_file(f"{path}/model.safetensors")
     random_init = load_file(f"{tiny.tiny_model_path(spec)}/model.safetensors")
     assert any(not torch.equal(warm[name], random_init[name]) for name in random_init)
     modified = (tmp_path / path / "model.safetensors").stat().st_mtime_ns
     assert warm_start.warm_model_path(spec, recipe) == path  # cached: not fine-tuned again
-    assert (tmp_path / path / "model.safetensors").stat().st_mtime_ns == modified
+    assert (tmp_path / path / "model.safetensors").stat().st_mtime_ns == modified and len(measured) == 3
 
 
-def test_a_warm_start_cannot_stop_after_its_schedule_ends():
+def test_a_warm_start_that_never_reaches_its_target_says_so_and_records_it(monkeypatch, tmp_path):
+    from diffugrpo_plugin.models import tiny
     from diffugrpo_plugin.training import warm_start
 
-    with pytest.raises(ValueError, match="at most schedule_steps"):
-        warm_start.WarmStart(steps=10, schedule_steps=5)
+    spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
+    recipe = warm_start.WarmStart(schedule_steps=4, first_check=2, check_every=2, batch_size=2, warmup_steps=1)
+    monkeypatch.setattr(warm_start, "train_pass_rate", lambda *args: 0.125)
+    lines = []
+    warm_start.save_warm_model(tmp_path / "warm", spec, recipe, echo=lines.append)
+    assert json.loads((tmp_path / "warm" / "sft_config.json").read_text())["steps_done"] == 4
+    record = json.loads((tmp_path / "warm" / warm_start.WARM_START_RECORD).read_text())
+    assert record == {"checks": [[2, 0.125], [4, 0.125]], "target_pass_rate": recipe.target_pass_rate, "reached": False}
+    assert any("stayed below 0.35 for all 4 steps (measured: 0.125)" in line for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"first_check": 10, "schedule_steps": 5}, "at most schedule_steps"),
+        ({"check_every": 0}, "must be at least 1"),
+        ({"target_pass_rate": 0.0}, r"must be in \(0, 1\]"),
+    ],
+)
+def test_a_warm_start_recipe_that_cannot_run_is_refused(fields, message):
+    from diffugrpo_plugin.training import warm_start
+
+    with pytest.raises(ValueError, match=message):
+        warm_start.WarmStart(**fields)
+
+
+@pytest.mark.sandbox
+def test_the_warm_start_measures_the_pass_rate_with_the_rollouts_sampler_and_the_sandboxed_judge(monkeypatch):
+    from transformers import AutoTokenizer
+
+    from diffugrpo_plugin.data import default_data_paths
+    from diffugrpo_plugin.models import tiny
+    from diffugrpo_plugin.tools import evaluation
+    from diffugrpo_plugin.training import warm_start
+
+    rollout = warm_start.rollout_sampler()
+    assert (rollout.temperature, rollout.top_p, rollout.top_k, rollout.steps) == (1.0, 0.95, 50, 32)
+    spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
+    tokenizer = AutoTokenizer.from_pretrained(tiny.tiny_model_path(spec))
+    lm = DiffusionLM.wrap(load_pretrained(tiny.tiny_model_path(spec)).eval(), tokenizer)
+    recipe = warm_start.WarmStart(check_tasks=2, check_samples=1)
+    judged = []
+    real_judge = evaluation.judge_completions
+    monkeypatch.setattr(evaluation, "judge_completions", lambda p, c, **kw: judged.append(c) or real_judge(p, c, **kw))
+    # a random model writes no passing code; what matters is that two tasks were sampled once each and judged
+    assert warm_start.train_pass_rate(lm, tokenizer, recipe, default_data_paths()[0]) == 0.0
+    assert [len(completions) for completions in judged[0].values()] == [1, 1]
 
 
 def test_the_rl_default_model_is_the_warm_started_one_built_by_its_first_loader(monkeypatch, tmp_path):
@@ -340,6 +402,8 @@ def test_default_warm_model_writes_formatted_code_and_sometimes_passes():
     from diffugrpo_plugin.training import warm_start
 
     path = warm_start.default_warm_model_path()
+    record = json.loads((Path(path) / warm_start.WARM_START_RECORD).read_text())
+    assert record["reached"] and record["checks"][-1][1] >= warm_start.WarmStart().target_pass_rate, record
     tokenizer = AutoTokenizer.from_pretrained(path)
     lm = DiffusionLM.wrap(load_pretrained(path).eval(), tokenizer)
     problems = evaluation.load_problems("parquet", path=default_data_paths()[0], limit=48)
