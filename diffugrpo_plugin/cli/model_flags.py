@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+from diffugrpo_plugin.config import training_default
+
 IMPLEMENTATION_CHOICES = ("auto", "native", "remote")  # diffugrpo_plugin.models.family.IMPLEMENTATIONS, without torch
-# The training job's completion length (data.max_response_length), which the default model was
-# fine-tuned for (WarmStart.completion_length); tests/test_config_composition.py checks they agree.
-DEFAULT_MAX_NEW_TOKENS = 48
+# the training job's completion length, which the default model was fine-tuned for
+DEFAULT_MAX_NEW_TOKENS = int(training_default("data.max_response_length"))
 DEFAULT_MODEL_HELP = (
     "the training job's default: the tiny Dream-style model warm-started by a short SFT, "
     "built into the cache on first use"

@@ -48,6 +48,7 @@ import torch
 from transformers import HfArgumentParser
 from transformers.optimization import get_cosine_with_min_lr_schedule_with_warmup
 
+from diffugrpo_plugin.config import training_default
 from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.core.masking import make_sft, mask_seed_table
 from diffugrpo_plugin.data import DataError, format_completion
@@ -103,7 +104,10 @@ class SFTConfig:
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     max_prompt_length: int = 160
-    completion_length: int = 48
+    completion_length: int = field(
+        default_factory=lambda: int(training_default("data.max_response_length")),
+        metadata={"help": "completion tokens (default: the RL job's data.max_response_length)"},
+    )
     eps: float = field(default=1e-3, metadata={"help": "mask ratios are drawn from U(eps, 1)"})
     seed: int = 0
     log_every: int = 50
