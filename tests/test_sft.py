@@ -288,7 +288,7 @@ def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_o
     from safetensors.torch import load_file
 
     from diffugrpo_plugin.models import tiny
-    from diffugrpo_plugin.training import warm_start
+    from diffugrpo_plugin.training import stop_rules, warm_start
 
     monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
     spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
@@ -297,12 +297,12 @@ def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_o
     )
     measured = []  # whether the model was in training mode at each check: the sandboxed judge is stood in for
 
-    def pass_rate(lm, tokenizer, checked_recipe, train_file):
+    def pass_rate(check, lm, tokenizer):
         measured.append(lm.module.training)
-        assert checked_recipe == recipe and train_file.endswith(".parquet")
+        assert (check.metric, check.samples, len(check.problems)) == ("test_pass_rate", 2, 32)
         return [0.1, 0.39, 0.4][len(measured) - 1]
 
-    monkeypatch.setattr(warm_start, "train_pass_rate", pass_rate)
+    monkeypatch.setattr(stop_rules.PassRateCheck, "measure", pass_rate)
     path = warm_start.warm_model_path(spec, recipe)
     assert path.startswith(str(tmp_path)) and recipe.cache_suffix in path and spec.cache_name in path
     saved = json.loads((tmp_path / path / "sft_config.json").read_text())
@@ -310,7 +310,8 @@ def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_o
     assert measured == [False, False, False]  # measured in eval mode
     assert (saved["steps"], saved["steps_done"], saved["batch_size"], saved["lr"]) == (9, 8, 2, recipe.lr)
     record = json.loads((tmp_path / path / warm_start.WARM_START_RECORD).read_text())
-    assert record == {"checks": [[2, 0.1], [5, 0.39], [8, 0.4]], "target_pass_rate": 0.4, "reached": True}
+    assert [(check["step"], check["test_pass_rate"]) for check in record["checks"]] == [(2, 0.1), (5, 0.39), (8, 0.4)]
+    assert (record["target_pass_rate"], record["reached"]) == (0.4, True)
     assert saved["model_path"] == tiny.tiny_model_path(spec)
     warm = load_file(f"{path}/model.safetensors")
     random_init = load_file(f"{tiny.tiny_model_path(spec)}/model.safetensors")
@@ -322,17 +323,19 @@ def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_o
 
 def test_a_warm_start_that_never_reaches_its_target_says_so_and_records_it(monkeypatch, tmp_path):
     from diffugrpo_plugin.models import tiny
-    from diffugrpo_plugin.training import warm_start
+    from diffugrpo_plugin.training import stop_rules, warm_start
 
     spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
     recipe = warm_start.WarmStart(schedule_steps=4, first_check=2, check_every=2, batch_size=2, warmup_steps=1)
-    monkeypatch.setattr(warm_start, "train_pass_rate", lambda *args: 0.125)
+    monkeypatch.setattr(stop_rules.PassRateCheck, "measure", lambda *args: 0.125)
     lines = []
     warm_start.save_warm_model(tmp_path / "warm", spec, recipe, echo=lines.append)
     assert json.loads((tmp_path / "warm" / "sft_config.json").read_text())["steps_done"] == 4
     record = json.loads((tmp_path / "warm" / warm_start.WARM_START_RECORD).read_text())
-    assert record == {"checks": [[2, 0.125], [4, 0.125]], "target_pass_rate": recipe.target_pass_rate, "reached": False}
-    assert any("stayed below 0.35 for all 4 steps (measured: 0.125)" in line for line in lines), lines
+    assert [(check["step"], check["test_pass_rate"]) for check in record["checks"]] == [(2, 0.125), (4, 0.125)]
+    assert not record["reached"]
+    assert "sft check: step 2 test_pass_rate 0.125 on 32 check problems (stop at 0.35)" in lines, lines
+    assert any("stayed below 0.35 for all 4 steps (last measured: 0.125)" in line for line in lines), lines
 
 
 @pytest.mark.parametrize(
@@ -350,27 +353,42 @@ def test_a_warm_start_recipe_that_cannot_run_is_refused(fields, message):
         warm_start.WarmStart(**fields)
 
 
+def test_a_pass_rate_check_is_due_at_its_first_step_and_every_interval_after_and_refuses_unknown_metrics():
+    from diffugrpo_plugin.training.stop_rules import PassRateCheck
+
+    check = PassRateCheck(problems=(), sampler=None, completion_length=8, target=0.5, first=4, every=3)
+    assert [step for step in range(1, 14) if check.due(step)] == [4, 7, 10, 13]
+    with pytest.raises(ValueError, match="unknown metric 'pass@8'; a check measures one of pass@1, test_pass_rate"):
+        PassRateCheck(problems=(), sampler=None, completion_length=8, target=0.5, first=4, every=3, metric="pass@8")
+    with pytest.raises(ValueError, match=r"every \(0\)"):
+        PassRateCheck(problems=(), sampler=None, completion_length=8, target=0.5, first=4, every=0)
+
+
 @pytest.mark.sandbox
-def test_the_warm_start_measures_the_pass_rate_with_the_rollouts_sampler_and_the_sandboxed_judge(monkeypatch):
+def test_a_pass_rate_check_samples_with_the_rollouts_sampler_and_judges_in_the_sandbox(monkeypatch):
     from transformers import AutoTokenizer
 
     from diffugrpo_plugin.data import default_data_paths
     from diffugrpo_plugin.models import tiny
     from diffugrpo_plugin.tools import evaluation
-    from diffugrpo_plugin.training import warm_start
+    from diffugrpo_plugin.training import stop_rules, warm_start
 
     rollout = warm_start.rollout_sampler()
     assert (rollout.temperature, rollout.top_p, rollout.top_k, rollout.steps) == (1.0, 0.95, 50, 32)
     spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
     tokenizer = AutoTokenizer.from_pretrained(tiny.tiny_model_path(spec))
     lm = DiffusionLM.wrap(load_pretrained(tiny.tiny_model_path(spec)).eval(), tokenizer)
-    recipe = warm_start.WarmStart(check_tasks=2, check_samples=1)
+    problems = evaluation.load_problems("parquet", path=default_data_paths()[0], limit=2)
     judged = []
     real_judge = evaluation.judge_completions
     monkeypatch.setattr(evaluation, "judge_completions", lambda p, c, **kw: judged.append(c) or real_judge(p, c, **kw))
-    # a random model writes no passing code; what matters is that two tasks were sampled once each and judged
-    assert warm_start.train_pass_rate(lm, tokenizer, recipe, default_data_paths()[0]) == 0.0
+    check = stop_rules.PassRateCheck(problems, rollout, 48, target=0.5, first=1, every=1, metric="test_pass_rate")
+    lines, record = [], []
+    # a random model writes no passing code; what matters is that both tasks were sampled once and judged
+    assert stop_rules.stop_at_pass_rate(check, record, lines.append)(1, lm, tokenizer) is False
     assert [len(completions) for completions in judged[0].values()] == [1, 1]
+    assert record[0]["step"] == 1 and record[0]["test_pass_rate"] == 0.0 and record[0]["seconds"] > 0
+    assert lines == ["sft check: step 1 test_pass_rate 0.000 on 2 check problems (stop at 0.5)"]
 
 
 def test_the_rl_default_model_is_the_warm_started_one_built_by_its_first_loader(monkeypatch, tmp_path):

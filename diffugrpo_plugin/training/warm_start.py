@@ -5,8 +5,8 @@ A random model scores 0 everywhere, which leaves GRPO nothing to learn from (eve
 (:func:`diffugrpo_plugin.data.default_data_paths`), sampled completions are well formatted and pass
 the tests of at least a third of the train tasks (the SFT stops when they do: :class:`WarmStart`), so GRPO
 groups see rewards that differ from the first step. Sits on top of :mod:`~diffugrpo_plugin.models.tiny`,
-:mod:`~diffugrpo_plugin.training.sft` and :mod:`~diffugrpo_plugin.tools.evaluation` (which measures the pass
-rate); the job's config resolver and the CLIs' default model use it.
+:mod:`~diffugrpo_plugin.training.sft` and :mod:`~diffugrpo_plugin.training.stop_rules` (which measures the
+pass rate); the job's config resolver and the CLIs' default model use it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from diffugrpo_plugin.config import training_default
 from diffugrpo_plugin.data import SYNTHETIC_VERSION, default_data_paths
 from diffugrpo_plugin.data.cache import build_once, diffugrpo_home
 from diffugrpo_plugin.models.tiny import TinySpec, tiny_model_path
+from diffugrpo_plugin.tools import evaluation
 from diffugrpo_plugin.training.sft import SFTConfig, train
+from diffugrpo_plugin.training.stop_rules import PassRateCheck, stop_at_pass_rate
 
 WARM_START_VERSION = (
     4  # 2: cosine_with_min_lr schedule; 3: stopped inside a longer schedule; 4: stops on a measured pass rate
@@ -79,10 +81,6 @@ class WarmStart:
         if not 0 < self.target_pass_rate <= 1:
             raise ValueError(f"target_pass_rate ({self.target_pass_rate}) must be in (0, 1]")
 
-    def checks_at(self, steps_done: int) -> bool:
-        """Whether the pass rate is measured after ``steps_done`` steps."""
-        return steps_done >= self.first_check and (steps_done - self.first_check) % self.check_every == 0
-
     @property
     def cache_suffix(self) -> str:
         return (
@@ -101,24 +99,6 @@ def rollout_sampler() -> Any:
     options = {key: value for key, value in rollout.engine_kwargs.diffusion.items() if key != "sampler"}
     options.update(temperature=float(rollout.temperature), top_p=float(rollout.top_p), top_k=int(rollout.top_k))
     return build_sampler(rollout.engine_kwargs.diffusion.sampler, **options)
-
-
-def train_pass_rate(lm: Any, tokenizer: Any, recipe: WarmStart, train_file: str, seed: int = 0) -> float:
-    """The ``code`` reward's mean on the first ``recipe.check_tasks`` train tasks, sampled as the rollout samples."""
-    from diffugrpo_plugin.tools import evaluation
-
-    problems = evaluation.load_problems("parquet", path=train_file, limit=recipe.check_tasks)
-    completions = evaluation.generate_completions(
-        rollout_sampler(),
-        lm,
-        tokenizer,
-        problems,
-        recipe.check_samples,
-        recipe.completion_length,
-        seed=seed,
-        batch_size=32,
-    )
-    return float(evaluation.summarize(evaluation.judge_completions(problems, completions))["test_pass_rate"])
 
 
 def save_warm_model(
@@ -147,21 +127,24 @@ def save_warm_model(
         log_every=max(1, recipe.first_check // 5),
         threads=min(recipe.threads, os.cpu_count() or 1),
     )
-    checks: list[tuple[int, float]] = []
-
-    def reached_target(steps_done: int, lm: Any, tokenizer: Any) -> bool:
-        if not recipe.checks_at(steps_done):
-            return False
-        checks.append((steps_done, train_pass_rate(lm, tokenizer, recipe, train_file)))
-        say(f"step {steps_done}: train pass rate {checks[-1][1]:.3f} (stops at {recipe.target_pass_rate:g})")
-        return checks[-1][1] >= recipe.target_pass_rate
-
-    result = train(config, echo=say, stop_when=reached_target)
-    reached = bool(checks) and checks[-1][1] >= recipe.target_pass_rate
+    check = PassRateCheck(
+        problems=evaluation.load_problems("parquet", path=train_file, limit=recipe.check_tasks),
+        sampler=rollout_sampler(),
+        completion_length=recipe.completion_length,
+        target=recipe.target_pass_rate,
+        first=recipe.first_check,
+        every=recipe.check_every,
+        samples=recipe.check_samples,
+        metric="test_pass_rate",
+    )
+    checks: list[dict[str, float]] = []
+    result = train(config, echo=say, stop_when=stop_at_pass_rate(check, checks, say))
+    reached = bool(checks) and checks[-1][check.metric] >= recipe.target_pass_rate
     if not reached:
+        measured = f"{checks[-1][check.metric]:.3f}" if checks else "never"
         say(
             f"the train pass rate stayed below {recipe.target_pass_rate:g} for all {result.steps_done} steps "
-            f"(measured: {checks[-1][1] if checks else 'never'}); GRPO groups will see little code reward"
+            f"(last measured: {measured}); GRPO groups will see little code reward"
         )
     record = {"checks": checks, "target_pass_rate": recipe.target_pass_rate, "reached": reached}
     (Path(directory) / WARM_START_RECORD).write_text(json.dumps(record, indent=2) + "\n")

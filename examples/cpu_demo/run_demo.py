@@ -215,26 +215,18 @@ def sft_stop_rule(settings: Settings, check_file: str, seed: int, checks: list[d
     if settings.sft_stop_pass <= 0:
         return None
     from diffugrpo_plugin.tools import evaluation
+    from diffugrpo_plugin.training.stop_rules import PassRateCheck, stop_at_pass_rate
 
-    problems = evaluation.load_problems("parquet", path=check_file, limit=settings.sft_check_problems)
-    sampler = settings.sampler()
-
-    def enough_pass(done: int, lm, tokenizer) -> bool:
-        if done < settings.sft_check_from or done % settings.sft_check_every:
-            return False
-        started = time.perf_counter()
-        completions = evaluation.generate_completions(
-            sampler, lm, tokenizer, problems, 1, settings.response_length, seed=seed, batch_size=32
-        )
-        pass_at_1 = evaluation.summarize(evaluation.judge_completions(problems, completions), [1])["pass@1"]
-        checks.append({"step": done, "pass@1": pass_at_1, "seconds": time.perf_counter() - started})
-        echo(
-            f"sft check: step {done} pass@1 {pass_at_1:.3f} on {len(problems)} check problems "
-            f"(stop at {settings.sft_stop_pass})"
-        )
-        return pass_at_1 >= settings.sft_stop_pass
-
-    return enough_pass
+    check = PassRateCheck(
+        problems=evaluation.load_problems("parquet", path=check_file, limit=settings.sft_check_problems),
+        sampler=settings.sampler(),
+        completion_length=settings.response_length,
+        target=settings.sft_stop_pass,
+        first=settings.sft_check_from,
+        every=settings.sft_check_every,
+        seed=seed,
+    )
+    return stop_at_pass_rate(check, checks, echo)
 
 
 def rl_command(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, seed: int) -> list[str]:
