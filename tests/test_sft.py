@@ -421,7 +421,9 @@ def test_default_warm_model_writes_formatted_code_and_sometimes_passes():
 
     path = warm_start.default_warm_model_path()
     record = json.loads((Path(path) / warm_start.WARM_START_RECORD).read_text())
-    assert record["reached"] and record["checks"][-1]["test_pass_rate"] >= warm_start.WarmStart().target_pass_rate, record
+    assert record["reached"] and record["checks"][-1]["test_pass_rate"] >= warm_start.WarmStart().target_pass_rate, (
+        record
+    )
     tokenizer = AutoTokenizer.from_pretrained(path)
     lm = DiffusionLM.wrap(load_pretrained(path).eval(), tokenizer)
     problems = evaluation.load_problems("parquet", path=default_data_paths()[0], limit=48)
