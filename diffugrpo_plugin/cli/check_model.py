@@ -4,7 +4,6 @@ reports and its exit statuses; :mod:`diffugrpo_plugin.tools.model_check` does th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import sys
@@ -249,23 +248,6 @@ def _adapters(resolved, args) -> tuple[int, int, bool | None, int]:
     )
 
 
-@contextlib.contextmanager
-def _quiet_transformers():
-    """No weight-loading progress bars or advisory warnings from transformers while we print a report."""
-    from transformers.utils import logging
-
-    verbosity = logging.get_verbosity()
-    bars = logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(verbosity)
-        if bars:
-            logging.enable_progress_bar()
-
-
 def run(args: argparse.Namespace) -> int:
     problem = _check_numbers(args)
     if problem:
@@ -275,8 +257,10 @@ def run(args: argparse.Namespace) -> int:
     problem = checkpoint_path_problem(args.path)  # before the heavy imports: a typo answers at once
     if problem:
         return _fail(problem)
+    from diffugrpo_plugin.models.dlm import quiet_transformers
+
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             return _run(args)
     except BrokenPipeError:  # the reader went away (| head): nothing left to say
         return 1

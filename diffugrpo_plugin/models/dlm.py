@@ -12,10 +12,11 @@ Plain torch + transformers; no verl.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -445,6 +446,24 @@ def _local_or_hub(path: str) -> str:
             f"checkpoint directory or a hub id such as apple/DiffuCoder-7B-Instruct."
         )
     return expanded if os.path.exists(expanded) else path
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """No weight-loading progress bars or advisory warnings from transformers inside the block (for tools that
+    print their own report, and the warm start inside a quiet job)."""
+    from transformers.utils import logging
+
+    verbosity = logging.get_verbosity()
+    bars = logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(verbosity)
+        if bars:
+            logging.enable_progress_bar()
 
 
 def load_pretrained(

@@ -21,6 +21,7 @@ from typing import Any, Callable
 from diffugrpo_plugin.config import training_default
 from diffugrpo_plugin.data import SYNTHETIC_VERSION, default_data_paths
 from diffugrpo_plugin.data.cache import build_once, diffugrpo_home
+from diffugrpo_plugin.models.dlm import quiet_transformers
 from diffugrpo_plugin.models.tiny import TinySpec, tiny_model_path
 from diffugrpo_plugin.tools import evaluation
 from diffugrpo_plugin.training.sft import SFTConfig, train
@@ -138,7 +139,8 @@ def save_warm_model(
         metric="test_pass_rate",
     )
     checks: list[dict[str, float]] = []
-    result = train(config, echo=say, stop_when=stop_at_pass_rate(check, checks, say))
+    with quiet_transformers():  # the job's terminal gets our lines, not the loading bars
+        result = train(config, echo=say, stop_when=stop_at_pass_rate(check, checks, say))
     reached = bool(checks) and checks[-1][check.metric] >= recipe.target_pass_rate
     if not reached:
         measured = f"{checks[-1][check.metric]:.3f}" if checks else "never"
