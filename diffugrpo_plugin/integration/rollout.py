@@ -47,8 +47,7 @@ from diffugrpo_plugin.models.lora import (
     is_adapter_weight,
     refuse_adapted_head,
 )
-from diffugrpo_plugin.plugins import factory_options, lookup
-from diffugrpo_plugin.sampling import build_sampler, left_pad, padding_id
+from diffugrpo_plugin.sampling import build_request_sampler, build_sampler, left_pad, padding_id
 from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
 logger = logging.getLogger("diffugrpo.rollout")
@@ -77,11 +76,6 @@ class DiffusionRollout(BaseRollout):
         self.sampler_name = settings.pop("sampler", DEFAULT_SAMPLER)
         self.sampler_settings = settings
         build_sampler(self.sampler_name, **self.sampler_settings)  # fail at start-up on a bad option
-        self.request_options = {o.name for o in factory_options(lookup("sampler", self.sampler_name).obj)} & {
-            "temperature",
-            "top_p",
-            "top_k",
-        }
         self.device = torch.device(get_device_name())
         dtype = getattr(torch, str(self.config.dtype)) if isinstance(self.config.dtype, str) else self.config.dtype
         diffusion = dict(getattr(self.model_config, "diffusion", None) or {})
@@ -174,17 +168,13 @@ class DiffusionRollout(BaseRollout):
 
     def _sampler(self, sampling_params: dict[str, Any]):
         """The configured sampler with the request's temperature / top-p / top-k where it takes them."""
-        accepted = self.request_options
-        options = dict(self.sampler_settings)
-        temperature = sampling_params.get("temperature")
-        top_p, top_k = sampling_params.get("top_p"), sampling_params.get("top_k")
-        if temperature is not None and "temperature" in accepted:
-            options["temperature"] = float(temperature)
-        if "top_p" in accepted:
-            options["top_p"] = None if top_p is None or float(top_p) >= 1.0 else float(top_p)
-        if "top_k" in accepted:
-            options["top_k"] = None if top_k is None or int(top_k) <= 0 else int(top_k)
-        return build_sampler(self.sampler_name, **options)
+        return build_request_sampler(
+            self.sampler_name,
+            self.sampler_settings,
+            sampling_params.get("temperature"),
+            sampling_params.get("top_p"),
+            sampling_params.get("top_k"),
+        )
 
     def _seed_for(self, prompt_ids: list[int]) -> int:
         key = (self.global_steps, tuple(prompt_ids))

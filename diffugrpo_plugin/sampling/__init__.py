@@ -32,7 +32,15 @@ from typing import Any
 
 from diffugrpo_plugin.sampling.contract import GenerationOutput, Sampler, SamplerOptionError
 
-__all__ = ["GenerationOutput", "Sampler", "SamplerOptionError", "build_sampler", "left_pad", "padding_id"]
+__all__ = [
+    "GenerationOutput",
+    "Sampler",
+    "SamplerOptionError",
+    "build_request_sampler",
+    "build_sampler",
+    "left_pad",
+    "padding_id",
+]
 
 
 def build_sampler(name: str, **options: Any) -> Sampler:
@@ -45,6 +53,24 @@ def build_sampler(name: str, **options: Any) -> Sampler:
     from diffugrpo_plugin.plugins import build
 
     return build("sampler", name, options)
+
+
+def build_request_sampler(
+    name: str, settings: dict[str, Any], temperature: float | None, top_p: float | None, top_k: int | None
+) -> Sampler:
+    """The sampler ``name`` built with ``settings`` and a request's temperature / top-p / top-k, each where the
+    sampler takes it (top-p of 1 or more and top-k of 0 or less mean off, as in verl's sampling params)."""
+    from diffugrpo_plugin.plugins import factory_options, lookup
+
+    accepted = {option.name for option in factory_options(lookup("sampler", name).obj)}
+    options = dict(settings)
+    if temperature is not None and "temperature" in accepted:
+        options["temperature"] = float(temperature)
+    if "top_p" in accepted:
+        options["top_p"] = None if top_p is None or float(top_p) >= 1.0 else float(top_p)
+    if "top_k" in accepted:
+        options["top_k"] = None if top_k is None or int(top_k) <= 0 else int(top_k)
+    return build_sampler(name, **options)
 
 
 def padding_id(tokenizer: Any) -> int:

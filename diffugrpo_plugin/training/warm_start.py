@@ -94,12 +94,11 @@ class WarmStart:
 
 def rollout_sampler() -> Any:
     """The sampler the default job's rollout builds, at its temperature, top-p and top-k."""
-    from diffugrpo_plugin.sampling import build_sampler
+    from diffugrpo_plugin.sampling import build_request_sampler
 
     rollout = training_default("actor_rollout_ref.rollout")
-    options = {key: value for key, value in rollout.engine_kwargs.diffusion.items() if key != "sampler"}
-    options.update(temperature=float(rollout.temperature), top_p=float(rollout.top_p), top_k=int(rollout.top_k))
-    return build_sampler(rollout.engine_kwargs.diffusion.sampler, **options)
+    settings = dict(rollout.engine_kwargs.diffusion)
+    return build_request_sampler(settings.pop("sampler"), settings, rollout.temperature, rollout.top_p, rollout.top_k)
 
 
 def save_warm_model(
