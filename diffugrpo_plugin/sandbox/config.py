@@ -26,6 +26,7 @@ class SandboxConfig:
     max_file_size_mb: float = 16.0  # any single file the job writes
     max_output_bytes: int = 1 << 20  # captured stdout per job
     max_open_files: int = 64
+    compile_timeout_s: float = 10.0  # CPU seconds to compile one program in a compiled language (languages.py)
     judge_memory_mb: int = 1024  # address space of the judge process (decoding and comparing the program's values)
     max_concurrency: int = max(1, os.cpu_count() or 1)  # sandboxes running at once in this process
     tmpfs_mb: int = 64  # size of each of /tmp and /work inside the sandbox (memory-backed)

@@ -65,6 +65,7 @@ from diffugrpo_plugin.sandbox.config import (
     unsafe_fallback_requested,
 )
 from diffugrpo_plugin.sandbox.jobs import Job, JobResult, job_result, launcher_frames
+from diffugrpo_plugin.sandbox.languages import toolchain_binds
 from diffugrpo_plugin.sandbox.limits import (
     CgroupSlots,
     Protection,
@@ -118,6 +119,8 @@ def _system_dir_args() -> list[str]:
             args += ["--symlink", os.readlink(name), name]
         elif os.path.isdir(name):
             args += ["--ro-bind", name, name]
+    # /etc holds only what is bound here; traversable, or a job's uid could not reach any of it
+    args += ["--perms", "0755", "--dir", "/etc"]
     if os.path.exists("/etc/ld.so.cache"):  # the dynamic loader finds multiarch libraries through it
         args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     return args
@@ -252,7 +255,7 @@ class Sandbox:
         # a counted job gets the CPU its tracer costs, and that much more wall clock (not the wall factor
         # times it: a program that sleeps is held no longer than uncounted, plus the tracer's share)
         tracer_s = timeout_s * (LINE_COUNT_SLOWDOWN - 1) if job.count_lines else 0.0
-        return {
+        payload = {
             "source": job.source,
             "preamble": job.preamble,
             "stdin": job.stdin,
@@ -262,6 +265,11 @@ class Sandbox:
             "wall_s": timeout_s * self.config.wall_timeout_factor + tracer_s,
             "cpu_s": int(math.ceil(timeout_s + tracer_s)) + 1,
         }
+        if job.argv:
+            payload.update(argv=list(job.argv), files=dict(job.files), compile=job.compile)
+        if job.address_space_mb > self.config.memory_mb:
+            payload["limits"] = {"address_space_bytes": job.address_space_mb << 20}
+        return payload
 
     def _judge_payload(self, jobs: list[Job], slot: int, judge_fd: int | None) -> dict[str, Any] | None:
         """The judge's limits and uid; its tests travel apart, through ``judge_fd`` (see :func:`judge_spec`)."""
@@ -402,7 +410,11 @@ class Sandbox:
             argv += ["--setenv", key, value]
         argv += _system_dir_args()
         argv += _ro_bind_args(
-            [path for path in [*self.layout.prefixes, *self.config.extra_ro_binds] if not path.startswith("/usr/")]
+            [
+                path
+                for path in [*self.layout.prefixes, *toolchain_binds(), *self.config.extra_ro_binds]
+                if not path.startswith("/usr/")
+            ]
         )
         argv += [
             "--proc",

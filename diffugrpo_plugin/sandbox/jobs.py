@@ -48,7 +48,12 @@ class Judged:
 @dataclass(frozen=True)
 class Job:
     """One program to run: Python source after the task's ``preamble``, its stdin, an optional CPU limit in
-    seconds, and, for a judged test, what the judge runs against it (the program then answers the judge)."""
+    seconds, and, for a judged test, what the judge runs against it (the program then answers the judge).
+
+    Another language's job (see ``languages.py``) runs ``argv`` instead of Python source, after writing
+    ``files`` (name, content) to the work dir; a ``compile`` job that fails leaves the jobs after it not run
+    (``status`` ``not_compiled``). ``address_space_mb`` raises the address-space limit for a runtime that
+    reserves more up front (the JVM)."""
 
     source: str
     stdin: str = ""
@@ -56,6 +61,10 @@ class Job:
     judged: Judged | None = None
     preamble: str = ""
     count_lines: bool = False  # count the program's executed lines, under LINE_COUNT_SLOWDOWN x the CPU limit
+    argv: tuple[str, ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
+    compile: bool = False
+    address_space_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,8 @@ class JobResult:
     ``timeout`` (the wall-clock backstop), ``output_limit`` (a job judged on its output wrote more than
     ``max_output_bytes``: stopped there), ``vanished`` (exited without a well-formed report, e.g.
     ``os._exit``), ``setup_error`` (the launcher could not prepare the job), ``not_run`` (the
-    sandbox ended before reaching it, or its judge had already failed). ``verdict``: the judge's
+    sandbox ended before reaching it, or its judge had already failed), ``not_compiled`` (the program's
+    compile job before it failed). A job that ran ``argv`` ends ``ok`` (exit status 0) or ``exit``. ``verdict``: the judge's
     verdict for a judged test (``outcome`` in ``sandbox_wire.VERDICT_OUTCOMES``, ``detail``, ``compared``: how
     many comparisons the program's own code decided, ``untrusted``: how many of its objects were
     compared with a builtin value, ``sizes``: the largest value it sent, against the wire's limits);
@@ -190,6 +200,8 @@ def job_result(frame: Mapping[str, Any]) -> JobResult:
             status="not_run",
             message="not judged: the judge of this completion had already stopped (over its limits on an earlier test)",
         )
+    if frame.get("not_compiled"):
+        return JobResult(status="not_compiled", message="not run: the program did not compile")
     measured = {
         "stdout": frame["stdout"],
         "stdout_truncated": frame["stdout_truncated"],
@@ -210,6 +222,9 @@ def job_result(frame: Mapping[str, Any]) -> JobResult:
         return JobResult(status="timeout", **measured)
     if frame["signal"] is not None:
         return JobResult(status="signal", signal=frame["signal"], **measured)
+    if frame.get("executed"):  # another language's process: how it exited is all it says
+        code = frame["exit_status"]
+        return JobResult(status="ok" if code == 0 else "exit", exit_code=code, **measured)
     report = job_report(frame["report"]) if frame["exit_status"] == 0 else None
     if report is None:
         return JobResult(status="vanished", exit_code=frame["exit_status"], **measured)

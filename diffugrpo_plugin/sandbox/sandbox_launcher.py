@@ -47,6 +47,7 @@ SETUP_READ_CAP = 4096
 STDERR_TAIL_CHARS = 2000
 MESSAGE_CHARS = 500
 SWEEP_PATIENCE_S = 1.0
+EXEC_FAILED = 127  # a program that could not be started, as shells report it
 
 SIGKILL = 9  # Linux; the signal module would import enum, a sixth of the launcher's start-up
 PR_SET_DUMPABLE = 4
@@ -236,7 +237,9 @@ def _child(job: dict, payload: dict, paths: dict, streams: dict, setup_w: int, l
         if streams.get("judge") is not None:
             targets += [(5, streams["judge"][0]), (6, streams["judge"][1])]
         _place_descriptors(targets)  # the launcher's stdout, counters, cgroup files and other tests' pipes close
-        _isolate(payload, payload["limits"], job["cpu_s"], payload.get("drop_to"), libc)
+        _isolate(payload, {**payload["limits"], **job.get("limits", {})}, job["cpu_s"], payload.get("drop_to"), libc)
+        if job.get("argv"):
+            _exec_program(job["argv"], job.get("files") or {})
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
         sys.stderr = io.TextIOWrapper(
@@ -264,6 +267,22 @@ def _child(job: dict, payload: dict, paths: dict, streams: dict, setup_w: int, l
         os.write(3, to_json(report).encode("ascii"))
     finally:
         os._exit(0)
+
+
+def _exec_program(argv: list, files: dict) -> None:
+    """Replaces this child with another language's compiler or program (``languages.py``): the limits, uid
+    and seccomp filter set above hold across ``execve``. Its files are written first, as the job's own uid (in
+    the work dir, a program may delete its own files). Its verdict is how it exits, so it gets no report
+    descriptor and no setup channel."""
+    for name, content in files.items():
+        with open(os.path.basename(name), "x", encoding="utf-8") as handle:
+            handle.write(content)
+    os.close(3)
+    os.close(4)
+    try:
+        os.execve(argv[0], argv, os.environ)
+    finally:
+        os._exit(EXEC_FAILED)
 
 
 def to_json(value) -> str:
@@ -706,6 +725,7 @@ def run_job(index: int, job: dict, payload: dict, state: dict) -> dict:
     stdout, stderr = captured[stdout_r], captured[stderr_r]
     return {
         "index": index,
+        "executed": bool(job.get("argv")),
         "finished": finished or captured[stdout_r].truncated,
         "output_overflow": judged_on_output and captured[stdout_r].truncated,
         "signal": os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else None,
@@ -772,12 +792,17 @@ def main() -> int:
 
         state["judge"] = start_judge(payload, served, state["libc"])
         _judge_pids.add(state["judge"]["pid"])
+    compiled = True
     for index, job in enumerate(payload["jobs"]):
         judge = state.get("judge")
         if job.get("serve") and not judge["alive"]:
             frame = {"index": index, "judge_gone": True}
+        elif not compiled:
+            frame = {"index": index, "not_compiled": True}
         else:
             frame = run_job(index, job, payload, state)
+            if job.get("compile"):
+                compiled = frame["finished"] and frame["exit_status"] == 0
         _write_frame(frame)
     if state.get("judge") is not None:
         stop_judge(state["judge"])
