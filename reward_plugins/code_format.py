@@ -14,12 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 from diffugrpo_plugin import Explained, hookimpl
-from diffugrpo_plugin.rewards.judging import completion_text, format_verdict
+from diffugrpo_plugin.rewards.judging import completion_text, format_verdict, row_languages
 
 
 def code_format_reward(completions: list, *, format_end: str = "exact", **columns: Any) -> list[float | Explained]:
-    """DiffuCoder's format reward: one ```python block ending the text, 0.5 if it does not parse."""
-    verdicts = [format_verdict(completion_text(completion), format_end) for completion in completions]
+    """DiffuCoder's format reward: one ```python block ending the text, 0.5 if it does not parse (a row with a
+    ``language`` column: that language's fence, as DiffuCoder's ``get_code_format_reward(language)``)."""
+    languages = row_languages(columns, len(completions))
+    verdicts = [
+        format_verdict(completion_text(completion), format_end, language)
+        for completion, language in zip(completions, languages)
+    ]
     return [Explained(score, reason) if reason is not None else score for score, reason in verdicts]
 
 

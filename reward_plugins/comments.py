@@ -31,7 +31,7 @@ import urllib.request
 from typing import Any
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
-from diffugrpo_plugin.rewards.judging import offered_code, syntax_problem
+from diffugrpo_plugin.rewards.judging import offered_code, python_only, syntax_problem
 from diffugrpo_plugin.rewards.verdicts import parse_python
 
 logger = logging.getLogger("diffugrpo.rewards")
@@ -179,4 +179,4 @@ def comments_reward(
 
 @hookimpl
 def diffugrpo_reward_functions():
-    return {"comments": comments_reward}
+    return {"comments": python_only(comments_reward)}

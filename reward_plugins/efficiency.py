@@ -42,7 +42,7 @@ from typing import Any, Sequence
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
 from diffugrpo_plugin.rewards.code_tests import TestOutcome, reference_from_row
-from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, outcomes_for, rows_of
+from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, outcomes_for, python_only, rows_of
 from diffugrpo_plugin.sandbox.host import Sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")
@@ -253,4 +253,4 @@ def _counted_runs(
 
 @hookimpl
 def diffugrpo_reward_functions():
-    return {"efficiency": efficiency_reward}
+    return {"efficiency": python_only(efficiency_reward)}

@@ -18,7 +18,7 @@ from typing import Any
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
 from diffugrpo_plugin.rewards.code_tests import parses, reference_from_row
-from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, rows_of
+from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, python_only, rows_of
 from diffugrpo_plugin.rewards.verdicts import parse_python
 from diffugrpo_plugin.sandbox.host import Sandbox
 
@@ -108,4 +108,4 @@ def maintainability_reward(
 
 @hookimpl
 def diffugrpo_reward_functions():
-    return {"maintainability": maintainability_reward}
+    return {"maintainability": python_only(maintainability_reward)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from diffugrpo_plugin import Explained, hookimpl
-from diffugrpo_plugin.rewards.judging import offered_code, syntax_problem
+from diffugrpo_plugin.rewards.judging import offered_code, python_only, syntax_problem
 
 
 def syntax_reward(completions: list, *, code_block: str = "first", **columns: Any) -> list[float | Explained]:
@@ -21,4 +21,4 @@ def syntax_reward(completions: list, *, code_block: str = "first", **columns: An
 
 @hookimpl
 def diffugrpo_reward_functions():
-    return {"syntax": syntax_reward}
+    return {"syntax": python_only(syntax_reward)}

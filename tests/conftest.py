@@ -56,12 +56,17 @@ def missing(what: str) -> NoReturn:
 
 BWRAP_HINT = "bubblewrap, which runs the untrusted code: apt-get install -y bubblewrap"
 ROOT_HINT = "root, setpriv and /usr/bin/python3: it switches to the 'nobody' user"
+TOOLCHAINS_HINT = "g++, javac, java and node, which run the other languages' tests: apt-get install -y g++ default-jdk-headless nodejs"
 
 
 def pytest_runtest_setup(item):
     """The markers of what a test needs (pyproject.toml): where the host lacks it, the test is :func:`missing` it."""
     if item.get_closest_marker("sandbox") and shutil.which("bwrap") is None:
         missing(BWRAP_HINT)
+    if item.get_closest_marker("toolchains") and any(
+        shutil.which(tool) is None for tool in ("g++", "javac", "java", "node")
+    ):
+        missing(TOOLCHAINS_HINT)
     if item.get_closest_marker("root") and (
         os.geteuid() != 0 or not os.path.exists("/usr/bin/python3") or shutil.which("setpriv") is None
     ):

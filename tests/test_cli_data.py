@@ -164,4 +164,5 @@ def test_help_lists_the_sources_and_options(capsys):
         run("--help")
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
-    assert "{mbpp,humaneval,acecode,leetcode,jsonl,synthetic}" in help_text and "--difficulty" in help_text
+    assert "{mbpp,humaneval,acecode,leetcode,jsonl,multipl-e,synthetic}" in help_text and "--difficulty" in help_text
+    assert "--multipl-e-config" in help_text

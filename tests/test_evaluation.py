@@ -133,6 +133,7 @@ def test_summary_averages_pass_at_k_over_problems_and_per_data_source():
         "num_tests": 0,
         "num_test_runs": 6,
         "num_test_runs_program_compared": 0,
+        "num_test_runs_judged_inside": 0,
         "not_passed_by_reason": {},
     }
 
@@ -161,6 +162,7 @@ def test_table_lists_each_source_then_all():
         "test_pass_rate",
         "code_extracted_rate",
         "program_compared",
+        "judged_inside",
     ]
     assert [line.split()[:4] for line in lines[2:]] == [
         ["other", "1", "1", "0.0000"],

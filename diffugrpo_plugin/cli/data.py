@@ -8,6 +8,8 @@ Examples::
     diffugrpo data prepare --source acecode --input acecode.jsonl --difficulty hard --output data/acecode_hard
     diffugrpo data prepare --source jsonl --input mine.jsonl --prompt-field question \
         --tests-field asserts --output data/mine
+    diffugrpo data prepare --source multipl-e --input humaneval-cpp.parquet --output data/humaneval-cpp
+    diffugrpo data prepare --source multipl-e --multipl-e-config mbpp-java --output data/mbpp-java   # the hub copy
     diffugrpo data prepare --source synthetic --output data/synthetic
     diffugrpo data prepare --source synthetic --family wide --validation-fraction 0.02 --output data/wide
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import argparse
 
 from diffugrpo_plugin.cli import report_error
-from diffugrpo_plugin.data import SYNTHETIC_FAMILIES, DataError, prepare_to_parquet
+from diffugrpo_plugin.data import SOURCES, SYNTHETIC_FAMILIES, DataError, prepare_to_parquet
 
 DEFAULT_SPLITS = {
     "mbpp": "train",
@@ -30,6 +32,7 @@ DEFAULT_SPLITS = {
     "acecode": "train",
     "leetcode": "train",
     "jsonl": "train",
+    "multipl-e": "test",
 }
 
 
@@ -41,9 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="write OUTPUT/{split}.parquet from a code dataset",
         description="Turn a code dataset into verl RL parquet rows (chat prompt, tests, reference solution).",
     )
-    prepare.add_argument(
-        "--source", required=True, choices=["mbpp", "humaneval", "acecode", "leetcode", "jsonl", "synthetic"]
-    )
+    prepare.add_argument("--source", required=True, choices=list(SOURCES))
     prepare.add_argument(
         "--input",
         default=None,
@@ -98,6 +99,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     jsonl.add_argument("--inputs-field", default=None, help="list of stdin strings")
     jsonl.add_argument("--outputs-field", default=None, help="list of expected stdout strings")
 
+    multiple = prepare.add_argument_group("multipl-e")
+    multiple.add_argument(
+        "--multipl-e-config",
+        default=None,
+        metavar="CONFIG",
+        help="the hub config to load when no --input is given: humaneval-cpp, mbpp-java, humaneval-js, ...",
+    )
     synthetic = prepare.add_argument_group("synthetic")
     synthetic.add_argument("--seed", type=int, default=0)
     synthetic.add_argument("--validation-fraction", type=float, default=0.15)
@@ -127,6 +135,8 @@ def source_options(args: argparse.Namespace) -> dict:
             "inputs_field": args.inputs_field,
             "outputs_field": args.outputs_field,
         }
+    if args.source == "multipl-e":
+        return {"config": args.multipl_e_config}
     if args.source == "synthetic":
         return {"seed": args.seed, "validation_fraction": args.validation_fraction, "family": args.family}
     return {}

@@ -1,6 +1,6 @@
 """Dataset preparation: code problems from any supported source become verl RL parquet rows.
 
-Sources: ``mbpp``, ``humaneval``, ``acecode``, ``leetcode``, ``jsonl`` (readers in
+Sources: ``mbpp``, ``humaneval``, ``acecode``, ``leetcode``, ``jsonl``, ``multipl-e`` (readers in
 :mod:`.sources`) and ``synthetic`` (generated, :mod:`.synthetic`). Every source yields
 :class:`~.rows.Problem` records that :func:`~.rows.to_row` turns into one verl row each, with
 one arrow schema for all (:mod:`.rows`), so files from different sources concatenate. Input
@@ -12,6 +12,7 @@ No torch anywhere in this package.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -24,6 +25,7 @@ from diffugrpo_plugin.data.sources import (
     jsonl_problems,
     leetcode_problems,
     mbpp_problems,
+    multiple_problems,
 )
 from diffugrpo_plugin.data.synthetic import SYNTHETIC_FAMILIES, SYNTHETIC_SPLITS, SYNTHETIC_VERSION, synthetic_problems
 
@@ -44,7 +46,7 @@ __all__ = [
     "write_parquet",
 ]
 
-SOURCES = ("mbpp", "humaneval", "acecode", "leetcode", "jsonl", "synthetic")
+SOURCES = ("mbpp", "humaneval", "acecode", "leetcode", "jsonl", "multipl-e", "synthetic")
 
 
 def load_problems(
@@ -64,6 +66,13 @@ def load_problems(
         return leetcode_problems(input_path)
     if source == "jsonl":
         return jsonl_problems(input_path, **options)
+    if source == "multipl-e":
+        problems, left_out = multiple_problems(input_path, split, **options)
+        if left_out:
+            print(
+                f"multipl-e: left out {left_out} rows whose tests use javatuples (not in the sandbox)", file=sys.stderr
+            )
+        return problems
     if input_path is not None:
         raise DataError("source 'synthetic' generates its problems and reads no --input")
     return synthetic_problems(split, **options)

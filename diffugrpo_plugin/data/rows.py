@@ -61,8 +61,18 @@ class Problem:
     inputs: list[str] | None = None
     outputs: list[str] | None = None
     reference_solution: str | None = None
+    language: str | None = None  # another language than Python (sandbox/languages.py): its tests are `test` or stdio
 
-    TEST_FIELDS = ("test_cases", "test_setup_code", "test_imports", "test", "entry_point", "inputs", "outputs")
+    TEST_FIELDS = (
+        "test_cases",
+        "test_setup_code",
+        "test_imports",
+        "test",
+        "entry_point",
+        "inputs",
+        "outputs",
+        "language",
+    )
 
     def test_spec(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.TEST_FIELDS if getattr(self, name) is not None}
@@ -121,6 +131,7 @@ def row_schema():
             ("inputs", strings),
             ("outputs", strings),
             ("reference_solution", pa.string()),
+            ("language", pa.string()),
         ]
     )
     return pa.schema(

@@ -22,14 +22,21 @@ Sources (each reader checks its input and names the file, line and field at faul
   (reference solution) and ``question_id``. Other fields (``input_output``, GRPO4CodeGen's
   ``unittests``, ...) are ignored: ``test`` already holds every case.
 * ``jsonl``: any JSONL with a prompt column and tests; column names are options.
+* ``multipl-e``: MultiPL-E's HumanEval/MBPP translations (``nuprl/MultiPL-E``, configs such as
+  ``humaneval-cpp``, ``mbpp-java``, ``humaneval-js``): a file in its schema (``name``, ``language``,
+  ``prompt``, ``tests``; ``doctests``, ``original``, ``prompt_terminology``, ``stop_tokens`` unused) or
+  the hub loader. Each row becomes a ``language`` row whose ``test`` is the in-language tests, made
+  self-contained (see :func:`multiple_problem`). ``humaneval-*`` is a test set: ``split=train`` is refused.
 
 No torch.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -307,6 +314,182 @@ def leetcode_problems(path: str | os.PathLike) -> list[Problem]:
             )
         )
     return problems
+
+
+# --------------------------------------------------------------------------- MultiPL-E
+
+MULTIPLE_HUB_ID = "nuprl/MultiPL-E"
+MULTIPLE_LANGUAGES = {"cpp": "cpp", "java": "java", "js": "javascript"}
+"""MultiPL-E's language codes -> ours: the languages the sandbox runs (``sandbox/languages.py``)."""
+JAVA_TESTS_CLASS = "Main"
+MULTIPLE_INSTRUCTIONS = {
+    "cpp": "Complete the following C++ function. Write the whole function (the includes you need, no main "
+    "function: the tests bring their own) in a single ```cpp code block.",
+    "java": f"Complete the following Java method. Write the whole class Problem (not public, no main method: the "
+    f"tests call it from a class {JAVA_TESTS_CLASS} that extends Problem) in a single ```java code block.",
+    "javascript": "Complete the following JavaScript function. Write the whole function in a single "
+    "```javascript code block.",
+}
+
+
+def multiple_problems(
+    path: str | os.PathLike | None = None, split: str = "test", config: str | None = None
+) -> tuple[list[Problem], int]:
+    """MultiPL-E problems from a file in its schema, or from the hub's ``config`` (e.g. ``humaneval-cpp``), and
+    how many rows were left out because their tests need a library the sandbox lacks (Java's javatuples)."""
+    if config is not None and config.startswith("humaneval") and split == "train":
+        raise DataError(
+            "MultiPL-E's humaneval-* configs translate HumanEval, an evaluation set: refusing split 'train'. "
+            "Train on an mbpp-* config (or other data) and evaluate on humaneval-*."
+        )
+    records = read_records(path) if path is not None else _multiple_hub_records(config)
+    problems = [multiple_problem(record) for record in records]
+    kept = [problem for problem in problems if problem is not None]
+    if not kept:
+        raise DataError(f"{input_name(path) if path else config}: no MultiPL-E row this sandbox can run")
+    return kept, len(problems) - len(kept)
+
+
+def _multiple_hub_records(config: str | None) -> list[Record]:
+    if not config:
+        raise DataError(
+            "no MultiPL-E file given: pass --input FILE (its parquet or JSONL) or --multipl-e-config "
+            "humaneval-cpp (the datasets hub copy)"
+        )
+    try:
+        import datasets
+    except ImportError as exc:
+        raise DataError(
+            "--multipl-e-config needs the `datasets` package: `pip install datasets`, or pass --input"
+        ) from exc
+    try:
+        with _quiet_loggers("datasets", "huggingface_hub"):
+            loaded = datasets.load_dataset(MULTIPLE_HUB_ID, config, split="test")
+    except Exception as exc:  # noqa: BLE001 - any hub failure gets the same fix
+        raise DataError(
+            f"could not load {MULTIPLE_HUB_ID} ({config}) from the hub ({type(exc).__name__}: {one_line(exc)}). "
+            f"Offline? Pass --input path/to/{config}.parquet (MultiPL-E's schema)."
+        ) from exc
+    return [
+        Record(dict(row), f"{MULTIPLE_HUB_ID}[{config}] row {number}", number) for number, row in enumerate(loaded, 1)
+    ]
+
+
+def multiple_problem(record: Record) -> Problem | None:
+    """One MultiPL-E row as a ``language`` problem, or None when its tests need a library the sandbox lacks.
+
+    MultiPL-E's ``tests`` continue a completion of ``prompt`` (they start by closing the function, and in Java
+    end by closing the class). Here the model writes the whole function or class, so the tests are made
+    self-contained: C++ drops that closing brace and keeps the prompt's ``#include`` lines as ``test_imports``;
+    Java drops both braces and puts the ``main`` method in a class ``Main extends Problem`` (static methods are
+    inherited, so the tests' unqualified calls resolve), with the prompt's imports but javatuples (rows using
+    its ``Pair`` are left out); JavaScript's tests are already self-contained.
+    """
+    code = checked_field(record, "language")
+    if code not in MULTIPLE_LANGUAGES:
+        raise DataError(
+            f"{record.where}: field 'language' is {code!r}; the sandbox runs {', '.join(sorted(MULTIPLE_LANGUAGES))}"
+        )
+    language = MULTIPLE_LANGUAGES[code]
+    prompt = checked_field(record, "prompt")
+    tests = checked_field(record, "tests")
+    directive = {"cpp": "#include", "java": "import "}.get(language)
+    lines = prompt.splitlines()
+    header = [line for line in lines if directive and line.startswith(directive)]
+    starter = "\n".join(line for line in lines if line not in header).strip("\n")
+    if language == "cpp":
+        tests = _without_opening_brace(record, tests, "}")
+    elif language == "java":
+        if "Pair" in prompt or "Pair" in tests:
+            return None
+        header = [line for line in header if "javatuples" not in line]
+        body = _without_opening_brace(record, tests, "    }").rstrip()
+        if not body.endswith("}"):
+            raise DataError(f"{record.where}: field 'tests' should end by closing class Problem ('}}')")
+        checks = "\n".join(java_check(line) for line in body[:-1].rstrip().splitlines())
+        tests = f"class {JAVA_TESTS_CLASS} extends Problem {{\n{checks}\n}}\n"
+    fence = "javascript" if language == "javascript" else language
+    return Problem(
+        task_id=f"{language}/{checked_field(record, 'name', 'id')}",  # unique when languages are mixed
+        question=f"{MULTIPLE_INSTRUCTIONS[language]}\n```{fence}\n{starter}\n```\n",
+        test_imports=header or None,
+        test=tests,
+        language=language,
+    )
+
+
+_JAVA_ASSERT = re.compile(r"^(\s*)assert\s*\((.*)\);\s*$")
+
+
+def java_check(line: str) -> str:
+    """One line of MultiPL-E's Java tests with its ``assert(...)`` made a check that needs no ``-ea`` and that the
+    program cannot switch off; ``assert(actual.equals(expected))`` asks the expected value's ``equals``
+    (a builtin class's), not the program's object's. Other lines are kept."""
+    found = _JAVA_ASSERT.match(line)
+    if not found:
+        return line
+    indent, condition = found.groups()
+    split = _split_equals(condition)
+    if split is not None:
+        condition = f"java.util.Objects.equals({split[1]}, {split[0]})"
+    return f"{indent}if (!({condition})) throw new java.lang.AssertionError({json.dumps(line.strip())});"
+
+
+def _split_equals(expression: str) -> tuple[str, str] | None:
+    """``(actual, expected)`` when the whole expression is ``actual.equals(expected)`` with ``actual`` a single
+    operand (no operator outside its brackets), else None. String and char literals are skipped over."""
+    text = expression.strip()
+    depths = _depths(text)
+    if depths is None:
+        return None
+    opener = next((at for at in range(len(text)) if depths[at] == 0 and text.startswith(".equals(", at)), None)
+    if opener is None or not text.endswith(")"):
+        return None
+    open_at = opener + len(".equals")
+    close_at = next(at for at in range(open_at + 1, len(text)) if depths[at] == 0 and text[at] == ")")
+    receiver = text[:opener]
+    if close_at != len(text) - 1 or any(
+        depths[at] == 0 and char in _OPERATOR_CHARS for at, char in enumerate(receiver)
+    ):
+        return None
+    return receiver, text[open_at + 1 : close_at]
+
+
+_OPERATOR_CHARS = set("&|?:!=<>+-*/%^ ")
+
+
+def _depths(text: str) -> list[int] | None:
+    """The bracket depth before each character (inside a string or char literal: -1); None when unbalanced."""
+    depths, depth, quote, escaped_char = [], 0, None, False
+    for char in text:
+        if quote:
+            depths.append(-1)
+            escaped_char, quote = (
+                (not escaped_char and char == "\\"),
+                (None if char == quote and not escaped_char else quote),
+            )
+            continue
+        if char in "\"'":
+            depths.append(-1)
+            quote = char
+            continue
+        if char in ")]}":
+            depth -= 1
+        depths.append(depth)
+        if char in "([{":
+            depth += 1
+        if depth < 0:
+            return None
+    return depths if depth == 0 and quote is None else None
+
+
+def _without_opening_brace(record: Record, tests: str, brace: str) -> str:
+    first, _, rest = tests.lstrip("\n").partition("\n")
+    if first.rstrip() != brace:
+        raise DataError(
+            f"{record.where}: field 'tests' should start by closing the prompt's function ({brace.strip()!r})"
+        )
+    return rest
 
 
 # --------------------------------------------------------------------------- generic JSONL

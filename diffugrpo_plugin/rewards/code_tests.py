@@ -33,10 +33,18 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from diffugrpo_plugin.rewards.harnesses import program_harness, tests_harness
 from diffugrpo_plugin.rewards.verdicts import parse_python
 from diffugrpo_plugin.sandbox.config import SandboxError
 from diffugrpo_plugin.sandbox.host import LINE_COUNT_SLOWDOWN, Sandbox, shared_sandbox
-from diffugrpo_plugin.sandbox.jobs import Job, JobResult, Judged
+from diffugrpo_plugin.sandbox.jobs import Job, JobResult, Judged, escaped
+from diffugrpo_plugin.sandbox.languages import (
+    COMPILER_ADDRESS_SPACE_MB,
+    MAIN_CLASS_PLACEHOLDER,
+    SOURCE_PLACEHOLDER,
+    resolved_tool,
+)
+from diffugrpo_plugin.sandbox.languages import language as get_language
 
 SIGXCPU = 24
 CACHE_SIZE = 4096
@@ -56,6 +64,7 @@ class Outcome(str, enum.Enum):
     TIME_LIMIT_EXCEEDED = "TIME_LIMIT_EXCEEDED"
     MEMORY_LIMIT_EXCEEDED = "MEMORY_LIMIT_EXCEEDED"
     SYNTAX_ERROR = "SYNTAX_ERROR"
+    COMPILATION_ERROR = "COMPILATION_ERROR"  # another language's program did not compile (languages.py)
 
 
 @dataclass(frozen=True)
@@ -64,7 +73,9 @@ class TestOutcome:
 
     ``compared``: how many comparisons in this test the program's own code decided (``==`` between two
     of its objects); a pass with ``compared > 0`` depends on the program's comparison (see the
-    trust rule in docs/guides/rewards.md)."""
+    trust rule in docs/guides/rewards.md). ``judged_inside``: the verdict is the program's own exit status
+    (another language's in-language assertions, compiled into the program): a program can end itself
+    early with success, so such a pass is the program's word, not the judge's."""
 
     __test__ = False  # not a pytest class
 
@@ -77,6 +88,7 @@ class TestOutcome:
     instructions: int | None = None  # user-space instructions, where the CPU exposes a counter
     compared: int = 0
     lines: int | None = None  # executed source lines, in a run that counted them (the program's own claim)
+    judged_inside: bool = False
 
     @property
     def passed(self) -> bool:
@@ -93,12 +105,14 @@ class TestOutcome:
             "instructions": self.instructions,
             "compared": self.compared,
             "lines": self.lines,
+            "judged_inside": self.judged_inside,
         }
 
 
 @dataclass(frozen=True)
 class TestSpec:
-    """A row's tests in one of three kinds: ``asserts``, ``check`` (HumanEval, LeetCodeDataset) or ``stdio``.
+    """A row's tests in one of four kinds: ``asserts``, ``check`` (HumanEval, LeetCodeDataset), ``stdio``, or
+    ``program`` (another ``language``'s in-language tests, ``check_source``, compiled after the program: MultiPL-E).
 
     ``prelude`` is the task's preamble (imports, ``ListNode`` helpers), run before the program and on the
     judge's side; ``setup`` runs after the program (MBPP's ``test_setup_code`` builds objects from the
@@ -106,7 +120,8 @@ class TestSpec:
     helpers the check uses (HumanEval/38's ``encode_cyclic``); ``program_names`` are the names a test uses
     that mean the program's objects even where a builtin has the name (for asserts: everything the reference
     binds, MBPP 126's own ``sum``); ``has_reference``: whether the row says which names are the task's (without
-    one, a builtin name the program redefines must pass both ways, see ``sandbox_judge``).
+    one, a builtin name the program redefines must pass both ways, see ``sandbox_judge``). In another
+    ``language`` the prelude is source text put before the program (C++ includes, Java imports).
     """
 
     __test__ = False
@@ -121,11 +136,12 @@ class TestSpec:
     helpers: str = ""
     program_names: frozenset[str] = frozenset()
     has_reference: bool = True
+    language: str = "python"
 
     def __len__(self) -> int:
         if self.kind == "asserts":
             return len(self.asserts)
-        if self.kind == "check":
+        if self.kind in ("check", "program"):
             return 1
         return len(self.stdio)
 
@@ -151,18 +167,32 @@ class TestSpec:
         return [Job(source, preamble=self.prelude, judged=test) for test in tests]
 
 
-def extract_code(text: str, block: str = "first") -> str | None:
-    """The content of the first or last fenced ```python block of ``text``; None if there is none.
+def extract_code(text: str, block: str = "first", language: str = "python") -> str | None:
+    """The content of the first or last fenced block of ``text`` in ``language`` (```python, ```cpp, ...);
+    None if there is none.
 
     ``first`` is DiffuCoder's choice, ``last`` open-r1's (a model that drafts then corrects
     itself is judged on its final answer).
     """
     if block not in BLOCK_CHOICES:
         raise ValueError(f"code block must be one of {BLOCK_CHOICES}, got {block!r}")
-    blocks = _FENCED_PYTHON.findall(text or "")
+    fenced = _FENCED_PYTHON if language == "python" else _fenced_pattern(get_language(language).fences)
+    blocks = fenced.findall(text or "")
     if not blocks:
         return None
     return blocks[0] if block == "first" else blocks[-1]
+
+
+@functools.lru_cache(maxsize=None)
+def _fenced_pattern(fences: tuple[str, ...]) -> re.Pattern:
+    names = "|".join(re.escape(fence) for fence in fences)
+    return re.compile(rf"```(?:{names})[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
+
+
+def language_of(row: Mapping[str, Any]) -> str:
+    """The row's ``language`` column as a canonical name (``python`` when absent); ValueError naming it."""
+    value = row.get("language")
+    return "python" if value is None else get_language(value).name
 
 
 def parses(code: str) -> bool:
@@ -332,6 +362,9 @@ def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
     (stdin/stdout). Raises ValueError naming the column when a present column is malformed.
     """
     prelude = _joined(row.get("test_imports"), "test_imports")
+    language = language_of(row)
+    if language != "python":
+        return _other_language_tests(row, language, prelude)
     setup = _joined(row.get("test_setup_code"), "test_setup_code")
     if row.get("test") is not None and (row.get("entry_point") is not None or row.get("test_cases") is None):
         return _check_tests(row, prelude, setup)
@@ -350,6 +383,27 @@ def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
             return spec
     if row.get("inputs") is not None or row.get("outputs") is not None:
         return _stdio_tests(row, prelude)
+    return None
+
+
+def _other_language_tests(row: Mapping[str, Any], language: str, prelude: str) -> TestSpec | None:
+    """Another language's tests: ``test`` (in-language tests, compiled after the program: MultiPL-E's form) or
+    stdin/stdout pairs (``inputs`` + ``outputs``, or ``test_cases`` as input/output dicts)."""
+    if row.get("test") is not None:
+        if not isinstance(row["test"], str) or not row["test"].strip():
+            raise ValueError(f"column 'test' must hold the {language} tests' source as a non-empty string")
+        return TestSpec(kind="program", check_source=row["test"], prelude=prelude, language=language)
+    if row.get("test_cases") is not None:
+        spec = _list_tests(_as_list(row["test_cases"], "test_cases"), "test_cases", prelude, "")
+        if spec is not None and spec.kind != "stdio":
+            raise ValueError(
+                f"column 'test_cases': assert strings are Python tests; a {language} row needs 'test' (in-language "
+                "tests) or stdin/stdout pairs"
+            )
+        return None if spec is None else TestSpec(kind="stdio", stdio=spec.stdio, prelude=prelude, language=language)
+    if row.get("inputs") is not None or row.get("outputs") is not None:
+        spec = _stdio_tests(row, prelude)
+        return None if spec is None else TestSpec(kind="stdio", stdio=spec.stdio, prelude=prelude, language=language)
     return None
 
 
@@ -471,12 +525,103 @@ def judge(result: JobResult, job: Job, index: int, timeout_s: float, expected_ou
     )
 
 
+def _argv(template: tuple[str, ...], source_file: str, main_class: str) -> list[str]:
+    """A language's command with its placeholders filled and its tool resolved to the host's real path."""
+    argv = [
+        part.replace(SOURCE_PLACEHOLDER, source_file).replace(MAIN_CLASS_PLACEHOLDER, main_class) for part in template
+    ]
+    if not argv[0].startswith("./"):
+        argv[0] = resolved_tool(argv[0]) or argv[0]
+    return argv
+
+
+def _compile_failure(result: JobResult, limit_s: float) -> str:
+    if result.status == "timeout" or result.cpu_s > limit_s:
+        return f"compilation exceeded its limit ({limit_s} s of CPU)"
+    if result.oom_killed:
+        return "compilation exceeded the memory limit"
+    where = f"signal {result.signal}" if result.signal is not None else f"exit code {result.exit_code}"
+    return f"compilation failed ({where}): {_first_error_line(result.stderr_tail)}"
+
+
+def _run_in_language(code: str, spec: TestSpec, sandbox: Sandbox, limit: float) -> list[TestOutcome]:
+    """Another language's program (``languages.py``): compiled once, then one fresh process per test."""
+    language = get_language(spec.language)
+    missing = language.missing_tools()
+    if missing:
+        raise SandboxError(
+            f"{language.name} tests need {', '.join(missing)} on this machine: apt-get install -y {language.package}"
+        )
+    if spec.kind == "program":
+        harness = tests_harness(language, spec.prelude, code, spec.check_source)
+    else:
+        harness = program_harness(language, spec.prelude, code)
+    files = harness.files
+    memory = language.address_space_mb
+    jobs = []
+    compile_s = sandbox.config.compile_timeout_s
+    if language.compile:
+        argv = tuple(_argv(language.compile, harness.entry, harness.main_class))
+        compiler_memory = max(memory, COMPILER_ADDRESS_SPACE_MB)
+        jobs.append(
+            Job("", timeout_s=compile_s, argv=argv, files=files, compile=True, address_space_mb=compiler_memory)
+        )
+        files = ()
+    run = tuple(_argv(language.run, harness.entry, harness.main_class))
+    stdins = [stdin for stdin, _ in spec.stdio] if spec.kind == "stdio" else [""]
+    for position, stdin in enumerate(stdins):
+        jobs.append(Job("", stdin, limit, argv=run, files=files if position == 0 else (), address_space_mb=memory))
+    results = sandbox.run(jobs)
+    if language.compile:
+        compiled, results = results[0], results[1:]
+        if compiled.status == "setup_error":
+            raise SandboxError(f"the sandbox could not prepare a test: {compiled.message}")
+        if compiled.status != "ok":
+            detail = _compile_failure(compiled, compile_s)
+            return [TestOutcome(index, Outcome.COMPILATION_ERROR, detail) for index in range(len(stdins))]
+    if spec.kind == "stdio":
+        return [
+            judge(result, jobs[-len(stdins) + index], index, limit, output)
+            for index, (result, (_, output)) in enumerate(zip(results, spec.stdio))
+        ]
+    return [_judged_inside(results[0], limit, harness.marker)]
+
+
+def _first_error_line(stderr: str) -> str:
+    """The line of a failed run's stderr that says what went wrong (the first naming an error or assertion)."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    named = [line for line in lines if "error" in line.lower() or "assert" in line.lower()]
+    return escaped((named or lines or [""])[0], 300)
+
+
+def _judged_inside(result: JobResult, limit: float, marker: str) -> TestOutcome:
+    """The verdict of in-language tests: passed when the process exits 0 after the runner printed ``marker``
+    (``harnesses``: the tests ran to their end)."""
+    measured = {"cpu_s": result.cpu_s, "wall_s": result.wall_s, "memory_kb": result.memory_kb}
+    if result.status == "setup_error":
+        raise SandboxError(f"the sandbox could not prepare a test: {result.message}")
+    failure = _failure(result, True, limit)
+    if failure is None and marker in result.stdout.splitlines():
+        return TestOutcome(0, Outcome.PASSED, "", judged_inside=True, **measured)
+    if failure is None:
+        detail = "the program ended (exit code 0) before its tests finished"
+        return TestOutcome(0, Outcome.FAILED, detail, judged_inside=True, **measured)
+    outcome, detail = failure
+    if outcome is Outcome.RUNTIME_ERROR and result.status in ("exit", "signal"):  # a failed assertion ends it so
+        how = f"signal {result.signal}" if result.status == "signal" else f"exit code {result.exit_code}"
+        said = _first_error_line(result.stderr_tail)
+        outcome, detail = Outcome.FAILED, f"the tests failed ({how}){': ' + said if said else ''}"
+    return TestOutcome(0, outcome, detail, judged_inside=True, **measured)
+
+
 def _run_uncached(
     code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None, count_lines: bool = False
 ) -> list[TestOutcome]:
+    limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
+    if spec.language != "python":
+        return _run_in_language(code, spec, sandbox, limit)
     if not parses(code):
         return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
-    limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
     jobs = [Job(job.source, job.stdin, limit, job.judged, job.preamble, count_lines) for job in spec.jobs(code)]
     expected = [output for _, output in spec.stdio] if spec.kind == "stdio" else [None] * len(jobs)
     results = sandbox.run(jobs)

@@ -21,6 +21,7 @@ Reasons are :class:`~diffugrpo_plugin.hooktypes.Reason` values; the kinds given 
 ``syntax_error``    the code does not parse: the line and the parser's message
 ``no_tests``        the row has no tests (the reward is None, not 0)
 ``tests_failed``    how many tests failed, and the first one's outcome and detail
+``not_applicable``  a Python-only reward on another language's row (:func:`python_only`): None, not 0
 ==================  ==========================================================================
 
 Sits below the reward plugins (``reward_plugins/`` imports it, never the other way) on top of
@@ -29,26 +30,29 @@ Sits below the reward plugins (``reward_plugins/`` imports it, never the other w
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from diffugrpo_plugin.hooktypes import Explained, Reason
 from diffugrpo_plugin.rewards.code_tests import (
     FORMAT_ENDS,
+    Outcome,
     TestOutcome,
     TestSpec,
     extract_code,
+    language_of,
     run_tests_many,
     tests_from_row,
 )
 from diffugrpo_plugin.rewards.verdicts import parse_python
 from diffugrpo_plugin.sandbox.config import SandboxError
 from diffugrpo_plugin.sandbox.host import Sandbox
+from diffugrpo_plugin.sandbox.languages import language as get_language
 
 # Far beyond any rollout (about 25k tokens); longer text is not parsed here at all: it scores as no code.
 MAX_COMPLETION_CHARS = 100_000
 FENCE = "```"
-PYTHON_OPENER = "```python\n"
 EXCERPT_CHARS = 60
 NO_CODE_BLOCK = Reason("no_code_block", "no closed, fenced ```python block")
 NO_TESTS = Reason(
@@ -91,17 +95,31 @@ def syntax_problem(code: str, lines_before: int = 0) -> Reason | None:
     return None
 
 
-def _unfenced(text: str) -> Reason:
+def _unfenced(text: str, language: str = "python") -> Reason:
     if not text.strip():
         return Reason("empty", "the completion is empty")
-    return Reason("no_code_block", "no fenced ```python block")
+    return Reason("no_code_block", f"no fenced ```{_fence(language)} block")
 
 
-def _format_shape(text: str, format_end: str = "exact") -> tuple[str | None, Reason | None]:
+def _fence(language: str) -> str:
+    return get_language(language).fences[0]
+
+
+def _opener(text: str, at: int, language: str) -> str | None:
+    """The opening fence line of ``language``'s block at ``at`` (```python alone for Python, as DiffuCoder's pattern
+    has it; any of the language's names otherwise: ```cpp or ```c++), or None."""
+    fences = ("python",) if language == "python" else get_language(language).fences
+    for fence in fences:
+        if text.startswith(f"{FENCE}{fence}\n", at):
+            return f"{FENCE}{fence}\n"
+    return None
+
+
+def _format_shape(text: str, format_end: str = "exact", language: str = "python") -> tuple[str | None, Reason | None]:
     """The code of DiffuCoder's single block, or how ``text`` misses that shape.
 
-    DiffuCoder's pattern (``re.fullmatch``): no ``` before the ```python fence, none inside the
-    block, and the closing fence followed by exactly one newline ends the text. With
+    DiffuCoder's pattern (``re.fullmatch``): no ``` before the ```python fence (the ``language``'s fence), none
+    inside the block, and the closing fence followed by exactly one newline ends the text. With
     ``format_end="lenient"`` the closing fence may be followed by any whitespace or by nothing (a
     completion that stops at EOS right after the fence).
     """
@@ -109,16 +127,18 @@ def _format_shape(text: str, format_end: str = "exact") -> tuple[str | None, Rea
         raise ValueError(f"format_end must be one of {FORMAT_ENDS}, got {format_end!r}")
     first = text.find(FENCE)
     if first == -1:
-        return None, _unfenced(text)
-    if not text.startswith(PYTHON_OPENER, first):
-        opener = text[first:].split("\n", 1)[0]
+        return None, _unfenced(text, language)
+    fence = _fence(language)
+    opener = _opener(text, first, language)
+    if opener is None:
+        found = text[first:].split("\n", 1)[0]
         return None, Reason(
-            "format", f"the first fence opens {_excerpt(opener)}; the format needs ```python alone on its line"
+            "format", f"the first fence opens {_excerpt(found)}; the format needs ```{fence} alone on its line"
         )
-    body = first + len(PYTHON_OPENER)
+    body = first + len(opener)
     close = text.find(FENCE, body)
     if close == -1:
-        return None, Reason("format", "the ```python block is never closed (was the completion cut off?)")
+        return None, Reason("format", f"the ```{fence} block is never closed (was the completion cut off?)")
     tail = text[close + len(FENCE) :]
     if FENCE in tail:
         return None, Reason("format", f"{text.count(FENCE)} ``` fences; the format allows exactly one block")
@@ -136,15 +156,19 @@ def _format_shape(text: str, format_end: str = "exact") -> tuple[str | None, Rea
     return text[body:close], None
 
 
-def format_verdict(text: str, format_end: str = "exact") -> tuple[float, Reason | None]:
+def format_verdict(text: str, format_end: str = "exact", language: str = "python") -> tuple[float, Reason | None]:
     """DiffuCoder's format reward and, below 1.0, why: 0.0 (wrong shape, or longer than
     :data:`MAX_COMPLETION_CHARS`), 0.5 (right shape, the code does not parse) or 1.0.
-    ``format_end``: what may follow the closing fence (:data:`~diffugrpo_plugin.rewards.code_tests.FORMAT_ENDS`)."""
+    ``format_end``: what may follow the closing fence (:data:`~diffugrpo_plugin.rewards.code_tests.FORMAT_ENDS`).
+    Another ``language`` (DiffuCoder's ``get_code_format_reward(language)``): its fence, and 1.0 on the shape alone
+    (no parser here; its compiler decides, for the ``code`` reward)."""
     if len(text) > MAX_COMPLETION_CHARS:
         return 0.0, Reason("too_long", f"{len(text)} characters, over the {MAX_COMPLETION_CHARS} judged: not parsed")
-    code, reason = _format_shape(text, format_end)
+    code, reason = _format_shape(text, format_end, language)
     if code is None:
         return 0.0, reason
+    if language != "python":
+        return 1.0, None
     # DiffuCoder parses the block stripped (``code.strip()``): whitespace before its first line is no syntax error
     # here (running the code still fails, for the code reward, as there)
     stripped = code.strip()
@@ -167,6 +191,7 @@ def offered_code(
     bare_code: bool = False,
     starter: str | None = None,
     format_end: str = "exact",
+    language: str = "python",
 ) -> Offer:
     """The code a completion offers for judging, or the reason it offers none.
 
@@ -175,21 +200,21 @@ def offered_code(
     ``code_block`` matters only without it. With
     ``bare_code``, a completion without any ``` fence is code itself, HumanEval-style: appended
     to ``starter`` (the signature and docstring the prompt showed) when there is one. Text longer
-    than :data:`MAX_COMPLETION_CHARS` offers none: it is never parsed.
+    than :data:`MAX_COMPLETION_CHARS` offers none: it is never parsed. ``language``: the row's, whose fence counts.
     """
     text = completion_text(completion)
     if len(text) > MAX_COMPLETION_CHARS:
-        return Offer(None, format_verdict(text, format_end)[1])
+        return Offer(None, format_verdict(text, format_end, language)[1])
     if bare_code and FENCE not in text and text.strip():
         return Offer(f"{starter.rstrip()}\n{text}" if starter else text)
     if require_format:
-        score, reason = format_verdict(text, format_end)
+        score, reason = format_verdict(text, format_end, language)
         if score != 1.0:
             return Offer(None, reason)
-    code = extract_code(text, code_block)
+    code = extract_code(text, code_block, language)
     if code is None:
-        reason = _unfenced(text) if FENCE not in text else _format_shape(text, format_end)[1]
-        return Offer(None, reason or NO_CODE_BLOCK)
+        reason = _unfenced(text, language) if FENCE not in text else _format_shape(text, format_end, language)[1]
+        return Offer(None, reason or Reason("no_code_block", f"no closed, fenced ```{_fence(language)} block"))
     return Offer(code)
 
 
@@ -199,7 +224,7 @@ def outcomes_reason(code: str, outcomes: Sequence[TestOutcome]) -> Reason | None
     failed = [outcome for outcome in outcomes if not outcome.passed]
     if not failed:
         return None
-    problem = syntax_problem(code)
+    problem = syntax_problem(code) if failed[0].outcome is Outcome.SYNTAX_ERROR else None  # Python's parser only
     if problem is not None:
         return problem
     first = failed[0]
@@ -220,6 +245,42 @@ def rows_of(columns: Mapping[str, Sequence], count: int) -> list[dict[str, Any]]
         for row, value in zip(rows, values):
             row[name] = value
     return rows
+
+
+def row_languages(columns: Mapping[str, Any], count: int) -> list[str]:
+    """Each completion's language, from the ``language`` column (``python`` where there is none)."""
+    if "language" not in columns:
+        return ["python"] * count
+    return [language_of(row) for row in rows_of({"language": columns["language"]}, count)]
+
+
+def python_only(reward):
+    """A reward that reads Python (its parser, its metrics) scores None, not applicable, on another language's
+    rows, and runs on the Python rows alone. Keyword arguments holding one value per completion are columns."""
+
+    @functools.wraps(reward)
+    def scored(completions: list, **keywords: Any) -> list:
+        count = len(completions)
+        languages = row_languages(keywords, count)
+        python = [position for position, language in enumerate(languages) if language == "python"]
+        if len(python) == count:
+            return reward(completions, **keywords)
+        results: list = [
+            Explained(None, Reason("not_applicable", f"{reward.__name__} reads Python; this row is {language}"))
+            for language in languages
+        ]
+        if python:
+            picked = {
+                name: [value[position] for position in python]
+                if isinstance(value, (list, tuple)) and len(value) == count
+                else value
+                for name, value in keywords.items()
+            }
+            for position, result in zip(python, reward([completions[position] for position in python], **picked)):
+                results[position] = result
+        return results
+
+    return scored
 
 
 def outcomes_for(
@@ -293,8 +354,12 @@ def code_outcomes(
     (naming the column) for a malformed test column and
     :class:`~diffugrpo_plugin.sandbox.host.SandboxError` when the sandbox itself failed.
     """
-    specs = [tests_from_row(row) for row in rows_of(columns, len(completions))]
-    offers = [offered_code(completion, code_block, require_format, format_end=format_end) for completion in completions]
+    rows = rows_of(columns, len(completions))
+    specs = [tests_from_row(row) for row in rows]
+    offers = [
+        offered_code(completion, code_block, require_format, format_end=format_end, language=language_of(row))
+        for completion, row in zip(completions, rows)
+    ]
     pairs = [
         (offer.code, spec) if offer.code is not None and spec is not None else None
         for offer, spec in zip(offers, specs)

@@ -43,6 +43,7 @@ from diffugrpo_plugin.rewards.code_tests import (
     TestOutcome,
     TestSpec,
     extract_code,
+    language_of,
     pass_rate,
     run_tests_many,
     tests_from_row,
@@ -115,11 +116,19 @@ class EvalProblem:
     columns: Mapping[str, Any]
 
     @property
+    def language(self) -> str:
+        """The row's language (``python`` unless its ``language`` column says otherwise)."""
+        try:
+            return language_of(self.columns)
+        except ValueError as exc:
+            raise EvaluationError(f"task {self.task_id}: {exc}") from exc
+
+    @property
     def starter_code(self) -> str | None:
         """The code the prompt shows for the model to complete (HumanEval's signature and docstring):
-        the last fenced python block of the last user message; None when it shows none."""
+        the last fenced block in the row's language of the last user message; None when it shows none."""
         user = [message["content"] for message in self.messages if message["role"] == "user"]
-        return extract_code(user[-1], "last") if user else None
+        return extract_code(user[-1], "last", self.language) if user else None
 
     def tests(self) -> TestSpec:
         """The problem's tests; a problem without usable tests cannot be evaluated."""
@@ -438,6 +447,11 @@ class ProblemResult:
         """Test runs whose verdict used the program's own comparison (``==`` between two of its objects)."""
         return sum(outcome.compared > 0 for verdict in self.verdicts for outcome in verdict.outcomes)
 
+    @property
+    def judged_inside(self) -> int:
+        """Test runs decided inside the program's own process (another language's in-language tests)."""
+        return sum(outcome.judged_inside for verdict in self.verdicts for outcome in verdict.outcomes)
+
 
 def judge_completions(
     problems: Sequence[EvalProblem],
@@ -467,7 +481,15 @@ def judge_completions(
             problem.task_id,
             completion,
             _with_hint(
-                offered_code(completion.text, code_block, require_format, bare_code, problem.starter_code, format_end),
+                offered_code(
+                    completion.text,
+                    code_block,
+                    require_format,
+                    bare_code,
+                    problem.starter_code,
+                    format_end,
+                    problem.language,
+                ),
                 require_format,
                 bare_code,
             ),
@@ -538,6 +560,7 @@ def _group_summary(results: Sequence[ProblemResult], ks: Sequence[int]) -> dict[
     summary["num_tests"] = sum(result.num_tests for result in results)
     summary["num_test_runs"] = sum(result.test_runs for result in results)
     summary["num_test_runs_program_compared"] = sum(result.program_compared for result in results)
+    summary["num_test_runs_judged_inside"] = sum(result.judged_inside for result in results)
     summary["not_passed_by_reason"] = reason_counts(verdicts)
     return summary
 
@@ -571,7 +594,7 @@ def summarize(results: Sequence[ProblemResult], ks: Sequence[int] = (1,)) -> dic
 def format_table(summary: Mapping[str, Any]) -> str:
     """The summary as an aligned text table: one row per data source, then ``all``."""
     metrics = [key for key in summary if key.startswith("pass@")] + ["test_pass_rate", "code_extracted_rate"]
-    header = ["data_source", "problems", "completions", *metrics, "program_compared"]
+    header = ["data_source", "problems", "completions", *metrics, "program_compared", "judged_inside"]
     groups = list(summary.get("by_data_source", {}).items())
     if len(groups) != 1:
         groups.append(("all", summary))
@@ -582,6 +605,7 @@ def format_table(summary: Mapping[str, Any]) -> str:
             str(group["num_completions"]),
             *(f"{group[metric]:.4f}" for metric in metrics),
             f"{group.get('num_test_runs_program_compared', 0)}/{group.get('num_test_runs', 0)}",
+            f"{group.get('num_test_runs_judged_inside', 0)}/{group.get('num_test_runs', 0)}",
         ]
         for name, group in groups
     ]

@@ -1,0 +1,356 @@
+"""C++, Java and JavaScript: MultiPL-E's data prepared, programs compiled and run in the sandbox, verdicts.
+
+The data tests read ``fixtures/multipl_e.jsonl``, rows written in MultiPL-E's published schema (``name``,
+``language``, ``prompt``, ``tests``, ...) as its translators produce them. Everything that runs a program is
+marked ``sandbox`` and ``toolchains``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from diffugrpo_plugin.cli import main as cli
+from diffugrpo_plugin.data import DataError, prepare, write_parquet
+from diffugrpo_plugin.data.rows import read_parquet_rows
+from diffugrpo_plugin.data.sources import java_check
+from diffugrpo_plugin.rewards.code_tests import Outcome, extract_code, run_tests
+from diffugrpo_plugin.rewards.code_tests import tests_from_row as spec_of
+from diffugrpo_plugin.rewards.judging import format_verdict
+from diffugrpo_plugin.sandbox import languages
+from diffugrpo_plugin.sandbox.config import SandboxError
+from diffugrpo_plugin.tools import evaluation
+from reward_plugins.code import code_reward
+from reward_plugins.code_format import code_format_reward
+from reward_plugins.maintainability import diffugrpo_reward_functions as maintainability_functions
+from reward_plugins.syntax import diffugrpo_reward_functions as syntax_functions
+from reward_support import tight_sandbox
+
+FIXTURE = Path(__file__).parent / "fixtures" / "multipl_e.jsonl"
+
+SOLUTIONS = {  # (task, language) -> a correct completion, and a wrong one
+    ("HumanEval_53_add", "cpp"): (
+        "long add(long x, long y) { return x + y; }",
+        "long add(long x, long y) { return x - y; }",
+    ),
+    ("HumanEval_34_unique", "cpp"): (
+        "std::vector<long> unique(std::vector<long> l) {\n    std::set<long> s(l.begin(), l.end());\n"
+        "    return std::vector<long>(s.begin(), s.end());\n}",
+        "std::vector<long> unique(std::vector<long> l) { return l; }",
+    ),
+    ("HumanEval_53_add", "java"): (
+        "class Problem {\n    public static long add(long x, long y) { return x + y; }\n}",
+        "class Problem {\n    public static long add(long x, long y) { return x * y; }\n}",
+    ),
+    ("HumanEval_34_unique", "java"): (
+        "class Problem {\n    public static ArrayList<Long> unique(ArrayList<Long> l) {\n"
+        "        return new ArrayList<Long>(new TreeSet<Long>(l));\n    }\n}",
+        "class Problem {\n    public static ArrayList<Long> unique(ArrayList<Long> l) { return l; }\n}",
+    ),
+    ("HumanEval_53_add", "javascript"): (
+        "function add(x, y) {\n  return x + y;\n}",
+        "function add(x, y) { return x + y + 1; }",
+    ),
+    ("HumanEval_34_unique", "javascript"): (
+        "function unique(l) {\n  return [...new Set(l)].sort((a, b) => a - b);\n}",
+        "function unique(l) { return l; }",
+    ),
+}
+
+
+def fenced(code: str, fence: str) -> str:
+    return f"```{fence}\n{code}\n```\n"
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return prepare("multipl-e", "test", FIXTURE)
+
+
+@pytest.fixture(scope="module")
+def box():
+    return tight_sandbox(timeout_s=5.0, memory_mb=1024, max_output_bytes=20_000)
+
+
+def columns_of(selected: list[dict]) -> dict[str, list]:
+    names = ("language", "test", "test_imports", "inputs", "outputs")
+    return {name: [row["extra_info"].get(name) for row in selected] for name in names}
+
+
+# --------------------------------------------------------------------------- data preparation
+
+
+def test_multipl_e_rows_become_self_contained_language_rows(rows):
+    assert [(row["extra_info"]["task_id"], row["extra_info"]["language"]) for row in rows] == [
+        ("cpp/HumanEval_53_add", "cpp"),
+        ("cpp/HumanEval_34_unique", "cpp"),
+        ("java/HumanEval_53_add", "java"),
+        ("java/HumanEval_34_unique", "java"),
+        ("javascript/HumanEval_53_add", "javascript"),
+        ("javascript/HumanEval_34_unique", "javascript"),
+    ]
+    cpp, java, js = rows[0]["extra_info"], rows[2]["extra_info"], rows[4]["extra_info"]
+    # C++: the function-closing brace is gone, main is the tests; the includes travel as test_imports
+    assert cpp["test"].startswith("int main() {\n    auto candidate = add;")
+    assert cpp["test_imports"] == ["#include<assert.h>", "#include<bits/stdc++.h>"]
+    prompt = rows[0]["prompt"][0]["content"]
+    assert "```cpp\n// Add two numbers x and y" in prompt and "long add(long x, long y) {\n```" in prompt
+    assert "#include" not in prompt
+    # Java: main moves to class Main extends Problem, asserts become checks; javatuples is not imported
+    assert java["test"].startswith("class Main extends Problem {\n    public static void main(String[] args) {")
+    assert "if (!(add((0l), (1l)) == (1l))) throw new java.lang.AssertionError(" in java["test"]
+    assert "import java.util.*;" in java["test_imports"] and not any(
+        "javatuples" in line for line in java["test_imports"]
+    )
+    # JavaScript: kept as written
+    assert js["test"].startswith("const assert = require('node:assert');") and js["test"].endswith("test();")
+    assert json.loads(rows[0]["reward_model"]["ground_truth"])["language"] == "cpp"
+
+
+def test_java_equals_asks_the_expected_value():
+    call = "unique((new ArrayList<Long>(Arrays.asList((long)5l))))"
+    expected = "(new ArrayList<Long>(Arrays.asList((long)0l)))"
+    assert java_check(f"    assert({call}.equals({expected}));") == (
+        f"    if (!(java.util.Objects.equals({expected}, {call}))) throw new java.lang.AssertionError("
+        f"{json.dumps(f'assert({call}.equals({expected}));')});"
+    )
+    # only a whole-expression `a.equals(b)` is swapped; brackets and strings are skipped over
+    assert "Objects" not in java_check("    assert(a.equals(b) && c.equals(d));")
+    assert "Objects" not in java_check("    assert(x.equals(y).equals(z));")
+    assert 'java.util.Objects.equals(("x)"), f("a.equals(b)"))' in java_check(
+        '    assert(f("a.equals(b)").equals(("x)")));'
+    )
+    assert java_check("    long x = 3;") == "    long x = 3;"
+
+
+def test_multipl_e_errors_name_the_fix(tmp_path):
+    with pytest.raises(DataError, match="humaneval-\\* configs translate HumanEval, an evaluation set"):
+        prepare("multipl-e", "train", FIXTURE, config="humaneval-cpp")
+    record = json.loads(FIXTURE.read_text().splitlines()[0])
+    for change, message in [
+        ({"language": "rs"}, "field 'language' is 'rs'; the sandbox runs cpp, java, js"),
+        ({"tests": "int main() {}\n"}, "field 'tests' should start by closing the prompt's function"),
+        ({"prompt": None}, "missing field 'prompt'"),
+    ]:
+        path = tmp_path / "bad.jsonl"
+        path.write_text(json.dumps({**record, **change}) + "\n")
+        with pytest.raises(DataError, match=message):
+            prepare("multipl-e", "test", path)
+    with pytest.raises(DataError, match="pass --input FILE .* or --multipl-e-config"):
+        prepare("multipl-e", "test")
+
+
+def test_language_rows_survive_parquet_and_the_cli(rows, tmp_path, capsys):
+    path = write_parquet(rows, tmp_path / "test.parquet")
+    assert [row["extra_info"]["language"] for row in read_parquet_rows(path)] == [
+        row["extra_info"]["language"] for row in rows
+    ]
+    assert (
+        cli(["data", "prepare", "--source", "multipl-e", "--input", str(FIXTURE), "--output", str(tmp_path / "cli")])
+        == 0
+    )
+    printed = capsys.readouterr()
+    assert "test: 6 rows" in printed.out
+    assert "left out 1 rows whose tests use javatuples" in printed.err
+
+
+# --------------------------------------------------------------------------- reading rows, formats
+
+
+def test_language_column_picks_the_fence_and_the_tests():
+    row = {"language": "c++", "inputs": ["1\n"], "outputs": ["1\n"]}
+    spec = spec_of(row)
+    assert (spec.kind, spec.language, spec.stdio) == ("stdio", "cpp", (("1\n", "1\n"),))
+    assert extract_code("text\n```c++\nint x;\n```\n```python\ny = 1\n```", language="cpp") == "int x;\n"
+    assert extract_code("```python\ny = 1\n```", language="java") is None
+    assert format_verdict("```javascript\nlet x = ;\n```\n", language="javascript") == (
+        1.0,
+        None,
+    )  # no parser: 1.0 on shape
+    score, reason = format_verdict("```python\nx = 1\n```\n", language="cpp")
+    assert score == 0.0 and "the format needs ```cpp alone on its line" in reason.detail
+    java, python = code_format_reward(["```java\nclass A {}\n```\n"] * 2, language=["java", "python"])
+    assert java == 1.0 and python.value == 0.0 and "needs ```python" in python.reason.detail
+
+
+def test_bad_language_rows_are_one_line_errors():
+    with pytest.raises(ValueError, match="column 'language': unknown language 'cobol'; choose one of"):
+        spec_of({"language": "cobol", "test": "x"})
+    with pytest.raises(ValueError, match="assert strings are Python tests; a cpp row needs 'test'"):
+        spec_of({"language": "cpp", "test_cases": ["assert f(1) == 2"]})
+    with pytest.raises(ValueError, match="column 'test' must hold the java tests' source"):
+        spec_of({"language": "java", "test": ""})
+    assert spec_of({"language": "cpp"}) is None
+
+
+def test_python_only_rewards_say_not_applicable_on_other_languages():
+    syntax = syntax_functions()["syntax"]
+    scores = syntax(["```python\nx = 1\n```\n", "```cpp\nint x;\n```\n"], language=["python", "cpp"])
+    assert scores[0] == 1.0
+    assert scores[1].value is None and scores[1].reason.kind == "not_applicable"
+    maintainability = maintainability_functions()["maintainability"]
+    [score] = maintainability(["```cpp\nint x;\n```\n"], language=["cpp"], test=["int main() {}"])
+    assert score.value is None and "this row is cpp" in score.reason.detail
+
+
+# --------------------------------------------------------------------------- running them
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+def test_correct_programs_pass_and_wrong_ones_fail_in_every_language(rows, box):
+    completions, wrong = [], []
+    for row in rows:
+        language = row["extra_info"]["language"]
+        right, bad = SOLUTIONS[(row["extra_info"]["task_id"].split("/")[1], language)]
+        fence = languages.language(language).fences[0]
+        completions.append(fenced(right, fence))
+        wrong.append(fenced(bad, fence))
+    columns = columns_of(rows)
+    assert code_reward(completions, sandbox=box, **columns) == [1.0] * len(rows)
+    for score in code_reward(wrong, sandbox=box, **columns):
+        assert score.value == 0.0 and "the tests failed" in score.reason.detail
+    outcome = run_tests(SOLUTIONS[("HumanEval_53_add", "java")][0], spec_of(rows[2]["extra_info"]), box, cache=False)
+    assert outcome[0].passed and outcome[0].judged_inside
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+@pytest.mark.parametrize(
+    "language, code",
+    [
+        ("cpp", "#include <cstdlib>\nstatic int ended = (std::exit(0), 0);\nlong add(long x, long y) { return 0; }"),
+        ("cpp", "#include <cstdlib>\nlong add(long x, long y) { std::exit(0); }"),
+        ("cpp", "#define NDEBUG\n#define assert(x) ((void)0)\nlong add(long x, long y) { return 0; }"),
+        (
+            "java",
+            "class Problem {\n    static { System.exit(0); }\n    public static long add(long x, long y) { return 0; }\n}",
+        ),
+        (
+            "java",
+            'class Problem {\n    static { ClassLoader.getSystemClassLoader().setClassAssertionStatus("Main", false); }\n'
+            "    public static long add(long x, long y) { return 0; }\n}",
+        ),
+        ("javascript", "function add(x, y) { process.exit(0); }"),
+        ("javascript", "require('node:assert').deepEqual = () => {};\nfunction add(x, y) { return 0; }"),
+        (
+            "javascript",
+            "const fs = require('fs');\nfunction add(x, y) { fs.unlinkSync('diffugrpo_runner.js'); process.exit(0); }",
+        ),
+    ],
+)
+def test_ending_early_or_switching_asserts_off_does_not_pass(rows, box, language, code):
+    row = next(row["extra_info"] for row in rows if row["extra_info"]["task_id"] == f"{language}/HumanEval_53_add")
+    [outcome] = run_tests(code, spec_of(row), box, cache=False)
+    assert not outcome.passed, outcome
+    assert outcome.outcome in (Outcome.FAILED, Outcome.RUNTIME_ERROR, Outcome.COMPILATION_ERROR)
+
+
+STDIO = {"language": "cpp", "inputs": ["3 4\n", "10 20\n"], "outputs": ["7\n", "30\n"]}
+CPP_SUM = "#include <iostream>\nint main() { long a, b; std::cin >> a >> b; std::cout << a + b << std::endl; }"
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+@pytest.mark.parametrize(
+    "code, outcome, detail",
+    [
+        (CPP_SUM, Outcome.PASSED, ""),
+        ("#include <iostream>\nint main() { std::cout << 8 << std::endl; }", Outcome.FAILED, "wrong output"),
+        ("int main() { int *p = nullptr; return *p; }", Outcome.RUNTIME_ERROR, "killed by signal 11"),
+        ("int main() { return 3; }", Outcome.RUNTIME_ERROR, "exited with code 3"),
+        ("int main() { volatile long i = 0; for (;;) ++i; }", Outcome.TIME_LIMIT_EXCEEDED, "time limit exceeded"),
+        ('#include <cstdio>\nint main() { for (;;) std::puts("spam"); }', Outcome.FAILED, "output longer than"),
+        ("int main() { return undeclared; }", Outcome.COMPILATION_ERROR, "solution.cpp:1:21: error:"),
+    ],
+)
+def test_stdio_verdicts_in_cpp(box, code, outcome, detail):
+    outcomes = run_tests(
+        code, spec_of(STDIO), tight_sandbox(timeout_s=1.0, memory_mb=1024, max_output_bytes=20_000), cache=False
+    )
+    assert [result.outcome for result in outcomes] == [outcome] * 2
+    assert detail in outcomes[0].detail
+    assert not outcomes[0].judged_inside
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+def test_stdio_in_java_and_javascript(box):
+    java = (
+        "import java.util.*;\npublic class Solution {\n    public static void main(String[] args) {\n"
+        "        Scanner in = new Scanner(System.in);\n        System.out.println(in.nextLong() + in.nextLong());\n    }\n}"
+    )
+    js = "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\nconsole.log(a + b);"
+    for language, code in [("java", java), ("javascript", js)]:
+        outcomes = run_tests(code, spec_of({**STDIO, "language": language}), box, cache=False)
+        assert [result.outcome for result in outcomes] == [Outcome.PASSED] * 2, outcomes
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+def test_a_compiler_fed_forever_is_stopped():
+    box = tight_sandbox(timeout_s=1.0, memory_mb=1024, compile_timeout_s=2.0)
+    outcomes = run_tests("#include </dev/zero>\nint main() {}", spec_of(STDIO), box, cache=False)
+    assert outcomes[0].outcome in (Outcome.COMPILATION_ERROR,)
+    assert outcomes[0].detail.startswith("compilation")
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+def test_compiled_programs_see_no_host_files_network_or_other_completions(box):
+    probe = (
+        "#include <cstdio>\n#include <fstream>\n#include <sys/socket.h>\n#include <netinet/in.h>\n"
+        "#include <arpa/inet.h>\n#include <unistd.h>\nint main() {\n"
+        '    bool host = std::ifstream("/etc/passwd").good() || std::ifstream("/root/.bashrc").good();\n'
+        '    bool left = std::ifstream("/tmp/left_behind").good() || std::ifstream("/work/left_behind").good();\n'
+        '    std::ofstream("/tmp/left_behind") << 1; std::ofstream("/work/left_behind") << 1;\n'
+        "    int s = socket(AF_INET, SOCK_STREAM, 0); sockaddr_in a{}; a.sin_family = AF_INET; a.sin_port = htons(53);\n"
+        '    inet_pton(AF_INET, "1.1.1.1", &a.sin_addr);\n'
+        "    bool net = s >= 0 && connect(s, (sockaddr*)&a, sizeof a) == 0;\n"
+        '    std::printf("%d %d %d\\n", host, left, net);\n}'
+    )
+    row = {"language": "cpp", "inputs": [""], "outputs": ["0 0 0\n"]}
+    for _ in range(2):  # the second completion must not see what the first left behind
+        [outcome] = run_tests(probe, spec_of(row), box, cache=False)
+        assert outcome.passed, outcome
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+def test_a_fork_bomb_fails_only_itself(box):
+    bomb = "#include <unistd.h>\nint main() { for (;;) fork(); }"
+    [outcome] = run_tests(bomb, spec_of({"language": "cpp", "inputs": [""], "outputs": ["x\n"]}), box, cache=False)
+    assert not outcome.passed
+    assert all(result.passed for result in run_tests(CPP_SUM, spec_of(STDIO), box, cache=False))
+
+
+@pytest.mark.sandbox
+def test_a_missing_toolchain_is_one_line_naming_the_package(monkeypatch, box):
+    monkeypatch.setattr(languages, "resolved_tool", lambda tool: None)
+    with pytest.raises(
+        SandboxError, match="java tests need javac, java on this machine: apt-get install -y default-jdk-headless"
+    ):
+        run_tests("class Problem {}", spec_of({"language": "java", "test": "class Main {}"}), box, cache=False)
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+def test_eval_judges_language_rows_and_counts_verdicts_judged_inside(rows, box):
+    problems = evaluation.problems_from_rows(rows)
+    completions = {
+        problem.task_id: [
+            evaluation.Completion(
+                fenced(
+                    SOLUTIONS[(problem.task_id.split("/")[1], problem.language)][0],
+                    languages.language(problem.language).fences[0],
+                )
+            )
+        ]
+        for problem in problems
+    }
+    summary = evaluation.summarize(evaluation.judge_completions(problems, completions, sandbox=box))
+    assert summary["pass@1"] == 1.0
+    assert summary["num_test_runs_judged_inside"] == summary["num_test_runs"] == len(rows)
+    assert problems[0].starter_code.rstrip().endswith("long add(long x, long y) {")
