@@ -5,16 +5,32 @@ from __future__ import annotations
 import pytest
 
 from diffugrpo_plugin.cli import main
+from diffugrpo_plugin.sandbox import languages
 from diffugrpo_plugin.sandbox import limits as sandbox_limits
 
 
 @pytest.mark.sandbox
+@pytest.mark.toolchains
 def test_check_lists_every_protection_and_passes_its_self_test(capsys):
     assert main(["sandbox", "check", "--timeout-s", "2"]) == 0
     out = capsys.readouterr().out
     for name in sandbox_limits.PROTECTION_NAMES:
         assert name in out
-    assert out.count("  ok      ") == 7 and "isolation is as configured" in out
+    assert out.count("  ok      ") == 7 + 3 and "isolation is as configured" in out
+    for language in ("cpp", "java", "javascript"):
+        assert f"ok      {language}: a program reading stdin passes (PASSED)" in out
+
+
+@pytest.mark.sandbox
+def test_check_names_the_package_of_a_missing_toolchain_without_failing(capsys, monkeypatch):
+    real = languages.resolved_tool
+    monkeypatch.setattr(
+        languages, "resolved_tool", lambda tool: None if tool in ("g++", "javac", "java", "node") else real(tool)
+    )
+    assert main(["sandbox", "check", "--timeout-s", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "javascript: not installed (node): apt-get install -y nodejs" in out
+    assert "java: not installed (javac, java): apt-get install -y default-jdk-headless" in out
 
 
 @pytest.mark.sandbox

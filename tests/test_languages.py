@@ -354,3 +354,17 @@ def test_eval_judges_language_rows_and_counts_verdicts_judged_inside(rows, box):
     assert summary["pass@1"] == 1.0
     assert summary["num_test_runs_judged_inside"] == summary["num_test_runs"] == len(rows)
     assert problems[0].starter_code.rstrip().endswith("long add(long x, long y) {")
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+def test_the_languages_benchmark_runs_and_prints_its_table(capsys):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import languages as benchmark
+
+    assert benchmark.main(["--repeats", "1", "--tests", "2", "--languages", "python", "cpp", "javascript"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[2] == "| language | sandboxed s | direct s | sandboxed / direct (range) | vs python sandboxed |"
+    assert [line.split(" | ")[0] for line in table[4:]] == ["| python", "| cpp", "| javascript"]

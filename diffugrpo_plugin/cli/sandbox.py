@@ -4,8 +4,10 @@ Lists each protection (namespaces, seccomp, cgroups, tmpfs inode cap, unprivileg
 whether it is active here and why not, then judges a few programs through the same path the
 ``code`` reward uses: a correct solution must pass; programs that forge equality, forge their
 report, create a user namespace, use the kernel keyring, fork without end or write outside must
-all fail. Exit code 0 only when every protection the config requires is active and the
-self-test holds; 1 otherwise (2: bad arguments).
+all fail. Then, for each other language (C++, Java, JavaScript), whether its toolchain is installed and a
+small program in it passes its stdin/stdout test; a missing toolchain is reported with the package to
+install (rows in that language cannot be judged) but does not fail the check. Exit code 0 only when every
+protection the config requires is active and the self-test holds; 1 otherwise (2: bad arguments).
 """
 
 from __future__ import annotations
@@ -39,6 +41,13 @@ SELF_TEST_PROGRAMS = {
         "def solve(x):\n    open('/usr/diffugrpo-escape', 'w').write('x')\n    return x * x\n",
         False,
     ),
+}
+LANGUAGE_SELF_TEST = {"inputs": ["3\n"], "outputs": ["9\n"]}
+LANGUAGE_PROGRAMS = {
+    "cpp": "#include <iostream>\nint main() { long x; std::cin >> x; std::cout << x * x << std::endl; }",
+    "java": "import java.util.*;\npublic class Main {\n    public static void main(String[] args) {\n"
+    "        long x = new Scanner(System.in).nextLong();\n        System.out.println(x * x);\n    }\n}",
+    "javascript": "const x = Number(require('fs').readFileSync(0, 'utf8'));\nconsole.log(x * x);",
 }
 
 
@@ -115,5 +124,32 @@ def run_check(args: argparse.Namespace) -> int:
         held = passed == should_pass
         failures += not held
         print(f"  {'ok    ' if held else 'FAILED'}  {label} ({outcomes[0].outcome.value})")
+    failures += _check_languages(box)
     print("\nisolation is as configured" if not failures else f"\n{failures} self-test(s) failed")
     return 0 if not failures else 1
+
+
+def _check_languages(box) -> int:
+    """Each other language: installed or not (with the package), and a small program in it through the sandbox."""
+    from diffugrpo_plugin.rewards.code_tests import run_tests, tests_from_row
+    from diffugrpo_plugin.sandbox.config import SandboxError
+    from diffugrpo_plugin.sandbox.languages import LANGUAGES
+
+    print("\nother languages (rows with a `language` column):")
+    failures = 0
+    for name, program in LANGUAGE_PROGRAMS.items():
+        missing = LANGUAGES[name].missing_tools()
+        if missing:
+            print(
+                f"  -       {name}: not installed ({', '.join(missing)}): apt-get install -y {LANGUAGES[name].package}"
+            )
+            continue
+        try:
+            outcomes = run_tests(program, tests_from_row({**LANGUAGE_SELF_TEST, "language": name}), box, cache=False)
+            verdict = outcomes[0].outcome.value
+        except SandboxError as error:
+            verdict = f"the sandbox itself failed: {error}"
+        held = verdict == "PASSED"
+        failures += not held
+        print(f"  {'ok    ' if held else 'FAILED'}  {name}: a program reading stdin passes ({verdict})")
+    return failures
