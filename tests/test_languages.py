@@ -368,3 +368,19 @@ def test_the_languages_benchmark_runs_and_prints_its_table(capsys):
     table = capsys.readouterr().out.splitlines()
     assert table[2] == "| language | sandboxed s | direct s | sandboxed / direct (range) | vs python sandboxed |"
     assert [line.split(" | ")[0] for line in table[4:]] == ["| python", "| cpp", "| javascript"]
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+def test_rewards_score_judges_a_language_row_with_every_default_reward(rows, tmp_path, capsys):
+    row = rows[0]["extra_info"]  # cpp/HumanEval_53_add, as verl's reward manager passes extra_info's columns
+    right, wrong = SOLUTIONS[("HumanEval_53_add", "cpp")]
+    lines = [{"completion": fenced(code, "cpp"), **row} for code in (right, wrong)]
+    path = tmp_path / "scored.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert cli(["rewards", "score", str(path), "--reward", "code=2", "--reward", "code_format=0.5", "--reward", "syntax=1"]) == 0
+    right_row, wrong_row = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert right_row["rewards"] == {"code": 1.0, "code_format": 1.0, "syntax": None}
+    assert right_row["total"] == pytest.approx(2.5)
+    assert right_row["reasons"]["syntax"]["kind"] == "not_applicable"
+    assert wrong_row["rewards"]["code"] == 0.0 and wrong_row["total"] == pytest.approx(0.5)
