@@ -25,7 +25,7 @@ from diffugrpo_plugin.rewards.code_tests import run_tests, tests_from_row
 from diffugrpo_plugin.rewards.harnesses import program_harness
 from diffugrpo_plugin.sandbox.config import SandboxConfig
 from diffugrpo_plugin.sandbox.host import Sandbox
-from diffugrpo_plugin.sandbox.languages import LANGUAGES, MAIN_CLASS_PLACEHOLDER, SOURCE_PLACEHOLDER, resolved_tool
+from diffugrpo_plugin.sandbox.languages import LANGUAGES
 
 PROGRAMS = {
     "python": "a, b = map(int, input().split())\nprint(a + b)\n",
@@ -59,21 +59,11 @@ def direct(language: str, row: dict) -> float:
         if language == "python":
             commands, compile_command = [[sys.executable, "-c", PROGRAMS[language]]], None
         else:
-            lang = LANGUAGES[language]
-            harness = program_harness(lang, "", PROGRAMS[language])
+            harness = program_harness(LANGUAGES[language], "", PROGRAMS[language])
             for name, content in harness.files:
                 with open(os.path.join(folder, name), "w") as handle:
                     handle.write(content)
-
-            def filled(template):
-                argv = [
-                    part.replace(SOURCE_PLACEHOLDER, harness.entry).replace(MAIN_CLASS_PLACEHOLDER, harness.main_class)
-                    for part in template
-                ]
-                return [resolved_tool(argv[0]) or argv[0], *argv[1:]] if not argv[0].startswith("./") else argv
-
-            compile_command = filled(lang.compile) if lang.compile else None
-            commands = [filled(lang.run)]
+            compile_command, commands = harness.compile, [list(harness.run)]
         if compile_command:
             subprocess.run(compile_command, cwd=folder, check=True, capture_output=True)
         for stdin, expected in spec.stdio:

@@ -92,15 +92,15 @@ def test_multipl_e_rows_become_self_contained_language_rows(rows):
         ("javascript/HumanEval_34_unique", "javascript"),
     ]
     cpp, java, js = rows[0]["extra_info"], rows[2]["extra_info"], rows[4]["extra_info"]
-    # C++: the function-closing brace is gone, main is the tests; the includes travel as test_imports
-    assert cpp["test"].startswith("int main() {\n    auto candidate = add;")
+    # C++: the function-closing brace is gone; the tests declare the function, then main; includes -> test_imports
+    assert cpp["test"].startswith("long add(long x, long y);\nint main() {\n    auto candidate = add;")
     assert cpp["test_imports"] == ["#include<assert.h>", "#include<bits/stdc++.h>"]
     prompt = rows[0]["prompt"][0]["content"]
     assert "```cpp\n// Add two numbers x and y" in prompt and "long add(long x, long y) {\n```" in prompt
     assert "#include" not in prompt
-    # Java: main moves to class Main extends Problem, asserts become checks; javatuples is not imported
-    assert java["test"].startswith("class Main extends Problem {\n    public static void main(String[] args) {")
-    assert "if (!(add((0l), (1l)) == (1l))) throw new java.lang.AssertionError(" in java["test"]
+    # Java: main moves to class ProblemTests calling Problem.add, asserts become checks; javatuples is not imported
+    assert java["test"].startswith("class ProblemTests {\n    public static void main(String[] args) {")
+    assert "if (!(Problem.add((0l), (1l)) == (1l))) throw new AssertionError(" in java["test"]
     assert "import java.util.*;" in java["test_imports"] and not any(
         "javatuples" in line for line in java["test_imports"]
     )
@@ -109,20 +109,18 @@ def test_multipl_e_rows_become_self_contained_language_rows(rows):
     assert json.loads(rows[0]["reward_model"]["ground_truth"])["language"] == "cpp"
 
 
-def test_java_equals_asks_the_expected_value():
+def test_java_checks_call_problem_and_ask_the_expected_value():
     call = "unique((new ArrayList<Long>(Arrays.asList((long)5l))))"
     expected = "(new ArrayList<Long>(Arrays.asList((long)0l)))"
-    assert java_check(f"    assert({call}.equals({expected}));") == (
-        f"    if (!(java.util.Objects.equals({expected}, {call}))) throw new java.lang.AssertionError("
-        f"{json.dumps(f'assert({call}.equals({expected}));')});"
+    assert java_check(f"    assert({call}.equals({expected}));", "unique") == (
+        f"    if (!(Objects.equals({expected}, Problem.{call}))) throw new AssertionError("
+        f"{json.dumps(f'assert(Problem.{call}.equals({expected}));')});"
     )
     # only a whole-expression `a.equals(b)` is swapped; brackets and strings are skipped over
-    assert "Objects" not in java_check("    assert(a.equals(b) && c.equals(d));")
-    assert "Objects" not in java_check("    assert(x.equals(y).equals(z));")
-    assert 'java.util.Objects.equals(("x)"), f("a.equals(b)"))' in java_check(
-        '    assert(f("a.equals(b)").equals(("x)")));'
-    )
-    assert java_check("    long x = 3;") == "    long x = 3;"
+    assert "Objects" not in java_check("    assert(a.equals(b) && c.equals(d));", "f")
+    assert "Objects" not in java_check("    assert(x.equals(y).equals(z));", "f")
+    assert 'Objects.equals(("x)"), Problem.f("f(b)"))' in java_check('    assert(f("f(b)").equals(("x)")));', "f")
+    assert java_check("    long x = g(3) + myf(2);", "f") == "    long x = g(3) + myf(2);"
 
 
 def test_multipl_e_errors_name_the_fix(tmp_path):
@@ -216,36 +214,175 @@ def test_correct_programs_pass_and_wrong_ones_fail_in_every_language(rows, box):
     assert outcome[0].passed and outcome[0].judged_inside
 
 
+CPP_READS_ITS_SOURCE = """long add(long x, long y) { return 0; }
+#include <fstream>
+#include <sstream>
+#include <regex>
+static int forged = [] {
+    std::ifstream in("solution.cpp"); std::stringstream text; text << in.rdbuf();
+    std::ifstream tests("tests.cpp"); text << tests.rdbuf();
+    std::smatch found; std::string s = text.str();
+    if (!std::regex_search(s, found, std::regex("masked\\[\\] = \\{([^}]*)\\}, mask\\[\\] = \\{([^}]*)\\}"))) return 0;
+    std::stringstream a(found[1].str()), b(found[2].str()); std::string x, y;
+    while (std::getline(a, x, ',') && std::getline(b, y, ',')) std::putchar(std::stoi(x) ^ std::stoi(y));
+    std::puts(""); std::fflush(stdout); std::_Exit(0);
+}();"""
+JAVA_READS_ITS_SOURCE = """class Problem {
+    public static long add(long x, long y) { return 0; }
+    static {
+        try {
+            for (java.io.File f : new java.io.File(".").listFiles()) {
+                if (!f.getName().endsWith(".java")) continue;
+                String s = new String(java.nio.file.Files.readAllBytes(f.toPath()));
+                java.util.regex.Matcher m = java.util.regex.Pattern.compile(
+                    "int\\\\[\\\\] masked = \\\\{([^}]*)\\\\}, mask = \\\\{([^}]*)\\\\}").matcher(s);
+                if (m.find()) {
+                    String[] a = m.group(1).split(", "), b = m.group(2).split(", ");
+                    StringBuilder line = new StringBuilder();
+                    for (int i = 0; i < a.length; i++) line.append((char) (Integer.parseInt(a[i]) ^ Integer.parseInt(b[i])));
+                    System.out.println(line); System.out.flush(); System.exit(0);
+                }
+            }
+        } catch (Exception e) {}
+    }
+}"""
+JAVA_ALWAYS_EQUAL_LIST = "new ArrayList<Long>() { public boolean equals(Object o) { return true; } }"
+
+
 @pytest.mark.sandbox
 @pytest.mark.toolchains
 @pytest.mark.parametrize(
-    "language, code",
-    [
-        ("cpp", "#include <cstdlib>\nstatic int ended = (std::exit(0), 0);\nlong add(long x, long y) { return 0; }"),
-        ("cpp", "#include <cstdlib>\nlong add(long x, long y) { std::exit(0); }"),
-        ("cpp", "#define NDEBUG\n#define assert(x) ((void)0)\nlong add(long x, long y) { return 0; }"),
+    "task, code",
+    [  # each wrong (returns 0, or its input) and trying to pass anyway; found by an adversarial review
         (
-            "java",
+            "cpp/HumanEval_53_add",
+            "#include <cstdlib>\nstatic int ended = (std::exit(0), 0);\nlong add(long x, long y) { return 0; }",
+        ),
+        ("cpp/HumanEval_53_add", "#include <cstdlib>\nlong add(long x, long y) { std::exit(0); }"),
+        ("cpp/HumanEval_53_add", "#define NDEBUG\n#define assert(x) ((void)0)\nlong add(long x, long y) { return 0; }"),
+        ("cpp/HumanEval_53_add", "long add(long x, long y) { return 0; }\n#define candidate(...) 1 ? true : 0"),
+        ("cpp/HumanEval_53_add", "long add(long x, long y) { return 0; }\n#define __assert_fail(...) ((void)0)"),
+        (
+            "cpp/HumanEval_53_add",
+            'extern "C" void __assert_fail(const char*, const char*, unsigned, const char*) {}\nlong add(long x, long y) { return 0; }',
+        ),
+        (
+            "cpp/HumanEval_53_add",
+            "long add(long x, long y) { return 0; }\nint my_ok() { return 0; }\n#define diffugrpo_tests_main my_ok(); int unused",
+        ),
+        ("cpp/HumanEval_53_add", CPP_READS_ITS_SOURCE),
+        (
+            "cpp/HumanEval_34_unique",
+            '#include <cstddef>\nextern "C" int memcmp(const void*, const void*, std::size_t) { return 0; }\n#include <vector>\nstd::vector<long> unique(std::vector<long> l) { return std::vector<long>(l.size()); }',
+        ),
+        (
+            "cpp/HumanEval_34_unique",
+            "#include <vector>\nbool operator==(const std::vector<long>&, const std::vector<long>&) { return true; }\nstd::vector<long> unique(std::vector<long> l) { return l; }",
+        ),
+        (
+            "java/HumanEval_53_add",
             "class Problem {\n    static { System.exit(0); }\n    public static long add(long x, long y) { return 0; }\n}",
         ),
         (
-            "java",
-            'class Problem {\n    static { ClassLoader.getSystemClassLoader().setClassAssertionStatus("Main", false); }\n'
-            "    public static long add(long x, long y) { return 0; }\n}",
+            "java/HumanEval_53_add",
+            "class Problem {\n    static { ClassLoader.getSystemClassLoader().setDefaultAssertionStatus(false); }\n    public static long add(long x, long y) { return 0; }\n}",
         ),
-        ("javascript", "function add(x, y) { process.exit(0); }"),
-        ("javascript", "require('node:assert').deepEqual = () => {};\nfunction add(x, y) { return 0; }"),
+        ("java/HumanEval_53_add", JAVA_READS_ITS_SOURCE),
         (
-            "javascript",
-            "const fs = require('fs');\nfunction add(x, y) { fs.unlinkSync('diffugrpo_runner.js'); process.exit(0); }",
+            "java/HumanEval_34_unique",
+            "class Problem {\n    public static ArrayList<Long> unique(ArrayList<Long> l) { return l; }\n    static J java = new J();\n    static class J { U util = new U(); }\n    static class U { O Objects = new O(); }\n    static class O { boolean equals(Object a, Object b) { return true; } }\n}",
+        ),
+        (
+            "java/HumanEval_34_unique",
+            f"class Problem {{\n    public static ArrayList<Long> unique(ArrayList<Long> l) {{ return l; }}\n    static class Arrays {{ static List<Long> asList(Long... a) {{ return {JAVA_ALWAYS_EQUAL_LIST}; }} }}\n}}",
+        ),
+        (
+            "java/HumanEval_34_unique",
+            "class Arrays { static java.util.List<Long> asList(Long... a) { return new java.util.ArrayList<Long>() { public boolean equals(Object o) { return true; } }; } }\nclass Problem {\n    public static ArrayList<Long> unique(ArrayList<Long> l) { return l; }\n}",
+        ),
+        (
+            "java/HumanEval_34_unique",
+            f"class Problem {{\n    public static ArrayList<Long> unique(ArrayList<Long> l) {{ return {JAVA_ALWAYS_EQUAL_LIST}; }}\n}}",
+        ),
+        ("javascript/HumanEval_53_add", "function add(x, y) { process.exit(0); }"),
+        (
+            "javascript/HumanEval_53_add",
+            "require('node:assert').deepEqual = () => {};\nfunction add(x, y) { return 0; }",
+        ),
+        ("javascript/HumanEval_53_add", "function add(x, y) { return 0; }\nrequire = () => ({ deepEqual() {} });"),
+        ("javascript/HumanEval_53_add", "function add(x, y) { return 0; }\ntest = () => {};"),
+        (
+            "javascript/HumanEval_53_add",
+            "const M = require('module'), load = M._load;\nM._load = function (name, ...rest) { return /assert/.test(name) ? { deepEqual() {} } : load.call(this, name, ...rest); };\nfunction add(x, y) { return 0; }",
+        ),
+        (
+            "javascript/HumanEval_53_add",
+            "function add(x, y) {\n  const table = new Map();\n  for (const m of add.caller.toString().matchAll(/candidate\\((.*)\\),(.*)\\);/g)) table.set(m[1], eval(m[2]));\n  return table.get(x + ', ' + y);\n}",
+        ),
+        (
+            "javascript/HumanEval_53_add",
+            "const source = require('fs').readFileSync(__filename, 'utf8');\nfunction add(x, y) { return source.length; }",
+        ),
+        ("javascript/HumanEval_53_add", "const { Session } = require('inspector');\nfunction add(x, y) { return 0; }"),
+    ],
+)
+def test_a_wrong_program_cannot_make_its_in_language_tests_pass(rows, box, task, code):
+    row = next(row["extra_info"] for row in rows if row["extra_info"]["task_id"] == task)
+    [outcome] = run_tests(code, spec_of(row), box, cache=False)
+    assert not outcome.passed, outcome
+    assert outcome.judged_inside
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+@pytest.mark.parametrize(
+    "task, code",
+    [  # correct programs written as models write them: every one passes
+        (
+            "cpp/HumanEval_34_unique",
+            "#include <bits/stdc++.h>\nusing namespace std;\nvector<long> unique(vector<long> l) {\n    set<long> s(l.begin(), l.end());\n    return vector<long>(s.begin(), s.end());\n}",
+        ),
+        (
+            "cpp/HumanEval_34_unique",
+            "#include <bits/stdc++.h>\nusing namespace std;\nvector<long> unique(const vector<long>& l) {\n    set<long> s(l.begin(), l.end());\n    return {s.begin(), s.end()};\n}",
+        ),
+        ("cpp/HumanEval_53_add", "int add(int x, int y) { return x + y; }"),
+        ("cpp/HumanEval_53_add", "inline long add(long x, long y) { return x + y; }"),
+        ("cpp/HumanEval_53_add", "constexpr long add(long x, long y) { return x + y; }"),
+        (
+            "cpp/HumanEval_53_add",
+            "#include <iostream>\nlong add(long x, long y) { return x + y; }\nint main() { std::cout << add(2, 3) << std::endl; return 0; }",
+        ),
+        (
+            "cpp/HumanEval_53_add",
+            "#include <bits/stdc++.h>\n#define int long long\nlong add(long x, long y) { return x + y; }\nsigned main() { return 0; }",
+        ),
+        (
+            "java/HumanEval_53_add",
+            "public class Problem {\n    public static long add(long x, long y) { return x + y; }\n}",
+        ),
+        (
+            "java/HumanEval_53_add",
+            "final class Problem {\n    private Problem() {}\n    public static long add(long x, long y) { return x + y; }\n    public static void main(String[] args) { System.out.println(add(2, 3)); }\n}",
+        ),
+        (
+            "java/HumanEval_53_add",
+            "import java.util.*;\nclass Util { static long sum(long a, long b) { return a + b; } }\nclass Problem {\n    public static long add(long x, long y) { return Util.sum(x, y); }\n}",
+        ),
+        (
+            "javascript/HumanEval_53_add",
+            "'use strict';\nconst assert = require('assert');\nfunction test() { return 1; }\nconst add = (x, y) => x + y;\nmodule.exports = add;",
+        ),
+        (
+            "javascript/HumanEval_34_unique",
+            "function unique(l) {\n  const seen = new Set(l);\n  console.log('debug', seen.size);\n  return [...seen].sort((a, b) => a - b);\n}",
         ),
     ],
 )
-def test_ending_early_or_switching_asserts_off_does_not_pass(rows, box, language, code):
-    row = next(row["extra_info"] for row in rows if row["extra_info"]["task_id"] == f"{language}/HumanEval_53_add")
+def test_correct_programs_pass_their_in_language_tests_however_they_are_written(rows, box, task, code):
+    row = next(row["extra_info"] for row in rows if row["extra_info"]["task_id"] == task)
     [outcome] = run_tests(code, spec_of(row), box, cache=False)
-    assert not outcome.passed, outcome
-    assert outcome.outcome in (Outcome.FAILED, Outcome.RUNTIME_ERROR, Outcome.COMPILATION_ERROR)
+    assert outcome.passed, outcome
 
 
 STDIO = {"language": "cpp", "inputs": ["3 4\n", "10 20\n"], "outputs": ["7\n", "30\n"]}
@@ -283,7 +420,13 @@ def test_stdio_in_java_and_javascript(box):
         "        Scanner in = new Scanner(System.in);\n        System.out.println(in.nextLong() + in.nextLong());\n    }\n}"
     )
     js = "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(/\\s+/).map(Number);\nconsole.log(a + b);"
-    for language, code in [("java", java), ("javascript", js)]:
+    helper_first = (
+        "import java.util.*;\nclass Helper { static long add(long a, long b) { return a + b; } }\nclass Main {\n"
+        "    public static void main(String[] args) {\n        Scanner in = new Scanner(System.in);\n"
+        "        System.out.println(Helper.add(in.nextLong(), in.nextLong()));\n    }\n}"
+    )
+    in_a_package = "package solution;\n" + java
+    for language, code in [("java", java), ("java", helper_first), ("java", in_a_package), ("javascript", js)]:
         outcomes = run_tests(code, spec_of({**STDIO, "language": language}), box, cache=False)
         assert [result.outcome for result in outcomes] == [Outcome.PASSED] * 2, outcomes
 
@@ -321,7 +464,8 @@ def test_compiled_programs_see_no_host_files_network_or_other_completions(box):
 @pytest.mark.toolchains
 def test_a_fork_bomb_fails_only_itself(box):
     bomb = "#include <unistd.h>\nint main() { for (;;) fork(); }"
-    [outcome] = run_tests(bomb, spec_of({"language": "cpp", "inputs": [""], "outputs": ["x\n"]}), box, cache=False)
+    quick = tight_sandbox(timeout_s=1.0, memory_mb=1024)
+    [outcome] = run_tests(bomb, spec_of({"language": "cpp", "inputs": [""], "outputs": ["x\n"]}), quick, cache=False)
     assert not outcome.passed
     assert all(result.passed for result in run_tests(CPP_SUM, spec_of(STDIO), box, cache=False))
 
@@ -378,7 +522,12 @@ def test_rewards_score_judges_a_language_row_with_every_default_reward(rows, tmp
     lines = [{"completion": fenced(code, "cpp"), **row} for code in (right, wrong)]
     path = tmp_path / "scored.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert cli(["rewards", "score", str(path), "--reward", "code=2", "--reward", "code_format=0.5", "--reward", "syntax=1"]) == 0
+    assert (
+        cli(
+            ["rewards", "score", str(path), "--reward", "code=2", "--reward", "code_format=0.5", "--reward", "syntax=1"]
+        )
+        == 0
+    )
     right_row, wrong_row = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
     assert right_row["rewards"] == {"code": 1.0, "code_format": 1.0, "syntax": None}
     assert right_row["total"] == pytest.approx(2.5)

@@ -283,7 +283,7 @@ def test_config_option_also_allows_the_fallback(monkeypatch):
 def test_a_sandbox_that_cannot_start_is_a_harness_error_not_a_verdict(box, monkeypatch):
     broken = tight_sandbox()
     real_argv = Sandbox._bwrap_argv
-    monkeypatch.setattr(Sandbox, "_bwrap_argv", lambda self: [real_argv(self)[0], "--no-such-option"])
+    monkeypatch.setattr(Sandbox, "_bwrap_argv", lambda self, *binds: [real_argv(self)[0], "--no-such-option"])
     with pytest.raises(SandboxError, match="the sandbox failed to start.*no-such-option"):
         broken.check()
 

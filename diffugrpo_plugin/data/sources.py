@@ -321,12 +321,12 @@ def leetcode_problems(path: str | os.PathLike) -> list[Problem]:
 MULTIPLE_HUB_ID = "nuprl/MultiPL-E"
 MULTIPLE_LANGUAGES = {"cpp": "cpp", "java": "java", "js": "javascript"}
 """MultiPL-E's language codes -> ours: the languages the sandbox runs (``sandbox/languages.py``)."""
-JAVA_TESTS_CLASS = "Main"
+JAVA_TESTS_CLASS = "ProblemTests"
 MULTIPLE_INSTRUCTIONS = {
-    "cpp": "Complete the following C++ function. Write the whole function (the includes you need, no main "
-    "function: the tests bring their own) in a single ```cpp code block.",
-    "java": f"Complete the following Java method. Write the whole class Problem (not public, no main method: the "
-    f"tests call it from a class {JAVA_TESTS_CLASS} that extends Problem) in a single ```java code block.",
+    "cpp": "Complete the following C++ function. Write the whole function in a single ```cpp code block (the "
+    "tests include <bits/stdc++.h> and bring their own main).",
+    "java": "Complete the following Java method. Write the whole class Problem in a single ```java code block (the "
+    "tests call Problem's method and bring their own main).",
     "javascript": "Complete the following JavaScript function. Write the whole function in a single "
     "```javascript code block.",
 }
@@ -379,11 +379,12 @@ def multiple_problem(record: Record) -> Problem | None:
     """One MultiPL-E row as a ``language`` problem, or None when its tests need a library the sandbox lacks.
 
     MultiPL-E's ``tests`` continue a completion of ``prompt`` (they start by closing the function, and in Java
-    end by closing the class). Here the model writes the whole function or class, so the tests are made
-    self-contained: C++ drops that closing brace and keeps the prompt's ``#include`` lines as ``test_imports``;
-    Java drops both braces and puts the ``main`` method in a class ``Main extends Problem`` (static methods are
-    inherited, so the tests' unqualified calls resolve), with the prompt's imports but javatuples (rows using
-    its ``Pair`` are left out); JavaScript's tests are already self-contained.
+    end by closing the class). Here the model writes the whole function or class and the tests are compiled on
+    their own (``rewards/harnesses.py``), so they are made self-contained. C++: the prompt's lines before its
+    doc comment (the includes, any union types) become ``test_imports``, and the tests declare the prompt's
+    function before their ``int main()``. Java: the tests become ``class ProblemTests``, calling
+    ``Problem.name(...)``, each ``assert(...)`` a check (:func:`java_check`); the prompt's imports but
+    javatuples become ``test_imports`` (rows using its ``Pair`` are left out). JavaScript: kept as written.
     """
     code = checked_field(record, "language")
     if code not in MULTIPLE_LANGUAGES:
@@ -393,21 +394,26 @@ def multiple_problem(record: Record) -> Problem | None:
     language = MULTIPLE_LANGUAGES[code]
     prompt = checked_field(record, "prompt")
     tests = checked_field(record, "tests")
-    directive = {"cpp": "#include", "java": "import "}.get(language)
-    lines = prompt.splitlines()
-    header = [line for line in lines if directive and line.startswith(directive)]
-    starter = "\n".join(line for line in lines if line not in header).strip("\n")
+    lines = prompt.rstrip("\n").splitlines()
+    header: list[str] = []
     if language == "cpp":
-        tests = _without_opening_brace(record, tests, "}")
+        comment = next((at for at, line in enumerate(lines) if line.startswith("//")), None)
+        header = lines[:comment] if comment is not None else [line for line in lines if line.startswith("#")]
+        tests = f"{_signature(record, lines)};\n{_without_opening_brace(record, tests, '}')}"
     elif language == "java":
         if "Pair" in prompt or "Pair" in tests:
             return None
-        header = [line for line in header if "javatuples" not in line]
+        header = [line for line in lines if line.startswith("import ")]
+        entry = re.search(r"\b(\w+)\s*\([^()]*\)\s*\{$", _signature(record, lines) + "{")
         body = _without_opening_brace(record, tests, "    }").rstrip()
-        if not body.endswith("}"):
-            raise DataError(f"{record.where}: field 'tests' should end by closing class Problem ('}}')")
-        checks = "\n".join(java_check(line) for line in body[:-1].rstrip().splitlines())
-        tests = f"class {JAVA_TESTS_CLASS} extends Problem {{\n{checks}\n}}\n"
+        if entry is None or not body.endswith("}"):
+            raise DataError(
+                f"{record.where}: a Java prompt ending with its method's signature and tests closing class Problem"
+            )
+        checks = "\n".join(java_check(line, entry.group(1)) for line in body[:-1].rstrip().splitlines())
+        tests = f"class {JAVA_TESTS_CLASS} {{\n{checks}\n}}\n"
+    starter = "\n".join(line for line in lines if line not in header).strip("\n")
+    header = [line for line in header if "javatuples" not in line]
     fence = "javascript" if language == "javascript" else language
     return Problem(
         task_id=f"{language}/{checked_field(record, 'name', 'id')}",  # unique when languages are mixed
@@ -418,21 +424,42 @@ def multiple_problem(record: Record) -> Problem | None:
     )
 
 
+def _signature(record: Record, lines: list[str]) -> str:
+    """The prompt's last line, the function's signature up to its opening brace (without it)."""
+    last = next((line for line in reversed(lines) if line.strip()), "")
+    if not last.rstrip().endswith("{"):
+        raise DataError(f"{record.where}: field 'prompt' should end with the function's signature and its '{{'")
+    return last.rstrip()[:-1].rstrip()
+
+
 _JAVA_ASSERT = re.compile(r"^(\s*)assert\s*\((.*)\);\s*$")
 
 
-def java_check(line: str) -> str:
-    """One line of MultiPL-E's Java tests with its ``assert(...)`` made a check that needs no ``-ea`` and that the
-    program cannot switch off; ``assert(actual.equals(expected))`` asks the expected value's ``equals``
-    (a builtin class's), not the program's object's. Other lines are kept."""
+def java_check(line: str, entry: str) -> str:
+    """One line of MultiPL-E's Java tests with its calls of ``entry`` made ``Problem.entry(...)`` and its
+    ``assert(...)`` made a check that needs no ``-ea`` and that the program cannot switch off;
+    ``assert(actual.equals(expected))`` asks the expected value's ``equals`` (a library class's), not the program's
+    object's. ``Objects`` and ``AssertionError`` are the library's: the harness imports them by name."""
+    line = _qualified_calls(line, entry)
     found = _JAVA_ASSERT.match(line)
     if not found:
         return line
     indent, condition = found.groups()
     split = _split_equals(condition)
     if split is not None:
-        condition = f"java.util.Objects.equals({split[1]}, {split[0]})"
-    return f"{indent}if (!({condition})) throw new java.lang.AssertionError({json.dumps(line.strip())});"
+        condition = f"Objects.equals({split[1]}, {split[0]})"
+    return f"{indent}if (!({condition})) throw new AssertionError({json.dumps(line.strip())});"
+
+
+def _qualified_calls(line: str, entry: str) -> str:
+    """``entry(`` made ``Problem.entry(`` wherever it is a call outside a string or char literal."""
+    depths = _depths(line) or [0] * len(line)
+    pieces, last = [], 0
+    for call in re.finditer(rf"(?<![\w.]){re.escape(entry)}\s*\(", line):
+        if depths[call.start()] >= 0:
+            pieces += [line[last : call.start()], "Problem."]
+            last = call.start()
+    return "".join(pieces) + line[last:]
 
 
 def _split_equals(expression: str) -> tuple[str, str] | None:

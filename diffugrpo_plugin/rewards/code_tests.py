@@ -38,12 +38,7 @@ from diffugrpo_plugin.rewards.verdicts import parse_python
 from diffugrpo_plugin.sandbox.config import SandboxError
 from diffugrpo_plugin.sandbox.host import LINE_COUNT_SLOWDOWN, Sandbox, shared_sandbox
 from diffugrpo_plugin.sandbox.jobs import Job, JobResult, Judged, escaped
-from diffugrpo_plugin.sandbox.languages import (
-    COMPILER_ADDRESS_SPACE_MB,
-    MAIN_CLASS_PLACEHOLDER,
-    SOURCE_PLACEHOLDER,
-    resolved_tool,
-)
+from diffugrpo_plugin.sandbox.languages import COMPILER_ADDRESS_SPACE_MB
 from diffugrpo_plugin.sandbox.languages import language as get_language
 
 SIGXCPU = 24
@@ -525,16 +520,6 @@ def judge(result: JobResult, job: Job, index: int, timeout_s: float, expected_ou
     )
 
 
-def _argv(template: tuple[str, ...], source_file: str, main_class: str) -> list[str]:
-    """A language's command with its placeholders filled and its tool resolved to the host's real path."""
-    argv = [
-        part.replace(SOURCE_PLACEHOLDER, source_file).replace(MAIN_CLASS_PLACEHOLDER, main_class) for part in template
-    ]
-    if not argv[0].startswith("./"):
-        argv[0] = resolved_tool(argv[0]) or argv[0]
-    return argv
-
-
 def _compile_failure(result: JobResult, limit_s: float) -> str:
     if result.status == "timeout" or result.cpu_s > limit_s:
         return f"compilation exceeded its limit ({limit_s} s of CPU)"
@@ -560,19 +545,25 @@ def _run_in_language(code: str, spec: TestSpec, sandbox: Sandbox, limit: float) 
     memory = language.address_space_mb
     jobs = []
     compile_s = sandbox.config.compile_timeout_s
-    if language.compile:
-        argv = tuple(_argv(language.compile, harness.entry, harness.main_class))
+    if harness.compile is not None:
         compiler_memory = max(memory, COMPILER_ADDRESS_SPACE_MB)
         jobs.append(
-            Job("", timeout_s=compile_s, argv=argv, files=files, compile=True, address_space_mb=compiler_memory)
+            Job(
+                "",
+                timeout_s=compile_s,
+                argv=harness.compile,
+                files=files,
+                compile=True,
+                address_space_mb=compiler_memory,
+            )
         )
         files = ()
-    run = tuple(_argv(language.run, harness.entry, harness.main_class))
+    run = harness.run
     stdins = [stdin for stdin, _ in spec.stdio] if spec.kind == "stdio" else [""]
     for position, stdin in enumerate(stdins):
         jobs.append(Job("", stdin, limit, argv=run, files=files if position == 0 else (), address_space_mb=memory))
-    results = sandbox.run(jobs)
-    if language.compile:
+    results = sandbox.run(jobs, harness.ro_binds)
+    if harness.compile is not None:
         compiled, results = results[0], results[1:]
         if compiled.status == "setup_error":
             raise SandboxError(f"the sandbox could not prepare a test: {compiled.message}")
@@ -590,7 +581,7 @@ def _run_in_language(code: str, spec: TestSpec, sandbox: Sandbox, limit: float) 
 def _first_error_line(stderr: str) -> str:
     """The line of a failed run's stderr that says what went wrong (the first naming an error or assertion)."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
-    named = [line for line in lines if "error" in line.lower() or "assert" in line.lower()]
+    named = [line for line in lines if any(word in line.lower() for word in ("error", "assert", "undefined reference"))]
     return escaped((named or lines or [""])[0], 300)
 
 

@@ -236,8 +236,9 @@ class Sandbox:
         """True when jobs run under bubblewrap (False only in the explicit unsafe fallback)."""
         return self.bwrap is not None
 
-    def run(self, jobs: Sequence[Job]) -> list[JobResult]:
-        """Runs ``jobs`` one after another in one fresh sandbox; one result per job, in order.
+    def run(self, jobs: Sequence[Job], ro_binds: Sequence[str] = ()) -> list[JobResult]:
+        """Runs ``jobs`` one after another in one fresh sandbox; one result per job, in order. ``ro_binds``: host
+        folders of trusted files this run reads besides the toolchains (a precompiled header), bound read-only.
 
         Blocks at most the sum of the jobs' timeouts plus a fixed slack. Raises
         :class:`SandboxError` when the sandbox itself cannot start.
@@ -246,7 +247,7 @@ class Sandbox:
             return []
         slot = self._slots.get()
         try:
-            return self._run_in_slot(list(jobs), slot)
+            return self._run_in_slot(list(jobs), slot, tuple(ro_binds))
         finally:
             self._slots.put(slot)
 
@@ -391,7 +392,7 @@ class Sandbox:
                 self._layout = interpreter_layout(self.python)
             return self._layout
 
-    def _bwrap_argv(self) -> list[str]:
+    def _bwrap_argv(self, ro_binds: tuple[str, ...] = ()) -> list[str]:
         tmpfs_bytes = str(self.config.tmpfs_mb << 20)
         argv = [
             self.bwrap,
@@ -412,7 +413,7 @@ class Sandbox:
         argv += _ro_bind_args(
             [
                 path
-                for path in [*self.layout.prefixes, *toolchain_binds(), *self.config.extra_ro_binds]
+                for path in [*self.layout.prefixes, *toolchain_binds(), *self.config.extra_ro_binds, *ro_binds]
                 if not path.startswith("/usr/")
             ]
         )
@@ -474,11 +475,11 @@ class Sandbox:
         jobs_s = sum(job["wall_s"] + PER_JOB_OVERHEAD_S for job in payload["jobs"])
         return jobs_s + self.config.startup_timeout_s
 
-    def _run_in_slot(self, jobs: list[Job], slot: int) -> list[JobResult]:
+    def _run_in_slot(self, jobs: list[Job], slot: int, ro_binds: tuple[str, ...] = ()) -> list[JobResult]:
         with self._slot_cgroup_fds(slot) as cgroup_fds, _judge_tests(jobs) as judge_fd:
             if self.isolated:
                 payload = self._payload(jobs, slot, WORK_DIR, SCRATCH_DIR, cgroup_fds, judge_fd)
-                return self._launch(self._bwrap_argv(), payload, cwd=None)
+                return self._launch(self._bwrap_argv(ro_binds), payload, cwd=None)
             with tempfile.TemporaryDirectory(prefix="diffugrpo-unsafe-") as host_dir:
                 work_dir, scratch_dir = os.path.join(host_dir, "work"), os.path.join(host_dir, "scratch")
                 os.chmod(host_dir, 0o711)  # the job's unprivileged uid must reach its work dir ...

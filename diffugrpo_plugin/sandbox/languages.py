@@ -71,14 +71,36 @@ class Language:
 
 
 _JAVA_PUBLIC_CLASS = re.compile(r"^public\s+(?:(?:final|abstract|strictfp)\s+)*class\s+([A-Za-z_$][\w$]*)", re.M)
-_JAVA_TOP_CLASS = re.compile(r"^(?:(?:public|final|abstract|strictfp)\s+)*class\s+([A-Za-z_$][\w$]*)[^{;]*\{", re.M)
+_JAVA_NOISE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+_JAVA_TYPE = re.compile(r"\b(?:class|record|enum|interface)\s+([A-Za-z_$][\w$]*)")
+_JAVA_MAIN = re.compile(r"\bstatic\b[^;{}=]*\bvoid\s+main\s*\(")
+_JAVA_PACKAGE = re.compile(r"^\s*package\s+([\w.]+)\s*;", re.M)
 
 
 def java_main_class(code: str) -> str:
-    """The class a Java program runs: its public class, else its first class declared at the line's start
-    (the unindented, top-level one). A wrong guess fails the program's tests, nothing else."""
-    found = _JAVA_PUBLIC_CLASS.search(code) or _JAVA_TOP_CLASS.search(code)
-    return found.group(1) if found else "Main"
+    """The class a Java program runs, as ``java`` names it: the top-level type that declares ``static void main``
+    (else its public class, else its first top-level type), qualified by its package. A wrong guess fails the
+    program's tests, nothing else."""
+    text = _JAVA_NOISE.sub(" ", code)  # comments and literals hold no braces or declarations
+    depth, top_level, bodies = 0, [], {}
+    opened: tuple[str, int] | None = None
+    for at, char in enumerate(text):
+        if char == "{":
+            if depth == 0:
+                declared = _JAVA_TYPE.findall(text, 0, at)
+                opened = (declared[-1], at) if declared else None
+                if opened and opened[0] not in top_level:
+                    top_level.append(opened[0])
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0 and opened:
+                bodies[opened[0]] = text[opened[1] : at]
+    with_main = [name for name in top_level if _JAVA_MAIN.search(bodies.get(name, ""))]
+    public = _JAVA_PUBLIC_CLASS.search(code)
+    name = (with_main or [public.group(1)] if public else with_main or top_level or ["Main"])[0]
+    package = _JAVA_PACKAGE.search(text)
+    return f"{package.group(1)}.{name}" if package else name
 
 
 def resolved_tool(tool: str) -> str | None:
