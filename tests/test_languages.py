@@ -533,3 +533,16 @@ def test_rewards_score_judges_a_language_row_with_every_default_reward(rows, tmp
     assert right_row["total"] == pytest.approx(2.5)
     assert right_row["reasons"]["syntax"]["kind"] == "not_applicable"
     assert wrong_row["rewards"]["code"] == 0.0 and wrong_row["total"] == pytest.approx(0.5)
+
+
+def test_multipl_e_loads_the_hub_config_by_its_real_path(monkeypatch):
+    import datasets  # installed with verl
+
+    calls = []
+    records = [json.loads(line) for line in FIXTURE.read_text().splitlines() if '"language": "cpp"' in line]
+    monkeypatch.setattr(
+        datasets, "load_dataset", lambda *args, **kwargs: calls.append((args, kwargs)) or [dict(r) for r in records]
+    )
+    rows = prepare("multipl-e", "test", config="humaneval-cpp")
+    assert calls == [(("nuprl/MultiPL-E", "humaneval-cpp"), {"split": "test"})]
+    assert [row["extra_info"]["task_id"] for row in rows] == ["cpp/HumanEval_53_add", "cpp/HumanEval_34_unique"]
