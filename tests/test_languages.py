@@ -53,6 +53,28 @@ SOLUTIONS = {  # (task, language) -> a correct completion, and a wrong one
         "function add(x, y) {\n  return x + y;\n}",
         "function add(x, y) { return x + y + 1; }",
     ),
+    ("HumanEval_111_histogram", "cpp"): (
+        "std::map<std::string, long> histogram(std::string test) {\n"
+        "    std::map<std::string, long> count;\n    std::stringstream words(test);\n    std::string word;\n"
+        "    while (words >> word) count[word]++;\n    long most = 0;\n"
+        "    for (auto& [letter, n] : count) most = std::max(most, n);\n    std::map<std::string, long> out;\n"
+        "    for (auto& [letter, n] : count) if (n == most) out[letter] = n;\n    return out;\n}",
+        "std::map<std::string, long> histogram(std::string test) { return {}; }",
+    ),
+    ("HumanEval_111_histogram", "java"): (
+        "class Problem {\n    public static HashMap<String,Long> histogram(String test) {\n"
+        "        HashMap<String,Long> count = new HashMap<>();\n"
+        '        for (String word : test.split(" ")) if (!word.isEmpty()) count.merge(word, 1L, Long::sum);\n'
+        "        long most = count.values().stream().mapToLong(Long::longValue).max().orElse(0);\n"
+        "        HashMap<String,Long> out = new HashMap<>();\n"
+        "        count.forEach((letter, n) -> { if (n == most) out.put(letter, n); });\n        return out;\n    }\n}",
+        "class Problem {\n    public static HashMap<String,Long> histogram(String test) { return new HashMap<>(); }\n}",
+    ),
+    ("mbpp_3_is_not_prime", "cpp"): (
+        "bool is_not_prime(long n) {\n    if (n < 2) return true;\n"
+        "    for (long d = 2; d * d <= n; ++d) if (n % d == 0) return true;\n    return false;\n}",
+        "bool is_not_prime(long n) { return false; }",
+    ),
     ("HumanEval_34_unique", "javascript"): (
         "function unique(l) {\n  return [...new Set(l)].sort((a, b) => a - b);\n}",
         "function unique(l) { return l; }",
@@ -90,10 +112,14 @@ def test_multipl_e_rows_become_self_contained_language_rows(rows):
         ("java/HumanEval_34_unique", "java"),
         ("javascript/HumanEval_53_add", "javascript"),
         ("javascript/HumanEval_34_unique", "javascript"),
+        ("cpp/HumanEval_111_histogram", "cpp"),
+        ("java/HumanEval_111_histogram", "java"),
+        ("cpp/mbpp_3_is_not_prime", "cpp"),
     ]
     cpp, java, js = rows[0]["extra_info"], rows[2]["extra_info"], rows[4]["extra_info"]
     # C++: the function-closing brace is gone; the tests declare the function, then main; includes -> test_imports
     assert cpp["test"].startswith("long add(long x, long y);\nint main() {\n    auto candidate = add;")
+    assert 'if (!(Problem.add((0l), (1l)) == (1l))) throw new AssertionError("test 1 failed");' in java["test"]
     assert cpp["test_imports"] == ["#include<assert.h>", "#include<bits/stdc++.h>"]
     prompt = rows[0]["prompt"][0]["content"]
     assert "```cpp\n// Add two numbers x and y" in prompt and "long add(long x, long y) {\n```" in prompt
@@ -112,9 +138,9 @@ def test_multipl_e_rows_become_self_contained_language_rows(rows):
 def test_java_checks_call_problem_and_ask_the_expected_value():
     call = "unique((new ArrayList<Long>(Arrays.asList((long)5l))))"
     expected = "(new ArrayList<Long>(Arrays.asList((long)0l)))"
-    assert java_check(f"    assert({call}.equals({expected}));", "unique") == (
-        f"    if (!(Objects.equals({expected}, Problem.{call}))) throw new AssertionError("
-        f"{json.dumps(f'assert(Problem.{call}.equals({expected}));')});"
+    # a failed check says its number only: the expected value stays out of what a program could catch
+    assert java_check(f"    assert({call}.equals({expected}));", "unique", 3) == (
+        f'    if (!(Objects.equals({expected}, Problem.{call}))) throw new AssertionError("test 3 failed");'
     )
     # only a whole-expression `a.equals(b)` is swapped; brackets and strings are skipped over
     assert "Objects" not in java_check("    assert(a.equals(b) && c.equals(d));", "f")
@@ -150,7 +176,7 @@ def test_language_rows_survive_parquet_and_the_cli(rows, tmp_path, capsys):
         == 0
     )
     printed = capsys.readouterr()
-    assert "test: 6 rows" in printed.out
+    assert "test: 9 rows" in printed.out
     assert "left out 1 rows whose tests use javatuples" in printed.err
 
 
@@ -246,6 +272,11 @@ JAVA_READS_ITS_SOURCE = """class Problem {
         } catch (Exception e) {}
     }
 }"""
+CPP_FORK_ORACLE = "#include <unistd.h>\n#include <sys/wait.h>\nlong add(long x, long y) {\n    for (long v = -20; v < 200; ++v) {\n        pid_t p = fork();\n        if (p == 0) return v;  // child: answer v and let the tests go on\n        int st; waitpid(p, &st, 0);\n        if (WIFEXITED(st) && WEXITSTATUS(st) == 0) _exit(0);  // that child got through every test\n    }\n    _exit(1);\n}"
+CPP_JUMPS_PAST_THE_TESTS = 'extern "C" int runner_main() __asm__("main");  // the runner\'s main (a string: -Dmain does not rename it)\nlong add(long x, long y) {\n    unsigned long *slot = (unsigned long *)__builtin_frame_address(0);\n    unsigned long start = (unsigned long)&runner_main;\n    for (int i = 0; i < 4096; ++i, ++slot)\n        if (*slot > start && *slot < start + 64)  // the return address of main\'s call of the tests\n            asm volatile("mov %0, %%rsp\\n\\tjmp *%1" :: "r"(slot + 1), "r"(*slot));\n    return 0;\n}'
+CPP_UNIQUE_SYMBOLS_REPLACE_THE_MAP = '#include <bits/stdc++.h>\n// STB_GNU_UNIQUE (\'u\' in nm) copies of the two insert-position helpers the tests\' std::map literals use: the\n// localisation keeps them global (it keeps the program\'s \'u\' symbols the tests also define), and the linker\n// prefers a unique (global) definition over the tests\' weak one. Every map the tests build stays empty.\n#define HELPER(name) asm(".text\\n.globl " name "\\n.type " name ", @gnu_unique_object\\n" name ":\\n xor %eax, %eax\\n xor %edx, %edx\\n ret\\n");\nHELPER("_ZNSt8_Rb_treeINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt4pairIKS5_lESt10_Select1stIS8_ESt4lessIS5_ESaIS8_EE24_M_get_insert_unique_posERS7_")\nHELPER("_ZNSt8_Rb_treeINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEESt4pairIKS5_lESt10_Select1stIS8_ESt4lessIS5_ESaIS8_EE29_M_get_insert_hint_unique_posESt23_Rb_tree_const_iteratorIS8_ERS7_")\nstd::map<std::string, long> histogram(std::string test) { return {}; }'
+JAVA_CALLS_THE_TESTS_FOR_THEIR_FAILURES = 'import java.util.*;\nimport java.util.regex.*;\nclass Problem {\n    static Map<String, Long> known = new HashMap<>();\n    static boolean learning = false;\n    public static long add(long x, long y) {\n        if (!learning) {\n            learning = true;\n            for (int i = 0; i < 100; i++) {\n                try { ProblemTests.main(new String[0]); break; }  // the tests, run again from here\n                catch (AssertionError e) {  // its message is the failed line, expected value included\n                    Matcher m = Pattern.compile("add\\\\(\\\\((-?\\\\d+)l\\\\), \\\\((-?\\\\d+)l\\\\)\\\\) == \\\\((-?\\\\d+)l\\\\)").matcher(e.getMessage());\n                    if (!m.find()) break;\n                    known.put(m.group(1) + "," + m.group(2), Long.parseLong(m.group(3)));\n                }\n            }\n            learning = false;\n        }\n        return known.getOrDefault(x + "," + y, 0L);\n    }\n}'
+JS_REQUIRES_A_FILE_FOR_THE_INSPECTOR = "const fs = require('fs');\nfs.writeFileSync('/tmp/x.js', \"module.exports = require('inspector');\");  // a file's own require is node's\nconst inspector = require('/tmp/x.js');\nconst session = new inspector.Session();\nsession.connect();\nconst scripts = [];\nsession.on('Debugger.scriptParsed', (m) => scripts.push(m.params));\nsession.post('Debugger.enable');\nfor (const script of scripts) if (/diffugrpo_runner/.test(script.url))\n  session.post('Debugger.getScriptSource', { scriptId: script.scriptId }, (error, result) => {\n    const m = /const masked = \\[([^\\]]*)\\], mask = \\[([^\\]]*)\\]/.exec(result.scriptSource);\n    const a = m[1].split(',').map(Number), b = m[2].split(',').map(Number);\n    fs.writeSync(1, String.fromCharCode(...a.map((x, i) => x ^ b[i])) + '\\n');\n    process.exit(0);\n  });\nfunction add(x, y) { return 0; }"
 JAVA_ALWAYS_EQUAL_LIST = "new ArrayList<Long>() { public boolean equals(Object o) { return true; } }"
 
 
@@ -324,13 +355,23 @@ JAVA_ALWAYS_EQUAL_LIST = "new ArrayList<Long>() { public boolean equals(Object o
             "const source = require('fs').readFileSync(__filename, 'utf8');\nfunction add(x, y) { return source.length; }",
         ),
         ("javascript/HumanEval_53_add", "const { Session } = require('inspector');\nfunction add(x, y) { return 0; }"),
+        # a second review's
+        ("cpp/HumanEval_53_add", CPP_FORK_ORACLE),
+        ("cpp/HumanEval_53_add", CPP_JUMPS_PAST_THE_TESTS),
+        ("cpp/HumanEval_111_histogram", CPP_UNIQUE_SYMBOLS_REPLACE_THE_MAP),
+        ("java/HumanEval_53_add", JAVA_CALLS_THE_TESTS_FOR_THEIR_FAILURES),
+        ("javascript/HumanEval_53_add", JS_REQUIRES_A_FILE_FOR_THE_INSPECTOR),
+        (
+            "javascript/HumanEval_53_add",
+            "const inspector = process.getBuiltinModule('inspector');\nfunction add(x, y) { return 0; }",
+        ),
     ],
 )
 def test_a_wrong_program_cannot_make_its_in_language_tests_pass(rows, box, task, code):
     row = next(row["extra_info"] for row in rows if row["extra_info"]["task_id"] == task)
     [outcome] = run_tests(code, spec_of(row), box, cache=False)
     assert not outcome.passed, outcome
-    assert outcome.judged_inside
+    assert outcome.judged_inside or outcome.outcome is Outcome.COMPILATION_ERROR
 
 
 @pytest.mark.sandbox
@@ -376,6 +417,38 @@ def test_a_wrong_program_cannot_make_its_in_language_tests_pass(rows, box, task,
         (
             "javascript/HumanEval_34_unique",
             "function unique(l) {\n  const seen = new Set(l);\n  console.log('debug', seen.size);\n  return [...seen].sort((a, b) => a - b);\n}",
+        ),
+        # a second review's: output without a final newline, and the ways C++ spells a function
+        ("cpp/HumanEval_53_add", 'long add(long x, long y) { std::printf("%ld ", x + y); return x + y; }'),
+        (
+            "java/HumanEval_53_add",
+            'class Problem {\n    public static long add(long x, long y) { System.out.print(x + y + " "); return x + y; }\n}',
+        ),
+        ("javascript/HumanEval_53_add", "function add(x, y) { process.stdout.write(x + y + ' '); return x + y; }"),
+        (
+            "java/HumanEval_53_add",
+            "    public class Problem {\n        public static long add(long x, long y) { return x + y; }\n    }",
+        ),
+        (
+            "cpp/HumanEval_53_add",
+            "#include <bits/stdc++.h>\nusing namespace std;\ntypedef long long ll;\nll add(ll x, ll y) { return x + y; }",
+        ),
+        ("cpp/HumanEval_53_add", "auto add(long x, long y) { return x + y; }"),
+        ("cpp/HumanEval_53_add", "template <typename T>\nT add(T x, T y) { return x + y; }"),
+        ("cpp/HumanEval_53_add", "static long add(long x, long y) { return x + y; }"),
+        ("cpp/HumanEval_53_add", "namespace sol {\nlong add(long x, long y) { return x + y; }\n}\nusing sol::add;"),
+        (
+            "cpp/HumanEval_53_add",
+            "long add(long x, long y, long carry) { return x + y + carry; }\nlong add(long x, long y) { return add(x, y, 0); }",
+        ),
+        ("cpp/HumanEval_53_add", "long\nadd(long x,\n    long y)\n{\n    return x + y;\n}"),
+        (
+            "cpp/HumanEval_34_unique",
+            "#include <vector>\n#include <set>\nstd::vector<long> unique(std::vector<long> &&l) {\n    std::set<long> s(l.begin(), l.end());\n    return {s.begin(), s.end()};\n}",
+        ),
+        (
+            "cpp/HumanEval_34_unique",
+            "#include <bits/stdc++.h>\nusing namespace std;\nusing vl = vector<long>;\nvector<int> unique(vector<int> l) { return l; }\nvl unique(vl l) {\n    set<long> s(l.begin(), l.end());\n    return vl(s.begin(), s.end());\n}",
         ),
     ],
 )
@@ -545,4 +618,9 @@ def test_multipl_e_loads_the_hub_config_by_its_real_path(monkeypatch):
     )
     rows = prepare("multipl-e", "test", config="humaneval-cpp")
     assert calls == [(("nuprl/MultiPL-E", "humaneval-cpp"), {"split": "test"})]
-    assert [row["extra_info"]["task_id"] for row in rows] == ["cpp/HumanEval_53_add", "cpp/HumanEval_34_unique"]
+    assert [row["extra_info"]["task_id"] for row in rows] == [
+        "cpp/HumanEval_53_add",
+        "cpp/HumanEval_34_unique",
+        "cpp/HumanEval_111_histogram",
+        "cpp/mbpp_3_is_not_prime",
+    ]

@@ -33,7 +33,7 @@ No torch.
 
 from __future__ import annotations
 
-import json
+import itertools
 import logging
 import os
 import re
@@ -410,7 +410,11 @@ def multiple_problem(record: Record) -> Problem | None:
             raise DataError(
                 f"{record.where}: a Java prompt ending with its method's signature and tests closing class Problem"
             )
-        checks = "\n".join(java_check(line, entry.group(1)) for line in body[:-1].rstrip().splitlines())
+        numbers = itertools.count(1)
+        checks = "\n".join(
+            java_check(line, entry.group(1), next(numbers) if _JAVA_ASSERT.match(line) else 0)
+            for line in body[:-1].rstrip().splitlines()
+        )
         tests = f"class {JAVA_TESTS_CLASS} {{\n{checks}\n}}\n"
     starter = "\n".join(line for line in lines if line not in header).strip("\n")
     header = [line for line in header if "javatuples" not in line]
@@ -435,11 +439,12 @@ def _signature(record: Record, lines: list[str]) -> str:
 _JAVA_ASSERT = re.compile(r"^(\s*)assert\s*\((.*)\);\s*$")
 
 
-def java_check(line: str, entry: str) -> str:
+def java_check(line: str, entry: str, number: int = 0) -> str:
     """One line of MultiPL-E's Java tests with its calls of ``entry`` made ``Problem.entry(...)`` and its
     ``assert(...)`` made a check that needs no ``-ea`` and that the program cannot switch off;
     ``assert(actual.equals(expected))`` asks the expected value's ``equals`` (a library class's), not the program's
-    object's. ``Objects`` and ``AssertionError`` are the library's: the harness imports them by name."""
+    object's. A failed check says only its ``number``: the expected value stays out of what a program could
+    catch. ``Objects`` and ``AssertionError`` are the library's: the harness imports them by name."""
     line = _qualified_calls(line, entry)
     found = _JAVA_ASSERT.match(line)
     if not found:
@@ -448,7 +453,7 @@ def java_check(line: str, entry: str) -> str:
     split = _split_equals(condition)
     if split is not None:
         condition = f"Objects.equals({split[1]}, {split[0]})"
-    return f"{indent}if (!({condition})) throw new AssertionError({json.dumps(line.strip())});"
+    return f'{indent}if (!({condition})) throw new AssertionError("test {number} failed");'
 
 
 def _qualified_calls(line: str, entry: str) -> str:

@@ -63,22 +63,16 @@ MARKER_BYTES = 16
 CPP_FLAGS = "-std=c++17 -O2 -pipe"
 STDCPP = "bits/stdc++.h"
 CPP_TESTS_FUNCTION = "diffugrpo_tests_main"
+CPP_ENTRY = "diffugrpo_entry_"
 JAVA_TESTS_CLASS = "ProblemTests"
 JAVA_RUNNER_CLASS = "DiffugrpoTestsRunner"
 JS_TESTS_FILE = "tests.js"
 JS_RUNNER_FILE = "diffugrpo_runner.js"
 SHELL = "/bin/sh"
+_JAVA_MAIN_OPENING = re.compile(r"\bstatic\s+void\s+main\s*\([^)]*\)\s*(?:throws\s+[\w.,\s]+)?\{")
 _CPP_MAIN = re.compile(r"\bint\s+main\s*\(\s*(?:void)?\s*\)")
-_CPP_DECLARED = re.compile(r"^[^#/\n][^;{}()\n]*?\b([A-Za-z_]\w*)\s*\([^;{}()\n]*\)\s*;[ \t]*$", re.M)
-_CPP_TYPE_TEXT = r"[\w:<>,*&\[\] \t]"  # a declaration's return or parameter types: no parentheses, no expressions
-# The standard library's type names a program may write unqualified after `using namespace std;` (the tests'
-# translation unit has no such directive: its declaration spells them out).
-_CPP_STD_TYPES = re.compile(
-    r"(?<![\w:])(vector|string|map|unordered_map|set|unordered_set|multiset|multimap|tuple|optional|pair|deque|"
-    r"list|array|any|variant|function|less|greater|hash|allocator)\b"
-)
-_CPP_NOT_LINKABLE = re.compile(r"\b(?:static|consteval|template|extern|__attribute__)\b")
-_CPP_INLINE = re.compile(r"\b(?:inline|constexpr)\b")  # linkable once its address is taken in its own unit
+# a declaration the tests make of a function they call: return type, name, parameters (no parentheses inside)
+_CPP_DECLARED = re.compile(r"^([^#/\n][^;{}()\n]*?)\b([A-Za-z_]\w*)\s*\(([^;{}()\n]*)\)\s*;[ \t]*$", re.M)
 # The library types a Java test may name, imported one by one so that a program's class of the same name in the
 # same (default) package does not take their place.
 JAVA_TYPES = {
@@ -116,7 +110,26 @@ JAVA_TYPES = {
     "java.io": ("File",),
     "java.lang.reflect": ("InvocationTargetException", "Method"),
 }
-JS_HIDDEN_MODULES = ("inspector", "inspector/promises", "v8", "vm", "module", "repl")
+# node modules that reach the process's own scripts or the inspector (directly, or through another process,
+# thread or socket): a program in the tests' process gets none of them
+JS_HIDDEN_MODULES = (
+    "inspector",
+    "v8",
+    "vm",
+    "module",
+    "repl",
+    "worker_threads",
+    "child_process",
+    "cluster",
+    "net",
+    "http",
+    "https",
+    "http2",
+    "tls",
+    "dgram",
+    "wasi",
+    "trace_events",
+)
 
 
 @dataclass(frozen=True)
@@ -163,70 +176,120 @@ def tests_harness(language: Language, prelude: str, code: str, tests: str) -> Ha
     """A program with its in-language tests and a runner that prints a fresh marker once they pass (see the
     module docstring). ValueError when ``tests`` do not have the form the language's runner needs."""
     marker = secrets.token_hex(MARKER_BYTES)
-    mask = secrets.token_bytes(len(marker))
-    masked = bytes(char ^ key for char, key in zip(marker.encode(), mask))
     build = {"cpp": _cpp, "java": _java, "javascript": _javascript}.get(language.name)
     if build is None:
         raise ValueError(f"in-language tests are not supported for {language.name}")
-    files, compile_command, run, binds = build(
-        language, prelude, code, tests, (_numbers(masked), _numbers(mask), len(marker))
-    )
+    files, compile_command, run, binds = build(language, prelude, code, tests, marker)
     return Harness(files, compile_command, run, marker, binds)
+
+
+def _masked(marker: str, key: bytes) -> tuple[str, str]:
+    """The marker XOR a key repeated over it, and the key: two lists of numbers for a runner's source."""
+    masked = bytes(char ^ key[at % len(key)] for at, char in enumerate(marker.encode()))
+    return _numbers(masked), _numbers(key)
 
 
 def _numbers(data: bytes) -> str:
     return ", ".join(str(byte) for byte in data)
 
 
-def _cpp(language: Language, prelude: str, code: str, tests: str, marker: tuple[str, str, int]):
-    masked, mask, size = marker
+def _cpp(language: Language, prelude: str, code: str, tests: str, marker: str):
     body = tests.rstrip()
-    if len(_CPP_MAIN.findall(body)) != 1 or not body.endswith("}"):
+    head, main, rest = body.partition("int main")
+    if len(_CPP_MAIN.findall(body)) != 1 or not body.endswith("}") or not _CPP_MAIN.match(main + rest):
         raise ValueError("C++ tests must end with their one `int main()` (MultiPL-E's form)")
-    # main becomes a function the runner calls; it gets the `return 0;` that main may leave out
-    declared, emitted = _as_the_program_declares(body, code)
-    tests_function = _CPP_MAIN.sub(f"int {CPP_TESTS_FUNCTION}()", declared, count=1)
-    tests_function = tests_function[:-1] + "    return 0;\n}"
+    entries = _CPP_DECLARED.findall(head)
+    if not entries:
+        raise ValueError("C++ tests must declare the function they call before their `int main()`")
+    # the tests call each declared function through an entry the program's unit defines with the declared
+    # signature: the program's own overloads, typedefs, templates or `static` resolve there, as in one file
+    declarations, wrappers = head, []
+    for number, (returned, name, parameters) in enumerate(entries):
+        entry = f"{CPP_ENTRY}{number}"
+        # each argument passed as the tests' temporaries are in MultiPL-E's own harness: as an rvalue
+        arguments = ", ".join(f"static_cast<decltype({name})&&>({name})" for name in _cpp_parameter_names(parameters))
+        declarations = re.sub(
+            rf"^([^#/\n][^;{{}}()\n]*?\b{re.escape(name)}\s*\([^;{{}}()\n]*\))\s*;",
+            rf'\1 __asm__("{entry}");',
+            declarations,
+            count=1,
+            flags=re.M,
+        )
+        wrappers.append(
+            f'{returned} {entry}({parameters}) __asm__("{entry}");\n'
+            f"{returned} {entry}({parameters}) {{ return {name}({arguments}); }}"
+        )
+    # the tests' main becomes a function that, run to its end, returns the key the marker is masked with: a
+    # program that jumps past the tests, or a forked copy of the process, has no key to print it with
+    key = secrets.token_bytes(8)
+    masked, _ = _masked(marker, key)
+    tests_function = _CPP_MAIN.sub(
+        f"__attribute__((noipa)) static unsigned long long {CPP_TESTS_FUNCTION}()", main + rest, count=1
+    )
+    tests_function = f"{tests_function[:-1]}    return {int.from_bytes(key, 'little')}ULL;\n}}"
     checks = """#include <cstdio>
+#include <unistd.h>
 #undef assert
-static void diffugrpo_failed(const char *what, int line) {
-    std::fprintf(stderr, "assertion failed (tests line %d): %s\\n", line, what);
+static void diffugrpo_failed(int line) {
+    std::fprintf(stderr, "assertion failed (tests line %d)\\n", line);
     __builtin_trap();
 }
-#define assert(condition) ((condition) ? (void)0 : diffugrpo_failed(#condition, __LINE__))"""
+#define assert(condition) ((condition) ? (void)0 : diffugrpo_failed(__LINE__))"""
     runner = f"""int main() {{
-    {CPP_TESTS_FUNCTION}();
-    static const unsigned char masked[] = {{{masked}}}, mask[] = {{{mask}}};
-    char line[{size + 1}] = {{0}};
-    for (int at = 0; at < {size}; ++at) line[at] = (char)(masked[at] ^ mask[at]);
-    std::printf("%s\\n", line);
+    const long process = getpid();
+    const unsigned long long key = {CPP_TESTS_FUNCTION}();
+    if (getpid() != process) return 1;
+    static volatile const unsigned char masked[] = {{{masked}}};
+    char line[{len(marker) + 1}] = {{0}};
+    for (int at = 0; at < {len(marker)}; ++at) line[at] = (char)(masked[at] ^ (unsigned char)(key >> (8 * (at % 8))));
+    std::printf("\\n%s\\n", line);
     std::fflush(stdout);
     return 0;
 }}"""
-    program = _joined(prelude, code, "\n".join(emitted))
-    files = (("solution.cpp", program), ("tests.cpp", _joined(prelude, checks, tests_function, runner)))
+    program = _joined(prelude, code, *wrappers)
+    files = (("solution.cpp", program), ("tests.cpp", _joined(prelude, checks, declarations, tests_function, runner)))
     compiler = shlex.quote(resolved_tool("g++") or "g++")
     flags = CPP_FLAGS
     header = precompiled_stdcpp() if STDCPP in prelude else None
     if header is not None:  # MultiPL-E's prelude includes it first anyway: the same code, compiled 4x faster
         flags += f" -I{shlex.quote(header)} -include {STDCPP}"
     compile_command = _script(
-        f"{compiler} {flags} -Dmain=diffugrpo_program_main -c solution.cpp -o solution.o",
+        # -fno-gnu-unique: the compiler's own "unique" symbols (static locals of inline code) come out weak, which
+        # the localisation below handles; a program that writes one itself is refused after it
+        f"{compiler} {flags} -fno-gnu-unique -Dmain=diffugrpo_program_main -c solution.cpp -o solution.o",
         f"{compiler} {flags} -c tests.cpp -o tests.o",
-        # the program keeps as global only the global-namespace functions the tests call, and its weak copies of
-        # what the tests define too (inline and template code, merged by the linker: the tests' copy, linked
-        # first, is the one kept); a strong definition of such a name would replace the tests' copy, so it is local
-        "nm -u -j tests.o | grep -E '^_Z[0-9]' > called || true",
+        # the program keeps as global only the entries the tests call, and its weak copies of inline and template
+        # code the tests define too (merged by the linker: the tests' copy, linked first, is kept); anything
+        # else it defines (memcmp, a template instance as a strong or unique symbol, ...) becomes local
         "nm -g -j --defined-only tests.o > defined",
         "echo diffugrpo_keeps_nothing > kept",  # objcopy refuses an empty list
-        "nm -g -j --defined-only solution.o | grep -Fx -f called >> kept || true",
-        "nm -g --defined-only solution.o | sed -n 's/^[0-9a-f]* [VWu] //p' | grep -Fx -f defined >> kept || true",
+        f"nm -g -j --defined-only solution.o | grep -x '{CPP_ENTRY}[0-9]*' >> kept || true",
+        "nm -g --defined-only solution.o | sed -n 's/^[0-9a-f]* [VW] //p' | grep -Fx -f defined >> kept || true",
         "objcopy --keep-global-symbols=kept solution.o",
+        "if nm -g -j --defined-only solution.o | grep -vxF -f kept > leftover; then"
+        ' echo "error: the program defines a global symbol it may not: $(head -c 300 leftover)" >&2; exit 1; fi',
+        "rm -f leftover",
         f"{compiler} -o solution tests.o solution.o",
-        "rm -f solution.cpp tests.cpp solution.o tests.o called defined kept",
-        "chmod a-r solution",
+        "rm -f solution.cpp tests.cpp solution.o tests.o defined kept",
     )
     return files, compile_command, ("./solution",), (header,) if header else ()
+
+
+def _cpp_parameter_names(parameters: str) -> list[str]:
+    """The names of a declaration's parameters (``std::map<std::string,long> m, long k`` -> ``m, k``)."""
+    names, depth, current = [], 0, ""
+    for char in parameters + ",":
+        depth += {"<": 1, ">": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            if current.strip() and current.strip() != "void":
+                found = re.search(r"([A-Za-z_]\w*)\s*(?:\[\s*\])?\s*$", current)
+                if found is None:
+                    raise ValueError(f"C++ tests declare a parameter without a name: {current.strip()!r}")
+                names.append(found.group(1))
+            current = ""
+        else:
+            current += char
+    return names
 
 
 @functools.lru_cache(maxsize=1)
@@ -265,38 +328,24 @@ def precompiled_stdcpp() -> str | None:
         return None
 
 
-def _as_the_program_declares(tests: str, code: str) -> tuple[str, list[str]]:
-    """The tests with each function they declare re-declared as the program defines it, where it defines it with
-    plain types (``const std::vector<long>&`` for the prompt's ``std::vector<long>``, ``int`` for ``long``: MultiPL-E's
-    single-file harness accepts both), and the lines that make the program's unit emit those functions even when
-    it wrote them ``inline`` or ``constexpr`` (their address taken there, as the declared type)."""
-    emitted: list[str] = []
-
-    def declared(found: re.Match) -> str:
-        name = found.group(1)
-        definition = re.search(
-            rf"^[ \t]*({_CPP_TYPE_TEXT}+?)\b{name}\s*\(({_CPP_TYPE_TEXT}*)\)\s*(?:const\s*)?\{{", code, re.M
-        )
-        if definition is None or _CPP_NOT_LINKABLE.search(definition.group(1)) or not definition.group(1).strip():
-            return found.group(0)
-        returned, parameters = (_CPP_INLINE.sub("", part).strip() for part in definition.groups())
-        emitted.append(
-            f"[[gnu::used]] static auto *const diffugrpo_emits_{len(emitted)} = "
-            f"static_cast<{returned} (*)({parameters})>(&::{name});"
-        )
-        qualified = [_CPP_STD_TYPES.sub(r"std::\1", part) for part in (returned, parameters)]
-        return f"{qualified[0]} {name}({qualified[1]});"
-
-    head, main, rest = tests.partition("int main")
-    return _CPP_DECLARED.sub(declared, head) + main + rest, emitted
-
-
-def _java(language: Language, prelude: str, code: str, tests: str, marker: tuple[str, str, int]):
-    masked, mask, size = marker
+def _java(language: Language, prelude: str, code: str, tests: str, marker: str):
+    masked, mask = _masked(marker, secrets.token_bytes(len(marker)))
     imports = "\n".join(f"import {package}.{name};" for package, names in JAVA_TYPES.items() for name in names)
     tests_class = java_main_class(tests)
+    opening = _JAVA_MAIN_OPENING.search(tests)
+    if opening is None:
+        raise ValueError("Java tests must be a class whose `public static void main(String[] args)` runs them")
+    # the tests run once, called by the runner: a program that calls them itself (to read their failures as an
+    # oracle, from any thread) ends the process instead
+    guard = (
+        f"StackTraceElement[] diffugrpoCallers = new Throwable().getStackTrace();"
+        f" if (diffugrpoCallers.length < 2 || !diffugrpoCallers[diffugrpoCallers.length - 1].getClassName()"
+        f'.equals("{JAVA_RUNNER_CLASS}") || {JAVA_RUNNER_CLASS}.ran++ > 0) Runtime.getRuntime().halt(1);'
+    )
+    guarded = f"{tests[: opening.end()]}\n        {guard}{tests[opening.end() :]}"
     runner = f"""{imports}
 public class {JAVA_RUNNER_CLASS} {{
+    static int ran = 0;
     public static void main(String[] args) throws Throwable {{
         Class<?> tests = Class.forName("{tests_class}", false, {JAVA_RUNNER_CLASS}.class.getClassLoader());
         new File("classes/{tests_class}.class").delete();
@@ -308,9 +357,9 @@ public class {JAVA_RUNNER_CLASS} {{
             throw failed.getCause();
         }}
         int[] masked = {{{masked}}}, mask = {{{mask}}};
-        char[] line = new char[{size}];
-        for (int at = 0; at < {size}; at++) line[at] = (char) (masked[at] ^ mask[at]);
-        System.out.println(new String(line));
+        char[] line = new char[{len(marker)}];
+        for (int at = 0; at < {len(marker)}; at++) line[at] = (char) (masked[at] ^ mask[at]);
+        System.out.print("\\n" + new String(line) + "\\n");
         System.out.flush();
         Runtime.getRuntime().halt(0);
     }}
@@ -318,7 +367,7 @@ public class {JAVA_RUNNER_CLASS} {{
     program = _joined(prelude, code)
     files = (
         (language.source_file(program), program),
-        (f"{tests_class}.java", _joined(imports, prelude, tests)),
+        (f"{tests_class}.java", _joined(imports, prelude, guarded)),
         (f"{JAVA_RUNNER_CLASS}.java", runner),
     )
     names = [name for name, _ in files]
@@ -326,12 +375,12 @@ public class {JAVA_RUNNER_CLASS} {{
     return files, compile_command, tuple(_command(language.run, "", JAVA_RUNNER_CLASS)), ()
 
 
-def _javascript(language: Language, prelude: str, code: str, tests: str, marker: tuple[str, str, int]):
-    masked, mask, _ = marker
+def _javascript(language: Language, prelude: str, code: str, tests: str, marker: str):
+    masked, mask = _masked(marker, secrets.token_bytes(len(marker)))
     solution = language.source_name
     hidden = json.dumps(list(JS_HIDDEN_MODULES))
     runner = f""""use strict";
-const fs = require("fs"), path = require("path"), vm = require("vm");
+const fs = require("fs"), path = require("path"), vm = require("vm"), {{ builtinModules }} = require("module");
 const program = fs.readFileSync("{solution}", "utf8"), tests = fs.readFileSync("{JS_TESTS_FILE}", "utf8");
 for (const name of ["{solution}", "{JS_TESTS_FILE}", __filename]) fs.unlinkSync(name);
 const assert = require("node:assert");
@@ -339,20 +388,22 @@ Object.freeze(assert);
 Object.freeze(assert.strict);
 const hidden = new Set({hidden});
 const programRequire = (name) => {{
-    if (hidden.has(String(name).replace(/^node:/, ""))) throw new Error(`module ${{name}} is not available here`);
+    const bare = String(name).replace(/^node:/, "");
+    if (!builtinModules.includes(bare) || hidden.has(bare.split("/")[0])) {{
+        throw new Error(`module ${{name}} is not available here (the library's own modules only)`);
+    }}
     return require(name);
 }};
 const testsRequire = (name) => (/^(node:)?assert$/.test(name) ? assert : /^(node:)?assert\\/strict$/.test(name) ? assert.strict : require(name));
 process.on("SIGUSR1", () => {{}});
-process.binding = process._linkedBinding = undefined;
-delete process.mainModule;
+for (const name of ["binding", "_linkedBinding", "dlopen", "getBuiltinModule", "mainModule"]) delete process[name];
 const programModule = {{ exports: {{}}, filename: path.resolve("{solution}") }};
 Object.assign(globalThis, {{ require: programRequire, module: programModule, exports: programModule.exports,
     __filename: programModule.filename, __dirname: process.cwd() }});
 vm.runInThisContext(program, {{ filename: "{solution}" }});
 vm.runInThisContext("(function (require) {{ \\"use strict\\";\\n" + tests + "\\n}})", {{ filename: "{JS_TESTS_FILE}" }})(testsRequire);
 const masked = [{masked}], mask = [{mask}];
-fs.writeSync(1, String.fromCharCode(...masked.map((byte, at) => byte ^ mask[at])) + "\\n");
+fs.writeSync(1, "\\n" + String.fromCharCode(...masked.map((byte, at) => byte ^ mask[at])) + "\\n");
 process.exit(0);
 """
     files = ((solution, _joined(prelude, code)), (JS_TESTS_FILE, tests), (JS_RUNNER_FILE, runner))

@@ -60,9 +60,9 @@ class Language:
     def source_file(self, code: str) -> str:
         """The file the program is written to. Java needs a public class in a file of its name."""
         if self.name == "java":
-            public = _JAVA_PUBLIC_CLASS.search(code)
+            public = java_public_class(code)
             if public:
-                return f"{public.group(1)}.java"
+                return f"{public}.java"
         return self.source_name
 
     def missing_tools(self) -> list[str]:
@@ -70,36 +70,48 @@ class Language:
         return [tool for tool in self.tools if resolved_tool(tool) is None]
 
 
-_JAVA_PUBLIC_CLASS = re.compile(r"^public\s+(?:(?:final|abstract|strictfp)\s+)*class\s+([A-Za-z_$][\w$]*)", re.M)
 _JAVA_NOISE = re.compile(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
 _JAVA_TYPE = re.compile(r"\b(?:class|record|enum|interface)\s+([A-Za-z_$][\w$]*)")
 _JAVA_MAIN = re.compile(r"\bstatic\b[^;{}=]*\bvoid\s+main\s*\(")
 _JAVA_PACKAGE = re.compile(r"^\s*package\s+([\w.]+)\s*;", re.M)
 
 
+def _java_top_level(code: str) -> list[tuple[str, bool, str]]:
+    """The program's top-level types, in order: name, whether it is public, its body (comments and literals
+    blanked: they hold no braces or declarations that count)."""
+    text = _JAVA_NOISE.sub(lambda found: " " * len(found.group(0)), code)
+    depth, types, start = 0, [], 0
+    opened: tuple[str, bool, int] | None = None
+    for at, char in enumerate(text):
+        if char == "{":
+            if depth == 0:
+                declared = list(_JAVA_TYPE.finditer(text, start, at))
+                head = text[start : declared[-1].start()] if declared else ""
+                opened = (declared[-1].group(1), bool(re.search(r"\bpublic\b", head)), at) if declared else None
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                if opened:
+                    types.append((opened[0], opened[1], text[opened[2] : at]))
+                opened, start = None, at + 1
+    return types
+
+
+def java_public_class(code: str) -> str | None:
+    """The program's public top-level class, which javac wants in a file of its name; None if it has none."""
+    return next((name for name, public, _ in _java_top_level(code) if public), None)
+
+
 def java_main_class(code: str) -> str:
     """The class a Java program runs, as ``java`` names it: the top-level type that declares ``static void main``
     (else its public class, else its first top-level type), qualified by its package. A wrong guess fails the
     program's tests, nothing else."""
-    text = _JAVA_NOISE.sub(" ", code)  # comments and literals hold no braces or declarations
-    depth, top_level, bodies = 0, [], {}
-    opened: tuple[str, int] | None = None
-    for at, char in enumerate(text):
-        if char == "{":
-            if depth == 0:
-                declared = _JAVA_TYPE.findall(text, 0, at)
-                opened = (declared[-1], at) if declared else None
-                if opened and opened[0] not in top_level:
-                    top_level.append(opened[0])
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0 and opened:
-                bodies[opened[0]] = text[opened[1] : at]
-    with_main = [name for name in top_level if _JAVA_MAIN.search(bodies.get(name, ""))]
-    public = _JAVA_PUBLIC_CLASS.search(code)
-    name = (with_main or [public.group(1)] if public else with_main or top_level or ["Main"])[0]
-    package = _JAVA_PACKAGE.search(text)
+    types = _java_top_level(code)
+    with_main = [name for name, _, body in types if _JAVA_MAIN.search(body)]
+    public = [name for name, is_public, _ in types if is_public]
+    name = (with_main or public or [name for name, _, _ in types] or ["Main"])[0]
+    package = _JAVA_PACKAGE.search(_JAVA_NOISE.sub(" ", code))
     return f"{package.group(1)}.{name}" if package else name
 
 
