@@ -624,3 +624,21 @@ def test_multipl_e_loads_the_hub_config_by_its_real_path(monkeypatch):
         "cpp/HumanEval_111_histogram",
         "cpp/mbpp_3_is_not_prime",
     ]
+
+
+@pytest.mark.sandbox
+@pytest.mark.toolchains
+def test_in_language_tests_run_without_fork_and_stdio_programs_with_it(rows, box):
+    # a forked copy of the tests' process could try answers against them and report back: refused there
+    probe = (
+        "#include <unistd.h>\n#include <sys/wait.h>\nlong add(long x, long y) {\n    pid_t child = fork();\n"
+        "    if (child == 0) _exit(0);\n    if (child > 0) { waitpid(child, 0, 0); return 0; }\n    return x + y;\n}"
+    )
+    row = next(row["extra_info"] for row in rows if row["extra_info"]["task_id"] == "cpp/HumanEval_53_add")
+    assert run_tests(probe, spec_of(row), box, cache=False)[0].passed  # fork failed, so it answered x + y
+    forks = (
+        "#include <unistd.h>\n#include <cstdio>\n#include <sys/wait.h>\nint main() {\n    pid_t child = fork();\n"
+        '    if (child == 0) _exit(0);\n    waitpid(child, 0, 0);\n    std::puts(child > 0 ? "forked" : "refused");\n}'
+    )
+    stdio_row = {"language": "cpp", "inputs": [""], "outputs": ["forked\n"]}
+    assert run_tests(forks, spec_of(stdio_row), box, cache=False)[0].passed

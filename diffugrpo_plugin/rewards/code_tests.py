@@ -560,8 +560,11 @@ def _run_in_language(code: str, spec: TestSpec, sandbox: Sandbox, limit: float) 
         files = ()
     run = harness.run
     stdins = [stdin for stdin, _ in spec.stdio] if spec.kind == "stdio" else [""]
+    # in-language tests share the program's process: no forked copy of it may try answers against them
+    no_fork = spec.kind == "program"
     for position, stdin in enumerate(stdins):
-        jobs.append(Job("", stdin, limit, argv=run, files=files if position == 0 else (), address_space_mb=memory))
+        first = files if position == 0 else ()
+        jobs.append(Job("", stdin, limit, argv=run, files=first, address_space_mb=memory, no_fork=no_fork))
     results = sandbox.run(jobs, harness.ro_binds)
     if harness.compile is not None:
         compiled, results = results[0], results[1:]

@@ -3,37 +3,42 @@
 A program judged on its output (stdin/stdout tests) is its file and the language's own commands
 (``sandbox/languages.py``). In-language tests (MultiPL-E's form, ``test``) share the program's process, so their
 verdict is the program's word (``TestOutcome.judged_inside``). This harness keeps the tests out of the program's
-reach as far as one process allows:
+reach as far as one process allows (each point below closed an attack two adversarial reviews found):
 
-* **The tests must run to their end.** A runner calls them and then prints a marker, a random line fresh for
-  every run that is in no file as text (stored masked); the verdict needs the marker and exit status 0, so a
-  program that ends the process early with success (``exit(0)``, ``System.exit(0)`` in a static initialiser,
-  ``process.exit(0)``) fails.
+* **The tests must run to their end, once, in this process.** A runner calls them and then prints a marker, a
+  random line fresh for every run, on a line of its own; the verdict needs it and exit status 0, so a program
+  that ends the process early with success (``exit(0)``, ``System.exit(0)`` in a static initialiser,
+  ``process.exit(0)``) fails. The process may start threads but not processes (``Job.no_fork``): a forked copy
+  could try answers against the tests and report back. A failed check names its line or number, never the
+  expected value.
 * **The tests are compiled apart from the program, and no file they came from is left to read.**
 
   - C++: program and tests are two translation units, so the program's macros, ``using namespace std`` and
-    operator overloads never reach the tests (which declare the function they call). The program's object
-    file keeps as global only the functions the tests call (``objcopy --keep-global-symbols``) and its weak
-    copies of inline code the tests define too (the tests' copy wins: it is linked first): it cannot replace
-    ``memcmp``, ``__assert_fail``, ``operator new``, a template's instance or any other symbol the tests use. A program's own
-    ``main`` is renamed. The tests' ``assert`` traps the CPU (no library call to replace). The sources are
-    deleted after compiling and the executable is left unreadable.
-  - Java: the tests are their own compilation unit, calling ``Problem.name(...)`` (no inheritance: a
-    program's nested or inherited names do not reach them), with single-type imports of every library type
-    they name (a program's own ``ArrayList`` or ``Objects`` class does not shadow them). The runner loads the
-    tests' class, deletes its class file and its own, and only then runs them; sources are deleted after
-    compiling.
+    operator overloads never reach the tests. The tests call each function through an entry the program's unit
+    defines with the prompt's signature (``return name(args);``), so the program's typedefs, templates,
+    overloads, ``static`` or ``auto`` functions resolve as in one file. The program's object file keeps as
+    global only those entries and its weak copies of inline code the tests define too (the tests' copy, linked
+    first, wins); anything else it defines (``memcmp``, ``__assert_fail``, a template instance) becomes local,
+    and a "unique" symbol it writes by hand is refused. The tests' ``assert`` traps the CPU; their ``main``
+    returns the key the marker is masked with, so a program that jumps past the tests has no marker to print.
+    A program's own ``main`` is renamed; the sources are deleted after compiling.
+  - Java: the tests are their own compilation unit, calling ``Problem.name(...)`` (no inheritance: a program's
+    nested or inherited names do not reach them), with single-type imports of every library type they name (a
+    program's own ``ArrayList`` or ``Objects`` class does not shadow them). The runner loads the tests' class,
+    deletes its class file and its own, then runs them; the tests end the process if entered twice or from
+    anywhere but the runner (a program calling them to read their failures).
   - JavaScript: the runner reads program and tests, deletes both files and itself, runs the program as a
     script and the tests as a separate strict function given the ``node:assert`` it froze before the program
     ran (a program that replaces ``require``, ``test`` or ``Module._load``, or reads a caller's source, changes
-    nothing the tests see); ``inspector``, ``v8``, ``vm`` and ``module`` are not available to the program, nor
-    ``process.binding``; a ``SIGUSR1`` does not open the inspector.
+    nothing the tests see). The program gets the library's own modules only, without those that reach the
+    inspector, the heap or another process or socket (:data:`JS_HIDDEN_MODULES`), nor ``process.binding``,
+    ``dlopen`` or ``getBuiltinModule``.
 
 What stays possible, and is why these verdicts are flagged rather than trusted: a program reading its own
-process's memory (``/proc/self/mem``) for the marker or for the tests' expected values, a Java object whose
-``equals`` answers true where the tests call it on the program's object (the data prep asks the expected value's
-``equals`` for ``actual.equals(expected)``), or a JavaScript program that reaches node's inspector another way.
-Tests judged outside the process (stdin/stdout pairs) have none of these weaknesses. No torch.
+process's memory (``/proc/self/mem``, its executable, its code) for the marker's key or the tests' expected
+values, and a Java object whose ``equals`` answers true where the tests call it on the program's object (the
+data prep asks the expected value's ``equals`` for ``actual.equals(expected)``). Tests judged outside the process
+(stdin/stdout pairs) have none of these weaknesses. No torch.
 """
 
 from __future__ import annotations

@@ -270,6 +270,8 @@ class Sandbox:
         }
         if job.argv:
             payload.update(argv=list(job.argv), files=dict(job.files), compile=job.compile)
+        if job.no_fork and self._seccomp is not None:
+            payload["seccomp"] = seccomp_program(allow_fork=False)[0]
         if job.address_space_mb > self.config.memory_mb:
             payload["limits"] = {"address_space_bytes": job.address_space_mb << 20}
         return payload

@@ -53,7 +53,7 @@ class Job:
     Another language's job (see ``languages.py``) runs ``argv`` instead of Python source, after writing
     ``files`` (name, content) to the work dir; a ``compile`` job that fails leaves the jobs after it not run
     (``status`` ``not_compiled``). ``address_space_mb`` raises the address-space limit for a runtime that
-    reserves more up front (the JVM)."""
+    reserves more up front (the JVM). ``no_fork``: the job may start threads but no process."""
 
     source: str
     stdin: str = ""
@@ -65,6 +65,7 @@ class Job:
     files: tuple[tuple[str, str], ...] = ()
     compile: bool = False
     address_space_mb: int = 0
+    no_fork: bool = False  # threads only: the seccomp filter refuses fork (limits.seccomp_program)
 
 
 @dataclass(frozen=True)

@@ -325,9 +325,17 @@ CLONE_NAMESPACE_FLAGS = (
 )  # NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
 
 
-@functools.lru_cache(maxsize=1)
-def seccomp_program() -> tuple[bytes | None, str]:
-    """The filter as raw BPF (``struct sock_filter`` array) and a description, or None and why not."""
+CLONE_THREAD = 0x00010000
+FORKING_SYSCALLS = ("fork", "vfork")
+
+
+@functools.lru_cache(maxsize=2)
+def seccomp_program(allow_fork: bool = True) -> tuple[bytes | None, str]:
+    """The filter as raw BPF (``struct sock_filter`` array) and a description, or None and why not.
+
+    ``allow_fork=False``: threads only (``clone`` with ``CLONE_THREAD``; no ``fork``/``vfork``), for a process whose
+    own children could serve as an oracle (another language's in-language tests: a forked copy could try an
+    answer against the tests and report back)."""
     try:
         import pyseccomp as seccomp
     except (ImportError, OSError) as error:  # the binding, or libseccomp itself, is missing
@@ -342,12 +350,18 @@ def seccomp_program() -> tuple[bytes | None, str]:
         pass  # an older libseccomp: the linear filter, slower per system call, the same decisions
     allowed = 0
     for name in ALLOWED_SYSCALLS:
+        if not allow_fork and name in FORKING_SYSCALLS:
+            continue
         try:
             rules.add_rule(seccomp.ALLOW, name)
             allowed += 1
         except (ValueError, RuntimeError, OSError):  # a call this architecture or libseccomp does not know
             continue
-    rules.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NAMESPACE_FLAGS, 0))
+    if allow_fork:
+        rules.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, CLONE_NAMESPACE_FLAGS, 0))
+    else:
+        thread = CLONE_NAMESPACE_FLAGS | CLONE_THREAD
+        rules.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, thread, CLONE_THREAD))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # so the C library falls back to clone, whose flags we see
     for family in SOCKET_FAMILIES:
         rules.add_rule(seccomp.ALLOW, "socket", seccomp.Arg(0, seccomp.EQ, family))

@@ -237,7 +237,9 @@ def _child(job: dict, payload: dict, paths: dict, streams: dict, setup_w: int, l
         if streams.get("judge") is not None:
             targets += [(5, streams["judge"][0]), (6, streams["judge"][1])]
         _place_descriptors(targets)  # the launcher's stdout, counters, cgroup files and other tests' pipes close
-        _isolate(payload, {**payload["limits"], **job.get("limits", {})}, job["cpu_s"], payload.get("drop_to"), libc)
+        seccomp = job.get("seccomp") or payload.get("seccomp")  # a job's own filter is the stricter one
+        isolation = {**payload, "seccomp": seccomp}
+        _isolate(isolation, {**payload["limits"], **job.get("limits", {})}, job["cpu_s"], payload.get("drop_to"), libc)
         if job.get("argv"):
             _exec_program(job["argv"], job.get("files") or {})
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
