@@ -642,3 +642,14 @@ def test_in_language_tests_run_without_fork_and_stdio_programs_with_it(rows, box
     )
     stdio_row = {"language": "cpp", "inputs": [""], "outputs": ["forked\n"]}
     assert run_tests(forks, spec_of(stdio_row), box, cache=False)[0].passed
+
+
+def test_no_precompiled_header_where_the_sandbox_would_hide_it(monkeypatch):
+    from diffugrpo_plugin.rewards import harnesses
+
+    monkeypatch.setenv("DIFFUGRPO_HOME", "/tmp/diffugrpo-home-test")  # the sandbox mounts a fresh /tmp
+    harnesses.precompiled_stdcpp.cache_clear()
+    try:
+        assert harnesses.precompiled_stdcpp() is None
+    finally:
+        harnesses.precompiled_stdcpp.cache_clear()

@@ -67,6 +67,7 @@ logger = logging.getLogger("diffugrpo.rewards")
 MARKER_BYTES = 16
 CPP_FLAGS = "-std=c++17 -O2 -pipe"
 STDCPP = "bits/stdc++.h"
+SANDBOX_OWN_DIRS = ("/tmp", "/dev/shm")  # fresh in every sandbox (see sandbox/host.py)
 CPP_TESTS_FUNCTION = "diffugrpo_tests_main"
 CPP_ENTRY = "diffugrpo_entry_"
 JAVA_TESTS_CLASS = "ProblemTests"
@@ -327,7 +328,10 @@ def precompiled_stdcpp() -> str | None:
             for path in (folder, folder / "bits", folder / f"{STDCPP}.gch"):  # readable by the sandbox's uids
                 path.chmod(0o755 if path.is_dir() else 0o644)
 
-        return str(build_once(diffugrpo_home() / "pch" / key, build))
+        target = diffugrpo_home().resolve() / "pch" / key
+        if any(target.is_relative_to(hidden) for hidden in SANDBOX_OWN_DIRS):
+            return None  # the sandbox mounts its own folder there: a header bound there would not be seen
+        return str(build_once(target, build))
     except (OSError, subprocess.SubprocessError, StopIteration) as error:
         logger.warning("no precompiled <%s> (%s): C++ compiles parse it each time", STDCPP, error)
         return None
