@@ -374,6 +374,7 @@ def test_a_wrong_program_cannot_make_its_in_language_tests_pass(rows, box, task,
     assert outcome.judged_inside or outcome.outcome is Outcome.COMPILATION_ERROR
 
 
+@pytest.mark.slow  # 25 compiles; the default run judges correct programs in every language in the tests above
 @pytest.mark.sandbox
 @pytest.mark.toolchains
 @pytest.mark.parametrize(
