@@ -603,7 +603,7 @@ def test_rewards_score_judges_a_language_row_with_every_default_reward(rows, tmp
         == 0
     )
     right_row, wrong_row = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
-    assert right_row["rewards"] == {"code": 1.0, "code_format": 1.0, "syntax": None}
+    assert right_row["rewards"] == {"code": 1.0, "code_format": 1.0, "syntax": None}, right_row["reasons"]
     assert right_row["total"] == pytest.approx(2.5)
     assert right_row["reasons"]["syntax"]["kind"] == "not_applicable"
     assert wrong_row["rewards"]["code"] == 0.0 and wrong_row["total"] == pytest.approx(0.5)

@@ -96,7 +96,6 @@ JUDGE_UID_OFFSET = 10_000_000  # the judge of slot s runs as uid_base + s + this
 WORK_DIR = "/work"
 SCRATCH_DIR = "/run/diffugrpo"
 PER_JOB_OVERHEAD_S = 0.5
-COMPILE_WALL_FACTOR = 1.5
 # Counting lines (a Python callback per executed line) makes a pure-Python loop about 3.6x slower on
 # CPython 3.11; a counted job gets this many times its CPU limit, so a program that passed its tests
 # is not cut short only because it is being measured.
@@ -264,8 +263,7 @@ class Sandbox:
             "timeout_s": timeout_s,
             "serve": job.judged is not None,
             "count_lines": job.count_lines,
-            # a compiler does not sleep: one blocked on its own input or output is stopped near its CPU limit
-            "wall_s": timeout_s * (COMPILE_WALL_FACTOR if job.compile else self.config.wall_timeout_factor) + tracer_s,
+            "wall_s": timeout_s * self.config.wall_timeout_factor + tracer_s,
             "cpu_s": int(math.ceil(timeout_s + tracer_s)) + 1,
         }
         if job.argv:
