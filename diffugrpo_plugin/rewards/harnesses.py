@@ -70,7 +70,6 @@ STDCPP = "bits/stdc++.h"
 SANDBOX_OWN_DIRS = ("/tmp", "/dev/shm")  # fresh in every sandbox (see sandbox/host.py)
 CPP_TESTS_FUNCTION = "diffugrpo_tests_main"
 CPP_ENTRY = "diffugrpo_entry_"
-JAVA_TESTS_CLASS = "ProblemTests"
 JAVA_RUNNER_CLASS = "DiffugrpoTestsRunner"
 JS_TESTS_FILE = "tests.js"
 JS_RUNNER_FILE = "diffugrpo_runner.js"
