@@ -52,11 +52,6 @@ class Language:
     ro_binds: tuple[str, ...] = ()
     address_space_mb: int = 0
 
-    @property
-    def in_process(self) -> bool:
-        """Python: run by the launcher's own interpreter and judged by ``sandbox_judge``."""
-        return not self.run
-
     def source_file(self, code: str) -> str:
         """The file the program is written to. Java needs a public class in a file of its name."""
         if self.name == "java":
