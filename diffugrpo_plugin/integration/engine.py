@@ -236,7 +236,10 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         )
 
     def forward_step(self, micro_batch: TensorDict, loss_function, forward_only):
-        micro_batch = micro_batch.to(get_device_id())
+        if get_device_name() != "cpu":
+            # on a CPU host the batch is already where the model is, and TensorDict.to would still rebuild every
+            # per-sample non-tensor entry: 12 ms a micro-batch on the default job (0.15 s a step), measured
+            micro_batch = micro_batch.to(get_device_id())
         if MASK_SEED_FIELD not in micro_batch.keys():
             raise KeyError(
                 f"the batch has no '{MASK_SEED_FIELD}' field: diffusion log-probs need one mask seed per "
