@@ -247,8 +247,9 @@ def run_main(tmp_path, *overrides: str) -> str:
 
 
 def test_two_iterations_each_score_the_update_with_their_own_masks(tmp_path):
-    """ppo_epochs=2 through the whole trainer with frozen weights (lr 0): old log-probs are computed per
-    iteration with that iteration's masks, so the update's ratio is exactly 1 in both iterations."""
+    """ppo_epochs=2 through the whole trainer with frozen weights (lr 0): old and reference log-probs are computed
+    for every iteration's masks in one call each, and each iteration's update reads the ones of its own masks,
+    so the ratio is exactly 1 and the KL to the (identical) reference exactly 0 in both iterations."""
     log = run_main(
         tmp_path,
         "trainer.total_training_steps=2",
@@ -257,6 +258,8 @@ def test_two_iterations_each_score_the_update_with_their_own_masks(tmp_path):
     )
     kl, clipped = metric_by_step(log, "actor/ppo_kl"), metric_by_step(log, "actor/pg_clipfrac")
     assert sorted(kl) == [1, 2] and all(abs(value) < 1e-6 for value in kl.values()), kl
+    to_reference = metric_by_step(log, "actor/kl_loss")
+    assert sorted(to_reference) == [1, 2] and all(abs(value) < 1e-6 for value in to_reference.values()), to_reference
     assert all(value == 0.0 for value in clipped.values()), clipped
 
 

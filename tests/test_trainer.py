@@ -12,6 +12,7 @@ from diffugrpo_plugin.integration.trainer import (
     expand_iterations,
     iteration_field,
     mix_into_reference,
+    split_iterations,
 )
 
 
@@ -38,6 +39,24 @@ def test_update_batch_is_expanded_iteration_major_with_each_iterations_masks_and
     assert [row.tolist() for row in expanded["responses"].unbind()] == [[1, 2], [3, 4, 5]] * 2
     assert [row[0].item() for row in expanded["old_log_probs"].unbind()] == [-1, -2, -3, -4]
     assert [row[0].item() for row in expanded["ref_log_prob"].unbind()] == [-5, -6, -7, -8]
+
+
+def test_a_log_prob_pass_over_every_iterations_masks_is_split_back_per_iteration():
+    """The worker scores the batch expanded iteration-major (K*B rows) in one call; the output goes back to B rows,
+    copy k under <name>_iter<k> and copy 0 also under verl's own name."""
+    output = TensorDict(
+        {
+            "log_probs": nested([[-1, -1], [-2, -2, -2], [-3, -3], [-4, -4, -4]]),
+            "entropy": nested([[1, 1], [2, 2, 2], [3, 3], [4, 4, 4]]),
+        },
+        batch_size=4,
+    )
+    split = split_iterations(output, 2)
+    assert split.batch_size[0] == 2
+    rows = lambda name: [row.tolist() for row in split[name].unbind()]  # noqa: E731
+    assert rows("log_probs") == rows(iteration_field("log_probs", 0)) == [[-1, -1], [-2, -2, -2]]
+    assert rows(iteration_field("log_probs", 1)) == [[-3, -3], [-4, -4, -4]]
+    assert rows("entropy") == [[1, 1], [2, 2, 2]] and rows(iteration_field("entropy", 1)) == [[3, 3], [4, 4, 4]]
 
 
 def test_reference_sync_mixes_parameters_by_the_formula():
