@@ -16,10 +16,11 @@ One training step, in order: verl's stage (``PPOTrainer.fit`` / ``_step_once``),
    travel in ``reward_extra_info``.
 3. **old_log_prob**: :meth:`DiffuGRPOTrainer._compute_old_log_prob` writes ``num_iterations``
    mask seeds per sample (``masking.mask_seed_table``, ``actor.ppo_epochs`` is DiffuCoder's
-   ``num_iterations``), then runs verl's pass once per iteration with that iteration's seeds:
-   ``engine.DiffusionLMEngine.forward_step`` -> the masker's views ->
-   ``logprobs.coupled_token_logprobs``.
-4. **ref**: :meth:`DiffuGRPOTrainer._compute_ref_log_prob`, the same per iteration on the reference.
+   ``num_iterations``), then runs verl's pass once for all of them: the worker
+   (:class:`IterationMasksTrainingWorker`) scores the batch repeated once per iteration with that iteration's
+   seeds, ``engine.DiffusionLMEngine.forward_step`` -> the masker's views ->
+   ``logprobs.coupled_token_logprobs``, and splits the result back per iteration.
+4. **ref**: :meth:`DiffuGRPOTrainer._compute_ref_log_prob`, the same on the reference.
 5. **adv**: :meth:`DiffuGRPOTrainer._compute_advantage` first hands the step's completions to a custom data
    sampler, if ``data.sampler`` names one (the curriculum: ``curriculum.CurriculumSampler``), then rewrites
    the scores to group-normalised
