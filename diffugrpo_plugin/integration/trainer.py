@@ -113,10 +113,10 @@ def split_iterations(output: TensorDict, iterations: int) -> TensorDict:
     """The inverse of :func:`expand_iterations` for a log-prob pass's output: copy ``k``'s fields under
     ``<name>_iter<k>``, and copy 0's also under verl's own names. # [K*B, ...] -> [B, ...]"""
     rows = output.batch_size[0] // iterations
-    result = tu.index_select_tensor_dict(output, torch.arange(rows))
     fields = [name for name, value in output.items() if isinstance(value, torch.Tensor)]
-    for k in range(iterations):
-        part = tu.index_select_tensor_dict(output.select(*fields), torch.arange(k * rows, (k + 1) * rows))
+    parts = [tu.index_select_tensor_dict(output, torch.arange(k * rows, (k + 1) * rows)) for k in range(iterations)]
+    result = parts[0]
+    for k, part in enumerate(parts):
         for name in fields:
             result[iteration_field(name, k)] = part[name]
     return result
