@@ -39,6 +39,7 @@ ROLES = (  # first match wins: (role, what to look for in the command line)
     ("agent loop worker", "AgentLoop"),
     ("rollout server (batches requests)", "RequestBatcher"),
     ("verl request load balancer", "LoadBalancer"),
+    ("request router (light)", "LeastBusyRouter"),
     ("verl replay buffer / transfer queue", "ReplayBuffer"),
     ("verl replay buffer / transfer queue", "TransferQueue"),
     ("verl replay buffer / transfer queue", "Controller"),

@@ -18,7 +18,6 @@ from hydra.core.hydra_config import HydraConfig
 @hydra.main(config_path="pkg://diffugrpo_plugin.config", config_name="diffugrpo", version_base=None)
 def main(config) -> None:
     import verl  # noqa: F401  - loads our verl.plugins entry point, which reports a failure with its traceback
-    from verl.trainer import main_ppo
 
     try:
         # a failed registration left no module behind, so this import runs it again and raises its error
@@ -38,10 +37,11 @@ def main(config) -> None:
         print(f"diffugrpo: configuration error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
     from diffugrpo_plugin.integration.console import run_quietly
+    from diffugrpo_plugin.integration.layout import run_training
     from diffugrpo_plugin.integration.platform import size_ray_workers
 
     size_ray_workers(config)
-    run_quietly(config, main_ppo.main.__wrapped__, HydraConfig.get().runtime.output_dir)
+    run_quietly(config, run_training, HydraConfig.get().runtime.output_dir)
 
 
 if __name__ == "__main__":

@@ -281,6 +281,23 @@ def quiet_worker_output() -> None:
     route_logging(log)
 
 
+@contextlib.contextmanager
+def progress_bars_off():
+    """What ``TQDM_DISABLE=1`` does in a worker, for the driver, where the lean layout runs verl's trainer loop
+    (its "Training Progress" bar, datasets' filtering bars): tqdm reads that variable once, at import, so every bar
+    created meanwhile defaults to disabled instead. A bar that passes ``disable`` itself (the console's) is kept."""
+    from functools import partialmethod
+
+    from tqdm import std
+
+    init = std.tqdm.__dict__["__init__"]
+    std.tqdm.__init__ = partialmethod(init, disable=True)
+    try:
+        yield
+    finally:
+        std.tqdm.__init__ = init
+
+
 def _set_quiet_worker_settings(config, log_path: str) -> None:
     from omegaconf import open_dict
 
@@ -309,6 +326,6 @@ def run_quietly(config, run, log_dir: str) -> None:
     started = time.monotonic()
     with open(log_path, "a", buffering=1) as log:
         route_logging(log)
-        with TerminalConsole(total, out, err), contextlib.redirect_stdout(log):
+        with TerminalConsole(total, out, err), contextlib.redirect_stdout(log), progress_bars_off():
             run(config)
     print(f"diffugrpo: done in {time.monotonic() - started:.0f}s; full log: {log_path}", file=out, flush=True)

@@ -406,9 +406,19 @@ def _check_strategy(config: DictConfig) -> None:
             )
 
 
+def _check_process_layout(config: DictConfig) -> None:
+    from diffugrpo_plugin.integration.layout import process_layout
+
+    try:
+        process_layout(config)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+
+
 def check_config(config: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first problem found."""
     _check_strategy(config)
+    _check_process_layout(config)
     _check_lora_keys(config)
     _check_batch_sizes(config)
     _check_plugins(config)

@@ -73,6 +73,7 @@ from diffugrpo_plugin.core.loss_terms import StepBatch, configured_terms
 from diffugrpo_plugin.core.masking import mask_seed_table
 from diffugrpo_plugin.integration.console import LearningSummary, StepReporter, step_line, validation_line
 from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD
+from diffugrpo_plugin.integration.layout import InProcessRewardWorker, apply_lean_settings, rewards_in_agent_loop
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
@@ -215,6 +216,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         # verl switches to asynchronous behaviour for any trainer_mode other than "sync".
         with open_dict(config):
             config.trainer.v1.trainer_mode = "sync"
+        apply_lean_settings(config)
         super().__init__(config)
         diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
         self.num_iterations = int(config.actor_rollout_ref.actor.ppo_epochs)
@@ -237,6 +239,12 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.reporter = StepReporter()
         self.learning = LearningSummary(self.reward_spec.names)
         self.training_started = False
+
+    def get_reward_handles(self):
+        """What the agent-loop workers score rewards with: under the lean layout, in their own process."""
+        if rewards_in_agent_loop(self.config):
+            return [InProcessRewardWorker(self.config)]
+        return super().get_reward_handles()
 
     def _init_dataloader(self):
         """verl's dataloaders; with ``data.sampler.class_path`` / ``class_name`` the training one draws through that
