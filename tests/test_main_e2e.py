@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,8 +32,18 @@ def rollouts_by_step(directory: Path) -> dict[int, list[dict]]:
     }
 
 
+# verl's metric dump, one line a step: "step:3 - name:value - ...", after Ray's "(Actor pid=...) " where an actor
+# printed it (verl's layout), at the line's start where the driver did (the lean layout)
+METRIC_LINE = re.compile(r"(?:^|\) )step:(\d+) - ")
+
+
+def metric_line_step(line: str) -> int | None:
+    match = METRIC_LINE.search(line)
+    return int(match.group(1)) if match else None
+
+
 def logged_steps(log: str) -> list[int]:
-    return [int(line.split("step:")[1].split()[0]) for line in log.splitlines() if " step:" in line and " - " in line]
+    return [step for step in map(metric_line_step, log.splitlines()) if step is not None]
 
 
 def test_promised_command_trains_on_two_workers_and_logs_everything(tmp_path):
@@ -73,6 +84,8 @@ def test_promised_command_trains_on_two_workers_and_logs_everything(tmp_path):
     ):
         assert f"{metric}:" in log, metric
     assert "Training Progress" in log  # verl's progress bar
+    # the lean layout (the default on one node): verl's trainer loop prints from the driver, not from its own actor
+    assert "(TaskRunnerV1 pid=" not in log and "step:2 - " in log
     assert list((tmp_path / "tb").glob("events.out.tfevents.*")), "TensorBoard logs through verl's tracking"
 
     # G completions per prompt (the default job's 8) with the metadata verl needs downstream
@@ -92,7 +105,7 @@ def run_until_step(command, cwd, stop_at_step: int) -> str:
     deadline = time.monotonic() + 1200
     for line in process.stdout:
         lines.append(line)
-        if f" step:{stop_at_step} " in line or time.monotonic() > deadline:
+        if metric_line_step(line) == stop_at_step or time.monotonic() > deadline:
             os.killpg(process.pid, signal.SIGKILL)
             break
     process.wait()
@@ -227,7 +240,7 @@ def metric_by_step(log: str, name: str) -> dict[int, float]:
     """``name``'s value on each step line verl printed (``step:N - ... - name:value - ...``)."""
     values = {}
     for line in log.splitlines():
-        if " step:" in line and f" {name}:" in line:
+        if metric_line_step(line) is not None and f" {name}:" in line:
             step = int(line.split("step:")[1].split()[0])
             values[step] = float(line.split(f" {name}:")[1].split()[0])
     return values
@@ -322,7 +335,7 @@ def test_a_sandbox_that_breaks_during_training_stops_it_loudly(tmp_path):
     lines = []
     for line in process.stdout:
         lines.append(line)
-        if " step:1 " in line and vanishing.exists():
+        if metric_line_step(line) == 1 and vanishing.exists():
             vanishing.rmdir()  # from now on bwrap cannot bind it: every sandbox start fails
     process.wait(timeout=1200)
     log = "".join(lines)
@@ -483,6 +496,7 @@ def test_the_d1_recipe_runs_end_to_end_on_a_tiny_llada(tmp_path):
         *SHORT,
         "trainer.logger=[console]",
         f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "diffugrpo.process_layout=verl",  # verl's own processes, as on several nodes: that layout stays tested
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=1800, env=env)
@@ -490,6 +504,7 @@ def test_the_d1_recipe_runs_end_to_end_on_a_tiny_llada(tmp_path):
     assert result.returncode == 0, log[-5000:]
     assert logged_steps(log) == [1, 2]
     assert "target_modules o_proj, down_proj, gate_proj name no module of LLaDAModelLM" in log
+    assert "(TaskRunnerV1 pid=" in log  # verl's trainer loop in its own actor, its output forwarded by Ray
     adapter = json.loads(
         (tmp_path / "ckpt" / "global_step_2" / "actor" / "lora_adapter" / "adapter_config.json").read_text()
     )
