@@ -80,7 +80,7 @@ def diffugrpo_reward_functions() -> dict[str, Callable[..., list[float | None | 
 
     A function must accept and ignore columns it does not use (the ``**columns``). It runs on
     CPU in verl's reward workers (in its agent-loop workers under the lean process layout, the
-    default on one node), and must not import torch. A function that raises is called
+    default for a one-node CPU job), and must not import torch. A function that raises is called
     again one completion at a time: the completions it fails on score ``None`` (flagged as
     failed, counted in ``reward/<name>/error_fraction`` and reported), the others are scored.
     Training stops only when it fails on half the completions or more for

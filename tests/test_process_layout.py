@@ -37,11 +37,17 @@ def _with(config, **settings):
 
 
 @pytest.mark.parametrize(
-    "chosen, nodes, expected",
-    [("auto", 1, "lean"), ("auto", 2, "verl"), ("lean", 2, "lean"), ("verl", 1, "verl")],
+    "chosen, nodes, device, expected",
+    [
+        ("auto", 1, "cpu", "lean"),
+        ("auto", 2, "cpu", "verl"),
+        ("auto", 1, "cuda", "verl"),  # not yet run on a GPU
+        ("lean", 2, "cuda", "lean"),
+        ("verl", 1, "cpu", "verl"),
+    ],
 )
-def test_auto_is_lean_on_one_node_and_verls_on_several(job, chosen, nodes, expected):
-    config = _with(job, **{"diffugrpo.process_layout": chosen, "trainer.nnodes": nodes})
+def test_auto_is_lean_for_a_one_node_cpu_job_and_verls_otherwise(job, chosen, nodes, device, expected):
+    config = _with(job, **{"diffugrpo.process_layout": chosen, "trainer.nnodes": nodes, "trainer.device": device})
     assert layout.process_layout(config) == expected
 
 
@@ -161,3 +167,4 @@ def test_the_in_process_task_runner_runs_verls_task_runner_here_with_the_workers
     runner = layout.InProcessTaskRunner.remote()
     assert ray.get(runner.run.remote("the config")) is None
     assert seen == {"pid": os.getpid(), "config": "the config", "omp": "1"}  # ray_cluster's runtime_env
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""  # no GPU, as Ray gives an actor that asks for none

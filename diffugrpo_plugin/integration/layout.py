@@ -15,9 +15,9 @@ runs the same verl code in fewer processes:
   (:class:`diffugrpo_plugin.sampling.request_router.LeastBusyRouter`) instead of verl's balancer, through verl's
   ``rollout.router_config_path``, when that is not set.
 
-``diffugrpo.process_layout``: ``auto`` (the default) is ``lean`` on one node (``trainer.nnodes: 1``) and ``verl``
-on several; ``lean`` or ``verl`` choose. A reward model (``reward.reward_model.enable``) always gets verl's reward
-workers.
+``diffugrpo.process_layout``: ``auto`` (the default) is ``lean`` for a one-node CPU job (``trainer.nnodes: 1``,
+``trainer.device: cpu``: the default job) and ``verl`` otherwise, because the lean layout has not yet run on a GPU;
+``lean`` or ``verl`` choose. A reward model (``reward.reward_model.enable``) always gets verl's reward workers.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def process_layout(config) -> str:
     if chosen not in LAYOUTS:
         raise ValueError(f"diffugrpo.process_layout must be one of {', '.join(LAYOUTS)}, got {chosen!r}")
     if chosen == "auto":
-        chosen = "lean" if int(config.trainer.nnodes) == 1 else "verl"
+        chosen = "lean" if int(config.trainer.nnodes) == 1 and config.trainer.device == "cpu" else "verl"
     return chosen
 
 
@@ -113,6 +113,15 @@ class InProcessTaskRunner:
 
         for name, value in (ray.get_runtime_context().runtime_env.get("env_vars") or {}).items():
             os.environ[name] = str(value)
+        # Ray hides the GPUs from an actor that asks for none, as verl's task runner does (CUDA reads this when it
+        # first starts in the process; the driver has not used it)
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+        # TransferQueue's client read its thread count when ``import verl`` imported it, before this environment
+        from transfer_queue import client as transfer_queue_client
+
+        transfer_queue_client.TQ_NUM_THREADS = int(
+            os.environ.get("TQ_NUM_THREADS", transfer_queue_client.TQ_NUM_THREADS)
+        )
         TaskRunnerV1.__ray_actor_class__().run(config)
         return ray.put(None)
 
