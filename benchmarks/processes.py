@@ -8,7 +8,7 @@ Prints the peak of the summed PSS and, at that moment, each process by role (Ray
 trainer worker, reward workers, agent loops, sandboxes, the driver), with its PSS and RSS.
 
     python benchmarks/processes.py                     # the default job, 6 steps, ~2 minutes on 2 cores
-    python benchmarks/processes.py -o reward.num_workers=2
+    python benchmarks/processes.py -o diffugrpo.process_layout=verl   # verl's own processes, for comparison
 """
 
 from __future__ import annotations

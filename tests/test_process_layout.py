@@ -79,6 +79,37 @@ def test_lean_settings_keep_a_users_router_and_verls_reward_workers_for_a_reward
     assert config.reward.num_workers == 1 and not layout.rewards_in_agent_loop(config)
 
 
+def test_lean_settings_keep_verls_reward_workers_for_another_reward_manager_and_warn_of_ignored_ones(job, caplog):
+    config = _with(job, **{"reward.num_workers": 4})
+    layout.apply_lean_settings(config)
+    assert config.reward.num_workers == 0
+    assert "reward.num_workers=4 is not used" in caplog.text
+    config = _with(job, **{"reward.reward_manager.name": "remote", "reward.num_workers": 4})
+    layout.apply_lean_settings(config)
+    assert config.reward.num_workers == 4 and not layout.rewards_in_agent_loop(config)
+
+
+def test_full_determinism_keeps_verls_hash_routing(job):
+    config = _with(job, **{"actor_rollout_ref.rollout.full_determinism": True})
+    layout.apply_lean_settings(config)
+    assert config.actor_rollout_ref.rollout.router_config_path is None
+
+
+def test_the_trainer_hands_the_agent_loop_the_in_process_reward_worker_under_lean_only(job):
+    from diffugrpo_plugin.integration.trainer import DiffuGRPOTrainer
+
+    class VerlTrainerStandIn:  # what get_reward_handles reads of the trainer
+        config = job
+
+    handles = DiffuGRPOTrainer.get_reward_handles(VerlTrainerStandIn())
+    assert [type(handle) for handle in handles] == [layout.InProcessRewardWorker]
+
+
+def test_the_task_runner_refuses_ray_options_it_cannot_apply():
+    with pytest.raises(ValueError, match="diffugrpo.process_layout=verl"):
+        layout.InProcessTaskRunner.options(runtime_env={"nsight": {}})
+
+
 def test_verls_layout_changes_nothing(job):
     config = _with(job, **{"diffugrpo.process_layout": "verl"})
     before = OmegaConf.to_container(config)
@@ -100,7 +131,7 @@ def test_the_router_sends_each_request_to_the_server_with_fewest_in_flight():
     assert router.acquire_server("r5") == ("b", "handle-b")
     assert router.get_all_servers() == ["b"]
     router.remove_servers(["b"])
-    with pytest.raises(RuntimeError, match="no rollout server"):
+    with pytest.raises(RuntimeError, match="No available servers in load balancer"):
         router.acquire_server("r6")
 
 
@@ -133,7 +164,9 @@ def test_the_in_process_reward_worker_scores_as_verls_agent_loop_calls_a_reward_
             },
         },
     )
-    handle = pickle.loads(pickle.dumps(layout.InProcessRewardWorker(config)))
+    sent = layout.InProcessRewardWorker(config)
+    assert sent.__getstate__() == {"config": config}  # the worker (tokenizer, threads) never travels
+    handle = pickle.loads(pickle.dumps(sent))  # as Ray hands it to an agent-loop worker: built there
 
     async def score(response: str) -> dict:
         return await handle.compute_score.remote(_row(tokenizer, response, {"test_cases": ADD_TESTS}))
@@ -143,7 +176,6 @@ def test_the_in_process_reward_worker_scores_as_verls_agent_loop_calls_a_reward_
     assert correct["reward_extra_info"]["reward/code"] == 1.0
     assert wrong["reward_score"] == pytest.approx(0.5)
     assert wrong["reward_extra_info"]["reward/code"] == 0.0
-    assert pickle.loads(pickle.dumps(handle))._worker is None  # the worker (tokenizer, threads) never travels
 
 
 @pytest.mark.ray
@@ -167,4 +199,3 @@ def test_the_in_process_task_runner_runs_verls_task_runner_here_with_the_workers
     runner = layout.InProcessTaskRunner.remote()
     assert ray.get(runner.run.remote("the config")) is None
     assert seen == {"pid": os.getpid(), "config": "the config", "omp": "1"}  # ray_cluster's runtime_env
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""  # no GPU, as Ray gives an actor that asks for none

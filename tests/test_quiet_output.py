@@ -148,6 +148,23 @@ def test_sizing_fills_the_ray_workers_environment_and_keeps_what_the_user_set():
     assert int(env_vars.TQ_NUM_THREADS) <= (os.cpu_count() or 1)
 
 
+def test_progress_bars_created_meanwhile_stay_off_and_explicit_ones_and_later_ones_do_not():
+    """What TQDM_DISABLE=1 does in a worker, for verl's trainer loop run in the driver (the lean layout): its
+    "Training Progress" bar and datasets' bars (subclasses of tqdm) are off; the console's own bar is not."""
+    from datasets.utils.tqdm import tqdm as datasets_tqdm
+    from tqdm import tqdm
+    from tqdm.auto import tqdm as auto_tqdm
+
+    stream = io.StringIO()
+    with pytest.raises(KeyError), console.progress_bars_off():
+        assert tqdm(total=3, file=stream).disable
+        assert auto_tqdm(total=3, file=stream).disable
+        assert datasets_tqdm(total=3, file=stream).disable
+        assert not tqdm(total=3, file=stream, disable=False).disable
+        raise KeyError("a failed run")
+    assert not tqdm(total=3, file=stream).disable  # restored, also after an error
+
+
 def test_logging_below_error_goes_to_the_log_and_errors_to_the_terminal_too(capsys):
     log = io.StringIO()
     logger = logging.getLogger("diffugrpo.test_quiet_output")

@@ -28,7 +28,7 @@ class LeastBusyRouter:
 
     def acquire_server(self, request_id: str, **_fields) -> tuple[str, Any]:
         if not self._servers:
-            raise RuntimeError("no rollout server is registered with the request router")
+            raise RuntimeError("No available servers in load balancer")  # verl's words, which its clients match
         server_id = min(self._in_flight, key=self._in_flight.__getitem__)
         self._in_flight[server_id] += 1
         return server_id, self._servers[server_id]
