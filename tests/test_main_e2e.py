@@ -32,9 +32,9 @@ def rollouts_by_step(directory: Path) -> dict[int, list[dict]]:
     }
 
 
-# verl's metric dump, one line a step: "step:3 - name:value - ...", after Ray's "(Actor pid=...) " where an actor
-# printed it (verl's layout), at the line's start where the driver did (the lean layout)
-METRIC_LINE = re.compile(r"(?:^|\) )step:(\d+) - ")
+# verl's metric dump, one line a step: "step:3 - name:value - ...", after Ray's "(Actor pid=...) " prefix (colour
+# codes included) where an actor printed it (verl's layout), at the line's start where the driver did (lean)
+METRIC_LINE = re.compile(r"(?:^|\s)step:(\d+) - ")
 
 
 def metric_line_step(line: str) -> int | None:
