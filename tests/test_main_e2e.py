@@ -84,7 +84,7 @@ def test_promised_command_trains_on_two_workers_and_logs_everything(tmp_path):
     ):
         assert f"{metric}:" in log, metric
     assert "Training Progress" in log  # verl's progress bar
-    # the lean layout (the default on one node): verl's trainer loop prints from the driver, not from its own actor
+    # the lean layout (the default for a one-node CPU job): verl's trainer loop prints from the driver, not from its own actor
     assert "(TaskRunnerV1 pid=" not in log and "step:2 - " in log
     assert list((tmp_path / "tb").glob("events.out.tfevents.*")), "TensorBoard logs through verl's tracking"
 
