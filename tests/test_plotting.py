@@ -203,7 +203,7 @@ def test_step_time_stacks_to_the_whole_step_with_small_stages_merged(specs):
     assert [line.label for line in stacked.lines] == [
         "rollout: sampling",
         "rollout: scoring, batching",
-        "old-policy log-probs",
+        "old-policy (+ reference) log-probs",
         "reference log-probs",
         "policy update",
         "checkpoint",

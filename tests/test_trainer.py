@@ -7,7 +7,10 @@ import torch
 from tensordict import TensorDict
 
 from diffugrpo_plugin.integration.trainer import (
+    REFERENCE_PREFIX,
+    WITH_REFERENCE_KEY,
     DiffuGRPOTrainer,
+    DiffusionActorRolloutRefWorker,
     RewardFailure,
     expand_iterations,
     iteration_field,
@@ -57,6 +60,63 @@ def test_a_log_prob_pass_over_every_iterations_masks_is_split_back_per_iteration
     assert rows("log_probs") == rows(iteration_field("log_probs", 0)) == [[-1, -1], [-2, -2, -2]]
     assert rows(iteration_field("log_probs", 1)) == [[-3, -3], [-4, -4, -4]]
     assert rows("entropy") == [[1, 1], [2, 2, 2]] and rows(iteration_field("entropy", 1)) == [[3, 3], [4, 4, 4]]
+
+
+class RecordingEngineWorker:
+    """Stands in for verl's inner TrainingWorker: records each call's non-tensor settings and answers log-probs of
+    its own (``offset`` apart, so policy and reference answers can be told apart)."""
+
+    def __init__(self, offset: float):
+        self.offset, self.calls = offset, []
+
+    def infer_batch(self, data):
+        from verl.utils import tensordict_utils as tu
+
+        settings = {key: tu.get(data, key=key) for key in ("calculate_entropy", "no_lora_adapter", WITH_REFERENCE_KEY)}
+        self.calls.append(settings)
+        rows = [[self.offset - float(i)] * length for i, length in enumerate(data["lengths"].tolist())]
+        output = {"log_probs": nested(rows)}
+        if settings["calculate_entropy"]:
+            output["entropy"] = nested([[1.0] * len(row) for row in rows])
+        return TensorDict(output, batch_size=len(rows))
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_the_policys_log_prob_call_scores_the_reference_too_when_asked(lora):
+    """One worker call for old and reference log-probs: the reference model scores the same rows without entropy
+    (under LoRA: the policy with its adapters off, verl's reference), its fields come back prefixed, and a call
+    without the flag is verl's own."""
+    from verl.utils import tensordict_utils as tu
+
+    worker = object.__new__(DiffusionActorRolloutRefWorker)
+    worker.enable_routing_replay = False
+    worker.actor = RecordingEngineWorker(offset=-1.0)
+    worker.ref = None if lora else RecordingEngineWorker(offset=-10.0)
+    reference_engine = worker.actor if lora else worker.ref
+
+    def batch(**flags):
+        data = TensorDict({"lengths": torch.tensor([2, 3])}, batch_size=2)
+        tu.assign_non_tensor(data, calculate_entropy=True, **flags)
+        return data
+
+    output = worker.compute_log_prob(batch(**{WITH_REFERENCE_KEY: True}))
+    rows = lambda name: [row.tolist() for row in output[name].unbind()]  # noqa: E731
+    assert rows("log_probs") == [[-1.0, -1.0], [-2.0, -2.0, -2.0]]
+    assert rows("entropy") == [[1.0, 1.0], [1.0, 1.0, 1.0]]
+    reference_rows = [[-1.0, -1.0], [-2.0, -2.0, -2.0]] if lora else [[-10.0, -10.0], [-11.0, -11.0, -11.0]]
+    assert rows(REFERENCE_PREFIX + "log_probs") == reference_rows
+    assert REFERENCE_PREFIX + "entropy" not in output.keys()
+    assert worker.actor.calls[0] == {"calculate_entropy": True, "no_lora_adapter": None, WITH_REFERENCE_KEY: None}
+    assert reference_engine.calls[-1] == {
+        "calculate_entropy": False,
+        "no_lora_adapter": True if lora else None,
+        WITH_REFERENCE_KEY: None,
+    }
+
+    calls_before = len(worker.actor.calls) + (0 if lora else len(worker.ref.calls))
+    plain = worker.compute_log_prob(batch())
+    assert set(plain.keys()) == {"log_probs", "entropy"}
+    assert len(worker.actor.calls) + (0 if lora else len(worker.ref.calls)) == calls_before + 1
 
 
 def test_reference_sync_mixes_parameters_by_the_formula():

@@ -20,7 +20,9 @@ One training step, in order: verl's stage (``PPOTrainer.fit`` / ``_step_once``),
    (:class:`IterationMasksTrainingWorker`) scores the batch repeated once per iteration with that iteration's
    seeds, ``engine.DiffusionLMEngine.forward_step`` -> the masker's views ->
    ``logprobs.coupled_token_logprobs``, and splits the result back per iteration.
-4. **ref**: :meth:`DiffuGRPOTrainer._compute_ref_log_prob`, the same on the reference.
+4. **ref**: :meth:`DiffuGRPOTrainer._compute_ref_log_prob`, the same on the reference. When the reference
+   lives in the policy's worker (verl's hybrid worker, LoRA included) the worker already scored it in step 3's
+   call (:meth:`DiffusionActorRolloutRefWorker.compute_log_prob`) and this stage only stores it.
 5. **adv**: :meth:`DiffuGRPOTrainer._compute_advantage` first hands the step's completions to a custom data
    sampler, if ``data.sampler`` names one (the curriculum: ``curriculum.CurriculumSampler``), then rewrites
    the scores to group-normalised
@@ -86,6 +88,9 @@ LEARNED_WEIGHTS_FILE = "diffugrpo_reward_weights.json"
 REPLAY_POLL_INTERVAL_S = 0.05
 # a batch's non-tensor entry: how many iterations' mask seeds (mask_seed_iter<k>) one log-prob pass scores
 MASK_ITERATIONS_KEY = "mask_iterations"
+# a batch's non-tensor entry: the policy's log-prob call scores the reference too, its outputs prefixed
+WITH_REFERENCE_KEY = "with_reference"
+REFERENCE_PREFIX = "reference_"
 
 
 class RewardFailure(RuntimeError):
@@ -186,6 +191,28 @@ class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
         _gloo_process_group_on_cpu()
         return super().init_model()
 
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
+    def compute_log_prob(self, data: TensorDict) -> TensorDict:
+        """verl's policy log-prob call; with ``WITH_REFERENCE_KEY`` set it also scores the reference on the same rows
+        and masks (the reference model, or under LoRA the policy without its adapters) and returns those fields
+        prefixed ``REFERENCE_PREFIX``: one dispatch and one set of transfer-queue reads and writes for both passes."""
+        if not tu.pop(data, key=WITH_REFERENCE_KEY, default=False):
+            return super().compute_log_prob(data)
+        reference_data = data.copy()  # its own non-tensor settings; the tensors are shared, not copied
+        output = super().compute_log_prob(data)
+        tu.assign_non_tensor(reference_data, calculate_entropy=False)
+        if self.ref is None:  # LoRA: verl's reference is the base model, the policy with its adapters off
+            tu.assign_non_tensor(reference_data, no_lora_adapter=True)
+            reference = super().compute_log_prob(reference_data)
+        else:
+            reference = super().compute_ref_log_prob(reference_data)
+        if output is None:  # a rank whose outputs verl does not collect
+            return None
+        for name, value in list(reference.items()):
+            if isinstance(value, torch.Tensor):
+                output[REFERENCE_PREFIX + name] = value
+        return output
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def sync_reference(self, alpha: float) -> None:
         if self.ref is None or self.actor is None:
@@ -239,6 +266,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.reporter = StepReporter()
         self.learning = LearningSummary(self.reward_spec.names)
         self.training_started = False
+        self.reference_with_policy: bool | None = None  # decided once the workers exist
 
     def get_reward_handles(self):
         """What the agent-loop workers score rewards with: under the lean layout, in their own process."""
@@ -340,6 +368,25 @@ class DiffuGRPOTrainer(PPOTrainerSync):
 
         return tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
 
+    def _scores_reference_with_policy(self) -> bool:
+        """Whether the policy's log-prob call can score the reference as well: the reference lives in the policy's
+        worker (verl's hybrid worker, or LoRA's base model) and verl splits a batch across its ranks the same way
+        for both."""
+        if self.reference_with_policy is None:
+            group = self.actor_rollout_wg
+            self.reference_with_policy = (
+                self.use_reference_policy
+                and self.ref_policy_wg is group
+                and (
+                    self.ref_in_actor
+                    or all(
+                        query("ref") == query("actor")
+                        for query in (group._query_dispatch_info, group._query_collect_info)
+                    )
+                )
+            )
+        return self.reference_with_policy
+
     def _compute_old_log_prob(self, batch, metrics):
         seeds = mask_seed_table(
             self.mask_seed_base, self.global_steps, len(batch), self.num_iterations, self.random_masking
@@ -348,40 +395,50 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             iteration_field(MASK_SEED_FIELD, k): seeds[:, k].contiguous() for k in range(self.num_iterations)
         }
         self._put(batch, per_iteration)
-        return self._per_iteration(batch, metrics, super()._compute_old_log_prob, "old_log_probs", per_iteration)
+        flags = {WITH_REFERENCE_KEY: True} if self._scores_reference_with_policy() else {}
+        return self._per_iteration(batch, metrics, super()._compute_old_log_prob, "old_log_probs", per_iteration, flags)
 
     def _compute_ref_log_prob(self, batch, metrics):
+        if self._scores_reference_with_policy():  # scored with the old log-probs: only stored here
+            self._store_iterations(batch, REFERENCE_PREFIX + "log_probs", "ref_log_prob", also_as_iteration_0=True)
+            return batch
         fields = [iteration_field(MASK_SEED_FIELD, k) for k in range(self.num_iterations)]
         return self._per_iteration(
             batch, metrics, super()._compute_ref_log_prob, "ref_log_prob", self._get(batch, fields)
         )
 
-    def _per_iteration(self, batch, metrics, compute, output_field: str, seeds):
+    def _per_iteration(self, batch, metrics, compute, output_field: str, seeds, flags=None):
         """Run verl's pass ``compute`` once for every iteration's masks (``seeds``: the per-iteration seed fields;
         :class:`IterationMasksTrainingWorker` scores them all) and store each iteration's result under
         ``<output_field>_iter<k>``. verl's own uses of old/ref log-probs (metrics, rollout correction) see
-        iteration 0 under ``output_field``."""
+        iteration 0 under ``output_field``. ``flags``: more non-tensor entries for this call only."""
         self._put(batch, {MASK_SEED_FIELD: seeds[iteration_field(MASK_SEED_FIELD, 0)]})
         sent = batch
-        sent.extra_info[MASK_ITERATIONS_KEY] = self.num_iterations
+        call_only = {MASK_ITERATIONS_KEY: self.num_iterations, **(flags or {})}
+        sent.extra_info.update(call_only)
         try:
             batch = compute(sent, metrics)
-        finally:  # later stages (the update) must not see it
-            sent.extra_info.pop(MASK_ITERATIONS_KEY, None)
-            batch.extra_info.pop(MASK_ITERATIONS_KEY, None)
-        if self.num_iterations == 1:
-            self._put(batch, {iteration_field(output_field, 0): self._get(batch, [output_field])[output_field]})
-            return batch
-        per_iteration = [iteration_field("log_probs", k) for k in range(self.num_iterations)]
-        data = self._get(batch, [*per_iteration, "response_mask"])
-        self._put(
-            batch,
-            {
-                iteration_field(output_field, k): response_from_nested(data[name], data["response_mask"])
-                for k, name in enumerate(per_iteration)
-            },
-        )
+        finally:  # later stages (the update) must not see them
+            for key in call_only:
+                sent.extra_info.pop(key, None)
+                batch.extra_info.pop(key, None)
+        self._store_iterations(batch, "log_probs", output_field)
         return batch
+
+    def _store_iterations(self, batch, source: str, target: str, also_as_iteration_0: bool = False) -> None:
+        """A log-prob call's per-iteration output ``<source>_iter<k>`` (``source`` itself for one iteration), aligned
+        to the response, as ``<target>_iter<k>``; with ``also_as_iteration_0`` iteration 0's also as ``target``."""
+        names = (
+            [source] if self.num_iterations == 1 else [iteration_field(source, k) for k in range(self.num_iterations)]
+        )
+        data = self._get(batch, [*names, "response_mask"])
+        fields = {
+            iteration_field(target, k): response_from_nested(data[name], data["response_mask"])
+            for k, name in enumerate(names)
+        }
+        if also_as_iteration_0:
+            fields[target] = fields[iteration_field(target, 0)]
+        self._put(batch, fields)
 
     def _reward_components(self, batch) -> tuple[list[dict[str, float | None]], list[set[str]], list]:
         """Each sample's reward components (None where not applicable or failed), the components that

@@ -45,10 +45,11 @@ STEP_TAG = "timing_s/step"
 SAMPLING_TAG = "timing_s/rollout_sampling"
 VALIDATION_TIME_TAG = "timing_s/testing"
 # The stages inside verl's ``step`` timer, in the order a step runs them (verl's trainer_base).
+# The reference's pass is timed with the old policy's when the trainer scores both in one worker call.
 STEP_STAGES = (
     ("timing_s/gen", "rollout"),
     ("timing_s/reward", "reward (colocated)"),
-    ("timing_s/old_log_prob", "old-policy log-probs"),
+    ("timing_s/old_log_prob", "old-policy (+ reference) log-probs"),
     ("timing_s/ref", "reference log-probs"),
     ("timing_s/values", "critic values"),
     ("timing_s/adv", "advantages"),
