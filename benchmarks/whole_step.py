@@ -54,8 +54,13 @@ JOB_SETTINGS = [
     f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
 ]
 REWARD = ("mean reward", ("critic/score/mean",))  # code x2.0 + code_format x0.5, mean over the step's completions
+SAMPLER_CALLS = ("sampler calls", ("rollout/sampler_batches",))  # each pays every diffusion forward
+STEP_PARTS = ("rollout + reward", "old + ref log-probs", "update")  # the reference-style step is their sum
 STAGES = (
     ("rollout + reward", ("timing_s/gen",)),
+    # the sampler's own seconds: the reference-style loop's; ours summed over the step's sampler calls (the rest of
+    # our rollout is batching the requests across processes and the reward scoring after the last call)
+    ("of which sampling", ("timing_s/rollout_sampling",)),
     ("old + ref log-probs", ("timing_s/old_log_prob", "timing_s/ref")),
     ("update", ("timing_s/update_actor",)),
     ("step", ("timing_s/step",)),
@@ -120,6 +125,7 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
         seconds = {}
         started = time.perf_counter()
         policy.eval()
+        sampling_started = time.perf_counter()
         completion = dream_loop(
             lm,
             ids,
@@ -131,6 +137,7 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
             JOB_SAMPLING["top_k"],
             generator,
         )  # [B, N]
+        seconds["of which sampling"] = time.perf_counter() - sampling_started
         completion, kept = cut_after_eos(completion, eos, pad)  # [B, N] each
         answers = [tokenizer.decode(row[: int(n)], skip_special_tokens=True) for row, n in zip(completion, kept.sum(1))]
         columns = {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
@@ -164,8 +171,8 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
             torch.nn.utils.clip_grad_norm_(policy.parameters(), 0.2)
             optimizer.step()
         seconds["update"] = time.perf_counter() - started
-        seconds["step"] = sum(seconds.values())
-        timings.append({**seconds, REWARD[0]: rewards.mean().item()})
+        seconds["step"] = sum(seconds[part] for part in STEP_PARTS)
+        timings.append({**seconds, REWARD[0]: rewards.mean().item(), SAMPLER_CALLS[0]: 1})
         print(f"reference-style step {step + 1}/{steps}: {seconds['step']:.1f} s", file=sys.stderr, flush=True)
     out.write_text(json.dumps(timings))
 
@@ -212,7 +219,7 @@ def run_ours(label: str, steps: int, model: str, sampler_options: list[str], set
     peak = peak_pss_of(command, {**os.environ, "TENSORBOARD_DIR": str(tensorboard)}, workdir)
     scalars = read_scalars(find_event_dir(tensorboard))
     split = {}
-    for stage, tags in (*STAGES, REWARD):
+    for stage, tags in (*STAGES, REWARD, SAMPLER_CALLS):
         per_tag = [dict(zip(scalars[tag].steps, scalars[tag].values)) for tag in tags if tag in scalars]
         later = sorted(step for step in per_tag[0] if step > 1)
         split[stage] = [sum(values[step] for values in per_tag) for step in later]
@@ -243,7 +250,7 @@ def run_reference_style(steps: int, model: str, new_tokens: int, diffusion_steps
     )
     timings = json.loads(out.read_text())[1:]
     print("reference-style: done", flush=True)
-    return {stage: [t[stage] for t in timings] for stage, _ in (*STAGES, REWARD)}, peak
+    return {stage: [t[stage] for t in timings] for stage, _ in (*STAGES, REWARD, SAMPLER_CALLS)}, peak
 
 
 def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
@@ -262,9 +269,10 @@ def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
             ratio = statistics.median(baseline[stage]) / statistics.median(values)
             cells.append(f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}] x{ratio:.2f}")
         print(f"{stage:<22}" + "".join(f"{cell:>30}" for cell in cells))
-    rewards = [runs[label][0][REWARD[0]] for label in labels]
-    cells = [f"{statistics.mean(r):.2f} [{min(r):.2f}-{max(r):.2f}]" for r in rewards]
-    print(f"{REWARD[0]:<22}" + "".join(f"{cell:>30}" for cell in cells))
+    for row, _ in (REWARD, SAMPLER_CALLS):  # means: a check that the runs compare, not a speed
+        values = [runs[label][0][row] for label in labels]
+        cells = [f"{statistics.mean(v):.2f} [{min(v):.2f}-{max(v):.2f}]" for v in values]
+        print(f"{row:<22}" + "".join(f"{cell:>30}" for cell in cells))
     print(
         f"{'peak PSS, whole tree':<22}"
         + "".join(f"{f'{peak / 1024:.0f} MiB x{peak / baseline_peak:.2f}':>30}" for _, peak in runs.values())

@@ -36,13 +36,15 @@ def test_the_reference_style_log_probs_equal_the_packages_coupled_log_probs():
 
 
 def test_the_table_gives_each_stage_the_reference_style_median_over_the_runs_and_the_memory_ratio(capsys):
-    from whole_step import REWARD, STAGES, print_table
+    from whole_step import REWARD, SAMPLER_CALLS, STAGES, print_table
 
-    baseline = {stage: [2.0, 3.0, 1.0] for stage, _ in (*STAGES, REWARD)}  # median 2
-    ours = {stage: [0.5, 1.0, 4.0] for stage, _ in (*STAGES, REWARD)}  # median 1
+    baseline = {stage: [2.0, 3.0, 1.0] for stage, _ in (*STAGES, REWARD, SAMPLER_CALLS)}  # median 2
+    ours = {stage: [0.5, 1.0, 4.0] for stage, _ in (*STAGES, REWARD, SAMPLER_CALLS)}  # median 1
     print_table({"reference-style": (baseline, 1024 * 1000), "ours": (ours, 1024 * 4500)})
     rows = {line[:22].strip(): line[22:].split() for line in capsys.readouterr().out.splitlines()[3:]}
     for stage, _ in STAGES:
         assert rows[stage] == ["2.00", "[1.00-3.00]", "x1.00", "1.00", "[0.50-4.00]", "x2.00"], rows[stage]
     assert rows["mean reward"] == ["2.00", "[1.00-3.00]", "1.83", "[0.50-4.00]"]
+    assert rows["sampler calls"] == ["2.00", "[1.00-3.00]", "1.83", "[0.50-4.00]"]
+    assert "of which sampling" in rows
     assert rows["peak PSS, whole tree"] == ["1000", "MiB", "x1.00", "4500", "MiB", "x4.50"]
