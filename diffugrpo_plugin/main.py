@@ -31,18 +31,18 @@ def main(config) -> None:
             file=sys.stderr,
         )
         raise SystemExit(2) from error
+    from diffugrpo_plugin.integration.platform import size_ray_workers
     from diffugrpo_plugin.integration.preflight import ConfigError, check_config
 
     try:
         check_config(config)
+        size_ray_workers(config)
     except ConfigError as error:
         print(f"diffugrpo: configuration error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
     from diffugrpo_plugin.integration.console import run_quietly
     from diffugrpo_plugin.integration.layout import run_training
-    from diffugrpo_plugin.integration.platform import size_ray_workers
 
-    size_ray_workers(config)
     run_quietly(config, run_training, HydraConfig.get().runtime.output_dir)
 
 

@@ -91,12 +91,21 @@ def ray_worker_env_vars(config):
 
 def size_ray_workers(config) -> None:
     """Adds :func:`worker_thread_env` to the Ray workers' environment where the config does not set them.
-    In code, not in the config: verl passes that node to Ray without resolving interpolations."""
+    In code, not in the config: verl passes that node to Ray without resolving interpolations. Values the user set
+    become strings, as Ray requires (Hydra reads ``env_vars.OMP_NUM_THREADS=1`` as an integer)."""
     from omegaconf import open_dict
+
+    from diffugrpo_plugin.integration.preflight import ConfigError
 
     env_vars = ray_worker_env_vars(config)
     sized = worker_thread_env(physical_cores(), int(config.trainer.n_gpus_per_node), not accelerator_present())
     with open_dict(env_vars):
+        for name, value in list(env_vars.items()):
+            if value is None:
+                raise ConfigError(
+                    f"ray_kwargs.ray_init.runtime_env.env_vars.{name} is null: give it a value or leave it out"
+                )
+            env_vars[name] = str(value)
         for name, value in sized.items():
             if name not in env_vars:
                 env_vars[name] = value
