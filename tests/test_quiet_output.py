@@ -138,7 +138,9 @@ def test_sizing_fills_the_ray_workers_environment_and_keeps_what_the_user_set():
     config = OmegaConf.create(
         {
             "trainer": {"n_gpus_per_node": 1},
-            "ray_kwargs": {"ray_init": {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "7", "MY_FLAG": 1}}}},
+            "ray_kwargs": {
+                "ray_init": {"runtime_env": {"env_vars": {"OMP_NUM_THREADS": "7", "MY_FLAG": 1, "MY_SWITCH": True}}}
+            },
         }
     )
     OmegaConf.set_struct(config, True)
@@ -146,6 +148,7 @@ def test_sizing_fills_the_ray_workers_environment_and_keeps_what_the_user_set():
     env_vars = config.ray_kwargs.ray_init.runtime_env.env_vars
     assert env_vars.OMP_NUM_THREADS == "7"
     assert env_vars.MY_FLAG == "1"  # Ray takes strings only; Hydra reads MY_FLAG=1 as an integer
+    assert env_vars.MY_SWITCH == "true"  # as typed: MY_SWITCH=true
     env_vars.MY_FLAG = None
     with pytest.raises(ValueError, match="env_vars.MY_FLAG is null"):
         size_ray_workers(config)

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from diffugrpo_plugin.integration.trainer import (
@@ -117,6 +118,45 @@ def test_the_policys_log_prob_call_scores_the_reference_too_when_asked(lora):
     plain = worker.compute_log_prob(batch())
     assert set(plain.keys()) == {"log_probs", "entropy"}
     assert len(worker.actor.calls) + (0 if lora else len(worker.ref.calls)) == calls_before + 1
+
+
+class StubWorkerGroup:
+    """verl's worker group as the trainer queries it: which ranks hold which data-parallel shard, per mesh."""
+
+    def __init__(self, meshes: dict[str, list[int]]):
+        self.meshes, self.queries = meshes, 0
+
+    def _query_dispatch_info(self, mesh: str) -> list[int]:
+        self.queries += 1
+        return self.meshes[mesh]
+
+    _query_collect_info = _query_dispatch_info
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        ("hybrid, same split", True),
+        ("hybrid, other split", False),
+        ("lora", True),
+        ("reference group of its own", False),
+        ("no reference", False),
+        ("rollout-correction bypass", False),
+    ],
+)
+def test_the_reference_rides_in_the_policys_call_only_where_the_policys_worker_holds_it_split_alike(case, expected):
+    group = StubWorkerGroup({"actor": [0, 1], "ref": [0, 0] if case == "hybrid, other split" else [0, 1]})
+    trainer = object.__new__(DiffuGRPOTrainer)
+    trainer.reference_with_policy = None
+    trainer.actor_rollout_wg = group
+    trainer.ref_policy_wg = StubWorkerGroup({}) if case == "reference group of its own" else group
+    trainer.use_reference_policy = case != "no reference"
+    trainer.ref_in_actor = case == "lora"
+    bypass = {"rollout_correction": {"bypass_mode": True}} if case == "rollout-correction bypass" else {}
+    trainer.config = OmegaConf.create({"algorithm": bypass})
+    assert trainer._scores_reference_with_policy() is expected
+    queries = group.queries
+    assert trainer._scores_reference_with_policy() is expected and group.queries == queries  # decided once
 
 
 def test_reference_sync_mixes_parameters_by_the_formula():

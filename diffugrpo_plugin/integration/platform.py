@@ -105,7 +105,7 @@ def size_ray_workers(config) -> None:
                 raise ConfigError(
                     f"ray_kwargs.ray_init.runtime_env.env_vars.{name} is null: give it a value or leave it out"
                 )
-            env_vars[name] = str(value)
+            env_vars[name] = str(value).lower() if isinstance(value, bool) else str(value)
         for name, value in sized.items():
             if name not in env_vars:
                 env_vars[name] = value

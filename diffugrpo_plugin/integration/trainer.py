@@ -374,8 +374,10 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         for both."""
         if self.reference_with_policy is None:
             group = self.actor_rollout_wg
+            correction = self.config.algorithm.get("rollout_correction", None) or {}
             self.reference_with_policy = (
                 self.use_reference_policy
+                and not correction.get("bypass_mode", False)  # verl's old-log-prob stage then calls no worker
                 and self.ref_policy_wg is group
                 and (
                     self.ref_in_actor
@@ -401,6 +403,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
     def _compute_ref_log_prob(self, batch, metrics):
         if self._scores_reference_with_policy():  # scored with the old log-probs: only stored here
             self._store_iterations(batch, REFERENCE_PREFIX + "log_probs", "ref_log_prob", also_as_iteration_0=True)
+            # the update fetches every field the batch names; it reads ref_log_prob_iter<k>, not these
+            batch.fields = [name for name in batch.fields if not name.startswith(REFERENCE_PREFIX)]
             return batch
         fields = [iteration_field(MASK_SEED_FIELD, k) for k in range(self.num_iterations)]
         return self._per_iteration(
