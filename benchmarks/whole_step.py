@@ -65,6 +65,7 @@ STAGES = (
     ("update", ("timing_s/update_actor",)),
     ("step", ("timing_s/step",)),
 )
+ROWS = (*STAGES, REWARD, SAMPLER_CALLS)  # every row a run records
 
 
 def coupled_logprobs(module, lm, input_ids, attention, positions, prompt_length: int, seed: int):
@@ -123,9 +124,8 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
         ]
         ids, mask = left_pad([tokenizer.encode(text, add_special_tokens=False) for text in texts], pad)
         seconds = {}
-        started = time.perf_counter()
         policy.eval()
-        sampling_started = time.perf_counter()
+        started = time.perf_counter()
         completion = dream_loop(
             lm,
             ids,
@@ -137,7 +137,7 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
             JOB_SAMPLING["top_k"],
             generator,
         )  # [B, N]
-        seconds["of which sampling"] = time.perf_counter() - sampling_started
+        seconds["of which sampling"] = time.perf_counter() - started
         completion, kept = cut_after_eos(completion, eos, pad)  # [B, N] each
         answers = [tokenizer.decode(row[: int(n)], skip_special_tokens=True) for row, n in zip(completion, kept.sum(1))]
         columns = {key: [row["extra_info"][key] for row in rows] for key in rows[0]["extra_info"]}
@@ -219,7 +219,7 @@ def run_ours(label: str, steps: int, model: str, sampler_options: list[str], set
     peak = peak_pss_of(command, {**os.environ, "TENSORBOARD_DIR": str(tensorboard)}, workdir)
     scalars = read_scalars(find_event_dir(tensorboard))
     split = {}
-    for stage, tags in (*STAGES, REWARD, SAMPLER_CALLS):
+    for stage, tags in ROWS:
         per_tag = [dict(zip(scalars[tag].steps, scalars[tag].values)) for tag in tags if tag in scalars]
         later = sorted(step for step in per_tag[0] if step > 1)
         split[stage] = [sum(values[step] for values in per_tag) for step in later]
@@ -250,7 +250,7 @@ def run_reference_style(steps: int, model: str, new_tokens: int, diffusion_steps
     )
     timings = json.loads(out.read_text())[1:]
     print("reference-style: done", flush=True)
-    return {stage: [t[stage] for t in timings] for stage, _ in (*STAGES, REWARD, SAMPLER_CALLS)}, peak
+    return {stage: [t[stage] for t in timings] for stage, _ in ROWS}, peak
 
 
 def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
