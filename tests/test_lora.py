@@ -331,7 +331,7 @@ def test_adapters_the_rollout_cannot_carry_are_refused_where_they_load(tmp_path,
 
 
 def test_the_lora_benchmark_trains_the_parameters_it_says():
-    """``benchmarks/lora.py`` at a tiny shape: its trainable counts are the ones worked out by hand for a Qwen2 of
+    """``benchmarks/lora.py`` at a tiny shape (the 4-bit variant too, through bitsandbytes' CPU kernels): its trainable counts are the ones worked out by hand for a Qwen2 of
     hidden 64 (MLP 192, 4 heads of 16, 2 key/value heads), 2 layers, vocabulary 1000, untied head."""
     import subprocess
     import sys
@@ -368,5 +368,9 @@ def test_the_lora_benchmark_trains_the_parameters_it_says():
     full = 1000 * 64 * 2 + 2 * (4160 + 2 * 2080 + 4096 + 3 * 12288 + 128) + 64
     # rank 16 x (in + out) of q, k, v, o, gate, up, down in each layer
     lora = 2 * 16 * ((64 + 64) + 2 * (64 + 32) + (64 + 64) + 3 * (64 + 192))
-    assert f"| {full:,} |" in rows["full"] and f"| {lora:,} |" in rows["lora"]
-    assert "adapters applied" in rows and "adapters merged" in rows and "applied / merged:" in done.stdout
+    assert f"| {full:,} |" in rows["full"] and f"| {lora:,} |" in rows["lora"] and f"| {lora:,} |" in rows["qlora"]
+    assert {"lora, adapters applied", "lora, adapters merged", "qlora, adapters applied to the 4-bit base"} <= set(rows)
+    assert "applied / merged:" in done.stdout
+    # bitsandbytes' CPU 4-bit layers against the dequantization formula, in fp32
+    error = float(done.stdout.split("largest relative difference ")[1].split()[0])
+    assert error < 1e-5, error

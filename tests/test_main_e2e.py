@@ -14,6 +14,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import torch
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.ray]  # the default job: Ray, code rewards
 
@@ -371,6 +372,36 @@ def random_d1_adapter(model_path: Path, directory: Path) -> Path:
             if "lora_B" in name:
                 parameter.copy_(0.1 * torch.randn(parameter.shape, generator=generator))
     return save_adapter(directory, adapter_state(model), model.peft_config["default"].to_dict(), str(model_path))
+
+
+def test_qlora_job_trains_adapters_on_a_4bit_base_and_resumes(tmp_path):
+    """The default job with LoRA on 4-bit base weights (``lora.load_in_4bit``; bitsandbytes' CPU kernels): the
+    adapters move away from the base (KL above 0 after step 1, adapters start at B = 0), checkpoints hold the adapters
+    and no 4-bit weight, and a run killed at step 3 resumes from step 2's checkpoint with steps 3 and 4."""
+    pytest.importorskip("bitsandbytes")
+    common = [
+        "actor_rollout_ref.model.lora_rank=8",
+        "actor_rollout_ref.model.lora_alpha=16",
+        "++actor_rollout_ref.model.lora.load_in_4bit=true",
+        "trainer.total_training_steps=4",
+        "trainer.save_freq=2",
+        *SHORT,
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
+    killed = run_until_step(main_command(*common), tmp_path, 3)
+    assert logged_steps(killed) == [1, 2, 3], killed[-5000:]
+    kl = metric_by_step(killed, "actor/kl_loss")
+    assert kl[1] == 0.0 and kl[3] > 0.0, kl
+    actor = tmp_path / "ckpt" / "global_step_2" / "actor"
+    assert (actor / "lora_adapter" / "adapter_model.safetensors").is_file()
+    shard = torch.load(actor / "model_world_size_1_rank_0.pt", weights_only=False)
+    assert any("lora_A" in name for name in shard) and not any("absmax" in name for name in shard)
+
+    resumed = subprocess.run(main_command(*common), cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, log[-5000:]
+    assert logged_steps(log) == [3, 4]
+    assert metric_by_step(log, "actor/kl_loss")[3] > 0.0  # the trained adapters came back, not fresh ones
 
 
 def test_lora_job_trains_adapters_against_the_base_saves_them_and_resumes(tmp_path):

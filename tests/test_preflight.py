@@ -146,6 +146,9 @@ def test_the_command_line_stops_before_ray_starts():
     assert "Ray" not in result.stdout + result.stderr and "Traceback" not in result.stderr
 
 
+QLORA = ["actor_rollout_ref.model.lora_rank=8", "++actor_rollout_ref.model.lora.load_in_4bit=true"]
+
+
 @pytest.mark.parametrize(
     "overrides, message",
     [
@@ -180,6 +183,30 @@ def test_the_command_line_stops_before_ray_starts():
         (
             ["actor_rollout_ref.model.lora_rank=8", "actor_rollout_ref.model.target_modules=[nope]"],
             "set actor_rollout_ref.model.target_modules to names among its linear layers: down_proj, gate_proj, k_proj",
+        ),
+        (
+            ["++actor_rollout_ref.model.lora.load_in_4bit=true"],
+            "load_in_4bit=true trains LoRA adapters on a frozen 4-bit base: set actor_rollout_ref.model.lora_rank > 0",
+        ),
+        (
+            [*QLORA, "actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.ref.strategy=fsdp"],
+            "load_in_4bit=true needs actor_rollout_ref.actor.strategy=fsdp2",
+        ),
+        (
+            [*QLORA, "actor_rollout_ref.actor.fsdp_config.param_offload=true"],
+            "which parameter offload would move: set actor_rollout_ref.actor.fsdp_config.param_offload=false",
+        ),
+        (
+            [*QLORA, "actor_rollout_ref.model.lora.merge=true"],
+            "cannot merge adapters into 4-bit weights without rounding them",
+        ),
+        (
+            [*QLORA, "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"],
+            "saves no full Hugging Face model",
+        ),
+        (
+            [*QLORA, "++actor_rollout_ref.model.lora.bnb_4bit_quant_type=int4"],
+            "lora.bnb_4bit_quant_type=int4: bitsandbytes quantizes to nf4 or fp4",
         ),
     ],
 )

@@ -39,6 +39,7 @@ from diffugrpo_plugin.models.dlm import (
     DiffusionLM,
     plan_loading,
     read_model_config,
+    refuse_partial_load,
     refuse_unloaded_weights,
     remote_classes,
     supports_attention,
@@ -51,6 +52,13 @@ from diffugrpo_plugin.models.lora import (
     refuse_adapted_head,
     save_adapter,
     set_dropout,
+)
+from diffugrpo_plugin.models.quantization import (
+    keep_canonical_packing,
+    leave_out_of_state_dict,
+    loading_kwargs,
+    quantization_settings,
+    quantized_parameters,
 )
 from diffugrpo_plugin.plugins import build
 from diffugrpo_plugin.training.warm_start import built_if_default
@@ -97,6 +105,26 @@ def _host_memory_offload_on_cpu():
         yield
     finally:
         transformer_impl.CPUOffloadPolicy = original
+
+
+@contextmanager
+def _sharding_around(quantized: set):
+    """verl's FSDP2 wrapping with 4-bit weights (QLoRA) left out of the sharding: FSDP2 would turn them into plain
+    sharded tensors without their quantization state. Each rank keeps the whole frozen 4-bit base (as d1 does under
+    DDP); adapters and full-precision weights are sharded as before. Every rank loaded the real weights itself, so
+    verl's rank-0 broadcast, which starts the other ranks from empty storage, is left out."""
+    if not quantized:
+        yield
+        return
+    shard, broadcast = transformer_impl.apply_fsdp2, transformer_impl.fsdp2_load_full_state_dict
+    transformer_impl.apply_fsdp2 = lambda model, kwargs, config: shard(
+        leave_out_of_state_dict(model), {**kwargs, "ignored_params": quantized}, config
+    )
+    transformer_impl.fsdp2_load_full_state_dict = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        transformer_impl.apply_fsdp2, transformer_impl.fsdp2_load_full_state_dict = shard, broadcast
 
 
 def _as_config_class(config, config_class, model_class=None):
@@ -169,6 +197,9 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
             config_class, model_class = remote_classes(path, config)
             self.model_config.hf_config = _as_config_class(self.model_config.hf_config, config_class, model_class)
             plan.family.complete_remote_config(self.model_config.hf_config)
+        quantization = quantization_settings(self.model_config.lora)
+        if quantization is not None:
+            return self._build_4bit_module(quantization, plan)
         replaced = {"model_type": "language_model", "trust_remote_code": plan.trust_remote_code}
         original = {key: getattr(self.model_config, key) for key in replaced}
         for key, value in replaced.items():
@@ -180,6 +211,41 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 object.__setattr__(self.model_config, key, value)
         refuse_unloaded_weights(module, path, plan)  # a hub id's weights are first readable here
         return module
+
+    def _param_dtype(self) -> torch.dtype:
+        """The dtype FSDP computes in (verl's default when ``mixed_precision`` is unset: bf16)."""
+        from verl.utils.torch_dtypes import PrecisionType
+
+        return PrecisionType.to_dtype((self.engine_config.mixed_precision or {}).get("param_dtype", "bf16"))
+
+    def _build_4bit_module(self, quantization: dict, plan) -> torch.nn.Module:
+        """verl's ``_build_module`` with the linear layers in 4 bits (QLoRA): every rank loads and quantizes the
+        checkpoint itself, on its device (bitsandbytes quantizes where weights land; verl's meta-device start and
+        rank-0 broadcast carry no quantization state), computing in the FSDP param dtype; the model keeps its dtypes
+        (a 4-bit model cannot be cast)."""
+        from verl.utils.model import get_hf_auto_model_class
+        from verl.utils.torch_dtypes import PrecisionType
+
+        device = "cpu" if get_device_name() == "cpu" else f"{get_device_name()}:{get_device_id()}"
+        dtype = PrecisionType.to_dtype(self.engine_config.model_dtype or "fp32")
+        module, info = get_hf_auto_model_class(hf_config=self.model_config.hf_config).from_pretrained(
+            self.model_config.local_path,
+            dtype=dtype,
+            config=self.model_config.hf_config,
+            trust_remote_code=plan.trust_remote_code,
+            output_loading_info=True,
+            **loading_kwargs(quantization, self._param_dtype(), device, plan.family.head),
+        )
+        refuse_partial_load(module, plan, info)
+        transformer_impl.apply_monkey_patch(
+            model=module,
+            use_remove_padding=self.use_remove_padding,
+            ulysses_sp_size=self.ulysses_sequence_parallel_size,
+            use_fused_kernels=self.model_config.use_fused_kernels,
+        )
+        if self.model_config.enable_gradient_checkpointing:
+            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return keep_canonical_packing(module)
 
     def _build_lora_module(self, module):
         # verl's FSDP LoRA (lora_rank, lora_alpha, target_modules, exclude_modules, lora_adapter_path), plus
@@ -222,7 +288,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
             report = make_lean(module, self._family.swiglu)
             if self.rank == 0:
                 print(f"[diffugrpo] lean MLP: {report.summary()}")
-        with _host_memory_offload_on_cpu():
+        with _host_memory_offload_on_cpu(), _sharding_around(quantized_parameters(module)):
             return super()._build_fsdp_module(module)
 
     def _diffusion_lm(self) -> DiffusionLM:

@@ -172,6 +172,7 @@ def _check_lora_keys(config: DictConfig) -> None:
             "without it verl's FSDP engine builds no adapters, while its trainer takes the reference "
             "from the actor with adapters disabled"
         )
+    _check_4bit_base(config, rank)
     if rank <= 0:
         return
     if OmegaConf.select(config, "diffugrpo.ref_sync.enable", default=False):
@@ -191,6 +192,54 @@ def _check_lora_keys(config: DictConfig) -> None:
     dropout = (model.get("lora") or {}).get("dropout", 0.0) or 0.0
     if not 0.0 <= float(dropout) < 1.0:
         raise ConfigError(f"actor_rollout_ref.model.lora.dropout={dropout}: set a probability in [0, 1)")
+
+
+def _check_4bit_base(config: DictConfig, rank: int) -> None:
+    """``actor_rollout_ref.model.lora.load_in_4bit`` (QLoRA): adapters on a frozen 4-bit base, sharded by FSDP2
+    around the 4-bit weights, which stay on the device; bitsandbytes must quantize on the job's device."""
+    from diffugrpo_plugin.models.dlm import ModelConfigError
+    from diffugrpo_plugin.models.quantization import quantization_settings, require_bitsandbytes
+
+    model = config.actor_rollout_ref.model
+    lora = OmegaConf.to_container(model.get("lora") or {}, resolve=True)
+    try:
+        if quantization_settings(lora) is None:
+            return
+    except ModelConfigError as error:
+        raise ConfigError(str(error)) from None
+    key = "actor_rollout_ref.model.lora.load_in_4bit=true"
+    actor = config.actor_rollout_ref.actor
+    refusals = [
+        (rank <= 0, "trains LoRA adapters on a frozen 4-bit base: set actor_rollout_ref.model.lora_rank > 0"),
+        (actor.get("strategy") != "fsdp2", f"needs actor_rollout_ref.actor.strategy=fsdp2 (got {actor.strategy})"),
+        (
+            bool(OmegaConf.select(actor, "fsdp_config.param_offload", default=False))
+            or bool(OmegaConf.select(actor, "fsdp_config.offload_policy", default=False)),
+            "keeps the 4-bit base on the device, which parameter offload would move: set "
+            "actor_rollout_ref.actor.fsdp_config.param_offload=false and offload_policy=false",
+        ),
+        (
+            bool(lora.get("merge", False)),
+            "cannot merge adapters into 4-bit weights without rounding them: set actor_rollout_ref.model.lora.merge="
+            "false (the rollout applies the adapters)",
+        ),
+        (
+            "hf_model" in list(OmegaConf.select(actor, "checkpoint.save_contents", default=[]) or []),
+            "saves no full Hugging Face model (its base is 4-bit); drop hf_model from "
+            "actor_rollout_ref.actor.checkpoint.save_contents and merge the saved lora_adapter later",
+        ),
+    ]
+    for refused, reason in refusals:
+        if refused:
+            raise ConfigError(f"{key} {reason}")
+    import torch
+
+    on_cpu = str(OmegaConf.select(config, "trainer.device", default="cuda")) == "cpu"
+    if on_cpu or torch.cuda.is_available():  # a driver without the workers' GPU leaves it to the workers' own check
+        try:
+            require_bitsandbytes("cpu" if on_cpu else "cuda")
+        except ModelConfigError as error:
+            raise ConfigError(str(error)) from None
 
 
 def _check_adapters(model: DictConfig, meta, family) -> None:

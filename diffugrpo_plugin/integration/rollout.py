@@ -47,6 +47,7 @@ from diffugrpo_plugin.models.lora import (
     is_adapter_weight,
     refuse_adapted_head,
 )
+from diffugrpo_plugin.models.quantization import QUANT_RECORD, quantization_settings, quantized_weight_names
 from diffugrpo_plugin.sampling import build_request_sampler, build_sampler, left_pad, padding_id
 from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
@@ -86,6 +87,8 @@ class DiffusionRollout(BaseRollout):
             attn_implementation=self._attn_implementation(),
             family=diffusion.get("family"),
             implementation=diffusion.get("implementation") or "auto",
+            quantization=quantization_settings(self.model_config.lora),
+            device=self.device,
         )
         self.lm = DiffusionLM.wrap(
             module.to(self.device).eval(),
@@ -141,6 +144,7 @@ class DiffusionRollout(BaseRollout):
         # one spelling per weight (peft's wrapper prefix, base_layer and adapter name dropped); state_dict keys
         # include both names of tied weights (embeddings / lm_head)
         targets = {canonical_weight_name(name): tensor for name, tensor in module.state_dict(keep_vars=True).items()}
+        quantized = {canonical_weight_name(name) for name in quantized_weight_names(module)}
         updated = set()
         with torch.no_grad():
             for name, tensor in weights:
@@ -152,7 +156,16 @@ class DiffusionRollout(BaseRollout):
                         f"trainer and the rollout must build the same model: same path, family and "
                         f"implementation (actor_rollout_ref.model.diffusion)"
                     )
-                target.copy_(tensor.to(device=target.device, dtype=target.dtype))
+                if canonical_weight_name(name) in quantized:
+                    # the 4-bit codes and their scales: both sides quantized the same checkpoint, so they must be
+                    # equal (bitsandbytes' record of the state, which names the dtype each side computes in, is not)
+                    if QUANT_RECORD not in name and not torch.equal(target, tensor.to(target.device)):
+                        raise RuntimeError(
+                            f"the trainer's 4-bit weight '{name}' differs from the rollout's: both must "
+                            f"quantize the same checkpoint with the same actor_rollout_ref.model.lora settings"
+                        )
+                else:
+                    target.copy_(tensor.to(device=target.device, dtype=target.dtype))
                 updated.add(id(target))
         stale = [
             n for n, p in module.named_parameters() if id(p) not in updated and is_adapter_weight(n) == adapters_only

@@ -474,9 +474,13 @@ def load_pretrained(
     family: str | None = None,
     implementation: str = "auto",
     plan: LoadPlan | None = None,
+    quantization: dict[str, Any] | None = None,
+    device: str | torch.device | None = None,
 ) -> torch.nn.Module:
     """Load a diffusion LM checkpoint from a local path or hub id, as :func:`plan_loading` decides (or ``plan``
-    says, when it was already made for this path)."""
+    says, when it was already made for this path). ``quantization``: 4-bit base weights, as
+    :func:`~diffugrpo_plugin.models.quantization.quantization_settings` returns them, quantized on ``device``
+    (bitsandbytes quantizes where the weights land); the layers compute in ``dtype``."""
     from transformers import AutoModelForCausalLM
 
     register_with_transformers()
@@ -486,6 +490,11 @@ def load_pretrained(
     kwargs: dict[str, Any] = {"dtype": dtype, "output_loading_info": True}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    if quantization is not None:
+        from diffugrpo_plugin.models.quantization import loading_kwargs
+
+        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        kwargs.update(loading_kwargs(quantization, dtype, device, plan.family.head))
     if plan.implementation == "native":
         module, info = plan.model_class.from_pretrained(path, **kwargs)
     elif plan.implementation == "remote":
@@ -495,11 +504,15 @@ def load_pretrained(
         module, info = model_class.from_pretrained(path, config=config_class.from_pretrained(path), **kwargs)
     else:
         module, info = AutoModelForCausalLM.from_pretrained(path, **kwargs)
-    _refuse_partial_load(module, plan, info)
+    refuse_partial_load(module, plan, info)
+    if quantization is not None:
+        from diffugrpo_plugin.models.quantization import keep_canonical_packing
+
+        keep_canonical_packing(module)
     return module
 
 
-def _refuse_partial_load(module: torch.nn.Module, plan: LoadPlan, info: dict) -> None:
+def refuse_partial_load(module: torch.nn.Module, plan: LoadPlan, info: dict) -> None:
     """After loading, what transformers reports (for a hub id, the first and only look at the weights):
     any weight freshly initialised, dropped or of another shape is an error."""
     fit = WeightFit.from_loading_info(info)
