@@ -197,6 +197,14 @@ QLORA = ["actor_rollout_ref.model.lora_rank=8", "++actor_rollout_ref.model.lora.
             "which parameter offload would move: set actor_rollout_ref.actor.fsdp_config.param_offload=false",
         ),
         (
+            [*QLORA, "actor_rollout_ref.rollout.dtype=bfloat16"],
+            "with a float32 checkpoint: the trainer quantizes it from float32 .* and the rollout from bfloat16",
+        ),
+        (
+            [*QLORA, "actor_rollout_ref.model.use_liger=true"],
+            "applies no Liger kernels: set actor_rollout_ref.model.use_liger=false",
+        ),
+        (
             [*QLORA, "actor_rollout_ref.model.lora.merge=true"],
             "cannot merge adapters into 4-bit weights without rounding them",
         ),
@@ -296,3 +304,11 @@ def test_data_sampler_mistakes_name_their_fix(valid, overrides, message):
     with pytest.raises(ConfigError) as error:
         check_config(composed(*valid, *overrides))
     assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_valid_qlora_configuration_passes(valid):
+    """4-bit base on this CPU: bitsandbytes >= 0.50 quantizes here, and the trainer and the rollout read the float32
+    checkpoint in the same dtype (the CPU defaults), or in another dtype each when both are bf16."""
+    check_config(composed(*valid, *QLORA))
+    both_bf16 = ["actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16"]
+    check_config(composed(*valid, *QLORA, *both_bf16))

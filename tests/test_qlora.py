@@ -67,7 +67,9 @@ def test_settings_take_d1s_defaults_and_refuse_what_bitsandbytes_lacks():
     settings = quantization_settings({"load_in_4bit": True, "dropout": 0.05})
     assert settings["bnb_4bit_quant_type"] == "nf4" and settings["bnb_4bit_use_double_quant"] is True
     config = bitsandbytes_config(settings, torch.bfloat16, head="model.transformer.ff_out")
-    assert config.bnb_4bit_compute_dtype == torch.bfloat16 and config.llm_int8_skip_modules == ["ff_out"]
+    assert config.bnb_4bit_compute_dtype == torch.bfloat16 and config.llm_int8_skip_modules == [
+        "model.transformer.ff_out"
+    ]
     named = quantization_settings({"load_in_4bit": True, "bnb_4bit_compute_dtype": "float16"})
     assert bitsandbytes_config(named, torch.float32, head=None).bnb_4bit_compute_dtype == torch.float16
     with pytest.raises(ModelConfigError, match="bnb_4bit_compute_dtype=half_float: name a torch dtype"):
@@ -99,6 +101,26 @@ def test_the_4bit_model_is_its_dequantized_weights_and_checkpoints_leave_the_bas
     assert not any(".self_attn.q_proj.weight" in name or "absmax" in name for name in state)
     assert not model.load_state_dict(state).missing_keys
     assert "layers.0.self_attn.q_proj.weight.absmax" in model.model.state_dict()
+
+
+@pytest.mark.parametrize("tied", [False, True])
+def test_every_llada_block_is_4bit_and_its_vocabulary_head_is_not(tmp_path, tied):
+    """LLaDA's head (``model.transformer.ff_out``) shares its last name with every block's down projection (``ff_out``):
+    the head stays full precision, and the blocks' projections are all 4-bit. Tied, the head is the embedding."""
+    from diffugrpo_plugin.models.quantization import quantized_parameters
+    from family_standins import save_standin
+
+    model = four_bit_model(str(save_standin("llada", tmp_path / "llada", tied=tied)))
+    quantized = {id(parameter) for parameter in quantized_parameters(model)}
+    four_bit = {name for name, parameter in model.named_parameters() if id(parameter) in quantized}
+    blocks = model.model.transformer.blocks
+    assert len(four_bit) == 7 * len(blocks)  # q, k, v, attn_out, ff_proj, up_proj, ff_out in each block
+    assert {name.rsplit(".", 2)[-2] for name in four_bit} == {
+        "q_proj", "k_proj", "v_proj", "attn_out", "ff_proj", "up_proj", "ff_out"
+    }  # fmt: skip
+    assert not any(name.startswith("model.transformer.ff_out") for name in four_bit)
+    if not tied:
+        assert type(model.model.transformer.ff_out.weight) is torch.nn.Parameter
 
 
 def rollout_with(model_path: str, lora: dict):

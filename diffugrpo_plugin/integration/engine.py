@@ -112,14 +112,20 @@ def _sharding_around(quantized: set):
     """verl's FSDP2 wrapping with 4-bit weights (QLoRA) left out of the sharding: FSDP2 would turn them into plain
     sharded tensors without their quantization state. Each rank keeps the whole frozen 4-bit base (as d1 does under
     DDP); adapters and full-precision weights are sharded as before. Every rank loaded the real weights itself, so
-    verl's rank-0 broadcast, which starts the other ranks from empty storage, is left out."""
+    verl's rank-0 broadcast, which starts the other ranks from empty storage, is left out; only the trainable
+    parameters (new adapters start random) are broadcast from rank 0, so every world size starts from one draw."""
     if not quantized:
         yield
         return
     shard, broadcast = transformer_impl.apply_fsdp2, transformer_impl.fsdp2_load_full_state_dict
-    transformer_impl.apply_fsdp2 = lambda model, kwargs, config: shard(
-        leave_out_of_state_dict(model), {**kwargs, "ignored_params": quantized}, config
-    )
+
+    def shard_around_quantized(model, kwargs, config):
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                torch.distributed.broadcast(parameter.data, src=0)
+        return shard(leave_out_of_state_dict(model), {**kwargs, "ignored_params": quantized}, config)
+
+    transformer_impl.apply_fsdp2 = shard_around_quantized
     transformer_impl.fsdp2_load_full_state_dict = lambda *args, **kwargs: None
     try:
         yield

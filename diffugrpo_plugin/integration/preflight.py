@@ -219,6 +219,10 @@ def _check_4bit_base(config: DictConfig, rank: int) -> None:
             "actor_rollout_ref.actor.fsdp_config.param_offload=false and offload_policy=false",
         ),
         (
+            bool(model.get("use_liger", False)),
+            "loads the model itself and applies no Liger kernels: set actor_rollout_ref.model.use_liger=false",
+        ),
+        (
             bool(lora.get("merge", False)),
             "cannot merge adapters into 4-bit weights without rounding them: set actor_rollout_ref.model.lora.merge="
             "false (the rollout applies the adapters)",
@@ -232,6 +236,7 @@ def _check_4bit_base(config: DictConfig, rank: int) -> None:
     for refused, reason in refusals:
         if refused:
             raise ConfigError(f"{key} {reason}")
+    _check_4bit_sources(config)
     import torch
 
     on_cpu = str(OmegaConf.select(config, "trainer.device", default="cuda")) == "cpu"
@@ -240,6 +245,32 @@ def _check_4bit_base(config: DictConfig, rank: int) -> None:
             require_bitsandbytes("cpu" if on_cpu else "cuda")
         except ModelConfigError as error:
             raise ConfigError(str(error)) from None
+
+
+def _check_4bit_sources(config: DictConfig) -> None:
+    """The trainer quantizes the checkpoint from ``model_dtype`` and the rollout from ``rollout.dtype``; their 4-bit
+    codes agree only when both read the same values: the same dtype, or a bfloat16 checkpoint read in bfloat16 or
+    float32 (exact). Else the rollout would refuse the first weight sync mid-run."""
+    from diffugrpo_plugin.training.warm_start import built_if_default
+
+    def name(dtype) -> str:
+        aliases = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
+        return aliases.get(str(dtype), str(dtype)).removeprefix("torch.")
+
+    rollout = name(config.actor_rollout_ref.rollout.get("dtype") or "bfloat16")
+    trainer = name(OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.model_dtype", default=None) or "fp32")
+    if rollout == trainer:
+        return
+    path = os.path.join(os.path.expanduser(built_if_default(str(config.actor_rollout_ref.model.path))), "config.json")
+    stored = json.loads(Path(path).read_text()) if os.path.isfile(path) else {}
+    stored = name(stored.get("dtype") or stored.get("torch_dtype") or "unknown")
+    if stored == "bfloat16" and {rollout, trainer} <= {"bfloat16", "float32"}:
+        return
+    raise ConfigError(
+        f"actor_rollout_ref.model.lora.load_in_4bit=true with a {stored} checkpoint: the trainer quantizes it from "
+        f"{trainer} (actor_rollout_ref.actor.fsdp_config.model_dtype) and the rollout from {rollout} "
+        f"(actor_rollout_ref.rollout.dtype), which gives other 4-bit weights; set both to the same dtype"
+    )
 
 
 def _check_adapters(model: DictConfig, meta, family) -> None:

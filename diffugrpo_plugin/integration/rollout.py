@@ -162,7 +162,8 @@ class DiffusionRollout(BaseRollout):
                     if QUANT_RECORD not in name and not torch.equal(target, tensor.to(target.device)):
                         raise RuntimeError(
                             f"the trainer's 4-bit weight '{name}' differs from the rollout's: both must "
-                            f"quantize the same checkpoint with the same actor_rollout_ref.model.lora settings"
+                            f"quantize the same checkpoint (actor_rollout_ref.model.path) with the same "
+                            f"actor_rollout_ref.model.lora settings"
                         )
                 else:
                     target.copy_(tensor.to(device=target.device, dtype=target.dtype))

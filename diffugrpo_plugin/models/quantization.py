@@ -69,7 +69,9 @@ def bitsandbytes_config(settings: Mapping[str, Any], compute_dtype: torch.dtype,
         bnb_4bit_quant_type=settings["bnb_4bit_quant_type"],
         bnb_4bit_use_double_quant=bool(settings["bnb_4bit_use_double_quant"]),
         bnb_4bit_compute_dtype=getattr(torch, str(named)) if named is not None else compute_dtype,
-        llm_int8_skip_modules=[head.rsplit(".", 1)[-1]] if head else None,  # None: transformers' own (lm_head)
+        # the whole dotted path: transformers skips every module whose name ends with the entry, and LLaDA's head
+        # (model.transformer.ff_out) shares its last name with each block's down projection
+        llm_int8_skip_modules=[head] if head else None,  # None: transformers' own (lm_head)
     )
 
 
