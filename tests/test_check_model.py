@@ -787,6 +787,28 @@ def test_lora_memory_terms_by_hand():
     assert full["policy: bf16 params + AdamW moments (sharded)"] == ("held", 3 * 2 * 1e9 / 4)
 
 
+def test_qlora_memory_terms_by_hand():
+    """A 4-bit base (QLoRA) under the same adapters: of the 1B model's weights, 700M are 4-bit (every linear layer's
+    but the head's), at 0.5 + 1/64 + 4/16384 bytes each, whole on each of the 4 GPUs; the other 300M stay bf16 and
+    sharded. The rollout copy holds the same 4-bit weights; FSDP gathers only the layers' other weights (1M of each
+    layer's 44.6M here), and one 2048 x 8192 MLP weight is dequantized at a time."""
+    setup = dataclasses.replace(
+        ONE_B_STEP, lora_parameters=10_000_000, model_dtype="bf16", four_bit_parameters=700_000_000
+    )
+    found = terms_by_name(step_memory.memory_estimate(ONE_B, setup))
+    per_weight = 0.5 + 1 / 64 + 4 / 16384
+    assert found["policy: frozen 4-bit weights (whole on every GPU)"] == ("held", pytest.approx(700e6 * per_weight))
+    assert found["policy: frozen base weights (bf16, sharded), but the 4-bit ones"] == ("held", 2 * 300e6 / 4)
+    assert found["rollout policy copy (bf16, unsharded)"] == (
+        "held",
+        pytest.approx(2 * (300e6 + 10e6) + 700e6 * per_weight),
+    )
+    layer = (1e9 - 2 * 102.4e6) / 16  # 49.7M per layer, of which 700M / 16 = 43.75M are 4-bit
+    gathered = 2 * (2 * 102.4e6 + 2 * (layer - 700e6 / 16))
+    assert found["FSDP gathered params (bf16)"] == ("update", pytest.approx(gathered))
+    assert found["4-bit weight dequantized for its matmul (bf16)"] == ("update", 2 * 2048 * 8192)
+
+
 def test_check_model_counts_d1s_adapters_on_llada(llada_standin, capsys):
     """--lora-rank with d1's seven target names on LLaDA: peft adapts q/k/v/up only; the count is rank x (in + out)
     of each, summed by hand from the stand-in's sizes (hidden 32, MLP 64, 2 layers, 2 of 4 heads for k/v)."""
@@ -807,6 +829,13 @@ def test_check_model_counts_d1s_adapters_on_llada(llada_standin, capsys):
         capsys, llada_standin, "--config-only", "--lora-rank", "8", "--target-modules", "q_proj,ff_out"
     )
     assert code == 2 and "LoRA adapts 'model.transformer.ff_out', the vocabulary projection" in err
+    # --load-in-4bit: per layer q and attn_out 32x32, k and v 32x16, ff_proj, up_proj and the blocks' ff_out 32x64; not
+    # the head (model.transformer.ff_out)
+    four_bit = check_model_json(capsys, llada_standin, "--config-only", "--lora-rank", "8", "--load-in-4bit")
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * inner
+    assert four_bit["estimate"]["setup"]["four_bit_parameters"] == 2 * per_layer
+    code, out, err = check_model(capsys, llada_standin, "--config-only", "--load-in-4bit")
+    assert code == 2 and "--load-in-4bit trains LoRA adapters on a frozen 4-bit base: give --lora-rank too" in err
 
 
 # the words by which the help and the report name each probe of model_check.PROBES

@@ -186,3 +186,30 @@ def test_adapter_flag_generates_as_the_merged_model(checkpoint, tmp_path, capsys
     assert main(["--model", checkpoint, "--adapter", str(tmp_path), *argv]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("diffugrpo generate: error")]
     assert len(errors) == 1 and "not a LoRA adapter folder" in errors[0]
+
+
+def test_load_in_4bit_applies_the_adapter_to_the_4bit_base(checkpoint, tmp_path, capsys):
+    """``--load-in-4bit --adapter``: a QLoRA run's adapter applied to the 4-bit base it trained on. The model it loads
+    computes what an ordinary checkpoint holding the dequantized weights with the adapter merged computes (the
+    formula); its greedy completions are not compared, since on a tiny random model near-ties flip on rounding."""
+    pytest.importorskip("bitsandbytes")
+    import torch
+
+    from diffugrpo_plugin.cli.model_flags import load_model
+    from diffugrpo_plugin.models.dlm import load_pretrained
+    from test_engine_ray import saved_merged_model, saved_random_adapter
+    from test_qlora import saved_dequantized
+
+    adapter = saved_random_adapter(checkpoint, tmp_path / "adapter")
+    formula = saved_merged_model(saved_dequantized(checkpoint, tmp_path / "dequantized"), adapter, tmp_path / "merged")
+    argv = ["--model", checkpoint, "--adapter", adapter, "--load-in-4bit", "--prompt", "def add(a, b):", "--json"]
+    assert main([*argv, "--max-new-tokens", "8"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 1
+    parser = argparse.ArgumentParser()
+    generate.add_parser(parser.add_subparsers(dest="command"))
+    lm, _ = load_model(parser.parse_args(["generate", *argv]))
+    ids = torch.randint(5, 60, (2, 12))
+    with torch.no_grad():
+        torch.testing.assert_close(
+            lm.module(input_ids=ids).logits, load_pretrained(formula).eval()(input_ids=ids).logits, rtol=0, atol=1e-4
+        )

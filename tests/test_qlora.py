@@ -247,3 +247,96 @@ def test_qlora_engine_scores_the_dequantized_formula_trains_adapters_only_and_re
         release(group)
     for a, b in zip(resumed, after2):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_qlora_sft_trains_adapters_on_the_4bit_base_and_saves_the_adapter_alone(tiny_model_path, tmp_path):
+    """Masked SFT with ``load_in_4bit``: only adapters train, the validation loss falls, and the checkpoint is the
+    adapter (no merged model, which would round it into 4-bit weights). Applied to the 4-bit base again, the saved
+    adapter gives the run's last validation loss."""
+    from transformers import AutoTokenizer
+
+    from diffugrpo_plugin.core.masking import make_sft
+    from diffugrpo_plugin.data import prepare, write_parquet
+    from diffugrpo_plugin.models.dlm import load_diffusion_lm, load_pretrained
+    from diffugrpo_plugin.models.quantization import quantization_settings
+    from diffugrpo_plugin.training import sft
+
+    start = load_pretrained(tiny_model_path)  # a head scaled up, so the frozen head leaves the adapters something to do
+    with torch.no_grad():
+        start.get_output_embeddings().weight.mul_(40)
+    start.save_pretrained(tmp_path / "start")
+    AutoTokenizer.from_pretrained(tiny_model_path).save_pretrained(tmp_path / "start")
+    data = write_parquet(prepare("synthetic", "train")[:32], tmp_path / "train.parquet")
+    config = sft.SFTConfig(
+        train_files=(str(data),),
+        val_files=(str(data),),
+        output_dir=str(tmp_path / "out"),
+        model_path=str(tmp_path / "start"),
+        steps=20,
+        batch_size=8,
+        lr=3e-2,
+        warmup_steps=2,
+        log_every=10,
+        lora_rank=8,
+        lora_alpha=16,
+        load_in_4bit=True,
+    )
+    lm, tokenizer = sft.load_model_and_tokenizer(config)
+    assert all("lora_" in name for name, p in lm.module.named_parameters() if p.requires_grad)
+    examples = sft.load_examples(config.val_files, tokenizer, 48, 160).examples
+    args = (config, tokenizer.pad_token_id, tokenizer.eos_token_id, make_sft())
+    before = sft.validation_loss(lm, examples, *args)
+    result = sft.train(config, echo=lambda line: None)
+    assert result.val_losses[-1][1] < 0.9 * before, (before, result.val_losses)
+    output = tmp_path / "out"
+    assert (output / "lora_adapter" / "adapter_config.json").is_file() and not list(output.glob("*.safetensors"))
+    reloaded, _ = load_diffusion_lm(
+        config.model_path, "cpu", adapter=str(output / "lora_adapter"), quantization=quantization_settings(FOUR_BIT)
+    )
+    assert sft.validation_loss(reloaded, examples, *args) == pytest.approx(result.val_losses[-1][1], rel=1e-4)
+    with pytest.raises(sft.SFTError, match="--load-in-4bit trains LoRA adapters on a frozen 4-bit base"):
+        sft.SFTConfig(train_files=("x",), output_dir="y", load_in_4bit=True)
+
+
+def test_the_memory_models_bytes_per_4bit_weight_are_what_bitsandbytes_stores():
+    """``step_memory.FOUR_BIT_BYTES`` (0.5 + 1/64 + 4/16384) against the tensors bitsandbytes keeps for a quantized
+    256 x 1024 weight with d1's settings: the packed codes, the 8-bit block scales and the float32 scales of those,
+    besides two fixed code tables (16 and 256 floats) that do not grow with the weight."""
+    import bitsandbytes.functional as bnb_functional
+
+    from diffugrpo_plugin.tools.step_memory import FOUR_BIT_BYTES
+
+    weight = torch.randn(256, 1024)
+    packed, state = bnb_functional.quantize_4bit(weight, quant_type="nf4", compress_statistics=True)
+    tensors = [packed, state.absmax, state.state2.absmax]
+    stored = sum(tensor.numel() * tensor.element_size() for tensor in tensors)
+    assert stored == pytest.approx(FOUR_BIT_BYTES * weight.numel(), rel=1e-9)
+
+
+def test_d1s_fits_table_counts_the_4bit_base():
+    """``examples/d1_llada/fits.py``: with d1's 4-bit base the recipe's step on LLaDA-8B drops from 55 to 23 GiB
+    (6.98B of its 8.02B weights in 4 bits), which fits a 40 GB card."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    done = subprocess.run(
+        [sys.executable, "examples/d1_llada/fits.py"],
+        cwd=Path(__file__).resolve().parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {
+        line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:-1]]
+        for line in done.stdout.splitlines()
+        if line.startswith("| ")
+    }
+    recipe, qlora = (
+        rows["the recipe: LoRA, fp32 base and adapters, checkpointing"],
+        rows["QLoRA as d1: 4-bit base, fp32 adapters, checkpointing"],
+    )
+    assert float(qlora[0]) < 0.5 * float(recipe[0])
+    assert qlora[4:] == ["no", "yes", "yes"] and recipe[4:] == ["no", "no", "yes"]  # 24, 40, 80 GB
+    assert "6.98B weights in 4 bits" in done.stdout

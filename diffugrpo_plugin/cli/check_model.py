@@ -173,6 +173,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "keeps a copy of each adapted module's input for the backward (default: 0)",
     )
     estimate.add_argument(
+        "--load-in-4bit",
+        action="store_true",
+        help="with --lora-rank: the frozen base's linear layers in 4 bits (QLoRA, actor_rollout_ref.model.lora."
+        "load_in_4bit), whole on every GPU, in the trainer and the rollout copy",
+    )
+    estimate.add_argument(
         "--diffusion-steps",
         type=int,
         default=DEFAULTS["diffusion_steps"],
@@ -214,6 +220,8 @@ def _check_numbers(args: argparse.Namespace) -> str | None:
         return f"--lora-rank must be 0 (no LoRA) or more, got {args.lora_rank}"
     if not 0 <= args.lora_dropout < 1:
         return f"--lora-dropout must be in [0, 1), got {args.lora_dropout}"
+    if args.load_in_4bit and not args.lora_rank:
+        return "--load-in-4bit trains LoRA adapters on a frozen 4-bit base: give --lora-rank too"
     return None
 
 
@@ -246,6 +254,13 @@ def _adapters(resolved, args) -> tuple[int, int, bool | None, int]:
         lean.installed > 0 and not lean.skipped,
         dropped,
     )
+
+
+def _four_bit_weights(resolved) -> int:
+    """With ``--load-in-4bit``: the planned network's weights a 4-bit load stores in 4 bits."""
+    from diffugrpo_plugin.models.quantization import four_bit_weight_count
+
+    return four_bit_weight_count(resolved.meta, resolved.plan.family.head_module(resolved.meta))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -304,6 +319,7 @@ def _run(args: argparse.Namespace) -> int:
         lora_parameters=adapter_count,
         lora_dropout_inputs=dropped,
         model_dtype=args.model_dtype,
+        four_bit_parameters=_four_bit_weights(resolved) if args.load_in_4bit else 0,
     )
     memory = step_memory.memory_estimate(resolution.shape(), setup)
     flops = step_cost.step_flops(
@@ -490,6 +506,7 @@ def _estimate_text(setup, memory, flops, r, args, adapted_modules: int = 0) -> s
         head += (
             f"; LoRA rank {args.lora_rank} on {adapted_modules} modules ({args.target_modules}): "
             f"{_count(setup.lora_parameters)} adapter parameters"
+            + (f", on {_count(setup.four_bit_parameters)} weights in 4 bits" if setup.four_bit_parameters else "")
         )
     h100 = step_cost.H100_BF16_DENSE_FLOPS * step_cost.DEFAULT_UTILIZATION
     flop_lines = [

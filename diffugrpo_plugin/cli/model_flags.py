@@ -30,6 +30,13 @@ def add_model_flags(group: argparse._ArgumentGroup, with_model: bool = True, def
             help="a LoRA adapter folder to merge into --model (a LoRA training checkpoint's "
             "global_step_N/actor/lora_adapter, or any peft adapter of the same model)",
         )
+        group.add_argument(
+            "--load-in-4bit",
+            action="store_true",
+            help="load --model's linear layers in 4 bits (NF4, double quantization: what "
+            "actor_rollout_ref.model.lora.load_in_4bit trains on), with --adapter applied rather than merged; "
+            "needs bitsandbytes (pip install 'diffugrpo[qlora]')",
+        )
     group.add_argument(
         "--family",
         default=None,
@@ -68,6 +75,7 @@ def model_path(args: argparse.Namespace) -> str:
 def load_model(args: argparse.Namespace):
     """The wrapped model (eval mode) and tokenizer the flags select."""
     from diffugrpo_plugin.models.dlm import load_diffusion_lm
+    from diffugrpo_plugin.models.quantization import quantization_settings
 
     return load_diffusion_lm(
         model_path(args),
@@ -76,4 +84,5 @@ def load_model(args: argparse.Namespace):
         family=args.family,
         implementation=args.implementation or "auto",
         adapter=getattr(args, "adapter", None),
+        quantization=quantization_settings({"load_in_4bit": getattr(args, "load_in_4bit", False)}),
     )

@@ -528,9 +528,12 @@ def load_diffusion_lm(
     family: str | None = None,
     implementation: str = "auto",
     adapter: str | None = None,
+    quantization: dict[str, Any] | None = None,
 ) -> tuple[DiffusionLM, Any]:
     """A checkpoint ready to sample from: the wrapped model in eval mode on ``device`` and its tokenizer; with a
-    LoRA ``adapter`` folder (a training checkpoint's ``actor/lora_adapter``), the adapter merged in.
+    LoRA ``adapter`` folder (a training checkpoint's ``actor/lora_adapter``), the adapter merged in. With
+    ``quantization`` (4-bit linear layers, as QLoRA trains them) the adapter is applied instead: merging it into 4-bit
+    weights would round it away.
 
     The tokenizer runs the checkpoint's own code only when the model does (``trust_remote_code`` is a
     permission): a native load of a checkpoint whose ``tokenization_*.py`` is missing still has a tokenizer.
@@ -542,11 +545,11 @@ def load_diffusion_lm(
     path = _local_or_hub(path)
     plan = plan_loading(read_model_config(path), family, implementation, trust_remote_code, path)
     tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=plan.trust_remote_code)
-    module = load_pretrained(path, dtype=dtype, plan=plan)
+    module = load_pretrained(path, dtype=dtype, plan=plan, quantization=quantization, device=device)
     if adapter is not None:
         from diffugrpo_plugin.models.lora import apply_adapter
 
-        module = apply_adapter(module, adapter)
+        module = apply_adapter(module, adapter, merge=quantization is None)
     return DiffusionLM.wrap(module.to(device).eval(), tokenizer, family=family), tokenizer
 
 

@@ -121,6 +121,14 @@ def quantized_parameters(module: torch.nn.Module) -> set[torch.nn.Parameter]:
     return {parameter for parameter in module.parameters() if isinstance(parameter, Params4bit)}
 
 
+def four_bit_weight_count(module: torch.nn.Module, head: torch.nn.Module | None) -> int:
+    """How many weights loading ``module`` in 4 bits stores in 4 bits: every linear layer's but the vocabulary
+    ``head``'s (works on a meta-device model; for the memory model)."""
+    return sum(
+        layer.weight.numel() for layer in module.modules() if isinstance(layer, torch.nn.Linear) and layer is not head
+    )
+
+
 def keep_canonical_packing(module: torch.nn.Module) -> torch.nn.Module:
     """Keep every 4-bit weight in bitsandbytes' portable packing. On a CPU with AVX512-BF16, ``Linear4bit`` repacks
     its weight in place for a faster kernel at its first no-grad forward in eval mode: the weight would then differ

@@ -111,6 +111,8 @@ class StepSetup:
         model_dtype: the sharded policy weights' storage dtype (verl's ``actor.fsdp_config.model_dtype``,
             fp32 by default). Full fine-tuning keeps gradients and AdamW moments in it; with LoRA the base
             weights are frozen in it and the adapters train in it too (verl casts them to the base's dtype).
+        four_bit_parameters: with a 4-bit base (QLoRA, ``lora.load_in_4bit``): the weights stored in 4 bits, every
+            linear layer's but the vocabulary head's; whole on every GPU in the trainer and in the rollout copy.
     """
 
     batch: int
@@ -133,6 +135,7 @@ class StepSetup:
     lora_parameters: int = 0
     lora_dropout_inputs: int = 0
     model_dtype: str = "fp32"
+    four_bit_parameters: int = 0
 
     @property
     def tokens(self) -> int:
@@ -236,6 +239,11 @@ def sharded_grad_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") 
     return dtype_bytes(model_dtype) * parameters / gpus
 
 
+# bytes per weight of a 4-bit base with d1's settings: the NF4 code (half a byte) and its block's scale, itself
+# quantized (double quantization): one byte per block of 64 weights, plus a float32 scale per 256 such blocks
+FOUR_BIT_BYTES = 0.5 + 1 / 64 + 4 / (64 * 256)
+
+
 def frozen_base_bytes(parameters: float, gpus: int, model_dtype: str = "fp32") -> float:
     """With LoRA: the base weights, frozen (no gradients, no optimizer state), sharded in ``model_dtype``."""
     return dtype_bytes(model_dtype) * parameters / gpus
@@ -252,7 +260,7 @@ def rollout_copy_bytes(parameters: float, dtype: str) -> float:
     return parameters * dtype_bytes(dtype)
 
 
-def fsdp_gathered_bytes(model: ModelShape, param_dtype: str) -> float:
+def fsdp_gathered_bytes(model: ModelShape, param_dtype: str, four_bit: float = 0) -> float:
     """Unsharded compute copies FSDP holds during a training pass, in ``param_dtype``.
 
     verl wraps each decoder layer as an FSDP unit; the current and the prefetched next one are
@@ -262,8 +270,9 @@ def fsdp_gathered_bytes(model: ModelShape, param_dtype: str) -> float:
     ``embed_tokens`` / ``lm_head`` pair (Dream, Qwen2), which verl's FSDP2 wraps as units of their
     own, the embedding is gathered only around its own forward and backward, so this counts one
     embedding copy too many (here and in the unsharded gradients): an upper bound.
+    ``four_bit`` weights (a 4-bit base) are not sharded, so not gathered.
     """
-    return (model.root_parameters + 2 * model.layer_parameters) * dtype_bytes(param_dtype)
+    return (model.root_parameters + 2 * (model.layer_parameters - four_bit / model.layers)) * dtype_bytes(param_dtype)
 
 
 def fsdp_unsharded_grad_bytes(model: ModelShape, param_dtype: str) -> float:
@@ -317,13 +326,15 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
     )
     adapters, model_dtype = setup.lora_parameters, setup.model_dtype
     model_bytes = dtype_bytes(model_dtype)
+    four_bit = setup.four_bit_parameters
+    full = params - four_bit  # the weights kept in a floating-point dtype
     if adapters:
         terms: list[MemoryTerm] = [
             MemoryTerm(
-                f"policy: frozen base weights ({model_dtype}, sharded)",
+                f"policy: frozen base weights ({model_dtype}, sharded)" + (", but the 4-bit ones" if four_bit else ""),
                 "held",
-                frozen_base_bytes(params, gpus, model_dtype),
-                f"{model_bytes} B x {_n(params)} / {gpus}",
+                frozen_base_bytes(full, gpus, model_dtype),
+                f"{model_bytes} B x {_n(full)} / {gpus}",
                 "LoRA: the base weights take no gradient and no optimizer state (verl's actor model_dtype)",
             ),
             MemoryTerm(
@@ -361,6 +372,16 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             "every gradient counted for the whole update (an upper bound: the root's are written "
             "last); freed when the update ends (verl's zero_grad on exit), not held in the rollout",
         )
+    if four_bit:
+        terms.append(
+            MemoryTerm(
+                "policy: frozen 4-bit weights (whole on every GPU)",
+                "held",
+                four_bit * FOUR_BIT_BYTES,
+                f"{FOUR_BIT_BYTES:.4f} B x {_n(four_bit)}",
+                "NF4 with double quantization (d1's); FSDP2 leaves them unsharded",
+            )
+        )
     if setup.reference_dtype and adapters:
         terms.append(
             MemoryTerm(
@@ -386,25 +407,38 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
         MemoryTerm(
             f"rollout policy copy ({setup.rollout_dtype}, unsharded)",
             "held",
-            rollout_copy_bytes(params + adapters, setup.rollout_dtype),
-            f"{rollout_bytes} B x {_n(params + adapters)}",
+            rollout_copy_bytes(full + adapters, setup.rollout_dtype) + four_bit * FOUR_BIT_BYTES,
+            f"{rollout_bytes} B x {_n(full + adapters)}"
+            + (f" + {FOUR_BIT_BYTES:.4f} B x {_n(four_bit)}" if four_bit else ""),
             "one full copy per trainer worker (integration/rollout.py), kept on the GPU "
             "(free_cache_engine: false)"
-            + ("; with LoRA the base plus the adapters it samples through" if adapters else ""),
+            + ("; with LoRA the base plus the adapters it samples through" if adapters else "")
+            + ("; its linear layers in 4 bits, as the trainer's" if four_bit else ""),
         )
     )
 
     terms.append(gradients)
+    layer_sharded = model.layer_parameters - four_bit / model.layers  # what FSDP gathers of one layer
     terms.append(
         MemoryTerm(
             f"FSDP gathered params ({param_dtype})",
             "update",
-            fsdp_gathered_bytes(model, param_dtype),
-            f"{param_bytes} B x ({_n(model.root_parameters)} root + 2 x {_n(model.layer_parameters)} layer)",
+            fsdp_gathered_bytes(model, param_dtype, four_bit),
+            f"{param_bytes} B x ({_n(model.root_parameters)} root + 2 x {_n(layer_sharded)} layer)",
             "root unit (embedding, head) gathered for the whole pass, plus the current and the "
-            "prefetched decoder layer",
+            "prefetched decoder layer" + ("; not the 4-bit weights, which are not sharded" if four_bit else ""),
         )
     )
+    if four_bit:
+        terms.append(
+            MemoryTerm(
+                f"4-bit weight dequantized for its matmul ({param_dtype})",
+                "update",
+                model.hidden * model.intermediate * param_bytes,
+                f"{param_bytes} B x {model.hidden} x {model.intermediate}",
+                "bitsandbytes dequantizes one weight at a time, the largest an MLP projection",
+            )
+        )
     if adapters:
         terms.append(
             MemoryTerm(

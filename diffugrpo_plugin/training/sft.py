@@ -123,6 +123,14 @@ class SFTConfig:
     )
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scale numerator (scale = lora_alpha / lora_rank)"})
     lora_dropout: float = field(default=0.0, metadata={"help": "dropout on each adapter's input"})
+    load_in_4bit: bool = field(
+        default=False,
+        metadata={
+            "help": "with --lora-rank: the frozen base in 4 bits (QLoRA: NF4, double quantization); the checkpoint is "
+            "then the adapter alone in <output_dir>/lora_adapter (merging would round it into 4-bit weights), which "
+            "the RL job continues with lora_adapter_path and lora.load_in_4bit=true on the same base"
+        },
+    )
     target_modules: str = field(
         default="all-linear",
         metadata={
@@ -155,6 +163,8 @@ class SFTConfig:
             bad.append(f"implementation={self.implementation} (one of {', '.join(IMPLEMENTATIONS)})")
         if bad:
             raise SFTError(f"invalid SFT settings: {', '.join(bad)} (counts must be at least 1, rates non-negative)")
+        if self.load_in_4bit and not self.lora_rank:
+            raise SFTError("--load-in-4bit trains LoRA adapters on a frozen 4-bit base: give --lora-rank too")
         if not self.train_files:
             raise SFTError("no training data: give at least one prepared parquet (--train-files)")
 
@@ -389,6 +399,7 @@ class _Learner:
 def load_model_and_tokenizer(config: SFTConfig) -> tuple[DiffusionLM, Any]:
     """The model to fine-tune (float32, train mode) and its tokenizer; no path: the tiny built-in Dream-style one."""
     from diffugrpo_plugin.models.dlm import load_diffusion_lm
+    from diffugrpo_plugin.models.quantization import quantization_settings
 
     model_path = config.model_path
     if model_path is None:
@@ -401,6 +412,7 @@ def load_model_and_tokenizer(config: SFTConfig) -> tuple[DiffusionLM, Any]:
         trust_remote_code=config.trust_remote_code,
         family=config.family,
         implementation=config.implementation,
+        quantization=quantization_settings({"load_in_4bit": config.load_in_4bit}),
     )
     if config.lora_rank:
         lm = _with_adapters(lm, tokenizer, config)
@@ -517,7 +529,7 @@ def _asks_to_stop(stop_when: StopRule, done: int, lm: DiffusionLM, tokenizer: An
 def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig, steps_done: int) -> Path:
     """An HF checkpoint the RL job loads (``actor_rollout_ref.model.path``), plus the run's settings
     and how many steps it ran. A LoRA ``module`` (peft) also leaves its adapter in ``lora_adapter/`` and is merged
-    in place: call this last."""
+    in place: call this last. On a 4-bit base (``load_in_4bit``) the adapter is the checkpoint: no merged model."""
     output = Path(config.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     if hasattr(module, "peft_config"):  # LoRA: the adapter alone, then the merged model (what the RL job loads)
@@ -526,8 +538,9 @@ def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig, 
         save_adapter(
             output / "lora_adapter", adapter_state(module), module.peft_config["default"].to_dict(), config.model_path
         )
-        module = module.merge_and_unload()
-    module.save_pretrained(output)
+        module = None if config.load_in_4bit else module.merge_and_unload()
+    if module is not None:
+        module.save_pretrained(output)
     tokenizer.save_pretrained(output)
     settings = {name: value for name, value in asdict(config).items() if name != "output_dir"}  # may be a staging dir
     settings["steps_done"] = steps_done

@@ -24,6 +24,7 @@ from diffugrpo_plugin.models.lora import (
     target_report,
 )
 from diffugrpo_plugin.models.native.llada import LLaDAConfig, LLaDAModelLM
+from diffugrpo_plugin.models.quantization import four_bit_weight_count
 from diffugrpo_plugin.models.weights import meta_model
 from diffugrpo_plugin.tools import step_memory
 
@@ -89,6 +90,7 @@ def main() -> None:
     lean = make_lean(adapted, LLADA.swiglu)  # lean unless a down projection (ff_out) carries an adapter
     stock = lean.installed == 0
     dropped = adapted_inputs_per_layer(adapted, shape.layers) if D1_DROPOUT else 0  # lora_dropout 0.05
+    four_bit = four_bit_weight_count(model, LLADA.head_module(model))  # lora.load_in_4bit: every linear but the head
     matched, unmatched = target_report([name for name, _ in model.named_modules()], D1_TARGETS)
     print(
         f"LLaDA-8B: {shape.parameters / 1e9:.2f}B parameters. d1's LoRA, rank {D1_RANK}, targets "
@@ -114,6 +116,20 @@ def main() -> None:
             "... bf16 base (adapters in bf16 too: too coarse for lr 3e-6)",
             d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, model_dtype="bf16"),
         ),
+        (
+            "QLoRA as d1: 4-bit base, fp32 adapters, checkpointing",
+            d1_setup(not stock, lora_parameters=adapters, lora_dropout_inputs=dropped, four_bit_parameters=four_bit),
+        ),
+        (
+            "... without checkpointing (d1's setting)",
+            d1_setup(
+                not stock,
+                lora_parameters=adapters,
+                lora_dropout_inputs=dropped,
+                four_bit_parameters=four_bit,
+                gradient_checkpointing=False,
+            ),
+        ),
         ("full fine-tuning, fp32 states, bf16 reference", d1_setup(True)),
     ]
     width = max(len(name) for name, _ in rows)
@@ -135,8 +151,8 @@ def main() -> None:
         print(f"| {name:<{width}} | {total:.1f} | {phases} | {fits} |")
     print(
         f"\n'yes': the estimate plus {ALLOCATOR_MARGIN:.0%} (allocator, terms not counted) and {CONTEXT_GIB} GiB of CUDA "
-        f"context fit the card (GB = 10^9 bytes, as cards are sold). 4-bit base weights (d1's load_in_4bit) are "
-        f"not supported yet."
+        f"context fit the card (GB = 10^9 bytes, as cards are sold). QLoRA rows: "
+        f"++actor_rollout_ref.model.lora.load_in_4bit=true, {four_bit / 1e9:.2f}B weights in 4 bits."
     )
 
 
