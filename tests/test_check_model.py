@@ -806,7 +806,7 @@ def test_qlora_memory_terms_by_hand():
     layer = (1e9 - 2 * 102.4e6) / 16  # 49.7M per layer, of which 700M / 16 = 43.75M are 4-bit
     gathered = 2 * (2 * 102.4e6 + 2 * (layer - 700e6 / 16))
     assert found["FSDP gathered params (bf16)"] == ("update", pytest.approx(gathered))
-    assert found["4-bit weight dequantized for its matmul (bf16)"] == ("update", 2 * 2048 * 8192)
+    assert found["4-bit weight dequantized for its matmul (bf16, then bf16)"] == ("update", (2 + 2) * 2048 * 8192)
 
 
 def test_check_model_counts_d1s_adapters_on_llada(llada_standin, capsys):

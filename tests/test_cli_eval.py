@@ -336,6 +336,11 @@ def test_the_router_knows_the_eval_command(tmp_path, capsys):
         ),
         (
             ['{"task_id": "HumanEval/0", "completion": "x"}'],
+            ["--adapter", "a", "--load-in-4bit"],
+            r"--adapter, --load-in-4bit only apply when generating",
+        ),
+        (
+            ['{"task_id": "HumanEval/0", "completion": "x"}'],
             ["--k", "2"],
             r"pass@2 needs at least 2 completions per problem; task HumanEval/0 has 1",
         ),

@@ -198,7 +198,8 @@ QLORA = ["actor_rollout_ref.model.lora_rank=8", "++actor_rollout_ref.model.lora.
         ),
         (
             [*QLORA, "actor_rollout_ref.rollout.dtype=bfloat16"],
-            "with a float32 checkpoint: the trainer quantizes it from float32 .* and the rollout from bfloat16",
+            "quantizes the checkpoint as read in actor_rollout_ref.rollout.dtype=bfloat16, which rounds its float32 "
+            "weights: .* Set actor_rollout_ref.rollout.dtype to float32, or save the checkpoint in bfloat16",
         ),
         (
             [*QLORA, "actor_rollout_ref.model.use_liger=true"],
@@ -308,7 +309,21 @@ def test_data_sampler_mistakes_name_their_fix(valid, overrides, message):
 
 def test_a_valid_qlora_configuration_passes(valid):
     """4-bit base on this CPU: bitsandbytes >= 0.50 quantizes here, and the trainer and the rollout read the float32
-    checkpoint in the same dtype (the CPU defaults), or in another dtype each when both are bf16."""
+    checkpoint in float32 (the CPU defaults). A bf16 checkpoint may be read in bf16 or float32 by either side: both hold
+    its values exactly."""
     check_config(composed(*valid, *QLORA))
-    both_bf16 = ["actor_rollout_ref.rollout.dtype=bfloat16", "actor_rollout_ref.actor.fsdp_config.model_dtype=bf16"]
-    check_config(composed(*valid, *QLORA, *both_bf16))
+    import json
+    from pathlib import Path
+
+    import torch
+    from transformers import AutoTokenizer
+
+    from diffugrpo_plugin.models.dlm import load_pretrained
+
+    tiny = valid[0].split("=", 1)[1]
+    bf16 = Path(tiny).parent / "bf16_checkpoint"
+    load_pretrained(tiny).to(torch.bfloat16).save_pretrained(bf16)
+    AutoTokenizer.from_pretrained(tiny).save_pretrained(bf16)
+    assert json.loads((bf16 / "config.json").read_text()).get("dtype") == "bfloat16"
+    mixed = [f"actor_rollout_ref.model.path={bf16}", "actor_rollout_ref.rollout.dtype=bfloat16"]
+    check_config(composed(*valid, *QLORA, *mixed))

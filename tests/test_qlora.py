@@ -290,12 +290,18 @@ def test_qlora_sft_trains_adapters_on_the_4bit_base_and_saves_the_adapter_alone(
     assert result.val_losses[-1][1] < 0.9 * before, (before, result.val_losses)
     output = tmp_path / "out"
     assert (output / "lora_adapter" / "adapter_config.json").is_file() and not list(output.glob("*.safetensors"))
+    import json
+
+    saved = json.loads((output / "lora_adapter" / "adapter_config.json").read_text())
+    assert saved["base_model_name_or_path"] == config.model_path  # what the adapter must be applied to
     reloaded, _ = load_diffusion_lm(
         config.model_path, "cpu", adapter=str(output / "lora_adapter"), quantization=quantization_settings(FOUR_BIT)
     )
     assert sft.validation_loss(reloaded, examples, *args) == pytest.approx(result.val_losses[-1][1], rel=1e-4)
     with pytest.raises(sft.SFTError, match="--load-in-4bit trains LoRA adapters on a frozen 4-bit base"):
         sft.SFTConfig(train_files=("x",), output_dir="y", load_in_4bit=True)
+    with pytest.raises(sft.SFTError, match="holds a model, which a 4-bit run .* choose an empty directory"):
+        sft.SFTConfig(train_files=("x",), output_dir=config.model_path, lora_rank=4, load_in_4bit=True)
 
 
 def test_the_memory_models_bytes_per_4bit_weight_are_what_bitsandbytes_stores():

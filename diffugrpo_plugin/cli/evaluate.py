@@ -33,6 +33,8 @@ from diffugrpo_plugin.rewards.code_tests import FORMAT_ENDS
 
 GENERATION_ONLY = (
     "model",
+    "adapter",
+    "load_in_4bit",
     "family",
     "implementation",
     "trust_remote_code",
@@ -280,6 +282,7 @@ def _generate(args: argparse.Namespace, problems, ks: list[int]):
     settings = {
         "model": args.model or DEFAULT_MODEL_HELP,
         "adapter": args.adapter,
+        "load_in_4bit": bool(args.load_in_4bit),
         "sampler_options": options,
         **chosen,
     }

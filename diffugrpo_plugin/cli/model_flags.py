@@ -28,11 +28,13 @@ def add_model_flags(group: argparse._ArgumentGroup, with_model: bool = True, def
             default=None,
             metavar="DIR",
             help="a LoRA adapter folder to merge into --model (a LoRA training checkpoint's "
-            "global_step_N/actor/lora_adapter, or any peft adapter of the same model)",
+            "global_step_N/actor/lora_adapter, or any peft adapter of the same model); applied unmerged with "
+            "--load-in-4bit",
         )
         group.add_argument(
             "--load-in-4bit",
             action="store_true",
+            default=None,
             help="load --model's linear layers in 4 bits (NF4, double quantization: what "
             "actor_rollout_ref.model.lora.load_in_4bit trains on), with --adapter applied rather than merged; "
             "needs bitsandbytes (pip install 'diffugrpo[qlora]')",

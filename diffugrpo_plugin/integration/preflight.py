@@ -248,29 +248,36 @@ def _check_4bit_base(config: DictConfig, rank: int) -> None:
 
 
 def _check_4bit_sources(config: DictConfig) -> None:
-    """The trainer quantizes the checkpoint from ``model_dtype`` and the rollout from ``rollout.dtype``; their 4-bit
-    codes agree only when both read the same values: the same dtype, or a bfloat16 checkpoint read in bfloat16 or
-    float32 (exact). Else the rollout would refuse the first weight sync mid-run."""
+    """Each side quantizes the checkpoint as read in its dtype: the trainer in ``model_dtype``, the rollout in
+    ``rollout.dtype``, ``generate``/``eval``/SFT ``--load-in-4bit`` in float32. They hold the same 4-bit weights only
+    when every dtype holds the checkpoint's values exactly: float32, or the checkpoint's own dtype. Else the rollout
+    would refuse the first weight sync mid-run, or generate/eval would rebuild another base than the one trained on.
+    A checkpoint not on this machine (a hub id) is checked by the rollout at the first sync."""
     from diffugrpo_plugin.training.warm_start import built_if_default
 
     def name(dtype) -> str:
         aliases = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16"}
         return aliases.get(str(dtype), str(dtype)).removeprefix("torch.")
 
-    rollout = name(config.actor_rollout_ref.rollout.get("dtype") or "bfloat16")
-    trainer = name(OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.model_dtype", default=None) or "fp32")
-    if rollout == trainer:
-        return
     path = os.path.join(os.path.expanduser(built_if_default(str(config.actor_rollout_ref.model.path))), "config.json")
-    stored = json.loads(Path(path).read_text()) if os.path.isfile(path) else {}
-    stored = name(stored.get("dtype") or stored.get("torch_dtype") or "unknown")
-    if stored == "bfloat16" and {rollout, trainer} <= {"bfloat16", "float32"}:
+    if not os.path.isfile(path):
         return
-    raise ConfigError(
-        f"actor_rollout_ref.model.lora.load_in_4bit=true with a {stored} checkpoint: the trainer quantizes it from "
-        f"{trainer} (actor_rollout_ref.actor.fsdp_config.model_dtype) and the rollout from {rollout} "
-        f"(actor_rollout_ref.rollout.dtype), which gives other 4-bit weights; set both to the same dtype"
-    )
+    stored = json.loads(Path(path).read_text())
+    stored = name(stored.get("dtype") or stored.get("torch_dtype") or "float32")  # transformers' default: float32
+    sides = {
+        "actor_rollout_ref.actor.fsdp_config.model_dtype": name(
+            OmegaConf.select(config, "actor_rollout_ref.actor.fsdp_config.model_dtype", default=None) or "fp32"
+        ),
+        "actor_rollout_ref.rollout.dtype": name(config.actor_rollout_ref.rollout.get("dtype") or "bfloat16"),
+    }
+    for key, dtype in sides.items():
+        if dtype not in ("float32", stored):
+            raise ConfigError(
+                f"actor_rollout_ref.model.lora.load_in_4bit=true quantizes the checkpoint as read in {key}={dtype}, "
+                f"which rounds its {stored} weights: the trainer, the rollout and generate/eval would hold other 4-bit "
+                f"weights. Set {key} to float32{'' if stored == 'float32' else f' or {stored}'}, or save the "
+                f"checkpoint in {dtype}"
+            )
 
 
 def _check_adapters(model: DictConfig, meta, family) -> None:

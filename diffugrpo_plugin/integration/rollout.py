@@ -163,7 +163,7 @@ class DiffusionRollout(BaseRollout):
                         raise RuntimeError(
                             f"the trainer's 4-bit weight '{name}' differs from the rollout's: both must "
                             f"quantize the same checkpoint (actor_rollout_ref.model.path) with the same "
-                            f"actor_rollout_ref.model.lora settings"
+                            f"actor_rollout_ref.model.lora settings, each reading it in float32 or its own dtype"
                         )
                 else:
                     target.copy_(tensor.to(device=target.device, dtype=target.dtype))

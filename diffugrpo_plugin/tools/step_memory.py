@@ -432,11 +432,12 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
     if four_bit:
         terms.append(
             MemoryTerm(
-                f"4-bit weight dequantized for its matmul ({param_dtype})",
+                f"4-bit weight dequantized for its matmul ({model_dtype}, then {param_dtype})",
                 "update",
-                model.hidden * model.intermediate * param_bytes,
-                f"{param_bytes} B x {model.hidden} x {model.intermediate}",
-                "bitsandbytes dequantizes one weight at a time, the largest an MLP projection",
+                model.hidden * model.intermediate * (model_bytes + param_bytes),
+                f"({model_bytes} + {param_bytes}) B x {model.hidden} x {model.intermediate}",
+                "bitsandbytes dequantizes one weight at a time, the largest an MLP projection, into the dtype it "
+                "was loaded in (model_dtype), then casts it to the compute dtype",
             )
         )
     if adapters:

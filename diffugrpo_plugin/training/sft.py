@@ -25,7 +25,8 @@ the RL engine uses, on the same :class:`~diffugrpo_plugin.models.dlm.DiffusionLM
 seeds come from :func:`~diffugrpo_plugin.core.masking.mask_seed_table` (base seed, step), batches
 from a seeded ``torch.Generator``: the global RNG is never touched. The result is an HF
 checkpoint (model + tokenizer via ``save_pretrained``), the format the RL job loads with
-``actor_rollout_ref.model.path=<dir>``.
+``actor_rollout_ref.model.path=<dir>``; with ``load_in_4bit``, the LoRA adapter alone, which the RL job continues
+with ``lora_adapter_path=<dir>/lora_adapter`` on the same base.
 
 Why not verl's SFT trainer: verl 0.9.1's ``SFTTrainer`` (and ``sft_trainer_ray``) builds its
 engine with ``model_type="language_model"`` hard-coded, so our ``diffusion_lm`` engine cannot
@@ -118,7 +119,7 @@ class SFTConfig:
         default=0,
         metadata={
             "help": "train LoRA adapters of this rank instead of every weight (0: full fine-tuning); the checkpoint is the "
-            "merged model, with the adapter alone in <output_dir>/lora_adapter"
+            "merged model, with the adapter alone in <output_dir>/lora_adapter (with --load-in-4bit: the adapter only)"
         },
     )
     lora_alpha: int = field(default=16, metadata={"help": "LoRA scale numerator (scale = lora_alpha / lora_rank)"})
@@ -165,6 +166,11 @@ class SFTConfig:
             raise SFTError(f"invalid SFT settings: {', '.join(bad)} (counts must be at least 1, rates non-negative)")
         if self.load_in_4bit and not self.lora_rank:
             raise SFTError("--load-in-4bit trains LoRA adapters on a frozen 4-bit base: give --lora-rank too")
+        if self.load_in_4bit and (Path(self.output_dir) / "config.json").exists():
+            raise SFTError(
+                f"--output-dir {self.output_dir} holds a model, which a 4-bit run (saving its adapter alone) would leave "
+                f"beside the adapter as if it were the result: choose an empty directory"
+            )
         if not self.train_files:
             raise SFTError("no training data: give at least one prepared parquet (--train-files)")
 
@@ -396,18 +402,22 @@ class _Learner:
         return validation_loss(self.lm, examples, config, self.pad_id, self.eos_id, self.masker)
 
 
+def base_model_path(config: SFTConfig) -> str:
+    """The checkpoint fine-tuned: ``model_path``, or the tiny built-in Dream-style one."""
+    if config.model_path is not None:
+        return config.model_path
+    from diffugrpo_plugin.models.tiny import default_tiny_model_path
+
+    return default_tiny_model_path()
+
+
 def load_model_and_tokenizer(config: SFTConfig) -> tuple[DiffusionLM, Any]:
     """The model to fine-tune (float32, train mode) and its tokenizer; no path: the tiny built-in Dream-style one."""
     from diffugrpo_plugin.models.dlm import load_diffusion_lm
     from diffugrpo_plugin.models.quantization import quantization_settings
 
-    model_path = config.model_path
-    if model_path is None:
-        from diffugrpo_plugin.models.tiny import default_tiny_model_path
-
-        model_path = default_tiny_model_path()
     lm, tokenizer = load_diffusion_lm(
-        model_path,
+        base_model_path(config),
         "cpu",
         trust_remote_code=config.trust_remote_code,
         family=config.family,
@@ -529,15 +539,15 @@ def _asks_to_stop(stop_when: StopRule, done: int, lm: DiffusionLM, tokenizer: An
 def save_checkpoint(module: torch.nn.Module, tokenizer: Any, config: SFTConfig, steps_done: int) -> Path:
     """An HF checkpoint the RL job loads (``actor_rollout_ref.model.path``), plus the run's settings
     and how many steps it ran. A LoRA ``module`` (peft) also leaves its adapter in ``lora_adapter/`` and is merged
-    in place: call this last. On a 4-bit base (``load_in_4bit``) the adapter is the checkpoint: no merged model."""
+    in place: call this last. On a 4-bit base (``load_in_4bit``) the adapter, naming its base, is the checkpoint:
+    no model."""
     output = Path(config.output_dir)
     output.mkdir(parents=True, exist_ok=True)
     if hasattr(module, "peft_config"):  # LoRA: the adapter alone, then the merged model (what the RL job loads)
         from diffugrpo_plugin.models.lora import adapter_state, save_adapter
 
-        save_adapter(
-            output / "lora_adapter", adapter_state(module), module.peft_config["default"].to_dict(), config.model_path
-        )
+        adapter = module.peft_config["default"].to_dict()
+        save_adapter(output / "lora_adapter", adapter_state(module), adapter, base_model_path(config))
         module = None if config.load_in_4bit else module.merge_and_unload()
     if module is not None:
         module.save_pretrained(output)
