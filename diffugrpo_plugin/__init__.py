@@ -4,12 +4,18 @@ Importing this package is cheap (no torch, no verl): reward plugins and the sand
 it for :data:`hookimpl` alone.
 """
 
+import logging
+
 import pluggy
 
 from diffugrpo_plugin import _moved
 from diffugrpo_plugin.hooktypes import Explained, Reason
 
 _moved.install()
+# bitsandbytes (the qlora extra; peft imports it) warns at import on CPUs with AVX512-BF16 that it cannot fetch an
+# optional kernel from the Hugging Face hub. That kernel serves a weight packing we never use
+# (models.quantization.keep_canonical_packing), so the warning would only alarm.
+logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 
 __version__ = "0.1.0"
 

@@ -346,3 +346,24 @@ def test_d1s_fits_table_counts_the_4bit_base():
     assert float(qlora[0]) < 0.5 * float(recipe[0])
     assert qlora[4:] == ["no", "yes", "yes"] and recipe[4:] == ["no", "no", "yes"]  # 24, 40, 80 GB
     assert "6.98B weights in 4 bits" in done.stdout
+
+
+def test_bitsandbytes_hub_kernel_warning_stays_quiet():
+    """bitsandbytes' import-time warning about an optional hub kernel (for a weight packing never used here) does not
+    reach users of the package: peft imported after it leaves stderr without it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import diffugrpo_plugin, peft.tuners.lora, bitsandbytes"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "gemm_4bit_forward" not in done.stderr
+    import logging
+
+    import diffugrpo_plugin  # noqa: F401
+
+    assert logging.getLogger("bitsandbytes.backends.cpu.ops").level == logging.ERROR
