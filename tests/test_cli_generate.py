@@ -192,7 +192,7 @@ def test_load_in_4bit_applies_the_adapter_to_the_4bit_base(checkpoint, tmp_path,
     """``--load-in-4bit --adapter``: a QLoRA run's adapter applied to the 4-bit base it trained on. The model it loads
     computes what an ordinary checkpoint holding the dequantized weights with the adapter merged computes (the
     formula); its greedy completions are not compared, since on a tiny random model near-ties flip on rounding."""
-    pytest.importorskip("bitsandbytes")
+    pytest.importorskip("bitsandbytes", reason="QLoRA needs the qlora extra: pip install 'diffugrpo[qlora]'")
     import torch
 
     from diffugrpo_plugin.cli.model_flags import load_model

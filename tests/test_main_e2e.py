@@ -378,7 +378,7 @@ def test_qlora_job_trains_adapters_on_a_4bit_base_and_resumes(tmp_path):
     """The default job with LoRA on 4-bit base weights (``lora.load_in_4bit``; bitsandbytes' CPU kernels): the
     adapters move away from the base (KL above 0 after step 1, adapters start at B = 0), checkpoints hold the adapters
     and no 4-bit weight, and a run killed at step 3 resumes from step 2's checkpoint with steps 3 and 4."""
-    pytest.importorskip("bitsandbytes")
+    pytest.importorskip("bitsandbytes", reason="QLoRA needs the qlora extra: pip install 'diffugrpo[qlora]'")
     common = [
         "actor_rollout_ref.model.lora_rank=8",
         "actor_rollout_ref.model.lora_alpha=16",
