@@ -12,6 +12,7 @@ import torch
 
 from conftest import ray_cluster  # noqa: F401  (fixture)
 from family_standins import dream_standin, llada_standin, llada_tied_standin  # noqa: F401  (fixtures)
+from rollout_support import tiny_rollout
 from test_engine_ray import build_worker_group, check_formula_then_one_ascent_step, loss_masks, make_batch
 
 # case: (stand-in fixture, how it loads, its sampler options)
@@ -99,29 +100,13 @@ def test_engine_on_two_workers_matches_the_formula_and_trains(case):
 
 
 def test_the_verl_rollout_generates_and_follows_weight_updates(case):
-    from verl.workers.config import RolloutConfig
-
-    from diffugrpo_plugin.integration.engine import DiffusionModelConfig
-    from diffugrpo_plugin.integration.rollout import DiffusionRollout
-
     name, path, loading, sampler = case
-    config = RolloutConfig(
-        name="diffusion",
-        engine_kwargs={"diffusion": sampler},
-        response_length=8,
-        prompt_length=32,
-        dtype="float32",
-        tensor_model_parallel_size=1,
-        seed=7,
-    )
-    model_config = DiffusionModelConfig(
-        path=path,
-        model_type="diffusion_lm",
+    rollout = tiny_rollout(
+        path,
+        sampler,
         trust_remote_code=loading["trust_remote_code"],
-        override_config={"attn_implementation": "sdpa"},
         diffusion={"implementation": loading["implementation"]},
     )
-    rollout = DiffusionRollout(config, model_config, device_mesh=None)
     assert rollout.lm.family.name == name.split("-")[0]
     batch = [
         {

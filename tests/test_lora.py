@@ -10,6 +10,7 @@ import torch
 
 from conftest import build_tiny_module
 from family_standins import dream_standin, llada_standin, llada_tied_standin  # noqa: F401  (fixtures)
+from rollout_support import tiny_rollout
 
 RANK, ALPHA = 4, 8
 
@@ -197,24 +198,7 @@ def test_adapter_folder_round_trip_merges_into_the_same_model(tmp_path, tiny_mod
 
 @pytest.fixture
 def rollout(tiny_model_path):
-    from verl.workers.config import RolloutConfig
-
-    from diffugrpo_plugin.integration.engine import DiffusionModelConfig
-    from diffugrpo_plugin.integration.rollout import DiffusionRollout
-
-    config = RolloutConfig(
-        name="diffusion",
-        engine_kwargs={"diffusion": {"sampler": "entropy", "steps": 8}},
-        response_length=8,
-        prompt_length=32,
-        dtype="float32",
-        tensor_model_parallel_size=1,
-        seed=7,
-    )
-    model_config = DiffusionModelConfig(
-        path=tiny_model_path, model_type="diffusion_lm", override_config={"attn_implementation": "sdpa"}
-    )
-    return DiffusionRollout(config, model_config, device_mesh=None)
+    return tiny_rollout(tiny_model_path)
 
 
 def greedy(rollout, texts):

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from conftest import ray_cluster  # noqa: F401  (fixture)
+from rollout_support import tiny_rollout
 from test_engine_ray import (
     build_worker_group,
     coupled_grpo_actor_config,
@@ -123,27 +124,6 @@ def test_every_llada_block_is_4bit_and_its_vocabulary_head_is_not(tmp_path, tied
         assert type(model.model.transformer.ff_out.weight) is torch.nn.Parameter
 
 
-def rollout_with(model_path: str, lora: dict):
-    from verl.workers.config import RolloutConfig
-
-    from diffugrpo_plugin.integration.engine import DiffusionModelConfig
-    from diffugrpo_plugin.integration.rollout import DiffusionRollout
-
-    config = RolloutConfig(
-        name="diffusion",
-        engine_kwargs={"diffusion": {"sampler": "entropy", "steps": 8}},
-        response_length=8,
-        prompt_length=32,
-        dtype="float32",
-        tensor_model_parallel_size=1,
-        seed=7,
-    )
-    model_config = DiffusionModelConfig(
-        path=model_path, model_type="diffusion_lm", override_config={"attn_implementation": "sdpa"}, lora=lora
-    )
-    return DiffusionRollout(config, model_config, device_mesh=None)
-
-
 def test_rollout_checks_the_trainers_4bit_base_and_samples_through_its_adapters(tiny_model_path):
     """verl's LoRA sync from a 4-bit trainer: the base (its 4-bit codes and scales under ``base_layer`` names), then
     the adapters. The rollout quantized the same checkpoint itself: it checks the codes instead of copying them, and
@@ -154,7 +134,7 @@ def test_rollout_checks_the_trainers_4bit_base_and_samples_through_its_adapters(
 
     from diffugrpo_plugin.models.lora import accept_causal_lm_wrapper
 
-    rollout = rollout_with(tiny_model_path, FOUR_BIT)
+    rollout = tiny_rollout(tiny_model_path, lora=FOUR_BIT)
     policy = get_peft_model(
         accept_causal_lm_wrapper(four_bit_model(tiny_model_path)),
         LoraConfig(task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8, target_modules=["q_proj", "up_proj"]),
