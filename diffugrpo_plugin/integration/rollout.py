@@ -47,7 +47,12 @@ from diffugrpo_plugin.models.lora import (
     is_adapter_weight,
     refuse_adapted_head,
 )
-from diffugrpo_plugin.models.quantization import QUANT_RECORD, quantization_settings, quantized_weight_names
+from diffugrpo_plugin.models.quantization import (
+    QUANT_RECORD,
+    is_quant_state,
+    quantization_settings,
+    quantized_parameter_names,
+)
 from diffugrpo_plugin.sampling import build_request_sampler, build_sampler, left_pad, padding_id
 from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
@@ -80,6 +85,7 @@ class DiffusionRollout(BaseRollout):
         self.device = torch.device(get_device_name())
         dtype = getattr(torch, str(self.config.dtype)) if isinstance(self.config.dtype, str) else self.config.dtype
         diffusion = dict(getattr(self.model_config, "diffusion", None) or {})
+        self.quantization = quantization_settings(self.model_config.lora)  # a 4-bit base (QLoRA), or None
         module = load_pretrained(
             self.model_config.local_path,
             dtype=dtype,
@@ -87,7 +93,7 @@ class DiffusionRollout(BaseRollout):
             attn_implementation=self._attn_implementation(),
             family=diffusion.get("family"),
             implementation=diffusion.get("implementation") or "auto",
-            quantization=quantization_settings(self.model_config.lora),
+            quantization=self.quantization,
             device=self.device,
         )
         self.lm = DiffusionLM.wrap(
@@ -144,7 +150,10 @@ class DiffusionRollout(BaseRollout):
         # one spelling per weight (peft's wrapper prefix, base_layer and adapter name dropped); state_dict keys
         # include both names of tied weights (embeddings / lm_head)
         targets = {canonical_weight_name(name): tensor for name, tensor in module.state_dict(keep_vars=True).items()}
-        quantized = {canonical_weight_name(name) for name in quantized_weight_names(module)}
+        quantized = set()  # the 4-bit weights and their quantization state, by canonical name
+        if self.quantization is not None:
+            quantized = {canonical_weight_name(name) for name in quantized_parameter_names(module)}
+            quantized |= {name for name in targets if is_quant_state(name)}
         updated = set()
         with torch.no_grad():
             for name, tensor in weights:

@@ -11,7 +11,7 @@ The settings live beside the other LoRA settings, in ``actor_rollout_ref.model.l
 
 The trainer, the reference (the same base with its adapters off) and the rollout each quantize the same checkpoint
 with the same settings, so all three see the same 4-bit weights: quantization is deterministic, and the rollout
-checks it against the trainer's at the first weight sync (:func:`quantized_weight_names`).
+checks it against the trainer's at the first weight sync (``integration/rollout.py``).
 
 Plain torch, transformers and bitsandbytes (imported when used): no verl.
 """
@@ -121,6 +121,12 @@ def quantized_parameters(module: torch.nn.Module) -> set[torch.nn.Parameter]:
     return {parameter for parameter in module.parameters() if isinstance(parameter, Params4bit)}
 
 
+def quantized_parameter_names(module: torch.nn.Module) -> set[str]:
+    """Names of ``module``'s 4-bit weights, as ``named_parameters`` gives them."""
+    quantized = {id(parameter) for parameter in quantized_parameters(module)}
+    return {name for name, parameter in module.named_parameters() if id(parameter) in quantized}
+
+
 def four_bit_weight_count(module: torch.nn.Module, head: torch.nn.Module | None) -> int:
     """How many weights loading ``module`` in 4 bits stores in 4 bits: every linear layer's but the vocabulary
     ``head``'s (works on a meta-device model; for the memory model)."""
@@ -147,8 +153,7 @@ def leave_out_of_state_dict(module: torch.nn.Module) -> torch.nn.Module:
     quantization state, and loading one without them complete: the frozen base is quantized again from the model path
     at every start (deterministically), so a checkpoint holds the adapters, the full-precision weights and nothing a
     resume could not rebuild. ``state_dict()`` of a submodule (verl's first weight sync) still has them all."""
-    quantized = {id(parameter) for parameter in quantized_parameters(module)}
-    names = {name for name, parameter in module.named_parameters() if id(parameter) in quantized}
+    names = quantized_parameter_names(module)
 
     def is_quantized(name: str) -> bool:
         return name in names or is_quant_state(name)
@@ -168,10 +173,3 @@ def leave_out_of_state_dict(module: torch.nn.Module) -> torch.nn.Module:
 def is_quant_state(name: str) -> bool:
     """Whether a state-dict name is bitsandbytes' quantization state of a 4-bit weight (``...weight.absmax``)."""
     return any(part in name for part in QUANT_STATE_PARTS)
-
-
-def quantized_weight_names(module: torch.nn.Module) -> set[str]:
-    """State-dict names of ``module``'s 4-bit weights and of their quantization state."""
-    quantized = {id(parameter) for parameter in quantized_parameters(module)}
-    names = {name for name, parameter in module.named_parameters() if id(parameter) in quantized}
-    return names | {name for name in module.state_dict() if is_quant_state(name)}
