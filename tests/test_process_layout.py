@@ -5,10 +5,12 @@ The whole job under both layouts runs in the slow suite (tests/test_main_e2e.py,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pickle
 import subprocess
 import sys
+import threading
 
 import pytest
 import yaml
@@ -51,12 +53,21 @@ def test_auto_is_lean_for_a_one_node_cpu_job_and_verls_otherwise(job, chosen, no
     assert layout.process_layout(config) == expected
 
 
+@pytest.mark.parametrize(
+    "chosen, use_v1, expected", [("lean", True, True), ("lean", False, False), ("verl", True, False)]
+)
+def test_the_trainer_loop_runs_in_the_driver_under_lean_with_verls_v1_trainer_only(job, chosen, use_v1, expected):
+    config = _with(job, **{"diffugrpo.process_layout": chosen, "trainer.use_v1": use_v1})
+    assert layout.trainer_loop_in_driver(config) is expected
+
+
 def test_an_unknown_layout_is_a_one_line_config_error(job):
     with pytest.raises(ConfigError, match=r"diffugrpo.process_layout must be one of auto, lean, verl, got 'single'"):
         check_config(_with(job, **{"diffugrpo.process_layout": "single"}))
 
 
 def test_lean_settings_start_no_reward_actor_and_name_the_light_router(job):
+    from verl.utils.import_utils import load_class_from_fqn
     from verl.workers.rollout.router import _load_router_yaml, _resolve_router_class
 
     assert job.reward.num_workers == 1 and job.actor_rollout_ref.rollout.router_config_path is None
@@ -65,6 +76,15 @@ def test_lean_settings_start_no_reward_actor_and_name_the_light_router(job):
     assert layout.rewards_in_agent_loop(job)
     router_config = _load_router_yaml(job.actor_rollout_ref.rollout.router_config_path)  # what verl reads
     assert _resolve_router_class(router_config["router_class"]) is LeastBusyRouter
+    # what verl's task runner loads for its agent-loop manager (init_agent_loop_manager)
+    manager_class = load_class_from_fqn(job.actor_rollout_ref.rollout.agent.agent_loop_manager_class, "manager")
+    assert manager_class is layout.InProcessAgentLoopManager
+
+
+def test_lean_settings_keep_a_users_agent_loop_manager(job):
+    config = _with(job, **{"actor_rollout_ref.rollout.agent.agent_loop_manager_class": "my.Manager"})
+    layout.apply_lean_settings(config)
+    assert config.actor_rollout_ref.rollout.agent.agent_loop_manager_class == "my.Manager"
 
 
 def test_lean_settings_keep_a_users_router_and_verls_reward_workers_for_a_reward_model(job, tmp_path):
@@ -195,7 +215,147 @@ def test_the_in_process_task_runner_runs_verls_task_runner_here_with_the_workers
         __ray_actor_class__ = RecordingTaskRunner
 
     monkeypatch.setattr(main_ppo, "TaskRunnerV1", ActorClassStandIn)
+
+    @contextlib.contextmanager
+    def transfer_queue_here(config):
+        seen.update(transfer_queue=config)
+        yield
+
+    monkeypatch.setattr(layout, "transfer_queue_here", transfer_queue_here)
     monkeypatch.setattr(os, "environ", {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"})
     runner = layout.InProcessTaskRunner.remote()
-    assert ray.get(runner.run.remote("the config")) is None
-    assert seen == {"pid": os.getpid(), "config": "the config", "omp": "1"}  # ray_cluster's runtime_env
+    config = OmegaConf.create({"transfer_queue": {"enable": True}})
+    assert ray.get(runner.run.remote(config)) is None
+    # ray_cluster's runtime_env
+    assert seen == {"pid": os.getpid(), "config": config, "omp": "1", "transfer_queue": config.transfer_queue}
+
+
+class TransferQueuePeer:
+    """Another process of the job (a trainer worker) using TransferQueue as verl's code does: ``tq.init()``, then
+    puts and gets."""
+
+    def put(self, keys: list[str], values: list[float]) -> None:
+        import torch
+        import transfer_queue as tq
+        from tensordict import TensorDict
+
+        tq.init()
+        tq.kv_batch_put(keys=keys, partition_id="train", fields=TensorDict({"x": torch.tensor(values)}, [len(keys)]))
+
+    def get(self, keys: list[str]) -> list[float]:
+        import transfer_queue as tq
+
+        tq.init()
+        return tq.kv_batch_get(keys=keys, partition_id="train")["x"].tolist()
+
+
+@pytest.mark.ray
+def test_transfer_queue_runs_in_this_process_and_the_jobs_other_processes_find_it(ray_cluster):
+    """The controller and both storage units are objects of this process: the only actor TransferQueue leaves is
+    the directory, under the controller's name; another process's puts are read here and this process's there."""
+    import ray
+    import torch
+    import transfer_queue as tq
+    from tensordict import TensorDict
+    from transfer_queue import interface
+
+    def named_actors() -> set[str]:
+        return {actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True)}
+
+    before = named_actors()
+    config = OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 2}}})
+    peer = ray.remote(TransferQueuePeer).remote()
+    with layout.transfer_queue_here(config):
+        assert named_actors() - before == {"TransferQueueController"}
+        client = interface._TQ_CLIENT
+        tq.init(config)  # verl's own call, in this process: finds this one
+        assert interface._TQ_CLIENT is client and named_actors() - before == {"TransferQueueController"}
+        ray.get(peer.put.remote(["a", "b", "c"], [1.0, 2.0, 3.0]))
+        assert tq.kv_batch_get(keys=["c", "a"], partition_id="train")["x"].tolist() == [3.0, 1.0]
+        tq.kv_batch_put(keys=["d"], partition_id="train", fields=TensorDict({"x": torch.tensor([4.0])}, [1]))
+        assert ray.get(peer.get.remote(["d", "b"])) == [4.0, 2.0]
+    assert named_actors() == before  # closed: the directory is gone
+    assert interface._TQ_CONTROLLER is None and interface._TQ_CLIENT is None and interface._TQ_STORAGE is None
+    ray.kill(peer)
+
+
+def test_the_transfer_queue_directory_module_imports_neither_torch_verl_nor_ray():
+    """The directory hands out the config pickled, so its process never loads TransferQueue (which imports torch)."""
+    code = (
+        "import sys, pickle; from diffugrpo_plugin.sampling.transfer_queue_directory import TransferQueueDirectory; "
+        "d = TransferQueueDirectory(); d.store_config(pickle.dumps({'zmq_info': 'address'})); "
+        "sent = pickle.dumps(d.get_config()); "
+        "print(sorted(m for m in ('torch', 'verl', 'ray', 'transfer_queue', 'omegaconf') if m in sys.modules), "
+        "pickle.loads(sent))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[] {'zmq_info': 'address'}"
+
+
+class RecordingAgentLoopWorker:
+    """Stands in for verl's ``AgentLoopWorkerTQ`` (an async actor): records where it was built and where its
+    ``generate_sequences`` ran, and, as verl's does, leaves work running on its loop after it returns."""
+
+    def __init__(self, config, llm_client, teacher_client, reward_loop_worker_handles):
+        self.built_on = threading.current_thread().name
+        self.reward_loop_worker_handles = reward_loop_worker_handles
+        self.batches, self.background = [], []
+
+    async def generate_sequences(self, batch) -> None:
+        self.batches.append((threading.current_thread().name, batch["prompt"].tolist()))
+        self.background.append(asyncio.get_running_loop().create_task(asyncio.sleep(0)))
+
+
+@pytest.mark.ray
+def test_the_agent_loop_workers_run_in_this_process_each_on_its_own_event_loop(ray_cluster):
+    """verl's own ``AgentLoopManagerTQ.generate_sequences`` (chunk the batch, ``ray.get`` every worker's call)
+    drives the in-process workers."""
+    import ray
+    import torch
+    from tensordict import TensorDict
+
+    manager = layout.InProcessAgentLoopManager.__new__(layout.InProcessAgentLoopManager)
+    manager.rollout_config = OmegaConf.create({"agent": {"num_workers": 2}})
+    manager.agent_loop_workers_class = ray.remote(RecordingAgentLoopWorker)
+    manager.config, manager.llm_client, manager.teacher_client = None, None, None
+    manager.reward_loop_worker_handles = ["the reward handle"]
+    asyncio.run(manager._init_agent_loop_workers())
+    workers = [handle.instance for handle in manager.agent_loop_workers]
+    assert [worker.built_on for worker in workers] == ["agent_loop_worker_0", "agent_loop_worker_1"]
+    assert workers[0].reward_loop_worker_handles == ["the reward handle"]  # handed over as is, not pickled
+    manager.generate_sequences(TensorDict({"prompt": torch.arange(4)}, [4]))
+    assert [worker.batches for worker in workers] == [
+        [("agent_loop_worker_0", [0, 1])],
+        [("agent_loop_worker_1", [2, 3])],
+    ]
+
+
+@pytest.mark.ray
+def test_the_light_router_is_built_here_while_the_trainer_loop_runs_here_and_others_as_verl_builds_them(
+    ray_cluster, tmp_path
+):
+    """What verl's ``LLMServerClient`` calls on its load balancer: ``await acquire_server.remote(...)``,
+    ``release_server.remote(...)``."""
+    import ray
+
+    from verl.workers.rollout import router
+
+    servers = {"server-a": "handle a", "server-b": "handle b"}
+    with layout._light_router_here():
+        here = router.get_router_handle(servers, router_config_path=layout._lean_router_path())
+        assert isinstance(here.instance, LeastBusyRouter)
+
+        async def acquire(request_id: str):
+            return await here.acquire_server.remote(request_id=request_id)
+
+        assert asyncio.run(acquire("r1")) == ("server-a", "handle a")
+        assert asyncio.run(acquire("r2")) == ("server-b", "handle b")
+        ray.get(here.release_server.remote(server_id="server-a"))
+        assert asyncio.run(acquire("r3")) == ("server-a", "handle a")
+        other = tmp_path / "router.yaml"
+        other.write_text(yaml.safe_dump({"router_class": "diffugrpo_plugin.sampling.request_router.LeastBusyRouter"}))
+        actor = router.get_router_handle(servers, router_config_path=str(other))
+        assert isinstance(actor, ray.actor.ActorHandle)
+        ray.kill(actor)
+    assert router.get_router_handle.__module__ == "verl.workers.rollout.router"  # verl's again after the run

@@ -234,6 +234,19 @@ def test_the_trainers_lines_reach_the_driver_console_with_the_progress(ray_clust
     ]
 
 
+def test_with_the_trainer_loop_in_the_driver_its_lines_reach_the_console_without_ray(monkeypatch):
+    """The lean layout: the board is an object of the driver, and no Ray call is made."""
+    monkeypatch.setattr(console.ray, "get_actor", None)
+    monkeypatch.setattr(console.ray, "remote", None)
+    out = io.StringIO()
+    with console.TerminalConsole(total_steps=2, out=out, err=io.StringIO(), trainer_here=True):
+        reporter = console.StepReporter()
+        for step in (1, 2):
+            reporter.report(f"step {step}/2 | reward 1", step=step)
+    assert out.getvalue().splitlines() == ["step 1/2 | reward 1", "step 2/2 | reward 1"]
+    assert console.BOARD_HERE is None
+
+
 @pytest.mark.ray
 def test_without_a_driver_console_the_trainer_prints_its_lines_to_stderr(ray_cluster, capsys):
     console.StepReporter().report("step 1/3 | reward 1", step=1)

@@ -166,19 +166,28 @@ class LearningSummary:
         return "learning: " + " | ".join(parts) if parts else None
 
 
-@ray.remote(num_cpus=0)
 class StepBoard:
-    """The lines the trainer has posted and the driver has not yet shown."""
+    """The lines the trainer has posted and the driver has not yet shown: an object of the driver where the trainer
+    loop runs there (the lean layout), a Ray actor where it runs in an actor of its own."""
 
     def __init__(self):
         self.entries: list[dict] = []
+        self.lock = (
+            threading.Lock()
+        )  # in the driver, the trainer posts from one thread and the console takes in another
 
     def post(self, entry: dict) -> None:
-        self.entries.append(entry)
+        with self.lock:
+            self.entries.append(entry)
 
     def take(self) -> list[dict]:
-        entries, self.entries = self.entries, []
+        with self.lock:
+            entries, self.entries = self.entries, []
         return entries
+
+
+BOARD_HERE: StepBoard | None = None
+"""The driver console's board while one runs in this process with the trainer loop beside it."""
 
 
 class StepReporter:
@@ -194,20 +203,26 @@ class StepReporter:
         return self.board
 
     def report(self, line: str, step: int | None = None) -> None:
+        entry = {"line": line, "step": step}
+        if BOARD_HERE is not None:
+            BOARD_HERE.post(entry)
+            return
         board = self._find_board()
         if board is None:
             print(line, file=sys.stderr, flush=True)
         else:
-            board.post.remote({"line": line, "step": step})
+            board.post.remote(entry)
 
 
 class TerminalConsole:
     """The driver's side: a progress bar (on a terminal) and the trainer's lines, as they come.
 
-    A thread waits for verl's ``ray.init``, creates the board and polls it; it shows what is left
-    on the board when the run ends, failed or not, before any traceback is printed."""
+    With ``trainer_here`` (the trainer loop runs in this process) the board is an object here
+    (:data:`BOARD_HERE`); otherwise a thread waits for verl's ``ray.init`` and creates the board actor. A thread
+    polls the board; it shows what is left on it when the run ends, failed or not, before any traceback is
+    printed."""
 
-    def __init__(self, total_steps: int, out: TextIO, err: TextIO):
+    def __init__(self, total_steps: int, out: TextIO, err: TextIO, trainer_here: bool = False):
         from tqdm import tqdm
 
         self.out = out
@@ -217,15 +232,20 @@ class TerminalConsole:
         )
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="diffugrpo-console", daemon=True)
+        self.board_here = StepBoard() if trainer_here else None
         self.board = None
 
     def __enter__(self) -> TerminalConsole:
+        global BOARD_HERE
+        BOARD_HERE = self.board_here
         self.thread.start()
         return self
 
     def __exit__(self, *exc_info) -> None:
+        global BOARD_HERE
         self.stopping.set()
         self.thread.join()
+        BOARD_HERE = None
         self.bar.close()
 
     def _run(self) -> None:
@@ -235,15 +255,21 @@ class TerminalConsole:
         self._show_board()
 
     def _show_board(self) -> None:
+        if self.board_here is not None:
+            self._show(self.board_here.take())
+            return
         if self.board is None and ray.is_initialized():
-            self.board = StepBoard.options(name=BOARD_NAME, get_if_exists=True).remote()
+            self.board = ray.remote(num_cpus=0)(StepBoard).options(name=BOARD_NAME, get_if_exists=True).remote()
         if self.board is None:
             return
         with contextlib.suppress(ray.exceptions.RayError):  # Ray going down at the end of a failed run
-            for entry in ray.get(self.board.take.remote()):
-                self.bar.write(entry["line"], file=self.out)
-                if entry["step"] is not None:
-                    self.bar.update(entry["step"] - self.bar.n)
+            self._show(ray.get(self.board.take.remote()))
+
+    def _show(self, entries: list[dict]) -> None:
+        for entry in entries:
+            self.bar.write(entry["line"], file=self.out)
+            if entry["step"] is not None:
+                self.bar.update(entry["step"] - self.bar.n)
 
 
 def route_logging(log: TextIO) -> None:
@@ -314,9 +340,12 @@ def run_quietly(config, run, log_dir: str) -> None:
     log_path = os.path.abspath(os.path.join(log_dir, LOG_FILE_NAME))
     verbose = bool(config.diffugrpo.get("verbose", False))
     total = int(config.trainer.total_training_steps or 0)
+    from diffugrpo_plugin.integration.layout import trainer_loop_in_driver
+
+    trainer_here = trainer_loop_in_driver(config)
     out, err = sys.stdout, sys.stderr
     if verbose:
-        with TerminalConsole(total, out, err):
+        with TerminalConsole(total, out, err, trainer_here):
             run(config)
         return
     _set_quiet_worker_settings(config, log_path)
@@ -326,6 +355,6 @@ def run_quietly(config, run, log_dir: str) -> None:
     started = time.monotonic()
     with open(log_path, "a", buffering=1) as log:
         route_logging(log)
-        with TerminalConsole(total, out, err), contextlib.redirect_stdout(log), progress_bars_off():
+        with TerminalConsole(total, out, err, trainer_here), contextlib.redirect_stdout(log), progress_bars_off():
             run(config)
     print(f"diffugrpo: done in {time.monotonic() - started:.0f}s; full log: {log_path}", file=out, flush=True)

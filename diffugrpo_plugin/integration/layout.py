@@ -1,20 +1,31 @@
 """Which processes a training job starts: verl's layout, or the same job in fewer processes (``lean``).
 
-verl 0.9.1 runs its trainer loop (``TaskRunnerV1``), every reward worker and the rollout's request load balancer
-as Ray actors of their own, whatever the job's size. Each such process imports torch and verl, about 430 MiB
-before it does anything (``python benchmarks/processes.py``; docs/concepts/step-cost.md). The ``lean`` layout
-runs the same verl code in fewer processes:
+verl 0.9.1 runs its trainer loop (``TaskRunnerV1``), every agent-loop and reward worker, the rollout's request load
+balancer and TransferQueue's controller and storage units as Ray actors of their own, whatever the job's size. Each
+such process imports torch and verl (or TransferQueue), 285-450 MiB before it does anything (``python
+benchmarks/processes.py``; docs/concepts/step-cost.md). The ``lean`` layout runs the same verl code in fewer
+processes. In the driver, beside verl's trainer loop:
 
-- **the trainer loop in the driver**: verl's own ``TaskRunnerV1``, handed to verl's ``run_ppo`` through its
-  ``task_runner_class`` parameter as :class:`InProcessTaskRunner`, which runs it in the calling process (only
-  ``python -m verl.trainer.main``, our driver, does this; verl's ``main_ppo`` keeps its actor);
+- **the trainer loop**: verl's own ``TaskRunnerV1``, handed to verl's ``run_ppo`` through its ``task_runner_class``
+  parameter as :class:`InProcessTaskRunner`, which runs it in the calling process (only ``python -m
+  verl.trainer.main``, our driver, does this; verl's ``main_ppo`` keeps its actor, and with it the rest of this
+  list but the agent loop);
+- **TransferQueue's controller and storage units** (:func:`transfer_queue_here`), found by the other processes
+  through a light directory actor under the controller's name;
+- **the agent-loop workers**: verl's own ``AgentLoopWorkerTQ``, each on an event loop of its own in a thread
+  (:class:`InProcessAgentLoopManager`, through verl's ``rollout.agent.agent_loop_manager_class``);
 - **rewards scored in the agent-loop worker** that produced the completion: verl's own ``RewardLoopWorker``,
   built there by :class:`InProcessRewardWorker`, which stands in for a reward actor's handle; ``reward.num_workers``
   is set to 0, so no reward actor starts (with our reward manager and no reward model only: verl's other managers
   size their own pools from ``reward.num_workers``);
 - **a request router that imports neither torch nor verl**
   (:class:`diffugrpo_plugin.sampling.request_router.LeastBusyRouter`) instead of verl's balancer, through verl's
-  ``rollout.router_config_path``, unless that is set or ``rollout.full_determinism`` asks for verl's hash routing.
+  ``rollout.router_config_path``, unless that is set or ``rollout.full_determinism`` asks for verl's hash routing
+  (:func:`_light_router_here`; an actor of its own where the trainer loop runs in one);
+- **the console's board** for the step lines (:mod:`.console`).
+
+Ray itself is asked not to keep idle worker processes for tasks. What is left is the trainer workers, the rollout
+servers (light) and Ray's own daemons.
 
 ``diffugrpo.process_layout``: ``auto`` (the default) is ``lean`` for a one-node CPU job (``trainer.nnodes: 1``,
 ``trainer.device: cpu``: the default job) and ``verl`` otherwise, because the lean layout has not yet run on a GPU;
@@ -24,14 +35,22 @@ process reads the same one.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import logging
 import os
+import pickle
+import threading
 from importlib import resources
 from typing import Any
 
 from omegaconf import open_dict
 
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
+
 from diffugrpo_plugin.integration.reward_manager import MANAGER_NAME
+from diffugrpo_plugin.sampling.request_router import LeastBusyRouter
 
 logger = logging.getLogger("diffugrpo.layout")
 
@@ -47,6 +66,12 @@ def process_layout(config) -> str:
     if chosen == "auto":
         chosen = "lean" if int(config.trainer.nnodes) == 1 and config.trainer.device == "cpu" else "verl"
     return chosen
+
+
+def trainer_loop_in_driver(config) -> bool:
+    """True where :func:`run_training` runs verl's trainer loop in the driver: the lean layout, with verl's v1
+    trainer (``trainer.use_v1``), whose task runner it replaces."""
+    return process_layout(config) == "lean" and bool(config.trainer.use_v1)
 
 
 def rewards_in_agent_loop(config) -> bool:
@@ -75,7 +100,13 @@ def apply_lean_settings(config) -> None:
             config.reward.num_workers = 0
         rollout = config.actor_rollout_ref.rollout
         if rollout.get("router_config_path") is None and not rollout.get("full_determinism", False):
-            rollout.router_config_path = str(resources.files("diffugrpo_plugin").joinpath(LEAN_ROUTER_CONFIG))
+            rollout.router_config_path = _lean_router_path()
+        if config.trainer.use_v1 and not rollout.agent.get("agent_loop_manager_class"):  # v1: TransferQueue's
+            rollout.agent.agent_loop_manager_class = f"{__name__}.{InProcessAgentLoopManager.__name__}"
+
+
+def _lean_router_path() -> str:
+    return str(resources.files("diffugrpo_plugin").joinpath(LEAN_ROUTER_CONFIG))
 
 
 class InProcessRewardWorker:
@@ -93,13 +124,18 @@ class InProcessRewardWorker:
         return {"config": self.config}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        self.config = state["config"]
+        self._build()
+
+    def _build(self) -> None:
         from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
 
-        self.config = state["config"]
         self._worker = RewardLoopWorker(self.config, None)
 
     @property
     def compute_score(self) -> "_Remote":
+        if self._worker is None:  # handed, unpickled, to agent-loop workers in this process (InProcessAgentLoopManager)
+            self._build()
         return _Remote(self._worker.compute_score)
 
 
@@ -148,8 +184,30 @@ class InProcessTaskRunner:
         transfer_queue_client.TQ_NUM_THREADS = int(
             os.environ.get("TQ_NUM_THREADS", transfer_queue_client.TQ_NUM_THREADS)
         )
-        TaskRunnerV1.__ray_actor_class__().run(config)
+        with transfer_queue_here(config.transfer_queue), _light_router_here():
+            TaskRunnerV1.__ray_actor_class__().run(config)
         return ray.put(None)
+
+
+@contextlib.contextmanager
+def _light_router_here():
+    """While verl's trainer loop runs in this process, the light request router that :func:`apply_lean_settings`
+    names is built here, beside the agent-loop workers that ask it for servers (:class:`InProcessAgentLoopManager`),
+    instead of in a Ray actor of its own. Any other router is built as verl builds it."""
+    from verl.workers.rollout import router
+
+    build = router.get_router_handle
+
+    def get_router_handle(servers, router_config_path=None, **options):
+        if router_config_path != _lean_router_path():
+            return build(servers, router_config_path=router_config_path, **options)
+        return _InProcessHandle(LeastBusyRouter(servers, router._load_router_yaml(router_config_path)))
+
+    router.get_router_handle = get_router_handle
+    try:
+        yield
+    finally:
+        router.get_router_handle = build
 
 
 def run_training(config) -> None:
@@ -164,8 +222,133 @@ def run_training(config) -> None:
     auto_set_device(config)
     with open_dict(config):
         config.diffugrpo.process_layout = process_layout(config)
-    if config.diffugrpo.process_layout != "lean" or not config.trainer.use_v1:
+    if not trainer_loop_in_driver(config):
         main_ppo.main.__wrapped__(config)
         return
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    # Ray starts a worker process per CPU when the driver connects, and keeps one per CPU once a task has run, for
+    # tasks this job seldom runs: each idles at ~55 MiB. The actors start their own.
+    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+    os.environ.setdefault("RAY_num_workers_soft_limit", "0")
     main_ppo.run_ppo(config, task_runner_class=InProcessTaskRunner)
+
+
+@contextlib.contextmanager
+def transfer_queue_here(transfer_queue_config):
+    """TransferQueue for the duration of the block, started by its own ``init`` with its controller and storage units
+    built as objects of this process instead of a Ray actor each (about 285 MiB a process, for the few kB a step a
+    one-node job stores). They serve the other processes over ZMQ from their own threads, as in their actors; those
+    processes find them through a :class:`~diffugrpo_plugin.sampling.transfer_queue_directory.TransferQueueDirectory`
+    actor under the controller's name. verl's own ``tq.init`` and ``tq.close`` in this process then find this one and
+    close it. With a backend other than TransferQueue's ``SimpleStorage`` (which keeps data in its units' memory),
+    nothing is started here and verl starts TransferQueue as it does."""
+    import transfer_queue
+    from omegaconf import OmegaConf
+    from transfer_queue import interface
+    from transfer_queue.storage.bootstrap import simple_storage_bootstrap
+
+    backend = OmegaConf.select(transfer_queue_config, "backend.storage_backend", default="SimpleStorage")
+    if backend != "SimpleStorage":
+        yield
+        return
+    controller_class, storage_class = interface.TransferQueueController, simple_storage_bootstrap.SimpleStorageUnit
+    interface.TransferQueueController = _InProcessActorClass(controller_class, directory_name=_CONTROLLER_NAME)
+    simple_storage_bootstrap.SimpleStorageUnit = _InProcessActorClass(storage_class)
+    try:
+        transfer_queue.init(transfer_queue_config)
+    finally:
+        interface.TransferQueueController, simple_storage_bootstrap.SimpleStorageUnit = controller_class, storage_class
+    # What TransferQueue's ``close`` stops must be actors: it kills the directory; the storage units stop below. The
+    # controller has no way to stop: its daemon threads wait on their sockets until the process ends, as in its actor.
+    units = interface._TQ_STORAGE.pop(backend)
+    interface._TQ_CONTROLLER, interface._TQ_STORAGE = interface._TQ_CONTROLLER.directory, None
+    try:
+        yield
+    finally:
+        transfer_queue.close()
+        for unit in units.values():
+            unit.instance.shutdown()
+
+
+_CONTROLLER_NAME = ("TransferQueueController", "transfer_queue")  # name and namespace, as TransferQueue looks it up
+
+
+class _InProcessActorClass:
+    """Stands in for a Ray actor class (``cls.options(...).remote(...)``) whose instances live in this process."""
+
+    def __init__(self, actor_class, directory_name: tuple[str, str] | None = None):
+        self._actor_class, self._directory_name = actor_class, directory_name
+
+    def options(self, **_options) -> "_InProcessActorClass":
+        return self  # placement and name: the object is in this process; the directory carries the name
+
+    def remote(self, *args, **kwargs) -> "_InProcessHandle":
+        import ray
+
+        from diffugrpo_plugin.sampling.transfer_queue_directory import TransferQueueDirectory
+
+        directory = None
+        if self._directory_name is not None:
+            name, namespace = self._directory_name
+            directory = ray.remote(num_cpus=0)(TransferQueueDirectory).options(name=name, namespace=namespace).remote()
+        return _InProcessHandle(self._actor_class.__ray_actor_class__(*args, **kwargs), directory)
+
+
+class _InProcessHandle:
+    """Stands in for a Ray actor handle: ``handle.method.remote(...)`` calls the object here, on ``loop`` (a thread's
+    event loop) when given, waits for it, and returns the result as an object ref for the ``ray.get`` around it. A
+    new config is stored in the directory as well."""
+
+    def __init__(self, instance, directory=None, loop: asyncio.AbstractEventLoop | None = None):
+        self.instance, self.directory, self._loop = instance, directory, loop
+        self._one_call_at_a_time = threading.Lock()  # as an actor runs its calls, whichever thread makes them
+
+    def __getattr__(self, method: str) -> _Remote:
+        import ray
+
+        def call(*args, **kwargs):
+            if self._loop is None:
+                with self._one_call_at_a_time:
+                    result = getattr(self.instance, method)(*args, **kwargs)
+            else:
+                result = _run_on(self._loop, getattr(self.instance, method), *args, **kwargs)
+            if method == "store_config" and self.directory is not None:
+                ray.get(self.directory.store_config.remote(pickle.dumps(*args, **kwargs)))
+            return ray.put(result)
+
+        return _Remote(call)
+
+
+def _run_on(loop: asyncio.AbstractEventLoop, function, *args, **kwargs):
+    """``function(*args, **kwargs)`` run on ``loop`` (awaited there if it is a coroutine function), from another
+    thread; its result."""
+
+    async def run():
+        result = function(*args, **kwargs)
+        return await result if inspect.isawaitable(result) else result
+
+    return asyncio.run_coroutine_threadsafe(run(), loop).result()
+
+
+class InProcessAgentLoopManager(AgentLoopManagerTQ):
+    """verl's agent-loop manager for its TransferQueue trainer (``AgentLoopManagerTQ``), with each agent-loop worker
+    (verl's ``AgentLoopWorkerTQ``, undecorated) built in this process, the trainer loop's, instead of in a Ray actor
+    of its own: about 450 MiB a worker, for a loop that mostly awaits the rollout server and the sandboxes. Each
+    worker runs on an event loop of its own in a daemon thread, as an async actor runs on its actor's loop; the
+    manager reaches it through :class:`_InProcessHandle`, as it reaches an actor. Chosen through verl's
+    ``rollout.agent.agent_loop_manager_class`` under the lean layout (:func:`apply_lean_settings`)."""
+
+    async def _init_agent_loop_workers(self):
+        self.agent_loop_workers = []
+        for index in range(self.rollout_config.agent.num_workers):
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name=f"agent_loop_worker_{index}", daemon=True).start()
+            worker = _run_on(
+                loop,
+                self.agent_loop_workers_class.__ray_actor_class__,
+                self.config,
+                self.llm_client,
+                self.teacher_client,
+                self.reward_loop_worker_handles,
+            )
+            self.agent_loop_workers.append(_InProcessHandle(worker, loop=loop))
