@@ -207,9 +207,13 @@ def test_the_in_process_task_runner_runs_verls_task_runner_here_with_the_workers
 
     seen = {}
 
+    from transfer_queue import client
+    from transfer_queue.storage import simple_storage
+
     class RecordingTaskRunner:
         def run(self, config):
             seen.update(pid=os.getpid(), config=config, omp=os.environ.get("OMP_NUM_THREADS"))
+            seen.update(transfer_queue_threads={client.TQ_NUM_THREADS, simple_storage.TQ_NUM_THREADS})
 
     class ActorClassStandIn:  # what @ray.remote leaves under the module's name
         __ray_actor_class__ = RecordingTaskRunner
@@ -222,12 +226,21 @@ def test_the_in_process_task_runner_runs_verls_task_runner_here_with_the_workers
         yield
 
     monkeypatch.setattr(layout, "transfer_queue_here", transfer_queue_here)
-    monkeypatch.setattr(os, "environ", {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"})
+    for module in (client, simple_storage):  # read at import; the runner sets them from the workers' environment
+        monkeypatch.setattr(module, "TQ_NUM_THREADS", 8)
+    environ = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
+    monkeypatch.setattr(os, "environ", {**environ, "TQ_NUM_THREADS": "2"})
     runner = layout.InProcessTaskRunner.remote()
     config = OmegaConf.create({"transfer_queue": {"enable": True}})
     assert ray.get(runner.run.remote(config)) is None
     # ray_cluster's runtime_env
-    assert seen == {"pid": os.getpid(), "config": config, "omp": "1", "transfer_queue": config.transfer_queue}
+    assert seen == {
+        "pid": os.getpid(),
+        "config": config,
+        "omp": "1",
+        "transfer_queue": config.transfer_queue,
+        "transfer_queue_threads": {2},
+    }
 
 
 class TransferQueuePeer:

@@ -178,12 +178,13 @@ class InProcessTaskRunner:
 
         for name, value in (ray.get_runtime_context().runtime_env.get("env_vars") or {}).items():
             os.environ[name] = str(value)
-        # TransferQueue's client read its thread count when ``import verl`` imported it, before this environment
+        # TransferQueue's client and storage units read their thread count when ``import verl`` imported them, before
+        # this environment
         from transfer_queue import client as transfer_queue_client
+        from transfer_queue.storage import simple_storage
 
-        transfer_queue_client.TQ_NUM_THREADS = int(
-            os.environ.get("TQ_NUM_THREADS", transfer_queue_client.TQ_NUM_THREADS)
-        )
+        for module in (transfer_queue_client, simple_storage):
+            module.TQ_NUM_THREADS = int(os.environ.get("TQ_NUM_THREADS", module.TQ_NUM_THREADS))
         with transfer_queue_here(config.transfer_queue), _light_router_here():
             TaskRunnerV1.__ray_actor_class__().run(config)
         return ray.put(None)
@@ -304,6 +305,8 @@ class _InProcessHandle:
         self._one_call_at_a_time = threading.Lock()  # as an actor runs its calls, whichever thread makes them
 
     def __getattr__(self, method: str) -> _Remote:
+        if method.startswith("__"):  # copy, pickle and the like: not a method of the object
+            raise AttributeError(method)
         import ray
 
         def call(*args, **kwargs):
