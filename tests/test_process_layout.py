@@ -11,6 +11,7 @@ import pickle
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 import yaml
@@ -317,7 +318,7 @@ class RecordingAgentLoopWorker:
 
     async def generate_sequences(self, batch) -> None:
         self.batches.append((threading.current_thread().name, batch["prompt"].tolist()))
-        self.background.append(asyncio.get_running_loop().create_task(asyncio.sleep(0)))
+        self.background.append(asyncio.get_running_loop().create_task(asyncio.sleep(3600)))  # a rollout in flight
 
 
 @pytest.mark.ray
@@ -342,6 +343,11 @@ def test_the_agent_loop_workers_run_in_this_process_each_on_its_own_event_loop(r
         [("agent_loop_worker_0", [0, 1])],
         [("agent_loop_worker_1", [2, 3])],
     ]
+    threads = [thread for thread in threading.enumerate() if thread.name.startswith("agent_loop_worker_")]
+    assert len(threads) == 2
+    layout.stop_agent_loops()  # what TransferQueue's close now runs first
+    assert all(worker.background[0].cancelled() for worker in workers)
+    assert not any(thread.is_alive() for thread in threads)
 
 
 @pytest.mark.ray
@@ -355,7 +361,9 @@ def test_the_light_router_is_built_here_while_the_trainer_loop_runs_here_and_oth
     from verl.workers.rollout import router
 
     servers = {"server-a": "handle a", "server-b": "handle b"}
-    with layout._light_router_here():
+    agent = {"agent_loop_manager_class": layout._MANAGER_PATH}  # what apply_lean_settings names
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"agent": agent}}})
+    with layout._light_router_here(config):
         here = router.get_router_handle(servers, router_config_path=layout._lean_router_path())
         assert isinstance(here.instance, LeastBusyRouter)
 
@@ -372,3 +380,33 @@ def test_the_light_router_is_built_here_while_the_trainer_loop_runs_here_and_oth
         assert isinstance(actor, ray.actor.ActorHandle)
         ray.kill(actor)
     assert router.get_router_handle.__module__ == "verl.workers.rollout.router"  # verl's again after the run
+    # a user's agent-loop manager may run its workers in actors, to which Ray pickles the router's handle
+    config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = "my.Manager"
+    with layout._light_router_here(config):
+        actor = router.get_router_handle(servers, router_config_path=layout._lean_router_path())
+        assert isinstance(actor, ray.actor.ActorHandle)
+        ray.kill(actor)
+
+
+@pytest.mark.ray
+def test_a_failed_transfer_queue_start_leaves_nothing_that_a_later_start_would_find(ray_cluster, monkeypatch):
+    import ray
+    from transfer_queue import interface
+
+    def broken(handles):
+        raise RuntimeError("the controller did not answer")
+
+    before = {actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True)}
+    config = OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
+    with monkeypatch.context() as patched:
+        patched.setattr(interface, "process_zmq_server_info", broken)
+        with pytest.raises(RuntimeError, match="the controller did not answer"):
+            with layout.transfer_queue_here(config):
+                pass
+    assert interface._TQ_CONTROLLER is None and interface._TQ_CLIENT is None and interface._TQ_STORAGE is None
+    deadline = time.monotonic() + 30
+    while {actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True)} != before:
+        assert time.monotonic() < deadline, "the directory actor outlived the failed start"
+        time.sleep(0.2)
+    with layout.transfer_queue_here(config):  # starts afresh instead of waiting on the dead directory
+        assert isinstance(interface._TQ_CONTROLLER, ray.actor.ActorHandle)

@@ -94,7 +94,7 @@ def apply_lean_settings(config) -> None:
             if int(config.reward.num_workers) > 1:
                 logger.warning(
                     "reward.num_workers=%s is not used: under diffugrpo.process_layout=lean the agent-loop workers "
-                    "(rollout.agent.num_workers) score the rewards; diffugrpo.process_layout=verl keeps reward workers",
+                    "score the rewards in their own process; diffugrpo.process_layout=verl keeps reward workers",
                     config.reward.num_workers,
                 )
             config.reward.num_workers = 0
@@ -102,7 +102,7 @@ def apply_lean_settings(config) -> None:
         if rollout.get("router_config_path") is None and not rollout.get("full_determinism", False):
             rollout.router_config_path = _lean_router_path()
         if config.trainer.use_v1 and not rollout.agent.get("agent_loop_manager_class"):  # v1: TransferQueue's
-            rollout.agent.agent_loop_manager_class = f"{__name__}.{InProcessAgentLoopManager.__name__}"
+            rollout.agent.agent_loop_manager_class = _MANAGER_PATH
 
 
 def _lean_router_path() -> str:
@@ -114,7 +114,8 @@ class InProcessRewardWorker:
     ``await handle.compute_score.remote(data)`` once per completion: here that runs verl's own
     ``RewardLoopWorker.compute_score`` in the calling process. The handle reaches the agent-loop workers as an
     argument of their constructor, pickled with the config only; unpickling builds the ``RewardLoopWorker``
-    (tokenizer, reward manager) there, as a reward actor would be built, before any rollout runs."""
+    (tokenizer, reward manager) there, as a reward actor would be built, before any rollout runs. Agent-loop workers
+    in the same process (:class:`InProcessAgentLoopManager`) share the one it builds."""
 
     def __init__(self, config):
         self.config = config
@@ -185,23 +186,27 @@ class InProcessTaskRunner:
 
         for module in (transfer_queue_client, simple_storage):
             module.TQ_NUM_THREADS = int(os.environ.get("TQ_NUM_THREADS", module.TQ_NUM_THREADS))
-        with transfer_queue_here(config.transfer_queue), _light_router_here():
+        with transfer_queue_here(config.transfer_queue), _light_router_here(config):
             TaskRunnerV1.__ray_actor_class__().run(config)
         return ray.put(None)
 
 
 @contextlib.contextmanager
-def _light_router_here():
-    """While verl's trainer loop runs in this process, the light request router that :func:`apply_lean_settings`
-    names is built here, beside the agent-loop workers that ask it for servers (:class:`InProcessAgentLoopManager`),
-    instead of in a Ray actor of its own. Any other router is built as verl builds it."""
+def _light_router_here(config):
+    """While verl's trainer loop runs in this process with the agent-loop workers beside it
+    (:class:`InProcessAgentLoopManager`), the light request router that :func:`apply_lean_settings` names is built
+    here too, instead of in a Ray actor of its own. Any other router, or agent-loop workers in actors of their own
+    (whose servers' client Ray pickles), get the router verl builds."""
     from verl.workers.rollout import router
 
     build = router.get_router_handle
+    from omegaconf import OmegaConf
 
-    def get_router_handle(servers, router_config_path=None, **options):
-        if router_config_path != _lean_router_path():
-            return build(servers, router_config_path=router_config_path, **options)
+    manager = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
+
+    def get_router_handle(servers, router_config_path=None, load_balancer_cls=None, **options):
+        if router_config_path != _lean_router_path() or load_balancer_cls is not None or manager != _MANAGER_PATH:
+            return build(servers, router_config_path=router_config_path, load_balancer_cls=load_balancer_cls, **options)
         return _InProcessHandle(LeastBusyRouter(servers, router._load_router_yaml(router_config_path)))
 
     router.get_router_handle = get_router_handle
@@ -237,19 +242,22 @@ def run_training(config) -> None:
 @contextlib.contextmanager
 def transfer_queue_here(transfer_queue_config):
     """TransferQueue for the duration of the block, started by its own ``init`` with its controller and storage units
-    built as objects of this process instead of a Ray actor each (about 285 MiB a process, for the few kB a step a
-    one-node job stores). They serve the other processes over ZMQ from their own threads, as in their actors; those
-    processes find them through a :class:`~diffugrpo_plugin.sampling.transfer_queue_directory.TransferQueueDirectory`
-    actor under the controller's name. verl's own ``tq.init`` and ``tq.close`` in this process then find this one and
-    close it. With a backend other than TransferQueue's ``SimpleStorage`` (which keeps data in its units' memory),
-    nothing is started here and verl starts TransferQueue as it does."""
+        built as objects of this process instead of a Ray actor each (about 285 MiB a process, for the few kB a step a
+        one-node job stores). They serve the other processes over ZMQ from their own threads, as in their actors; those
+        processes find them through a :class:`~diffugrpo_plugin.sampling.transfer_queue_directory.TransferQueueDirectory`
+        actor under the controller's name. verl's own ``tq.init`` and ``tq.close`` in this process then find this one and
+        close it. With a backend other than TransferQueue's ``SimpleStorage`` (which keeps data in its units' memory),
+        or with its SSD offload, nothing is started here and verl starts TransferQueue as it does. The agent-loop workers
+    of this process stop before TransferQueue closes (:func:`stop_agent_loops`)."""
     import transfer_queue
     from omegaconf import OmegaConf
     from transfer_queue import interface
     from transfer_queue.storage.bootstrap import simple_storage_bootstrap
 
     backend = OmegaConf.select(transfer_queue_config, "backend.storage_backend", default="SimpleStorage")
-    if backend != "SimpleStorage":
+    # SSD offload sets the storage actors' allocator through their environment, which objects here cannot have
+    offload = OmegaConf.select(transfer_queue_config, "backend.SimpleStorage.ssd_offload.enabled", default=False)
+    if backend != "SimpleStorage" or offload:
         yield
         return
     controller_class, storage_class = interface.TransferQueueController, simple_storage_bootstrap.SimpleStorageUnit
@@ -257,18 +265,52 @@ def transfer_queue_here(transfer_queue_config):
     simple_storage_bootstrap.SimpleStorageUnit = _InProcessActorClass(storage_class)
     try:
         transfer_queue.init(transfer_queue_config)
+        if not isinstance(interface._TQ_CONTROLLER, _InProcessHandle):
+            raise RuntimeError(
+                "a TransferQueue controller already runs in this Ray cluster; diffugrpo.process_layout=lean starts its "
+                "own: stop the other job, or set diffugrpo.process_layout=verl"
+            )
+    except BaseException:
+        _close_transfer_queue(interface)
+        raise
     finally:
         interface.TransferQueueController, simple_storage_bootstrap.SimpleStorageUnit = controller_class, storage_class
     # What TransferQueue's ``close`` stops must be actors: it kills the directory; the storage units stop below. The
     # controller has no way to stop: its daemon threads wait on their sockets until the process ends, as in its actor.
     units = interface._TQ_STORAGE.pop(backend)
     interface._TQ_CONTROLLER, interface._TQ_STORAGE = interface._TQ_CONTROLLER.directory, None
+    close = transfer_queue.close
+
+    def close_after_the_agent_loops() -> None:  # verl's trainer loop closes TransferQueue through this attribute
+        stop_agent_loops()
+        close()
+
+    transfer_queue.close = close_after_the_agent_loops
     try:
         yield
     finally:
-        transfer_queue.close()
+        transfer_queue.close = close
+        close_after_the_agent_loops()
         for unit in units.values():
             unit.instance.shutdown()
+
+
+def _close_transfer_queue(interface) -> None:
+    """After a failed start: the directory, the storage units and the client that were built, and TransferQueue's
+    globals, so that a later start does not find a directory without a config."""
+    import ray
+
+    handles = [interface._TQ_CONTROLLER, *((interface._TQ_STORAGE or {}).get("SimpleStorage") or {}).values()]
+    for handle in handles:
+        if isinstance(handle, _InProcessHandle):
+            with contextlib.suppress(Exception):
+                if handle.directory is not None:
+                    ray.kill(handle.directory)
+                if hasattr(handle.instance, "shutdown"):
+                    handle.instance.shutdown()
+    if interface._TQ_CLIENT is not None:
+        interface._TQ_CLIENT.close()
+    interface._TQ_CLIENT = interface._TQ_CONTROLLER = interface._TQ_STORAGE = None
 
 
 _CONTROLLER_NAME = ("TransferQueueController", "transfer_queue")  # name and namespace, as TransferQueue looks it up
@@ -342,10 +384,15 @@ class InProcessAgentLoopManager(AgentLoopManagerTQ):
     ``rollout.agent.agent_loop_manager_class`` under the lean layout (:func:`apply_lean_settings`)."""
 
     async def _init_agent_loop_workers(self):
+        for handle in self.reward_loop_worker_handles or []:  # built here, once, before any worker's loop needs it
+            if isinstance(handle, InProcessRewardWorker) and handle._worker is None:
+                handle._build()
         self.agent_loop_workers = []
         for index in range(self.rollout_config.agent.num_workers):
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name=f"agent_loop_worker_{index}", daemon=True).start()
+            thread = threading.Thread(target=loop.run_forever, name=f"agent_loop_worker_{index}", daemon=True)
+            thread.start()
+            _AGENT_LOOPS.append((loop, thread))
             worker = _run_on(
                 loop,
                 self.agent_loop_workers_class.__ray_actor_class__,
@@ -355,3 +402,28 @@ class InProcessAgentLoopManager(AgentLoopManagerTQ):
                 self.reward_loop_worker_handles,
             )
             self.agent_loop_workers.append(_InProcessHandle(worker, loop=loop))
+
+
+_MANAGER_PATH = f"{__name__}.{InProcessAgentLoopManager.__name__}"
+
+_AGENT_LOOPS: list[tuple[asyncio.AbstractEventLoop, threading.Thread]] = []
+"""The event loops (and their threads) of this process's agent-loop workers, stopped by :func:`stop_agent_loops`."""
+
+
+def stop_agent_loops(timeout_s: float = 10.0) -> None:
+    """Cancels what this process's agent-loop workers still run (verl starts each rollout as a task it does not wait
+    for, so a failed step leaves some behind) and stops their loops, before the TransferQueue client they share with
+    the trainer loop closes."""
+
+    async def cancel_all() -> None:
+        tasks = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    while _AGENT_LOOPS:
+        loop, thread = _AGENT_LOOPS.pop()
+        with contextlib.suppress(Exception):  # a loop already stopped, or a rollout that will not stop in time
+            asyncio.run_coroutine_threadsafe(cancel_all(), loop).result(timeout_s)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout_s)
