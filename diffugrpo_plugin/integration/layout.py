@@ -45,7 +45,7 @@ import threading
 from importlib import resources
 from typing import Any
 
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 
@@ -200,8 +200,6 @@ def _light_router_here(config):
     from verl.workers.rollout import router
 
     build = router.get_router_handle
-    from omegaconf import OmegaConf
-
     manager = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
 
     def get_router_handle(servers, router_config_path=None, load_balancer_cls=None, **options):
@@ -250,7 +248,6 @@ def transfer_queue_here(transfer_queue_config):
         or with its SSD offload, nothing is started here and verl starts TransferQueue as it does. The agent-loop workers
     of this process stop before TransferQueue closes (:func:`stop_agent_loops`)."""
     import transfer_queue
-    from omegaconf import OmegaConf
     from transfer_queue import interface
     from transfer_queue.storage.bootstrap import simple_storage_bootstrap
 
