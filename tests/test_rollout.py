@@ -205,22 +205,35 @@ class CountingRollout:
 
 
 @pytest.mark.ray
-def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(ray_cluster):
+def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(ray_cluster, monkeypatch):
     """Through Ray, as in a run: 1,100 requests wait at once (verl's cap is 1,000 and up; each waiting request
-    holds a slot) and the worker's pulling thread still gets them all, in order."""
+    holds a slot) and the worker's pulling thread still gets them all, in order. After each batch that thread ends
+    its OpenMP team, so that the training passes which follow run alone."""
     import threading
+    import time
 
     import ray
 
-    from diffugrpo_plugin.integration.rollout import SERVER_MAX_CONCURRENCY, _generate_batches
+    from diffugrpo_plugin.integration import rollout as rollout_module
     from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
-    server = ray.remote(RequestBatcher).options(max_concurrency=SERVER_MAX_CONCURRENCY).remote(batch_window_s=0.05)
+    released = []
+    monkeypatch.setattr(rollout_module, "release_openmp_threads", lambda: released.append(threading.get_ident()))
+    server = (
+        ray.remote(RequestBatcher)
+        .options(max_concurrency=rollout_module.SERVER_MAX_CONCURRENCY)
+        .remote(batch_window_s=0.05)
+    )
     rollout = CountingRollout()
-    threading.Thread(target=_generate_batches, args=(rollout, server, None), daemon=True).start()
+    generating = threading.Thread(target=rollout_module._generate_batches, args=(rollout, server, None), daemon=True)
+    generating.start()
     outputs = ray.get([server.generate.remote(f"r{i}", [1] * (1 + i % 7), {}) for i in range(1100)], timeout=120)
     assert [o.token_ids for o in outputs] == [[1 + i % 7] for i in range(1100)]
     assert sum(rollout.batches) == 1100
+    deadline = time.monotonic() + 30  # the last release follows its delivery
+    while len(released) < len(rollout.batches) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert released == [generating.ident] * len(rollout.batches)
     ray.kill(server)
 
 

@@ -15,6 +15,8 @@ torch from the physical cores (the config's ``ray_kwargs.ray_init`` keys use the
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import shutil
 from types import ModuleType
@@ -74,6 +76,40 @@ def worker_thread_env(cores: int, trainer_processes: int, on_cpu: bool) -> dict[
     if on_cpu:
         env["OMP_NUM_THREADS"] = str(torch_threads_per_trainer(cores, trainer_processes))
     return env
+
+
+# OpenMP's omp_pause_resource_t: release the calling thread's resources, to be recreated on next use
+OMP_PAUSE_SOFT = 1
+
+
+@functools.cache
+def _gnu_openmp_pause():
+    """``omp_pause_resource_all`` of the GNU OpenMP library torch loaded, or None (another runtime, no /proc)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "/libgomp" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        pause = getattr(ctypes.CDLL(path), "omp_pause_resource_all", None)
+        if pause is not None:
+            pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+            return pause
+    return None
+
+
+def release_openmp_threads() -> None:
+    """End the OpenMP helper threads of this thread's torch; its next parallel op starts them again.
+
+    The trainer worker runs torch on two threads, the sampler's and the one verl's training calls run on, and each
+    keeps a team of OpenMP threads. Once the teams hold more threads than the host has cores, GNU OpenMP stops
+    spinning between parallel regions and parks every waiting thread, so each op of a small model waits for its
+    helpers to wake: on 2 cores the tiny model's forward and backward took 1.4x as long while the other thread's
+    idle team existed, and the worker used 1.3 of its 2 cores. Each thread therefore ends its team when it hands
+    over to the other (docs/concepts/step-cost.md)."""
+    pause = _gnu_openmp_pause()
+    if pause is not None:
+        pause(OMP_PAUSE_SOFT)
 
 
 def ray_worker_env_vars(config):

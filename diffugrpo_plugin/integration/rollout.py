@@ -39,6 +39,7 @@ from verl.utils.device import get_device_name
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
+from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
 from diffugrpo_plugin.models.lora import (
     adapted_module_names,
@@ -188,6 +189,7 @@ class DiffusionRollout(BaseRollout):
             )
         if kwargs.get("global_steps") is not None:
             self.global_steps = int(kwargs["global_steps"])
+        release_openmp_threads()  # the training thread's last torch before sampling: the sampler's thread runs alone
 
     def _sampler(self, sampling_params: dict[str, Any]):
         """The configured sampler with the request's temperature / top-p / top-k where it takes them."""
@@ -286,6 +288,8 @@ def _generate_batches(rollout: DiffusionRollout, server: ray.actor.ActorHandle, 
         except Exception as exc:  # noqa: BLE001 - every waiting request learns why
             logger.exception("diffusion rollout: generating or delivering a batch failed")
             server.deliver.remote(batch_id, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            release_openmp_threads()  # the training passes that follow run alone
 
 
 def _send_heartbeats(server: ray.actor.ActorHandle, generating: threading.Thread) -> None:
