@@ -15,10 +15,14 @@ from rollout_support import tiny_rollout
 
 # Run in a fresh interpreter, so that no other thread of the test process starts or ends meanwhile.
 TEAM_CHECK = """
-import os, threading, torch
+import os, threading, time, torch
 from diffugrpo_plugin.integration import platform
 
-def threads():
+def threads(at_most=None):
+    # an ended helper leaves /proc/self/task a moment after it was joined
+    deadline = time.monotonic() + 10
+    while at_most is not None and len(os.listdir("/proc/self/task")) > at_most and time.monotonic() < deadline:
+        time.sleep(0.01)
     return len(os.listdir("/proc/self/task"))
 
 counts = {}
@@ -27,11 +31,11 @@ def work():
     torch.randn(1 << 20).exp_()  # [1M], far above ATen's grain size: a parallel region
     counts["team"] = threads()
     platform.release_openmp_threads()
-    counts["released"] = threads()
+    counts["released"] = threads(at_most=counts["team"] - 1)
     counts["sum"] = torch.ones(1 << 20).exp_().sum().item()  # parallel again, with a new helper
     counts["again"] = threads()
 
-assert platform._gnu_openmp_pause() is not None, "torch here runs GNU OpenMP, whose pause this relies on"
+assert platform._gnu_openmp_pauses(), "torch here runs GNU OpenMP, whose pause this relies on"
 worker = threading.Thread(target=work)
 worker.start()
 worker.join()
@@ -57,3 +61,34 @@ def test_the_weight_sync_ends_the_training_threads_team(tiny_model_path, monkeyp
     rollout = tiny_rollout(tiny_model_path)
     asyncio.run(rollout.update_weights(iter(rollout.lm.module.state_dict().items()), global_steps=1))
     assert released == [threading.get_ident()]
+
+
+def test_a_library_that_cannot_be_opened_leaves_nothing_to_release(monkeypatch):
+    """A libgomp replaced on disk while the job runs (``(deleted)`` in the maps) or unreadable is skipped: the release
+    then does nothing instead of failing the sampler's thread."""
+    from diffugrpo_plugin.integration import platform
+
+    def refuse(path):
+        raise OSError(f"{path}: cannot open shared object file")
+
+    monkeypatch.setattr(platform.ctypes, "CDLL", refuse)
+    assert platform._gnu_openmp_pauses.__wrapped__() == ()
+
+
+@pytest.mark.ray
+def test_ray_runs_an_async_actors_plain_and_async_methods_on_one_thread(ray_cluster):
+    """What the release's placement rests on: in verl's worker (an async Ray actor) the training calls (plain methods)
+    and the weight sync (async) run on one thread, so the sync's release ends the training passes' team."""
+    import ray
+
+    @ray.remote
+    class Worker:
+        def train(self):
+            return threading.get_ident()
+
+        async def sync_weights(self):
+            return threading.get_ident()
+
+    worker = Worker.remote()
+    assert ray.get(worker.train.remote()) == ray.get(worker.sync_weights.remote()) == ray.get(worker.train.remote())
+    ray.kill(worker)

@@ -78,37 +78,48 @@ def worker_thread_env(cores: int, trainer_processes: int, on_cpu: bool) -> dict[
     return env
 
 
-# OpenMP's omp_pause_resource_t: release the calling thread's resources, to be recreated on next use
+# OpenMP's omp_pause_resource_t: a soft pause frees resources that the runtime recreates on next use
 OMP_PAUSE_SOFT = 1
 
 
 @functools.cache
-def _gnu_openmp_pause():
-    """``omp_pause_resource_all`` of the GNU OpenMP library torch loaded, or None (another runtime, no /proc)."""
+def _gnu_openmp_pauses() -> tuple:
+    """``omp_pause_resource_all`` of every GNU OpenMP library loaded here (torch's among them); empty with another
+    runtime or without /proc. GNU's pause ends the calling thread's helpers only (``gomp_pause_host``) and does nothing
+    inside a parallel region; LLVM's and Intel's pause their whole runtime, so a library exporting their
+    ``kmp_get_stacksize`` under GNU's name is left alone."""
     try:
         with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "/libgomp" in line}
+            fields = [line.rstrip("\n").split(maxsplit=5) for line in maps]
     except OSError:
-        return None
+        return ()
+    paths = {f[5].removesuffix(" (deleted)") for f in fields if len(f) == 6 and "/libgomp" in f[5]}
+    pauses = []
     for path in sorted(paths):
-        pause = getattr(ctypes.CDLL(path), "omp_pause_resource_all", None)
-        if pause is not None:
-            pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
-            return pause
-    return None
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        pause = getattr(library, "omp_pause_resource_all", None)
+        if pause is None or hasattr(library, "kmp_get_stacksize"):
+            continue
+        pause.argtypes, pause.restype = [ctypes.c_int], ctypes.c_int
+        pauses.append(pause)
+    return tuple(pauses)
 
 
 def release_openmp_threads() -> None:
     """End the OpenMP helper threads of this thread's torch; its next parallel op starts them again.
 
-    The trainer worker runs torch on two threads, the sampler's and the one verl's training calls run on, and each
-    keeps a team of OpenMP threads. Once the teams hold more threads than the host has cores, GNU OpenMP stops
-    spinning between parallel regions and parks every waiting thread, so each op of a small model waits for its
+    The trainer worker runs its passes on two threads, the sampler's and the one verl's training calls run on, and
+    each keeps a team of OpenMP threads. Once the teams hold more threads than the process may use cores, GNU OpenMP
+    spins 100 rounds instead of 300,000 before parking a waiting thread, so each op of a small model waits for its
     helpers to wake: on 2 cores the tiny model's forward and backward took 1.4x as long while the other thread's
-    idle team existed, and the worker used 1.3 of its 2 cores. Each thread therefore ends its team when it hands
-    over to the other (docs/concepts/step-cost.md)."""
-    pause = _gnu_openmp_pause()
-    if pause is not None:
+    idle team existed (``benchmarks/openmp_teams.py``), and the worker used 1.3 of its 2 cores. Each thread
+    therefore ends its team when it hands over to the other (docs/concepts/step-cost.md). verl's transfer-queue
+    thread in the worker is a third that can hold a team, on batches above ATen's 32,768-element grain; the tiny
+    job's stay below it."""
+    for pause in _gnu_openmp_pauses():
         pause(OMP_PAUSE_SOFT)
 
 

@@ -76,6 +76,7 @@ from diffugrpo_plugin.core.masking import mask_seed_table
 from diffugrpo_plugin.integration.console import LearningSummary, StepReporter, step_line, validation_line
 from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD
 from diffugrpo_plugin.integration.layout import InProcessRewardWorker, apply_lean_settings, rewards_in_agent_loop
+from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
@@ -221,6 +222,7 @@ class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
                 "(actor_rollout_ref.hybrid_engine=true, no LoRA)"
             )
         mix_into_reference(self.ref.engine.module, self.actor.engine.module, float(alpha))
+        release_openmp_threads()  # this runs after the weight sync, on the training thread: sampling runs alone next
 
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     @DistProfiler.annotate(color="red", role="actor_update", scheduled=True)
