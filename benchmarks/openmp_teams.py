@@ -1,10 +1,7 @@
 """A second thread's idle OpenMP team against the trainer worker's passes, and what releasing it gives back.
 
-The trainer worker runs torch on two threads: the sampler's, and the one verl's training calls run on. Each
-thread that runs a parallel op keeps a team of GNU OpenMP helper threads for as long as it lives. Once the
-teams hold more threads than the host has cores, GNU OpenMP parks its waiting threads instead of spinning, and
-every op of a small model then waits for its helpers to wake. Since 2026-11-28 each of the two threads ends its
-team when it hands over to the other (``integration.platform.release_openmp_threads``).
+Why a second team slows the first, and where the trainer worker releases them: the docstring of
+``diffugrpo_plugin.integration.platform.release_openmp_threads``.
 
 This times the tiny model's forward + backward (the update's work, ``--rows`` rows of ``--tokens`` tokens) on a
 thread of its own, three ways, in turn, ``--repeats`` times: alone; while another thread that ran a parallel op

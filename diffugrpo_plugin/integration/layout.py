@@ -240,12 +240,12 @@ def run_training(config) -> None:
 @contextlib.contextmanager
 def transfer_queue_here(transfer_queue_config):
     """TransferQueue for the duration of the block, started by its own ``init`` with its controller and storage units
-        built as objects of this process instead of a Ray actor each (about 285 MiB a process, for the few kB a step a
-        one-node job stores). They serve the other processes over ZMQ from their own threads, as in their actors; those
-        processes find them through a :class:`~diffugrpo_plugin.sampling.transfer_queue_directory.TransferQueueDirectory`
-        actor under the controller's name. verl's own ``tq.init`` and ``tq.close`` in this process then find this one and
-        close it. With a backend other than TransferQueue's ``SimpleStorage`` (which keeps data in its units' memory),
-        or with its SSD offload, nothing is started here and verl starts TransferQueue as it does. The agent-loop workers
+    built as objects of this process instead of a Ray actor each (about 285 MiB a process, for the few kB a step a
+    one-node job stores). They serve the other processes over ZMQ from their own threads, as in their actors; those
+    processes find them through a :class:`~diffugrpo_plugin.sampling.transfer_queue_directory.TransferQueueDirectory`
+    actor under the controller's name. verl's own ``tq.init`` and ``tq.close`` in this process then find this one and
+    close it. With a backend other than TransferQueue's ``SimpleStorage`` (which keeps data in its units' memory),
+    or with its SSD offload, nothing is started here and verl starts TransferQueue as it does. The agent-loop workers
     of this process stop before TransferQueue closes (:func:`stop_agent_loops`)."""
     import transfer_queue
     from transfer_queue import interface
