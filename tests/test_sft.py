@@ -110,6 +110,22 @@ def test_learning_rate_warms_up_then_follows_the_cosine():
     assert lrs[109] == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 0.99)))
 
 
+def test_steps_past_a_shorter_schedule_stay_at_its_floor():
+    config = sft.SFTConfig(
+        train_files=["x"], output_dir="y", steps=80, schedule_steps=50, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1
+    )
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
+    schedule = sft.lr_schedule(optimizer, config)
+    lrs = []
+    for _ in range(config.steps):
+        lrs.append(schedule.get_last_lr()[0])
+        optimizer.step()
+        schedule.step()
+    assert lrs[30] == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half way down the 40 steps after warm-up
+    assert lrs[49] == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 39 / 40)))
+    assert lrs[50:] == pytest.approx([1e-4] * 30)  # transformers' curve would climb back after step 50
+
+
 def test_batch_order_is_seeded_full_and_balanced():
     order = sft.batch_order(num_examples=5, batch_size=3, steps=10, seed=1)
     assert order == sft.batch_order(5, 3, 10, seed=1) and order != sft.batch_order(5, 3, 10, seed=2)
@@ -293,7 +309,7 @@ def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_o
     monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
     spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
     recipe = warm_start.WarmStart(
-        schedule_steps=9, first_check=2, check_every=3, target_pass_rate=0.4, batch_size=2, warmup_steps=1
+        schedule_steps=6, max_steps=9, first_check=2, check_every=3, target_pass_rate=0.4, batch_size=2, warmup_steps=1
     )
     measured = []  # whether the model was in training mode at each check: the sandboxed judge is stood in for
 
@@ -306,9 +322,11 @@ def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_o
     path = warm_start.warm_model_path(spec, recipe)
     assert path.startswith(str(tmp_path)) and recipe.cache_suffix in path and spec.cache_name in path
     saved = json.loads((tmp_path / path / "sft_config.json").read_text())
-    # measured after steps 2, 5 and 8; 0.4 reaches the target: stopped after step 8 of the 9-step schedule
+    # measured after steps 2, 5 and 8; 0.4 reaches the target: stopped after step 8 of at most 9 (the schedule's 6, then
+    # its floor)
     assert measured == [False, False, False]  # measured in eval mode
-    assert (saved["steps"], saved["steps_done"], saved["batch_size"], saved["lr"]) == (9, 8, 2, recipe.lr)
+    assert (saved["steps"], saved["schedule_steps"], saved["steps_done"]) == (9, 6, 8)
+    assert (saved["batch_size"], saved["lr"]) == (2, recipe.lr)
     record = json.loads((tmp_path / path / warm_start.WARM_START_RECORD).read_text())
     assert [(check["step"], check["test_pass_rate"]) for check in record["checks"]] == [(2, 0.1), (5, 0.39), (8, 0.4)]
     assert (record["target_pass_rate"], record["reached"]) == (0.4, True)
@@ -326,7 +344,9 @@ def test_a_warm_start_that_never_reaches_its_target_says_so_and_records_it(monke
     from diffugrpo_plugin.training import stop_rules, warm_start
 
     spec = tiny.TinySpec(hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64)
-    recipe = warm_start.WarmStart(schedule_steps=4, first_check=2, check_every=2, batch_size=2, warmup_steps=1)
+    recipe = warm_start.WarmStart(
+        schedule_steps=3, max_steps=4, first_check=2, check_every=2, batch_size=2, warmup_steps=1
+    )
     monkeypatch.setattr(stop_rules.PassRateCheck, "measure", lambda *args: 0.125)
     lines = []
     warm_start.save_warm_model(tmp_path / "warm", spec, recipe, echo=lines.append)
@@ -341,7 +361,8 @@ def test_a_warm_start_that_never_reaches_its_target_says_so_and_records_it(monke
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"first_check": 10, "schedule_steps": 5}, "at most schedule_steps"),
+        ({"first_check": 10, "schedule_steps": 5}, "must be positive and in that order"),
+        ({"schedule_steps": 6000, "max_steps": 5000}, "must be positive and in that order"),
         ({"check_every": 0}, "must be at least 1"),
         ({"target_pass_rate": 0.0}, r"must be in \(0, 1\]"),
     ],

@@ -74,7 +74,8 @@ class SFTConfig:
     shows each field's help). ``completion_length`` counts the target's tokens and its EOS
     padding; longer targets (and prompts longer than ``max_prompt_length``) are left out and
     counted. The learning rate warms up linearly over ``warmup_steps``, then follows a cosine down
-    to ``min_lr_ratio * lr`` (transformers' ``cosine_with_min_lr``, DiffuCoder's schedule).
+    to ``min_lr_ratio * lr`` (transformers' ``cosine_with_min_lr``, DiffuCoder's schedule) at step
+    ``schedule_steps`` (0: ``steps``) and stays there.
     """
 
     train_files: list[str] = field(
@@ -98,6 +99,10 @@ class SFTConfig:
     trust_remote_code: bool = field(default=False, metadata={"help": "allow the checkpoint's own modeling code"})
     val_files: list[str] = field(default_factory=list, metadata={"help": "rows for a validation loss"})
     steps: int = 1000
+    schedule_steps: int = field(
+        default=0,
+        metadata={"help": "the cosine's length (0: --steps); the steps after it run at the floor, min_lr_ratio * lr"},
+    )
     batch_size: int = 8
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
@@ -151,7 +156,7 @@ class SFTConfig:
         bad = [f"{name}={getattr(self, name)}" for name in positive if getattr(self, name) < 1]
         bad += [
             f"{name}={getattr(self, name)}"
-            for name in ("warmup_steps", "eval_every", "weight_decay", "threads", "lora_rank")
+            for name in ("warmup_steps", "eval_every", "weight_decay", "threads", "lora_rank", "schedule_steps")
             if getattr(self, name) < 0
         ]
         if not 0 <= self.lora_dropout < 1:
@@ -305,11 +310,16 @@ def masked_diffusion_loss(lm: DiffusionLM, batch: Batch, seeds: torch.Tensor, ma
 
 def lr_schedule(optimizer: torch.optim.Optimizer, config: SFTConfig) -> torch.optim.lr_scheduler.LRScheduler:
     """transformers' ``cosine_with_min_lr`` (DiffuCoder's, and verl's ``cosine`` for the RL job): step ``s`` runs at
-    ``lr s / warmup_steps`` during the warm-up, then ``(s - warmup_steps) / (steps - warmup_steps)`` of the way
-    down a half cosine from ``lr`` to ``min_lr_ratio * lr``."""
-    return get_cosine_with_min_lr_schedule_with_warmup(
-        optimizer, config.warmup_steps, config.steps, min_lr_rate=config.min_lr_ratio
+    ``lr s / warmup_steps`` during the warm-up, then ``(s - warmup_steps) / (S - warmup_steps)`` of the way
+    down a half cosine from ``lr`` to ``min_lr_ratio * lr``, ``S`` being ``schedule_steps`` (or ``steps``); from
+    step ``S`` on it stays at ``min_lr_ratio * lr``."""
+    length = config.schedule_steps or config.steps
+    schedule = get_cosine_with_min_lr_schedule_with_warmup(
+        optimizer, config.warmup_steps, length, min_lr_rate=config.min_lr_ratio
     )
+    cosine = schedule.lr_lambdas[0]
+    schedule.lr_lambdas[0] = lambda step: cosine(min(step, length))  # past its end transformers' cosine climbs again
+    return schedule
 
 
 def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
@@ -457,7 +467,8 @@ and gradients off, e.g. to stop once sampled completions start passing tests (th
 
 def train(config: SFTConfig, echo: Callable[[str], None] = print, stop_when: StopRule | None = None) -> SFTResult:
     """Run SFT (``config.steps`` steps, fewer when ``stop_when`` says so) and save the checkpoint into
-    ``config.output_dir``; the learning-rate schedule is always the one of ``config.steps``."""
+    ``config.output_dir``; the learning-rate schedule is always the one of ``config.steps`` (and
+    ``config.schedule_steps``), wherever the run stops."""
     previous_threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)

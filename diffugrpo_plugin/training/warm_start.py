@@ -28,7 +28,8 @@ from diffugrpo_plugin.training.sft import SFTConfig, train
 from diffugrpo_plugin.training.stop_rules import PassRateCheck, stop_at_pass_rate
 
 WARM_START_VERSION = (
-    4  # 2: cosine_with_min_lr schedule; 3: stopped inside a longer schedule; 4: stops on a measured pass rate
+    5  # 2: cosine_with_min_lr schedule; 3: stopped inside a longer schedule; 4: stops on a measured pass rate;
+    # 5: goes on past the schedule at its floor learning rate until the target or max_steps
 )
 """Bump when the warm-start procedure changes in a way :class:`WarmStart`'s fields do not show."""
 
@@ -40,21 +41,23 @@ WARM_START_RECORD = "warm_start.json"
 class WarmStart:
     """The SFT recipe of the warm-started model (see :class:`diffugrpo_plugin.training.sft.SFTConfig`).
 
-    SFT follows a learning-rate schedule ``schedule_steps`` long and stops as soon as the model passes
-    ``target_pass_rate`` of its train tasks, measured as the rollout samples (temperature 1, the job's
-    sampler) on the first ``check_tasks`` train tasks, ``check_samples`` completions each, judged in the
-    sandbox: at step ``first_check``, then every ``check_every`` steps. Why measured rather than a fixed
-    step: the tiny model learns to copy the function's name and constant from the question in a sudden
-    drop of the loss, and where that drop falls depends on the machine's floating-point kernels. Stopped
-    at step 1750, one machine's model passed about half of the train tasks and 36% of the held-out ones;
-    another's (the CI's kind, AVX-512) passed 3% and 1%, leaving GRPO groups without code advantage. On
-    that second machine it passed 11% at step 2000, 25% at 2250, 37% at 2500 and 52% at 2750 (held out: 1%,
-    4%, 7%, 13%). The target leaves room above it to learn. Reaching the end of the schedule without the
-    target is reported, not hidden (the record says so). About 3-5 minutes on 2 CPU cores (``threads``
-    torch threads: the job has started nothing else yet).
+    SFT follows a learning-rate schedule ``schedule_steps`` long, then its floor up to ``max_steps``, and stops as
+    soon as the model passes ``target_pass_rate`` of its train tasks, measured as the rollout samples (temperature
+    1, the job's sampler) on the first ``check_tasks`` train tasks, ``check_samples`` completions each, judged in
+    the sandbox: at step ``first_check``, then every ``check_every`` steps. Why measured rather than a fixed step:
+    the tiny model learns to copy the function's name and constant from the question in a sudden drop of the loss,
+    and where that drop falls depends on the machine's floating-point kernels. Stopped at step 1750, one machine's
+    model passed about half of the train tasks and 36% of the held-out ones; another's (the CI's kind, AVX-512)
+    passed 3% and 1%, leaving GRPO groups without code advantage. On that second machine it passed 11% at step 2000,
+    25% at 2250, 37% at 2500 and 52% at 2750 (held out: 1%, 4%, 7%, 13%). A third machine (AMD EPYC, AVX2) passed 3%
+    at 2000, 6% at 2500 and 19% at 3000, the end of the schedule, then 28% at 3750 and 39% at 4250 at the floor
+    learning rate: hence ``max_steps``. The target leaves room above it to learn. Reaching ``max_steps`` without the
+    target is reported, not hidden (the record says so). About 3-7 minutes on 2 CPU cores (``threads`` torch
+    threads: the job has started nothing else yet).
     """
 
     schedule_steps: int = 3000
+    max_steps: int = 5000
     first_check: int = 1500
     check_every: int = 250
     target_pass_rate: float = 0.35
@@ -70,9 +73,10 @@ class WarmStart:
     threads: int = 2
 
     def __post_init__(self) -> None:
-        if not 0 < self.first_check <= self.schedule_steps:
+        if not 0 < self.first_check <= self.schedule_steps <= self.max_steps:
             raise ValueError(
-                f"first_check ({self.first_check}) must be positive and at most schedule_steps ({self.schedule_steps})"
+                f"first_check ({self.first_check}), schedule_steps ({self.schedule_steps}) and max_steps "
+                f"({self.max_steps}) must be positive and in that order"
             )
         if self.check_every < 1 or self.check_tasks < 1 or self.check_samples < 1:
             raise ValueError(
@@ -85,7 +89,7 @@ class WarmStart:
     @property
     def cache_suffix(self) -> str:
         return (
-            f"sft-max{self.schedule_steps}-b{self.batch_size}-lr{self.lr:g}-w{self.warmup_steps}"
+            f"sft-max{self.max_steps}-cos{self.schedule_steps}-b{self.batch_size}-lr{self.lr:g}-w{self.warmup_steps}"
             f"-c{self.completion_length}-s{self.seed}-syn{SYNTHETIC_VERSION}d{self.data_seed}"
             f"-pass{self.target_pass_rate:g}at{self.first_check}+{self.check_every}"
             f"n{self.check_tasks}x{self.check_samples}-ws{WARM_START_VERSION}"
@@ -118,7 +122,8 @@ def save_warm_model(
         train_files=[train_file],
         output_dir=str(directory),
         model_path=tiny_model_path(spec),
-        steps=recipe.schedule_steps,
+        steps=recipe.max_steps,
+        schedule_steps=recipe.schedule_steps,
         batch_size=recipe.batch_size,
         lr=recipe.lr,
         warmup_steps=recipe.warmup_steps,
