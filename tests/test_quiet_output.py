@@ -110,6 +110,44 @@ def test_the_learning_line_needs_two_steps_or_two_validations():
 
 
 @pytest.mark.parametrize(
+    ("resume_mode", "checkpoint_step", "expected"),
+    [
+        ("auto", 24, "resumed at step 24 of 24 from {dir}/global_step_24: nothing left to train"),
+        ("auto", 10, "resumed at step 10 of 24 from {dir}/global_step_10: 14 steps to go"),
+        ("resume_path", 10, "resumed at step 10 of 24 from {dir}/picked/global_step_10: 14 steps to go"),
+        ("auto", 0, None),  # a fresh start says nothing
+    ],
+)
+def test_a_resumed_run_says_from_which_checkpoint_and_how_many_steps_are_left(
+    monkeypatch, tmp_path, resume_mode, checkpoint_step, expected
+):
+    from types import SimpleNamespace
+
+    from diffugrpo_plugin.integration import trainer as trainer_module
+
+    def verls_load(self):  # verl's own finds the checkpoint and sets the step it continues from
+        self.global_steps = checkpoint_step
+
+    monkeypatch.setattr(trainer_module.PPOTrainerSync, "_load_checkpoint", verls_load)
+    trainer = trainer_module.DiffuGRPOTrainer.__new__(trainer_module.DiffuGRPOTrainer)
+    trainer.config = OmegaConf.create(
+        {
+            "trainer": {
+                "resume_mode": resume_mode,
+                "default_local_dir": str(tmp_path),
+                "resume_from_path": f"{tmp_path}/picked/global_step_{checkpoint_step}",
+            }
+        }
+    )
+    trainer.total_training_steps, trainer.learned_weights = 24, None
+    lines = []
+    trainer.reporter = SimpleNamespace(report=lines.append)
+    trainer._load_checkpoint()
+    suffix = " (trainer.resume_mode=disable starts afresh)"
+    assert lines == ([] if expected is None else [expected.format(dir=tmp_path) + suffix])
+
+
+@pytest.mark.parametrize(
     "cores, trainers, storage_units, expected",
     [
         (2, 1, 1, 4),  # the default job on a 2-core host: 1 trainer + 1 storage unit + controller + 1 to place the rest

@@ -122,6 +122,12 @@ def validation_line(step: int, metrics: Mapping[str, float]) -> str:
     return " | ".join([f"validation at step {step}", *_validation(metrics)])
 
 
+def resume_line(step: int, total: int, folder: str) -> str:
+    """What a run that continues a checkpoint says first (verl's ``trainer.resume_mode=auto`` does so silently)."""
+    left = f"{total - step} steps to go" if step < total else "nothing left to train"
+    return f"resumed at step {step} of {total} from {folder}: {left} (trainer.resume_mode=disable starts afresh)"
+
+
 class LearningSummary:
     """Whether the run learned, in one line at its end: each reward component's mean over the first and
     the last ``window`` steps this process ran, and each held-out result at its first and last validation."""

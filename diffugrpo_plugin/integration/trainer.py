@@ -73,7 +73,13 @@ from verl.workers.utils.padding import response_from_nested
 
 from diffugrpo_plugin.core.loss_terms import StepBatch, configured_terms
 from diffugrpo_plugin.core.masking import mask_seed_table
-from diffugrpo_plugin.integration.console import LearningSummary, StepReporter, step_line, validation_line
+from diffugrpo_plugin.integration.console import (
+    LearningSummary,
+    StepReporter,
+    resume_line,
+    step_line,
+    validation_line,
+)
 from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD
 from diffugrpo_plugin.integration.layout import InProcessRewardWorker, apply_lean_settings, rewards_in_agent_loop
 from diffugrpo_plugin.integration.platform import release_openmp_threads
@@ -589,15 +595,19 @@ class DiffuGRPOTrainer(PPOTrainerSync):
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
-        if self.learned_weights is None or not self.global_steps:
+        if not self.global_steps:
             return
         trainer = self.config.trainer
-        folder = (
+        folder = os.path.abspath(
             trainer.resume_from_path
             if trainer.resume_mode == "resume_path"
             else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}")
         )
-        path = os.path.join(os.path.abspath(folder), LEARNED_WEIGHTS_FILE)
+        # a rerun of a finished job would otherwise print its validation and stop, as if it had trained
+        self.reporter.report(resume_line(self.global_steps, int(self.total_training_steps), folder))
+        if self.learned_weights is None:
+            return
+        path = os.path.join(folder, LEARNED_WEIGHTS_FILE)
         if not os.path.exists(path):
             print(
                 f"[diffugrpo] {path} is missing: the learned reward weights start again from the fixed ones",
