@@ -361,9 +361,10 @@ def test_the_light_router_is_built_here_while_the_trainer_loop_runs_here_and_oth
     from verl.workers.rollout import router
 
     servers = {"server-a": "handle a", "server-b": "handle b"}
-    agent = {"agent_loop_manager_class": layout._MANAGER_PATH}  # what apply_lean_settings names
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"agent": agent}}})
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"agent": {}}}})
     with layout._light_router_here(config):
+        # as in the job: the trainer's __init__ (inside this block) names the manager, verl then builds the router
+        config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = layout._MANAGER_PATH
         here = router.get_router_handle(servers, router_config_path=layout._lean_router_path())
         assert isinstance(here.instance, LeastBusyRouter)
 

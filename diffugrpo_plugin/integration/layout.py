@@ -200,9 +200,10 @@ def _light_router_here(config):
     from verl.workers.rollout import router
 
     build = router.get_router_handle
-    manager = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
 
     def get_router_handle(servers, router_config_path=None, load_balancer_cls=None, **options):
+        # read now, not on entry: the trainer's __init__ (apply_lean_settings) names the manager after this block begins
+        manager = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
         if router_config_path != _lean_router_path() or load_balancer_cls is not None or manager != _MANAGER_PATH:
             return build(servers, router_config_path=router_config_path, load_balancer_cls=load_balancer_cls, **options)
         return _InProcessHandle(LeastBusyRouter(servers, router._load_router_yaml(router_config_path)))
