@@ -139,12 +139,21 @@ def test_a_resumed_run_says_from_which_checkpoint_and_how_many_steps_are_left(
             }
         }
     )
-    trainer.total_training_steps, trainer.learned_weights = 24, None
+    trainer.total_training_steps = 24
+    folder = tmp_path / ("picked" if resume_mode == "resume_path" else "") / f"global_step_{checkpoint_step}"
+    folder.mkdir(parents=True)
+    (folder / trainer_module.LEARNED_WEIGHTS_FILE).write_text('{"weights": [0.25]}')
+    restored = []
+    trainer.learned_weights = SimpleNamespace(load_state_dict=restored.append)
     lines = []
-    trainer.reporter = SimpleNamespace(report=lines.append)
+    trainer.reporter = SimpleNamespace(report=lambda line, step=None: lines.append((line, step)))
     trainer._load_checkpoint()
     suffix = " (trainer.resume_mode=disable starts afresh)"
-    assert lines == ([] if expected is None else [expected.format(dir=tmp_path) + suffix])
+    if expected is None:
+        assert (lines, restored) == ([], [])
+    else:  # the line moves the progress bar to the step; the learned reward weights come from the same folder
+        assert lines == [(expected.format(dir=tmp_path) + suffix, checkpoint_step)]
+        assert restored == [{"weights": [0.25]}]
 
 
 @pytest.mark.parametrize(

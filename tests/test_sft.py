@@ -3,6 +3,7 @@ checkpoint the RL side loads."""
 
 import json
 import math
+import pickle
 import random
 from pathlib import Path
 from types import SimpleNamespace
@@ -124,6 +125,10 @@ def test_steps_past_a_shorter_schedule_stay_at_its_floor():
     assert lrs[30] == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half way down the 40 steps after warm-up
     assert lrs[49] == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 39 / 40)))
     assert lrs[50:] == pytest.approx([1e-4] * 30)  # transformers' curve would climb back after step 50
+    restored = pickle.loads(pickle.dumps(schedule))  # a schedule that can be saved whole, as transformers' can
+    assert restored.lr_lambdas[0](79) == pytest.approx(0.1)
+    with pytest.raises(sft.SFTError, match="schedule_steps=10 .must end after warmup_steps=10, or be 0."):
+        sft.SFTConfig(train_files=["x"], output_dir="y", steps=80, schedule_steps=10, warmup_steps=10)
 
 
 def test_batch_order_is_seeded_full_and_balanced():

@@ -604,7 +604,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             else os.path.join(trainer.default_local_dir, f"global_step_{self.global_steps}")
         )
         # a rerun of a finished job would otherwise print its validation and stop, as if it had trained
-        self.reporter.report(resume_line(self.global_steps, int(self.total_training_steps), folder))
+        self.reporter.report(resume_line(self.global_steps, int(self.total_training_steps), folder), self.global_steps)
         if self.learned_weights is None:
             return
         path = os.path.join(folder, LEARNED_WEIGHTS_FILE)

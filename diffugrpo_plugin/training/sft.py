@@ -37,6 +37,7 @@ be selected by config; its dataset expects chat ``messages`` including the answe
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import time
@@ -163,6 +164,10 @@ class SFTConfig:
             bad.append(f"lora_dropout={self.lora_dropout} (must be in [0, 1))")
         if self.seed < 0:
             bad.append(f"seed={self.seed} (must be non-negative)")
+        if 0 < self.schedule_steps <= self.warmup_steps:
+            bad.append(
+                f"schedule_steps={self.schedule_steps} (must end after warmup_steps={self.warmup_steps}, or be 0)"
+            )
         if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
             bad.append(f"lr={self.lr}, min_lr_ratio={self.min_lr_ratio} (need lr > 0, 0 <= min_lr_ratio <= 1)")
         if self.implementation not in IMPLEMENTATIONS:
@@ -317,9 +322,13 @@ def lr_schedule(optimizer: torch.optim.Optimizer, config: SFTConfig) -> torch.op
     schedule = get_cosine_with_min_lr_schedule_with_warmup(
         optimizer, config.warmup_steps, length, min_lr_rate=config.min_lr_ratio
     )
-    cosine = schedule.lr_lambdas[0]
-    schedule.lr_lambdas[0] = lambda step: cosine(min(step, length))  # past its end transformers' cosine climbs again
+    # past its end transformers' cosine climbs again
+    schedule.lr_lambdas[0] = functools.partial(_held_after, schedule.lr_lambdas[0], length)
     return schedule
+
+
+def _held_after(factor: Callable[[int], float], length: int, step: int) -> float:
+    return factor(min(step, length))
 
 
 def batch_order(num_examples: int, batch_size: int, steps: int, seed: int) -> list[list[int]]:
