@@ -52,7 +52,7 @@ class WarmStart:
     25% at 2250, 37% at 2500 and 52% at 2750 (held out: 1%, 4%, 7%, 13%). A third machine (AMD EPYC, AVX2) passed 3%
     at 2000, 6% at 2500 and 19% at 3000, the end of the schedule, then 28% at 3750 and 39% at 4250 at the floor
     learning rate: hence ``max_steps``. The target leaves room above it to learn. Reaching ``max_steps`` without the
-    target is reported, not hidden (the record says so). About 3-7 minutes on 2 CPU cores (``threads`` torch
+    target is reported, not hidden (the record says so). About 3-8 minutes on 2 CPU cores (``threads`` torch
     threads: the job has started nothing else yet).
     """
 
