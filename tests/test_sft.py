@@ -95,8 +95,8 @@ def test_examples_end_with_the_closing_fence_then_eos_and_skip_what_does_not_fit
         sft.examples_from_rows(broken, tokenizer, 48, 160)
 
 
-def test_learning_rate_warms_up_then_follows_the_cosine():
-    config = sft.SFTConfig(train_files=["x"], output_dir="y", steps=110, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+def _learning_rates(config: sft.SFTConfig):
+    """The schedule of ``config`` and the learning rate of each of its steps."""
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
     schedule = sft.lr_schedule(optimizer, config)
     lrs = []
@@ -104,6 +104,12 @@ def test_learning_rate_warms_up_then_follows_the_cosine():
         lrs.append(schedule.get_last_lr()[0])
         optimizer.step()
         schedule.step()
+    return schedule, lrs
+
+
+def test_learning_rate_warms_up_then_follows_the_cosine():
+    config = sft.SFTConfig(train_files=["x"], output_dir="y", steps=110, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1)
+    _, lrs = _learning_rates(config)
     assert lrs[0] == 0.0 and lrs[5] == pytest.approx(5e-4)  # s / 10 of the peak
     # after warm-up, step s is (s - 10) / 100 of the way down the cosine from 1e-3 to 1e-4
     assert lrs[10] == pytest.approx(1e-3)
@@ -115,13 +121,7 @@ def test_steps_past_a_shorter_schedule_stay_at_its_floor():
     config = sft.SFTConfig(
         train_files=["x"], output_dir="y", steps=80, schedule_steps=50, lr=1e-3, warmup_steps=10, min_lr_ratio=0.1
     )
-    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
-    schedule = sft.lr_schedule(optimizer, config)
-    lrs = []
-    for _ in range(config.steps):
-        lrs.append(schedule.get_last_lr()[0])
-        optimizer.step()
-        schedule.step()
+    schedule, lrs = _learning_rates(config)
     assert lrs[30] == pytest.approx(1e-4 + 0.9e-3 * 0.5)  # half way down the 40 steps after warm-up
     assert lrs[49] == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 39 / 40)))
     assert lrs[50:] == pytest.approx([1e-4] * 30)  # transformers' curve would climb back after step 50
