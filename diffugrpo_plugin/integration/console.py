@@ -123,7 +123,8 @@ def validation_line(step: int, metrics: Mapping[str, float]) -> str:
 
 
 def resume_line(step: int, total: int, folder: str) -> str:
-    """What a run that continues a checkpoint says first (verl's ``trainer.resume_mode=auto`` does so silently)."""
+    """What a run that continues a checkpoint says before it validates or trains (verl's ``trainer.resume_mode=auto``
+    resumes silently)."""
     left = f"{total - step} steps to go" if step < total else "nothing left to train"
     return f"resumed at step {step} of {total} from {folder}: {left} (trainer.resume_mode=disable starts afresh)"
 
