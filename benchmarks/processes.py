@@ -38,6 +38,7 @@ ROLES = (  # first match wins: (role, what to look for in the command line)
     ("reward worker", "Reward"),
     ("agent loop worker", "AgentLoop"),
     ("rollout server (batches requests)", "RequestBatcher"),
+    ("rollout server and transfer queue directory", "RolloutServerAndDirectory"),
     ("verl request load balancer", "LoadBalancer"),
     ("request router (light)", "LeastBusyRouter"),
     ("verl replay buffer / transfer queue", "ReplayBuffer"),

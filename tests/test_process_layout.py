@@ -411,3 +411,133 @@ def test_a_failed_transfer_queue_start_leaves_nothing_that_a_later_start_would_f
         time.sleep(0.2)
     with layout.transfer_queue_here(config):  # starts afresh instead of waiting on the dead directory
         assert isinstance(interface._TQ_CONTROLLER, ray.actor.ActorHandle)
+
+
+class WorkerWithARollout:
+    """Stands in for a trainer worker: its process has a diffusion rollout that answers each request with the
+    length of its prompt, as ``DiffusionRollout`` is what the worker's pulling thread calls."""
+
+    def __init__(self):
+        from diffugrpo_plugin.integration import rollout
+
+        class PromptLengths:
+            def generate_batch(self, requests):
+                return [
+                    {"token_ids": [len(r["prompt_ids"])], "global_steps": 1, "generation_batch": "", "generation_seconds": 0}
+                    for r in requests
+                ]
+
+        rollout._local_rollout = PromptLengths()
+
+
+@pytest.mark.ray
+def test_the_first_rollout_replica_on_this_node_is_served_by_the_transfer_queue_directory(ray_cluster):
+    """One light process less: the directory actor that the lean layout's TransferQueue starts here is also the
+    rollout server of the first replica whose worker is on this node; the next replica starts a server of its own.
+    That one actor then serves both: a request comes back through its worker, another process finds TransferQueue."""
+    import ray
+    from transfer_queue import interface
+
+    from diffugrpo_plugin.integration.rollout import DiffusionReplica, _spare_servers
+
+    def replica(rank: int) -> DiffusionReplica:
+        made = DiffusionReplica.__new__(DiffusionReplica)
+        made.replica_rank, made.world_size, made.name_suffix = rank, 1, ""
+        made.workers = [ray.remote(WorkerWithARollout).remote()]
+        return made
+
+    config = OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
+    peer = ray.remote(TransferQueuePeer).remote()
+    with layout.transfer_queue_here(config):
+        directory = interface._TQ_CONTROLLER
+        first, second = replica(0), replica(1)
+        asyncio.run(first.launch_servers())
+        asyncio.run(second.launch_servers())
+        assert first.servers == [directory] and second.servers[0] != directory
+        assert ray.get(directory.generate.remote("r0", [7, 8, 9], {}), timeout=60).token_ids == [3]
+        assert ray.get(second.servers[0].generate.remote("r1", [7], {}), timeout=60).token_ids == [1]
+        ray.get(peer.put.remote(["a"], [1.0]))
+        assert tq_get(["a"]) == [1.0]
+        ray.kill(second.servers[0])
+    assert not _spare_servers
+    for made in (first, second):
+        ray.kill(made.workers[0])
+    ray.kill(peer)
+
+
+def tq_get(keys: list[str]) -> list[float]:
+    import transfer_queue as tq
+
+    return tq.kv_batch_get(keys=keys, partition_id="train")["x"].tolist()
+
+
+@pytest.mark.ray
+def test_a_transfer_queue_closed_before_any_replica_leaves_no_spare_server(ray_cluster):
+    from diffugrpo_plugin.integration.rollout import _spare_servers
+
+    config = OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
+    with layout.transfer_queue_here(config):
+        assert len(_spare_servers) == 1
+    assert not _spare_servers  # a later job's replica would otherwise take the killed directory as its server
+
+
+_RAY_HEAD_PROCESSES = """
+import json, os, sys
+import ray
+from omegaconf import OmegaConf
+from diffugrpo_plugin.integration.layout import ray_head_for_one_job
+
+def tree(root):
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                parents[int(pid)] = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                parents[int(pid)] = (parents[int(pid)], cmdline.read().replace(b"\\0", b" ").decode())
+        except (OSError, IndexError):
+            parents.pop(int(pid), None)
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, cmdline) in parents.items():
+            if ppid == parent:
+                found.append(cmdline)
+                frontier.append(pid)
+    return found
+
+with ray_head_for_one_job(OmegaConf.create({"ray_kwargs": {"ray_init": {"include_dashboard": False}}})):
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+answer = ray.get(ray.remote(lambda: 6 * 7).remote())
+print(json.dumps({"answer": answer, "processes": tree(os.getpid())}))
+ray.shutdown()
+"""
+
+
+@pytest.mark.ray
+def test_the_ray_head_of_a_one_node_job_starts_without_the_autoscaler_monitor_and_the_api_server():
+    """A head started in the block (verl's ``ray.init``) runs tasks without two of Ray's daemons."""
+    import json
+
+    run = subprocess.run(
+        [sys.executable, "-c", _RAY_HEAD_PROCESSES], capture_output=True, text=True, timeout=180, cwd="/"
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    assert seen["answer"] == 42
+    commands = " ".join(seen["processes"])
+    assert "raylet" in commands and "gcs_server" in commands  # the walk finds Ray's daemons
+    assert "log_monitor.py" in commands  # Ray's other daemons start
+    assert "autoscaler/_private/monitor.py" not in commands and "autoscaler/v2/monitor.py" not in commands
+    assert "dashboard/dashboard.py" not in commands
+
+
+def test_the_ray_head_keeps_the_api_server_when_the_config_asks_for_the_dashboard_and_restores_both_after():
+    from ray._private.node import Node
+
+    starters = (Node.start_monitor, Node.start_api_server)
+    with layout.ray_head_for_one_job(OmegaConf.create({"ray_kwargs": {"ray_init": {"include_dashboard": True}}})):
+        assert Node.start_api_server is starters[1] and Node.start_monitor is not starters[0]
+    with layout.ray_head_for_one_job(OmegaConf.create({})):
+        assert Node.start_api_server is not starters[1] and Node.start_monitor is not starters[0]
+    assert (Node.start_monitor, Node.start_api_server) == starters

@@ -11,7 +11,8 @@ processes. In the driver, beside verl's trainer loop:
   verl.trainer.main``, our driver, does this; verl's ``main_ppo`` keeps its actor, and with it the rest of this
   list but the agent loop);
 - **TransferQueue's controller and storage units** (:func:`transfer_queue_here`), found by the other processes
-  through a light directory actor under the controller's name;
+  through a light directory actor under the controller's name, which is also the rollout server of the trainer
+  worker on the driver's node;
 - **the agent-loop workers**: verl's own ``AgentLoopWorkerTQ``, each on an event loop of its own in a thread
   (:class:`InProcessAgentLoopManager`, through verl's ``rollout.agent.agent_loop_manager_class``);
 - **rewards scored in the agent-loop worker** that produced the completion: verl's own ``RewardLoopWorker``,
@@ -24,8 +25,9 @@ processes. In the driver, beside verl's trainer loop:
   (:func:`_light_router_here`; an actor of its own where the trainer loop runs in one);
 - **the console's board** for the step lines (:mod:`.console`).
 
-Ray itself is asked not to keep idle worker processes for tasks. What is left is the trainer workers, the rollout
-servers (light) and Ray's own daemons.
+Ray itself is asked not to keep idle worker processes for tasks, and the Ray head the driver starts leaves out the
+autoscaler's monitor and the dashboard's API server (:func:`ray_head_for_one_job`). What is left is the trainer
+workers, the rollout servers (light; the first doubles as TransferQueue's directory) and Ray's other daemons.
 
 ``diffugrpo.process_layout``: ``auto`` (the default) is ``lean`` for a one-node CPU job (``trainer.nnodes: 1``,
 ``trainer.device: cpu``: the default job) and ``verl`` otherwise, because the lean layout has not yet run on a GPU;
@@ -50,6 +52,7 @@ from omegaconf import OmegaConf, open_dict
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 
 from diffugrpo_plugin.integration.reward_manager import MANAGER_NAME
+from diffugrpo_plugin.integration.rollout import forget_spare_server, start_directory_server
 from diffugrpo_plugin.sampling.request_router import LeastBusyRouter
 
 logger = logging.getLogger("diffugrpo.layout")
@@ -235,7 +238,36 @@ def run_training(config) -> None:
     # tasks this job seldom runs: each idles at ~55 MiB. The actors start their own.
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
     os.environ.setdefault("RAY_num_workers_soft_limit", "0")
-    main_ppo.run_ppo(config, task_runner_class=InProcessTaskRunner)
+    with ray_head_for_one_job(config):
+        main_ppo.run_ppo(config, task_runner_class=InProcessTaskRunner)
+
+
+@contextlib.contextmanager
+def ray_head_for_one_job(config):
+    """While the block runs, a Ray head that this process starts (verl's ``ray.init`` in ``run_ppo``) leaves out two
+    daemons a one-node job does not use: the autoscaler's monitor (about 55 MiB), which has no nodes to add, and the
+    dashboard's API server (about 80 MiB), which ``ray.init`` starts even with ``include_dashboard: false`` and which
+    serves only the dashboard, job submission and the state API. ``ray_kwargs.ray_init.include_dashboard: true`` keeps
+    the API server. Ray's own ``ray start --no-monitor`` leaves out the first; Ray carries on without the second as
+    it does where the server fails to start (no dashboard address). Joining a running cluster starts neither."""
+    from ray._private.node import Node
+
+    left_out = ["start_monitor"]
+    if OmegaConf.select(config, "ray_kwargs.ray_init.include_dashboard") is not True:
+        left_out.append("start_api_server")
+    left_out = [name for name in left_out if callable(getattr(Node, name, None))]  # another Ray: start what it starts
+    starters = {name: getattr(Node, name) for name in left_out}
+    for name in left_out:
+        setattr(Node, name, _start_nothing)
+    try:
+        yield
+    finally:
+        for name, starter in starters.items():
+            setattr(Node, name, starter)
+
+
+def _start_nothing(_node, *_args, **_kwargs) -> None:
+    return None
 
 
 @contextlib.contextmanager
@@ -244,7 +276,8 @@ def transfer_queue_here(transfer_queue_config):
     built as objects of this process instead of a Ray actor each (about 285 MiB a process, for the few kB a step a
     one-node job stores). They serve the other processes over ZMQ from their own threads, as in their actors; those
     processes find them through a :class:`~diffugrpo_plugin.sampling.transfer_queue_directory.TransferQueueDirectory`
-    actor under the controller's name. verl's own ``tq.init`` and ``tq.close`` in this process then find this one and
+    actor under the controller's name, which the first rollout replica on this node takes as its server
+    (:func:`~diffugrpo_plugin.integration.rollout.start_directory_server`). verl's own ``tq.init`` and ``tq.close`` in this process then find this one and
     close it. With a backend other than TransferQueue's ``SimpleStorage`` (which keeps data in its units' memory),
     or with its SSD offload, nothing is started here and verl starts TransferQueue as it does. The agent-loop workers
     of this process stop before TransferQueue closes (:func:`stop_agent_loops`)."""
@@ -276,11 +309,13 @@ def transfer_queue_here(transfer_queue_config):
     # What TransferQueue's ``close`` stops must be actors: it kills the directory; the storage units stop below. The
     # controller has no way to stop: its daemon threads wait on their sockets until the process ends, as in its actor.
     units = interface._TQ_STORAGE.pop(backend)
-    interface._TQ_CONTROLLER, interface._TQ_STORAGE = interface._TQ_CONTROLLER.directory, None
+    directory = interface._TQ_CONTROLLER.directory
+    interface._TQ_CONTROLLER, interface._TQ_STORAGE = directory, None
     close = transfer_queue.close
 
     def close_after_the_agent_loops() -> None:  # verl's trainer loop closes TransferQueue through this attribute
         stop_agent_loops()
+        forget_spare_server(directory)
         close()
 
     transfer_queue.close = close_after_the_agent_loops
@@ -303,6 +338,7 @@ def _close_transfer_queue(interface) -> None:
         if isinstance(handle, _InProcessHandle):
             with contextlib.suppress(Exception):
                 if handle.directory is not None:
+                    forget_spare_server(handle.directory)
                     ray.kill(handle.directory)
                 if hasattr(handle.instance, "shutdown"):
                     handle.instance.shutdown()
@@ -324,14 +360,9 @@ class _InProcessActorClass:
         return self  # placement and name: the object is in this process; the directory carries the name
 
     def remote(self, *args, **kwargs) -> "_InProcessHandle":
-        import ray
-
-        from diffugrpo_plugin.sampling.transfer_queue_directory import TransferQueueDirectory
-
         directory = None
         if self._directory_name is not None:
-            name, namespace = self._directory_name
-            directory = ray.remote(num_cpus=0)(TransferQueueDirectory).options(name=name, namespace=namespace).remote()
+            directory = start_directory_server(*self._directory_name)
         return _InProcessHandle(self._actor_class.__ray_actor_class__(*args, **kwargs), directory)
 
 

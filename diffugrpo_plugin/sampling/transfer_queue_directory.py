@@ -15,6 +15,8 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+
 
 class TransferQueueDirectory:
     """The two methods of TransferQueue's controller that other processes call through Ray: ``store_config`` and
@@ -39,3 +41,13 @@ class PickledConfig:
 
     def __reduce__(self) -> tuple[Any, tuple[bytes]]:
         return pickle.loads, (self.pickled,)
+
+
+class RolloutServerAndDirectory(RequestBatcher, TransferQueueDirectory):
+    """A rollout server (:class:`RequestBatcher`) that also answers TransferQueue's lookups: the lean layout starts it
+    with TransferQueue, and the first rollout replica on its node takes it as its server
+    (:func:`diffugrpo_plugin.integration.rollout.start_directory_server`)."""
+
+    def __init__(self):
+        RequestBatcher.__init__(self)
+        TransferQueueDirectory.__init__(self)
