@@ -13,8 +13,10 @@ from diffugrpo_plugin.sampling.decoding import (
     gumbel_argmax,
     llada_transfer_count,
     sample_categorical,
+    top_k_filter,
     top_k_mask,
     top_p_filter,
+    top_p_then_top_k_filter,
 )
 from diffugrpo_plugin.sampling.engine import cut_after_eos
 from diffugrpo_plugin.sampling.samplers import (
@@ -145,6 +147,35 @@ def test_top_p_keeps_tokens_until_the_cumulative_probability_exceeds_it():
     logits = torch.log(torch.tensor([[0.1, 0.6, 0.3]]))
     assert torch.isinf(top_p_filter(logits, 0.5)).tolist() == [[True, False, True]]
     assert torch.isinf(top_p_filter(logits, 0.65)).tolist() == [[True, False, False]]
+
+
+def test_nucleus_then_top_k_by_hand():
+    """Probabilities [.05, .4, .1, .3, .15]: ranked 1, 3, 4, 2, 0 with 0, .4, .7, .85, .95 before each."""
+    logits = torch.log(torch.tensor([[0.05, 0.4, 0.1, 0.3, 0.15]]))
+    kept = lambda top_p, top_k: torch.isfinite(top_p_then_top_k_filter(logits, top_p, top_k))[0].tolist()  # noqa: E731
+    assert kept(0.5, 4) == [False, True, False, True, False]  # the nucleus ends first
+    assert kept(0.9, 2) == [False, True, False, True, False]  # top-k ends first
+    assert kept(0.99, 5) == [True] * 5
+    assert kept(0.3, 3) == [False, True, False, False, False]  # the best token always stays
+
+
+@pytest.mark.parametrize("kind", ["continuous", "ties", "some -inf", "bf16"])
+def test_nucleus_then_top_k_keeps_what_the_sorting_filters_keep(kind):
+    """The same logits as ``top_p_filter`` then ``top_k_filter`` (Dream's order), which sort every row: ties at
+    either edge included, where the sort's order among equal logits decides."""
+    generator = torch.Generator().manual_seed(["continuous", "ties", "some -inf", "bf16"].index(kind))
+    for _ in range(60):
+        rows, vocab = (int(torch.randint(1, n, (1,), generator=generator)) for n in (64, 1500))
+        logits = torch.randn(rows, vocab + 1, generator=generator) * float(1 + 6 * torch.rand(1, generator=generator))
+        if kind == "ties":
+            logits = logits.round()
+        elif kind == "some -inf":
+            logits[:, : vocab // 3] = -math.inf
+        elif kind == "bf16":
+            logits = logits.bfloat16().float()
+        top_p, top_k = float(torch.rand(1, generator=generator)), int(torch.randint(1, 80, (1,), generator=generator))
+        expected = top_k_filter(top_p_filter(logits, top_p), top_k)
+        assert torch.equal(top_p_then_top_k_filter(logits, top_p, top_k), expected)
 
 
 def test_top_k_mask_picks_per_row_counts_with_lower_index_on_ties():

@@ -49,6 +49,30 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(drop, -math.inf)
 
 
+def top_p_then_top_k_filter(logits: torch.Tensor, top_p: float, top_k: int) -> torch.Tensor:
+    """``top_k_filter(top_p_filter(logits, top_p), top_k)`` (Dream's order) without sorting the vocabulary.  # [M, V]
+
+    Both keep a prefix of the tokens ranked by logit, so only the ``top_k`` best can survive: their probabilities
+    (normalised over the whole vocabulary) decide the nucleus. Sorting every masked position's ``V`` logits took a
+    third of the sampler's time at the job's settings (1,645 tokens, top-k 50; ``py-spy`` in the trainer worker).
+    Rows where equal logits meet at either edge go the sorting way, so that the sort's order among them decides as
+    it does there: the ``top_k``-th logit tied with one ranked below it (``top_k_filter`` keeps every tie), or the
+    nucleus ending between two equal logits (frequent in bf16). Each threshold then compares the same sums; only the
+    softmax's normaliser is added up in another order, so a token exactly at the nucleus's edge may differ in the
+    last bit of its cumulative probability.
+    """
+    top_k = min(top_k, logits.shape[-1])
+    best, index = torch.topk(logits, top_k, dim=-1)  # [M, k], descending
+    probs = torch.softmax(logits, dim=-1).gather(-1, index)  # [M, k]
+    in_nucleus = (probs.cumsum(dim=-1) - probs) <= top_p  # [M, k]: the complement of top_p_filter's drop rule
+    kept = torch.full_like(logits, -math.inf).scatter(-1, index, best.masked_fill(~in_nucleus, -math.inf))  # [M, V]
+    edge_tie = (in_nucleus[:, :-1] & ~in_nucleus[:, 1:] & (best[:, :-1] == best[:, 1:])).any(dim=-1)  # [M]
+    tied = edge_tie | ((logits >= best[:, -1:]).sum(dim=-1) > top_k)  # [M]
+    if tied.any():
+        kept[tied] = top_k_filter(top_p_filter(logits[tied], top_p), top_k)
+    return kept
+
+
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep the ``top_k`` largest logits of every row; the rest get -inf.  # [M, V]"""
     top_k = min(top_k, logits.shape[-1])

@@ -29,6 +29,7 @@ from diffugrpo_plugin.sampling.decoding import (
     top_k_filter,
     top_k_mask,
     top_p_filter,
+    top_p_then_top_k_filter,
 )
 from diffugrpo_plugin.sampling.engine import Proposal
 
@@ -52,9 +53,12 @@ class DreamRule:
         logits = masked_logits  # [M, V]
         if self.temperature > 0:
             logits = logits / self.temperature
-        if self.top_p is not None and self.top_p < 1:
+        nucleus = self.top_p is not None and self.top_p < 1
+        if nucleus and self.top_k is not None:
+            logits = top_p_then_top_k_filter(logits, self.top_p, self.top_k)
+        elif nucleus:
             logits = top_p_filter(logits, self.top_p)
-        if self.top_k is not None:
+        elif self.top_k is not None:
             logits = top_k_filter(logits, self.top_k)
         probs = torch.softmax(logits, dim=-1)  # [M, V]
         if self.temperature > 0:
