@@ -133,6 +133,98 @@ def test_server_batches_concurrent_requests_and_keeps_order():
     assert batches == [5, 1]
 
 
+@pytest.mark.parametrize("announced", [False, True])
+def test_announced_requests_that_trickle_in_reach_the_sampler_as_one_batch(announced):
+    """Six requests 40 ms apart, each later than the 10 ms window: announced, one batch; else one batch each."""
+    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+
+    batches = []
+
+    async def trickle(server):
+        requests = []
+        for i in range(6):
+            requests.append(asyncio.ensure_future(server.generate(f"r{i}", [1] * (i + 1), {})))
+            await asyncio.sleep(0.04)
+        return await asyncio.gather(*requests)
+
+    async def scenario():
+        server, stop = RequestBatcher(batch_window_s=0.01), asyncio.Event()
+        if announced:
+            await server.expect(6)
+        worker = pulling_worker(server, batches, stop)
+        outputs = await trickle(server)
+        stop.set()
+        await worker
+        return outputs, server.expected
+
+    outputs, left = asyncio.run(scenario())
+    assert [o.token_ids for o in outputs] == [[1], [2], [3], [4], [5], [6]]
+    assert batches == ([6] if announced else [1] * 6)
+    assert left == 0
+
+
+def test_an_announced_request_that_never_comes_holds_the_batch_only_until_the_others_go_quiet():
+    import time
+
+    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+
+    batches = []
+
+    async def scenario():
+        server, stop = RequestBatcher(batch_window_s=0.01, quiet_limit_s=0.2), asyncio.Event()
+        await server.expect(3)  # one of them fails before it is sent
+        worker = pulling_worker(server, batches, stop)
+        started = time.monotonic()
+        outputs = await asyncio.gather(server.generate("a", [1], {}), server.generate("b", [1, 1], {}))
+        waited = time.monotonic() - started
+        stop.set()
+        await worker
+        return outputs, waited, server.expected
+
+    outputs, waited, left = asyncio.run(scenario())
+    assert [o.token_ids for o in outputs] == [[1], [2]] and batches == [2]
+    assert 0.2 <= waited < 1.0
+    assert left == 1  # the missing one: a later batch waits for it no longer than this one did
+
+
+@pytest.mark.ray
+def test_the_trainer_announces_each_dispatch_to_a_single_diffusion_server(ray_cluster):
+    """verl's trainer calls ``agent_loop_manager.generate_sequences(batch)`` with one row per prompt; the agent loop
+    sends ``rollout.n`` requests a row (``val_kwargs.n`` when validating, a row's ``__rollout_n__`` first)."""
+    import ray
+    from omegaconf import OmegaConf
+    from tensordict import NonTensorData, NonTensorStack, TensorDict
+
+    from diffugrpo_plugin.integration.rollout import AnnouncedDispatches, announced
+    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+
+    class Manager:
+        def __init__(self):
+            self.dispatched, self.other = [], "verl's attribute"
+
+        def generate_sequences(self, batch):
+            self.dispatched.append(len(batch))
+
+    config = OmegaConf.create({"name": "diffusion", "n": 8, "val_kwargs": {"n": 2}})
+    prompts = TensorDict({"input_ids": torch.zeros(4, 3)}, [4])
+    validation = prompts.clone()
+    validation["validate"] = NonTensorData(True)
+    per_row = prompts.clone()
+    per_row["__rollout_n__"] = NonTensorStack(*[NonTensorData(n) for n in (1, 2, 3, 4)])
+    server = ray.remote(RequestBatcher).remote()
+    manager = Manager()
+    wrapped = announced(manager, [server], config)
+    assert isinstance(wrapped, AnnouncedDispatches) and wrapped.other == "verl's attribute"
+    announced_so_far = []
+    for batch in (prompts, validation, per_row):
+        wrapped.generate_sequences(batch)
+        announced_so_far.append(ray.get(server.__ray_call__.remote(lambda batcher: batcher.expected)))
+    assert announced_so_far == [32, 40, 50] and manager.dispatched == [4, 4, 4]
+    assert announced(manager, [server, server], config) is manager  # the router splits among servers
+    assert announced(manager, [server], OmegaConf.create({"name": "vllm"})) is manager
+    ray.kill(server)
+
+
 def test_a_failed_batch_fails_each_of_its_requests_with_the_reason():
     from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 

@@ -362,6 +362,38 @@ class DiffusionReplica(RolloutReplica):
         self._server_address = f"diffusion://replica-{self.replica_rank}"
 
 
+class AnnouncedDispatches:
+    """Stands in for verl's agent-loop manager in the trainer: each ``generate_sequences(batch)`` first tells the
+    rollout server how many requests it sends (a prompt's ``__rollout_n__``, else ``rollout.n``, or
+    ``rollout.val_kwargs.n`` for a validation batch), so that they reach the sampler as one batch
+    (:meth:`~diffugrpo_plugin.sampling.request_batcher.RequestBatcher.expect`). Only with one server: with several,
+    the router decides which gets which. Everything else is the manager's."""
+
+    def __init__(self, manager, server: ray.actor.ActorHandle, rollout_config):
+        self._manager, self._server, self._rollout_config = manager, server, rollout_config
+
+    def generate_sequences(self, batch):
+        ray.get(self._server.expect.remote(self.requests_in(batch)))
+        return self._manager.generate_sequences(batch)
+
+    def requests_in(self, batch) -> int:
+        validate = "validate" in batch and bool(batch["validate"])
+        default = int(self._rollout_config.val_kwargs.n if validate else self._rollout_config.n)
+        if "__rollout_n__" not in batch:
+            return default * len(batch)
+        return sum(int(n) for n in batch["__rollout_n__"])
+
+    def __getattr__(self, name: str):
+        return getattr(self._manager, name)
+
+
+def announced(manager, server_handles: list, rollout_config):
+    """``manager`` behind :class:`AnnouncedDispatches` where the rollout is ours and has one server; as it is else."""
+    if rollout_config.name != NAME or len(server_handles) != 1:
+        return manager
+    return AnnouncedDispatches(manager, server_handles[0], rollout_config)
+
+
 def register() -> None:
     from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
     from verl.workers.rollout.base import _ROLLOUT_REGISTRY

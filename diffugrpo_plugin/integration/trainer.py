@@ -84,6 +84,7 @@ from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD
 from diffugrpo_plugin.integration.layout import InProcessRewardWorker, apply_lean_settings, rewards_in_agent_loop
 from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
+from diffugrpo_plugin.integration.rollout import announced
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
 from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
@@ -275,6 +276,12 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.learning = LearningSummary(self.reward_spec.names)
         self.training_started = False
         self.reference_with_policy: bool | None = None  # decided once the workers exist
+
+    def fit(self, agent_loop_manager):
+        """verl's loop, with each dispatch announced to the rollout server
+        (:class:`~diffugrpo_plugin.integration.rollout.AnnouncedDispatches`)."""
+        servers = getattr(getattr(self, "llm_server_manager", None), "server_handles", None) or []
+        return super().fit(announced(agent_loop_manager, servers, self.config.actor_rollout_ref.rollout))
 
     def get_reward_handles(self):
         """What the agent-loop workers score rewards with: under the lean layout, in their own process."""
