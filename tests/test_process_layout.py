@@ -423,7 +423,12 @@ class WorkerWithARollout:
         class PromptLengths:
             def generate_batch(self, requests):
                 return [
-                    {"token_ids": [len(r["prompt_ids"])], "global_steps": 1, "generation_batch": "", "generation_seconds": 0}
+                    {
+                        "token_ids": [len(r["prompt_ids"])],
+                        "global_steps": 1,
+                        "generation_batch": "",
+                        "generation_seconds": 0,
+                    }
                     for r in requests
                 ]
 

@@ -312,7 +312,9 @@ def _start_server(server_class: type, node_id: str, name: str, namespace: str | 
             # every waiting generate() holds a slot until its batch comes back, and the worker's pulls need theirs:
             # verl's cap (1000 and up) would deadlock a server holding that many requests
             max_concurrency=SERVER_MAX_CONCURRENCY,
-            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
+                node_id=node_id, soft=False
+            ),
         )
         .remote()
     )

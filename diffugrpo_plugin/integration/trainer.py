@@ -84,8 +84,8 @@ from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD
 from diffugrpo_plugin.integration.layout import InProcessRewardWorker, apply_lean_settings, rewards_in_agent_loop
 from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
-from diffugrpo_plugin.integration.rollout import announced
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
+from diffugrpo_plugin.integration.rollout import announced
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
 from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
 from diffugrpo_plugin.rewards.spec import RewardSpec
