@@ -443,7 +443,8 @@ def test_the_first_rollout_replica_on_this_node_is_served_by_the_transfer_queue_
     import ray
     from transfer_queue import interface
 
-    from diffugrpo_plugin.integration.rollout import DiffusionReplica, _spare_servers
+    from diffugrpo_plugin.integration.rollout import DiffusionReplica
+    from diffugrpo_plugin.integration.rollout_servers import _spare_servers
 
     def replica(rank: int) -> DiffusionReplica:
         made = DiffusionReplica.__new__(DiffusionReplica)
@@ -478,7 +479,7 @@ def tq_get(keys: list[str]) -> list[float]:
 
 @pytest.mark.ray
 def test_a_transfer_queue_closed_before_any_replica_leaves_no_spare_server(ray_cluster):
-    from diffugrpo_plugin.integration.rollout import _spare_servers
+    from diffugrpo_plugin.integration.rollout_servers import _spare_servers
 
     config = OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
     with layout.transfer_queue_here(config):

@@ -307,15 +307,12 @@ def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(r
     import ray
 
     from diffugrpo_plugin.integration import rollout as rollout_module
+    from diffugrpo_plugin.integration.rollout_servers import SERVER_MAX_CONCURRENCY
     from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
 
     released = []
     monkeypatch.setattr(rollout_module, "release_openmp_threads", lambda: released.append(threading.get_ident()))
-    server = (
-        ray.remote(RequestBatcher)
-        .options(max_concurrency=rollout_module.SERVER_MAX_CONCURRENCY)
-        .remote(batch_window_s=0.05)
-    )
+    server = ray.remote(RequestBatcher).options(max_concurrency=SERVER_MAX_CONCURRENCY).remote(batch_window_s=0.05)
     rollout = CountingRollout()
     generating = threading.Thread(target=rollout_module._generate_batches, args=(rollout, server, None), daemon=True)
     generating.start()

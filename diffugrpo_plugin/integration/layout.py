@@ -52,7 +52,7 @@ from omegaconf import OmegaConf, open_dict
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 
 from diffugrpo_plugin.integration.reward_manager import MANAGER_NAME
-from diffugrpo_plugin.integration.rollout import forget_spare_server, start_directory_server
+from diffugrpo_plugin.integration.rollout_servers import forget_spare_server, start_directory_server
 from diffugrpo_plugin.sampling.request_router import LeastBusyRouter
 
 logger = logging.getLogger("diffugrpo.layout")
@@ -277,7 +277,8 @@ def transfer_queue_here(transfer_queue_config):
     one-node job stores). They serve the other processes over ZMQ from their own threads, as in their actors; those
     processes find them through a :class:`~diffugrpo_plugin.sampling.transfer_queue_directory.TransferQueueDirectory`
     actor under the controller's name, which the first rollout replica on this node takes as its server
-    (:func:`~diffugrpo_plugin.integration.rollout.start_directory_server`). verl's own ``tq.init`` and ``tq.close`` in this process then find this one and
+    (:func:`~diffugrpo_plugin.integration.rollout_servers.start_directory_server`). verl's own ``tq.init`` and
+    ``tq.close`` in this process then find this one and
     close it. With a backend other than TransferQueue's ``SimpleStorage`` (which keeps data in its units' memory),
     or with its SSD offload, nothing is started here and verl starts TransferQueue as it does. The agent-loop workers
     of this process stop before TransferQueue closes (:func:`stop_agent_loops`)."""

@@ -40,6 +40,7 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
 from diffugrpo_plugin.integration.platform import release_openmp_threads
+from diffugrpo_plugin.integration.rollout_servers import spare_server, start_server
 from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
 from diffugrpo_plugin.models.lora import (
     adapted_module_names,
@@ -56,7 +57,6 @@ from diffugrpo_plugin.models.quantization import (
 )
 from diffugrpo_plugin.sampling import build_request_sampler, build_sampler, left_pad, padding_id
 from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
-from diffugrpo_plugin.sampling.transfer_queue_directory import RolloutServerAndDirectory
 
 logger = logging.getLogger("diffugrpo.rollout")
 
@@ -65,7 +65,6 @@ DEFAULT_SAMPLER = "entropy"
 POLL_S = 5.0  # how long one pull waits for a request; the worker polls again after
 HEARTBEAT_S = 5.0
 MAX_PULL_FAILURES = 10
-SERVER_MAX_CONCURRENCY = 1_000_000  # asyncio calls at once in the server: requests are cheap coroutines
 
 _local_rollout: "DiffusionRollout | None" = None
 
@@ -302,49 +301,10 @@ def _send_heartbeats(server: ray.actor.ActorHandle, generating: threading.Thread
         time.sleep(HEARTBEAT_S)
 
 
-def _start_server(server_class: type, node_id: str, name: str, namespace: str | None = None) -> ray.actor.ActorHandle:
-    return (
-        ray.remote(server_class)
-        .options(
-            name=name,
-            namespace=namespace,
-            num_cpus=0,
-            # every waiting generate() holds a slot until its batch comes back, and the worker's pulls need theirs:
-            # verl's cap (1000 and up) would deadlock a server holding that many requests
-            max_concurrency=SERVER_MAX_CONCURRENCY,
-            scheduling_strategy=ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(
-                node_id=node_id, soft=False
-            ),
-        )
-        .remote()
-    )
-
-
-_spare_servers: dict[str, ray.actor.ActorHandle] = {}
-"""Servers started before any replica, by node id: the first replica whose worker is on that node takes it."""
-
-
-def start_directory_server(name: str, namespace: str) -> ray.actor.ActorHandle:
-    """The lean layout's TransferQueue directory under ``name`` in ``namespace``
-    (:class:`~diffugrpo_plugin.sampling.transfer_queue_directory.RolloutServerAndDirectory`), on this process's node,
-    held there as the server of the first replica whose worker is on it: one light process (about 70 MiB) less
-    than a directory and a server. :func:`forget_spare_server` drops it when TransferQueue closes first."""
-    node_id = ray.get_runtime_context().get_node_id()
-    server = _start_server(RolloutServerAndDirectory, node_id, name=name, namespace=namespace)
-    _spare_servers[node_id] = server
-    return server
-
-
-def forget_spare_server(server: ray.actor.ActorHandle) -> None:
-    for node_id, spare in list(_spare_servers.items()):
-        if spare == server:
-            del _spare_servers[node_id]
-
-
 class DiffusionReplica(RolloutReplica):
     """One server (:class:`~diffugrpo_plugin.sampling.request_batcher.RequestBatcher`) per trainer worker (rollout tensor
     parallel size must be 1), on the worker's node: a spare one there if the lean layout started it
-    (:func:`start_directory_server`), a new one otherwise."""
+    (:func:`~diffugrpo_plugin.integration.rollout_servers.start_directory_server`), a new one otherwise."""
 
     async def launch_servers(self):
         if self.world_size != 1:
@@ -355,7 +315,7 @@ class DiffusionReplica(RolloutReplica):
             )
         worker = self.workers[0]
         node_id = await worker.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
-        server = _spare_servers.pop(node_id, None) or _start_server(
+        server = spare_server(node_id) or start_server(
             RequestBatcher, node_id, name=f"diffusion_server_{self.replica_rank}{self.name_suffix}"
         )
         await worker.__ray_call__.remote(_serve_from_worker, server)

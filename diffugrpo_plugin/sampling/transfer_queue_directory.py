@@ -46,7 +46,7 @@ class PickledConfig:
 class RolloutServerAndDirectory(RequestBatcher, TransferQueueDirectory):
     """A rollout server (:class:`RequestBatcher`) that also answers TransferQueue's lookups: the lean layout starts it
     with TransferQueue, and the first rollout replica on its node takes it as its server
-    (:func:`diffugrpo_plugin.integration.rollout.start_directory_server`)."""
+    (:func:`diffugrpo_plugin.integration.rollout_servers.start_directory_server`)."""
 
     def __init__(self):
         RequestBatcher.__init__(self)
