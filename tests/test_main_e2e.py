@@ -35,7 +35,9 @@ def rollouts_by_step(directory: Path) -> dict[int, list[dict]]:
 
 # verl's metric dump, one line a step: "step:3 - name:value - ...", after Ray's "(Actor pid=...) " prefix (colour
 # codes included) where an actor printed it (verl's layout), at the line's start where the driver did (lean)
-METRIC_LINE = re.compile(r"(?:^|\s)step:(\d+) - ")
+# verl's metric line; tqdm's bar may end just before it on the same line ("...2.13s/it]step:3 - "), and
+# "training/global_step:3 - " inside it is no line of its own
+METRIC_LINE = re.compile(r"(?<![\w/])step:(\d+) - ")
 
 
 def metric_line_step(line: str) -> int | None:
