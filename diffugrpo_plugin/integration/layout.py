@@ -278,10 +278,10 @@ def transfer_queue_here(transfer_queue_config):
     processes find them through a :class:`~diffugrpo_plugin.sampling.transfer_queue_directory.TransferQueueDirectory`
     actor under the controller's name, which the first rollout replica on this node takes as its server
     (:func:`~diffugrpo_plugin.integration.rollout_servers.start_directory_server`). verl's own ``tq.init`` and
-    ``tq.close`` in this process then find this one and
-    close it. With a backend other than TransferQueue's ``SimpleStorage`` (which keeps data in its units' memory),
-    or with its SSD offload, nothing is started here and verl starts TransferQueue as it does. The agent-loop workers
-    of this process stop before TransferQueue closes (:func:`stop_agent_loops`)."""
+    ``tq.close`` in this process then find this one and close it. With a backend other than TransferQueue's
+    ``SimpleStorage`` (which keeps data in its units' memory), or with its SSD offload, nothing is started here and
+    verl starts TransferQueue as it does. The agent-loop workers of this process stop before TransferQueue closes
+    (:func:`stop_agent_loops`)."""
     import transfer_queue
     from transfer_queue import interface
     from transfer_queue.storage.bootstrap import simple_storage_bootstrap
