@@ -419,20 +419,9 @@ class WorkerWithARollout:
 
     def __init__(self):
         from diffugrpo_plugin.integration import rollout
+        from test_rollout import CountingRollout
 
-        class PromptLengths:
-            def generate_batch(self, requests):
-                return [
-                    {
-                        "token_ids": [len(r["prompt_ids"])],
-                        "global_steps": 1,
-                        "generation_batch": "",
-                        "generation_seconds": 0,
-                    }
-                    for r in requests
-                ]
-
-        rollout._local_rollout = PromptLengths()
+        rollout._local_rollout = CountingRollout()
 
 
 @pytest.mark.ray

@@ -13,8 +13,9 @@ near Ray's bare worker). For the same reason this module imports neither torch, 
 When the trainer announces how many requests a dispatch of its batch sends (:meth:`RequestBatcher.expect`), the batch
 waits for all of them instead: verl's agent loop sends one request per sample, each after its prompt's TransferQueue
 update, so on a busy host a step's requests arrive over more than the window, and each batch pays every denoising
-forward (a step's 16 requests of the larger benchmark config reached the sampler in two calls, 75.9 s against 48.3 s
-in one; docs/concepts/step-cost.md). A request that never comes holds the batch ``quiet_limit_s`` after the last one.
+forward (on the larger benchmark config, a step whose 16 requests reached the sampler in two calls sampled for 75.9 s,
+one with a single call for 48.3 s; docs/concepts/step-cost.md). A request that never comes holds the batch
+``quiet_limit_s`` after the last one, and is then no longer waited for.
 
 A worker that dies mid-batch would leave its requests waiting for ever; it sends :meth:`RequestBatcher.heartbeat`
 every few seconds, and requests waiting on a worker not heard from for ``silence_limit_s`` fail with the reason.
@@ -123,7 +124,9 @@ class RequestBatcher:
             try:
                 await asyncio.wait_for(self._arrival().wait(), self.quiet_limit_s)
             except asyncio.TimeoutError:
-                return  # quiet for too long: what came goes now; the rest will find a later batch
+                # quiet for too long: what came goes now, and the rest counts as lost, or every later batch would wait
+                self.expected = len(self.pending)
+                return
 
     async def deliver(self, batch_id: int, results: list[dict[str, Any]] | None = None, error: str | None = None):
         """The worker's answer to batch ``batch_id``: one result per request in order, or why it failed."""
