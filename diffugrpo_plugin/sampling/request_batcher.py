@@ -13,9 +13,8 @@ near Ray's bare worker). For the same reason this module imports neither torch, 
 When the trainer announces how many requests a dispatch of its batch sends (:meth:`RequestBatcher.expect`), the batch
 waits for all of them instead: verl's agent loop sends one request per sample, each after its prompt's TransferQueue
 update, so on a busy host a step's requests arrive over more than the window, and each batch pays every denoising
-forward (on the larger benchmark config, a step whose 16 requests reached the sampler in two calls sampled for 75.9 s,
-one with a single call for 48.3 s; docs/concepts/step-cost.md). A request that never comes holds the batch
-``quiet_limit_s`` after the last one, and is then no longer waited for.
+forward (docs/concepts/step-cost.md: with the announcement every step of the benchmark took one sampler call). A
+request that never comes holds the batch ``quiet_limit_s`` after the last one, and is then no longer waited for.
 
 A worker that dies mid-batch would leave its requests waiting for ever; it sends :meth:`RequestBatcher.heartbeat`
 every few seconds, and requests waiting on a worker not heard from for ``silence_limit_s`` fail with the reason.
