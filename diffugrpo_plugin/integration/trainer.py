@@ -280,7 +280,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
     def fit(self, agent_loop_manager):
         """verl's loop, with each dispatch announced to the rollout server
         (:class:`~diffugrpo_plugin.integration.rollout.AnnouncedDispatches`)."""
-        servers = getattr(getattr(self, "llm_server_manager", None), "server_handles", None) or []
+        servers = self.llm_server_manager.server_handles  # verl's v1 trainer builds it (empty without servers)
         return super().fit(announced(agent_loop_manager, servers, self.config.actor_rollout_ref.rollout))
 
     def get_reward_handles(self):

@@ -107,8 +107,8 @@ class RequestBatcher:
                 await asyncio.wait_for(self._arrival().wait(), wait_s)
             except asyncio.TimeoutError:
                 return None
-        if len(self.pending) < self.expected:
-            await self._until_announced_arrive()
+        if self.expected:
+            await self._until_announced_arrive()  # at once when they are all here
         else:
             await asyncio.sleep(self.batch_window_s)
         batch, self.pending = self.pending, []
