@@ -19,8 +19,8 @@ was fine-tuned on 48-token completions and writes no passing code at 64 (its mea
 
 The first step of each is start-up and is left out; the table gives the median and range of the rest and
 the ratio of ours to the reference-style median; then each run's mean reward per step (mean and range over
-the same steps: the runs train, and the reference-style step draws its prompts in its own order, so this
-checks that the samplers' completions score alike; it is not a paired comparison). Memory: the peak of the
+the same steps: a check that the samplers' completions score alike). Every run reads the same shuffle of the
+train rows in order, so step k samples the same prompts in each (a step's cost follows its longest prompt). Memory: the peak of the
 summed proportional set size (PSS) of each run's whole process tree, sandboxes included, sampled every
 0.5 s (``processes.py``).
 
@@ -53,6 +53,9 @@ JOB_SETTINGS = [
     f"actor_rollout_ref.actor.optim.lr={LR}",
     f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
 ]
+PROMPT_ORDER_SEED = (
+    0  # one fixed shuffle of the train rows, read in order by both: step k gets the same prompts in each
+)
 REWARD = ("mean reward", ("critic/score/mean",))  # code x2.0 + code_format x0.5, mean over the step's completions
 SAMPLER_CALLS = ("sampler calls", ("rollout/sampler_batches",))  # each pays every diffusion forward
 STEP_PARTS = ("rollout + reward", "old + ref log-probs", "update")  # the reference-style step is their sum
@@ -88,6 +91,30 @@ def coupled_logprobs(module, lm, input_ids, attention, positions, prompt_length:
     return combined[:, prompt_length:]  # [B, N]
 
 
+def train_rows_in_order() -> list[dict]:
+    """The synthetic train rows in the order every run reads them.
+
+    Each step's cost grows with its longest prompt (51 to 112 tokens here), so runs that drew their prompts in
+    different orders would compare different work: one fixed shuffle, read in order by the reference-style loop
+    and by our job (``data.shuffle=false``), gives each step the same prompts in every run.
+    """
+    import random
+
+    from diffugrpo_plugin.data import prepare
+
+    rows = prepare("synthetic", "train")
+    random.Random(PROMPT_ORDER_SEED).shuffle(rows)
+    return rows
+
+
+def data_settings(workdir: Path) -> list[str]:
+    """Our job reads :func:`train_rows_in_order` in order."""
+    from diffugrpo_plugin.data.rows import write_parquet
+
+    path = write_parquet(train_rows_in_order(), workdir / "train_in_order.parquet")
+    return [f"data.train_files={path}", "data.shuffle=false"]
+
+
 def length_settings(new_tokens: int, diffusion_steps: int) -> list[str]:
     return [
         f"data.max_response_length={new_tokens}",
@@ -99,7 +126,6 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
     """Runs ``steps`` reference-style steps in this process; writes each step's stage seconds to ``out``."""
     import torch
 
-    from diffugrpo_plugin.data import prepare
     from diffugrpo_plugin.models.dlm import load_diffusion_lm, position_ids_from_mask
     from diffugrpo_plugin.rewards.spec import RewardSpec
     from diffugrpo_plugin.sampling import left_pad
@@ -111,7 +137,7 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
     lm, tokenizer = load_diffusion_lm(model, "cpu")
     policy, reference = lm.module, copy.deepcopy(lm.module).eval()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=LR, betas=(0.9, 0.99), weight_decay=0.1)
-    all_rows = prepare("synthetic", "train")
+    all_rows = train_rows_in_order()
     generator = torch.Generator().manual_seed(0)
     eos, pad = tokenizer.eos_token_id, pad_id(tokenizer)
     spec = RewardSpec.from_config({})  # the framework's default: DiffuCoder's code x2.0 + code_format x0.5
@@ -269,6 +295,12 @@ def print_table(runs: dict[str, tuple[dict[str, list[float]], int]]) -> None:
             ratio = statistics.median(baseline[stage]) / statistics.median(values)
             cells.append(f"{statistics.median(values):.2f} [{min(values):.2f}-{max(values):.2f}] x{ratio:.2f}")
         print(f"{stage:<22}" + "".join(f"{cell:>30}" for cell in cells))
+    # the same step's prompts in every run: each step's own ratio, without the spread between steps' prompts
+    cells = []
+    for label in labels:
+        ratios = [theirs / this for theirs, this in zip(baseline["step"], runs[label][0]["step"])]
+        cells.append(f"x{statistics.median(ratios):.2f} [{min(ratios):.2f}-{max(ratios):.2f}]")
+    print(f"{'step, paired by step':<22}" + "".join(f"{cell:>30}" for cell in cells))
     for row, _ in (REWARD, SAMPLER_CALLS):  # means: a check that the runs compare, not a speed
         values = [runs[label][0][row] for label in labels]
         cells = [f"{statistics.mean(v):.2f} [{min(v):.2f}-{max(v):.2f}]" for v in values]
@@ -306,8 +338,12 @@ def main() -> None:
         return
     from step import REFERENCE_SAMPLER
 
-    settings = [*length_settings(args.new_tokens, args.diffusion_steps), *args.override]
     with tempfile.TemporaryDirectory(prefix="diffugrpo-whole-step-") as workdir:
+        settings = [
+            *length_settings(args.new_tokens, args.diffusion_steps),
+            *data_settings(Path(workdir)),
+            *args.override,
+        ]
         runs = {
             "reference-style": run_reference_style(
                 args.steps, args.model, args.new_tokens, args.diffusion_steps, Path(workdir)

@@ -44,7 +44,24 @@ def test_the_table_gives_each_stage_the_reference_style_median_over_the_runs_and
     rows = {line[:22].strip(): line[22:].split() for line in capsys.readouterr().out.splitlines()[3:]}
     for stage, _ in STAGES:
         assert rows[stage] == ["2.00", "[1.00-3.00]", "x1.00", "1.00", "[0.50-4.00]", "x2.00"], rows[stage]
+    # per step: 2/0.5, 3/1, 1/4
+    assert rows["step, paired by step"] == ["x1.00", "[1.00-1.00]", "x3.00", "[0.25-4.00]"]
     assert rows["mean reward"] == ["2.00", "[1.00-3.00]", "1.83", "[0.50-4.00]"]
     assert rows["sampler calls"] == ["2.00", "[1.00-3.00]", "1.83", "[0.50-4.00]"]
     assert "of which sampling" in rows
     assert rows["peak PSS, whole tree"] == ["1000", "MiB", "x1.00", "4500", "MiB", "x4.50"]
+
+
+def test_our_job_reads_the_prompts_in_the_reference_style_steps_order(tmp_path):
+    import pyarrow.parquet as pq
+
+    from diffugrpo_plugin.data import prepare
+    from whole_step import data_settings, train_rows_in_order
+
+    settings = dict(setting.split("=", 1) for setting in data_settings(tmp_path))
+    assert settings["data.shuffle"] == "false"  # verl's sequential sampler: step k reads rows 4(k-1) .. 4k-1
+    written = [row["prompt"][-1]["content"] for row in pq.read_table(settings["data.train_files"]).to_pylist()]
+    in_order = [row["prompt"][-1]["content"] for row in train_rows_in_order()]
+    assert written == in_order
+    generated = [row["prompt"][-1]["content"] for row in prepare("synthetic", "train")]
+    assert sorted(in_order) == sorted(generated) and in_order != generated  # a shuffle of the same rows
