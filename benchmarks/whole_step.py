@@ -20,9 +20,10 @@ was fine-tuned on 48-token completions and writes no passing code at 64 (its mea
 The first step of each is start-up and is left out; the table gives the median and range of the rest and
 the ratio of ours to the reference-style median; then each run's mean reward per step (mean and range over
 the same steps: a check that the samplers' completions score alike). Every run reads the same shuffle of the
-train rows in order, so step k samples the same prompts in each (a step's cost follows its longest prompt). Memory: the peak of the
-summed proportional set size (PSS) of each run's whole process tree, sandboxes included, sampled every
-0.5 s (``processes.py``).
+train rows in order, so step k samples the same prompts in each (a step's cost follows its longest prompt), and
+the ``step, paired by step`` row gives the median and range of the steps' own ratios. Memory: the peak of the
+summed proportional set size (PSS) of each run's whole process tree, sandboxes included, sampled every 0.5 s
+(``processes.py``).
 
     python benchmarks/whole_step.py                  # 6 steps each, about 12 minutes on 2 cores
     python benchmarks/whole_step.py --new-tokens 48 --diffusion-steps 32   # the job's lengths: rewards above 0
@@ -53,9 +54,8 @@ JOB_SETTINGS = [
     f"actor_rollout_ref.actor.optim.lr={LR}",
     f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
 ]
-PROMPT_ORDER_SEED = (
-    0  # one fixed shuffle of the train rows, read in order by both: step k gets the same prompts in each
-)
+# one fixed shuffle of the train rows, read in order by every run: step k gets the same prompts in each
+PROMPT_ORDER_SEED = 0
 REWARD = ("mean reward", ("critic/score/mean",))  # code x2.0 + code_format x0.5, mean over the step's completions
 SAMPLER_CALLS = ("sampler calls", ("rollout/sampler_batches",))  # each pays every diffusion forward
 STEP_PARTS = ("rollout + reward", "old + ref log-probs", "update")  # the reference-style step is their sum
