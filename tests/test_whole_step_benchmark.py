@@ -2,6 +2,7 @@
 (three views, full-vocabulary log-softmax) equal the package's DiffuCoder-compatible ``get_per_token_logps`` on
 every completion token the attention mask keeps, so the benchmark compares the same arithmetic both ways."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -65,3 +66,16 @@ def test_our_job_reads_the_prompts_in_the_reference_style_steps_order(tmp_path):
     assert written == in_order
     generated = [row["prompt"][-1]["content"] for row in prepare("synthetic", "train")]
     assert sorted(in_order) == sorted(generated) and in_order != generated  # a shuffle of the same rows
+
+
+def test_the_peak_memory_sampler_catches_a_peak_shorter_than_its_pss_interval(tmp_path):
+    from whole_step import PSS_EVERY_S, peak_pss_of
+
+    holds = 0.8
+    assert holds < PSS_EVERY_S  # only the resident size's new high can trigger the reading that sees it
+    program = (
+        "import time; time.sleep(0.6); block = bytearray(300 << 20); block[::4096] = b'x' * len(block[::4096]); "
+        f"time.sleep({holds}); del block; time.sleep(1.0)"
+    )
+    peak_kib = peak_pss_of([sys.executable, "-c", program], dict(os.environ), tmp_path)
+    assert 300 * 1024 < peak_kib < 600 * 1024
