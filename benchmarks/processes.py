@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections import defaultdict
 
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024  # statm counts pages
 ROLES = (  # first match wins: (role, what to look for in the command line)
     ("ray: gcs server", "gcs_server"),
     ("ray: raylet", "raylet"),
@@ -87,7 +88,7 @@ def resident_kib(pid: int) -> int:
     process that is gone."""
     try:
         with open(f"/proc/{pid}/statm") as handle:
-            return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+            return int(handle.read().split()[1]) * PAGE_KIB
     except (OSError, IndexError, ValueError):
         return 0
 
