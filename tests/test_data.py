@@ -5,8 +5,10 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -693,12 +695,35 @@ def test_default_data_is_generated_once_into_the_cache(monkeypatch, tmp_path):
 
     monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path))
     train, validation = data.default_data_paths()
-    assert Path(train).parent == tmp_path / "data" / f"synthetic-v{data.SYNTHETIC_VERSION}-seed0"
-    assert pq.ParquetFile(train).metadata.num_rows == len(data.synthetic_problems("train"))
-    assert pq.ParquetFile(validation).metadata.num_rows == len(data.synthetic_problems("validation"))
+    warm_start = data.default_warm_start_data()
+    assert Path(train).parent == tmp_path / "data" / f"synthetic-v{data.SYNTHETIC_VERSION}-seed0-rl0.3"
+    # the RL prompts are the rl part of train; the warm start's rows the rest
+    assert pq.ParquetFile(train).metadata.num_rows == len(data.synthetic_problems("rl")) == 62
+    assert pq.ParquetFile(warm_start).metadata.num_rows == len(data.synthetic_problems("warm_start")) == 129
+    assert pq.ParquetFile(validation).metadata.num_rows == len(data.synthetic_problems("validation")) == 36
     stamp = Path(train).stat().st_mtime_ns
-    assert data.default_data_paths() == (train, validation)
+    assert data.default_data_paths() == (train, validation) and data.default_warm_start_data() == warm_start
     assert Path(train).stat().st_mtime_ns == stamp
+
+
+@pytest.mark.parametrize("family", ["small", "wide"])
+def test_the_warm_start_and_rl_parts_split_every_templates_train_functions_between_them(family):
+    def names(split):
+        return [p.task_id for p in data.synthetic_problems(split, family=family)]
+
+    train, warm_start, rl, validation = names("train"), names("warm_start"), names("rl"), set(names("validation"))
+    assert sorted(warm_start + rl) == sorted(train) and not set(warm_start) & set(rl) and not set(rl) & validation
+    template = lambda task_id: task_id.split("/")[1].rsplit("_", 1)[0]  # noqa: E731
+    by_template = Counter(map(template, train))
+    rl_by_template = Counter(map(template, rl))
+    # ceil(0.3 * n) of each template's train functions, at least one, so every template has RL prompts
+    assert rl_by_template == {name: math.ceil(data.RL_FRACTION * n) for name, n in by_template.items()}
+    assert names("rl") == rl  # the same on every call: seeded
+
+
+def test_the_tokenizer_corpus_is_not_changed_by_the_train_parts():
+    # the tiny tokenizer trains on every split of SYNTHETIC_SPLITS once: its parts are not among them
+    assert data.SYNTHETIC_SPLITS == ("train", "validation") and not set(data.TRAIN_PARTS) & set(data.SYNTHETIC_SPLITS)
 
 
 def test_problem_test_spec_drops_absent_fields():

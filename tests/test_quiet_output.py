@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -335,12 +336,15 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     assert any(line.startswith("validation at step 0") for line in lines), terminal
     # the warm start passes tests from the first step: GRPO groups have code advantages to learn from
     learning = next(line for line in lines if line.startswith("learning: "))
-    first_code = float(learning.split("code ")[1].split(" -> ")[0])
+    first_code, last_code = map(float, learning.split("code ")[1].split(" |")[0].split(" -> "))
     assert first_code > 0.1, learning
-    assert "held-out synthetic/acc/mean@8" in learning and "(step 0) ->" in learning
-    # No bar on the gain yet (issue 28 stays open): the held-out change of this very job (seeds 42) was +0.021,
-    # -0.035 and -0.003 in three runs, its code reward's first-4 -> last-4 rise +0.146 and +0.039 in two; seeds
-    # 0 1 2 of the masker ablation gained +0.080 +0.063 +0.090 held out. A bar such runs could fail is noise.
+    held_out = re.search(r"held-out synthetic/acc/mean@8 ([\d.]+) \(step 0\) -> ([\d.]+) \(step 24\)", learning)
+    assert held_out, learning
+    # it learns: on seeds 42 (this job's), 0 and 1 (docs/results/learning.md) the code reward rose by +0.083, +0.110
+    # and +0.054 (first 4 -> last 4 steps) and held-out pass@1 by +0.031, +0.049 and +0.080; a validation's own
+    # noise is about +-0.02, so the bar is a rise at all
+    assert last_code > first_code, learning
+    assert float(held_out[2]) > float(held_out[1]), learning
     for noise in (
         "target_num_threads",
         "NUMA",

@@ -308,6 +308,7 @@ def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_o
 ):
     from safetensors.torch import load_file
 
+    from diffugrpo_plugin.data import default_warm_start_data, synthetic_problems
     from diffugrpo_plugin.models import tiny
     from diffugrpo_plugin.training import stop_rules, warm_start
 
@@ -320,7 +321,9 @@ def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_o
 
     def pass_rate(check, lm, tokenizer):
         measured.append(lm.module.training)
-        assert (check.metric, check.samples, len(check.problems)) == ("test_pass_rate", 2, 32)
+        # measured on the RL prompts, all 62 of them: functions the warm start never trains on
+        assert (check.metric, check.samples, len(check.problems)) == ("test_pass_rate", 2, 62)
+        assert {problem.task_id for problem in check.problems} == {p.task_id for p in synthetic_problems("rl")}
         return [0.1, 0.39, 0.4][len(measured) - 1]
 
     monkeypatch.setattr(stop_rules.PassRateCheck, "measure", pass_rate)
@@ -331,11 +334,12 @@ def test_warm_start_fine_tunes_until_the_measured_pass_rate_reaches_its_target_o
     # its floor)
     assert measured == [False, False, False]  # measured in eval mode
     assert (saved["steps"], saved["schedule_steps"], saved["steps_done"]) == (9, 6, 8)
-    assert (saved["batch_size"], saved["lr"]) == (2, recipe.lr)
+    assert (saved["batch_size"], saved["lr"], saved["weight_decay"]) == (2, recipe.lr, recipe.weight_decay)
     record = json.loads((tmp_path / path / warm_start.WARM_START_RECORD).read_text())
     assert [(check["step"], check["test_pass_rate"]) for check in record["checks"]] == [(2, 0.1), (5, 0.39), (8, 0.4)]
     assert (record["target_pass_rate"], record["reached"]) == (0.4, True)
     assert saved["model_path"] == tiny.tiny_model_path(spec)
+    assert saved["train_files"] == [default_warm_start_data()]
     warm = load_file(f"{path}/model.safetensors")
     random_init = load_file(f"{tiny.tiny_model_path(spec)}/model.safetensors")
     assert any(not torch.equal(warm[name], random_init[name]) for name in random_init)
@@ -359,7 +363,7 @@ def test_a_warm_start_that_never_reaches_its_target_says_so_and_records_it(monke
     record = json.loads((tmp_path / "warm" / warm_start.WARM_START_RECORD).read_text())
     assert [(check["step"], check["test_pass_rate"]) for check in record["checks"]] == [(2, 0.125), (4, 0.125)]
     assert not record["reached"]
-    assert "sft check: step 2 test_pass_rate 0.125 on 32 check problems (stop at 0.35)" in lines, lines
+    assert "sft check: step 2 test_pass_rate 0.125 on 62 check problems (stop at 0.35)" in lines, lines
     assert any("stayed below 0.35 for all 4 steps (last measured: 0.125)" in line for line in lines), lines
 
 

@@ -27,17 +27,27 @@ from diffugrpo_plugin.data.sources import (
     mbpp_problems,
     multiple_problems,
 )
-from diffugrpo_plugin.data.synthetic import SYNTHETIC_FAMILIES, SYNTHETIC_SPLITS, SYNTHETIC_VERSION, synthetic_problems
+from diffugrpo_plugin.data.synthetic import (
+    RL_FRACTION,
+    SYNTHETIC_FAMILIES,
+    SYNTHETIC_SPLITS,
+    SYNTHETIC_VERSION,
+    TRAIN_PARTS,
+    synthetic_problems,
+)
 
 __all__ = [
     "DataError",
     "Problem",
+    "RL_FRACTION",
     "SOURCES",
     "SYNTHETIC_FAMILIES",
     "SYNTHETIC_SPLITS",
     "SYNTHETIC_VERSION",
+    "TRAIN_PARTS",
     "build_prompt",
     "default_data_paths",
+    "default_warm_start_data",
     "format_completion",
     "load_problems",
     "prepare",
@@ -108,11 +118,21 @@ def prepare_to_parquet(
     }
 
 
-def default_data_paths(seed: int = 0) -> tuple[str, str]:
-    """Train and validation parquet of the synthetic family, generated once into the cache.
+def _default_data_dir(seed: int) -> Path:
+    """The default job's synthetic parquet files (:data:`TRAIN_PARTS` and ``validation``), generated once into the
+    cache. Safe to call from many processes at once (built under a file lock, published atomically)."""
+    target = diffugrpo_home() / "data" / f"synthetic-v{SYNTHETIC_VERSION}-seed{seed}-rl{RL_FRACTION:g}"
+    splits = (*TRAIN_PARTS, "validation")
+    return build_once(target, lambda directory: prepare_to_parquet("synthetic", splits, directory, seed=seed))
 
-    Safe to call from many processes at once (built under a file lock, published atomically).
-    """
-    target = diffugrpo_home() / "data" / f"synthetic-v{SYNTHETIC_VERSION}-seed{seed}"
-    build_once(target, lambda directory: prepare_to_parquet("synthetic", SYNTHETIC_SPLITS, directory, seed=seed))
-    return str(target / "train.parquet"), str(target / "validation.parquet")
+
+def default_data_paths(seed: int = 0) -> tuple[str, str]:
+    """The default job's train and validation parquet: its RL prompts (the synthetic ``rl`` part, functions its
+    warm start never saw) and its held-out tasks (``validation``)."""
+    directory = _default_data_dir(seed)
+    return str(directory / "rl.parquet"), str(directory / "validation.parquet")
+
+
+def default_warm_start_data(seed: int = 0) -> str:
+    """The parquet the default model's warm start is fine-tuned on (the synthetic ``warm_start`` part)."""
+    return str(_default_data_dir(seed) / "warm_start.parquet")

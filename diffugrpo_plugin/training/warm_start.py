@@ -1,12 +1,14 @@
 """The default RL model: the tiny Dream-style model after a short masked SFT, built once into the cache.
 
 A random model scores 0 everywhere, which leaves GRPO nothing to learn from (every advantage is
-0). After this SFT (:mod:`diffugrpo_plugin.training.sft`) on the synthetic train split
-(:func:`diffugrpo_plugin.data.default_data_paths`), sampled completions are well formatted and pass
-the tests of at least a third of the train tasks (the SFT stops when they do: :class:`WarmStart`), so GRPO
-groups see rewards that differ from the first step. Sits on top of :mod:`~diffugrpo_plugin.models.tiny`,
-:mod:`~diffugrpo_plugin.training.sft` and :mod:`~diffugrpo_plugin.training.stop_rules` (which measures the
-pass rate); the job's config resolver and the CLIs' default model use it.
+0). This SFT (:mod:`diffugrpo_plugin.training.sft`) runs on the synthetic ``warm_start`` part of the train
+split (:func:`diffugrpo_plugin.data.default_warm_start_data`) and stops once sampled completions pass the tests
+of at least a third of the ``rl`` part, the job's RL prompts, which it never trains on (:class:`WarmStart`):
+GRPO groups then see rewards that differ from the first step, and the model has learned the rule behind the
+functions (copy the name and constant from the question), not only the functions. Sits on top of
+:mod:`~diffugrpo_plugin.models.tiny`, :mod:`~diffugrpo_plugin.training.sft` and
+:mod:`~diffugrpo_plugin.training.stop_rules` (which measures the pass rate); the job's config resolver and the
+CLIs' default model use it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from diffugrpo_plugin.config import training_default
-from diffugrpo_plugin.data import SYNTHETIC_VERSION, default_data_paths
+from diffugrpo_plugin.data import RL_FRACTION, SYNTHETIC_VERSION, default_data_paths, default_warm_start_data
 from diffugrpo_plugin.data.cache import build_once, diffugrpo_home
 from diffugrpo_plugin.models.dlm import quiet_transformers
 from diffugrpo_plugin.models.tiny import TinySpec, tiny_model_path
@@ -28,8 +30,9 @@ from diffugrpo_plugin.training.sft import SFTConfig, train
 from diffugrpo_plugin.training.stop_rules import PassRateCheck, stop_at_pass_rate
 
 WARM_START_VERSION = (
-    5  # 2: cosine_with_min_lr schedule; 3: stopped inside a longer schedule; 4: stops on a measured pass rate;
-    # 5: goes on past the schedule at its floor learning rate until the target or max_steps
+    6  # 2: cosine_with_min_lr schedule; 3: stopped inside a longer schedule; 4: stops on a measured pass rate;
+    # 5: goes on past the schedule at its floor learning rate until the target or max_steps; 6: weight decay,
+    # fine-tuned on the warm_start part of train and measured on the rl part
 )
 """Bump when the warm-start procedure changes in a way :class:`WarmStart`'s fields do not show."""
 
@@ -41,19 +44,18 @@ WARM_START_RECORD = "warm_start.json"
 class WarmStart:
     """The SFT recipe of the warm-started model (see :class:`diffugrpo_plugin.training.sft.SFTConfig`).
 
-    SFT follows a learning-rate schedule ``schedule_steps`` long, then its floor up to ``max_steps``, and stops as
-    soon as the model passes ``target_pass_rate`` of its train tasks, measured as the rollout samples (temperature
-    1, the job's sampler) on the first ``check_tasks`` train tasks, ``check_samples`` completions each, judged in
-    the sandbox: at step ``first_check``, then every ``check_every`` steps. Why measured rather than a fixed step:
-    the tiny model learns to copy the function's name and constant from the question in a sudden drop of the loss,
-    and where that drop falls depends on the machine's floating-point kernels. Stopped at step 1750, one machine's
-    model passed about half of the train tasks and 36% of the held-out ones; another's (the CI's kind, AVX-512)
-    passed 3% and 1%, leaving GRPO groups without code advantage. On that second machine it passed 11% at step 2000,
-    25% at 2250, 37% at 2500 and 52% at 2750 (held out: 1%, 4%, 7%, 13%). A third machine (AMD EPYC, AVX2) passed 3%
-    at 2000, 6% at 2500 and 19% at 3000, the end of the schedule, then 28% at 3750 and 39% at 4250 at the floor
-    learning rate: hence ``max_steps``. The target leaves room above it to learn. Reaching ``max_steps`` without the
-    target is reported, not hidden (the record says so). About 3-8 minutes on 2 CPU cores (``threads`` torch
-    threads: the job has started nothing else yet).
+    SFT on the synthetic ``warm_start`` functions follows a learning-rate schedule ``schedule_steps`` long, then
+    its floor up to ``max_steps``, and stops as soon as the model passes ``target_pass_rate`` of the tests of the
+    ``rl`` functions, which it never trains on: measured as the rollout samples (temperature 1, the job's
+    sampler) on the first ``check_tasks`` of them, ``check_samples`` completions each, judged in the sandbox, at
+    step ``first_check`` and every ``check_every`` steps after. Why measured rather than a fixed step: the tiny
+    model learns to copy the function's name and constant from the question in a sudden drop of the loss, and
+    where that drop falls depends on the machine's floating-point kernels (at step 1750 one machine's model
+    passed 36% of the held-out tasks, another's 1%). Why on unseen functions: a model passes the functions it was
+    fine-tuned on by heart long before it passes new ones (one passed 39% of its train tasks and about 15% of the
+    held-out ones), and GRPO from such a start raises the reward on train prompts without moving held-out
+    pass@1. Reaching ``max_steps`` without the target is reported, not hidden (the record says so). About 3-4
+    minutes on 2 CPU cores (``threads`` torch threads: the job has started nothing else yet).
     """
 
     schedule_steps: int = 3000
@@ -61,11 +63,16 @@ class WarmStart:
     first_check: int = 1500
     check_every: int = 250
     target_pass_rate: float = 0.35
-    check_tasks: int = 32
+    check_tasks: int = 64  # every rl function of the small family (62)
     check_samples: int = 2
     batch_size: int = 8
     lr: float = 2e-3
     warmup_steps: int = 30
+    # AdamW's decoupled weight decay, which favours the general solution over a lookup table. Without it, on the
+    # whole train split, the tiny model passed 39% of its train tasks at step 4250 and about 15% of the held-out
+    # ones (AMD EPYC); with 0.1 on the warm_start part, the same machine's passed 36% of the unseen rl functions
+    # at step 1750 (20% at 1500), and its held-out pass@1 was 0.22-0.26 at the job's first validation.
+    weight_decay: float = 0.1
     # the job's completion length: a model fine-tuned on other lengths scores 0 in it
     completion_length: int = field(default_factory=lambda: int(training_default("data.max_response_length")))
     seed: int = 0
@@ -90,7 +97,8 @@ class WarmStart:
     def cache_suffix(self) -> str:
         return (
             f"sft-max{self.max_steps}-cos{self.schedule_steps}-b{self.batch_size}-lr{self.lr:g}-w{self.warmup_steps}"
-            f"-c{self.completion_length}-s{self.seed}-syn{SYNTHETIC_VERSION}d{self.data_seed}"
+            f"-wd{self.weight_decay:g}"
+            f"-c{self.completion_length}-s{self.seed}-syn{SYNTHETIC_VERSION}d{self.data_seed}rl{RL_FRACTION:g}"
             f"-pass{self.target_pass_rate:g}at{self.first_check}+{self.check_every}"
             f"n{self.check_tasks}x{self.check_samples}-ws{WARM_START_VERSION}"
         )
@@ -111,15 +119,16 @@ def save_warm_model(
     recipe: WarmStart = WarmStart(),
     echo: Callable[[str], None] | None = None,
 ) -> Path:
-    """Fine-tune the random tiny model of ``spec`` with ``recipe`` on the synthetic train split into ``directory``.
+    """Fine-tune the random tiny model of ``spec`` with ``recipe`` on the synthetic ``warm_start`` part, into
+    ``directory``.
 
     Writes :data:`WARM_START_RECORD` beside the checkpoint: each measured (step, pass rate) and whether the
     target was reached.
     """
     say = echo or (lambda line: print(f"diffugrpo: warm start: {line}", file=sys.stderr))
-    train_file, _ = default_data_paths(recipe.data_seed)
+    rl_prompts, _ = default_data_paths(recipe.data_seed)
     config = SFTConfig(
-        train_files=[train_file],
+        train_files=[default_warm_start_data(recipe.data_seed)],
         output_dir=str(directory),
         model_path=tiny_model_path(spec),
         steps=recipe.max_steps,
@@ -127,13 +136,14 @@ def save_warm_model(
         batch_size=recipe.batch_size,
         lr=recipe.lr,
         warmup_steps=recipe.warmup_steps,
+        weight_decay=recipe.weight_decay,
         completion_length=recipe.completion_length,
         seed=recipe.seed,
         log_every=max(1, recipe.first_check // 5),
         threads=min(recipe.threads, os.cpu_count() or 1),
     )
     check = PassRateCheck(
-        problems=evaluation.load_problems("parquet", path=train_file, limit=recipe.check_tasks),
+        problems=evaluation.load_problems("parquet", path=rl_prompts, limit=recipe.check_tasks),
         sampler=rollout_sampler(),
         completion_length=recipe.completion_length,
         target=recipe.target_pass_rate,
@@ -149,8 +159,8 @@ def save_warm_model(
     if not reached:
         measured = f"{checks[-1][check.metric]:.3f}" if checks else "never"
         say(
-            f"the train pass rate stayed below {recipe.target_pass_rate:g} for all {result.steps_done} steps "
-            f"(last measured: {measured}); GRPO groups will see little code reward"
+            f"the pass rate on the RL prompts stayed below {recipe.target_pass_rate:g} for all {result.steps_done} "
+            f"steps (last measured: {measured}); GRPO groups will see little code reward"
         )
     record = {"checks": checks, "target_pass_rate": recipe.target_pass_rate, "reached": reached}
     (Path(directory) / WARM_START_RECORD).write_text(json.dumps(record, indent=2) + "\n")
@@ -168,7 +178,8 @@ def warm_model_path(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()
     if not target.is_dir():
         print(
             f"diffugrpo: building the warm-started tiny model once into {target} "
-            f"(SFT until it passes {recipe.target_pass_rate:g} of its train tasks, a few minutes on CPU)",
+            f"(SFT until it passes {recipe.target_pass_rate:g} of the tests of the RL prompts it never trains on, "
+            "a few minutes on CPU)",
             file=sys.stderr,
         )
     return str(build_once(target, lambda staging: save_warm_model(staging, spec, recipe)))
