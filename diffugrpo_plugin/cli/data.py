@@ -57,8 +57,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--split",
         default=None,
         help="comma-separated splits. mbpp: prompt,test,validation,train,all (by task_id); "
-        "synthetic: train,validation (or train's two parts, warm_start,rl: the default job's); humaneval: test (train is refused); other sources: "
-        "a label for the whole file. Default: " + "; ".join(f"{k} {v}" for k, v in DEFAULT_SPLITS.items()),
+        "synthetic: train,validation (or train's two parts, warm_start,rl: the default job's); "
+        "humaneval: test (train is refused); other sources: a label for the whole file. Default: "
+        + "; ".join(f"{k} {v}" for k, v in DEFAULT_SPLITS.items()),
     )
     prepare.add_argument("--output", required=True, metavar="DIR", help="directory for {split}.parquet")
     prepare.add_argument(
