@@ -12,7 +12,8 @@ nothing else changed but the job's seeds (``data.seed``, ``actor_rollout_ref.rol
 Read from each run's TensorBoard scalars: held-out pass@1 (``val-core/synthetic/acc/mean@N``: the 36
 validation functions, N completions each sampled as the rollout samples) and held-out total reward
 (``val-aux/synthetic/reward/mean@N``) at the first validation (step 0, before any update) and the last; and the training ``code`` reward, mean of the first
-and of the last 4 steps. The table gives each masker's mean and standard deviation over seeds, then every
+and of the last 4 steps, and on the prompts drawn more than once at their first and last draw (the
+console's learning line). The table gives each masker's mean and standard deviation over seeds, then every
 run. A run whose results exist is not run again, so an interrupted ablation picks up where it stopped.
 
     python benchmarks/masker_ablation.py                      # 2 maskers x seeds 0 1 2, ~4 min a run on 2 cores
@@ -41,6 +42,10 @@ MASKER_OVERRIDES = {
 }
 HELD_OUT = {"pass@1": r"val-core/synthetic/acc/mean@\d+", "total reward": r"val-aux/synthetic/reward/mean@\d+"}
 CODE = "reward/code/mean"
+REDRAWN = {
+    "code redrawn first": "learning/code/redrawn_first_draw",
+    "code redrawn last": "learning/code/redrawn_last_draw",
+}
 WINDOW = 4
 
 
@@ -83,6 +88,9 @@ def summarise(event_dir: Path) -> dict[str, float]:
     window = min(WINDOW, len(code) // 2)
     result["code first"] = statistics.fmean(code[:window])
     result["code last"] = statistics.fmean(code[-window:])
+    for label, tag in REDRAWN.items():  # at the end of the run; absent from runs before these metrics
+        if tag in scalars:
+            result[label] = float(scalars[tag].values[-1])
     return result
 
 
@@ -119,11 +127,17 @@ def spread(values: list[float], signed: bool = False) -> str:
     return f"{text} ± {statistics.stdev(values):.3f}" if len(values) > 1 else text
 
 
+def _redrawn(run: dict[str, float]) -> str:
+    if not all(label in run for label in REDRAWN):
+        return "-"
+    return f"{run['code redrawn first']:.3f} -> {run['code redrawn last']:.3f}"
+
+
 def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
     lines = [
         "| masker | seeds | held-out pass@1 before -> after | change | held-out total reward before -> after | "
-        "change | train code reward, first 4 -> last 4 steps |",
-        "|---|---|---|---|---|---|---|",
+        "change | train code reward, first 4 -> last 4 steps | code on the prompts drawn again, first -> last draw |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for masker, by_seed in results.items():
         runs = list(by_seed.values())
@@ -132,18 +146,25 @@ def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
             before, after = [r[f"{label} before"] for r in runs], [r[f"{label} after"] for r in runs]
             cells += [f"{spread(before)} -> {spread(after)}", spread([a - b for a, b in zip(after, before)], True)]
         cells.append(f"{spread([r['code first'] for r in runs])} -> {spread([r['code last'] for r in runs])}")
+        redrawn = [r for r in runs if all(label in r for label in REDRAWN)]
+        cells.append(
+            f"{spread([r['code redrawn first'] for r in redrawn])} -> {spread([r['code redrawn last'] for r in redrawn])}"
+            if len(redrawn) == len(runs)
+            else "-"
+        )
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
-        "| masker | seed | pass@1 before -> after | total reward before -> after | code first -> last | seconds |",
-        "|---|---|---|---|---|---|",
+        "| masker | seed | pass@1 before -> after | total reward before -> after | code first -> last | "
+        "code drawn again, first -> last | seconds |",
+        "|---|---|---|---|---|---|---|",
     ]
     for masker, by_seed in results.items():
         for seed, r in by_seed.items():
             lines.append(
                 f"| {masker} | {seed} | {r['pass@1 before']:.3f} -> {r['pass@1 after']:.3f} | "
                 f"{r['total reward before']:.3f} -> {r['total reward after']:.3f} | "
-                f"{r['code first']:.3f} -> {r['code last']:.3f} | {r['seconds']:.0f} |"
+                f"{r['code first']:.3f} -> {r['code last']:.3f} | {_redrawn(r)} | {r['seconds']:.0f} |"
             )
     return "\n".join(lines)
 

@@ -20,7 +20,9 @@ def ablation():
     return module
 
 
-def write_run(directory: Path, pass_at_1: list[float], reward: list[float], code: list[float]) -> None:
+def write_run(
+    directory: Path, pass_at_1: list[float], reward: list[float], code: list[float], redrawn: list[tuple] = ()
+) -> None:
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(directory))
@@ -30,17 +32,29 @@ def write_run(directory: Path, pass_at_1: list[float], reward: list[float], code
         writer.add_scalar("val-aux/synthetic/reward/mean@8", r, step)
     for step, value in enumerate(code, start=1):
         writer.add_scalar("reward/code/mean", value, step)
+    for step, (first, last) in enumerate(redrawn, start=len(code) - len(redrawn) + 1):
+        writer.add_scalar("learning/code/redrawn_first_draw", first, step)
+        writer.add_scalar("learning/code/redrawn_last_draw", last, step)
     writer.close()
 
 
 def test_a_run_is_read_as_first_and_last_validation_and_step_windows(ablation, tmp_path):
     code = [0.1, 0.2, 0.3, 0.4, float("nan"), 0.5, 0.6, 0.7, 0.8, 0.9]
-    write_run(tmp_path, [0.25, 0.3, 0.5], [1.0, 1.1, 1.5], code)
+    write_run(tmp_path, [0.25, 0.3, 0.5], [1.0, 1.1, 1.5], code, redrawn=[(0.3, 0.35), (0.25, 0.4)])
     result = ablation.summarise(tmp_path)
     assert result["pass@1 before"] == pytest.approx(0.25) and result["pass@1 after"] == pytest.approx(0.5)
     assert result["total reward before"] == pytest.approx(1.0) and result["total reward after"] == pytest.approx(1.5)
     assert result["code first"] == pytest.approx((0.1 + 0.2 + 0.3 + 0.4) / 4)  # the NaN step is left out
     assert result["code last"] == pytest.approx((0.6 + 0.7 + 0.8 + 0.9) / 4)
+    # the prompts drawn again: the run's last values (the means so far, over every prompt drawn again)
+    assert (result["code redrawn first"], result["code redrawn last"]) == pytest.approx((0.25, 0.4))
+
+
+def test_a_run_from_before_the_redrawn_metrics_is_read_without_them(ablation, tmp_path):
+    write_run(tmp_path, [0.25, 0.5], [1.0, 1.5], [0.1, 0.2])
+    result = ablation.summarise(tmp_path)
+    assert "code redrawn first" not in result
+    assert ablation.table({"coupled": {0: {**result, "seconds": 1.0}}}).splitlines()[2].endswith("| - |")
 
 
 def test_a_run_without_validation_says_which_setting_to_check(ablation, tmp_path):
@@ -61,14 +75,17 @@ def test_the_table_gives_mean_and_spread_over_seeds_then_every_run(ablation):
         "total reward after": 1.2,
         "code first": 0.1,
         "code last": 0.2,
+        "code redrawn first": 0.3,
+        "code redrawn last": 0.4,
         "seconds": 300.0,
     }
-    other = {**run, "pass@1 after": 0.5, "total reward after": 1.6}
+    other = {**run, "pass@1 after": 0.5, "total reward after": 1.6, "code redrawn last": 0.6}
     text = ablation.table({"coupled": {0: run, 1: other}})
     summary = text.splitlines()[2]
     # changes +0.1 and +0.3: mean +0.2, sample standard deviation 0.141
     assert summary.startswith("| coupled | 0 1 | 0.200 ± 0.000 -> 0.400 ± 0.141 | +0.200 ± 0.141 |")
-    assert "| coupled | 1 | 0.200 -> 0.500 | 1.000 -> 1.600 | 0.100 -> 0.200 | 300 |" in text
+    assert summary.endswith("| 0.300 ± 0.000 -> 0.500 ± 0.141 |")
+    assert "| coupled | 1 | 0.200 -> 0.500 | 1.000 -> 1.600 | 0.100 -> 0.200 | 0.300 -> 0.600 | 300 |" in text
 
 
 def test_the_d1_runs_compose_to_d1s_masker_with_its_options_only(ablation, tmp_path):

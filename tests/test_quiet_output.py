@@ -103,6 +103,26 @@ def test_the_learning_line_compares_the_first_and_last_steps_and_validations_by_
     )
 
 
+def test_the_learning_line_compares_the_prompts_drawn_again_at_their_first_and_last_draw_by_hand():
+    summary = console.LearningSummary(["code", "code_format"], window=1)
+    summary.observe_groups({"add": [{"code": 0.0, "code_format": 1.0}, {"code": 1.0, "code_format": 1.0}]})  # 0.5
+    summary.observe_groups({"count": [{"code": 0.0, "code_format": 0.0}, {"code": None, "code_format": 1.0}]})
+    summary.observe_groups({"add": [{"code": 1.0, "code_format": 1.0}] * 2})  # a second draw: 1.0
+    summary.observe_groups({"add": [{"code": 0.75, "code_format": 1.0}] * 2, "once": [{"code": 1.0}]})  # the last
+    summary.observe_groups({"count": [{"code": 0.5, "code_format": 1.0}]})  # first 0 (None left out), last 0.5
+    # code: first draws (0.5 + 0) / 2 -> last (0.75 + 0.5) / 2; code_format (1 + 0.5) / 2 -> 1; "once" is left out
+    assert summary.line() == (
+        "learning: on the 2 prompts drawn again (first draw -> last): code 0.25 -> 0.625 | code_format 0.75 -> 1"
+    )
+    assert summary.redrawn_metrics() == {
+        "learning/code/redrawn_first_draw": 0.25,
+        "learning/code/redrawn_last_draw": 0.625,
+        "learning/code_format/redrawn_first_draw": 0.75,
+        "learning/code_format/redrawn_last_draw": 1.0,
+        "learning/redrawn_prompts": 2.0,
+    }
+
+
 def test_the_learning_line_needs_two_steps_or_two_validations():
     summary = console.LearningSummary(["code"])
     assert summary.line() is None

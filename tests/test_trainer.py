@@ -7,6 +7,7 @@ import torch
 from omegaconf import OmegaConf
 from tensordict import TensorDict
 
+from diffugrpo_plugin.integration.console import LearningSummary
 from diffugrpo_plugin.integration.trainer import (
     REFERENCE_PREFIX,
     WITH_REFERENCE_KEY,
@@ -205,3 +206,23 @@ def test_a_reward_failing_on_most_completions_is_reported_and_stops_training_aft
         check(trainer, [{"code"}] * 4)
     trainer.reward_spec.stop_after_failed_steps = 0
     check(trainer, [{"code"}] * 4)  # 0: report, never stop
+
+
+def test_a_prompt_drawn_again_under_a_new_uid_is_compared_with_its_first_draw():
+    trainer = SimpleNamespace(learning=LearningSummary(["code"]), prompt_texts={})
+    observe = DiffuGRPOTrainer._observe_prompts
+    trainer.prompt_texts.update({"u1": "add_2", "u2": "count_a"})
+    # step 1: two groups of two, and a padding row (not real) that must not count
+    observe(
+        trainer,
+        [{"code": 0.0}, {"code": 1.0}, {"code": 0.0}, {"code": 0.0}, {"code": 1.0}],
+        ["u1"] * 2 + ["u2"] * 3,
+        [0, 1, 2, 3],
+    )
+    assert trainer.prompt_texts == {}  # scored uids are forgotten
+    trainer.prompt_texts.update({"u3": "add_2", "u4": "sum_b"})  # add_2 again, under a new uid
+    observe(
+        trainer, [{"code": 1.0}, {"code": 1.0}, {"code": None}, {"code": 0.5}], ["u3", "u3", "u4", "u4"], [0, 1, 2, 3]
+    )
+    assert trainer.learning.redrawn_means() == {"code": (0.5, 1.0)}  # add_2 only: 0.5 at its first draw, 1.0 now
+    assert trainer.learning.redrawn_metrics()["learning/redrawn_prompts"] == 1.0

@@ -131,12 +131,16 @@ def resume_line(step: int, total: int, folder: str) -> str:
 
 class LearningSummary:
     """Whether the run learned, in one line at its end: each reward component's mean over the first and
-    the last ``window`` steps this process ran, and each held-out result at its first and last validation."""
+    the last ``window`` steps this process ran; the same on the prompts drawn more than once, at their first draw
+    and their last (the same prompts before and after, so the difference is the policy's, not which prompts a step
+    happened to draw); and each held-out result at its first and last validation."""
 
     def __init__(self, components: Iterable[str], window: int = 4):
         self.components = list(components)
         self.window = window
         self.rewards: list[dict[str, float]] = []  # per step: component -> mean
+        self.first_draw: dict[str, dict[str, float]] = {}  # prompt -> component -> mean over its first group
+        self.last_redraw: dict[str, dict[str, float]] = {}  # prompt -> the same at its latest group after that
         self.held_out: dict[str, list[tuple[int, float]]] = {}  # metric -> (step, value) per validation
 
     def observe(self, step: int, metrics: Mapping[str, float]) -> None:
@@ -148,6 +152,52 @@ class LearningSummary:
         for key, value in metrics.items():
             if is_held_out_mean(key) and "/acc/" in key:
                 self.held_out.setdefault(key[len(VALIDATION_PREFIX) :], []).append((step, float(value)))
+
+    def observe_groups(self, groups: Mapping[str, list[Mapping[str, float | None]]]) -> None:
+        """One step's completions by prompt (a text that identifies it across steps): each one's reward components,
+        None where not applicable or failed."""
+        for prompt, completions in groups.items():
+            means = {}
+            for name in self.components:
+                values = [row[name] for row in completions if row.get(name) is not None]
+                if values:
+                    means[name] = sum(values) / len(values)
+            if prompt in self.first_draw:
+                self.last_redraw[prompt] = means
+            else:
+                self.first_draw[prompt] = means
+
+    def redrawn_means(self) -> dict[str, tuple[float, float]]:
+        """Per component, its mean over the prompts drawn again at their first draw and at their last."""
+        means = {}
+        for name in self.components:
+            pairs = [
+                (self.first_draw[prompt][name], later[name])
+                for prompt, later in self.last_redraw.items()
+                if name in later and name in self.first_draw[prompt]
+            ]
+            if pairs:
+                before, after = (sum(values) / len(pairs) for values in zip(*pairs))
+                means[name] = (before, after)
+        return means
+
+    def redrawn_metrics(self) -> dict[str, float]:
+        """:meth:`redrawn_means` as metrics (TensorBoard, benchmarks/masker_ablation.py), so far in the run."""
+        metrics = {}
+        for name, (before, after) in self.redrawn_means().items():
+            metrics[f"learning/{name}/redrawn_first_draw"] = before
+            metrics[f"learning/{name}/redrawn_last_draw"] = after
+        if metrics:
+            metrics["learning/redrawn_prompts"] = float(len(self.last_redraw))
+        return metrics
+
+    def _redrawn(self) -> list[str]:
+        parts = [
+            f"{name} {_number(before)} -> {_number(after)}" for name, (before, after) in self.redrawn_means().items()
+        ]
+        if parts:
+            parts[0] = f"on the {len(self.last_redraw)} prompts drawn again (first draw -> last): {parts[0]}"
+        return parts
 
     def _mean(self, steps: list[dict[str, float]], name: str) -> float | None:
         values = [step[name] for step in steps if name in step and not math.isnan(step[name])]
@@ -164,6 +214,7 @@ class LearningSummary:
                     parts.append(f"{name} {_number(before)} -> {_number(after)}")
             if parts:
                 parts[0] = f"reward (mean of the first {window} steps -> the last {window}): {parts[0]}"
+        parts += self._redrawn()
         for key, points in sorted(self.held_out.items()):
             if len(points) > 1:
                 (first_step, before), (last_step, after) = points[0], points[-1]

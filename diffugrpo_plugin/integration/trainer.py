@@ -271,6 +271,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         )
         self.loss_terms = configured_terms(diffusion.get("loss_terms"))
         self.prompt_rows: dict[str, tuple[int, dict]] = {}  # uid -> (step fetched, its extra_info): for the loss terms
+        self.prompt_texts: dict[str, str] = {}  # uid -> its prompt's messages as text: the prompt across steps
         self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
         self.reporter = StepReporter()
         self.learning = LearningSummary(self.reward_spec.names)
@@ -315,6 +316,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
 
     def _fetch_one_gen_batch(self):
         batch = super()._fetch_one_gen_batch()
+        self.prompt_texts.update(zip(list(batch["uid"]), [str(messages) for messages in batch["raw_prompt"]]))
         if self.data_sampler is not None:
             self.prompt_positions.update(zip(list(batch["uid"]), self.data_sampler.take(len(batch))))
         if self.loss_terms:
@@ -627,7 +629,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         real = real_rows(batch)
-        samples, failed, _ = self._reward_components(batch)
+        samples, failed, uids = self._reward_components(batch)
         data = self._get(batch, ["rm_scores", "extra_fields"])
         totals = [float(row.sum()) for row in data["rm_scores"].unbind()]
         metrics.update(step_metrics([samples[i] for i in real], [totals[i] for i in real], [failed[i] for i in real]))
@@ -646,8 +648,20 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             step_line(global_steps, self.total_training_steps, metrics, self.reward_spec.names), step=global_steps
         )
         self.learning.observe(global_steps, metrics)
+        self._observe_prompts(samples, uids, real)
+        metrics.update(self.learning.redrawn_metrics())
         if global_steps >= self.total_training_steps and (summary := self.learning.line()):
             self.reporter.report(summary)
+
+    def _observe_prompts(self, samples: list[dict[str, float | None]], uids: list[str], real: list[int]) -> None:
+        """The step's completions (its ``real`` rows) to the learning summary by prompt: by the prompt's text, since a
+        prompt drawn again gets a new uid."""
+        groups: dict[str, list[dict[str, float | None]]] = {}
+        for i in real:
+            groups.setdefault(self.prompt_texts.get(uids[i], uids[i]), []).append(samples[i])
+        self.learning.observe_groups(groups)
+        for uid in set(uids):
+            self.prompt_texts.pop(uid, None)
 
     def _completion_length_metrics(self, batch, real: list[int]) -> dict[str, float]:
         """Completion lengths up to the first EOS. verl measures the response, which for a diffusion
