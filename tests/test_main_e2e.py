@@ -83,7 +83,7 @@ def test_promised_command_trains_on_two_workers_and_logs_everything(tmp_path):
         "timing_s/reward_scoring",
         "timing_s/old_log_prob",
         "timing_s/update_actor",
-        "val-core/synthetic/acc/mean@8",
+        "val-core/synthetic/acc/mean@16",
     ):
         assert f"{metric}:" in log, metric
     assert "Training Progress" in log  # verl's progress bar

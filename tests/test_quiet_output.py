@@ -352,17 +352,19 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     assert [line.split()[1] for line in step_lines] == [f"{step}/24" for step in range(1, 25)], terminal
     for line in step_lines:
         assert all(field in line for field in STEP_FIELDS), line
-    assert "val synthetic/acc/mean@8" in step_lines[11] and "val synthetic/acc/mean@8" in step_lines[23]
+    assert "val synthetic/acc/mean@16" in step_lines[11] and "val synthetic/acc/mean@16" in step_lines[23]
     assert any(line.startswith("validation at step 0") for line in lines), terminal
-    # the warm start passes tests from the first step: GRPO groups have code advantages to learn from
+    # The job learns, read from its last line. The bars are "rises", below every run measured on this default
+    # (docs/results/learning.md): the code reward (mean of the first 4 steps -> the last 4) rose +0.052 to +0.229
+    # in 11 runs of 5 seeds, this job's seed +0.052, +0.060 and +0.083; held-out pass@1 (16 completions per task)
+    # rose +0.023 to +0.094 on 5 seeds, this job's +0.054, where one validation's noise is about +-0.012.
     learning = next(line for line in lines if line.startswith("learning: "))
-    first_code = float(learning.split("code ")[1].split(" -> ")[0])
-    assert first_code > 0.1, learning
-    assert re.search(r"held-out synthetic/acc/mean@8 [\d.]+ \(step 0\) -> [\d.]+ \(step 24\)", learning), learning
-    # No bar on the gain yet (issue 28 stays open). On seeds 42 (this job's), 0, 1, 2 and 3 (docs/results/learning.md)
-    # held-out pass@1 rose +0.031 to +0.080 and the code reward (first 4 -> last 4 steps) +0.054 to +0.227; but a
-    # validation's noise is about +-0.02, a rerun of seed 0 stood at +0.003 at step 24, and each step's code mean
-    # swings with the 4 unseen functions it draws: a bar that such runs fail now and then would be noise in CI.
+    code = re.search(r"code ([\d.]+) -> ([\d.]+)", learning)
+    assert float(code[1]) > 0.1, learning  # the warm start passes tests from the first steps: advantages to learn from
+    assert float(code[2]) > float(code[1]), learning
+    held_out = re.search(r"held-out synthetic/acc/mean@16 ([\d.]+) \(step 0\) -> ([\d.]+) \(step 24\)", learning)
+    assert held_out and float(held_out[2]) > float(held_out[1]), learning
+    assert re.search(r"on the \d+ prompts drawn again \(first draw -> last\): code ", learning), learning
     for noise in (
         "target_num_threads",
         "NUMA",
