@@ -354,14 +354,15 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
         assert all(field in line for field in STEP_FIELDS), line
     assert "val synthetic/acc/mean@16" in step_lines[11] and "val synthetic/acc/mean@16" in step_lines[23]
     assert any(line.startswith("validation at step 0") for line in lines), terminal
-    # The job learns, read from its last line. The bars are "rises", below every run measured on this default
-    # (docs/results/learning.md): the code reward (mean of the first 4 steps -> the last 4) rose +0.052 to +0.229
-    # in 11 runs of 5 seeds, this job's seed +0.052, +0.060 and +0.083; held-out pass@1 (16 completions per task)
-    # rose +0.023 to +0.094 on 5 seeds, this job's +0.054, where one validation's noise is about +-0.012.
+    # The job learns, read from its last line: the code reward on the 36 held-out functions (pass@1, 16 completions
+    # each) rises, and the warm start passes tests from the first steps (advantages to learn from). Measured on this
+    # default (docs/results/learning.md): held-out pass@1 rose +0.023 to +0.094 on 5 seeds, this job's seed +0.054,
+    # +0.073 and +0.043, where one validation's noise is about +-0.012. No bar on the training steps' code means: a step's
+    # mean moves with the 4 functions it drew, and in one run of 12 (this job's) the last 4 steps' mean fell below
+    # the first 4's (0.323 -> 0.305) and the prompts drawn again 0.398 -> 0.382, while held-out pass@1 rose +0.073.
     learning = next(line for line in lines if line.startswith("learning: "))
     code = re.search(r"code ([\d.]+) -> ([\d.]+)", learning)
-    assert float(code[1]) > 0.1, learning  # the warm start passes tests from the first steps: advantages to learn from
-    assert float(code[2]) > float(code[1]), learning
+    assert float(code[1]) > 0.1, learning
     held_out = re.search(r"held-out synthetic/acc/mean@16 ([\d.]+) \(step 0\) -> ([\d.]+) \(step 24\)", learning)
     assert held_out and float(held_out[2]) > float(held_out[1]), learning
     assert re.search(r"on the \d+ prompts drawn again \(first draw -> last\): code ", learning), learning
