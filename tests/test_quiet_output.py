@@ -358,7 +358,7 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     # each) rises, and the warm start passes tests from the first steps (advantages to learn from). Measured on this
     # default (docs/results/learning.md): held-out pass@1 rose +0.023 to +0.094 on 5 seeds, this job's seed +0.054,
     # +0.073 and +0.043, where one validation's noise is about +-0.012. No bar on the training steps' code means: a
-    # step's mean moves with the 4 functions it drew, and in one run of 13 (this job's) the last 4 steps' mean fell
+    # step's mean moves with the 4 functions it drew, and in one run of 14 (this job's) the last 4 steps' mean fell
     # below the first 4's (0.323 -> 0.305) and the prompts drawn again 0.398 -> 0.382, while held-out rose +0.073.
     learning = next(line for line in lines if line.startswith("learning: "))
     code = re.search(r"code ([\d.]+) -> ([\d.]+)", learning)
