@@ -17,6 +17,7 @@ from diffugrpo_plugin.integration.trainer import (
     expand_iterations,
     iteration_field,
     mix_into_reference,
+    prompt_key,
     split_iterations,
 )
 
@@ -209,9 +210,9 @@ def test_a_reward_failing_on_most_completions_is_reported_and_stops_training_aft
 
 
 def test_a_prompt_drawn_again_under_a_new_uid_is_compared_with_its_first_draw():
-    trainer = SimpleNamespace(learning=LearningSummary(["code"]), prompt_texts={})
+    trainer = SimpleNamespace(learning=LearningSummary(["code"]), prompt_keys={})
     observe = DiffuGRPOTrainer._observe_prompts
-    trainer.prompt_texts.update({"u1": "add_2", "u2": "count_a"})
+    trainer.prompt_keys.update({"u1": "add_2", "u2": "count_a"})
     # step 1: two groups of two, and a padding row (not real) that must not count
     observe(
         trainer,
@@ -219,10 +220,22 @@ def test_a_prompt_drawn_again_under_a_new_uid_is_compared_with_its_first_draw():
         ["u1"] * 2 + ["u2"] * 3,
         [0, 1, 2, 3],
     )
-    assert trainer.prompt_texts == {}  # scored uids are forgotten
-    trainer.prompt_texts.update({"u3": "add_2", "u4": "sum_b"})  # add_2 again, under a new uid
+    assert trainer.prompt_keys == {}  # scored uids are forgotten
+    trainer.prompt_keys.update({"u3": "add_2", "u4": "sum_b"})  # add_2 again, under a new uid
     observe(
         trainer, [{"code": 1.0}, {"code": 1.0}, {"code": None}, {"code": 0.5}], ["u3", "u3", "u4", "u4"], [0, 1, 2, 3]
     )
     assert trainer.learning.redrawn_means() == {"code": (0.5, 1.0)}  # add_2 only: 0.5 at its first draw, 1.0 now
     assert trainer.learning.redrawn_metrics()["learning/redrawn_prompts"] == 1.0
+
+
+def test_a_prompts_key_is_the_same_for_the_same_messages_at_any_step_and_short():
+    import numpy as np
+
+    def messages(text):  # as verl's dataset gives raw_prompt: an object array of chat messages
+        return np.array([{"role": "user", "content": text}], dtype=object)
+
+    first = prompt_key(messages("Write a function `add_2(x)` that returns x plus 2."))
+    assert first == prompt_key(messages("Write a function `add_2(x)` that returns x plus 2."))
+    assert first != prompt_key(messages("Write a function `add_3(x)` that returns x plus 3."))
+    assert len(first) == 32

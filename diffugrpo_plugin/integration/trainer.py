@@ -51,6 +51,7 @@ three, and the replay buffer polls without verl's 2 s sleep.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -134,6 +135,12 @@ def split_iterations(output: TensorDict, iterations: int) -> TensorDict:
         for name in fields:
             result[iteration_field(name, k)] = part[name]
     return result
+
+
+def prompt_key(messages) -> str:
+    """A short fixed-size name for a prompt's messages: the same prompt drawn at two steps gets the same one, and a run
+    over many prompts keeps 32 characters for each, not its text."""
+    return hashlib.blake2b(str(messages).encode(), digest_size=16).hexdigest()
 
 
 def real_rows(batch) -> list[int]:
@@ -271,7 +278,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         )
         self.loss_terms = configured_terms(diffusion.get("loss_terms"))
         self.prompt_rows: dict[str, tuple[int, dict]] = {}  # uid -> (step fetched, its extra_info): for the loss terms
-        self.prompt_texts: dict[str, str] = {}  # uid -> its prompt's messages as text: the prompt across steps
+        self.prompt_keys: dict[str, str] = {}  # uid -> prompt_key(its messages): the prompt across steps
         self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
         self.reporter = StepReporter()
         self.learning = LearningSummary(self.reward_spec.names)
@@ -316,7 +323,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
 
     def _fetch_one_gen_batch(self):
         batch = super()._fetch_one_gen_batch()
-        self.prompt_texts.update(zip(list(batch["uid"]), [str(messages) for messages in batch["raw_prompt"]]))
+        self.prompt_keys.update(zip(list(batch["uid"]), [prompt_key(messages) for messages in batch["raw_prompt"]]))
         if self.data_sampler is not None:
             self.prompt_positions.update(zip(list(batch["uid"]), self.data_sampler.take(len(batch))))
         if self.loss_terms:
@@ -654,14 +661,14 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             self.reporter.report(summary)
 
     def _observe_prompts(self, samples: list[dict[str, float | None]], uids: list[str], real: list[int]) -> None:
-        """The step's completions (its ``real`` rows) to the learning summary by prompt: by the prompt's text, since a
+        """The step's completions (its ``real`` rows) to the learning summary by prompt: by :func:`prompt_key`, since a
         prompt drawn again gets a new uid."""
         groups: dict[str, list[dict[str, float | None]]] = {}
         for i in real:
-            groups.setdefault(self.prompt_texts.get(uids[i], uids[i]), []).append(samples[i])
+            groups.setdefault(self.prompt_keys.get(uids[i], uids[i]), []).append(samples[i])
         self.learning.observe_groups(groups)
         for uid in set(uids):
-            self.prompt_texts.pop(uid, None)
+            self.prompt_keys.pop(uid, None)
 
     def _completion_length_metrics(self, batch, real: list[int]) -> dict[str, float]:
         """Completion lengths up to the first EOS. verl measures the response, which for a diffusion
