@@ -67,7 +67,8 @@ def run_command(masker: str, seed: int, run_dir: Path, extra: list[str]) -> list
 
 
 def summarise(event_dir: Path) -> dict[str, float]:
-    """First and last held-out values and the code reward's first and last :data:`WINDOW`-step means."""
+    """First and last held-out values, the code reward's first and last :data:`WINDOW`-step means, and (runs that
+    logged it) the code reward on the prompts drawn again at their first and last draw, as the run ended."""
     from diffugrpo_plugin.tools.plotting import find_event_dir, read_scalars
 
     scalars = read_scalars(find_event_dir(event_dir))
@@ -127,10 +128,12 @@ def spread(values: list[float], signed: bool = False) -> str:
     return f"{text} ± {statistics.stdev(values):.3f}" if len(values) > 1 else text
 
 
+def has_redrawn(run: dict[str, float]) -> bool:
+    return all(label in run for label in REDRAWN)
+
+
 def _redrawn(run: dict[str, float]) -> str:
-    if not all(label in run for label in REDRAWN):
-        return "-"
-    return f"{run['code redrawn first']:.3f} -> {run['code redrawn last']:.3f}"
+    return f"{run['code redrawn first']:.3f} -> {run['code redrawn last']:.3f}" if has_redrawn(run) else "-"
 
 
 def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
@@ -146,10 +149,9 @@ def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
             before, after = [r[f"{label} before"] for r in runs], [r[f"{label} after"] for r in runs]
             cells += [f"{spread(before)} -> {spread(after)}", spread([a - b for a, b in zip(after, before)], True)]
         cells.append(f"{spread([r['code first'] for r in runs])} -> {spread([r['code last'] for r in runs])}")
-        redrawn = [r for r in runs if all(label in r for label in REDRAWN)]
         cells.append(
-            f"{spread([r['code redrawn first'] for r in redrawn])} -> {spread([r['code redrawn last'] for r in redrawn])}"
-            if len(redrawn) == len(runs)
+            f"{spread([r['code redrawn first'] for r in runs])} -> {spread([r['code redrawn last'] for r in runs])}"
+            if all(map(has_redrawn, runs))
             else "-"
         )
         lines.append("| " + " | ".join(cells) + " |")

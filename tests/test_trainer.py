@@ -210,9 +210,9 @@ def test_a_reward_failing_on_most_completions_is_reported_and_stops_training_aft
 
 
 def test_a_prompt_drawn_again_under_a_new_uid_is_compared_with_its_first_draw():
-    trainer = SimpleNamespace(learning=LearningSummary(["code"]), prompt_keys={})
+    trainer = SimpleNamespace(learning=LearningSummary(["code"]), prompt_keys={}, global_steps=1)
     observe = DiffuGRPOTrainer._observe_prompts
-    trainer.prompt_keys.update({"u1": "add_2", "u2": "count_a"})
+    trainer.prompt_keys.update({"u1": (1, "add_2"), "u2": (1, "count_a"), "lost": (1, "dropped_by_a_filter")})
     # step 1: two groups of two, and a padding row (not real) that must not count
     observe(
         trainer,
@@ -220,13 +220,18 @@ def test_a_prompt_drawn_again_under_a_new_uid_is_compared_with_its_first_draw():
         ["u1"] * 2 + ["u2"] * 3,
         [0, 1, 2, 3],
     )
-    assert trainer.prompt_keys == {}  # scored uids are forgotten
-    trainer.prompt_keys.update({"u3": "add_2", "u4": "sum_b"})  # add_2 again, under a new uid
+    assert trainer.prompt_keys == {"lost": (1, "dropped_by_a_filter")}  # scored uids are forgotten
+    trainer.global_steps = 2
+    trainer.prompt_keys.update({"u3": (2, "add_2"), "u4": (2, "sum_b")})  # add_2 again, under a new uid
     observe(
         trainer, [{"code": 1.0}, {"code": 1.0}, {"code": None}, {"code": 0.5}], ["u3", "u3", "u4", "u4"], [0, 1, 2, 3]
     )
     assert trainer.learning.redrawn_means() == {"code": (0.5, 1.0)}  # add_2 only: 0.5 at its first draw, 1.0 now
     assert trainer.learning.redrawn_metrics()["learning/redrawn_prompts"] == 1.0
+    trainer.global_steps = 3
+    observe(trainer, [{"code": 1.0}], ["u9"], [0])  # a uid with no key (never fetched) is left out
+    assert trainer.prompt_keys == {}  # a uid fetched two steps ago and never scored is dropped
+    assert set(trainer.learning.first_draw) == {"add_2", "count_a", "sum_b"}
 
 
 def test_a_prompts_key_is_the_same_for_the_same_messages_at_any_step_and_short():

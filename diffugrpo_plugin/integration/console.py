@@ -133,7 +133,8 @@ class LearningSummary:
     """Whether the run learned, in one line at its end: each reward component's mean over the first and
     the last ``window`` steps this process ran; the same on the prompts drawn more than once, at their first draw
     and their last (the same prompts before and after, so the difference is the policy's, not which prompts a step
-    happened to draw); and each held-out result at its first and last validation."""
+    happened to draw, where the draws do not depend on past rewards as a curriculum's do); and each held-out
+    result at its first and last validation."""
 
     def __init__(self, components: Iterable[str], window: int = 4):
         self.components = list(components)
@@ -154,18 +155,19 @@ class LearningSummary:
                 self.held_out.setdefault(key[len(VALIDATION_PREFIX) :], []).append((step, float(value)))
 
     def observe_groups(self, groups: Mapping[str, list[Mapping[str, float | None]]]) -> None:
-        """One step's completions by prompt (a text that identifies it across steps): each one's reward components,
-        None where not applicable or failed."""
+        """One step's completions by prompt (a key that names it across steps): each one's reward components, None
+        where not applicable or failed. A component's first draw is the first that scored it."""
         for prompt, completions in groups.items():
             means = {}
             for name in self.components:
                 values = [row[name] for row in completions if row.get(name) is not None]
                 if values:
                     means[name] = sum(values) / len(values)
-            if prompt in self.first_draw:
-                self.last_redraw[prompt] = means
-            else:
-                self.first_draw[prompt] = means
+            first = self.first_draw.setdefault(prompt, {})
+            later = {name: mean for name, mean in means.items() if name in first}
+            if later:
+                self.last_redraw.setdefault(prompt, {}).update(later)
+            first.update({name: mean for name, mean in means.items() if name not in first})
 
     def redrawn_means(self) -> dict[str, tuple[float, float]]:
         """Per component, its mean over the prompts drawn again at their first draw and at their last."""
@@ -174,7 +176,7 @@ class LearningSummary:
             pairs = [
                 (self.first_draw[prompt][name], later[name])
                 for prompt, later in self.last_redraw.items()
-                if name in later and name in self.first_draw[prompt]
+                if name in later
             ]
             if pairs:
                 before, after = (sum(values) / len(pairs) for values in zip(*pairs))
@@ -182,7 +184,8 @@ class LearningSummary:
         return means
 
     def redrawn_metrics(self) -> dict[str, float]:
-        """:meth:`redrawn_means` as metrics (TensorBoard, benchmarks/masker_ablation.py), so far in the run."""
+        """:meth:`redrawn_means` as metrics (TensorBoard, benchmarks/masker_ablation.py): running values over the
+        steps this process ran (a resumed run starts them again)."""
         metrics = {}
         for name, (before, after) in self.redrawn_means().items():
             metrics[f"learning/{name}/redrawn_first_draw"] = before

@@ -278,7 +278,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         )
         self.loss_terms = configured_terms(diffusion.get("loss_terms"))
         self.prompt_rows: dict[str, tuple[int, dict]] = {}  # uid -> (step fetched, its extra_info): for the loss terms
-        self.prompt_keys: dict[str, str] = {}  # uid -> prompt_key(its messages): the prompt across steps
+        self.prompt_keys: dict[str, tuple[int, str]] = {}  # uid -> (step fetched, prompt_key): the prompt across steps
         self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
         self.reporter = StepReporter()
         self.learning = LearningSummary(self.reward_spec.names)
@@ -323,7 +323,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
 
     def _fetch_one_gen_batch(self):
         batch = super()._fetch_one_gen_batch()
-        self.prompt_keys.update(zip(list(batch["uid"]), [prompt_key(messages) for messages in batch["raw_prompt"]]))
+        keys = [(self.global_steps, prompt_key(messages)) for messages in batch["raw_prompt"]]
+        self.prompt_keys.update(zip(list(batch["uid"]), keys))
         if self.data_sampler is not None:
             self.prompt_positions.update(zip(list(batch["uid"]), self.data_sampler.take(len(batch))))
         if self.loss_terms:
@@ -665,10 +666,14 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         prompt drawn again gets a new uid."""
         groups: dict[str, list[dict[str, float | None]]] = {}
         for i in real:
-            groups.setdefault(self.prompt_keys.get(uids[i], uids[i]), []).append(samples[i])
+            if uids[i] in self.prompt_keys:
+                groups.setdefault(self.prompt_keys[uids[i]][1], []).append(samples[i])
         self.learning.observe_groups(groups)
-        for uid in set(uids):
-            self.prompt_keys.pop(uid, None)
+        # scored, or fetched before the last step and never scored (a group filter dropped it)
+        done = set(uids)
+        self.prompt_keys = {
+            uid: kept for uid, kept in self.prompt_keys.items() if uid not in done and kept[0] >= self.global_steps - 1
+        }
 
     def _completion_length_metrics(self, batch, real: list[int]) -> dict[str, float]:
         """Completion lengths up to the first EOS. verl measures the response, which for a diffusion
