@@ -369,8 +369,8 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     # The job learns, read from its last line: the code reward on the 36 held-out functions (pass@1, 16 completions
     # each) rises, and the warm start passes tests from the first steps (advantages to learn from). Measured on this
     # default (docs/results/learning.md): held-out pass@1 rose +0.023 to +0.094 on 5 seeds, this job's seed +0.043
-    # to +0.080 in 5 runs, where one validation's noise is about +-0.012. No bar on the training steps' code means: a
-    # step's mean moves with the 4 functions it drew, and in one of 15 runs of this training (9 validated with 16
+    # to +0.080 in 6 runs, where one validation's noise is about +-0.012. No bar on the training steps' code means: a
+    # step's mean moves with the 4 functions it drew, and in one of 16 runs of this training (10 validated with 16
     # completions per task, 6 with 8), this job's, the last 4 steps' mean fell below the first 4's (0.323 -> 0.305)
     # and on the prompts drawn again 0.398 -> 0.382, while held-out pass@1 rose +0.073.
     learning = next(line for line in lines if line.startswith("learning: "))
