@@ -64,6 +64,30 @@ def test_sampled_completions_reproduce_across_runs_and_differ_within_a_group(rol
     assert [r["token_ids"] for r in again.generate_batch(requests(again, prompts))] == first
 
 
+def test_every_validation_draws_the_same_noise_and_training_steps_keep_theirs(rollout, tiny_model_path):
+    from diffugrpo_plugin.integration.rollout import DiffusionRollout
+
+    prompts = ["def add(a, b):"] * 3 + ["Reverse a list"]
+    untouched = DiffusionRollout(rollout.config, rollout.model_config, device_mesh=None)
+    untouched.global_steps = 5
+    training = [r["token_ids"] for r in untouched.generate_batch(requests(untouched, prompts))]
+
+    validations = []
+    for step in (0, 5):  # validations at two steps, the second after training requests at its step
+        rollout.global_steps = step
+        if step:
+            assert [r["token_ids"] for r in rollout.generate_batch(requests(rollout, prompts))] == training
+        rollout.seed_validation(True)
+        validations.append([r["token_ids"] for r in rollout.generate_batch(requests(rollout, prompts))])
+        rollout.seed_validation(False)
+    # the k-th completion of a task comes from the same seed at every validation: same weights, same tokens
+    assert validations[0] == validations[1]
+    assert len({tuple(t) for t in validations[0][:3]}) > 1  # the repeats of one task still differ
+    assert validations[0] != training  # a validation does not replay a training step's seeds
+    # after a validation the training step's seeds are the step's own again, counted afresh
+    assert [r["token_ids"] for r in rollout.generate_batch(requests(rollout, prompts))] == training
+
+
 def test_bad_sampler_option_fails_at_start_up(tiny_model_path):
     from verl.workers.config import RolloutConfig
 

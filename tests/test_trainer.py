@@ -244,3 +244,36 @@ def test_a_prompts_key_is_the_same_for_the_same_messages_at_any_step_and_short()
     assert first == prompt_key(messages("Write a function `add_2(x)` that returns x plus 2."))
     assert first != prompt_key(messages("Write a function `add_3(x)` that returns x plus 3."))
     assert len(first) == 32
+
+
+class SeedSwitchRecorder:
+    """The hybrid worker group's ``seed_validation`` calls, in order with the validation between them."""
+
+    def __init__(self):
+        self.calls: list[object] = []
+
+    def seed_validation(self, validating: bool) -> None:
+        self.calls.append(validating)
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_validation_samples_with_validation_seeds_and_training_gets_its_own_back(monkeypatch, fails):
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    group = SeedSwitchRecorder()
+
+    def validate(trainer):
+        group.calls.append("validation")
+        if fails:
+            raise RuntimeError("a reward crashed")
+        return {"val-core/synthetic/acc/mean@16": 0.25}
+
+    monkeypatch.setattr(PPOTrainer, "_validate", validate)
+    trainer = object.__new__(DiffuGRPOTrainer)
+    trainer.actor_rollout_wg, trainer.training_started = group, True
+    if fails:
+        with pytest.raises(RuntimeError, match="a reward crashed"):
+            trainer._validate()
+    else:
+        assert trainer._validate() == {"val-core/synthetic/acc/mean@16": 0.25}
+    assert group.calls == [True, "validation", False]

@@ -65,6 +65,9 @@ DEFAULT_SAMPLER = "entropy"
 POLL_S = 5.0  # how long one pull waits for a request; the worker polls again after
 HEARTBEAT_S = 5.0
 MAX_PULL_FAILURES = 10
+VALIDATION_SEED_STEP = -1
+"""The step every validation's requests are seeded with (training steps count from 0): see
+:meth:`DiffusionRollout.seed_validation`."""
 
 _local_rollout: "DiffusionRollout | None" = None
 
@@ -108,6 +111,7 @@ class DiffusionRollout(BaseRollout):
         self.global_steps = 0
         self.replica_rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self._occurrences: dict[tuple[int, tuple[int, ...]], int] = {}
+        self._validating = False
         self._batches = 0
         global _local_rollout
         _local_rollout = self
@@ -201,12 +205,26 @@ class DiffusionRollout(BaseRollout):
             sampling_params.get("top_k"),
         )
 
+    def seed_validation(self, validating: bool) -> None:
+        """Seed the requests that follow from :data:`VALIDATION_SEED_STEP` (``True``, a validation starts) or from
+        the training step again (``False``).
+
+        Every validation then samples the k-th completion of a task with the same seed (common random numbers),
+        so the difference between two validations measures the policy's change, not the sampling noise: with
+        16 completions per held-out task, one validation's pass@1 moved by sd 0.012 across seeds on the default
+        job's model. Exact with one rollout replica; with more, which replica serves a request can differ between
+        validations, and the replica's rank is part of its seed.
+        """
+        self._validating = validating
+        self._occurrences = {}
+
     def _seed_for(self, prompt_ids: list[int]) -> int:
-        key = (self.global_steps, tuple(prompt_ids))
+        step = VALIDATION_SEED_STEP if self._validating else self.global_steps
+        key = (step, tuple(prompt_ids))
         occurrence = self._occurrences.get(key, 0)
-        self._occurrences = {k: v for k, v in self._occurrences.items() if k[0] == self.global_steps}
+        self._occurrences = {k: v for k, v in self._occurrences.items() if k[0] == step}
         self._occurrences[key] = occurrence + 1
-        return _request_seed(int(self.config.seed), self.global_steps, self.replica_rank, prompt_ids, occurrence)
+        return _request_seed(int(self.config.seed), step, self.replica_rank, prompt_ids, occurrence)
 
     @torch.no_grad()
     def generate_batch(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -86,7 +86,7 @@ from diffugrpo_plugin.integration.layout import InProcessRewardWorker, apply_lea
 from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
-from diffugrpo_plugin.integration.rollout import announced
+from diffugrpo_plugin.integration.rollout import DiffusionRollout, announced
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
 from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
 from diffugrpo_plugin.rewards.spec import RewardSpec
@@ -238,6 +238,13 @@ class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
         mix_into_reference(self.ref.engine.module, self.actor.engine.module, float(alpha))
         release_openmp_threads()  # this runs after the weight sync, on the training thread: sampling runs alone next
 
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def seed_validation(self, validating: bool) -> None:
+        """Seed the rollout's requests as a validation's (the same noise at every validation) or a training step's
+        (:meth:`~diffugrpo_plugin.integration.rollout.DiffusionRollout.seed_validation`)."""
+        if isinstance(self.rollout, DiffusionRollout):
+            self.rollout.seed_validation(validating)
+
     @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     @DistProfiler.annotate(color="red", role="actor_update", scheduled=True)
     def update_actor(self, data: TensorDict) -> TensorDict:
@@ -372,7 +379,13 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.training_started = True
 
     def _validate(self):
-        metrics = super()._validate()
+        # common random numbers: every validation samples the k-th completion of a task with the same seed, so the
+        # change between two validations is the policy's, not the sampling's
+        self.actor_rollout_wg.seed_validation(True)
+        try:
+            metrics = super()._validate()
+        finally:
+            self.actor_rollout_wg.seed_validation(False)
         if not self.training_started:  # validations during training are on their step's line
             self.reporter.report(validation_line(self.global_steps, metrics))
             self.learning.observe(self.global_steps, metrics)
