@@ -3,8 +3,7 @@
 The default job validates on the held-out synthetic tasks, 16 completions each, sampled as the rollout samples
 (temperature 1), and compares held-out pass@1 at step 0 with the last step's. Since 2026-11-29 every validation
 samples the k-th completion of a task with the same seed (common random numbers, ``DiffusionRollout.seed_validation``),
-so the two validations differ by the policy's change and not also by the noise each drew. This script measures what
-that buys, on two checkpoints of a run (``--before``, by default the job's warm-started model, and ``--after``, e.g.
+so the two validations are not also two independent draws of noise. This script measures what that buys, on two checkpoints of a run (``--before``, by default the job's warm-started model, and ``--after``, e.g.
 a checkpoint's ``huggingface`` folder): for each base seed it samples both models with the same per-(task, sample)
 seeds, then reports
 

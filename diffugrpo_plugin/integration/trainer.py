@@ -379,8 +379,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.training_started = True
 
     def _validate(self):
-        # common random numbers: every validation samples the k-th completion of a task with the same seed, so the
-        # change between two validations is the policy's, not the sampling's
+        # common random numbers: every validation samples the k-th completion of a task with the same seed, so two
+        # validations are not also two independent draws of noise
         self.actor_rollout_wg.seed_validation(True)
         try:
             metrics = super()._validate()
