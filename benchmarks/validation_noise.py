@@ -71,6 +71,8 @@ def main() -> None:
     args = parser.parse_args()
     if len(args.seeds) < 2:
         parser.error("--seeds needs at least 2 base seeds: the independent change pairs each with the next")
+    if args.n < 2:
+        parser.error("--n needs at least 2 completions per task: the standard error uses their spread")
 
     from diffugrpo_plugin.config import training_default
     from diffugrpo_plugin.data import default_data_paths

@@ -426,7 +426,8 @@ def test_the_default_job_prints_under_100_lines_with_every_key_metric(tmp_path):
     # whose held-out pass@1 fell 0.002) and +0.055; one change's standard error is 0.010. The terminal's step means
     # cannot carry this bar: a step's mean moves with the 4 functions it drew (first 4 -> last 4 steps 0.32 -> 0.32
     # in the +0.080 run, 0.323 -> 0.281 in the +0.055 one).
-    trained = next(tmp_path.glob("checkpoints/**/global_step_24/actor/huggingface"))
+    trained = next(tmp_path.glob("checkpoints/**/global_step_24/actor/huggingface"), None)
+    assert trained is not None, "the job saved no Hugging Face model at step 24 (checkpoint.save_contents)"
     before, after = (pass_rate_on_trained_prompts(model) for model in (default_warm_model_path(), str(trained)))
     assert after > before, (before, after)
 

@@ -20,8 +20,9 @@ processes, and follows every update (``test_rollout`` changes the actor's weight
 rollout change). Sampler settings come from ``actor_rollout_ref.rollout.engine_kwargs.diffusion``.
 
 Seeds: request ``j`` for a given prompt at step ``s`` on replica ``r`` samples with a seed derived
-from (``rollout.seed``, ``s``, ``r``, the prompt's tokens, ``j``), so a run is reproducible and the
-global RNG is never used.
+from (``rollout.seed``, ``s``, ``r``, the prompt's tokens, ``j``), so the global RNG is never used; ``j``
+counts the prompt's requests in the order they arrive. A validation's requests use
+:data:`VALIDATION_SEED_STEP` for ``s`` (:meth:`DiffusionRollout.seed_validation`).
 """
 
 from __future__ import annotations
@@ -211,9 +212,10 @@ class DiffusionRollout(BaseRollout):
 
         Every validation then samples the k-th completion of a task with the same seed (common random numbers),
         so two validations are not also two independent draws of noise. How much that buys depends on how alike two
-        policies sample from one seed: after the default job's 24 steps, one change's standard error fell only from
-        0.017 to 0.014 (``benchmarks/validation_noise.py``). Exact with one rollout replica; with more, which replica
-        serves a request can differ between validations, and the replica's rank is part of its seed.
+        policies sample from one seed (measured by ``benchmarks/validation_noise.py``: docs/results/learning.md).
+        Exact with one rollout replica; with more, which replica serves a request can differ between validations,
+        and the replica's rank is part of its seed. Switched only between steps, when no training request is in
+        flight (the synchronous trainer's ``_validate``).
         """
         self._validating = validating
         self._occurrences = {}
