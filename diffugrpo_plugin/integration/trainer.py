@@ -56,6 +56,7 @@ import json
 import math
 import os
 import sys
+from typing import Any, Iterable
 
 import ray
 import torch
@@ -141,6 +142,13 @@ def prompt_key(messages) -> str:
     """A short fixed-size name for a prompt's messages: the same prompt drawn at two steps gets the same one, and a run
     over many prompts keeps 32 characters for each, not its text."""
     return hashlib.blake2b(str(messages).encode(), digest_size=16).hexdigest()
+
+
+def still_pending(by_uid: dict[str, tuple[int, Any]], scored: Iterable[str], step: int) -> dict[str, tuple[int, Any]]:
+    """What the trainer keeps per prompt uid, ``(step fetched, value)``, without this step's scored prompts and without
+    any fetched before the previous step that never came back (a group filter dropped it)."""
+    done = set(scored)
+    return {uid: kept for uid, kept in by_uid.items() if uid not in done and kept[0] >= step - 1}
 
 
 def real_rows(batch) -> list[int]:
@@ -597,11 +605,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
                     f"prepare(step) must return [B] or jagged [B, j] tensors (diffugrpo_plugin/hookspecs.py)"
                 )
             self._put(batch, {LOSS_TERM_FIELD.format(name=name, field=key): value for key, value in fields.items()})
-        # this step's prompts are done with, and so are any fetched before the previous step that never came back
-        done = set(uids)
-        self.prompt_rows = {
-            uid: kept for uid, kept in self.prompt_rows.items() if uid not in done and kept[0] >= self.global_steps - 1
-        }
+        self.prompt_rows = still_pending(self.prompt_rows, uids, self.global_steps)
 
     def _rewrite_totals(self, batch, totals: list[float]) -> None:
         """Each completion's reward replaced by ``totals`` (verl's convention: on the sequence's last token)."""
@@ -682,11 +686,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             if uids[i] in self.prompt_keys:
                 groups.setdefault(self.prompt_keys[uids[i]][1], []).append(samples[i])
         self.learning.observe_groups(groups)
-        # scored, or fetched before the last step and never scored (a group filter dropped it)
-        done = set(uids)
-        self.prompt_keys = {
-            uid: kept for uid, kept in self.prompt_keys.items() if uid not in done and kept[0] >= self.global_steps - 1
-        }
+        self.prompt_keys = still_pending(self.prompt_keys, uids, self.global_steps)
 
     def _completion_length_metrics(self, batch, real: list[int]) -> dict[str, float]:
         """Completion lengths up to the first EOS. verl measures the response, which for a diffusion
