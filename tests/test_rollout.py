@@ -64,6 +64,29 @@ def test_sampled_completions_reproduce_across_runs_and_differ_within_a_group(rol
     assert [r["token_ids"] for r in again.generate_batch(requests(again, prompts))] == first
 
 
+def test_a_sample_indexed_request_gets_its_seed_whatever_the_order_batch_or_replica(rollout):
+    from diffugrpo_plugin.integration.rollout import DiffusionRollout
+    from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY
+
+    def indexed(texts_and_indices, target):
+        batch = requests(target, [text for text, _ in texts_and_indices])
+        for request, (_, index) in zip(batch, texts_and_indices):
+            request["sampling_params"][SAMPLE_INDEX_KEY] = index
+        return batch
+
+    samples = [("def add(a, b):", k) for k in range(3)] + [("Reverse a list", 0)]
+    in_order = dict(zip(samples, (r["token_ids"] for r in rollout.generate_batch(indexed(samples, rollout)))))
+    assert len({tuple(in_order[("def add(a, b):", k)]) for k in range(3)}) > 1  # a prompt's samples still differ
+
+    # the samples arrive in another order, in two batches, at another replica: each gets the same completion
+    other = DiffusionRollout(rollout.config, rollout.model_config, device_mesh=None)
+    other.replica_rank = 1
+    arrived = [samples[2], samples[3], samples[0]], [samples[1]]
+    for batch in arrived:
+        for sample, result in zip(batch, other.generate_batch(indexed(batch, other))):
+            assert result["token_ids"] == in_order[sample], sample
+
+
 def test_every_validation_draws_the_same_noise_and_training_steps_keep_theirs(rollout, tiny_model_path):
     from diffugrpo_plugin.integration.rollout import DiffusionRollout
 

@@ -18,6 +18,7 @@ from diffugrpo_plugin.integration.trainer import (
     iteration_field,
     mix_into_reference,
     prompt_key,
+    sample_order,
     split_iterations,
 )
 
@@ -169,6 +170,55 @@ def test_reference_sync_mixes_parameters_by_the_formula():
     for name, param in reference.named_parameters():
         expected = 0.6 * dict(policy.named_parameters())[name].detach() + 0.4 * before[name]
         assert torch.allclose(param, expected)
+
+
+def test_the_steps_completions_are_trained_in_order_of_prompt_and_sample_whatever_order_they_were_scored_in(
+    monkeypatch,
+):
+    from transfer_queue.metadata import KVBatchMeta
+    from verl.trainer.ppo.v1.trainer_base import PPOTrainer
+
+    # two prompts' uids are random; their prompt keys say which prompt comes first in every run
+    prompt_keys = {"f00d-2": (3, "a-prompt"), "0ace-1": (3, "b-prompt")}
+    scored = ["0ace-1_1_0", "f00d-2_1_0", "0ace-1_0_0", "f00d-2_0_0", "f00d-2_0_1"]
+    expected = ["f00d-2_0_0", "f00d-2_0_1", "f00d-2_1_0", "0ace-1_0_0", "0ace-1_1_0"]
+    assert [scored[i] for i in sample_order(scored, prompt_keys)] == expected
+    assert sample_order(["no-session-here"], {}) == [0]  # another key format: the given order stands
+
+    seen = []
+    monkeypatch.setattr(PPOTrainer, "_balance_batch", lambda self, batch, metrics, *a, **k: seen.append(batch) or batch)
+    trainer = object.__new__(DiffuGRPOTrainer)
+    trainer.prompt_keys = prompt_keys
+    batch = KVBatchMeta(keys=list(scored), tags=[{"seq_len": len(key)} for key in scored], partition_id="train")
+    trainer._balance_batch(batch, {})
+    assert seen[0].keys == expected  # verl balances the batch from this order
+    assert [tag["seq_len"] for tag in seen[0].tags] == [len(key) for key in expected]  # tags move with their keys
+
+
+def test_the_agent_loop_tells_the_rollout_which_sample_of_its_prompt_a_request_is(monkeypatch):
+    import asyncio
+
+    from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+    from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+
+    from diffugrpo_plugin.integration.agent_loop import DiffusionAgentLoop
+    from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY
+
+    sent = []
+
+    async def verl_run(self, sampling_params, **kwargs):
+        sent.append(sampling_params)
+        return AgentLoopOutput(prompt_ids=[1], response_ids=[5, 0, 0], response_mask=[1, 1, 1], num_turns=2, metrics={})
+
+    monkeypatch.setattr(SingleTurnAgentLoop, "run", verl_run)
+    loop = object.__new__(DiffusionAgentLoop)
+    loop.tokenizer = SimpleNamespace(eos_token_id=0)
+    params = {"temperature": 1.0}
+    output = asyncio.run(loop.run(params, session_id=3, raw_prompt=[]))
+    assert sent[-1] == {"temperature": 1.0, SAMPLE_INDEX_KEY: 3} and params == {"temperature": 1.0}
+    assert output.response_mask == [1, 1, 0]
+    asyncio.run(loop.run(params, raw_prompt=[]))  # verl's older loop passes no session id: nothing added
+    assert sent[-1] == {"temperature": 1.0}
 
 
 def test_loss_mask_stops_after_the_first_eos():

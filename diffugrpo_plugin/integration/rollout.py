@@ -19,9 +19,9 @@ actor, so running it inside the worker shares the device, needs no weight transf
 processes, and follows every update (``test_rollout`` changes the actor's weights and sees the
 rollout change). Sampler settings come from ``actor_rollout_ref.rollout.engine_kwargs.diffusion``.
 
-Seeds: request ``j`` for a given prompt at step ``s`` on replica ``r`` samples with a seed derived
-from (``rollout.seed``, ``s``, ``r``, the prompt's tokens, ``j``), so the global RNG is never used; ``j``
-counts the prompt's requests in the order they arrive. A validation's requests use
+Seeds: the ``k``-th sample of a prompt at step ``s`` samples with a seed derived from (``rollout.seed``, ``s``,
+the prompt's tokens, ``k``), so the global RNG is never used and neither the replica nor the order in which the
+requests arrive changes a completion (:meth:`DiffusionRollout._seed_for`). A validation's requests use
 :data:`VALIDATION_SEED_STEP` for ``s`` (:meth:`DiffusionRollout.seed_validation`).
 """
 
@@ -57,7 +57,7 @@ from diffugrpo_plugin.models.quantization import (
     quantized_parameter_names,
 )
 from diffugrpo_plugin.sampling import build_request_sampler, build_sampler, left_pad, padding_id
-from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY, RequestBatcher
 
 logger = logging.getLogger("diffugrpo.rollout")
 
@@ -73,8 +73,8 @@ VALIDATION_SEED_STEP = -1
 _local_rollout: "DiffusionRollout | None" = None
 
 
-def _request_seed(base: int, step: int, replica: int, prompt_ids: list[int], occurrence: int) -> int:
-    digest = hashlib.blake2b(repr((base, step, replica, tuple(prompt_ids), occurrence)).encode(), digest_size=8)
+def _request_seed(base: int, step: int, source: tuple, prompt_ids: list[int], occurrence: int) -> int:
+    digest = hashlib.blake2b(repr((base, step, source, tuple(prompt_ids), occurrence)).encode(), digest_size=8)
     return int.from_bytes(digest.digest(), "little") & (2**62 - 1)
 
 
@@ -111,7 +111,7 @@ class DiffusionRollout(BaseRollout):
         self.tokenizer = self.model_config.tokenizer
         self.global_steps = 0
         self.replica_rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
-        self._occurrences: dict[tuple[int, tuple[int, ...]], int] = {}
+        self._occurrences: dict[tuple[int, tuple[int, ...], tuple], int] = {}
         self._validating = False
         self._batches = 0
         global _local_rollout
@@ -213,20 +213,29 @@ class DiffusionRollout(BaseRollout):
         Every validation then samples the k-th completion of a task with the same seed (common random numbers),
         so two validations are not also two independent draws of noise. How much that buys depends on how alike two
         policies sample from one seed (measured by ``benchmarks/validation_noise.py``: docs/results/learning.md).
-        Exact with one rollout replica; with more, which replica serves a request can differ between validations,
-        and the replica's rank is part of its seed. Switched only between steps, when no training request is in
+        Exact with any number of rollout replicas under our agent loop (the seed names the sample, not the replica
+        that serves it). Switched only between steps, when no training request is in
         flight (the synchronous trainer's ``_validate``).
         """
         self._validating = validating
         self._occurrences = {}
 
-    def _seed_for(self, prompt_ids: list[int]) -> int:
+    def _seed_for(self, prompt_ids: list[int], sample_index: int | None) -> int:
+        """The seed of one request: from the step, the prompt and which of the prompt's samples it is.
+
+        ``sample_index`` is the request's index among its prompt's samples (our agent loop passes verl's
+        ``session_id`` as :data:`~diffugrpo_plugin.sampling.request_batcher.SAMPLE_INDEX_KEY`), so the k-th sample of a
+        prompt gets the same seed whichever replica serves it and in whatever order the requests arrive. Without it
+        (another agent loop) the k-th request of the prompt to reach this replica is the k-th sample. A prompt twice
+        in one step counts its repeats apart either way.
+        """
         step = VALIDATION_SEED_STEP if self._validating else self.global_steps
-        key = (step, tuple(prompt_ids))
+        source = ("sample", sample_index) if sample_index is not None else ("replica", self.replica_rank)
+        key = (step, tuple(prompt_ids), source)
         occurrence = self._occurrences.get(key, 0)
         self._occurrences = {k: v for k, v in self._occurrences.items() if k[0] == step}
         self._occurrences[key] = occurrence + 1
-        return _request_seed(int(self.config.seed), step, self.replica_rank, prompt_ids, occurrence)
+        return _request_seed(int(self.config.seed), step, source, prompt_ids, occurrence)
 
     @torch.no_grad()
     def generate_batch(self, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -240,7 +249,10 @@ class DiffusionRollout(BaseRollout):
         for indices in groups.values():
             sampler = self._sampler(requests[indices[0]]["sampling_params"])
             prompts = [list(requests[i]["prompt_ids"]) for i in indices]
-            seeds = [self._seed_for(p) for p in prompts]
+            seeds = [
+                self._seed_for(prompt, requests[i]["sampling_params"].get(SAMPLE_INDEX_KEY))
+                for prompt, i in zip(prompts, indices)
+            ]
             pad = padding_id(self.tokenizer)
             prompt_ids, prompt_mask = left_pad(prompts, pad, self.device)
             out = sampler.generate(

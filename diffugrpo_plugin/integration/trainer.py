@@ -14,8 +14,9 @@ One training step, in order: verl's stage (``PPOTrainer.fit`` / ``_step_once``),
    ``reward_manager.DiffugrpoRewardManager.run_single`` -> ``rewards.RewardSpec.score`` -> the
    reward plugins (``reward_plugins/``; code runs in ``sandbox``); components and failure flags
    travel in ``reward_extra_info``.
-3. **old_log_prob**: :meth:`DiffuGRPOTrainer._compute_old_log_prob` writes ``num_iterations``
-   mask seeds per sample (``masking.mask_seed_table``, ``actor.ppo_epochs`` is DiffuCoder's
+3. **old_log_prob**: verl's balancing stage first puts the completions in order by prompt and sample
+   (:func:`sample_order`, so timing decides nothing below); :meth:`DiffuGRPOTrainer._compute_old_log_prob` writes
+   ``num_iterations`` mask seeds per sample (``masking.mask_seed_table``, ``actor.ppo_epochs`` is DiffuCoder's
    ``num_iterations``), then runs verl's pass once for all of them: the worker
    (:class:`IterationMasksTrainingWorker`) scores the batch repeated once per iteration with that iteration's
    seeds, ``engine.DiffusionLMEngine.forward_step`` -> the masker's views ->
@@ -149,6 +150,27 @@ def still_pending(by_uid: dict[str, tuple[int, Any]], scored: Iterable[str], ste
     any fetched before the previous step that never came back (a group filter dropped it)."""
     done = set(scored)
     return {uid: kept for uid, kept in by_uid.items() if uid not in done and kept[0] >= step - 1}
+
+
+def sample_order(keys: list[str], prompt_keys: dict[str, tuple[int, str]]) -> list[int]:
+    """The order that puts a step's completions by prompt, then by their index among the prompt's samples.
+
+    ``keys``: verl's TransferQueue keys, ``{uid}_{session_id}_{output index}``, in the order the replay buffer hands
+    them over, which is the order the completions were scored in; ``prompt_keys``: uid -> (step, :func:`prompt_key`).
+    Row ``b`` of a step gets mask seed ``b`` (:func:`~diffugrpo_plugin.core.masking.mask_seed_table`) and its
+    micro-batch by position, so with this order a seed's run pairs the same completion with the same masks whatever
+    the timing (uids are random, so a prompt without a ``prompt_keys`` entry sorts by its uid).
+    """
+
+    def sample(key: str) -> tuple[str, int, int]:
+        uid, session, output = key.rsplit("_", 2)
+        return prompt_keys.get(uid, (0, uid))[1], int(session), int(output)
+
+    try:
+        samples = [sample(key) for key in keys]
+    except ValueError:  # not verl's key format: keep the replay buffer's order
+        return list(range(len(keys)))
+    return sorted(range(len(keys)), key=samples.__getitem__)
 
 
 def real_rows(batch) -> list[int]:
@@ -434,6 +456,12 @@ class DiffuGRPOTrainer(PPOTrainerSync):
                 )
             )
         return self.reference_with_policy
+
+    def _balance_batch(self, batch, metrics, *args, **kwargs):
+        """verl's reordering of the step's completions, from their order by prompt and sample (:func:`sample_order`)
+        rather than the order they were scored in."""
+        batch.reorder(sample_order(batch.keys, self.prompt_keys))
+        return super()._balance_batch(batch, metrics, *args, **kwargs)
 
     def _compute_old_log_prob(self, batch, metrics):
         seeds = mask_seed_table(

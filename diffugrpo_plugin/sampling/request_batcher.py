@@ -31,6 +31,9 @@ from typing import Any
 BATCH_WINDOW_S = 0.02
 QUIET_LIMIT_S = 0.5
 SILENCE_LIMIT_S = 120.0
+SAMPLE_INDEX_KEY = "diffusion_sample_index"
+"""The sampling parameter by which our agent loop tells the rollout which of its prompt's samples a request is
+(verl's ``session_id``); the rollout seeds the request from it."""
 
 
 @dataclass
