@@ -454,8 +454,8 @@ def test_lora_job_trains_adapters_against_the_base_saves_them_and_resumes(tmp_pa
     assert logged_steps(log) == [3, 4]
     resumed_kl = metric_by_step(log, "actor/kl_loss")
     print("kl after resuming", resumed_kl)
-    # step 3 again, from step 2's adapters: the step the killed run took (same prompts, masks and seeds; the run is
-    # not bit-reproducible on CPU, measured 3% apart), not a restart from the first adapter (step 1's KL)
+    # step 3 again, from step 2's adapters: the step the killed run took (same prompts, masks and seeds; measured 3%
+    # apart while runs were not reproducible), not a restart from the first adapter (step 1's KL)
     assert resumed_kl[3] == pytest.approx(kl[3], rel=0.1), (kl, resumed_kl)
     assert abs(resumed_kl[3] - kl[3]) < abs(resumed_kl[3] - kl[1]), (kl, resumed_kl)
 

@@ -221,6 +221,32 @@ def test_the_agent_loop_tells_the_rollout_which_sample_of_its_prompt_a_request_i
     assert sent[-1] == {"temperature": 1.0}
 
 
+def test_verl_tells_each_of_a_prompts_agent_loops_its_sample_index(monkeypatch):
+    """What the rollout's seeds rest on: verl's TransferQueue agent-loop worker runs a prompt's ``n`` samples with
+    ``session_id`` 0..n-1 (read by ``DiffusionAgentLoop``), for training and validation prompts alike."""
+    import asyncio
+
+    from verl.trainer.ppo.v1 import agent_loop_tq
+
+    async def kv_put(**_):
+        return None
+
+    runs = []
+
+    async def run_agent_loop(self, sampling_params, trajectory, trace=False, **kwargs):
+        runs.append((trajectory["validate"], kwargs["session_id"], kwargs["uid"]))
+
+    worker_class = agent_loop_tq.AgentLoopWorkerTQ.__ray_actor_class__  # the class behind ray.remote
+    monkeypatch.setattr(agent_loop_tq.tq, "async_kv_put", kv_put)
+    monkeypatch.setattr(worker_class, "_run_agent_loop", run_agent_loop)
+    worker = object.__new__(worker_class)
+    worker.config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": 3, "val_kwargs": {"n": 2}}}})
+    for validate in (False, True):
+        prompt = {"uid": f"u{validate}", "raw_prompt": []}
+        asyncio.run(worker._run_prompt(prompt, {}, trajectory={"validate": validate}))
+    assert runs == [(False, 0, "uFalse"), (False, 1, "uFalse"), (False, 2, "uFalse"), (True, 0, "uTrue"), (True, 1, "uTrue")]
+
+
 def test_loss_mask_stops_after_the_first_eos():
     from diffugrpo_plugin.integration.agent_loop import mask_after_first_eos
 

@@ -226,8 +226,9 @@ class DiffusionRollout(BaseRollout):
         ``sample_index`` is the request's index among its prompt's samples (our agent loop passes verl's
         ``session_id`` as :data:`~diffugrpo_plugin.sampling.request_batcher.SAMPLE_INDEX_KEY`), so the k-th sample of a
         prompt gets the same seed whichever replica serves it and in whatever order the requests arrive. Without it
-        (another agent loop) the k-th request of the prompt to reach this replica is the k-th sample. A prompt twice
-        in one step counts its repeats apart either way.
+        (another agent loop) the k-th request of the prompt to reach this replica is the k-th sample. A prompt drawn
+        twice in one step (a data sampler that draws with replacement) gets distinct seeds for its two k-th samples,
+        in the order they arrive.
         """
         step = VALIDATION_SEED_STEP if self._validating else self.global_steps
         source = ("sample", sample_index) if sample_index is not None else ("replica", self.replica_rank)
