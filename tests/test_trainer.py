@@ -176,6 +176,7 @@ def test_the_steps_completions_are_trained_in_order_of_prompt_and_sample_whateve
     monkeypatch,
 ):
     from transfer_queue.metadata import KVBatchMeta
+
     from verl.trainer.ppo.v1.trainer_base import PPOTrainer
 
     # two prompts' uids are random; their prompt keys say which prompt comes first in every run
@@ -244,7 +245,13 @@ def test_verl_tells_each_of_a_prompts_agent_loops_its_sample_index(monkeypatch):
     for validate in (False, True):
         prompt = {"uid": f"u{validate}", "raw_prompt": []}
         asyncio.run(worker._run_prompt(prompt, {}, trajectory={"validate": validate}))
-    assert runs == [(False, 0, "uFalse"), (False, 1, "uFalse"), (False, 2, "uFalse"), (True, 0, "uTrue"), (True, 1, "uTrue")]
+    assert runs == [
+        (False, 0, "uFalse"),
+        (False, 1, "uFalse"),
+        (False, 2, "uFalse"),
+        (True, 0, "uTrue"),
+        (True, 1, "uTrue"),
+    ]
 
 
 def test_loss_mask_stops_after_the_first_eos():
