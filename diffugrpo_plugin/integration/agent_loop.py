@@ -8,7 +8,8 @@ excluded from the loss.
 
 It also tells the rollout which completion of its prompt a request is: verl's loop passes each of a prompt's ``n``
 samples its ``session_id`` (0 to n-1), and the rollout seeds the request from it (:data:`SAMPLE_INDEX_KEY`), not
-from the order the requests reach the sampler, so a seed's run samples the same completion for the same sample whatever the timing.
+from the order the requests reach the sampler, so a seed's run gives each sample the same completion whatever the
+timing.
 """
 
 from __future__ import annotations

@@ -214,8 +214,8 @@ class DiffusionRollout(BaseRollout):
         so two validations are not also two independent draws of noise. How much that buys depends on how alike two
         policies sample from one seed (measured by ``benchmarks/validation_noise.py``: docs/results/learning.md).
         Exact with any number of rollout replicas under our agent loop (the seed names the sample, not the replica
-        that serves it). Switched only between steps, when no training request is in
-        flight (the synchronous trainer's ``_validate``).
+        that serves it). Switched only between steps, when no training request is in flight (the synchronous
+        trainer's ``_validate``).
         """
         self._validating = validating
         self._occurrences = {}
