@@ -3,9 +3,10 @@
 The default job validates on the held-out synthetic tasks, 16 completions each, sampled as the rollout samples
 (temperature 1), and compares held-out pass@1 at step 0 with the last step's. Since 2026-11-29 every validation
 samples the k-th completion of a task with the same seed (common random numbers, ``DiffusionRollout.seed_validation``),
-so the two validations are not also two independent draws of noise. This script measures what that buys, on two checkpoints of a run (``--before``, by default the job's warm-started model, and ``--after``, e.g.
-a checkpoint's ``huggingface`` folder): for each base seed it samples both models with the same per-(task, sample)
-seeds, then reports
+so the two validations are not also two independent draws of noise. This script measures what that buys, on two
+checkpoints of a run (``--before``, by default the job's warm-started model, and ``--after``, e.g. a checkpoint's
+``huggingface`` folder): for each base seed it samples both models with the same per-(task, sample) seeds, then
+reports
 
 * the change with the same seeds for both (what the job now measures) and with the next base seed's ``before``
   (independent noise, what it measured before), over the base seeds: mean, sd and range;
