@@ -28,6 +28,8 @@ resident size reaches a new high and at least every 5 s (``peak_pss_of``).
     python benchmarks/whole_step.py                  # 6 steps each, about 12 minutes on 2 cores
     python benchmarks/whole_step.py --new-tokens 48 --diffusion-steps 32   # the job's lengths: rewards above 0
     python benchmarks/whole_step.py --steps 4 --model PATH
+    python benchmarks/whole_step.py --steps 5 --shape 512,8,8,4,1408 --random    # the larger random config (24.5M)
+    python benchmarks/whole_step.py --shape 256,8,8,4,704 --new-tokens 48 --diffusion-steps 32   # a trained 6.3M
     python benchmarks/whole_step.py -o actor_rollout_ref.model.diffusion.lean_mlp=false   # a setting of ours
 """
 
@@ -114,6 +116,30 @@ def data_settings(workdir: Path) -> list[str]:
 
     path = write_parquet(train_rows_in_order(), workdir / "train_in_order.parquet")
     return [f"data.train_files={path}", "data.shuffle=false"]
+
+
+SHAPE_FIELDS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "intermediate_size")
+
+
+def spec_of_shape(shape: str):
+    """``--shape``'s ``HIDDEN,LAYERS,HEADS,KV_HEADS,MLP`` as a Dream-style ``TinySpec``; ``ValueError`` saying what
+    to fix otherwise."""
+    from diffugrpo_plugin.models.tiny import TinySpec
+
+    parts = shape.split(",")
+    if len(parts) != len(SHAPE_FIELDS) or not all(part.strip().isdigit() and int(part) > 0 for part in parts):
+        raise ValueError(f"--shape takes five positive integers, HIDDEN,LAYERS,HEADS,KV_HEADS,MLP; got '{shape}'")
+    return TinySpec(**dict(zip(SHAPE_FIELDS, map(int, parts))))
+
+
+def model_of_shape(shape: str, random_weights: bool) -> str:
+    """The cached tiny model of ``shape``, built on first use: randomly initialised, or warm-started by the
+    default job's recipe (masked SFT on the synthetic ``warm_start`` functions, ``WarmStart``)."""
+    from diffugrpo_plugin.models.tiny import tiny_model_path
+    from diffugrpo_plugin.training.warm_start import warm_model_path
+
+    spec = spec_of_shape(shape)
+    return tiny_model_path(spec) if random_weights else warm_model_path(spec)
 
 
 def length_settings(new_tokens: int, diffusion_steps: int) -> list[str]:
@@ -327,6 +353,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=6, help="steps per run (the first is not counted)")
     parser.add_argument("--model", default=None, help="checkpoint (default: the warm-started tiny Dream-style model)")
+    parser.add_argument(
+        "--shape",
+        help="instead of --model: a tiny Dream-style model of this shape, HIDDEN,LAYERS,HEADS,KV_HEADS,MLP, built once "
+        "into the cache and warm-started by the default job's recipe (256,8,8,4,704: about 36 minutes on 2 cores)",
+    )
+    parser.add_argument("--random", action="store_true", help="with --shape: random weights, no warm start")
     parser.add_argument("--new-tokens", type=int, default=64, help="completion length (issue 33's: 64; the job's: 48)")
     parser.add_argument("--diffusion-steps", type=int, default=64, help="issue 33's: 64; the job's: 32")
     parser.add_argument(
@@ -341,6 +373,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.steps < 2:
         parser.error("--steps must be at least 2: the first step is start-up and is not counted")
+    if args.shape is not None and args.model is not None:
+        parser.error("pass --model or --shape, not both")
+    if args.random and args.shape is None:
+        parser.error("--random needs --shape")
+    if args.shape is not None:
+        try:
+            args.model = model_of_shape(args.shape, args.random)
+        except ValueError as error:
+            parser.error(str(error))
     if args.model is None:
         from diffugrpo_plugin.training.warm_start import default_warm_model_path
 

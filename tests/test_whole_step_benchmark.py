@@ -79,3 +79,35 @@ def test_the_peak_memory_sampler_catches_a_peak_shorter_than_its_pss_interval(tm
     )
     peak_kib = peak_pss_of([sys.executable, "-c", program], dict(os.environ), tmp_path)
     assert 300 * 1024 < peak_kib < 600 * 1024
+
+
+def test_shape_names_a_dream_style_tiny_model_and_a_bad_one_says_what_to_fix():
+    from whole_step import spec_of_shape
+
+    spec = spec_of_shape("256,8,8,4,704")
+    assert (spec.family, spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads) == ("dream", 256, 8, 8, 4)
+    assert spec.intermediate_size == 704
+    for bad in ("256,8,8,4", "256,8,8,4,x", "256,8,0,4,704"):
+        try:
+            spec_of_shape(bad)
+        except ValueError as error:
+            assert "HIDDEN,LAYERS,HEADS,KV_HEADS,MLP" in str(error) and bad in str(error)
+        else:
+            raise AssertionError(f"{bad} was accepted")
+
+
+def test_shape_and_model_together_or_random_alone_stop_with_one_line(monkeypatch, capsys):
+    import pytest
+
+    import whole_step
+
+    for argv, message in (
+        (["--shape", "32,2,4,2,64", "--model", "x"], "pass --model or --shape, not both"),
+        (["--random"], "--random needs --shape"),
+        (["--shape", "30,2,4,2,64"], "must divide by num_heads"),
+    ):
+        monkeypatch.setattr(sys, "argv", ["whole_step.py", *argv])
+        with pytest.raises(SystemExit) as stopped:
+            whole_step.main()
+        assert stopped.value.code == 2
+        assert message in capsys.readouterr().err
