@@ -127,18 +127,17 @@ def spec_of_shape(shape: str):
     from diffugrpo_plugin.models.tiny import TinySpec
 
     parts = shape.split(",")
-    if len(parts) != len(SHAPE_FIELDS) or not all(part.strip().isdigit() and int(part) > 0 for part in parts):
+    if len(parts) != len(SHAPE_FIELDS) or not all(part.strip().isdecimal() and int(part) > 0 for part in parts):
         raise ValueError(f"--shape takes five positive integers, HIDDEN,LAYERS,HEADS,KV_HEADS,MLP; got '{shape}'")
     return TinySpec(**dict(zip(SHAPE_FIELDS, map(int, parts))))
 
 
-def model_of_shape(shape: str, random_weights: bool) -> str:
-    """The cached tiny model of ``shape``, built on first use: randomly initialised, or warm-started by the
+def model_of_shape(spec, random_weights: bool) -> str:
+    """The cached tiny model of ``spec``, built on first use: randomly initialised, or warm-started by the
     default job's recipe (masked SFT on the synthetic ``warm_start`` functions, ``WarmStart``)."""
     from diffugrpo_plugin.models.tiny import tiny_model_path
     from diffugrpo_plugin.training.warm_start import warm_model_path
 
-    spec = spec_of_shape(shape)
     return tiny_model_path(spec) if random_weights else warm_model_path(spec)
 
 
@@ -379,9 +378,10 @@ def main() -> None:
         parser.error("--random needs --shape")
     if args.shape is not None:
         try:
-            args.model = model_of_shape(args.shape, args.random)
+            spec = spec_of_shape(args.shape)
         except ValueError as error:
             parser.error(str(error))
+        args.model = model_of_shape(spec, args.random)
     if args.model is None:
         from diffugrpo_plugin.training.warm_start import default_warm_model_path
 

@@ -100,6 +100,9 @@ def test_spec_rejects_unknown_family_and_bad_shapes():
         tiny.TinySpec(family="gpt")
     with pytest.raises(ValueError, match="must divide"):
         tiny.TinySpec(hidden_size=130, num_heads=4)
+    # head size 3: rotary positions would fail at the first forward, deep in the attention
+    with pytest.raises(ValueError, match=r"hidden_size / num_heads \(24 / 8\) must be even"):
+        tiny.TinySpec(hidden_size=24, num_heads=8, num_kv_heads=2)
 
 
 def test_default_model_is_built_once_into_a_versioned_cache(monkeypatch, tmp_path):

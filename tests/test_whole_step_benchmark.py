@@ -85,9 +85,15 @@ def test_shape_names_a_dream_style_tiny_model_and_a_bad_one_says_what_to_fix():
     from whole_step import spec_of_shape
 
     spec = spec_of_shape("256,8,8,4,704")
-    assert (spec.family, spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads) == ("dream", 256, 8, 8, 4)
+    assert (spec.family, spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads) == (
+        "dream",
+        256,
+        8,
+        8,
+        4,
+    )
     assert spec.intermediate_size == 704
-    for bad in ("256,8,8,4", "256,8,8,4,x", "256,8,0,4,704"):
+    for bad in ("256,8,8,4", "256,8,8,4,x", "256,8,0,4,704", "256,8,8,4,7\u00b2"):
         try:
             spec_of_shape(bad)
         except ValueError as error:
@@ -111,3 +117,17 @@ def test_shape_and_model_together_or_random_alone_stop_with_one_line(monkeypatch
             whole_step.main()
         assert stopped.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_shape_builds_the_random_or_the_warm_started_model_of_that_shape(monkeypatch, capsys):
+    import whole_step
+    from diffugrpo_plugin.models import tiny
+    from diffugrpo_plugin.training import warm_start
+
+    built = []
+    monkeypatch.setattr(tiny, "tiny_model_path", lambda spec: built.append(("random", spec)) or "/random")
+    monkeypatch.setattr(warm_start, "warm_model_path", lambda spec: built.append(("warm", spec)) or "/warm")
+    spec = whole_step.spec_of_shape("32,2,4,2,64")
+    assert whole_step.model_of_shape(spec, random_weights=True) == "/random"
+    assert whole_step.model_of_shape(spec, random_weights=False) == "/warm"
+    assert built == [("random", spec), ("warm", spec)]

@@ -54,6 +54,11 @@ class TinySpec:
                 f"hidden_size ({self.hidden_size}) must divide by num_heads ({self.num_heads}) "
                 f"and num_heads by num_kv_heads ({self.num_kv_heads})"
             )
+        if (self.hidden_size // self.num_heads) % 2:
+            raise ValueError(
+                f"hidden_size / num_heads ({self.hidden_size} / {self.num_heads}) must be even: rotary positions "
+                "rotate the head's dimensions in pairs"
+            )
 
     @property
     def cache_name(self) -> str:

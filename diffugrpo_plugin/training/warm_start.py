@@ -179,7 +179,7 @@ def warm_model_path(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()
         print(
             f"diffugrpo: building the warm-started tiny model once into {target} "
             f"(SFT until it passes {recipe.target_pass_rate:g} of the tests of the RL prompts it never trains on, "
-            "a few minutes on CPU)",
+            f"{'a few minutes on CPU' if spec == TinySpec() else 'a few minutes on CPU at the default shape, more at larger ones'})",
             file=sys.stderr,
         )
     return str(build_once(target, lambda staging: save_warm_model(staging, spec, recipe)))
