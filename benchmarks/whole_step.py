@@ -29,7 +29,7 @@ resident size reaches a new high and at least every 5 s (``peak_pss_of``).
     python benchmarks/whole_step.py --new-tokens 48 --diffusion-steps 32   # the job's lengths: rewards above 0
     python benchmarks/whole_step.py --steps 4 --model PATH
     python benchmarks/whole_step.py --steps 5 --shape 512,8,8,4,1408 --random    # the larger random config (24.5M)
-    python benchmarks/whole_step.py --shape 256,8,8,4,704 --new-tokens 48 --diffusion-steps 32   # a trained 6.3M
+    python benchmarks/whole_step.py --shape 256,8,8,4,704 --new-tokens 48 --diffusion-steps 32   # a fine-tuned 6.3M
     python benchmarks/whole_step.py -o actor_rollout_ref.model.diffusion.lean_mlp=false   # a setting of ours
 """
 

@@ -82,17 +82,12 @@ def test_the_peak_memory_sampler_catches_a_peak_shorter_than_its_pss_interval(tm
 
 
 def test_shape_names_a_dream_style_tiny_model_and_a_bad_one_says_what_to_fix():
+    from diffugrpo_plugin.models.tiny import TinySpec
     from whole_step import spec_of_shape
 
-    spec = spec_of_shape("256,8,8,4,704")
-    assert (spec.family, spec.hidden_size, spec.num_layers, spec.num_heads, spec.num_kv_heads) == (
-        "dream",
-        256,
-        8,
-        8,
-        4,
+    assert spec_of_shape("256,8,8,4,704") == TinySpec(
+        family="dream", hidden_size=256, num_layers=8, num_heads=8, num_kv_heads=4, intermediate_size=704
     )
-    assert spec.intermediate_size == 704
     for bad in ("256,8,8,4", "256,8,8,4,x", "256,8,0,4,704", "256,8,8,4,7\u00b2"):
         try:
             spec_of_shape(bad)
@@ -119,7 +114,7 @@ def test_shape_and_model_together_or_random_alone_stop_with_one_line(monkeypatch
         assert message in capsys.readouterr().err
 
 
-def test_shape_builds_the_random_or_the_warm_started_model_of_that_shape(monkeypatch, capsys):
+def test_shape_builds_the_random_or_the_warm_started_model_of_that_shape(monkeypatch):
     import whole_step
     from diffugrpo_plugin.models import tiny
     from diffugrpo_plugin.training import warm_start

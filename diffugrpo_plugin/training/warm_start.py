@@ -176,10 +176,11 @@ def warm_model_path(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()
     """Path of the cached warm-started checkpoint, fine-tuned on first use (once per machine)."""
     target = warm_model_dir(spec, recipe)
     if not target.is_dir():
+        duration = "a few minutes on CPU" + ("" if spec == TinySpec() else " at the default shape, more at larger ones")
         print(
             f"diffugrpo: building the warm-started tiny model once into {target} "
             f"(SFT until it passes {recipe.target_pass_rate:g} of the tests of the RL prompts it never trains on, "
-            f"{'a few minutes on CPU' if spec == TinySpec() else 'a few minutes on CPU at the default shape, more at larger ones'})",
+            f"{duration})",
             file=sys.stderr,
         )
     return str(build_once(target, lambda staging: save_warm_model(staging, spec, recipe)))
