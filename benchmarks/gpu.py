@@ -704,6 +704,7 @@ def step_part(args, results: list) -> None:
             completion_length=args.completion,
             gpus=1,
             reference_dtype="fp32",
+            reference_offloaded=False,  # this step keeps the reference's shards on the GPU (verl offloads them)
             rollout_micro_batch=rows,
             chunk_rows=chunk_rows,
         )

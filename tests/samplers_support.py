@@ -34,6 +34,7 @@ class TableModel(torch.nn.Module):
     def __init__(self, tables: dict[int, list[list[float]]]):
         super().__init__()
         self.tables = {key: torch.tensor(rows, dtype=torch.float32) for key, rows in tables.items()}
+        self.config = SimpleNamespace(vocab_size=FAKE_VOCAB)  # the logit width, which sizes micro-batches
         self.calls = 0
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):

@@ -138,7 +138,7 @@ def test_tiny_model_json_report_and_estimate(tiny_model_path, capsys):
 
     estimate = report["estimate"]
     setup = step_memory.StepSetup(**estimate["setup"])
-    assert (setup.batch, setup.tokens, setup.gpus, setup.sampler_batch) == (2, 48, 2, 4)
+    assert (setup.batch, setup.tokens, setup.gpus, setup.rollout_micro_batch) == (2, 48, 2, 4)
     shape = step_memory.ModelShape(
         parameters=resolution["parameters"],
         vocab=resolution["vocab_size"],
@@ -491,7 +491,8 @@ def test_memory_terms_by_hand_with_checkpointing():
     rows = 2 * 4 * 150  # coupled: two head rows per completion token = 1,200
     expected = {
         "policy: fp32 params + AdamW moments (sharded)": ("held", (4 + 4 + 4) * 1e9 / 4),  # 3.0e9
-        "reference model (fp32, sharded)": ("held", 4 * 1e9 / 4),  # 1.0e9
+        # 1.0e9, in pinned host memory: verl offloads every forward-only module
+        "reference model (fp32, sharded)": ("host", 4 * 1e9 / 4),
         "rollout policy copy (bf16, unsharded)": ("held", 2 * 1e9),  # 2.0e9: unsharded
         "policy: sharded grads (fp32)": ("update", 4 * 1e9 / 4),  # 1.0e9: freed when the update ends
         "FSDP gathered params (bf16)": ("update", 2 * (204.8e6 + 2 * layer)),  # 608.4e6
@@ -514,15 +515,34 @@ def test_memory_terms_by_hand_with_checkpointing():
     for name, (phase, value) in expected.items():
         assert found[name][0] == phase, name
         assert found[name][1] == pytest.approx(value, rel=1e-12), name
-    held, update, rollout = 6.0e9, 3_052_516_800, 3_043_302_400
+    held, update, rollout = 5.0e9, 3_052_516_800, 3_043_302_400
     assert estimate.phase_bytes("held") == pytest.approx(held)
+    assert estimate.phase_bytes("host") == pytest.approx(1.0e9)
     assert estimate.phase_bytes("update") == pytest.approx(update)
     assert estimate.phase_bytes("rollout") == pytest.approx(rollout)
     assert estimate.peak_phase == "update"
     assert estimate.total_bytes == pytest.approx(held + update)  # training and sampling never overlap
-    assert estimate.total_gib == pytest.approx(9_052_516_800 / 2**30)
+    assert estimate.total_gib == pytest.approx(8_052_516_800 / 2**30)
     table = step_memory.format_memory_table(estimate)
-    assert f"{9_052_516_800 / 2**30:>9.3f}  peak in update" in table and "phases (GiB): held 5.588" in table
+    assert f"{8_052_516_800 / 2**30:>9.3f}  peak in update" in table and "phases (GiB): held 4.657" in table
+    # the 4 workers' reference shards, 1e9 bytes each, on their node's host
+    assert f"{1e9 / 2**30:.3f} GiB per trainer worker, {4e9 / 2**30:.3f} GiB for the 4 on a node" in table
+
+
+def test_the_sampler_takes_as_many_rows_as_its_budget_allows():
+    # per row: logits 2 x 250 x 50,000 x 2 B = 50e6, fp32 window buffers 10 x 150 x 50,000 x 4 B = 300e6; 350e6
+    row = 2 * 250 * 50_000 * 2 + 10 * 150 * 50_000 * 4
+    for budget_gib, rows_cap, want in ((1.0, None, 3), (16.0, None, 49), (16.0, 40, 40), (0.1, None, 1)):
+        setup = dataclasses.replace(
+            ONE_B_STEP, rollout_micro_batch=None, sampler_budget_gib=budget_gib, rollout_rows=rows_cap
+        )
+        estimate = step_memory.memory_estimate(ONE_B, setup)
+        assert estimate.sampler_rows == want == max(1, min(rows_cap or 10**9, int(budget_gib * 2**30 // row)))
+        logits_and_window = (
+            terms_by_name(estimate)["sampler: model logits (bf16)"][1]
+            + terms_by_name(estimate)["sampler: fp32 window buffers"][1]
+        )
+        assert logits_and_window == want * row
 
 
 def test_memory_model_uses_the_fused_heads_own_constants():

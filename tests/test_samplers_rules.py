@@ -272,6 +272,24 @@ def test_seeded_rows_do_not_depend_on_the_rest_of_the_batch():
     assert not torch.equal(together.unmask_step, different.unmask_step)
 
 
+def test_without_a_micro_batch_the_sampler_takes_what_its_memory_budget_allows():
+    # One row of THREE's fake model (vocabulary 6, no head module: its config's vocab_size, counted as fp32
+    # logits) at 1 prompt + 3 new tokens: unshifted logits 4 x 6 x 4 B = 96 B, fp32 window buffers 10 x 3 x 6 x 4 B
+    # = 720 B; 816 B in all. A budget of 2.5 rows takes 2 rows at a time: 6 rows are 3 micro-batches.
+    row_bytes = 4 * 6 * 4 + 10 * 3 * 6 * 4
+    seeds = [10, 11, 12, 13, 14, 15]
+    whole = generate(MaskGitPlusSampler(steps=2, temperature=1.0, alg_temp=0.5), THREE, rows=6, seeds=seeds)
+    budget = MaskGitPlusSampler(steps=2, temperature=1.0, alg_temp=0.5, memory_budget_gib=2.5 * row_bytes / 2**30)
+    calls_before = THREE.module.calls
+    split = generate(budget, THREE, rows=6, seeds=seeds)
+    assert THREE.module.calls - calls_before == split.forwards == 3 * whole.forwards == 3 * 2  # 2 steps each
+    assert torch.equal(whole.completion_ids, split.completion_ids) and torch.equal(whole.unmask_step, split.unmask_step)
+    # the default budget (16 GiB) takes the whole batch at once here; a set micro_batch_size wins over any budget
+    assert whole.forwards == 2
+    set_size = MaskGitPlusSampler(steps=2, micro_batch_size=3, memory_budget_gib=2.5 * row_bytes / 2**30)
+    assert generate(set_size, THREE, rows=6).forwards == 2 * 2
+
+
 def test_threshold_also_unmasks_every_position_above_it():
     # Schedule of steps=2 takes 1 position at step 0 (B, .60 for maskgit_plus); threshold .5 adds C (.55) and A (.52).
     out = generate(MaskGitPlusSampler(steps=2, threshold=0.5), THREE)

@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 from diffugrpo_plugin.cli.model_flags import add_model_flags
+from diffugrpo_plugin.sampling.memory import DEFAULT_BUDGET_GIB
 
 # Memory-estimate defaults: DiffuCoder's recipe per GPU (examples/diffucoder_7b): 5 completions per micro-batch,
 # 200 + 256 tokens, 8 GPUs, the sampler denoising 10 completions together, 256 steps, 2 iterations.
@@ -122,10 +123,18 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     )
     estimate.add_argument(
         "--rollout-micro-batch",
-        type=int,
+        type=_micro_batch,
         default=DEFAULTS["rollout_micro_batch"],
         help="completions the sampler denoises together (engine_kwargs.diffusion.micro_batch_size; "
-        "default: %(default)s)",
+        "default: %(default)s, the 7B recipe's); 'budget': as many as --sampler-budget-gib allows, what the "
+        "sampler does when micro_batch_size is unset",
+    )
+    estimate.add_argument(
+        "--sampler-budget-gib",
+        type=float,
+        default=DEFAULT_BUDGET_GIB,
+        help="with --rollout-micro-batch budget: GiB the sampler's logits and fp32 window buffers may take "
+        "(engine_kwargs.diffusion.memory_budget_gib; default: %(default)s)",
     )
     estimate.add_argument(
         "--chunk-rows",
@@ -193,6 +202,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     parser.add_argument("--json", action="store_true", help="print everything as one JSON object")
     parser.set_defaults(func=run)
     return parser
+
+
+def _micro_batch(value: str) -> int | None:
+    return None if value == "budget" else int(value)
 
 
 def _fail(message: str) -> int:
@@ -310,6 +323,7 @@ def _run(args: argparse.Namespace) -> int:
         reference_dtype=None if args.no_reference else args.reference_dtype,
         rollout_dtype=args.rollout_dtype,
         rollout_micro_batch=args.rollout_micro_batch,
+        sampler_budget_gib=args.sampler_budget_gib,
         chunk_rows=args.chunk_rows or training_default("actor_rollout_ref.model.diffusion.chunk_rows"),
         logits_shift=bool(resolution.logits_shift),
         views=step_memory.MASKER_SHAPES[args.masker][0],
@@ -500,7 +514,9 @@ def _estimate_text(setup, memory, flops, r, args, adapted_modules: int = 0) -> s
         f"\nmemory per GPU, one training step: {setup.batch} completions x ({setup.prompt_length} + "
         f"{setup.completion_length}) tokens x {setup.views} views, {_plural(setup.gpus, 'GPU')}, param_dtype "
         f"{setup.param_dtype}, gradient checkpointing {checkpointing}, rollout micro-batch "
-        f"{setup.sampler_batch} in {setup.rollout_dtype}, weights stored in {setup.model_dtype}"
+        f"{memory.sampler_rows}"
+        + ("" if setup.rollout_micro_batch else f" (from the {setup.sampler_budget_gib:g} GiB sampler budget)")
+        + f" in {setup.rollout_dtype}, weights stored in {setup.model_dtype}"
     )
     if setup.lora_parameters:
         head += (

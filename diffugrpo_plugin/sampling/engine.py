@@ -42,9 +42,11 @@ from typing import NamedTuple, Protocol
 import torch
 
 from diffugrpo_plugin.models.dlm import DiffusionLM, position_ids_from_mask
+from diffugrpo_plugin.models.family import ModelConfigError, unwrap
 from diffugrpo_plugin.sampling.contract import GenerationOutput, SamplerOptionError
 from diffugrpo_plugin.sampling.decoding import factor_choice, packed_to_rows
 from diffugrpo_plugin.sampling.forward import build_forward
+from diffugrpo_plugin.sampling.memory import DEFAULT_BUDGET_GIB, GIB, rows_within, vocabulary_bytes_per_row
 
 
 class Proposal(NamedTuple):
@@ -88,7 +90,7 @@ class Plan:
     block_length: int | None  # None = the whole completion is one block
     threshold: float | None  # None = no confidence-threshold parallel decoding
     kv_cache: bool
-    micro_batch_size: int | None  # None = the whole batch at once
+    micro_batch_size: int | None  # None = as many rows as memory_budget_gib allows
     cfg_scale: float = 0.0
     suppress_mask_token: bool = False  # the references let a position "unmask" to the mask token
     dual_cache: bool = False  # Fast-dLLM's DualCache in place of the prefix cache
@@ -97,6 +99,7 @@ class Plan:
     reuse_logits: bool = False  # a row whose tokens did not change is not run again
     head_on_masked: bool = False  # the vocabulary head projects masked positions only
     cache_refresh: int | None = None  # None = a KV cache is filled only at a block's first step
+    memory_budget_gib: float = DEFAULT_BUDGET_GIB  # the vocabulary-sized buffers' cap without micro_batch_size
 
     @property
     def cached(self) -> bool:
@@ -178,7 +181,7 @@ def run(
     layout = block_layout(max_new_tokens, plan)
     seeds = resolve_seeds(seeds, prompt_ids.shape[0])
     generators = [torch.Generator(device=prompt_ids.device).manual_seed(seed) for seed in seeds]
-    chunk = plan.micro_batch_size or prompt_ids.shape[0]
+    chunk = plan.micro_batch_size or micro_batch_for_budget(model, plan, prompt_ids.shape, max_new_tokens)
     with _eval_mode(model.module), torch.no_grad():
         parts = [
             _generate_micro_batch(
@@ -194,6 +197,31 @@ def run(
             for start in range(0, prompt_ids.shape[0], chunk)
         ]
     return _merge(parts, seeds, eos_token_id, pad_token_id, record_trace)
+
+
+def micro_batch_for_budget(model: DiffusionLM, plan: Plan, prompt_shape: torch.Size, max_new_tokens: int) -> int:
+    """Rows denoised together when ``micro_batch_size`` is unset: as many as keep the vocabulary-sized buffers
+    (:mod:`~diffugrpo_plugin.sampling.memory`) under ``plan.memory_budget_gib``."""
+    vocab, logits_bytes = _logit_width_and_bytes(model)
+    row_bytes = vocabulary_bytes_per_row(vocab, prompt_shape[1], max_new_tokens, logits_bytes, model.shift_logits)
+    return rows_within(plan.memory_budget_gib * GIB, row_bytes, prompt_shape[0])
+
+
+def _logit_width_and_bytes(model: DiffusionLM) -> tuple[int, int]:
+    """The vocabulary head's rows and element size; a model whose head the family cannot find (a plugin's
+    own layout) gives its config's ``vocab_size``, counted as fp32 logits."""
+    module = unwrap(model.module)
+    try:
+        head = model.family.head_weight(module)  # [V, H]
+        return head.shape[0], head.element_size()
+    except ModelConfigError:
+        vocab = getattr(getattr(module, "config", None), "vocab_size", None)
+        if not isinstance(vocab, int):
+            raise SamplerOptionError(
+                f"cannot tell the logit width of {type(module).__name__} (no head where the {model.family.name} "
+                f"family looks, no config.vocab_size) to size micro-batches by memory_budget_gib; set micro_batch_size"
+            ) from None
+        return vocab, 4
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from diffugrpo_plugin.sampling.contract import GenerationOutput, SamplerOptionError
+from diffugrpo_plugin.sampling.memory import DEFAULT_BUDGET_GIB
 
 if TYPE_CHECKING:
     import torch
@@ -95,7 +96,16 @@ class _LoopOptions:
         "no vocabulary projection for decided positions: only the masked ones "
         "of the rows run go through the head; outputs unchanged",
     )
-    micro_batch_size: int | None = _option(None, "prompts generated together (default: the whole batch)")
+    micro_batch_size: int | None = _option(
+        None,
+        "prompts generated together (default: as many as keep the sampler's vocabulary-sized "
+        "buffers under memory_budget_gib)",
+    )
+    memory_budget_gib: float = _option(
+        DEFAULT_BUDGET_GIB,
+        "without micro_batch_size: GiB the logits and fp32 window buffers of the prompts generated "
+        "together may take (weights and KV cache not counted; outputs do not depend on it)",
+    )
     suppress_mask_token: bool = _option(
         False,
         "never propose the mask token itself (the Dream and LLaDA references "
@@ -109,6 +119,13 @@ class _LoopOptions:
         for option in ("steps", "block_length", "micro_batch_size", "cache_refresh"):
             value = getattr(self, option)
             _check(value is None or (_is_int(value) and value >= 1), name, option, value, "use an integer >= 1")
+        _check(
+            _is_number(self.memory_budget_gib) and self.memory_budget_gib > 0,
+            name,
+            "memory_budget_gib",
+            self.memory_budget_gib,
+            "use a number of GiB > 0",
+        )
         _check(
             _is_number(self.temperature) and self.temperature >= 0,
             name,
@@ -164,6 +181,7 @@ class _LoopOptions:
             reuse_logits=self.reuse_logits,
             head_on_masked=self.head_on_masked,
             cache_refresh=self.cache_refresh,
+            memory_budget_gib=self.memory_budget_gib,
         )
 
 

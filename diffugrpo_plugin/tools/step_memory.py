@@ -15,6 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from diffugrpo_plugin.sampling.memory import (
+    DEFAULT_BUDGET_GIB,
+    WINDOW_COPIES,
+    logits_bytes_per_row,
+    rows_within,
+    vocabulary_bytes_per_row,
+    window_bytes_per_row,
+)
 from diffugrpo_plugin.tools.step_cost import dtype_bytes
 
 GIB = 2**30
@@ -89,8 +97,17 @@ class StepSetup:
         param_dtype: FSDP mixed-precision ``param_dtype``, also the compute dtype under autocast.
         reference_dtype: the reference model's sharded storage dtype (verl 0.9.1's
             ``ref.fsdp_config.model_dtype`` default is fp32); None when there is no reference (no KL).
+        reference_offloaded: the reference's shards live in (pinned) host memory and reach the GPU one FSDP unit
+            at a time: verl 0.9.1 builds every forward-only module so (FSDP2 ``CPUOffloadPolicy(pin_memory=True)``,
+            FSDP1 ``CPUOffload(offload_params=True)``, workers/engine/fsdp/transformer_impl.py); False counts them on
+            the GPU (benchmarks/gpu.py's direct step, which keeps them there).
         rollout_dtype: ``actor_rollout_ref.rollout.dtype``, the rollout copy's dtype.
-        rollout_micro_batch: completions the sampler denoises together (``engine_kwargs.diffusion.micro_batch_size``).
+        rollout_micro_batch: completions the sampler denoises together (``engine_kwargs.diffusion.micro_batch_size``);
+            None: as many as ``sampler_budget_gib`` allows (:func:`sampler_rows`), at most ``rollout_rows``.
+        sampler_budget_gib: ``engine_kwargs.diffusion.memory_budget_gib``, the cap on the sampler's vocabulary-sized
+            buffers when no micro-batch is set (diffugrpo_plugin/sampling/memory.py).
+        rollout_rows: completions one worker's sampler is given per step (``train_batch_size x rollout.n / GPUs``);
+            None: no cap but the budget.
         views: masker views (3 for the coupled masker).
         scored_rows_per_token: vocabulary-head rows per completion token (2 for coupled: the fully masked
             view scores every token, the complementary pair scores each token once more).
@@ -99,7 +116,7 @@ class StepSetup:
         slice_columns: the fused head's widest vocabulary slice on a GPU (kernels.SLICE_COLUMNS_GPU).
         logits_shift: the model shifts its logits (Dream): aligning them copies the sampler's logits once more.
         sampler_window_copies: fp32 window-sized ``[micro_batch, completion, vocab]`` buffers a sampler step
-            holds at its peak (counted from sampling/engine.py, dream.py and decoding.py; see the term's assumption).
+            holds at its peak (sampling/memory.py's WINDOW_COPIES; see the term's assumption).
         sampler_kv_cache: the sampler keeps the prompt's keys/values (the training default's prefix cache).
         lean_mlp: the training engine's SwiGLU blocks save 2 of their 4 activations (``diffusion.lean_mlp``,
             on by default, for the families and implementations whose blocks it recognises).
@@ -122,14 +139,17 @@ class StepSetup:
     gradient_checkpointing: bool = True
     param_dtype: str = "bf16"
     reference_dtype: str | None = "fp32"
+    reference_offloaded: bool = True
     rollout_dtype: str = "bf16"
     rollout_micro_batch: int | None = None
+    sampler_budget_gib: float = DEFAULT_BUDGET_GIB
+    rollout_rows: int | None = None
     views: int = 3
     scored_rows_per_token: int = 2
     chunk_rows: int = 128  # kernels.DEFAULT_CHUNK_ROWS (not imported: this module imports no torch)
     slice_columns: int = 16384  # kernels.SLICE_COLUMNS_GPU (a test ties the two)
     logits_shift: bool = True
-    sampler_window_copies: int = 10
+    sampler_window_copies: int = WINDOW_COPIES
     sampler_kv_cache: bool = True  # engine_kwargs.diffusion.kv_cache, on in the training default
     lean_mlp: bool = True
     lora_parameters: int = 0
@@ -146,9 +166,15 @@ class StepSetup:
         """Sequences one training forward runs: every view of every completion."""
         return self.views * self.batch
 
-    @property
-    def sampler_batch(self) -> int:
-        return self.rollout_micro_batch or self.batch
+    def sampler_rows(self, model: "ModelShape") -> int:
+        """Completions the sampler denoises together: the set micro-batch, or what the budget allows (as the
+        sampler itself derives it, sampling/engine.py ``micro_batch_for_budget``)."""
+        if self.rollout_micro_batch:
+            return self.rollout_micro_batch
+        row_bytes = vocabulary_bytes_per_row(
+            model.vocab, self.prompt_length, self.completion_length, dtype_bytes(self.rollout_dtype), self.logits_shift
+        )
+        return rows_within(self.sampler_budget_gib * GIB, row_bytes, self.rollout_rows or 2**31)
 
 
 @dataclass(frozen=True)
@@ -166,7 +192,8 @@ class MemoryTerm:
         return self.bytes / GIB
 
 
-PHASES = ("held", "update", "rollout")
+PHASES = ("held", "update", "rollout", "host")
+"""``host`` terms live in the worker's host memory, not on its GPU: not in the per-GPU total."""
 
 
 @dataclass(frozen=True)
@@ -174,6 +201,8 @@ class MemoryEstimate:
     """Per-GPU memory of one training step, term by term."""
 
     terms: tuple[MemoryTerm, ...]
+    sampler_rows: int = 0  # completions the sampler denoises together
+    gpus: int = 1  # the trainer workers the states are sharded over
     not_counted: tuple[str, ...] = field(default=NOT_COUNTED)
 
     def phase_bytes(self, phase: str) -> float:
@@ -206,6 +235,7 @@ class MemoryEstimate:
                 for t in self.terms
             ],
             "phase_gib": {phase: self.phase_bytes(phase) / GIB for phase in PHASES},
+            "sampler_rows": self.sampler_rows,
             "peak_phase": self.peak_phase,
             "total_bytes": self.total_bytes,
             "total_gib": self.total_gib,
@@ -396,11 +426,17 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
         terms.append(
             MemoryTerm(
                 f"reference model ({setup.reference_dtype}, sharded)",
-                "held",
+                "host" if setup.reference_offloaded else "held",
                 reference_bytes(params, gpus, setup.reference_dtype),
                 f"{dtype_bytes(setup.reference_dtype)} B x {_n(params)} / {gpus}",
                 "forward only: no grads, no optimizer; verl 0.9.1 stores it in ref.fsdp_config."
-                "model_dtype (default fp32), sharded like the actor",
+                "model_dtype (default fp32), sharded like the actor"
+                + (
+                    ", in pinned host memory (verl offloads every forward-only module; its units visit the GPU "
+                    "one at a time during the reference pass)"
+                    if setup.reference_offloaded
+                    else ", on the GPU"
+                ),
             )
         )
     terms.append(
@@ -547,13 +583,13 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
         )
     )
 
-    m, L = setup.sampler_batch, setup.tokens
+    m, L = setup.sampler_rows(model), setup.tokens
     copies = 2 if setup.logits_shift else 1
     terms.append(
         MemoryTerm(
             f"sampler: model logits ({setup.rollout_dtype})",
             "rollout",
-            copies * m * L * vocab * rollout_bytes,
+            m * logits_bytes_per_row(vocab, L, rollout_bytes, setup.logits_shift),
             f"{copies} x {m} x {L} x {vocab} x {rollout_bytes} B",
             "the plain sampler runs the whole sequence and gets logits for every position "
             "(sampling/forward.py; an upper bound for head_on_masked)"
@@ -564,12 +600,18 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
         MemoryTerm(
             "sampler: fp32 window buffers",
             "rollout",
-            setup.sampler_window_copies * m * completion * vocab * 4,
+            m * window_bytes_per_row(vocab, completion, setup.sampler_window_copies),
             f"{setup.sampler_window_copies} x {m} x {completion} x {vocab} x 4 B",
             "at the first step (every position masked), inside top-p: the window's .float() logits "
             "(sampling/engine.py), their live-row copy, the packed masked rows, the temperature-scaled "
             "copy, top-p's sorted values, int64 indices (2), softmax, cumulative sum and its "
-            "difference = 10 (7 greedy without top-p; both measured)",
+            "difference = 10 (7 greedy without top-p; both measured)"
+            + (
+                ""
+                if setup.rollout_micro_batch
+                else f"; {m} rows at a time: what keeps both terms under the sampler's {setup.sampler_budget_gib:g} GiB "
+                "budget (engine_kwargs.diffusion.memory_budget_gib)"
+            ),
         )
     )
     if setup.sampler_kv_cache:
@@ -594,7 +636,10 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             "no grad: one layer's intermediates at a time, at most what it would save for a backward",
         )
     )
-    return MemoryEstimate(terms=tuple(terms))
+    return MemoryEstimate(terms=tuple(terms), sampler_rows=m, gpus=gpus)
+
+
+GPUS_PER_NODE = 8  # the trainer workers one node holds, for the host memory per node
 
 
 def format_memory_table(estimate: MemoryEstimate, name_width: int = 56) -> str:
@@ -610,4 +655,10 @@ def format_memory_table(estimate: MemoryEstimate, name_width: int = 56) -> str:
     )
     sums = ", ".join(f"{phase} {estimate.phase_bytes(phase) / scale:.3f}" for phase in PHASES)
     lines.append(f"  phases ({unit}): {sums}")
+    if estimate.phase_bytes("host"):
+        workers = min(estimate.gpus, GPUS_PER_NODE)
+        lines.append(
+            f"  host memory (not on the GPU): {estimate.phase_bytes('host') / scale:.3f} {unit} per trainer worker, "
+            f"{workers * estimate.phase_bytes('host') / scale:.3f} {unit} for the {workers} on a node, pinned"
+        )
     return "\n".join(lines)
