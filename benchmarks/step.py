@@ -35,6 +35,7 @@ STAGES = (
 )
 # the plain sampler: every lever the training default turns on, off
 PLAIN_LEVERS = {
+    "fast_path": False,  # the levers left null then take the reference sampler's values, on any model
     "kv_cache": False,
     "cache_refresh": None,
     "threshold": None,
@@ -111,7 +112,7 @@ def main() -> None:
         parser.error("--steps must be at least 2: the first step is start-up and is not counted")
     with tempfile.TemporaryDirectory(prefix="diffugrpo-step-") as workdir:
         reference = run_job("reference", args.steps, list(REFERENCE_SAMPLER), Path(workdir))
-        fast = run_job("fast", args.steps, args.fast, Path(workdir))
+        fast = run_job("fast", args.steps, ["fast_path=true", *args.fast], Path(workdir))
     print_table(reference, fast, args.fast)
 
 

@@ -404,7 +404,7 @@ def main() -> None:
             "ours, reference sampler": run_ours(
                 "reference", args.steps, args.model, list(REFERENCE_SAMPLER), settings, Path(workdir)
             ),
-            "ours, fast sampler": run_ours("fast", args.steps, args.model, [], settings, Path(workdir)),
+            "ours, fast sampler": run_ours("fast", args.steps, args.model, ["fast_path=true"], settings, Path(workdir)),
         }
     print_table(runs)
 

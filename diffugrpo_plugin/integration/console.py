@@ -402,16 +402,22 @@ def run_quietly(config, run, log_dir: str) -> None:
     verbose = bool(config.diffugrpo.get("verbose", False))
     total = int(config.trainer.total_training_steps or 0)
     from diffugrpo_plugin.integration.layout import trainer_loop_in_driver
+    from diffugrpo_plugin.integration.sampler_choice import sampler_choice
 
     trainer_here = trainer_loop_in_driver(config)
     out, err = sys.stdout, sys.stderr
+    sampler, _, phrase = sampler_choice(config)
     if verbose:
+        print(f"diffugrpo: {total} steps; sampler {sampler}, {phrase}", file=out, flush=True)
         with TerminalConsole(total, out, err, trainer_here):
             run(config)
         return
     _set_quiet_worker_settings(config, log_path)
     print(
-        f"diffugrpo: {total} steps; full log: {log_path} (diffugrpo.verbose=true shows it here)", file=out, flush=True
+        f"diffugrpo: {total} steps; sampler {sampler}, {phrase}; full log: {log_path} (diffugrpo.verbose=true "
+        f"shows it here)",
+        file=out,
+        flush=True,
     )
     started = time.monotonic()
     with open(log_path, "a", buffering=1) as log:

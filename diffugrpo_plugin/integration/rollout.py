@@ -42,6 +42,7 @@ from verl.workers.rollout.replica import RolloutReplica
 
 from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.integration.rollout_servers import spare_server, start_server
+from diffugrpo_plugin.integration.sampler_choice import is_default_model
 from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
 from diffugrpo_plugin.models.lora import (
     adapted_module_names,
@@ -57,6 +58,7 @@ from diffugrpo_plugin.models.quantization import (
     quantized_parameter_names,
 )
 from diffugrpo_plugin.sampling import build_request_sampler, build_sampler, left_pad, padding_id
+from diffugrpo_plugin.sampling.fast_path import resolve_fast_path
 from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY, RequestBatcher
 
 logger = logging.getLogger("diffugrpo.rollout")
@@ -85,7 +87,9 @@ class DiffusionRollout(BaseRollout):
         super().__init__(config, model_config, device_mesh)
         settings = dict((self.config.engine_kwargs or {}).get(NAME, {}) or {})
         self.sampler_name = settings.pop("sampler", DEFAULT_SAMPLER)
-        self.sampler_settings = settings
+        self.sampler_settings, self.sampler_phrase = resolve_fast_path(
+            settings, is_default_model(getattr(self.model_config, "path", None))
+        )
         build_sampler(self.sampler_name, **self.sampler_settings)  # fail at start-up on a bad option
         self.device = torch.device(get_device_name())
         dtype = getattr(torch, str(self.config.dtype)) if isinstance(self.config.dtype, str) else self.config.dtype
@@ -114,6 +118,8 @@ class DiffusionRollout(BaseRollout):
         self._occurrences: dict[tuple[int, tuple[int, ...], tuple], int] = {}
         self._validating = False
         self._batches = 0
+        if self.replica_rank == 0:
+            print(f"[diffugrpo] rollout: sampler {self.sampler_name}, {self.sampler_phrase}", flush=True)
         global _local_rollout
         _local_rollout = self
 

@@ -107,10 +107,13 @@ class WarmStart:
 def rollout_sampler() -> Any:
     """The sampler the default job's rollout builds, at its temperature, top-p and top-k."""
     from diffugrpo_plugin.sampling import build_request_sampler
+    from diffugrpo_plugin.sampling.fast_path import resolve_fast_path
 
     rollout = training_default("actor_rollout_ref.rollout")
     settings = dict(rollout.engine_kwargs.diffusion)
-    return build_request_sampler(settings.pop("sampler"), settings, rollout.temperature, rollout.top_p, rollout.top_k)
+    name = settings.pop("sampler")
+    settings, _ = resolve_fast_path(settings, tiny_default=True)
+    return build_request_sampler(name, settings, rollout.temperature, rollout.top_p, rollout.top_k)
 
 
 def save_warm_model(

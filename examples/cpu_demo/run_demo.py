@@ -251,6 +251,8 @@ def rl_command(settings: Settings, data: DemoData, sft_dir: Path, rl_dir: Path, 
         f"actor_rollout_ref.rollout.engine_kwargs.diffusion.steps={settings.sampler_steps}",
         "actor_rollout_ref.rollout.top_k=-1",
         "actor_rollout_ref.rollout.engine_kwargs.diffusion.suppress_mask_token=true",
+        # a lever below left null takes the reference sampler's value, whichever model the demo trains
+        "actor_rollout_ref.rollout.engine_kwargs.diffusion.fast_path=false",
         *(
             f"actor_rollout_ref.rollout.engine_kwargs.diffusion.{key}={_override_value(value)}"
             for key, value in settings.sampler_fast_path.items()
