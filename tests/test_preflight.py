@@ -67,6 +67,22 @@ def test_a_valid_configuration_passes(valid):
             "actor_rollout_ref.model.diffusion.mask_token_id=126336",
             "outside the model's 1645 logits: give the model's own mask token id",
         ),
+        (
+            "actor_rollout_ref.actor.entropy_coeff=0.01",
+            "actor_rollout_ref.actor.entropy_coeff=0.01 is not supported: an entropy bonus",
+        ),
+        (
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2 is not supported: Ulysses",
+        ),
+        (
+            "actor_rollout_ref.ref.ulysses_sequence_parallel_size=4",
+            "actor_rollout_ref.ref.ulysses_sequence_parallel_size=4 is not supported: Ulysses",
+        ),
+        (
+            "actor_rollout_ref.model.use_remove_padding=true",
+            "actor_rollout_ref.model.use_remove_padding=True is not supported: packed",
+        ),
     ],
 )
 def test_each_mistake_names_its_fix(valid, override, message):
@@ -92,24 +108,28 @@ def test_a_corrupt_parquet_is_named_with_its_fix(valid, tmp_path):
         check_config(composed(*valid, f"data.train_files={corrupt}"))
 
 
-def test_the_default_fast_sampler_with_remote_code_names_both_fixes(valid, dream_standin):
-    """The default sampler caches keys/values; a checkpoint run through its own (remote) code fills no Cache, so the
-    run stops before Ray, naming the native implementation and the cache-free setting; that setting passes."""
+def test_the_fast_path_with_remote_code_names_both_fixes(valid, dream_standin):
+    """The fast path caches keys/values; a checkpoint run through its own (remote) code fills no Cache, so the
+    run stops before Ray, naming the native implementation and the cache-free setting; that setting passes. A
+    checkpoint that is not the tiny default samples with the reference sampler unless fast_path=true, so it passes
+    as it is."""
     remote = [
         *valid,
         f"actor_rollout_ref.model.path={dream_standin}",
         "actor_rollout_ref.model.trust_remote_code=true",
         "actor_rollout_ref.model.diffusion.implementation=remote",
     ]
+    check_config(composed(*remote))
+    fast = [*remote, "actor_rollout_ref.rollout.engine_kwargs.diffusion.fast_path=true"]
     with pytest.raises(
         ConfigError,
-        match=r"diffusion\.kv_cache=true \(part of the default fast sampler\).*"
-        r"implementation=auto.*kv_cache=false .*cache_refresh=null",
+        match=r"diffusion\.kv_cache=true \(part of the fast path\).*"
+        r"implementation=auto.*fast_path=false, or .*kv_cache=false .*cache_refresh=null",
     ):
-        check_config(composed(*remote))
+        check_config(composed(*fast))
     check_config(
         composed(
-            *remote,
+            *fast,
             "actor_rollout_ref.rollout.engine_kwargs.diffusion.kv_cache=false",
             "actor_rollout_ref.rollout.engine_kwargs.diffusion.cache_refresh=null",
         )

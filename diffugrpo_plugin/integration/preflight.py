@@ -24,14 +24,14 @@ def _check_plugins(config: DictConfig) -> None:
     """The masker, sampler and loss terms build from their config (names, option names and values, weights); a
     plugin's own bug (any other exception) propagates with its traceback."""
     from diffugrpo_plugin.core.loss_terms import configured_terms
+    from diffugrpo_plugin.integration.sampler_choice import sampler_choice
     from diffugrpo_plugin.sampling import build_sampler
 
     diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
-    engine_kwargs = (config.actor_rollout_ref.rollout.get("engine_kwargs", {}) or {}).get("diffusion", {}) or {}
-    settings = dict(engine_kwargs)
     try:
         build("masker", diffusion.get("masker", "coupled"), dict(diffusion.get("masker_kwargs") or {}))
-        build_sampler(settings.pop("sampler", "entropy"), **settings)
+        sampler, settings, _ = sampler_choice(config)
+        build_sampler(sampler, **settings)
         terms = diffusion.get("loss_terms")
         configured_terms(OmegaConf.to_container(terms, resolve=True) if terms is not None else None)
     except (PluginError, ValueError) as error:
@@ -133,16 +133,19 @@ def _check_model(config: DictConfig) -> None:
                 f"checkpointing. Use our native implementation (actor_rollout_ref.model.diffusion.implementation=auto)"
                 f" or set actor_rollout_ref.model.enable_gradient_checkpointing=false."
             )
-    sampler = (config.actor_rollout_ref.rollout.get("engine_kwargs", {}) or {}).get("diffusion", {}) or {}
+    from diffugrpo_plugin.integration.sampler_choice import sampler_choice
+
+    _, sampler, _ = sampler_choice(config)
     cache = next((option for option in ("kv_cache", "dual_cache") if sampler.get(option)), None)
     if cache and plan.implementation == "remote" and not plan.family.remote_prefix_cache:
-        default = " (part of the default fast sampler)" if cache == "kv_cache" else ""
+        default = " (part of the fast path)" if cache == "kv_cache" else ""
         raise ConfigError(
             f"actor_rollout_ref.rollout.engine_kwargs.diffusion.{cache}=true{default} needs "
             f"a model whose forward fills a transformers Cache; the checkpoint's own code ({plan.family.name} family, "
             f"implementation=remote) does not. Use our native implementation "
             f"(actor_rollout_ref.model.diffusion.implementation=auto), or run without the cache: "
-            f"...engine_kwargs.diffusion.{cache}=false ...engine_kwargs.diffusion.cache_refresh=null."
+            f"...engine_kwargs.diffusion.fast_path=false, or ...engine_kwargs.diffusion.{cache}=false "
+            f"...engine_kwargs.diffusion.cache_refresh=null."
         )
 
 
@@ -493,6 +496,43 @@ def _check_strategy(config: DictConfig) -> None:
             )
 
 
+# verl settings the diffusion_lm engine does not honour; each would otherwise be ignored without a word
+UNSUPPORTED_SETTINGS = (
+    (
+        ("actor_rollout_ref.actor.entropy_coeff",),
+        lambda value: value not in (None, 0, 0.0),
+        "an entropy bonus: the coupled log-prob pass computes the entropy for metrics only, with no gradient "
+        "through it, so the bonus would change nothing; set 0",
+    ),
+    (
+        (
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+            "actor_rollout_ref.actor.fsdp_config.ulysses_sequence_parallel_size",
+            "actor_rollout_ref.ref.ulysses_sequence_parallel_size",
+            "actor_rollout_ref.ref.fsdp_config.ulysses_sequence_parallel_size",
+        ),
+        lambda value: value not in (None, 1),
+        "Ulysses sequence parallelism: the diffusion_lm engine runs whole sequences through bidirectional "
+        "attention without verl's input preparation (no all-to-all over the sequence); set 1 (shard over data "
+        "parallel workers instead, trainer.n_gpus_per_node)",
+    ),
+    (
+        ("actor_rollout_ref.model.use_remove_padding", "actor_rollout_ref.actor.use_remove_padding"),
+        lambda value: bool(value),
+        "packed (remove-padding) batches: the diffusion_lm engine attends bidirectionally over a padded batch "
+        "and has no packed path; set false",
+    ),
+)
+
+
+def _check_unsupported(config: DictConfig) -> None:
+    for keys, unsupported, why in UNSUPPORTED_SETTINGS:
+        for key in keys:
+            value = OmegaConf.select(config, key, default=None)
+            if unsupported(value):
+                raise ConfigError(f"{key}={value} is not supported: {why}")
+
+
 def _check_process_layout(config: DictConfig) -> None:
     from diffugrpo_plugin.integration.layout import process_layout
 
@@ -505,6 +545,7 @@ def _check_process_layout(config: DictConfig) -> None:
 def check_config(config: DictConfig) -> None:
     """Raise :class:`ConfigError` for the first problem found."""
     _check_strategy(config)
+    _check_unsupported(config)
     _check_process_layout(config)
     _check_lora_keys(config)
     _check_batch_sizes(config)
