@@ -450,3 +450,16 @@ def test_weights_a_loader_fetched_from_the_hub_are_checked_after_it_built_the_mo
         refuse_unloaded_weights(built, "someone/dream", plan)
     assert_one_line(refused, "do not fit DreamModel", "freshly initialised")
     refuse_unloaded_weights(built, "someone/absent", plan)  # nothing cached: nothing to read
+
+
+@pytest.mark.parametrize("family", ["dream", "llada"])
+def test_a_device_given_is_where_the_weights_load_with_no_host_copy(tmp_path, family):
+    """The rollout loads its policy copy with ``device=``: on the meta device no weight is read into host memory at
+    all (what a CUDA device gets: the checkpoint's tensors go straight there), and on the CPU the weights are the
+    checkpoint's."""
+    path = save_standin(family, tmp_path / family)
+    on_meta = load_pretrained(str(path), device="meta")
+    assert {parameter.device.type for parameter in on_meta.parameters()} == {"meta"}
+    on_cpu = load_pretrained(str(path), device="cpu")
+    saved = load_file(str(path / "model.safetensors"))
+    assert all(torch.equal(on_cpu.state_dict()[name], tensor) for name, tensor in saved.items())

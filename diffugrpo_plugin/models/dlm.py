@@ -480,7 +480,8 @@ def load_pretrained(
     """Load a diffusion LM checkpoint from a local path or hub id, as :func:`plan_loading` decides (or ``plan``
     says, when it was already made for this path). ``quantization``: 4-bit base weights, as
     :func:`~diffugrpo_plugin.models.quantization.quantization_settings` returns them, quantized on ``device``
-    (bitsandbytes quantizes where the weights land); the layers compute in ``dtype``."""
+    (bitsandbytes quantizes where the weights land); the layers compute in ``dtype``. With ``device`` the weights
+    load straight onto it."""
     from transformers import AutoModelForCausalLM
 
     register_with_transformers()
@@ -495,6 +496,10 @@ def load_pretrained(
 
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         kwargs.update(loading_kwargs(quantization, dtype, device, plan.family.head))
+    elif device is not None:
+        # straight onto the device: a CPU copy first would cost every trainer worker the whole checkpoint in host
+        # memory (8 x 15 GB a node for a 7B rollout copy in bf16)
+        kwargs["device_map"] = str(torch.device(device))
     if plan.implementation == "native":
         module, info = plan.model_class.from_pretrained(path, **kwargs)
     elif plan.implementation == "remote":
