@@ -58,9 +58,14 @@ def resolve(target: str):
 
 def signature_of(found) -> str:
     """A callable's or class's parameters as ``str(inspect.signature)`` writes them: names, kinds and defaults, with the
-    annotations left out (they name other libraries' classes, which move without verl changing)."""
+    annotations left out (they name other libraries' classes, which move without verl changing) and so is the
+    ``_ray_trace_ctx`` Ray adds to a class's methods once some actor class built from it exists (import order)."""
     signature = inspect.signature(found)
-    parameters = [parameter.replace(annotation=inspect.Parameter.empty) for parameter in signature.parameters.values()]
+    parameters = [
+        parameter.replace(annotation=inspect.Parameter.empty)
+        for name, parameter in signature.parameters.items()
+        if name != "_ray_trace_ctx"
+    ]
     return str(signature.replace(parameters=parameters, return_annotation=inspect.Signature.empty))
 
 
@@ -432,6 +437,32 @@ VERL_DEPENDENCIES: dict[str, Dependency] = {
         source_sha256="2fabbc138e468d1fe32c51f4ba8f8a2cd79aa731846c500dd5c922d97a5bfee4",
         assigns=("servers", "_server_handle", "_server_address"),
     ),
+    # overrides of abstract methods: verl's interface, whose signature our classes must keep matching
+    "verl.workers.rollout.base:BaseRollout.resume": Dependency(
+        uses=("overrides in DiffusionRollout.resume",),
+        signature="(self, tags)",
+        source_sha256="8e2cc7e41a6ae7f8929fdf561eb25199e23c0883d0288027b36803f89a2e3cd5",
+    ),
+    "verl.workers.rollout.base:BaseRollout.update_weights": Dependency(
+        uses=("overrides in DiffusionRollout.update_weights",),
+        signature="(self, weights, wire_format='named_tensors', **kwargs)",
+        source_sha256="6e053f2de05ee76acac475c587c9e791a65c8809bb23e2a57c6a77f1c9a3a695",
+    ),
+    "verl.workers.rollout.base:BaseRollout.release": Dependency(
+        uses=("overrides in DiffusionRollout.release",),
+        signature="(self)",
+        source_sha256="2490737ef523f14df2ce08e004c169b167de3473c7be5148483fc8bd746cab7c",
+    ),
+    "verl.workers.rollout.replica:RolloutReplica.launch_servers": Dependency(
+        uses=("overrides in DiffusionReplica.launch_servers",),
+        signature="(self)",
+        source_sha256="7299aabf433fc4114e9c66856aec8e5e11f62b7984136691f1468871b27095d8",
+    ),
+    "verl.experimental.reward_loop.reward_manager.base:RewardManagerBase.run_single": Dependency(
+        uses=("overrides in DiffugrpoRewardManager.run_single",),
+        signature="(self, data)",
+        source_sha256="06eb307d94c70d86ace0f7e571398c5a274dbeef3d1aabb50f7b15de90d3b4ad",
+    ),
     "verl.workers.rollout.base:BaseRollout.__init__": Dependency(
         uses=("overrides in DiffusionRollout.__init__",),
         signature="(self, config, model_config, device_mesh, *args, **kwargs)",
@@ -459,12 +490,12 @@ VERL_DEPENDENCIES: dict[str, Dependency] = {
     ),
     "verl.single_controller.base.worker:Worker._query_dispatch_info": Dependency(
         uses=("reaches in same_data_split",),
-        signature="(self, mesh_name, *, _ray_trace_ctx=None)",
+        signature="(self, mesh_name)",
         source_sha256="da9bb658831aef7eb16e3f3776e462542ae589cb584dc7989467f0021eabd4c9",
     ),
     "verl.single_controller.base.worker:Worker._query_collect_info": Dependency(
         uses=("reaches in same_data_split",),
-        signature="(self, mesh_name, *, _ray_trace_ctx=None)",
+        signature="(self, mesh_name)",
         source_sha256="396a2c00b4612e32c605f7dee21b7e4695aae30aca6ffe4567ab29d34da84a97",
     ),
     _TB + ".__init__": Dependency(
@@ -598,7 +629,7 @@ VERL_DEPENDENCIES: dict[str, Dependency] = {
     ),
     "verl.trainer.main_ppo:TaskRunnerV1.__ray_actor_class__.run": Dependency(
         uses=("reaches in run_task_runner_here",),
-        signature="(self, config, *, _ray_trace_ctx=None)",
+        signature="(self, config)",
         source_sha256="26be986901db888bb7ccbec7a7b8eb90365de42a426e6fbf119e6e8d445dde7c",
     ),
     "verl.workers.rollout.router:get_router_handle": Dependency(
