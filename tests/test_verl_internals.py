@@ -86,6 +86,37 @@ def test_a_changed_function_fails_naming_it_and_our_code():
     )
 
 
+def test_the_offload_policy_is_unpinned_on_a_cpu_host_only_inside_the_block(monkeypatch):
+    from verl.workers.engine.fsdp import transformer_impl
+
+    original = transformer_impl.CPUOffloadPolicy
+    monkeypatch.setattr(verl_internals, "get_device_name", lambda: "cpu")
+    with verl_internals.fsdp2_offload_unpinned_on_cpu():
+        assert transformer_impl.CPUOffloadPolicy(pin_memory=True).pin_memory is False
+    assert transformer_impl.CPUOffloadPolicy is original and original(pin_memory=True).pin_memory is True
+    monkeypatch.setattr(verl_internals, "get_device_name", lambda: "cuda")
+    with verl_internals.fsdp2_offload_unpinned_on_cpu():
+        assert transformer_impl.CPUOffloadPolicy is original
+
+
+def test_the_model_type_is_a_language_model_only_while_verl_builds_it():
+    from verl.base_config import BaseConfig
+
+    @dataclasses.dataclass
+    class ModelConfig(BaseConfig):
+        model_type: str = "diffusion_lm"
+        trust_remote_code: bool = True
+
+    config = ModelConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):  # why it goes around verl's __setattr__
+        config.model_type = "language_model"
+    with pytest.raises(RuntimeError, match="verl failed"):
+        with verl_internals.building_as_language_model(config, trust_remote_code=False):
+            assert (config.model_type, config.trust_remote_code) == ("language_model", False)
+            raise RuntimeError("verl failed")
+    assert (config.model_type, config.trust_remote_code) == ("diffusion_lm", True)
+
+
 def our_verl_subclasses() -> list[type]:
     """Our classes with a verl (or TransferQueue) class among their bases, in the modules that define them."""
     from diffugrpo_plugin.integration import (
