@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -28,13 +27,23 @@ from verl.utils.fsdp_utils import load_fsdp_model_to_gpu, offload_fsdp_model_to_
 from verl.utils.metric import AggregationType, Metric
 from verl.workers.config import HFModelConfig
 from verl.workers.engine.base import EngineRegistry
-from verl.workers.engine.fsdp import transformer_impl
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
-from verl.workers.engine.utils import detach_tree
 
 from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.core.loss_terms import TermInputs, configured_terms
 from diffugrpo_plugin.core.masking import check_views
+from diffugrpo_plugin.integration.verl_internals import (
+    apply_verl_model_patches,
+    building_as_language_model,
+    fsdp2_offload_unpinned_on_cpu,
+    fsdp2_sharding_around_quantized,
+    lora_enabled,
+    parameters_offloaded,
+    set_frozen_field,
+    verl_autocast,
+    verl_step_loss,
+    verl_step_output,
+)
 from diffugrpo_plugin.models.dlm import (
     DiffusionLM,
     plan_loading,
@@ -55,7 +64,6 @@ from diffugrpo_plugin.models.lora import (
 )
 from diffugrpo_plugin.models.quantization import (
     keep_canonical_packing,
-    leave_out_of_state_dict,
     loading_kwargs,
     quantization_settings,
     quantized_parameters,
@@ -88,49 +96,8 @@ class DiffusionModelConfig(HFModelConfig):
 
     def __post_init__(self):
         # the job's default model is named by its cache directory and built by the first to load it
-        object.__setattr__(self, "path", built_if_default(self.path))
+        set_frozen_field(self, "path", built_if_default(self.path))
         super().__post_init__()
-
-
-@contextmanager
-def _host_memory_offload_on_cpu():
-    """FSDP2 gives forward-only (reference) modules ``CPUOffloadPolicy(pin_memory=True)``; pinning needs
-    an accelerator. On a CPU host the parameters already live in host memory, so build it unpinned."""
-    if get_device_name() != "cpu":
-        yield
-        return
-    original = transformer_impl.CPUOffloadPolicy
-    transformer_impl.CPUOffloadPolicy = lambda **kwargs: original(**{**kwargs, "pin_memory": False})
-    try:
-        yield
-    finally:
-        transformer_impl.CPUOffloadPolicy = original
-
-
-@contextmanager
-def _sharding_around(quantized: set):
-    """verl's FSDP2 wrapping with 4-bit weights (QLoRA) left out of the sharding: FSDP2 would turn them into plain
-    sharded tensors without their quantization state. Each rank keeps the whole frozen 4-bit base (as d1 does under
-    DDP); adapters and full-precision weights are sharded as before. Every rank loaded the real weights itself, so
-    verl's rank-0 broadcast, which starts the other ranks from empty storage, is left out; only the trainable
-    parameters (new adapters start random) are broadcast from rank 0, so every world size starts from one draw."""
-    if not quantized:
-        yield
-        return
-    shard, broadcast = transformer_impl.apply_fsdp2, transformer_impl.fsdp2_load_full_state_dict
-
-    def shard_around_quantized(model, kwargs, config):
-        for parameter in model.parameters():
-            if parameter.requires_grad:
-                torch.distributed.broadcast(parameter.data, src=0)
-        return shard(leave_out_of_state_dict(model), {**kwargs, "ignored_params": quantized}, config)
-
-    transformer_impl.apply_fsdp2 = shard_around_quantized
-    transformer_impl.fsdp2_load_full_state_dict = lambda *args, **kwargs: None
-    try:
-        yield
-    finally:
-        transformer_impl.apply_fsdp2, transformer_impl.fsdp2_load_full_state_dict = shard, broadcast
 
 
 def _as_config_class(config, config_class, model_class=None):
@@ -206,15 +173,8 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         quantization = quantization_settings(self.model_config.lora)
         if quantization is not None:
             return self._build_4bit_module(quantization, plan)
-        replaced = {"model_type": "language_model", "trust_remote_code": plan.trust_remote_code}
-        original = {key: getattr(self.model_config, key) for key in replaced}
-        for key, value in replaced.items():
-            object.__setattr__(self.model_config, key, value)
-        try:
+        with building_as_language_model(self.model_config, plan.trust_remote_code):
             module = super()._build_module()
-        finally:
-            for key, value in original.items():
-                object.__setattr__(self.model_config, key, value)
         refuse_unloaded_weights(module, path, plan)  # a hub id's weights are first readable here
         return module
 
@@ -243,14 +203,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
             **loading_kwargs(quantization, self._param_dtype(), device, plan.family.head),
         )
         refuse_partial_load(module, plan, info)
-        transformer_impl.apply_monkey_patch(
-            model=module,
-            use_remove_padding=self.use_remove_padding,
-            ulysses_sp_size=self.ulysses_sequence_parallel_size,
-            use_fused_kernels=self.model_config.use_fused_kernels,
-        )
-        if self.model_config.enable_gradient_checkpointing:
-            module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        apply_verl_model_patches(self, module)
         return keep_canonical_packing(module)
 
     def _build_lora_module(self, module):
@@ -266,7 +219,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
     def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None, **kwargs):
         """verl's checkpoint (resumes the run exactly), plus with LoRA the adapter alone in peft's format in
         ``<local_path>/lora_adapter``, which ``diffugrpo generate/eval --adapter`` and peft load."""
-        state = self._gathered_adapter() if self._is_lora else None
+        state = self._gathered_adapter() if lora_enabled(self) else None
         super().save_checkpoint(
             local_path, hdfs_path=hdfs_path, global_step=global_step, max_ckpt_to_keep=max_ckpt_to_keep, **kwargs
         )
@@ -280,12 +233,12 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
     def _gathered_adapter(self) -> dict[str, torch.Tensor]:
         """The whole adapter on every rank (gathering the shards is collective), with offloaded parameters brought
         to the device for it."""
-        if self._is_offload_param:
+        if parameters_offloaded(self):
             load_fsdp_model_to_gpu(self.module)
         try:
             return adapter_state(self.module)
         finally:
-            if self._is_offload_param:
+            if parameters_offloaded(self):
                 offload_fsdp_model_to_cpu(self.module)
 
     def _build_fsdp_module(self, module):
@@ -294,7 +247,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
             report = make_lean(module, self._family.swiglu)
             if self.rank == 0:
                 print(f"[diffugrpo] lean MLP: {report.summary()}")
-        with _host_memory_offload_on_cpu(), _sharding_around(quantized_parameters(module)):
+        with fsdp2_offload_unpinned_on_cpu(), fsdp2_sharding_around_quantized(quantized_parameters(module)):
             return super()._build_fsdp_module(module)
 
     def _diffusion_lm(self) -> DiffusionLM:
@@ -344,13 +297,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         )
         views.coef = views.coef * scored.to(views.coef.device)
 
-        autocast_dtype = getattr(self, "_autocast_dtype", torch.bfloat16)
-        autocast_ctx = (
-            nullcontext()
-            if autocast_dtype == torch.float32
-            else torch.autocast(device_type=get_device_name(), dtype=autocast_dtype)
-        )
-        with autocast_ctx:
+        with verl_autocast(self):
             out = coupled_token_logprobs(
                 lm,
                 views,
@@ -365,33 +312,27 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
             if calculate_entropy:
                 model_output["entropy"] = _nested(torch.roll(out.entropy, shifts=-1, dims=1), seq_lens)
 
-            if loss_function is not None:
-                loss, metrics = loss_function(
-                    model_output=model_output, data=micro_batch, dp_group=self.get_data_parallel_group()
+            loss, metrics = verl_step_loss(self, loss_function, model_output, micro_batch, forward_only)
+            if loss_function is not None and not forward_only and self._loss_terms:
+                inputs = TermInputs(
+                    lm=lm,
+                    input_ids=ids,
+                    attention=attention,
+                    positions=positions,
+                    prompt=prompt,
+                    canvas=in_response,
+                    scored=scored,
+                    logp=out.logp,
+                    reference_logp=self._reference_logp(micro_batch, in_response, response_cols),
+                    iteration=(
+                        micro_batch[ITERATION_FIELD]
+                        if ITERATION_FIELD in micro_batch.keys()
+                        else torch.zeros(len(ids), dtype=torch.long)
+                    ),
+                    chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
                 )
-                if not forward_only and self._loss_terms:
-                    inputs = TermInputs(
-                        lm=lm,
-                        input_ids=ids,
-                        attention=attention,
-                        positions=positions,
-                        prompt=prompt,
-                        canvas=in_response,
-                        scored=scored,
-                        logp=out.logp,
-                        reference_logp=self._reference_logp(micro_batch, in_response, response_cols),
-                        iteration=(
-                            micro_batch[ITERATION_FIELD]
-                            if ITERATION_FIELD in micro_batch.keys()
-                            else torch.zeros(len(ids), dtype=torch.long)
-                        ),
-                        chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
-                    )
-                    loss = loss + self._added_terms(inputs, micro_batch, metrics)
-            else:
-                assert forward_only, "forward_only must be True when loss_function is None"
-                loss, metrics = torch.tensor(1.0, device=get_device_name()), {}
-        return loss, {"model_output": detach_tree(model_output), "loss": loss.detach().item(), "metrics": metrics}
+                loss = loss + self._added_terms(inputs, micro_batch, metrics)
+        return verl_step_output(loss, model_output, metrics)
 
     @staticmethod
     def _reference_logp(micro_batch: TensorDict, in_response: torch.Tensor, response_cols: torch.Tensor):

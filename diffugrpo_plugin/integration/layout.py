@@ -53,6 +53,18 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 
 from diffugrpo_plugin.integration.reward_manager import MANAGER_NAME
 from diffugrpo_plugin.integration.rollout_servers import forget_spare_server, start_directory_server
+from diffugrpo_plugin.integration.verl_internals import (
+    load_router_yaml,
+    refresh_transfer_queue_threads,
+    router_handles_from,
+    run_main_ppo,
+    run_task_runner_here,
+    set_transfer_queue_state,
+    transfer_queue_actor_classes,
+    transfer_queue_close_replaced,
+    transfer_queue_state,
+    validate_as_main_ppo,
+)
 from diffugrpo_plugin.sampling.request_router import LeastBusyRouter
 
 logger = logging.getLogger("diffugrpo.layout")
@@ -178,19 +190,13 @@ class InProcessTaskRunner:
     def _run(config):
         import ray
 
-        from verl.trainer.main_ppo import TaskRunnerV1
-
         for name, value in (ray.get_runtime_context().runtime_env.get("env_vars") or {}).items():
             os.environ[name] = str(value)
         # TransferQueue's client and storage units read their thread count when ``import verl`` imported them, before
         # this environment
-        from transfer_queue import client as transfer_queue_client
-        from transfer_queue.storage import simple_storage
-
-        for module in (transfer_queue_client, simple_storage):
-            module.TQ_NUM_THREADS = int(os.environ.get("TQ_NUM_THREADS", module.TQ_NUM_THREADS))
+        refresh_transfer_queue_threads()
         with transfer_queue_here(config.transfer_queue), _light_router_here(config):
-            TaskRunnerV1.__ray_actor_class__().run(config)
+            run_task_runner_here(config)
         return ray.put(None)
 
 
@@ -200,30 +206,28 @@ def _light_router_here(config):
     (:class:`InProcessAgentLoopManager`), the light request router that :func:`apply_lean_settings` names is built
     here too, instead of in a Ray actor of its own. Any other router, or agent-loop workers in actors of their own
     (whose servers' client Ray pickles), get the router verl builds."""
-    from verl.workers.rollout import router
 
-    build = router.get_router_handle
+    def lean_router(build):
+        def get_router_handle(servers, router_config_path=None, load_balancer_cls=None, **options):
+            # read now, not on entry: the trainer's __init__ (apply_lean_settings) names the manager after this block
+            # begins
+            manager = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
+            if router_config_path != _lean_router_path() or load_balancer_cls is not None or manager != _MANAGER_PATH:
+                return build(
+                    servers, router_config_path=router_config_path, load_balancer_cls=load_balancer_cls, **options
+                )
+            return _InProcessHandle(LeastBusyRouter(servers, load_router_yaml(router_config_path)))
 
-    def get_router_handle(servers, router_config_path=None, load_balancer_cls=None, **options):
-        # read now, not on entry: the trainer's __init__ (apply_lean_settings) names the manager after this block begins
-        manager = OmegaConf.select(config, "actor_rollout_ref.rollout.agent.agent_loop_manager_class")
-        if router_config_path != _lean_router_path() or load_balancer_cls is not None or manager != _MANAGER_PATH:
-            return build(servers, router_config_path=router_config_path, load_balancer_cls=load_balancer_cls, **options)
-        return _InProcessHandle(LeastBusyRouter(servers, router._load_router_yaml(router_config_path)))
+        return get_router_handle
 
-    router.get_router_handle = get_router_handle
-    try:
+    with router_handles_from(lean_router):
         yield
-    finally:
-        router.get_router_handle = build
 
 
 def run_training(config) -> None:
     """verl's ``main_ppo.main`` (config checks, Ray, the TaskRunner), with the trainer loop in this process under
     the lean layout. The layout is decided here, once, and written into the config every process reads."""
     from verl.trainer import main_ppo
-    from verl.trainer.ppo.utils import need_critic, need_reference_policy
-    from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
     # main_ppo.main's own steps before run_ppo, copied because the task runner is the one thing that differs
@@ -231,9 +235,9 @@ def run_training(config) -> None:
     with open_dict(config):
         config.diffugrpo.process_layout = process_layout(config)
     if not trainer_loop_in_driver(config):
-        main_ppo.main.__wrapped__(config)
+        run_main_ppo(config)
         return
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    validate_as_main_ppo(config)
     # Ray starts a worker process per CPU when the driver connects, and keeps one per CPU once a task has run, for
     # tasks this job seldom runs: each idles at ~55 MiB. The actors start their own.
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
@@ -283,8 +287,6 @@ def transfer_queue_here(transfer_queue_config):
     verl starts TransferQueue as it does. The agent-loop workers of this process stop before TransferQueue closes
     (:func:`stop_agent_loops`)."""
     import transfer_queue
-    from transfer_queue import interface
-    from transfer_queue.storage.bootstrap import simple_storage_bootstrap
 
     backend = OmegaConf.select(transfer_queue_config, "backend.storage_backend", default="SimpleStorage")
     # SSD offload sets the storage actors' allocator through their environment, which objects here cannot have
@@ -292,26 +294,25 @@ def transfer_queue_here(transfer_queue_config):
     if backend != "SimpleStorage" or offload:
         yield
         return
-    controller_class, storage_class = interface.TransferQueueController, simple_storage_bootstrap.SimpleStorageUnit
-    interface.TransferQueueController = _InProcessActorClass(controller_class, directory_name=_CONTROLLER_NAME)
-    simple_storage_bootstrap.SimpleStorageUnit = _InProcessActorClass(storage_class)
-    try:
-        transfer_queue.init(transfer_queue_config)
-        if not isinstance(interface._TQ_CONTROLLER, _InProcessHandle):
-            raise RuntimeError(
-                "a TransferQueue controller already runs in this Ray cluster; diffugrpo.process_layout=lean starts its "
-                "own: stop the other job, or set diffugrpo.process_layout=verl"
-            )
-    except BaseException:
-        _close_transfer_queue(interface)
-        raise
-    finally:
-        interface.TransferQueueController, simple_storage_bootstrap.SimpleStorageUnit = controller_class, storage_class
+    with transfer_queue_actor_classes(
+        lambda controller_class: _InProcessActorClass(controller_class, directory_name=_CONTROLLER_NAME),
+        _InProcessActorClass,
+    ):
+        try:
+            transfer_queue.init(transfer_queue_config)
+            if not isinstance(transfer_queue_state("controller"), _InProcessHandle):
+                raise RuntimeError(
+                    "a TransferQueue controller already runs in this Ray cluster; diffugrpo.process_layout=lean starts "
+                    "its own: stop the other job, or set diffugrpo.process_layout=verl"
+                )
+        except BaseException:
+            _close_transfer_queue()
+            raise
     # What TransferQueue's ``close`` stops must be actors: it kills the directory; the storage units stop below. The
     # controller has no way to stop: its daemon threads wait on their sockets until the process ends, as in its actor.
-    units = interface._TQ_STORAGE.pop(backend)
-    directory = interface._TQ_CONTROLLER.directory
-    interface._TQ_CONTROLLER, interface._TQ_STORAGE = directory, None
+    units = transfer_queue_state("storage").pop(backend)
+    directory = transfer_queue_state("controller").directory
+    set_transfer_queue_state(controller=directory, storage=None)
     close = transfer_queue.close
 
     def close_after_the_agent_loops() -> None:  # verl's trainer loop closes TransferQueue through this attribute
@@ -319,22 +320,22 @@ def transfer_queue_here(transfer_queue_config):
         forget_spare_server(directory)
         close()
 
-    transfer_queue.close = close_after_the_agent_loops
     try:
-        yield
+        with transfer_queue_close_replaced(close_after_the_agent_loops):
+            yield
     finally:
-        transfer_queue.close = close
         close_after_the_agent_loops()
         for unit in units.values():
             unit.instance.shutdown()
 
 
-def _close_transfer_queue(interface) -> None:
+def _close_transfer_queue() -> None:
     """After a failed start: the directory, the storage units and the client that were built, and TransferQueue's
     globals, so that a later start does not find a directory without a config."""
     import ray
 
-    handles = [interface._TQ_CONTROLLER, *((interface._TQ_STORAGE or {}).get("SimpleStorage") or {}).values()]
+    storage = transfer_queue_state("storage") or {}
+    handles = [transfer_queue_state("controller"), *(storage.get("SimpleStorage") or {}).values()]
     for handle in handles:
         if isinstance(handle, _InProcessHandle):
             with contextlib.suppress(Exception):
@@ -343,9 +344,9 @@ def _close_transfer_queue(interface) -> None:
                     ray.kill(handle.directory)
                 if hasattr(handle.instance, "shutdown"):
                     handle.instance.shutdown()
-    if interface._TQ_CLIENT is not None:
-        interface._TQ_CLIENT.close()
-    interface._TQ_CLIENT = interface._TQ_CONTROLLER = interface._TQ_STORAGE = None
+    if transfer_queue_state("client") is not None:
+        transfer_queue_state("client").close()
+    set_transfer_queue_state(client=None, controller=None, storage=None)
 
 
 _CONTROLLER_NAME = ("TransferQueueController", "transfer_queue")  # name and namespace, as TransferQueue looks it up

@@ -43,6 +43,7 @@ from verl.workers.rollout.replica import RolloutReplica
 from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.integration.rollout_servers import spare_server, start_server
 from diffugrpo_plugin.integration.sampler_choice import is_default_model
+from diffugrpo_plugin.integration.verl_internals import register_rollout_adapter, set_replica_server
 from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
 from diffugrpo_plugin.models.lora import (
     adapted_module_names,
@@ -358,9 +359,7 @@ class DiffusionReplica(RolloutReplica):
             RequestBatcher, node_id, name=f"diffusion_server_{self.replica_rank}{self.name_suffix}"
         )
         await worker.__ray_call__.remote(_serve_from_worker, server)
-        self.servers = [server]
-        self._server_handle = server
-        self._server_address = f"diffusion://replica-{self.replica_rank}"
+        set_replica_server(self, server, f"diffusion://replica-{self.replica_rank}")
 
 
 class AnnouncedDispatches:
@@ -397,12 +396,11 @@ def announced(manager, server_handles: list, rollout_config):
 
 def register() -> None:
     from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
-    from verl.workers.rollout.base import _ROLLOUT_REGISTRY
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
     from diffugrpo_plugin.integration.agent_loop import NAME as AGENT_LOOP
     from diffugrpo_plugin.integration.agent_loop import DiffusionAgentLoop
 
-    _ROLLOUT_REGISTRY[(NAME, "async")] = f"{__name__}.DiffusionRollout"
+    register_rollout_adapter(NAME, f"{__name__}.DiffusionRollout")
     RolloutReplicaRegistry.register(NAME, lambda: DiffusionReplica)
     register_agent_loop(AGENT_LOOP)(DiffusionAgentLoop)

@@ -89,6 +89,7 @@ from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.integration.rollout import DiffusionRollout, announced
+from diffugrpo_plugin.integration.verl_internals import same_data_split
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
 from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
 from diffugrpo_plugin.rewards.spec import RewardSpec
@@ -447,13 +448,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
                 self.use_reference_policy
                 and not correction.get("bypass_mode", False)  # verl's old-log-prob stage then calls no worker
                 and self.ref_policy_wg is group
-                and (
-                    self.ref_in_actor
-                    or all(
-                        query("ref") == query("actor")
-                        for query in (group._query_dispatch_info, group._query_collect_info)
-                    )
-                )
+                and (self.ref_in_actor or same_data_split(group, "ref", "actor"))
             )
         return self.reference_with_policy
 
