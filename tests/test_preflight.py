@@ -79,6 +79,7 @@ def test_a_valid_configuration_passes(valid):
             "actor_rollout_ref.ref.ulysses_sequence_parallel_size=4",
             "actor_rollout_ref.ref.ulysses_sequence_parallel_size=4 is not supported: Ulysses",
         ),
+        ("trainer.use_v1=false", "trainer.use_v1=False is not supported: verl's legacy trainer"),
         (
             "actor_rollout_ref.model.use_remove_padding=true",
             "actor_rollout_ref.model.use_remove_padding=True is not supported: packed",

@@ -522,6 +522,12 @@ UNSUPPORTED_SETTINGS = (
         "packed (remove-padding) batches: the diffusion_lm engine attends bidirectionally over a padded batch "
         "and has no packed path; set false",
     ),
+    (
+        ("trainer.use_v1",),
+        lambda value: value is False,
+        "verl's legacy trainer: the diffugrpo trainer (trainer.v1.trainer_mode=diffugrpo) and the diffusion "
+        "rollout run on verl's V1 trainer; set true",
+    ),
 )
 
 
