@@ -374,3 +374,40 @@ def test_lora_trains_the_adapters_alone_as_one_worker_does(runs, name):
     assert changed and all("lora_" in n for n in changed), sorted(changed)[:5]  # the base is frozen
     assert any("lora_A" in n for n in changed) and any("lora_B" in n for n in changed)
     assert result["rollout gap"] == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox  # the default job's code rewards
+@pytest.mark.parametrize("workers", [2, 4])
+def test_the_main_job_killed_and_resumed_on_many_workers_takes_the_uninterrupted_step(workers, tmp_path):
+    """``python -m verl.trainer.main algorithm=coupled_grpo`` on ``workers`` logical GPUs with the reference synced
+    every step (alpha 0.6): SIGKILLed (the whole process group, Ray's workers included) once step 3 is logged,
+    resumed from step 2's checkpoint, it takes steps 3 and 4, and its step 3 is the killed run's step 3: the same KL
+    to the reference (the synced reference came back with the policy; the reference of model.path, which verl
+    alone would rebuild, is further from the policy) and the same policy loss."""
+    import subprocess
+
+    from test_main_e2e import SHORT, logged_steps, main_command, metric_by_step, run_until_step
+
+    common = [
+        f"trainer.n_gpus_per_node={workers}",
+        "trainer.total_training_steps=4",
+        "trainer.save_freq=2",
+        "actor_rollout_ref.actor.optim.lr=0.01",
+        "diffugrpo.ref_sync.enable=true",
+        "diffugrpo.ref_sync.steps=1",
+        f"diffugrpo.ref_sync.alpha={ALPHA}",
+        *SHORT,
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+    ]
+    killed = run_until_step(main_command(*common), tmp_path, 3)
+    assert logged_steps(killed) == [1, 2, 3], killed[-5000:]
+    assert (tmp_path / "ckpt" / "global_step_2" / "actor" / "diffugrpo_reference").is_dir()
+    resumed = subprocess.run(main_command(*common), cwd=tmp_path, capture_output=True, text=True, timeout=1200)
+    log = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, log[-5000:]
+    assert logged_steps(log) == [3, 4]
+    for name in ("actor/kl_loss", "actor/pg_loss"):
+        before, after = metric_by_step(killed, name), metric_by_step(log, name)
+        print(name, "killed run", before, "resumed", after)
+        assert after[3] == pytest.approx(before[3], rel=1e-3, abs=1e-7), (name, before, after)
