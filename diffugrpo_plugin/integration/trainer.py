@@ -34,10 +34,10 @@ One training step, in order: verl's stage (``PPOTrainer.fit`` / ``_step_once``),
    log-probs computed with it; with ``actor.shuffle=False`` the order is the reference's), then
    verl's ``train_mini_batch`` -> ``forward_step`` -> verl's ``ppo_loss`` with
    ``algorithm.compute_coupled_grpo_policy_loss`` and verl's k3 KL.
-7. **step end**: verl saves checkpoints and syncs the new weights to the rollout
-   (``DiffusionRollout.update_weights``); :meth:`DiffuGRPOTrainer.on_step_end` then mixes the
-   reference towards the policy every ``diffugrpo.ref_sync.steps`` steps (TRL's ``sync_ref_model``:
-   ``alpha * policy + (1 - alpha) * reference``; DiffuCoder: 64 steps, 0.6).
+7. **step end**: :meth:`DiffuGRPOTrainer.step` mixes the reference towards the policy every
+   ``diffugrpo.ref_sync.steps`` steps (TRL's ``sync_ref_model``: ``alpha * policy + (1 - alpha) * reference``;
+   DiffuCoder: 64 steps, 0.6); verl then saves checkpoints (a synced reference in the actor's folder,
+   :data:`REFERENCE_FOLDER`) and syncs the new weights to the rollout (``DiffusionRollout.update_weights``).
 8. **metrics**: :meth:`DiffuGRPOTrainer._compute_metrics` adds each reward component's mean,
    None and failure fractions, the total, the split of rollout time into sampling and scoring,
    and completion lengths up to the EOS; a reward failing on most completions for
@@ -63,6 +63,10 @@ import ray
 import torch
 from omegaconf import OmegaConf, open_dict
 from tensordict import TensorDict
+from torch.distributed import checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor, distribute_tensor
 
 from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.trainer.ppo.v1.trainer_base import register_trainer
@@ -85,7 +89,6 @@ from diffugrpo_plugin.integration.console import (
 )
 from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD
 from diffugrpo_plugin.integration.layout import InProcessRewardWorker, apply_lean_settings, rewards_in_agent_loop
-from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.integration.rollout import DiffusionRollout, announced
@@ -103,6 +106,8 @@ MASK_ITERATIONS_KEY = "mask_iterations"
 # a batch's non-tensor entry: the policy's log-prob call scores the reference too, its outputs prefixed
 WITH_REFERENCE_KEY = "with_reference"
 REFERENCE_PREFIX = "reference_"
+# in a checkpoint's actor folder: the synced reference (torch.distributed.checkpoint, any world size can load it)
+REFERENCE_FOLDER = "diffugrpo_reference"
 
 
 class RewardFailure(RuntimeError):
@@ -182,16 +187,36 @@ def real_rows(batch) -> list[int]:
 def mix_into_reference(reference: torch.nn.Module, policy: torch.nn.Module, alpha: float) -> None:
     """``ref <- alpha * policy + (1 - alpha) * ref`` parameter by parameter (TRL's SyncRefModelCallback).
 
-    Works shard by shard on FSDP2 modules: actor and reference are sharded identically in verl's hybrid worker.
+    On FSDP2 modules it works on the sharded parameters: shard by shard where the two are sharded alike (verl's
+    default, one FSDP group over every worker for both), else from the gathered policy parameter, cut to the
+    reference's shard (the actor's ``fsdp_size`` set without the reference's: hybrid against full sharding).
     """
+    for module in (*reference.modules(), *policy.modules()):
+        # after a forward with reshard_after_forward=false the unsharded copies are registered: writing them is lost
+        if isinstance(module, FSDPModule):
+            module.reshard()
     policy_params = dict(policy.named_parameters())
     with torch.no_grad():
         for name, ref_param in reference.named_parameters():
             if name not in policy_params:
                 raise KeyError(f"reference parameter '{name}' has no policy counterpart")
-            ref_local = ref_param.to_local() if hasattr(ref_param, "to_local") else ref_param.data
             policy_param = policy_params[name]
-            policy_local = policy_param.to_local() if hasattr(policy_param, "to_local") else policy_param.data
+            if (
+                isinstance(ref_param, DTensor)
+                and isinstance(policy_param, DTensor)
+                and policy_param.device_mesh == ref_param.device_mesh
+                and policy_param.placements == ref_param.placements
+            ):
+                policy_local = policy_param.to_local()
+            else:
+                whole = policy_param.full_tensor() if isinstance(policy_param, DTensor) else policy_param.data
+                # every rank holds the whole tensor: each keeps its own shard of it, nothing is sent
+                policy_local = (
+                    distribute_tensor(whole, ref_param.device_mesh, ref_param.placements, src_data_rank=None).to_local()
+                    if isinstance(ref_param, DTensor)
+                    else whole
+                )
+            ref_local = ref_param.to_local() if isinstance(ref_param, DTensor) else ref_param.data
             ref_local.mul_(1.0 - alpha).add_(policy_local.to(ref_local.device, ref_local.dtype), alpha=alpha)
 
 
@@ -231,6 +256,7 @@ class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
 
     actor_worker_cls = IterationMasksTrainingWorker
     ref_worker_cls = IterationMasksTrainingWorker
+    reference_synced = False  # the reference is no longer model.path's weights: checkpoints must hold it
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self):
@@ -267,7 +293,26 @@ class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
                 "(actor_rollout_ref.hybrid_engine=true, no LoRA)"
             )
         mix_into_reference(self.ref.engine.module, self.actor.engine.module, float(alpha))
-        release_openmp_threads()  # this runs after the weight sync, on the training thread: sampling runs alone next
+        self.reference_synced = True
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+        super().save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
+        if self.ref is not None and self.reference_synced:
+            # verl saves the actor alone and rebuilds the reference from model.path, which would undo every sync
+            dcp.save(
+                get_model_state_dict(self.ref.engine.module), checkpoint_id=os.path.join(local_path, REFERENCE_FOLDER)
+            )
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
+        folder = os.path.join(local_path, REFERENCE_FOLDER)
+        if self.ref is not None and os.path.isdir(folder):  # before verl's load, which may delete local_path
+            state = get_model_state_dict(self.ref.engine.module)
+            dcp.load(state, checkpoint_id=folder)
+            set_model_state_dict(self.ref.engine.module, state)
+            self.reference_synced = True
+        super().load_checkpoint(local_path, hdfs_path, del_local_after_load)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def seed_validation(self, validating: bool) -> None:
@@ -385,10 +430,12 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             self.prompt_positions.pop(uid, None)
         metrics.update(self.data_sampler.metrics())
 
-    def on_step_end(self):
-        super().on_step_end()
+    def step(self, metrics, timing_raw):
+        batch = super().step(metrics, timing_raw)
+        # here, not after verl's checkpoint of this step: the checkpoint must hold the reference the next step uses
         if self.ref_sync_steps and self.use_reference_policy and self.global_steps % self.ref_sync_steps == 0:
             self.actor_rollout_wg.sync_reference(self.ref_sync_alpha)
+        return batch
 
     def _build_replay_buffer(self):
         replay_buffer = super()._build_replay_buffer()
