@@ -578,10 +578,20 @@ VERL_DEPENDENCIES: dict[str, Dependency] = {
         signature="(self, batch, metrics, timing_raw, global_steps, epoch)",
         source_sha256="9c5c555787889555c5bd77e59f57b87d03a08e0449903a63e26186d6f511fcec",
     ),
-    "verl.trainer.ppo.v1.trainer_sync:PPOTrainerSync.on_step_end": Dependency(
-        uses=("overrides in DiffuGRPOTrainer.on_step_end",),
-        signature="(self)",
-        source_sha256="a759d37bd53da9f555354ed9dfec119746e7584b20a5b352eaaf161d90e13f11",
+    _TB + ".step": Dependency(
+        uses=("overrides in DiffuGRPOTrainer.step",),
+        signature="(self, metrics, timing_raw)",
+        source_sha256="e22f53aadb7805d2d15d16ba6528b6ef8628dfab5949ef00abbc339f5a35ec80",
+    ),
+    _EW + ":ActorRolloutRefWorker.save_checkpoint": Dependency(
+        uses=("overrides in DiffusionActorRolloutRefWorker.save_checkpoint",),
+        signature="(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None)",
+        source_sha256="eb8ae7e09251a0878ae3cd10e05c70e9c621d44c82f36c15e8ab153928a195d5",
+    ),
+    _EW + ":ActorRolloutRefWorker.load_checkpoint": Dependency(
+        uses=("overrides in DiffusionActorRolloutRefWorker.load_checkpoint",),
+        signature="(self, local_path, hdfs_path=None, del_local_after_load=False)",
+        source_sha256="a280f4c73b41039079b6cc05ea668d2571081f939b22ae43663b37ed14174cec",
     ),
     _EW + ":ActorRolloutRefWorker.actor_worker_cls": Dependency(
         uses=("overrides in DiffusionActorRolloutRefWorker.actor_worker_cls",), attribute_type="type"
