@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import os
@@ -220,7 +221,7 @@ def _light_router_here(config):
 
 def run_training(config) -> None:
     """verl's ``main_ppo.main`` (config checks, Ray, the TaskRunner), with the trainer loop in this process under
-    the lean layout. The layout is decided here, once, and written into the config every process reads."""
+    the lean layout, and TransferQueue reserving no Ray CPU under the verl layout on a CPU host. The layout is decided here, once, and written into the config every process reads."""
     from verl.trainer import main_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
@@ -230,16 +231,70 @@ def run_training(config) -> None:
     auto_set_device(config)
     with open_dict(config):
         config.diffugrpo.process_layout = process_layout(config)
-    if not trainer_loop_in_driver(config):
-        main_ppo.main.__wrapped__(config)
+    in_driver = trainer_loop_in_driver(config)
+    if not in_driver and not (config.trainer.use_v1 and config.trainer.device == "cpu"):
+        main_ppo.main.__wrapped__(config)  # verl's own task runner
         return
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    if not in_driver:  # the verl layout on a CPU host
+        main_ppo.run_ppo(config, task_runner_class=task_runner_on_cpu())
+        return
     # Ray starts a worker process per CPU when the driver connects, and keeps one per CPU once a task has run, for
     # tasks this job seldom runs: each idles at ~55 MiB. The actors start their own.
     os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
     os.environ.setdefault("RAY_num_workers_soft_limit", "0")
     with ray_head_for_one_job(config):
         main_ppo.run_ppo(config, task_runner_class=InProcessTaskRunner)
+
+
+@functools.cache
+def task_runner_on_cpu():
+    """verl's ``TaskRunnerV1`` actor (under its name, which Ray puts before its output), with TransferQueue's controller
+    and storage units reserving no Ray CPU (:func:`transfer_queue_reserving_no_cpus`): the verl layout's task runner on
+    a CPU host."""
+    import ray
+
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    class TaskRunner(TaskRunnerV1.__ray_actor_class__):
+        def run(self, config):
+            with transfer_queue_reserving_no_cpus():
+                return super().run(config)
+
+    TaskRunner.__name__ = TaskRunner.__qualname__ = "TaskRunnerV1"
+    return ray.remote(TaskRunner)
+
+
+@contextlib.contextmanager
+def transfer_queue_reserving_no_cpus():
+    """While the block runs, the TransferQueue controller and storage units this process starts reserve no Ray CPU
+    (TransferQueue asks one for each). On a CPU host Ray's CPUs are the cores, or what a ``ray start`` declared: with 2
+    a node, the two that TransferQueue held left a node no CPU for its trainer worker's bundle (1 CPU, 1 GPU), and
+    verl waited for that placement group without end (two nodes, seen 2026-12-02). They serve a few kB a step from
+    threads that wait on their sockets; the lean layout runs them in the driver, reserving nothing either."""
+    from transfer_queue import interface
+    from transfer_queue.storage.bootstrap import simple_storage_bootstrap
+
+    controller_class, storage_class = interface.TransferQueueController, simple_storage_bootstrap.SimpleStorageUnit
+    interface.TransferQueueController = _ReservingNoCPU(controller_class)
+    simple_storage_bootstrap.SimpleStorageUnit = _ReservingNoCPU(storage_class)
+    try:
+        yield
+    finally:
+        interface.TransferQueueController, simple_storage_bootstrap.SimpleStorageUnit = controller_class, storage_class
+
+
+class _ReservingNoCPU:
+    """A Ray actor class whose actors reserve no CPU, whatever the class's decorator asked."""
+
+    def __init__(self, actor_class):
+        self._actor_class = actor_class
+
+    def options(self, **options):
+        return self._actor_class.options(**{**options, "num_cpus": 0})
+
+    def remote(self, *args, **kwargs):
+        return self.options().remote(*args, **kwargs)
 
 
 @contextlib.contextmanager
