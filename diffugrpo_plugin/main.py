@@ -41,9 +41,13 @@ def main(config) -> None:
         print(f"diffugrpo: configuration error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
     from diffugrpo_plugin.integration.console import run_quietly
-    from diffugrpo_plugin.integration.layout import run_training
+    from diffugrpo_plugin.integration.layout import JobProcessLost, run_training
 
-    run_quietly(config, run_training, HydraConfig.get().runtime.output_dir)
+    try:
+        run_quietly(config, run_training, HydraConfig.get().runtime.output_dir)
+    except JobProcessLost as error:  # Ray's own error and traceback are in the log
+        print(f"diffugrpo: {error}", file=sys.stderr)
+        raise SystemExit(1) from error
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import os
 import pickle
 import threading
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf, open_dict
@@ -232,19 +233,98 @@ def run_training(config) -> None:
     with open_dict(config):
         config.diffugrpo.process_layout = process_layout(config)
     in_driver = trainer_loop_in_driver(config)
-    if not in_driver and not (config.trainer.use_v1 and config.trainer.device == "cpu"):
-        main_ppo.main.__wrapped__(config)  # verl's own task runner
-        return
-    validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
-    if not in_driver:  # the verl layout on a CPU host
-        main_ppo.run_ppo(config, task_runner_class=task_runner_on_cpu())
-        return
-    # Ray starts a worker process per CPU when the driver connects, and keeps one per CPU once a task has run, for
-    # tasks this job seldom runs: each idles at ~55 MiB. The actors start their own.
-    os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
-    os.environ.setdefault("RAY_num_workers_soft_limit", "0")
-    with ray_head_for_one_job(config):
-        main_ppo.run_ppo(config, task_runner_class=InProcessTaskRunner)
+    with lost_processes_explained(config):
+        if not in_driver and not (config.trainer.use_v1 and config.trainer.device == "cpu"):
+            main_ppo.main.__wrapped__(config)  # verl's own task runner
+            return
+        validate_config(
+            config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config)
+        )
+        if not in_driver:  # the verl layout on a CPU host
+            main_ppo.run_ppo(config, task_runner_class=task_runner_on_cpu())
+            return
+        # Ray starts a worker process per CPU when the driver connects, and keeps one per CPU once a task has run, for
+        # tasks this job seldom runs: each idles at ~55 MiB. The actors start their own.
+        os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+        os.environ.setdefault("RAY_num_workers_soft_limit", "0")
+        with ray_head_for_one_job(config):
+            main_ppo.run_ppo(config, task_runner_class=InProcessTaskRunner)
+
+
+class JobProcessLost(RuntimeError):
+    """A Ray process of the job died, or its node left the cluster; the message says which nodes and how to resume."""
+
+
+# how long the GCS may take to mark a node whose raylet died as dead: its health check gives up after missed
+# heartbeats (seen: 15 s after a raylet was killed); the actors' errors come sooner (seen: 6 s)
+NODE_DEATH_NOTICE_S = 30.0
+
+
+@contextlib.contextmanager
+def lost_processes_explained(config):
+    """A job whose trainer worker, task runner or other actor died (a node's raylet killed or gone, an OOM kill) stops
+    with Ray's error as it comes (``ActorUnavailableError: ... Socket closed``, seen 6 s after a node's raylet was
+    killed mid-run) and Ray's raylet log dump; this raises :class:`JobProcessLost` from it instead, whose one line
+    names the node that died and the checkpoint a new run resumes from."""
+    import ray
+
+    lost = (
+        ray.exceptions.RayActorError,
+        ray.exceptions.NodeDiedError,
+        ray.exceptions.WorkerCrashedError,
+        ray.exceptions.ObjectLostError,
+        ray.exceptions.LocalRayletDiedError,
+    )
+    try:
+        yield
+    except lost as error:
+        logger.error("a process of the job was lost", exc_info=error)
+        # an actor's error re-raised by the task runner's actor is Ray's RayTaskError(<the actor's error>)
+        cause = error.cause if isinstance(error, ray.exceptions.RayTaskError) else error
+        raise JobProcessLost(lost_process_message(config, type(cause).__name__, _nodes_dying())) from error
+
+
+def _nodes_dying() -> list[str] | None:
+    """The nodes, alive in the GCS's view when the job's error came, that it marks dead within
+    :data:`NODE_DEATH_NOTICE_S`; None where that cannot be told (one node: no other to wait for; the GCS gone)."""
+    import time
+
+    import ray
+
+    try:
+        alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+        deadline = time.monotonic() + NODE_DEATH_NOTICE_S
+        while len(alive) > 1:
+            dead = [node for node in ray.nodes() if node["NodeID"] in alive and not node["Alive"]]
+            if dead or time.monotonic() > deadline:
+                return [f"{node['NodeID'][:8]} at {node['NodeManagerAddress']}" for node in dead]
+            time.sleep(1.0)
+    except Exception:  # noqa: BLE001 - the GCS itself gone with the head's node: nothing to tell
+        pass
+    return None
+
+
+def lost_process_message(config, error_name: str, dead_nodes: list[str] | None) -> str:
+    """One line: what was lost, where the last checkpoint is, and that the same command resumes from it."""
+    if dead_nodes:
+        what = f"node {', '.join(dead_nodes)} died"
+    elif dead_nodes is None:
+        what = "a process of the job or its node died"
+    else:
+        what = f"no node died in {NODE_DEATH_NOTICE_S:.0f} s: a process of the job did (out of memory?)"
+    folder = Path(str(config.trainer.default_local_dir)).absolute()
+    marker = folder / "latest_checkpointed_iteration.txt"  # verl's: the step of the last complete checkpoint
+    step = marker.read_text().strip() if marker.is_file() else None
+    if step is None:
+        resume = f"no checkpoint in {folder} yet: the same command starts afresh"
+    elif config.trainer.resume_mode == "auto":
+        resume = f"the same command resumes from step {step} (trainer.resume_mode=auto, {folder})"
+    else:
+        resume = f"the last checkpoint is step {step} in {folder} (trainer.resume_mode=auto resumes from it)"
+    return (
+        f"a Ray process of the job was lost ({error_name}; {what}); restart what failed (a node: ray start "
+        f"--address=<head>), then {resume}"
+    )
 
 
 @functools.cache
