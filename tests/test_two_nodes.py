@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
 from test_main_e2e import logged_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.ray]
