@@ -141,3 +141,48 @@ def test_ray_errors_of_a_lost_process_become_the_one_line_and_others_pass(monkey
         assert f"({name}; node 5d0e74c4 at 10.0.0.2 died)" in str(lost.value)
     with pytest.raises(ValueError, match="not a lost process"), layout.lost_processes_explained(config):
         raise ValueError("not a lost process")
+
+
+def test_placement_shortfall_names_what_verl_would_wait_for_without_end():
+    two_nodes = {"head": {"CPU": 2.0, "GPU": 1.0}, "second": {"CPU": 2.0, "GPU": 1.0}}
+    assert layout.placement_shortfall([1, 1], 1, "GPU", two_nodes, spare_cpus=1) is None
+    # what verl met before TransferQueue reserved no CPU: its controller and storage unit held the head's two
+    held = {"head": {"CPU": 0.0, "GPU": 1.0}, "second": {"CPU": 2.0, "GPU": 1.0}}
+    assert (
+        layout.placement_shortfall([1, 1], 1, "GPU", held, 1)
+        == "a node with 1 GPU and 1 CPU free for 1 trainer workers"
+    )
+    # both bundles fit, and nothing is left to place the agent-loop and reward workers (the lean layout needs none)
+    full = {"head": {"CPU": 1.0, "GPU": 1.0}, "second": {"CPU": 1.0, "GPU": 1.0}}
+    assert layout.placement_shortfall([1, 1], 1, "GPU", full, 1) == (
+        "1 CPU free beside the trainer workers, to place the agent-loop and reward workers"
+    )
+    assert layout.placement_shortfall([1, 1], 1, "GPU", full, 0) is None
+    # a node's group packs on one node: 8 workers x 3 CPUs (verl's reservation on a GPU host) on either node
+    gpu_nodes = {"a": {"CPU": 32.0, "GPU": 8.0}, "b": {"CPU": 20.0, "GPU": 8.0}}
+    assert layout.placement_shortfall([8, 8], 3, "GPU", gpu_nodes, 1) == (
+        "a node with 8 GPU and 24 CPU free for 8 trainer workers"
+    )
+    assert layout.placement_shortfall([8], 3, "GPU", gpu_nodes, 1) is None
+    # one node able to hold both groups holds both
+    assert layout.placement_shortfall([1, 1], 1, "GPU", {"big": {"CPU": 3.0, "GPU": 2.0}}, 1) is None
+
+
+def test_a_cluster_too_small_for_the_job_stops_it_in_one_line(monkeypatch):
+    import ray
+
+    from verl.single_controller.ray.base import ResourcePoolManager
+
+    free = {"5d0e74c4aa": {"CPU": 0.0, "GPU": 1.0}, "1f991b1abb": {"CPU": 2.0, "GPU": 1.0}}
+    monkeypatch.setattr(ray._private.state, "available_resources_per_node", lambda: free)
+    manager = ResourcePoolManager({"global_pool": [1, 1]}, mapping={}, max_colocate_count=1)
+    config = OmegaConf.create({"trainer": {"nnodes": 2, "n_gpus_per_node": 1, "device": "cpu"}})
+    with pytest.raises(layout.ClusterTooSmall) as too_small:
+        layout.check_cluster_fits(config, manager)
+    assert str(too_small.value) == (
+        "the Ray cluster cannot place this job (trainer.nnodes=2 x trainer.n_gpus_per_node=1): it needs a node with "
+        "1 GPU and 1 CPU free for 1 trainer workers; free now: 5d0e74c4: 0 CPU, 1 GPU; 1f991b1a: 2 CPU, 1 GPU. Start "
+        "the nodes with more (ray start --num-cpus / --num-gpus) or ask for fewer workers"
+    )
+    free["5d0e74c4aa"]["CPU"] = 1.0
+    layout.check_cluster_fits(config, manager)  # fits: nothing raised

@@ -251,6 +251,58 @@ def run_training(config) -> None:
             main_ppo.run_ppo(config, task_runner_class=InProcessTaskRunner)
 
 
+class ClusterTooSmall(RuntimeError):
+    """The Ray cluster has too few free resources for the job's placement groups; the message says what is missing."""
+
+
+def placement_shortfall(
+    process_on_nodes: list[int], cpus_per_worker: float, device: str, free: dict[str, dict[str, float]], spare_cpus: int
+) -> str | None:
+    """What the cluster lacks, with ``free`` resources a node (node id -> resource -> amount), for verl's trainer
+    placement groups, or None where they fit. verl asks one STRICT_PACK placement group a node, of
+    ``process_on_nodes[i]`` bundles of ``{CPU: cpus_per_worker, device: 1}``, and then waits for them without end;
+    the actors it starts next that hold no CPU while they run (the verl layout's agent-loop and reward workers) still
+    need ``spare_cpus`` free somewhere to be placed. With identical groups, the first node that fits each is as good
+    as any."""
+    nodes = {node: dict(resources) for node, resources in free.items()}
+    for workers in sorted(process_on_nodes, reverse=True):
+        cpus, devices = workers * cpus_per_worker, workers
+        fit = next(
+            (n for n, r in nodes.items() if r.get("CPU", 0) >= cpus and r.get(device, 0) >= devices),
+            None,
+        )
+        if fit is None:
+            return f"a node with {devices:g} {device} and {cpus:g} CPU free for {workers} trainer workers"
+        nodes[fit]["CPU"] -= cpus
+        nodes[fit][device] -= devices
+    if sum(r.get("CPU", 0) for r in nodes.values()) < spare_cpus:
+        return f"{spare_cpus} CPU free beside the trainer workers, to place the agent-loop and reward workers"
+    return None
+
+
+def check_cluster_fits(config, resource_pool_manager) -> None:
+    """Raises :class:`ClusterTooSmall` where verl would wait forever for the trainer workers' placement groups, or for
+    a CPU to place the actors after them (seen on two nodes of 2 CPUs each, before TransferQueue reserved none)."""
+    import ray
+
+    from verl.plugin.platform import get_platform
+
+    device = get_platform().ray_resource_name()
+    free = ray._private.state.available_resources_per_node()  # what verl's own GPU check reads
+    spare = 1 if process_layout(config) == "verl" else 0
+    for process_on_nodes in resource_pool_manager.resource_pool_spec.values():
+        missing = placement_shortfall(process_on_nodes, resource_pool_manager.max_colocate_count, device, free, spare)
+        if missing is not None:
+            nodes = "; ".join(
+                f"{node[:8]}: {r.get('CPU', 0):g} CPU, {r.get(device, 0):g} {device}" for node, r in free.items()
+            )
+            raise ClusterTooSmall(
+                f"the Ray cluster cannot place this job (trainer.nnodes={config.trainer.nnodes} x "
+                f"trainer.n_gpus_per_node={config.trainer.n_gpus_per_node}): it needs {missing}; free now: {nodes}. "
+                f"Start the nodes with more (ray start --num-cpus / --num-gpus) or ask for fewer workers"
+            )
+
+
 class JobProcessLost(RuntimeError):
     """A Ray process of the job died, or its node left the cluster; the message says which nodes and how to resume."""
 
