@@ -145,27 +145,21 @@ def test_ray_errors_of_a_lost_process_become_the_one_line_and_others_pass(monkey
 
 def test_placement_shortfall_names_what_verl_would_wait_for_without_end():
     two_nodes = {"head": {"CPU": 2.0, "GPU": 1.0}, "second": {"CPU": 2.0, "GPU": 1.0}}
-    assert layout.placement_shortfall([1, 1], 1, "GPU", two_nodes, spare_cpus=1) is None
+    assert layout.placement_shortfall([1, 1], 1, "GPU", two_nodes) is None
     # what verl met before TransferQueue reserved no CPU: its controller and storage unit held the head's two
     held = {"head": {"CPU": 0.0, "GPU": 1.0}, "second": {"CPU": 2.0, "GPU": 1.0}}
     assert (
-        layout.placement_shortfall([1, 1], 1, "GPU", held, 1)
-        == "a node with 1 GPU and 1 CPU free for 1 trainer workers"
+        layout.placement_shortfall([1, 1], 1, "GPU", held) == "a node with 1 GPU and 1 CPU free for 1 trainer workers"
     )
-    # both bundles fit, and nothing is left to place the agent-loop and reward workers (the lean layout needs none)
-    full = {"head": {"CPU": 1.0, "GPU": 1.0}, "second": {"CPU": 1.0, "GPU": 1.0}}
-    assert layout.placement_shortfall([1, 1], 1, "GPU", full, 1) == (
-        "1 CPU free beside the trainer workers, to place the agent-loop and reward workers"
-    )
-    assert layout.placement_shortfall([1, 1], 1, "GPU", full, 0) is None
     # a node's group packs on one node: 8 workers x 3 CPUs (verl's reservation on a GPU host) on either node
     gpu_nodes = {"a": {"CPU": 32.0, "GPU": 8.0}, "b": {"CPU": 20.0, "GPU": 8.0}}
-    assert layout.placement_shortfall([8, 8], 3, "GPU", gpu_nodes, 1) == (
+    assert layout.placement_shortfall([8, 8], 3, "GPU", gpu_nodes) == (
         "a node with 8 GPU and 24 CPU free for 8 trainer workers"
     )
-    assert layout.placement_shortfall([8], 3, "GPU", gpu_nodes, 1) is None
-    # one node able to hold both groups holds both
-    assert layout.placement_shortfall([1, 1], 1, "GPU", {"big": {"CPU": 3.0, "GPU": 2.0}}, 1) is None
+    assert layout.placement_shortfall([8], 3, "GPU", gpu_nodes) is None
+    # one node able to hold both groups holds both; one GPU short is short
+    assert layout.placement_shortfall([1, 1], 1, "GPU", {"big": {"CPU": 3.0, "GPU": 2.0}}) is None
+    assert layout.placement_shortfall([1, 1], 1, "GPU", {"big": {"CPU": 3.0, "GPU": 1.0}}) is not None
 
 
 def test_a_cluster_too_small_for_the_job_stops_it_in_one_line(monkeypatch):

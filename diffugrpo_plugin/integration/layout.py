@@ -256,42 +256,35 @@ class ClusterTooSmall(RuntimeError):
 
 
 def placement_shortfall(
-    process_on_nodes: list[int], cpus_per_worker: float, device: str, free: dict[str, dict[str, float]], spare_cpus: int
+    process_on_nodes: list[int], cpus_per_worker: float, device: str, free: dict[str, dict[str, float]]
 ) -> str | None:
     """What the cluster lacks, with ``free`` resources a node (node id -> resource -> amount), for verl's trainer
     placement groups, or None where they fit. verl asks one STRICT_PACK placement group a node, of
-    ``process_on_nodes[i]`` bundles of ``{CPU: cpus_per_worker, device: 1}``, and then waits for them without end;
-    the actors it starts next that hold no CPU while they run (the verl layout's agent-loop and reward workers) still
-    need ``spare_cpus`` free somewhere to be placed. With identical groups, the first node that fits each is as good
-    as any."""
+    ``process_on_nodes[i]`` bundles of ``{CPU: cpus_per_worker, device: 1}``, and then waits for them without end.
+    With identical groups, the first node that fits each is as good as any. (The actors placed next, agent-loop and
+    reward workers, need no CPU left free: seen on two nodes of 1 CPU each, both held by the trainer bundles.)"""
     nodes = {node: dict(resources) for node, resources in free.items()}
     for workers in sorted(process_on_nodes, reverse=True):
         cpus, devices = workers * cpus_per_worker, workers
-        fit = next(
-            (n for n, r in nodes.items() if r.get("CPU", 0) >= cpus and r.get(device, 0) >= devices),
-            None,
-        )
+        fit = next((n for n, r in nodes.items() if r.get("CPU", 0) >= cpus and r.get(device, 0) >= devices), None)
         if fit is None:
             return f"a node with {devices:g} {device} and {cpus:g} CPU free for {workers} trainer workers"
         nodes[fit]["CPU"] -= cpus
         nodes[fit][device] -= devices
-    if sum(r.get("CPU", 0) for r in nodes.values()) < spare_cpus:
-        return f"{spare_cpus} CPU free beside the trainer workers, to place the agent-loop and reward workers"
     return None
 
 
 def check_cluster_fits(config, resource_pool_manager) -> None:
-    """Raises :class:`ClusterTooSmall` where verl would wait forever for the trainer workers' placement groups, or for
-    a CPU to place the actors after them (seen on two nodes of 2 CPUs each, before TransferQueue reserved none)."""
+    """Raises :class:`ClusterTooSmall` where verl would wait forever for the trainer workers' placement groups (seen on
+    two nodes of 2 CPUs each, before TransferQueue reserved none)."""
     import ray
 
     from verl.plugin.platform import get_platform
 
     device = get_platform().ray_resource_name()
     free = ray._private.state.available_resources_per_node()  # what verl's own GPU check reads
-    spare = 1 if process_layout(config) == "verl" else 0
     for process_on_nodes in resource_pool_manager.resource_pool_spec.values():
-        missing = placement_shortfall(process_on_nodes, resource_pool_manager.max_colocate_count, device, free, spare)
+        missing = placement_shortfall(process_on_nodes, resource_pool_manager.max_colocate_count, device, free)
         if missing is not None:
             nodes = "; ".join(
                 f"{node[:8]}: {r.get('CPU', 0):g} CPU, {r.get(device, 0):g} {device}" for node, r in free.items()
