@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -96,6 +97,7 @@ class TwoNodes:
                 except ProcessLookupError:
                     pass
             time.sleep(3)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)  # the session's logs; pytest keeps the job's under tmp_path
 
     def actor_nodes(self) -> dict[str, set[str]]:
         """Actor class -> the nodes its actors ran on, dead actors included (Ray's state API, in a process of its
