@@ -45,7 +45,7 @@ def main(config) -> None:
 
     try:
         run_quietly(config, run_training, HydraConfig.get().runtime.output_dir)
-    except (JobProcessLost, ClusterTooSmall) as error:  # Ray's own error and traceback are in the log
+    except (JobProcessLost, ClusterTooSmall) as error:  # a lost process's Ray error and traceback are in the log
         # raised in verl's task-runner actor, the error arrives as Ray's task error, the original its cause
         print(f"diffugrpo: {getattr(error, 'cause', None) or error}", file=sys.stderr)
         raise SystemExit(1) from error

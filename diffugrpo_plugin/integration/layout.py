@@ -222,7 +222,9 @@ def _light_router_here(config):
 
 def run_training(config) -> None:
     """verl's ``main_ppo.main`` (config checks, Ray, the TaskRunner), with the trainer loop in this process under
-    the lean layout, and TransferQueue reserving no Ray CPU under the verl layout on a CPU host. The layout is decided here, once, and written into the config every process reads."""
+    the lean layout, and TransferQueue reserving no Ray CPU under the verl layout on a CPU host; a lost Ray process
+    raises :class:`JobProcessLost`. The layout is decided here, once, and written into the config every process
+    reads."""
     from verl.trainer import main_ppo
     from verl.trainer.ppo.utils import need_critic, need_reference_policy
     from verl.utils.config import validate_config
