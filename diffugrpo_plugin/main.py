@@ -41,9 +41,14 @@ def main(config) -> None:
         print(f"diffugrpo: configuration error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
     from diffugrpo_plugin.integration.console import run_quietly
-    from diffugrpo_plugin.integration.layout import run_training
+    from diffugrpo_plugin.integration.layout import ClusterTooSmall, JobProcessLost, run_training
 
-    run_quietly(config, run_training, HydraConfig.get().runtime.output_dir)
+    try:
+        run_quietly(config, run_training, HydraConfig.get().runtime.output_dir)
+    except (JobProcessLost, ClusterTooSmall) as error:  # a lost process's Ray error and traceback are in the log
+        # raised in verl's task-runner actor, the error arrives as Ray's task error, the original its cause
+        print(f"diffugrpo: {getattr(error, 'cause', None) or error}", file=sys.stderr)
+        raise SystemExit(1) from error
 
 
 if __name__ == "__main__":

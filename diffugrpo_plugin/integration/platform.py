@@ -62,6 +62,20 @@ def ray_logical_cpus(cores: int, trainer_processes: int, storage_units: int) -> 
     return max(cores, reserved)
 
 
+def joins_running_ray_cluster(address: Optional[str], temp_dir: Optional[str]) -> bool:
+    """Whether ``ray.init(address=address, _temp_dir=temp_dir)`` joins a running Ray cluster rather than starting one.
+
+    Ray's own answer, from the function ``ray.init`` asks: ``RAY_ADDRESS``, else the address, else (none or ``auto``)
+    the cluster a ``ray start`` on this machine last started, found in the temp dir. Joining, ``ray.init`` refuses
+    ``num_cpus`` and ``num_gpus``: each node declared its own to ``ray start``."""
+    from ray._private import services
+
+    try:
+        return services.canonicalize_bootstrap_address(address, temp_dir) is not None
+    except ConnectionError:  # "auto" with no cluster to join: ray.init raises Ray's own message, starting nothing
+        return True
+
+
 def torch_threads_per_trainer(cores: int, trainer_processes: int) -> int:
     """Threads for each trainer process's torch: the physical cores shared out, at least one each
     (Ray would start every actor with one thread, leaving the other cores of a CPU host idle)."""

@@ -4,6 +4,8 @@
   second where verl finds an accelerator (dtype, logical Ray resources). Nothing else in our
   code picks a device: verl's platform does.
 * ``${diffugrpo.ray_cpus:TRAINERS,STORAGE_UNITS}``: Ray's CPU count for this machine (see :mod:`.platform`).
+* ``${diffugrpo.new_ray_cluster:VALUE}``: VALUE where ``ray.init`` starts a Ray cluster, null where it joins a running
+  one (``ray_kwargs.ray_init.address``, ``RAY_ADDRESS``; Ray then refuses ``num_cpus``/``num_gpus``).
 * ``${diffugrpo.default_model:}`` / ``${diffugrpo.default_data:train}``: the tiny built-in
   model (warm-started by a short masked SFT, see :mod:`diffugrpo_plugin.training.warm_start`)
   and the generated code-task parquet, built on first use into ``$DIFFUGRPO_HOME``.
@@ -13,7 +15,12 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from diffugrpo_plugin.integration.platform import accelerator_present, physical_cores, ray_logical_cpus
+from diffugrpo_plugin.integration.platform import (
+    accelerator_present,
+    joins_running_ray_cluster,
+    physical_cores,
+    ray_logical_cpus,
+)
 
 
 def on_cpu(cpu_value, accelerator_value):
@@ -22,6 +29,14 @@ def on_cpu(cpu_value, accelerator_value):
 
 def ray_cpus(trainer_processes, storage_units) -> int:
     return ray_logical_cpus(physical_cores(), int(trainer_processes), int(storage_units))
+
+
+def new_ray_cluster(value, *, _root_):
+    """``value`` where verl's ``ray.init(**ray_kwargs.ray_init)`` starts a cluster, else null. Read when verl reads the
+    key, just before ``ray.init``, so a ``RAY_ADDRESS`` set after composing counts too."""
+    ray_init = OmegaConf.select(_root_, "ray_kwargs.ray_init", default=None) or {}
+    joining = joins_running_ray_cluster(ray_init.get("address"), ray_init.get("_temp_dir"))
+    return None if joining else value
 
 
 def default_model() -> str:
@@ -50,3 +65,6 @@ def register() -> None:
     }.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, function, use_cache=True)
+    if not OmegaConf.has_resolver("diffugrpo.new_ray_cluster"):
+        # not cached: the answer depends on the environment and the cluster at the time verl reads the key
+        OmegaConf.register_new_resolver("diffugrpo.new_ray_cluster", new_ray_cluster)

@@ -88,7 +88,12 @@ from diffugrpo_plugin.integration.console import (
     validation_line,
 )
 from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD
-from diffugrpo_plugin.integration.layout import InProcessRewardWorker, apply_lean_settings, rewards_in_agent_loop
+from diffugrpo_plugin.integration.layout import (
+    InProcessRewardWorker,
+    apply_lean_settings,
+    check_cluster_fits,
+    rewards_in_agent_loop,
+)
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
 from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
 from diffugrpo_plugin.integration.rollout import DiffusionRollout, announced
@@ -451,6 +456,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
             # verl reserves 3 Ray CPUs per trainer process for up to 3 worker groups in it; V1 fuses all the
             # pool's roles into one process per bundle, so 1 is enough (and the config asks Ray for fewer)
             self.resource_pool_manager.max_colocate_count = 1
+        check_cluster_fits(self.config, self.resource_pool_manager)
 
     def on_train_begin(self):
         super().on_train_begin()

@@ -250,6 +250,14 @@ def validate_as_main_ppo(config) -> None:
     validate_config(config=config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
 
 
+def task_runner_v1_class() -> type:
+    """The class inside verl's ``main_ppo.TaskRunnerV1`` Ray actor (``__ray_actor_class__``), to subclass: the verl
+    layout's task runner on a CPU host (layout.task_runner_on_cpu)."""
+    from verl.trainer.main_ppo import TaskRunnerV1
+
+    return TaskRunnerV1.__ray_actor_class__
+
+
 def run_task_runner_here(config) -> None:
     """verl's ``main_ppo.TaskRunnerV1`` (a Ray actor class: its class under ``__ray_actor_class__``), run in this
     process."""
@@ -638,7 +646,7 @@ VERL_DEPENDENCIES: dict[str, Dependency] = {
         source_sha256="a65eddb189e56ae10d1e521cd19af26e063d046f7637f46ae67177bfe51da4f4",
     ),
     "verl.trainer.main_ppo:TaskRunnerV1.__ray_actor_class__.run": Dependency(
-        uses=("reaches in run_task_runner_here",),
+        uses=("reaches in run_task_runner_here", "reaches in task_runner_v1_class"),
         signature="(self, config)",
         source_sha256="26be986901db888bb7ccbec7a7b8eb90365de42a426e6fbf119e6e8d445dde7c",
     ),
