@@ -35,7 +35,6 @@ STAGES = (
 )
 # the plain sampler: every lever the training default turns on, off
 PLAIN_LEVERS = {
-    "fast_path": False,  # the levers left null then take the reference sampler's values, on any model
     "kv_cache": False,
     "cache_refresh": None,
     "threshold": None,
@@ -43,7 +42,8 @@ PLAIN_LEVERS = {
     "reuse_logits": False,
     "head_on_masked": False,
 }
-REFERENCE_SAMPLER = tuple(
+# fast_path=false: the levers set null take the reference sampler's values, on any model
+REFERENCE_SAMPLER = ("fast_path=false",) + tuple(
     f"{lever}={'null' if value is None else str(value).lower()}" for lever, value in PLAIN_LEVERS.items()
 )
 

@@ -324,7 +324,7 @@ def test_d1s_fits_table_counts_the_4bit_base():
         rows["QLoRA as d1: 4-bit base, fp32 adapters, checkpointing"],
     )
     assert float(qlora[0]) < 0.5 * float(recipe[0])
-    assert qlora[4:] == ["no", "yes", "yes"] and recipe[4:] == ["no", "no", "yes"]  # 24, 40, 80 GB
+    assert qlora[5:] == ["no", "yes", "yes"] and recipe[5:] == ["no", "no", "yes"]  # 24, 40, 80 GB
     assert "6.98B weights in 4 bits" in done.stdout
 
 

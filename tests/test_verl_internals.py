@@ -143,7 +143,10 @@ def our_verl_subclasses() -> list[type]:
 def overridden(cls: type) -> dict[str, str]:
     """``{name: table key}`` for each concrete verl method or class attribute ``cls`` itself redefines."""
     found = {}
+    source = inspect.getsource(cls)
     for name in vars(cls):
+        if name not in source:
+            continue  # set on the class at run time (verl's init_class sets _class_initialized), not written by us
         if name.startswith("__") and name not in ("__init__", "__post_init__") or name.startswith("_abc"):
             continue
         if getattr(getattr(vars(cls)[name], "__code__", None), "co_filename", None) == "<string>":

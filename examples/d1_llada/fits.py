@@ -134,12 +134,12 @@ def main() -> None:
     ]
     width = max(len(name) for name, _ in rows)
     print(
-        f"| {'setting (one GPU, one training step)':<{width}} | GiB | held | update | rollout | "
+        f"| {'setting (one GPU, one training step)':<{width}} | GiB | held | update | rollout | host | "
         + " | ".join(f"{gb} GB" for gb in GPUS_GB)
         + " |"
     )
     print(
-        f"|{'-' * (width + 2)}|-----|------|--------|---------|"
+        f"|{'-' * (width + 2)}|-----|------|--------|---------|------|"
         + "|".join("-" * (len(str(gb)) + 5) for gb in GPUS_GB)
         + "|"
     )
