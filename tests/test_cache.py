@@ -54,3 +54,33 @@ def test_build_once_leaves_nothing_after_a_failed_build_and_retries(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["artefact.lock"]
     cache.build_once(target, lambda staging: (staging / "done.txt").write_text("ok"))
     assert (target / "done.txt").read_text() == "ok"
+
+
+def _build_until_killed(target: str, started) -> None:
+    def hang(staging: Path) -> None:
+        (staging / "half.txt").write_text("partial")
+        started.set()
+        time.sleep(600)
+
+    cache.build_once(Path(target), hang)
+
+
+def test_a_build_killed_outright_leaves_nothing_the_next_build_keeps(tmp_path):
+    context = multiprocessing.get_context("fork")
+    target, started = tmp_path / "artefact", context.Event()
+    process = context.Process(target=_build_until_killed, args=(str(target), started))
+    process.start()
+    assert started.wait(timeout=30)
+    process.kill()  # SIGKILL: no handler, no finally, the staging directory stays behind
+    process.join(timeout=30)
+    assert [p.name for p in tmp_path.iterdir() if ".building-" in p.name], "the killed build left no staging"
+    cache.build_once(target, lambda staging: (staging / "done.txt").write_text("ok"))
+    assert (target / "done.txt").read_text() == "ok"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["artefact", "artefact.lock"]
+
+
+def test_a_stale_staging_directory_of_another_target_is_left_alone(tmp_path):
+    neighbour = tmp_path / ".artefact-large.building-abc"
+    neighbour.mkdir()
+    cache.build_once(tmp_path / "artefact", lambda staging: (staging / "done.txt").write_text("ok"))
+    assert neighbour.is_dir()

@@ -9,6 +9,7 @@ A leaf: standard library and ``filelock`` only, so the data, model and SFT layer
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import tempfile
@@ -29,7 +30,9 @@ def build_once(target: str | os.PathLike, build: Callable[[Path], Any]) -> Path:
     ``build`` fills a fresh staging directory next to ``target``; it is renamed to ``target``
     only when ``build`` returns, so readers never see a half-built directory, and a failed
     build leaves nothing behind. Concurrent callers (threads or processes) serialise on
-    ``{target}.lock``; those that waited find ``target`` built and return it.
+    ``{target}.lock``; those that waited find ``target`` built and return it. A build killed
+    outright (``kill -9``, a lost node) cannot clean up: its staging directory is removed by the
+    next build of the same target, which holds the lock, so no build of it can still be running.
     """
     target = Path(target)
     if target.is_dir():
@@ -38,6 +41,8 @@ def build_once(target: str | os.PathLike, build: Callable[[Path], Any]) -> Path:
     with FileLock(f"{target}.lock"):
         if target.is_dir():
             return target
+        for stale in target.parent.glob(f".{glob.escape(target.name)}.building-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.building-", dir=target.parent))
         try:
             build(staging)
