@@ -1,24 +1,33 @@
-"""The default RL model: the tiny Dream-style model after a short masked SFT, built once into the cache.
+"""The default RL model: the tiny Dream-style model after a short masked SFT, shipped with the package.
 
 A random model scores 0 everywhere, which leaves GRPO nothing to learn from (every advantage is
 0). This SFT (:mod:`diffugrpo_plugin.training.sft`) runs on the synthetic ``warm_start`` part of the train
 split (:func:`diffugrpo_plugin.data.default_warm_start_data`) and stops once sampled completions pass the tests
 of at least a third of the ``rl`` part, the job's RL prompts, which it never trains on (:class:`WarmStart`):
 GRPO groups then see rewards that differ from the first step, and the model has learned the rule behind the
-functions (copy the name and constant from the question), not only the functions. Sits on top of
-:mod:`~diffugrpo_plugin.models.tiny`, :mod:`~diffugrpo_plugin.training.sft` and
+functions (copy the name and constant from the question), not only the functions.
+
+The default shape's result ships in :data:`SHIPPED_DIR` (4 MB): a first run copies it into the cache in a
+second, where the SFT takes minutes to a quarter of an hour, depending on the machine's load. The recipe stays
+the source: ``python -m diffugrpo_plugin.training.warm_start`` rebuilds the shipped files (``--check`` compares
+a rebuild with them), and any other shape or recipe is fine-tuned on first use, announced with its duration.
+Sits on top of :mod:`~diffugrpo_plugin.models.tiny`, :mod:`~diffugrpo_plugin.training.sft` and
 :mod:`~diffugrpo_plugin.training.stop_rules` (which measures the pass rate); the job's config resolver and the
 CLIs' default model use it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
+
+import torch
 
 from diffugrpo_plugin.config import training_default
 from diffugrpo_plugin.data import RL_FRACTION, SYNTHETIC_VERSION, default_data_paths, default_warm_start_data
@@ -54,8 +63,8 @@ class WarmStart:
     passed 36% of the held-out tasks, another's 1%). Why on unseen functions: a model passes the functions it was
     fine-tuned on by heart long before it passes new ones (one passed 39% of its train tasks and about 15% of the
     held-out ones), and GRPO from such a start raises the reward on train prompts without moving held-out
-    pass@1. Reaching ``max_steps`` without the target is reported, not hidden (the record says so). About 3-4
-    minutes on 2 CPU cores (``threads`` torch threads: the job has started nothing else yet).
+    pass@1. Reaching ``max_steps`` without the target is reported, not hidden (the record says so). It trains
+    with ``threads`` torch threads.
     """
 
     schedule_steps: int = 3000
@@ -175,18 +184,106 @@ def warm_model_dir(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart())
     return diffugrpo_home() / "models" / f"{spec.cache_name}-{recipe.cache_suffix}"
 
 
+SHIPPED_DIR = Path(__file__).with_name("default_model")
+"""The default model's warm-started weights, shipped with the package (written by :func:`ship`)."""
+
+SHIPPED_RECORD = "shipped.json"
+"""In :data:`SHIPPED_DIR`: the cache directory the weights stand for, their digest, and where they were built."""
+
+SHIPPED_FILES = ("config.json", "generation_config.json", "model.safetensors", WARM_START_RECORD)
+"""What is shipped of a built checkpoint: the tokenizer is rebuilt in code, the SFT settings name the builder's
+paths."""
+
+BUILD_MINUTES = 5
+"""What a warm start at the default shape is announced to take on 2 idle CPU cores (docs/guides/sft.md measures
+it; a loaded machine takes several times longer)."""
+
+
+def weights_digest(directory: str | os.PathLike) -> str:
+    """SHA-256 over a checkpoint's tensors (name, dtype, shape and bytes, in name order): the weights
+    themselves, whatever metadata the file format writes beside them."""
+    from safetensors import safe_open
+
+    digest = hashlib.sha256()
+    with safe_open(str(Path(directory) / "model.safetensors"), framework="pt") as weights:
+        for name in sorted(weights.keys()):
+            tensor = weights.get_tensor(name).contiguous()
+            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+            digest.update(tensor.view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def shipped_checkpoint(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()) -> Path | None:
+    """The shipped checkpoint when it is the one ``spec`` and ``recipe`` build, else None (then it is built)."""
+    record = SHIPPED_DIR / SHIPPED_RECORD
+    if not record.is_file():
+        return None
+    shipped = json.loads(record.read_text())
+    return SHIPPED_DIR if shipped["cache_dir"] == warm_model_dir(spec, recipe).name else None
+
+
+def install_shipped(staging: Path, source: Path = SHIPPED_DIR) -> Path:
+    """Copy the shipped checkpoint into ``staging`` with the tokenizer rebuilt in code; a copy whose weights
+    differ from the recorded digest (a damaged install) stops here, naming the file."""
+    from diffugrpo_plugin.models.tokenizer import build_tokenizer
+
+    for name in SHIPPED_FILES:
+        shutil.copyfile(source / name, staging / name)
+    build_tokenizer().save_pretrained(staging)
+    expected = json.loads((source / SHIPPED_RECORD).read_text())["weights_sha256"]
+    if weights_digest(staging) != expected:
+        raise RuntimeError(
+            f"{source / 'model.safetensors'} does not hold the weights {source / SHIPPED_RECORD} records: "
+            "reinstall diffugrpo"
+        )
+    return staging
+
+
 def warm_model_path(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()) -> str:
-    """Path of the cached warm-started checkpoint, fine-tuned on first use (once per machine)."""
+    """Path of the warm-started checkpoint in the cache: the shipped one copied there, or, for another shape or
+    recipe, fine-tuned on first use (once per machine, announced with its duration)."""
     target = warm_model_dir(spec, recipe)
+    shipped = shipped_checkpoint(spec, recipe)
+    if shipped is not None:
+        return str(build_once(target, lambda staging: install_shipped(staging, shipped)))
     if not target.is_dir():
-        duration = "a few minutes on CPU" + ("" if spec == TinySpec() else " at the default shape, more at larger ones")
+        duration = f"about {BUILD_MINUTES} minutes on 2 idle CPU cores, longer on a loaded machine" + (
+            "" if spec == TinySpec() else " at the default shape, more at larger ones"
+        )
         print(
-            f"diffugrpo: building the warm-started tiny model once into {target} "
-            f"(SFT until it passes {recipe.target_pass_rate:g} of the tests of the RL prompts it never trains on, "
-            f"{duration})",
+            f"diffugrpo: building the warm-started tiny model once into {target}, {duration} "
+            f"(SFT until it passes {recipe.target_pass_rate:g} of the tests of the RL prompts it never trains on; "
+            f"progress every {max(1, recipe.first_check // 5)} steps of at most {recipe.max_steps})",
             file=sys.stderr,
         )
     return str(build_once(target, lambda staging: save_warm_model(staging, spec, recipe)))
+
+
+def ship(built: Path) -> None:
+    """(Re)write :data:`SHIPPED_DIR` from ``built``, a warm start of the default shape and recipe."""
+    import platform
+
+    SHIPPED_DIR.mkdir(exist_ok=True)
+    for name in SHIPPED_FILES:
+        shutil.copyfile(built / name, SHIPPED_DIR / name)
+    record = {
+        "cache_dir": warm_model_dir().name,
+        "weights_sha256": weights_digest(built),
+        "steps_done": json.loads((built / "sft_config.json").read_text())["steps_done"],
+        "built_with": f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores",
+    }
+    (SHIPPED_DIR / SHIPPED_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+
+
+def rebuild_matches_shipped(echo: Callable[[str], None] | None = None) -> bool:
+    """Rebuild the default model from its recipe (:class:`WarmStart`), as a first run without the shipped
+    weights would, and say whether its weights equal the shipped ones."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="diffugrpo-rebuild-") as scratch:
+        digest = weights_digest(save_warm_model(Path(scratch), echo=echo))
+    shipped = json.loads((SHIPPED_DIR / SHIPPED_RECORD).read_text())
+    return shipped["cache_dir"] == warm_model_dir().name and shipped["weights_sha256"] == digest
 
 
 def default_warm_model_path() -> str:
@@ -201,3 +298,36 @@ def built_if_default(path: str) -> str:
     config costs nothing; whoever loads the model first builds it (once per machine, under a lock).
     """
     return default_warm_model_path() if Path(path) == warm_model_dir() else path
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m diffugrpo_plugin.training.warm_start [--check | --from DIR]``: rebuild the shipped model."""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(
+        prog="python -m diffugrpo_plugin.training.warm_start",
+        description=f"Rebuild the shipped default model from its recipe (about {BUILD_MINUTES} minutes on 2 idle CPU "
+        f"cores) into {SHIPPED_DIR}.",
+    )
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--check", action="store_true", help="compare a rebuild with the shipped weights instead")
+    action.add_argument("--from", dest="built", metavar="DIR", help="ship DIR, a warm start already built")
+    args = parser.parse_args(argv)
+    if args.check:
+        same = rebuild_matches_shipped()
+        print("the rebuild equals the shipped weights" if same else "the rebuild differs from the shipped weights")
+        return 0 if same else 1
+    if args.built:
+        if Path(args.built).resolve().name != warm_model_dir().name:
+            parser.error(f"--from {args.built} is not a warm start of the current recipe ({warm_model_dir().name})")
+        ship(Path(args.built))
+    else:
+        with tempfile.TemporaryDirectory(prefix="diffugrpo-rebuild-") as scratch:
+            ship(save_warm_model(Path(scratch)))
+    print(f"shipped {SHIPPED_DIR}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
