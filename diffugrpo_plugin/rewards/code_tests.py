@@ -646,14 +646,22 @@ def _judged_inside(result: JobResult, limit: float, marker: str) -> TestOutcome:
 
 
 def _run_uncached(
-    code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None, count_lines: bool = False
+    code: str,
+    spec: TestSpec,
+    sandbox: Sandbox,
+    timeout_s: float | None,
+    count_lines: bool = False,
+    no_fork: bool = False,
 ) -> list[TestOutcome]:
     limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
     if spec.language != "python":
         return _run_in_language(code, spec, sandbox, limit)
     if not parses(code):
         return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
-    jobs = [Job(job.source, job.stdin, limit, job.judged, job.preamble, count_lines) for job in spec.jobs(code)]
+    jobs = [
+        Job(job.source, job.stdin, limit, job.judged, job.preamble, count_lines, no_fork=no_fork)
+        for job in spec.jobs(code)
+    ]
     expected = [output for _, output in spec.stdio] if spec.kind == "stdio" else [None] * len(jobs)
     results = sandbox.run(jobs)
     cpu_limit = limit * LINE_COUNT_SLOWDOWN if count_lines else limit
@@ -702,20 +710,22 @@ def run_tests(
     timeout_s: float | None = None,
     cache: bool = True,
     count_lines: bool = False,
+    no_fork: bool = False,
 ) -> list[TestOutcome]:
     """Runs every test of ``spec`` against ``code``; one outcome per test, in order.
 
     Code that does not parse gets SYNTAX_ERROR for every test without being run. ``timeout_s``
     overrides the sandbox's per-test limit; ``cache=False`` forces a fresh run (benchmarks);
     ``count_lines`` counts each test's executed lines (``TestOutcome.lines``) under a CPU limit
-    ``sandbox.LINE_COUNT_SLOWDOWN`` times larger. Raises :class:`SandboxError` (never a verdict) when the
+    ``sandbox.LINE_COUNT_SLOWDOWN`` times larger; ``no_fork`` runs a Python program where it can start threads but
+    no process (``Job.no_fork``: what the ``efficiency`` reward measures). Raises :class:`SandboxError` (never a verdict) when the
     sandbox itself fails.
     """
     sandbox = sandbox or shared_sandbox()
     if not cache:
-        return _run_uncached(code, spec, sandbox, timeout_s, count_lines)
-    key = (code, spec, timeout_s, sandbox.config, count_lines)
-    return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s, count_lines))
+        return _run_uncached(code, spec, sandbox, timeout_s, count_lines, no_fork)
+    key = (code, spec, timeout_s, sandbox.config, count_lines, no_fork)
+    return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s, count_lines, no_fork))
 
 
 def run_tests_many(
@@ -724,6 +734,7 @@ def run_tests_many(
     timeout_s: float | None = None,
     cache: bool = True,
     count_lines: bool = False,
+    no_fork: bool = False,
 ) -> list[list[TestOutcome] | SandboxError | TaskError]:
     """:func:`run_tests` for many (code, spec) pairs, up to the sandbox's concurrency at once.
 
@@ -734,7 +745,7 @@ def run_tests_many(
 
     def one(item: tuple[str, TestSpec]) -> list[TestOutcome] | SandboxError | TaskError:
         try:
-            return run_tests(item[0], item[1], sandbox, timeout_s, cache, count_lines)
+            return run_tests(item[0], item[1], sandbox, timeout_s, cache, count_lines, no_fork)
         except (SandboxError, TaskError) as exc:
             return exc
 

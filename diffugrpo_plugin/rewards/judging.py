@@ -290,9 +290,10 @@ def outcomes_for(
     sandbox: Sandbox | None,
     timeout_s: float | None,
     count_lines: bool = False,
+    no_fork: bool = False,
 ) -> list[list[TestOutcome] | None]:
     """Sandboxed outcomes for each (code, tests) pair, concurrently and cached; None for a None pair, and for one
-    whose task's own code failed in the judge (``count_lines``: see
+    whose task's own code failed in the judge (``count_lines``, ``no_fork``: see
     :func:`~diffugrpo_plugin.rewards.code_tests.run_tests`).
 
     Raises the :class:`SandboxError` of a pair whose sandbox failed: a harness fault is never the
@@ -300,16 +301,20 @@ def outcomes_for(
     """
     return [
         None if isinstance(result, TaskError) else result
-        for result in _results_for(pairs, sandbox, timeout_s, count_lines)
+        for result in _results_for(pairs, sandbox, timeout_s, count_lines, no_fork)
     ]
 
 
 def _results_for(
-    pairs: Sequence[tuple[str, TestSpec] | None], sandbox: Sandbox | None, timeout_s: float | None, count_lines: bool
+    pairs: Sequence[tuple[str, TestSpec] | None],
+    sandbox: Sandbox | None,
+    timeout_s: float | None,
+    count_lines: bool,
+    no_fork: bool = False,
 ) -> list[list[TestOutcome] | TaskError | None]:
     """:func:`outcomes_for` with the :class:`TaskError` of a pair whose task's code failed in the judge kept."""
     wanted = [pair for pair in pairs if pair is not None]
-    results = iter(run_tests_many(wanted, sandbox, timeout_s, count_lines=count_lines))
+    results = iter(run_tests_many(wanted, sandbox, timeout_s, count_lines=count_lines, no_fork=no_fork))
     outcomes: list[list[TestOutcome] | TaskError | None] = []
     for pair in pairs:
         result = next(results) if pair is not None else None
