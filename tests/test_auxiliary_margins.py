@@ -62,3 +62,38 @@ def test_efficiency_refuses_work_moved_into_another_process(box, cost):
         assert (value, item.reason.kind) == (0.0, "forks"), name
     assert threaded == pytest.approx(honest, abs=0.15)  # threads are one process: measured, allowed
     assert better > honest + 0.3  # the honest better program still gains
+
+
+# --------------------------------------------------------------------------- maintainability
+
+SIGN_TESTS = ["assert sign(5) == 1", "assert sign(-2) == -1", "assert sign(0) == 0"]
+THREE_IFS = (
+    "def sign(x):\n    if x > 0:\n        return 1\n    if x < 0:\n        return -1\n"
+    "    if x == 0:\n        return 0\n    return None\n"
+)
+SIMPLE_SIGN = "def sign(x):\n    return (x > 0) - (x < 0)\n"
+PADDING = "".join(f'\n\ndef helper_{index}():\n    """Helper {index}."""\n    return {index}\n' for index in range(12))
+COMMENTED = "# sign of x\n" + THREE_IFS.replace("\n    if", "  # a branch\n    if") + "# well documented\n" * 10
+MAINTAINABILITY_MARGIN = 0.0  # padding, comments or layout never raise it
+
+
+@pytest.mark.sandbox
+def test_maintainability_is_not_raised_by_padding(box):
+    """Against a reference whose worst function has complexity 2 (``THREE_IFS`` has 4)."""
+    from reward_plugins.maintainability import maintainability_reward
+
+    reference = "def sign(x):\n    if x == 0:\n        return 0\n    return 1 if x > 0 else -1\n"
+    programs = [THREE_IFS, THREE_IFS + PADDING, COMMENTED, THREE_IFS.replace("\n    ", "\n        "), SIMPLE_SIGN]
+    honest, padded, commented, reindented, better = map(
+        value_of,
+        maintainability_reward(
+            [fenced(program) for program in programs],
+            sandbox=box,
+            test_cases=[SIGN_TESTS] * len(programs),
+            reference_solution=[reference] * len(programs),
+        ),
+    )
+    assert honest < 1.0
+    assert padded - honest <= MAINTAINABILITY_MARGIN
+    assert commented == pytest.approx(honest) and reindented == pytest.approx(honest)
+    assert better > honest + 0.1  # the honest simpler program still gains (0.82 -> 1.0)

@@ -31,7 +31,7 @@ from reward_plugins.efficiency import (
     relative_score,
     relative_time,
 )
-from reward_plugins.maintainability import maintainability_reward, maintainability_score, mean_complexity
+from reward_plugins.maintainability import maintainability_reward, maintainability_score, max_complexity
 from reward_plugins.syntax import syntax_reward
 from reward_support import tight_sandbox
 
@@ -227,8 +227,8 @@ SIGN_TESTS = ["assert sign(5) == 1", "assert sign(-2) == -1", "assert sign(0) ==
 
 
 def test_cyclomatic_complexity_by_definition():
-    assert mean_complexity(THREE_IFS) == 4.0  # 1 + three decisions
-    assert mean_complexity(SIMPLE_SIGN) == 1.0
+    assert max_complexity(THREE_IFS) == 4.0  # 1 + three decisions
+    assert max_complexity(SIMPLE_SIGN) == 1.0
 
 
 def test_maintainability_relative_to_reference():
