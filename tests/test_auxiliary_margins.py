@@ -97,3 +97,40 @@ def test_maintainability_is_not_raised_by_padding(box):
     assert padded - honest <= MAINTAINABILITY_MARGIN
     assert commented == pytest.approx(honest) and reindented == pytest.approx(honest)
     assert better > honest + 0.1  # the honest simpler program still gains (0.82 -> 1.0)
+
+
+# --------------------------------------------------------------------------- comments
+
+MAX_LEN = (
+    "def max_len(words):\n    best = 0\n    for word in words:\n        best = max(best, len(word))\n    return best\n"
+)
+MAX_LEN_TESTS = ["assert max_len(['a', 'abc']) == 3", "assert max_len([]) == 0"]
+GENUINE = (
+    'def max_len(words):\n    """Length of the longest word; zero for an empty list."""\n'
+    "    best = 0  # an empty list has no longer word\n    for word in words:\n"
+    "        best = max(best, len(word))\n    return best\n"
+)
+RESTATED = (
+    'def max_len(words):\n    """Max len words."""\n    best = 0  # best\n    for word in words:  # word in words\n'
+    "        best = max(best, len(word))  # best max best len word\n    return best  # return best\n"
+)
+COMMENTS_MARGIN = 0.0  # comments that restate identifiers, added to genuine ones, gain nothing
+
+
+@pytest.mark.sandbox
+def test_comments_reward_what_comments_say_beyond_the_names_and_only_correct_code(box):
+    from reward_plugins.comments import comments_reward
+
+    wrong = GENUINE.replace("    return best\n", "    return best - 1\n")
+    padded = GENUINE.replace("    return best\n", "    return best  # return best\n").replace(
+        "    for word in words:\n", "    for word in words:  # word in words\n"
+    )
+    programs = [MAX_LEN, RESTATED, GENUINE, padded, wrong]
+    uncommented, restated, genuine, genuine_padded, wrong_score = map(
+        value_of,
+        comments_reward([fenced(program) for program in programs], test_cases=[MAX_LEN_TESTS] * 5, sandbox=box),
+    )
+    assert restated < genuine - 0.2  # restating names is no genuine comment
+    assert genuine_padded - genuine <= COMMENTS_MARGIN
+    assert genuine > uncommented + 0.5  # commenting honestly still gains
+    assert wrong_score == 0.0  # gated: a wrong program keeps no comments score
