@@ -403,8 +403,9 @@ def code_outcomes(
     judged = []
     for spec, offer, result, why in zip(specs, offers, _results_for(pairs, sandbox, timeout_s, False), broken):
         if isinstance(result, TaskError):
-            spec, result, why = None, None, task_error_reason(result)
-        judged.append(Judged(spec, offer, result, why))
+            judged.append(Judged(None, offer, None, task_error_reason(result)))
+        else:
+            judged.append(Judged(spec, offer, result, why))
     return judged
 
 
