@@ -3,7 +3,8 @@
 Tests come from the row's columns (see :func:`diffugrpo_plugin.rewards.code_tests.tests_from_row`)
 and run in the bubblewrap sandbox, one process per test, so a test that times out fails only
 itself. As in DiffuCoder, only completions that pass the format check in full are run
-(``require_format``); the others score 0.0. A row without tests scores None (not applicable).
+(``require_format``); the others score 0.0. A row without tests scores None (not applicable), and so does a row
+whose task's own tests or code cannot be judged (reason ``task_error``): that row alone, the others are scored.
 Every score below 1.0 says why (:attr:`diffugrpo_plugin.rewards.judging.Judged.reason`). A failure of the sandbox itself raises (a harness fault, never a score): the rows it concerns
 score None, flagged as failed, and the trainer reports them.
 """
@@ -19,7 +20,7 @@ from diffugrpo_plugin.sandbox.host import Sandbox
 
 
 def _pass_rate(judged: Judged) -> float | None:
-    if judged.spec is None:
+    if judged.spec is None or judged.task_error is not None:
         return None
     return pass_rate(judged.outcomes) if judged.code is not None else 0.0
 

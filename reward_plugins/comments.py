@@ -4,12 +4,15 @@ Static rules (always on), each in [0, 1], averaged:
 
 * density -- comment lines (``#`` comments and docstring lines) per code line: 1.0 inside
   [0.1, 0.5], proportionally less below, ``0.5 / density`` above (a wall of comments).
-* relevance -- the share of comments that mention a word from the code's identifiers
-  (``max_len`` contributes ``max`` and ``len``; words of three letters or more).
+* information -- what each comment says beyond the code's own names: its words of three letters or more that are
+  not words of the code's identifiers (``max_len`` contributes ``max`` and ``len``), Python keywords or common
+  function words, ``min(1, count / 2)`` per comment, a comment repeated counting once; averaged over comments.
+  A comment that only restates identifiers (``# max len words``) scores 0 here.
 * length -- the share of comments between 2 and 40 words.
 
-Code without comments scores 0.0; a completion without a code block, or whose code does not
-parse, scores 0.0; each says why.
+Gated on correctness, as ``maintainability``: 0.0 unless every test passes (the ``code`` reward's run, cached),
+None on a row without tests, each with the reason, so a wrong program keeps no comments score under ``fixed``
+aggregation either. Code without comments scores 0.0, saying why.
 
 Optional LLM judge (off by default): with ``judge_url`` set, the code is sent to an
 OpenAI-compatible ``/chat/completions`` endpoint (a local vLLM server, say) asking for a 0-10
@@ -23,6 +26,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import keyword
 import logging
 import os
 import re
@@ -31,14 +35,21 @@ import urllib.request
 from typing import Any
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
-from diffugrpo_plugin.rewards.judging import offered_code, python_only, syntax_problem
+from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, python_only
 from diffugrpo_plugin.rewards.verdicts import parse_python
+from diffugrpo_plugin.sandbox.host import Sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")
 
 DENSITY_BAND = (0.1, 0.5)
 WORDS_PER_COMMENT = (2, 40)
 MIN_WORD_LENGTH = 3
+INFORMATIVE_WORDS = 2  # words beyond the code's names for a comment's full information score
+FUNCTION_WORDS = frozenset(
+    "the and for this that with from into are was were its has have had all any not but our you your then than "
+    "when here there each via can will would should could does did been being which who what how why also only "
+    "just some more most such very use used uses".split()
+)
 JUDGE_PROMPT = (
     "Grade the comments and docstrings of the following Python code from 0 (none, useless or "
     "misleading) to 10 (clear, accurate, explain why). Answer with the number only."
@@ -103,12 +114,29 @@ def static_comment_score(code: str) -> float:
         return 0.0
     nonblank = {number for number, line in enumerate(code.splitlines(), start=1) if line.strip()}
     density = density_score(len(comment_lines), len(nonblank - pure_lines))
-    vocabulary = _identifier_words(code)
     words_of = [re.findall(r"[A-Za-z0-9]+", comment) for comment in comments]
-    relevance = sum(bool({word.lower() for word in words} & vocabulary) for words in words_of) / len(comments)
+    information = _information(words_of, _identifier_words(code) | {word.lower() for word in keyword.kwlist})
     shortest, longest = WORDS_PER_COMMENT
     length = sum(shortest <= len(words) <= longest for words in words_of) / len(comments)
-    return (density + relevance + length) / 3.0
+    return (density + information + length) / 3.0
+
+
+def _information(words_of: list[list[str]], known: set[str]) -> float:
+    """The mean over comments of ``min(1, new words / INFORMATIVE_WORDS)`` (see module docstring)."""
+    seen: set[tuple[str, ...]] = set()
+    total = 0.0
+    for words in words_of:
+        lowered = tuple(word.lower() for word in words)
+        if lowered in seen:
+            continue
+        seen.add(lowered)
+        new = {
+            word
+            for word in lowered
+            if len(word) >= MIN_WORD_LENGTH and word.isalpha() and word not in known | FUNCTION_WORDS
+        }
+        total += min(1.0, len(new) / INFORMATIVE_WORDS)
+    return total / len(words_of)
 
 
 def judge_score(code: str, url: str, model: str, api_key_env: str, timeout_s: float) -> float:
@@ -137,6 +165,10 @@ def comments_reward(
     completions: list,
     *,
     code_block: str = "first",
+    require_format: bool = True,
+    format_end: str = "exact",
+    timeout_s: float | None = None,
+    sandbox: Sandbox | None = None,
     judge_url: str | None = None,
     judge_model: str = "judge",
     judge_api_key_env: str = "DIFFUGRPO_JUDGE_API_KEY",
@@ -144,15 +176,23 @@ def comments_reward(
     judge_timeout_s: float = 30.0,
     **columns: Any,
 ) -> list[float | Explained]:
-    """Comment density, relevance and length; optionally blended with an LLM judge's grade."""
+    """Comment density, information and length of code that passes its tests; optionally blended with an LLM
+    judge's grade."""
+    judged = code_outcomes(
+        completions,
+        columns,
+        code_block=code_block,
+        require_format=require_format,
+        format_end=format_end,
+        timeout_s=timeout_s,
+        sandbox=sandbox,
+    )
     scores: list[float | Explained] = []
-    for completion in completions:
-        offer = offered_code(completion, code_block, require_format=False)
-        code = offer.code
-        unjudgeable = offer.reason if code is None else syntax_problem(code)
-        if unjudgeable is not None:
-            scores.append(Explained(0.0, unjudgeable))
+    for one in judged:
+        if not one.all_passed:
+            scores.append(correctness_gate(one))
             continue
+        code = one.code
         if not _comments(code)[0]:
             scores.append(Explained(0.0, Reason("no_comments", "the code has no comments or docstrings")))
             continue

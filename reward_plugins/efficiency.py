@@ -18,6 +18,13 @@ Time is measured by one of three costs (``cost``, default ``auto``):
   A program that sets its own tracer or profiler gets no count: CPU time measures it, and says so.
 - ``cpu``: CPU seconds of every process of the test, measured by the launcher; moves with load.
 
+Every measurement comes from runs where the program may start threads but no process (``Job.no_fork``, the
+sandbox's seccomp filter): the launcher's peak memory is its main process's, and a line count lives in one process,
+so work in a forked child (``os.fork``, ``multiprocessing``, ``subprocess``) would go unmeasured. A program that
+passes its tests (the ``code`` reward's run) but not without starting a process scores 0, with the reason
+``forks``. These runs are the reward's own (one more sandbox run per passing completion and reference; the
+line-counted run, where the cost is ``lines``, is one of them).
+
 Memory is the peak resident memory above the bare interpreter, measured by the launcher from outside
 (it spreads by up to ~40% on sub-MiB peaks and ~1% on a 24 MiB one; the 1 MiB floor damps the former:
 ``benchmarks/efficiency_spread.py`` measures each cost's spread).
@@ -43,7 +50,7 @@ from typing import Any, Sequence
 from diffugrpo_plugin import Explained, Reason, hookimpl
 from diffugrpo_plugin.rewards.code_tests import TestOutcome, reference_from_row
 from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, outcomes_for, python_only, rows_of
-from diffugrpo_plugin.sandbox.host import Sandbox
+from diffugrpo_plugin.sandbox.host import Sandbox, shared_sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")
 
@@ -53,6 +60,11 @@ LINES_PER_CPU_SECOND = 50_000_000  # CPython 3.11, loops of simple statements, u
 FLOORS = {"cpu": CPU_FLOOR_S, "instructions": 5_000_000, "lines": CPU_FLOOR_S * LINES_PER_CPU_SECOND}
 CPU_SCORE_BAND = 0.1  # see benchmarks/efficiency_spread.py
 MEMORY_FLOOR_KB = 1024
+FORKS = Reason(
+    "forks",
+    "passes its tests only when it may start a process (fork, multiprocessing, subprocess): efficiency measures "
+    "one process's work, so it scores 0",
+)
 
 
 @dataclass(frozen=True)
@@ -174,6 +186,12 @@ def efficiency_reward(
     """Time (by ``cost``) and peak memory inside the sandbox vs the reference; 0 unless all tests pass."""
     if cost not in COSTS:
         raise ValueError(f"efficiency: cost must be one of {list(COSTS)}, got {cost!r}")
+    sandbox = sandbox or shared_sandbox()
+    if not sandbox.protections["seccomp"].active:
+        raise ValueError(
+            "efficiency measures programs that cannot start processes, which needs the sandbox's seccomp filter; "
+            "turn rewards.sandbox.seccomp back on (pip install pyseccomp, apt-get install -y libseccomp2)"
+        )
     judged = code_outcomes(
         completions,
         columns,
@@ -183,6 +201,9 @@ def efficiency_reward(
         timeout_s=timeout_s,
         sandbox=sandbox,
     )
+    single = outcomes_for(
+        [(one.code, one.spec) if one.all_passed else None for one in judged], sandbox, timeout_s, no_fork=True
+    )
     references = [
         reference_from_row(row) if one.all_passed else None
         for row, one in zip(rows_of(columns, len(completions)), judged)
@@ -190,7 +211,7 @@ def efficiency_reward(
     reference_pairs = [
         (reference, one.spec) if reference is not None else None for reference, one in zip(references, judged)
     ]
-    reference_runs = outcomes_for(reference_pairs, sandbox, timeout_s)
+    reference_runs = outcomes_for(reference_pairs, sandbox, timeout_s, no_fork=True)
     reference_runs = [runs if _passed(runs) else None for runs in reference_runs]
     for reference, runs in zip(references, reference_runs):
         if reference is not None and runs is None:
@@ -200,13 +221,16 @@ def efficiency_reward(
             )
     counted, counted_references = _counted_runs(cost, judged, reference_pairs, reference_runs, sandbox, timeout_s)
     scores: list[float | Explained] = []
-    for one, plain_reference, candidate_counted, reference_counted in zip(
-        judged, reference_runs, counted, counted_references
+    for one, plain, plain_reference, candidate_counted, reference_counted in zip(
+        judged, single, reference_runs, counted, counted_references
     ):
         if not one.all_passed:
             scores.append(correctness_gate(one))
             continue
-        candidate = Runs(one.outcomes, _counted(candidate_counted))
+        if not _passed(plain):
+            scores.append(Explained(0.0, FORKS))
+            continue
+        candidate = Runs(plain, _counted(candidate_counted))
         reference = None if plain_reference is None else Runs(plain_reference, _counted(reference_counted))
         measure, named = _measure(cost, candidate, reference)
         if reference is not None:
@@ -247,7 +271,7 @@ def _counted_runs(
         pair if one.all_passed and runs is not None else None
         for one, pair, runs in zip(judged, reference_pairs, reference_runs)
     ]
-    both = outcomes_for(candidates + references, sandbox, timeout_s, count_lines=True)
+    both = outcomes_for(candidates + references, sandbox, timeout_s, count_lines=True, no_fork=True)
     return both[: len(judged)], both[len(judged) :]
 
 

@@ -8,7 +8,12 @@ empty code an index of 100, which would reward writing nothing. Each of these sa
     index      = min(1, MI / reference MI)        or MI / 100 without a reference
     complexity = min(1, reference CC / CC)         or min(1, 5 / CC) without one (radon grade A)
 
-where CC is the mean cyclomatic complexity of the functions (1 for straight-line code).
+where CC is the cyclomatic complexity of the program's most complex function (1 for straight-line code), and MI
+is computed on the program's structure alone: its source as ``ast.unparse`` writes it, without docstrings or
+comments. Neither can be raised by padding: trivial functions added to a program leave its most complex function
+as it was (a mean over functions would fall with each one) and add volume and lines, which lower MI; comments,
+docstrings and formatting (one statement per line or many) do not reach MI at all (the ``comments`` reward judges
+comments). A program gains only by making its worst function simpler or the whole program smaller.
 """
 
 from __future__ import annotations
@@ -37,29 +42,44 @@ def meaningful_statements(code: str) -> int:
     return count
 
 
+def structure(code: str) -> str:
+    """The program as ``ast.unparse`` writes it, without docstrings: what it does, not how it is laid out."""
+    tree = parse_python(code)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
 def maintainability_index(code: str) -> float:
     from radon.metrics import mi_visit
 
-    return float(mi_visit(code, multi=True))
+    return float(mi_visit(structure(code), multi=True))
 
 
-def mean_complexity(code: str) -> float:
+def max_complexity(code: str) -> float:
+    """The cyclomatic complexity of the most complex function (1 for code without functions)."""
     import lizard
 
     functions = lizard.analyze_file.analyze_source_code("candidate.py", code).function_list
-    if not functions:
-        return 1.0
-    return sum(function.cyclomatic_complexity for function in functions) / len(functions)
+    return float(max((function.cyclomatic_complexity for function in functions), default=1))
 
 
 def maintainability_score(code: str, reference: str | None, min_statements: int = 2) -> float:
     """The score of code already known to be correct (see module docstring)."""
     if meaningful_statements(code) < min_statements:
         return 0.0
-    index, complexity = maintainability_index(code), mean_complexity(code)
+    index, complexity = maintainability_index(code), max_complexity(code)
     if reference is not None and parses(reference) and meaningful_statements(reference) >= min_statements:
         index_score = min(1.0, index / max(maintainability_index(reference), 1.0))
-        complexity_score = min(1.0, mean_complexity(reference) / complexity)
+        complexity_score = min(1.0, max_complexity(reference) / complexity)
     else:
         index_score = index / 100.0
         complexity_score = min(1.0, GOOD_COMPLEXITY / complexity)

@@ -119,17 +119,20 @@ def test_empty_stdin(capsys, monkeypatch, out):
 # --------------------------------------------------------------------------- a column of the wrong type
 
 
+@pytest.mark.sandbox
 def test_test_list_that_is_a_number(tmp_path, capsys, out):
+    """rewards score scores the good row and warns of the bad one (tests/test_bad_rows.py); data prepare refuses."""
     path = tmp_path / "in.jsonl"
     rows = [{**MBPP_ROW, "completion": GOOD_COMPLETION}, {**MBPP_ROW, "completion": GOOD_COMPLETION, "test_list": 5}]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    fails_with(
-        score(path),
-        capsys,
-        "rewards score",
-        "in.jsonl line 2: column 'test_list' must be a list, got int; fix the row's tests (test columns, "
-        "first match wins: test_cases (assert strings, or {input, output} pairs); test_list (MBPP) with "
-        "test_setup_code / test_imports; test + entry_point (HumanEval); inputs + outputs (stdin/stdout))",
+    assert main(["rewards", "score", str(path)]) == 0  # code and code_format
+    captured = capsys.readouterr()
+    first, second = (json.loads(line) for line in captured.out.splitlines())
+    assert first["rewards"]["code"] is not None and second["rewards"]["code"] is None
+    assert second["reasons"]["code"]["kind"] == "task_error"
+    assert (
+        "diffugrpo rewards score: warning: in.jsonl line 2: column 'test_list' must be a list, got int; its code "
+        "rewards are null (fix the row's tests: test columns, first match wins:" in captured.err
     )
     fails_with(
         prepare(path, out),

@@ -238,8 +238,10 @@ def test_judging_only_problems_with_completions_and_refusing_problems_without_te
     judged = evaluation.judge_completions([add_problem("a"), add_problem("b")], {"b": [Completion(CORRECT)]})
     assert [r.task_id for r in judged] == ["b"]
     untested = EvalProblem("bare", "toy", ({"role": "user", "content": "hi"},), {"data_source": "toy"})
-    with pytest.raises(EvaluationError, match="task bare has no tests"):
-        evaluation.judge_completions([untested], {"bare": [Completion(CORRECT)]})
+    [bare] = evaluation.judge_completions([untested], {"bare": [Completion(CORRECT)]})
+    assert bare.not_judged.kind == "task_error" and "task bare has no tests" in bare.not_judged.detail
+    with pytest.raises(EvaluationError, match="no problem could be judged; task bare: .*task bare has no tests"):
+        evaluation.summarize([bare])
     with pytest.raises(EvaluationError, match="no completion belongs"):
         evaluation.judge_completions([add_problem("a")], {"zzz": [Completion(CORRECT)]})
 

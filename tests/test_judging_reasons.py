@@ -197,9 +197,11 @@ def test_the_quality_rewards_say_they_are_gated_or_why_they_give_nothing(box):
         0.0,
         ("trivial_code", "fewer than 2 statements that do something (docstrings and pass do not count)"),
     )
-    uncommented, unparsable = comments_reward([f"```python\n{ADD}```\n", "```python\ndef f(:\n```\n"])
+    uncommented, unparsable = comments_reward(
+        [f"```python\n{ADD}```\n", "```python\ndef f(:\n```\n"], test_cases=[ADD_TESTS] * 2, sandbox=box
+    )
     assert kind_and_detail(uncommented) == ("no_comments", "the code has no comments or docstrings")
-    assert kind_and_detail(unparsable) == ("syntax_error", "syntax error at line 1 of the code: invalid syntax")
+    assert kind_and_detail(unparsable)[0] == "syntax_error"  # gated: the tests were not run
     [no_block] = syntax_reward(["no code here"])
     assert (no_block.value, kind_and_detail(no_block)) == (0.0, ("no_code_block", "no fenced ```python block"))
 

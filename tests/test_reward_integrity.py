@@ -284,7 +284,8 @@ def test_a_forged_line_count_earns_no_more_than_the_cpu_time_score_plus_its_band
         [fenced(forger)], test_cases=[TESTS], reference_solution=[CORRECT], sandbox=box, cost="lines", time_weight=1.0
     )
     spec = code_execution.tests_from_row({"test_cases": TESTS, "reference_solution": CORRECT})
-    plain, reference = run_tests(forger, spec, box), run_tests(CORRECT, spec, box)  # the runs it was scored on
+    # the runs it was scored on: efficiency's own, where the program may start no process
+    plain, reference = run_tests(forger, spec, box, no_fork=True), run_tests(CORRECT, spec, box, no_fork=True)
     by_cpu = min(1.0, (sum(o.cpu_s for o in reference) + 0.01) / (sum(o.cpu_s for o in plain) + 0.01))
     assert by_cpu < 0.5  # the loop is real work
     assert score.value == pytest.approx(by_cpu + CPU_SCORE_BAND)  # not the 1.0 its count of 1 line would give

@@ -31,7 +31,7 @@ from reward_plugins.efficiency import (
     relative_score,
     relative_time,
 )
-from reward_plugins.maintainability import maintainability_reward, maintainability_score, mean_complexity
+from reward_plugins.maintainability import maintainability_reward, maintainability_score, max_complexity
 from reward_plugins.syntax import syntax_reward
 from reward_support import tight_sandbox
 
@@ -227,8 +227,8 @@ SIGN_TESTS = ["assert sign(5) == 1", "assert sign(-2) == -1", "assert sign(0) ==
 
 
 def test_cyclomatic_complexity_by_definition():
-    assert mean_complexity(THREE_IFS) == 4.0  # 1 + three decisions
-    assert mean_complexity(SIMPLE_SIGN) == 1.0
+    assert max_complexity(THREE_IFS) == 4.0  # 1 + three decisions
+    assert max_complexity(SIMPLE_SIGN) == 1.0
 
 
 def test_maintainability_relative_to_reference():
@@ -266,10 +266,10 @@ DOCUMENTED = (
 
 
 def test_static_comment_rules_by_hand():
-    # density: 3 comment lines / 5 code lines = 0.6 > 0.5 -> 0.5 / 0.6; relevance: 'update best' and
-    # the docstring ('word') name identifiers, 'track the longest length...' does not -> 2/3;
-    # length: all three have 2-40 words -> 1.
-    assert static_comment_score(DOCUMENTED) == pytest.approx((0.5 / 0.6 + 2 / 3 + 1) / 3)
+    # density: 3 comment lines / 5 code lines = 0.6 > 0.5 -> 0.5 / 0.6; information: words beyond the code's
+    # names, keywords and function words: the docstring 'length', 'longest' -> 1; 'track the longest length seen
+    # so far' -> 1; 'update best' has only 'update' -> 0.5; mean 5/6; length: all three have 2-40 words -> 1.
+    assert static_comment_score(DOCUMENTED) == pytest.approx((0.5 / 0.6 + 5 / 6 + 1) / 3)
     assert static_comment_score("def f(x):\n    return x\n") == 0.0
     # one one-word comment naming nothing, on a one-line program: density 1 -> 0.5, others 0
     assert static_comment_score("x = 1  # a\n") == pytest.approx(0.5 / 3)
@@ -305,10 +305,15 @@ def judge_server():
     server.server_close()
 
 
+MAX_LEN_TESTS = {"test_cases": [["assert max_len(['a', 'abc']) == 3"]]}  # comments is gated on correctness
+
+
+@pytest.mark.sandbox
 def test_llm_judge_is_blended_in_and_reads_its_key_from_the_environment(judge_server, monkeypatch):
     monkeypatch.setenv("MY_JUDGE_KEY", "sk-test")
     [score] = comments_reward(
         [fenced(DOCUMENTED)],
+        **MAX_LEN_TESTS,
         judge_url=judge_server,
         judge_model="m",
         judge_api_key_env="MY_JUDGE_KEY",
@@ -320,15 +325,17 @@ def test_llm_judge_is_blended_in_and_reads_its_key_from_the_environment(judge_se
     assert "max_len" in body["messages"][-1]["content"]
 
 
+@pytest.mark.sandbox
 def test_failing_judge_falls_back_to_static_rules(judge_server):
     _FakeJudge.answer = "I refuse"
-    [score] = comments_reward([fenced(DOCUMENTED)], judge_url=judge_server)
+    [score] = comments_reward([fenced(DOCUMENTED)], judge_url=judge_server, **MAX_LEN_TESTS)
     assert score.value == pytest.approx(static_comment_score(DOCUMENTED))
     assert score.reason.kind == "judge_failed" and judge_server in score.reason.detail
 
 
+@pytest.mark.sandbox
 def test_judge_is_off_by_default(judge_server):
-    assert comments_reward([fenced(DOCUMENTED)]) == [pytest.approx(static_comment_score(DOCUMENTED))]
+    assert comments_reward([fenced(DOCUMENTED)], **MAX_LEN_TESTS) == [pytest.approx(static_comment_score(DOCUMENTED))]
     assert _FakeJudge.seen == []
 
 

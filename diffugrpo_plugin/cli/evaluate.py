@@ -213,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
         if summary["not_passed_by_reason"]:
             counts = ", ".join(f"{count} {kind}" for kind, count in summary["not_passed_by_reason"].items())
             print(f"\nnot passed: {counts} (each completion's reason: {paths['outcomes.jsonl']})")
+        for task_id, reason in summary["problems_not_judged"].items():
+            print(f"not judged (left out of pass@k): task {task_id}: {reason['detail']}")
         print(f"\nwrote {', '.join(str(path) for path in paths.values())}")
     return 0
 

@@ -17,8 +17,10 @@ stdout, in order, with the row's line number (parquet: row number) and its ``id`
 null for rows without tests or completions that were not run. ``reasons`` says, for each reward
 that explained its value (always below full marks for the built-ins), why:
 ``{"code": {"kind": "format", "detail": "tests not run: text after the closing fence: ..."}}``;
-``errors`` gives the error of a reward that failed on the row. Every row (its ``completion`` and
-test columns) is checked before any scoring starts. ``group_normalized`` standardises each
+``errors`` gives the error of a reward that failed on the row. Every row's ``completion`` is checked before any
+scoring starts. A row whose task cannot be judged (a malformed test column, tests that do not parse, a preamble
+that fails in the judge) scores alone: its code rewards are null with the reason ``task_error``, a warning on
+stderr names its line, and the other rows are scored. ``group_normalized`` standardises each
 reward within the rows sharing ``--group-by`` (default ``task_id``: the completions of one
 problem) before weighting, so its totals are written once the whole file is scored. Default
 rewards: DiffuCoder's ``code=2.0 code_format=0.5``.
@@ -35,7 +37,7 @@ from diffugrpo_plugin.cli import report_error
 from diffugrpo_plugin.data.records import DataError, Record, checked_field, read_records
 from diffugrpo_plugin.plugins import PluginError
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals
-from diffugrpo_plugin.rewards.code_tests import FORMAT_ENDS, tests_from_row
+from diffugrpo_plugin.rewards.code_tests import FORMAT_ENDS, TaskError, tests_from_row
 from diffugrpo_plugin.rewards.spec import RewardConfigError, RewardSpec
 from diffugrpo_plugin.sandbox.config import SandboxError, SandboxUnavailable
 
@@ -185,13 +187,18 @@ def score_rows(spec, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def checked_rows(records: list[Record]) -> None:
-    """Every row has a completion and well-formed test columns, or a DataError names its line."""
+    """Every row has a completion, or a DataError names its line; a row whose tests cannot be read is scored alone
+    (its code rewards null), with a warning on stderr naming its line."""
     for record in records:
         checked_field(record, "completion")
         try:
             tests_from_row(record.data)
-        except ValueError as error:
-            raise DataError(f"{record.where}: {error}; fix the row's tests ({TEST_COLUMNS_HELP})") from error
+        except TaskError as error:
+            print(
+                f"diffugrpo rewards score: warning: {record.where}: {error}; its code rewards are null "
+                f"(fix the row's tests: {TEST_COLUMNS_HELP})",
+                file=sys.stderr,
+            )
 
 
 def group_ids(records: list[Record], field: str) -> list[str]:

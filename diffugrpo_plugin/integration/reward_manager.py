@@ -111,6 +111,18 @@ def extra_info(scored: ScoredCompletion) -> dict[str, float]:
     return info
 
 
+_task_errors_logged: set[str] = set()
+
+
+def _log_task_errors(scored: ScoredCompletion) -> None:
+    """Logs, once per distinct reason, a row whose task cannot be judged: it scores None (left out of its total, as
+    a row without tests), not a failure of the reward, so the run goes on and the policy is not trained on it."""
+    for name, reason in scored.reasons.items():
+        if reason.kind == "task_error" and reason.detail not in _task_errors_logged:
+            _task_errors_logged.add(reason.detail)
+            logger.warning("diffugrpo rewards: reward '%s' scored a row None: %s", name, reason.detail)
+
+
 def _build_manager_class(base: type) -> type:
     class DiffugrpoRewardManager(base):
         """Scores a completion with the reward plugins selected in ``config.diffugrpo.rewards``."""
@@ -156,6 +168,7 @@ def _build_manager_class(base: type) -> type:
                 scored = ScoredCompletion(
                     values={name: None for name in self.spec.names}, errors={name: late for name in self.spec.names}
                 )
+            _log_task_errors(scored)
             info = {**extra_info(scored), SECONDS_KEY: loop.time() - started}
             if "code" in scored.values:
                 info[PASSED_KEY] = passed_all_tests(scored.values["code"])

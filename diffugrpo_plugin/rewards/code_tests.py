@@ -50,6 +50,13 @@ whitespace or nothing (a completion that stops at EOS right after the fence)."""
 _FENCED_PYTHON = re.compile(r"```(?:python3?|py)[ \t]*\r?\n(.*?)```", re.DOTALL | re.IGNORECASE)
 
 
+class TaskError(ValueError):
+    """The task's own code or columns cannot be judged, whatever the program: a malformed test column, tests that do
+    not parse, a ``check`` module without ``check``, a preamble that fails in the judge. That row has no score (None,
+    with this as the reason) and the others are scored; never the program's fault, nor the harness's
+    (:class:`~diffugrpo_plugin.sandbox.config.SandboxError`)."""
+
+
 class Outcome(str, enum.Enum):
     """The verdict of one test."""
 
@@ -354,8 +361,36 @@ def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
     Columns read, first match wins: ``test`` + ``entry_point`` (a ``check(candidate)`` module: HumanEval,
     LeetCodeDataset); ``test_cases`` (assert strings, or stdin/stdout dicts with ``input``/``output``);
     ``test_list`` (MBPP) with ``test_setup_code`` and ``test_imports``; ``inputs`` + ``outputs``
-    (stdin/stdout). Raises ValueError naming the column when a present column is malformed.
+    (stdin/stdout). Raises :class:`TaskError` naming the column when a present column is malformed, or when the
+    task's own Python (its tests, preamble, setup) does not parse or its check module defines no ``check``.
     """
+    try:
+        spec = _read_tests(row)
+    except TaskError:
+        raise
+    except ValueError as error:
+        raise TaskError(str(error)) from error
+    problem = _task_code_problem(spec) if spec is not None and spec.language == "python" else None
+    if problem is not None:
+        raise TaskError(problem)
+    return spec
+
+
+def _task_code_problem(spec: TestSpec) -> str | None:
+    """Why the task's own Python cannot run in the judge, found by parsing it (never by running it); None if it can."""
+    pieces = [("the preamble (test_imports)", spec.prelude), ("the setup code (test_setup_code)", spec.setup)]
+    pieces += [(f"test {index}", test) for index, test in enumerate(spec.asserts)]
+    if spec.kind == "check":
+        pieces.append(("the check module (test)", spec.check_source))
+    for name, source in pieces:
+        if source and not parses(source):
+            return f"{name} of the task does not parse as Python; fix the row's tests"
+    if spec.kind == "check" and "check" not in defined_names(spec.check_source) | defined_names(spec.prelude):
+        return "the check module (test) defines no function check(candidate); fix the row's tests"
+    return None
+
+
+def _read_tests(row: Mapping[str, Any]) -> TestSpec | None:
     prelude = _joined(row.get("test_imports"), "test_imports")
     language = language_of(row)
     if language != "python":
@@ -489,7 +524,7 @@ JUDGE_GAVE_NONE = "the judge gave no verdict (it exceeded its limits on this pro
 
 def _judge_verdict(verdict: dict) -> tuple[Outcome, str]:
     if verdict["outcome"] == "judge_error":
-        raise SandboxError(f"the task's own test code failed in the judge: {verdict['detail']}")
+        raise TaskError(f"the task's own test code failed in the judge: {verdict['detail']}")
     return JUDGE_OUTCOMES[verdict["outcome"]], verdict["detail"]
 
 
@@ -497,6 +532,8 @@ def judge(result: JobResult, job: Job, index: int, timeout_s: float, expected_ou
     """Turns what happened to test ``index``'s process (and its judge's verdict) into its verdict."""
     if result.status == "setup_error":
         raise SandboxError(f"the sandbox could not prepare a test: {result.message}")
+    if result.verdict is not None and result.verdict["outcome"] == "judge_error":
+        _judge_verdict(result.verdict)  # the task's own code failed: whatever the program did, no verdict
     judge_failed = expected_output is None and result.verdict is None and result.status != "not_run"
     verdict = (
         (Outcome.FAILED, JUDGE_GAVE_NONE) if judge_failed else _failure(result, expected_output is not None, timeout_s)
@@ -609,14 +646,22 @@ def _judged_inside(result: JobResult, limit: float, marker: str) -> TestOutcome:
 
 
 def _run_uncached(
-    code: str, spec: TestSpec, sandbox: Sandbox, timeout_s: float | None, count_lines: bool = False
+    code: str,
+    spec: TestSpec,
+    sandbox: Sandbox,
+    timeout_s: float | None,
+    count_lines: bool = False,
+    no_fork: bool = False,
 ) -> list[TestOutcome]:
     limit = timeout_s if timeout_s is not None else sandbox.config.timeout_s
     if spec.language != "python":
         return _run_in_language(code, spec, sandbox, limit)
     if not parses(code):
         return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
-    jobs = [Job(job.source, job.stdin, limit, job.judged, job.preamble, count_lines) for job in spec.jobs(code)]
+    jobs = [
+        Job(job.source, job.stdin, limit, job.judged, job.preamble, count_lines, no_fork=no_fork)
+        for job in spec.jobs(code)
+    ]
     expected = [output for _, output in spec.stdio] if spec.kind == "stdio" else [None] * len(jobs)
     results = sandbox.run(jobs)
     cpu_limit = limit * LINE_COUNT_SLOWDOWN if count_lines else limit
@@ -665,20 +710,22 @@ def run_tests(
     timeout_s: float | None = None,
     cache: bool = True,
     count_lines: bool = False,
+    no_fork: bool = False,
 ) -> list[TestOutcome]:
     """Runs every test of ``spec`` against ``code``; one outcome per test, in order.
 
     Code that does not parse gets SYNTAX_ERROR for every test without being run. ``timeout_s``
     overrides the sandbox's per-test limit; ``cache=False`` forces a fresh run (benchmarks);
     ``count_lines`` counts each test's executed lines (``TestOutcome.lines``) under a CPU limit
-    ``sandbox.LINE_COUNT_SLOWDOWN`` times larger. Raises :class:`SandboxError` (never a verdict) when the
+    ``sandbox.LINE_COUNT_SLOWDOWN`` times larger; ``no_fork`` runs a Python program where it can start threads but
+    no process (``Job.no_fork``: what the ``efficiency`` reward measures). Raises :class:`SandboxError` (never a verdict) when the
     sandbox itself fails.
     """
     sandbox = sandbox or shared_sandbox()
     if not cache:
-        return _run_uncached(code, spec, sandbox, timeout_s, count_lines)
-    key = (code, spec, timeout_s, sandbox.config, count_lines)
-    return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s, count_lines))
+        return _run_uncached(code, spec, sandbox, timeout_s, count_lines, no_fork)
+    key = (code, spec, timeout_s, sandbox.config, count_lines, no_fork)
+    return _cache.get_or_run(key, lambda: _run_uncached(code, spec, sandbox, timeout_s, count_lines, no_fork))
 
 
 def run_tests_many(
@@ -687,17 +734,19 @@ def run_tests_many(
     timeout_s: float | None = None,
     cache: bool = True,
     count_lines: bool = False,
-) -> list[list[TestOutcome] | SandboxError]:
+    no_fork: bool = False,
+) -> list[list[TestOutcome] | SandboxError | TaskError]:
     """:func:`run_tests` for many (code, spec) pairs, up to the sandbox's concurrency at once.
 
-    A pair whose sandbox failed yields its :class:`SandboxError` in place of outcomes.
+    A pair whose sandbox failed yields its :class:`SandboxError` in place of outcomes, one whose task's own code
+    failed in the judge its :class:`TaskError`.
     """
     sandbox = sandbox or shared_sandbox()
 
-    def one(item: tuple[str, TestSpec]) -> list[TestOutcome] | SandboxError:
+    def one(item: tuple[str, TestSpec]) -> list[TestOutcome] | SandboxError | TaskError:
         try:
-            return run_tests(item[0], item[1], sandbox, timeout_s, cache, count_lines)
-        except SandboxError as exc:
+            return run_tests(item[0], item[1], sandbox, timeout_s, cache, count_lines, no_fork)
+        except (SandboxError, TaskError) as exc:
             return exc
 
     if len(items) <= 1:

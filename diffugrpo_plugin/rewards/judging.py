@@ -22,6 +22,7 @@ Reasons are :class:`~diffugrpo_plugin.hooktypes.Reason` values; the kinds given 
 ``no_tests``        the row has no tests (the reward is None, not 0)
 ``tests_failed``    how many tests failed, and the first one's outcome and detail
 ``not_applicable``  a Python-only reward on another language's row (:func:`python_only`): None, not 0
+``task_error``      the task's own tests or code cannot be judged (:class:`~.code_tests.TaskError`): None, not 0
 ==================  ==========================================================================
 
 Sits below the reward plugins (``reward_plugins/`` imports it, never the other way) on top of
@@ -38,6 +39,7 @@ from diffugrpo_plugin.hooktypes import Explained, Reason
 from diffugrpo_plugin.rewards.code_tests import (
     FORMAT_ENDS,
     Outcome,
+    TaskError,
     TestOutcome,
     TestSpec,
     extract_code,
@@ -288,16 +290,32 @@ def outcomes_for(
     sandbox: Sandbox | None,
     timeout_s: float | None,
     count_lines: bool = False,
+    no_fork: bool = False,
 ) -> list[list[TestOutcome] | None]:
-    """Sandboxed outcomes for each (code, tests) pair, concurrently and cached; None for a None pair
-    (``count_lines``: see :func:`~diffugrpo_plugin.rewards.code_tests.run_tests`).
+    """Sandboxed outcomes for each (code, tests) pair, concurrently and cached; None for a None pair, and for one
+    whose task's own code failed in the judge (``count_lines``, ``no_fork``: see
+    :func:`~diffugrpo_plugin.rewards.code_tests.run_tests`).
 
     Raises the :class:`SandboxError` of a pair whose sandbox failed: a harness fault is never the
     code's fault and never a score (the rewards core then scores the rows it concerns None, flagged).
     """
+    return [
+        None if isinstance(result, TaskError) else result
+        for result in _results_for(pairs, sandbox, timeout_s, count_lines, no_fork)
+    ]
+
+
+def _results_for(
+    pairs: Sequence[tuple[str, TestSpec] | None],
+    sandbox: Sandbox | None,
+    timeout_s: float | None,
+    count_lines: bool,
+    no_fork: bool = False,
+) -> list[list[TestOutcome] | TaskError | None]:
+    """:func:`outcomes_for` with the :class:`TaskError` of a pair whose task's code failed in the judge kept."""
     wanted = [pair for pair in pairs if pair is not None]
-    results = iter(run_tests_many(wanted, sandbox, timeout_s, count_lines=count_lines))
-    outcomes: list[list[TestOutcome] | None] = []
+    results = iter(run_tests_many(wanted, sandbox, timeout_s, count_lines=count_lines, no_fork=no_fork))
+    outcomes: list[list[TestOutcome] | TaskError | None] = []
     for pair in pairs:
         result = next(results) if pair is not None else None
         if isinstance(result, SandboxError):
@@ -306,14 +324,21 @@ def outcomes_for(
     return outcomes
 
 
+def task_error_reason(error: TaskError) -> Reason:
+    """What a row whose task cannot be judged scores with: None, and this."""
+    return Reason("task_error", f"the task cannot be judged, whatever the program: {error}")
+
+
 @dataclass(frozen=True)
 class Judged:
-    """One completion judged against its row: the row's tests (None: it has none), the code
-    offered (or why none), and one outcome per test (None: not run, for want of tests or code)."""
+    """One completion judged against its row: the row's tests (None: it has none, or they cannot be judged), the
+    code offered (or why none), one outcome per test (None: not run, for want of tests or code), and where the
+    task's own tests or code cannot be judged, why (``task_error``: the row scores None)."""
 
     spec: TestSpec | None
     offer: Offer
     outcomes: list[TestOutcome] | None
+    task_error: Reason | None = None
 
     @property
     def code(self) -> str | None:
@@ -323,13 +348,16 @@ class Judged:
     def all_passed(self) -> bool | None:
         """The correctness gate of the quality rewards: None when the row has no tests, False when
         there is no code or a test failed, True when all passed."""
-        if self.spec is None:
+        if self.spec is None or self.task_error is not None:
             return None
         return self.outcomes is not None and all(outcome.passed for outcome in self.outcomes)
 
     @property
     def reason(self) -> Reason | None:
-        """Why not every test passed: no tests, no code (the tests were not run), or the failures."""
+        """Why not every test passed: the task cannot be judged, no tests, no code (the tests were not run), or the
+        failures."""
+        if self.task_error is not None:
+            return self.task_error
         if self.spec is None:
             return NO_TESTS
         if self.offer.code is None or self.outcomes is None:
@@ -350,27 +378,50 @@ def code_outcomes(
 ) -> list[Judged]:
     """Every completion judged against its row's tests (see :class:`Judged`).
 
-    Runs are cached, so the quality rewards reuse the ``code`` reward's run. Raises ValueError
-    (naming the column) for a malformed test column and
+    Runs are cached, so the quality rewards reuse the ``code`` reward's run. A row whose task cannot be judged (a
+    malformed test column, tests that do not parse, a preamble that fails in the judge: :class:`TaskError`) is
+    judged alone, with that reason (:attr:`Judged.task_error`); the other rows are judged as usual. Raises
     :class:`~diffugrpo_plugin.sandbox.host.SandboxError` when the sandbox itself failed.
     """
     rows = rows_of(columns, len(completions))
-    specs = [tests_from_row(row) for row in rows]
+    specs: list[TestSpec | None] = []
+    broken: list[Reason | None] = []
+    for row in rows:
+        try:
+            specs.append(tests_from_row(row))
+            broken.append(None)
+        except TaskError as error:
+            specs.append(None)
+            broken.append(task_error_reason(error))
     offers = [
-        offered_code(completion, code_block, require_format, format_end=format_end, language=language_of(row))
-        for completion, row in zip(completions, rows)
+        _offer_of(completion, row, code_block, require_format, format_end) for completion, row in zip(completions, rows)
     ]
     pairs = [
         (offer.code, spec) if offer.code is not None and spec is not None else None
         for offer, spec in zip(offers, specs)
     ]
-    outcomes = outcomes_for(pairs, sandbox, timeout_s)
-    return [Judged(spec, offer, result) for spec, offer, result in zip(specs, offers, outcomes)]
+    judged = []
+    for spec, offer, result, why in zip(specs, offers, _results_for(pairs, sandbox, timeout_s, False), broken):
+        if isinstance(result, TaskError):
+            judged.append(Judged(None, offer, None, task_error_reason(result)))
+        else:
+            judged.append(Judged(spec, offer, result, why))
+    return judged
+
+
+def _offer_of(completion: Any, row: Mapping[str, Any], code_block: str, require_format: bool, format_end: str) -> Offer:
+    try:
+        language = language_of(row)
+    except ValueError:  # the row's language column is the task's fault: its tests say so, the code is not judged
+        return Offer(None, NO_CODE_BLOCK)
+    return offered_code(completion, code_block, require_format, format_end=format_end, language=language)
 
 
 def correctness_gate(judged: Judged) -> Explained:
     """What a quality reward scores a completion that did not pass every test: None when the row
-    has no tests, else 0.0, each with the reason."""
+    has no tests or its task cannot be judged, else 0.0, each with the reason."""
+    if judged.task_error is not None:
+        return Explained(None, judged.task_error)
     if judged.spec is None:
         return Explained(None, NO_TESTS)
     reason = judged.reason

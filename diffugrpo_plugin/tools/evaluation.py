@@ -19,7 +19,9 @@ code), and every test runs as its own sandboxed process. A completion passes whe
 its problem passes; one that does not carries the reason (:class:`~diffugrpo_plugin.hooktypes.Reason`:
 no code block and why, syntax error and its line, which test failed first and how).
 
-pass@k uses the unbiased estimator of Chen et al. (2021), averaged over problems. A sandbox
+pass@k uses the unbiased estimator of Chen et al. (2021), averaged over the problems judged. A problem whose task
+cannot be judged (no tests, a malformed test column, tests that do not parse, a preamble that fails in the judge)
+is left out of pass@k, alone, and listed with its reason (``problems_not_judged`` in the summary). A sandbox
 failure is a harness fault, never scored: it raises :class:`EvaluationError`.
 
 No verl; torch only inside :func:`generate_completions`.
@@ -40,6 +42,7 @@ from diffugrpo_plugin.data.records import checked_field, read_records
 from diffugrpo_plugin.data.rows import read_parquet_rows
 from diffugrpo_plugin.hooktypes import Reason
 from diffugrpo_plugin.rewards.code_tests import (
+    TaskError,
     TestOutcome,
     TestSpec,
     extract_code,
@@ -48,7 +51,7 @@ from diffugrpo_plugin.rewards.code_tests import (
     run_tests_many,
     tests_from_row,
 )
-from diffugrpo_plugin.rewards.judging import Offer, offered_code, outcomes_reason
+from diffugrpo_plugin.rewards.judging import NO_TESTS, Offer, offered_code, outcomes_reason, task_error_reason
 from diffugrpo_plugin.sandbox.config import SandboxError
 from diffugrpo_plugin.sandbox.host import Sandbox
 
@@ -131,16 +134,10 @@ class EvalProblem:
         return extract_code(user[-1], "last", self.language) if user else None
 
     def tests(self) -> TestSpec:
-        """The problem's tests; a problem without usable tests cannot be evaluated."""
-        try:
-            spec = tests_from_row(self.columns)
-        except ValueError as exc:
-            raise EvaluationError(f"task {self.task_id}: its tests cannot be read: {exc}") from exc
+        """The problem's tests; :class:`TaskError` saying why for a problem without usable tests."""
+        spec = tests_from_row(self.columns)
         if spec is None:
-            raise EvaluationError(
-                f"task {self.task_id} has no tests (no test_cases, test_list, test + entry_point "
-                f"or inputs/outputs column), so pass@k cannot be computed for it"
-            )
+            raise TaskError(f"task {self.task_id} has no tests: {NO_TESTS.detail}")
         return spec
 
 
@@ -424,6 +421,7 @@ class ProblemResult:
     data_source: str
     verdicts: tuple[Verdict, ...]
     num_tests: int = 0
+    not_judged: Reason | None = None  # the task cannot be judged: left out of pass@k, with this reason
 
     @property
     def n(self) -> int:
@@ -472,10 +470,16 @@ def judge_completions(
     tests) pairs run concurrently, up to the sandbox's concurrency. Raises
     :class:`EvaluationError` when the sandbox itself fails: a harness fault is not a score.
     """
-    judged = [problem for problem in problems if completions.get(problem.task_id)]
-    if not judged:
+    asked = [problem for problem in problems if completions.get(problem.task_id)]
+    if not asked:
         raise EvaluationError("no completion belongs to any of the problems loaded")
-    specs = {problem.task_id: problem.tests() for problem in judged}
+    specs, broken = {}, {}
+    for problem in asked:
+        try:
+            specs[problem.task_id] = problem.tests()
+        except TaskError as error:
+            broken[problem.task_id] = task_error_reason(error)
+    judged = [problem for problem in asked if problem.task_id in specs]
     items = [
         (
             problem.task_id,
@@ -498,13 +502,17 @@ def judge_completions(
         for completion in completions[problem.task_id]
     ]
     runnable = [(offer.code, specs[task_id]) for task_id, _, offer in items if offer.code is not None]
-    verdicts = _verdicts(items, run_tests_many(runnable, sandbox, timeout_s))
-    return [
-        ProblemResult(
-            problem.task_id, problem.data_source, tuple(verdicts[problem.task_id]), len(specs[problem.task_id])
-        )
-        for problem in judged
-    ]
+    verdicts = _verdicts(items, run_tests_many(runnable, sandbox, timeout_s), broken)
+    results = []
+    for problem in asked:
+        task_id = problem.task_id
+        if task_id in broken:
+            reason = broken[task_id]
+            unjudged = tuple(Verdict(completion, None, (), reason) for completion in completions[task_id])
+            results.append(ProblemResult(task_id, problem.data_source, unjudged, 0, reason))
+        else:
+            results.append(ProblemResult(task_id, problem.data_source, tuple(verdicts[task_id]), len(specs[task_id])))
+    return results
 
 
 def _with_hint(offer: Offer, require_format: bool, bare_code: bool) -> Offer:
@@ -518,9 +526,12 @@ def _with_hint(offer: Offer, require_format: bool, bare_code: bool) -> Offer:
 
 
 def _verdicts(
-    items: Sequence[tuple[str, Completion, Offer]], runs: Sequence[list[TestOutcome] | SandboxError]
+    items: Sequence[tuple[str, Completion, Offer]],
+    runs: Sequence[list[TestOutcome] | SandboxError | TaskError],
+    broken: dict[str, Reason],
 ) -> dict[str, list[Verdict]]:
-    """Verdicts by task_id from (task_id, completion, offer) items and the runs of those with code."""
+    """Verdicts by task_id from (task_id, completion, offer) items and the runs of those with code; a task whose own
+    code failed in the judge is added to ``broken``."""
     pending = iter(runs)
     verdicts: dict[str, list[Verdict]] = {}
     for task_id, completion, offer in items:
@@ -534,6 +545,9 @@ def _verdicts(
                 f"the sandbox failed while judging task {task_id}: {outcomes}. "
                 f"This is a harness fault, not the completion's; no score is reported."
             )
+        if isinstance(outcomes, TaskError):
+            broken[task_id] = task_error_reason(outcomes)
+            continue
         verdict = Verdict(completion, offer.code, tuple(outcomes), outcomes_reason(offer.code, outcomes))
         verdicts.setdefault(task_id, []).append(verdict)
     return verdicts
@@ -583,10 +597,18 @@ def summarize(results: Sequence[ProblemResult], ks: Sequence[int] = (1,)) -> dic
     """
     if not results:
         raise EvaluationError("nothing to summarise: no problem was judged")
+    judged = [result for result in results if result.not_judged is None]
+    if not judged:
+        first = results[0]
+        raise EvaluationError(f"no problem could be judged; task {first.task_id}: {first.not_judged.detail}")
     by_source: dict[str, list[ProblemResult]] = {}
-    for result in results:
+    for result in judged:
         by_source.setdefault(result.data_source, []).append(result)
-    summary = _group_summary(results, ks)
+    summary = _group_summary(judged, ks)
+    summary["num_problems_not_judged"] = len(results) - len(judged)
+    summary["problems_not_judged"] = {
+        result.task_id: result.not_judged.to_dict() for result in results if result.not_judged is not None
+    }
     summary["by_data_source"] = {source: _group_summary(group, ks) for source, group in sorted(by_source.items())}
     return summary
 
