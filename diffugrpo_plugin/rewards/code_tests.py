@@ -582,18 +582,25 @@ def _run_in_language(code: str, spec: TestSpec, sandbox: Sandbox, limit: float) 
     memory = language.address_space_mb
     jobs = []
     compile_s = sandbox.config.compile_timeout_s
-    if harness.compile is not None:
+    # the program's compile, then (C++) the tests' in a job of their own, so the first never sees their files
+    steps = [
+        (command, step_files)
+        for command, step_files in ((harness.compile, files), (harness.link, harness.link_files))
+        if command
+    ]
+    for command, step_files in steps:
         compiler_memory = max(memory, COMPILER_ADDRESS_SPACE_MB)
         jobs.append(
             Job(
                 "",
                 timeout_s=compile_s,
-                argv=harness.compile,
-                files=files,
+                argv=command,
+                files=step_files,
                 compile=True,
                 address_space_mb=compiler_memory,
             )
         )
+    if steps:
         files = ()
     run = harness.run
     stdins = [stdin for stdin, _ in spec.stdio] if spec.kind == "stdio" else [""]
@@ -603,12 +610,12 @@ def _run_in_language(code: str, spec: TestSpec, sandbox: Sandbox, limit: float) 
         first = files if position == 0 else ()
         jobs.append(Job("", stdin, limit, argv=run, files=first, address_space_mb=memory, no_fork=no_fork))
     results = sandbox.run(jobs, harness.ro_binds)
-    if harness.compile is not None:
-        compiled, results = results[0], results[1:]
-        if compiled.status == "setup_error":
-            raise SandboxError(f"the sandbox could not prepare a test: {compiled.message}")
-        if compiled.status != "ok":
-            detail = _compile_failure(compiled, compile_s)
+    compiled, results = results[: len(steps)], results[len(steps) :]
+    for step in compiled:  # a failed step leaves the next one not_compiled: the first failure is the reason
+        if step.status == "setup_error":
+            raise SandboxError(f"the sandbox could not prepare a test: {step.message}")
+        if step.status != "ok":
+            detail = _compile_failure(step, compile_s)
             return [TestOutcome(index, Outcome.COMPILATION_ERROR, detail) for index in range(len(stdins))]
     if spec.kind == "stdio":
         return [

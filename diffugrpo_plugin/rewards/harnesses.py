@@ -14,7 +14,9 @@ reach as far as one process allows (each point below closed an attack two advers
 * **The tests are compiled apart from the program, and no file they came from is left to read.**
 
   - C++: program and tests are two translation units, so the program's macros, ``using namespace std`` and
-    operator overloads never reach the tests. The tests call each function through an entry the program's unit
+    operator overloads never reach the tests. They compile in two jobs (:attr:`Harness.link`): the program's
+    first, in a work dir holding its source alone, so no ``#include``, ``.incbin`` or path of its can read the
+    tests' source, which only the second job writes. The tests call each function through an entry the program's unit
     defines with the prompt's signature (``return name(args);``), so the program's typedefs, templates,
     overloads, ``static`` or ``auto`` functions resolve as in one file. The program's object file keeps as
     global only those entries and its weak copies of inline code the tests define too (the tests' copy, linked
@@ -25,8 +27,9 @@ reach as far as one process allows (each point below closed an attack two advers
   - Java: the tests are their own compilation unit, calling ``Problem.name(...)`` (no inheritance: a program's
     nested or inherited names do not reach them), with single-type imports of every library type they name (a
     program's own ``ArrayList`` or ``Objects`` class does not shadow them). The runner loads the tests' class,
-    deletes its class file and its own, then runs them; the tests end the process if entered twice or from
-    anywhere but the runner (a program calling them to read their failures).
+    deletes its class file and its own, then calls them; they end the process unless their stack is exactly
+    theirs over the runner's ``main`` (a program rerunning them, from its code or a thread, to learn from their
+    failures): a rule with no state that reflection could reset.
   - JavaScript: the runner reads program and tests, deletes both files and itself, runs the program as a
     script and the tests as a separate strict function given the ``node:assert`` it froze before the program
     ran (a program that replaces ``require``, ``test`` or ``Module._load``, or reads a caller's source, changes
@@ -35,8 +38,8 @@ reach as far as one process allows (each point below closed an attack two advers
     ``dlopen`` or ``getBuiltinModule``.
 
 What stays possible, and is why these verdicts are flagged rather than trusted: a program reading its own
-process's memory (``/proc/self/mem``, its executable, its code) for the marker's key or the tests' expected
-values, and a Java object whose ``equals`` answers true where the tests call it on the program's object (the
+process's memory (pointers, ``sun.misc.Unsafe``, ``/proc/self/mem``, its executable) for the
+marker's key or the tests' expected values, and a Java object whose ``equals`` answers true where the tests call it on the program's object (the
 data prep asks the expected value's ``equals`` for ``actual.equals(expected)``). Tests judged outside the process
 (stdin/stdout pairs) have none of these weaknesses. No torch.
 """
@@ -108,12 +111,12 @@ JAVA_TYPES = {
         "Math",
         "Object",
         "Runtime",
+        "StackTraceElement",
         "String",
         "System",
         "Throwable",
     ),
     "java.io": ("File",),
-    "java.lang.reflect": ("InvocationTargetException", "Method"),
 }
 # node modules that reach the process's own scripts or the inspector (directly, or through another process,
 # thread or socket): a program in the tests' process gets none of them
@@ -147,6 +150,10 @@ class Harness:
     run: tuple[str, ...]
     marker: str | None = None
     ro_binds: tuple[str, ...] = ()  # host folders of trusted files the compile reads (the precompiled header)
+    # a second compile job after the program's, with files written only then: the tests, which the program's
+    # compile (its `#include`, `.incbin`) could read if they were on disk beside it
+    link: tuple[str, ...] | None = None
+    link_files: tuple[tuple[str, str], ...] = ()
 
 
 def _joined(*parts: str) -> str:
@@ -184,8 +191,7 @@ def tests_harness(language: Language, prelude: str, code: str, tests: str) -> Ha
     build = {"cpp": _cpp, "java": _java, "javascript": _javascript}.get(language.name)
     if build is None:
         raise ValueError(f"in-language tests are not supported for {language.name}")
-    files, compile_command, run, binds = build(language, prelude, code, tests, marker)
-    return Harness(files, compile_command, run, marker, binds)
+    return build(language, prelude, code, tests, marker)
 
 
 def _masked(marker: str, key: bytes) -> tuple[str, str]:
@@ -252,16 +258,21 @@ static void diffugrpo_failed(int line) {
     return 0;
 }}"""
     program = _joined(prelude, code, *wrappers)
-    files = (("solution.cpp", program), ("tests.cpp", _joined(prelude, checks, declarations, tests_function, runner)))
+    tests_source = _joined(prelude, checks, declarations, tests_function, runner)
     compiler = shlex.quote(resolved_tool("g++") or "g++")
     flags = CPP_FLAGS
     header = precompiled_stdcpp() if STDCPP in prelude else None
     if header is not None:  # MultiPL-E's prelude includes it first anyway: the same code, compiled 4x faster
         flags += f" -I{shlex.quote(header)} -include {STDCPP}"
+    # the program compiles alone, in a job whose work dir holds its source only: the tests are written by the
+    # next job, so no `#include`, `.incbin` or path (/proc/self/cwd, the work dir's) reaches them
     compile_command = _script(
         # -fno-gnu-unique: the compiler's own "unique" symbols (static locals of inline code) come out weak, which
         # the localisation below handles; a program that writes one itself is refused after it
         f"{compiler} {flags} -fno-gnu-unique -Dmain=diffugrpo_program_main -c solution.cpp -o solution.o",
+        "rm -f solution.cpp",
+    )
+    link_command = _script(
         f"{compiler} {flags} -c tests.cpp -o tests.o",
         # the program keeps as global only the entries the tests call, and its weak copies of inline and template
         # code the tests define too (merged by the linker: the tests' copy, linked first, is kept); anything
@@ -275,9 +286,17 @@ static void diffugrpo_failed(int line) {
         ' echo "error: the program defines a global symbol it may not: $(head -c 300 leftover)" >&2; exit 1; fi',
         "rm -f leftover",
         f"{compiler} -o solution tests.o solution.o",
-        "rm -f solution.cpp tests.cpp solution.o tests.o defined kept",
+        "rm -f tests.cpp solution.o tests.o defined kept",
     )
-    return files, compile_command, ("./solution",), (header,) if header else ()
+    return Harness(
+        (("solution.cpp", program),),
+        compile_command,
+        ("./solution",),
+        marker,
+        (header,) if header else (),
+        link_command,
+        (("tests.cpp", tests_source),),
+    )
 
 
 def _cpp_parameter_names(parameters: str) -> list[str]:
@@ -343,27 +362,23 @@ def _java(language: Language, prelude: str, code: str, tests: str, marker: str):
     opening = _JAVA_MAIN_OPENING.search(tests)
     if opening is None:
         raise ValueError("Java tests must be a class whose `public static void main(String[] args)` runs them")
-    # the tests run once, called by the runner: a program that calls them itself (to read their failures as an
-    # oracle, from any thread) ends the process instead
+    # the tests run once, called by the runner's main itself: their stack is then exactly theirs over the
+    # runner's. Entered again from the program's code (a rerun to read their failures as an oracle), from
+    # another thread or from their own static initialiser, it is deeper or starts elsewhere, and the process
+    # ends. The rule holds no state a program could reset (a counter, a flag: reflection writes any field).
     guard = (
-        f"StackTraceElement[] diffugrpoCallers = new Throwable().getStackTrace();"
-        f" if (diffugrpoCallers.length < 2 || !diffugrpoCallers[diffugrpoCallers.length - 1].getClassName()"
-        f'.equals("{JAVA_RUNNER_CLASS}") || {JAVA_RUNNER_CLASS}.ran++ > 0) Runtime.getRuntime().halt(1);'
+        "StackTraceElement[] diffugrpoCallers = new Throwable().getStackTrace();"
+        " if (diffugrpoCallers.length != 2 || !diffugrpoCallers[1].getClassName()"
+        f'.equals("{JAVA_RUNNER_CLASS}")) Runtime.getRuntime().halt(1);'
     )
     guarded = f"{tests[: opening.end()]}\n        {guard}{tests[opening.end() :]}"
     runner = f"""{imports}
 public class {JAVA_RUNNER_CLASS} {{
-    static int ran = 0;
     public static void main(String[] args) throws Throwable {{
-        Class<?> tests = Class.forName("{tests_class}", false, {JAVA_RUNNER_CLASS}.class.getClassLoader());
+        Class.forName("{tests_class}", false, {JAVA_RUNNER_CLASS}.class.getClassLoader());
         new File("classes/{tests_class}.class").delete();
         new File("classes/{JAVA_RUNNER_CLASS}.class").delete();
-        Method main = tests.getMethod("main", String[].class);
-        try {{
-            main.invoke(null, (Object) args);
-        }} catch (InvocationTargetException failed) {{
-            throw failed.getCause();
-        }}
+        {tests_class}.main(args);
         int[] masked = {{{masked}}}, mask = {{{mask}}};
         char[] line = new char[{len(marker)}];
         for (int at = 0; at < {len(marker)}; at++) line[at] = (char) (masked[at] ^ mask[at]);
@@ -380,7 +395,7 @@ public class {JAVA_RUNNER_CLASS} {{
     )
     names = [name for name, _ in files]
     compile_command = _script(shlex.join(_command(language.compile[:-1], "") + names), f"rm -f {shlex.join(names)}")
-    return files, compile_command, tuple(_command(language.run, "", JAVA_RUNNER_CLASS)), ()
+    return Harness(files, compile_command, tuple(_command(language.run, "", JAVA_RUNNER_CLASS)), marker)
 
 
 def _javascript(language: Language, prelude: str, code: str, tests: str, marker: str):
@@ -415,4 +430,4 @@ fs.writeSync(1, "\\n" + String.fromCharCode(...masked.map((byte, at) => byte ^ m
 process.exit(0);
 """
     files = ((solution, _joined(prelude, code)), (JS_TESTS_FILE, tests), (JS_RUNNER_FILE, runner))
-    return files, None, tuple(_command(language.run, JS_RUNNER_FILE)), ()
+    return Harness(files, None, tuple(_command(language.run, JS_RUNNER_FILE)), marker)

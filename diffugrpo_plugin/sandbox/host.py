@@ -13,8 +13,11 @@ the kernel-level limits ``limits.py``):
   only channel that can claim a setup error is closed before the job's code runs.
 * **Namespaces.** ``bwrap`` with new PID, network, IPC, UTS, cgroup and mount namespaces (plus a
   user namespace when not root): no network, the job sees only its own processes, every process
-  dies with the sandbox. Read-only ``/usr`` (and the interpreter's prefix); ``/tmp`` and the work
-  dir ``/work`` are fresh tmpfs mounts with a size cap and a file-count cap.
+  dies with the sandbox. Read-only ``/usr`` (and the interpreter's prefix); ``/tmp``, ``/dev/shm`` and
+  the work dir ``/work`` are fresh tmpfs mounts with a size cap and a file-count cap.
+* **A private /proc** (root): only the sandbox's own processes (``subset=pid``) and no pseudo-terminals, so
+  the machine-wide counters (threads, shared memory, terminals, ``/proc/sys``) carry nothing from one row's
+  job to another's; seccomp refuses ``sysinfo``, which reports the same counters.
 * **seccomp.** An allow list (``limits.ALLOWED_SYSCALLS``): new namespaces, mounts, the kernel
   keyring, ptrace, ``process_vm_*``, bpf, perf events, userfaultfd, io_uring, inotify, vsock and
   every call not on the list are refused; file locks lock nothing, so jobs share no lock state.
@@ -312,8 +315,9 @@ class Sandbox:
             "namespaced": self.isolated,
             "drop_to": [uid, uid] if self.is_root else None,
             "keep_capabilities": privileged,  # drops the CAP_SYS_ADMIN the capped tmpfs needed
+            "private_proc": self.protections["private_proc"].active,
             "capped_tmpfs": {
-                "directories": ["/tmp", work_dir],
+                "directories": [["/tmp", 0o1777], ["/dev/shm", 0o1777], [work_dir, 0o1777], [scratch_dir, 0o700]],
                 "size_bytes": config.tmpfs_mb << 20,
                 "max_files": config.max_files,
             }

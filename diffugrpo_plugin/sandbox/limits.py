@@ -9,13 +9,14 @@
   kernel keyring, ``ptrace`` and ``process_vm_*``, ``bpf``, ``perf_event_open``, ``userfaultfd``, module
   and kexec loading, io_uring, inotify and fanotify; sockets only in the unix, inet and netlink
   families (no vsock, which the network namespace does not isolate); file locks succeed without locking anything,
-  so no lock on a shared read-only file is seen by another job.
+  so no lock on a shared read-only file is seen by another job; ``sysinfo`` answers ``ENOSYS`` (its thread
+  count, shared and free memory and load are the whole machine's: a signal from one job to another).
 * **cgroups** (:class:`CgroupSlots`): one cgroup per concurrency slot under the harness's own cgroup
   (v1 controllers or v2), limiting the memory and the number of processes of everything a job
   runs together, and its CPU to one core with an equal share, so escaping a process group escapes
   nothing and a job's spinners slow only that job. Needs root (or a delegated v2 subtree).
 * :func:`protections` says which of these (and bubblewrap's namespaces, the unprivileged uid, the
-  tmpfs inode cap) this host provides; the sandbox reports the missing ones once at start-up.
+  tmpfs inode cap, the private ``/proc``) this host provides; the sandbox reports the missing ones once at start-up.
 
 Standard library only, plus ``pyseccomp`` when installed. No torch.
 """
@@ -280,7 +281,6 @@ ALLOWED_SYSCALLS = (
     "sync",
     "sync_file_range",
     "syncfs",
-    "sysinfo",
     "tee",
     "tgkill",
     "time",
@@ -363,6 +363,8 @@ def seccomp_program(allow_fork: bool = True) -> tuple[bytes | None, str]:
         thread = CLONE_NAMESPACE_FLAGS | CLONE_THREAD
         rules.add_rule(seccomp.ALLOW, "clone", seccomp.Arg(0, seccomp.MASKED_EQ, thread, CLONE_THREAD))
     rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "clone3")  # so the C library falls back to clone, whose flags we see
+    # the machine's thread count, shared and free memory: what one job sets there another would read
+    rules.add_rule(seccomp.ERRNO(errno.ENOSYS), "sysinfo")
     for family in SOCKET_FAMILIES:
         rules.add_rule(seccomp.ALLOW, "socket", seccomp.Arg(0, seccomp.EQ, family))
     rules.add_rule(seccomp.ALLOW, "socketpair", seccomp.Arg(0, seccomp.EQ, 1))
@@ -497,7 +499,7 @@ class Protection:
     detail: str
 
 
-PROTECTION_NAMES = ("namespaces", "seccomp", "cgroups", "tmpfs_inode_cap", "unprivileged_uid")
+PROTECTION_NAMES = ("namespaces", "seccomp", "cgroups", "tmpfs_inode_cap", "unprivileged_uid", "private_proc")
 
 
 def host_protections(
@@ -529,7 +531,7 @@ def host_protections(
             bwrap is not None and is_root and want_inode_cap,
             "switched off in the sandbox config: size cap only"
             if not want_inode_cap
-            else "size and file-count caps on /tmp and the work dir"
+            else "size and file-count caps on /tmp, /dev/shm, the work dir and the launcher's scratch dir"
             if is_root
             else "needs root (mounting a tmpfs with a file-count cap): size cap only",
         ),
@@ -539,6 +541,13 @@ def host_protections(
             "each slot runs jobs as its own uid, all capabilities dropped"
             if is_root
             else "not root: jobs keep your uid (inside a user namespace)",
+        ),
+        "private_proc": Protection(
+            "private_proc",
+            is_root and bwrap is not None,
+            "/proc shows the sandbox's own processes only, no pseudo-terminals"
+            if is_root
+            else "needs root (mounting /proc with subset=pid): the machine-wide /proc files are visible",
         ),
     }
 

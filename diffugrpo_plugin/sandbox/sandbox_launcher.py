@@ -13,8 +13,9 @@ expected values from a descriptor the harness passed in and this launcher closes
 as its own uid; each judged job gets its own pair of pipes to it. No job process ever holds another test's
 calls or any expected value.
 
-Start-up (as the sandbox's uid 0 with four capabilities, root mode): mount ``/tmp`` and the work
-dir as tmpfs with size and file-count caps (CAP_SYS_ADMIN, then dropped for good), join the slot's
+Start-up (as the sandbox's uid 0 with four capabilities, root mode): mount ``/tmp``, ``/dev/shm``, the work
+dir and the scratch dir as tmpfs with size and file-count caps, ``/proc`` with the sandbox's own processes only,
+and unmount ``/dev/pts`` (CAP_SYS_ADMIN, then dropped for good), join the slot's
 cgroups through the descriptors the harness passed in, become the child subreaper (every process a
 job leaves behind is reaped here, so its CPU time is counted), make itself non-dumpable.
 
@@ -57,7 +58,8 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
 SECCOMP_MODE_FILTER = 2
-MS_NOSUID, MS_NODEV = 2, 4
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+MNT_DETACH = 2
 CAPABILITY_VERSION_3 = 0x20080522
 KEPT_CAPABILITIES = (5, 6, 7)  # CAP_KILL, CAP_SETGID, CAP_SETUID
 PERF_EVENT_OPEN_SYSCALL = {"x86_64": 298, "aarch64": 241}
@@ -131,15 +133,28 @@ def _check(result: int, what: str, libc) -> None:
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def mount_capped_tmpfs(libc, directories: list[str], size_bytes: int, max_files: int) -> None:
-    """A fresh tmpfs on each directory with a size and a file-count cap (bubblewrap can set the size only)."""
-    options = f"size={size_bytes},nr_inodes={max_files},mode=1777".encode()
-    for directory in directories:
+def mount_capped_tmpfs(libc, directories: list, size_bytes: int, max_files: int) -> None:
+    """A fresh tmpfs on each (directory, mode) with a size and a file-count cap (bubblewrap can set the size only)."""
+    for directory, mode in directories:
+        options = f"size={size_bytes},nr_inodes={max_files},mode={mode:o}".encode()
         _check(
             libc.mount(b"tmpfs", directory.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, options),
             f"mounting the capped tmpfs on {directory}",
             libc,
         )
+
+
+def hide_the_machine(libc) -> None:
+    """What the kernel counts for the whole machine stays out of the sandbox, so no job reads what another one
+    sets there: ``/proc`` is mounted again with ``subset=pid`` (the sandbox's own processes, ``self``; no
+    ``loadavg``, ``meminfo``, ``stat`` or ``/proc/sys``), and the pseudo-terminal filesystem is unmounted (no
+    ``/dev/ptmx``: the count of terminals is the machine's)."""
+    _check(
+        libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"subset=pid"),
+        "mounting /proc with subset=pid",
+        libc,
+    )
+    _check(libc.umount2(b"/dev/pts", MNT_DETACH), "unmounting /dev/pts", libc)
 
 
 def keep_only_capabilities(libc, kept: tuple[int, ...]) -> None:
@@ -757,6 +772,8 @@ def start(payload: dict) -> dict:
     capped = payload.get("capped_tmpfs")
     if capped:
         mount_capped_tmpfs(libc, capped["directories"], capped["size_bytes"], capped["max_files"])
+    if payload.get("private_proc"):
+        hide_the_machine(libc)
     if payload.get("keep_capabilities"):
         keep_only_capabilities(libc, KEPT_CAPABILITIES if payload["drop_to"] else ())
     join_cgroups(payload.get("cgroup_procs_fds") or [])
