@@ -337,7 +337,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     memory = step_memory.memory_estimate(resolution.shape(), setup)
     flops = step_cost.step_flops(
-        resolution.parameters,
+        resolution.active_parameters or resolution.parameters,  # a MoE token runs its active experts only
         args.batch,
         setup.tokens,
         args.diffusion_steps,
@@ -437,6 +437,14 @@ def _resolution_text(r) -> str:
         ("dtype", r.checkpoint_dtype or "not stated in config.json"),
         ("parameters", _count(r.parameters)),
     ]
+    if r.block_size is not None:
+        rows.insert(4, ("block size", f"{r.block_size}, from {r.block_size_source}"))
+    if r.experts is not None:
+        rows[-1] = (
+            "parameters",
+            f"{_count(r.parameters)} (every expert); {_count(r.active_parameters)} active per token",
+        )
+        rows.insert(-1, ("experts", r.experts))
     return f"model {r.path}\n" + "\n".join(f"  {name:<19} {value}" for name, value in rows)
 
 
@@ -526,7 +534,8 @@ def _estimate_text(setup, memory, flops, r, args, adapted_modules: int = 0) -> s
         )
     h100 = step_cost.H100_BF16_DENSE_FLOPS * step_cost.DEFAULT_UTILIZATION
     flop_lines = [
-        f"\nFLOPs of one micro-batch of {setup.batch} completions on one GPU (F = 2 x {r.parameters:,} params x "
+        f"\nFLOPs of one micro-batch of {setup.batch} completions on one GPU (F = 2 x "
+        f"{r.active_parameters or r.parameters:,} {'active ' if r.active_parameters else ''}params x "
         f"{setup.batch} x {setup.tokens} tokens = {step_cost.format_flops(flops.forward)}; "
         f"{_plural(args.iterations, 'iteration')}):",
         f"  generation ({args.diffusion_steps} x F) {step_cost.format_flops(flops.generation)}, old log-probs "

@@ -1,6 +1,6 @@
-"""The built-in model families, ``dream`` (alias ``diffucoder``), ``llada`` and ``bidirectional`` (a stock
-transformers model run with ``is_causal: false``, like our tiny models): their calling conventions and the hook that
-registers them (the ``diffugrpo.model_families`` entry point names this module). What a family is, and what it
+"""The built-in model families, ``dream`` (alias ``diffucoder``), ``llada``, the block-diffusion ``sdar`` (alias
+``trado``), ``sdar_moe`` and ``llada2`` (alias ``llada2_moe``), and ``bidirectional`` (a stock transformers model run
+with ``is_causal: false``, like our tiny models): their calling conventions and the hook that registers them (the ``diffugrpo.model_families`` entry point names this module). What a family is, and what it
 says about a checkpoint: :mod:`diffugrpo_plugin.models.family`.
 """
 
@@ -66,6 +66,19 @@ def call_llada_published(module, input_ids, attention_mask, position_ids) -> tor
     padded = not bool(attention_mask.bool().all())
     # use_cache stated: the published forward reads config.use_cache, which transformers 5 drops
     return _logits_of(module(input_ids=input_ids, attention_mask=attention_mask if padded else None, use_cache=False))
+
+
+def call_block_published(module, input_ids, attention_mask, position_ids) -> torch.Tensor:
+    """SDAR's and LLaDA2's published code: the block-causal mask over ``position_ids`` built here, as a 4D boolean
+    ``[B, 1, L, L]`` (their ``forward`` turns a 2D mask into a causal one, or fails on it); no cache."""
+    from diffugrpo_plugin.models.native.block_attention import block_causal_mask
+
+    if takes_padding_mask(module):
+        return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
+    config = getattr(module, "config", None)
+    block_size = getattr(config, "block_size", None) or BLOCK_SIZES[getattr(config, "model_type", "")]
+    mask = block_causal_mask(position_ids, position_ids, block_size, attention_mask)
+    return _logits_of(module(input_ids=input_ids, attention_mask=mask, position_ids=position_ids, use_cache=False))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,7 +189,123 @@ LLADA = ModelFamily(
 )
 
 
+def _sdar_native():
+    from diffugrpo_plugin.models.native.sdar import SDARConfig, SDARForCausalLM
+
+    return SDARConfig, SDARForCausalLM
+
+
+def _sdar_moe_native():
+    from diffugrpo_plugin.models.native.sdar import SDARMoeConfig, SDARMoeForCausalLM
+
+    return SDARMoeConfig, SDARMoeForCausalLM
+
+
+def _llada2_native():
+    from diffugrpo_plugin.models.native.llada2 import LLaDA2MoeConfig, LLaDA2MoeModelLM
+
+    return LLaDA2MoeConfig, LLaDA2MoeModelLM
+
+
+def _sdar_unsupported(config: dict) -> list[str]:
+    from diffugrpo_plugin.models.native.sdar import unsupported_settings
+
+    return unsupported_settings(config)
+
+
+def _llada2_unsupported(config: dict) -> list[str]:
+    from diffugrpo_plugin.models.native.llada2 import unsupported_settings
+
+    return unsupported_settings(config)
+
+
+BLOCK_CONVENTION = (
+    "native: a 4D mask (boolean or additive) as given, else block-causal over position_ids (+ 2D padding mask); "
+    "a cache of finished blocks, store_kv=False to read it without writing; published code: a 4D block-causal "
+    "boolean mask + position_ids"
+)
+# SDAR's and LLaDA2's published block sizes and mask ids (SGLang's dllm table agrees); from their model_type
+BLOCK_SIZES = {"sdar": 4, "sdar_moe": 4, "llada2_moe": 32}
+SDAR_MASK_TOKEN_ID = 151669  # `<|MASK|>` (SDAR-1.7B's added_tokens.json: `<MASK>`)
+LLADA2_MASK_TOKEN_ID = 156895  # `<|mask|>`
+# our native blocks' SwiGLU (dense layers and every expert), and the published files' own MLP classes
+BLOCK_SWIGLU = ("BlockSwiGLU",)
+
+SDAR = ModelFamily(
+    name="sdar",
+    description="SDAR / TraDo: Qwen3 body, block diffusion (block-causal, blocks of 4), unshifted logits",
+    call=call_block_published,
+    attention_convention=BLOCK_CONVENTION,
+    final_norm="model.norm",
+    head="lm_head",
+    embedding="model.embed_tokens",
+    logits_shift=False,
+    model_types=("sdar",),
+    code_files=("modeling_sdar",),
+    architectures=("SDARForCausalLM",),
+    mask_token_names=("<|MASK|>", "<MASK>"),
+    default_mask_token_id=SDAR_MASK_TOKEN_ID,
+    native=_sdar_native,
+    native_unsupported=_sdar_unsupported,
+    swiglu=SwiGLUBlocks(classes=BLOCK_SWIGLU + ("SDARMLP",)),
+    default_block_size=BLOCK_SIZES["sdar"],
+)
+
+SDAR_MOE = ModelFamily(
+    name="sdar_moe",
+    description="SDAR-MoE: Qwen3-MoE body (softmax top-k experts), block diffusion (blocks of 4), unshifted logits",
+    call=call_block_published,
+    attention_convention=BLOCK_CONVENTION,
+    final_norm="model.norm",
+    head="lm_head",
+    embedding="model.embed_tokens",
+    logits_shift=False,
+    model_types=("sdar_moe",),
+    code_files=("modeling_sdar_moe",),
+    architectures=("SDARMoeForCausalLM",),
+    mask_token_names=("<|MASK|>", "<MASK>"),
+    default_mask_token_id=SDAR_MASK_TOKEN_ID,
+    native=_sdar_moe_native,
+    native_unsupported=_sdar_unsupported,
+    swiglu=SwiGLUBlocks(classes=BLOCK_SWIGLU + ("SDARMoeMLP",)),
+    default_block_size=BLOCK_SIZES["sdar_moe"],
+)
+
+LLADA2 = ModelFamily(
+    name="llada2",
+    description=(
+        "LLaDA2.0 / 2.1: MoE (group-limited sigmoid routing, shared expert), fused QKV, partial RoPE, block "
+        "diffusion (blocks of 32), unshifted logits"
+    ),
+    call=call_block_published,
+    attention_convention=BLOCK_CONVENTION,
+    final_norm="model.norm",
+    head="lm_head",
+    embedding="model.word_embeddings",
+    logits_shift=False,
+    model_types=("llada2_moe",),
+    code_files=("modeling_llada2_moe",),
+    architectures=("LLaDA2MoeModelLM",),
+    mask_token_names=("<|mask|>",),
+    default_mask_token_id=LLADA2_MASK_TOKEN_ID,
+    native=_llada2_native,
+    native_unsupported=_llada2_unsupported,
+    swiglu=SwiGLUBlocks(classes=BLOCK_SWIGLU + ("LLaDA2MoeMLP",)),
+    default_block_size=BLOCK_SIZES["llada2_moe"],
+)
+
+
 @hookimpl
 def diffugrpo_model_families() -> dict[str, ModelFamily]:
     """The built-in families (registered through the same entry point a third party uses)."""
-    return {"dream": DREAM, "diffucoder": DREAM, "llada": LLADA, "bidirectional": BIDIRECTIONAL}
+    return {
+        "dream": DREAM,
+        "diffucoder": DREAM,
+        "llada": LLADA,
+        "sdar": SDAR,
+        "trado": SDAR,
+        "sdar_moe": SDAR_MOE,
+        "llada2": LLADA2,
+        "llada2_moe": LLADA2,
+        "bidirectional": BIDIRECTIONAL,
+    }

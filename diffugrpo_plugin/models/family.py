@@ -120,6 +120,8 @@ class ModelFamily:
             ``scale_logits``); the fused head (:mod:`diffugrpo_plugin.models.kernels`) applies it.
         swiglu: where the SwiGLU feed-forward blocks are, for the training engine's lean backward
             (:mod:`diffugrpo_plugin.models.lean_mlp`); None: every block keeps its own code.
+        default_block_size: a block-diffusion family's published block, used when ``config.json`` states no
+            ``block_size``; None for the families that attend over the whole canvas.
     """
 
     name: str
@@ -144,6 +146,7 @@ class ModelFamily:
     complete_remote_config: Callable[[Any], None] = field(default=lambda config: None)
     logit_scale: Callable[[Any], float] = field(default=lambda config: 1.0)
     swiglu: SwiGLUBlocks | None = None
+    default_block_size: int | None = None
 
     def matches(self, config: dict) -> bool:
         """Whether a ``config.json`` dict names this family."""
@@ -160,6 +163,16 @@ class ModelFamily:
                 return f"auto_map code file {code}.py"
         architectures = [name for name in config.get("architectures") or () if name in self.architectures]
         return f"architectures {architectures[0]}" if architectures else None
+
+    def block_size_of(self, config: dict) -> tuple[int | None, str | None]:
+        """A block-diffusion family's block size for a ``config.json`` dict and where it came from; ``(None, None)``
+        for a family that attends over the whole canvas."""
+        if self.default_block_size is None:
+            return None, None
+        stated = config.get("block_size")
+        if stated is not None:
+            return int(stated), "config.json block_size"
+        return self.default_block_size, f"the {self.name} family's published block (config.json states none)"
 
     def head_module(self, module: torch.nn.Module) -> torch.nn.Module | None:
         """The module that projects the final hidden states (inside any FSDP1 wrapper, where its weight is

@@ -77,6 +77,10 @@ class Resolution:
     head_parameters: int  # 0 when tied
     lean_mlp: str  # what the training engine's diffusion.lean_mlp does to this model's SwiGLU blocks
     lean_mlp_everywhere: bool  # every SwiGLU block it knows for the family takes the lean backward
+    block_size: int | None = None  # block-diffusion families: tokens per block
+    block_size_source: str | None = None
+    experts: str | None = None  # mixture-of-experts models: the experts layers, in words
+    active_parameters: int | None = None  # mixture-of-experts models: parameters one token runs through
 
     def shape(self) -> ModelShape:
         return ModelShape(
@@ -254,6 +258,52 @@ def _shape_from_config(config: Any, hidden: int) -> tuple[int, int, int]:
     return int(layers or 0), int(intermediate), int(kv_heads) * int(head_dim)
 
 
+@dataclass(frozen=True)
+class Experts:
+    """A mixture-of-experts network's routed layers, counted on its (meta) modules."""
+
+    layers: int  # layers with routed experts
+    experts: int  # routed experts per such layer
+    active: int  # routed experts each token runs through
+    shared: int  # shared-expert parameters per layer (every token runs them), 0 when none
+    expert_width: int  # an expert's inner (gate/up) width
+    idle_parameters: int  # routed-expert parameters a token does not run through, over the whole network
+
+    def describe(self) -> str:
+        shared = ", plus a shared expert" if self.shared else ""
+        return (
+            f"{self.layers} layers of {self.experts} experts (width {self.expert_width:,}), {self.active} active per "
+            f"token{shared}"
+        )
+
+
+def count_experts(meta: Any, config: Any) -> Experts | None:
+    """The routed-expert layers of ``meta`` (modules with an ``experts`` list; ``config.num_experts_per_tok`` of them
+    run per token), or None for a dense network."""
+    import torch
+
+    blocks = [
+        module
+        for module in meta.modules()
+        if isinstance(getattr(module, "experts", None), torch.nn.ModuleList) and len(module.experts)
+    ]
+    active = getattr(config, "num_experts_per_tok", None)
+    if not blocks or not active:
+        return None
+    per_block = [sum(p.numel() for p in block.experts.parameters()) for block in blocks]
+    experts = len(blocks[0].experts)
+    shared = getattr(blocks[0], "shared_experts", None)
+    first = blocks[0].experts[0]
+    return Experts(
+        layers=len(blocks),
+        experts=experts,
+        active=int(active),
+        shared=sum(p.numel() for p in shared.parameters()) if shared is not None else 0,
+        expert_width=int(first.gate_proj.weight.shape[0]) if hasattr(first, "gate_proj") else 0,
+        idle_parameters=sum(total * (experts - int(active)) // experts for total in per_block),
+    )
+
+
 def _implementation_detail(plan: Any, config: dict, meta: Any) -> str:
     """Which class runs and why (:attr:`~diffugrpo_plugin.models.dlm.LoadPlan.reason`)."""
     cls = type(meta)
@@ -334,6 +384,13 @@ def resolve_checkpoint(
     mask_token = None
     if mask_id < len(tokenizer):
         mask_token = tokenizer.convert_ids_to_tokens(mask_id)
+    block_size, block_size_source = found.block_size_of(config)
+    experts = count_experts(meta, config_object)
+    parameters = sum(p.numel() for p in meta.parameters())  # a tied weight is one parameter
+    if experts is not None:
+        # a token's feed-forward runs k experts (and the shared one): the activations' width in a sparse layer
+        shared_width = experts.shared // 3 // hidden if experts.shared else 0
+        intermediate = experts.active * experts.expert_width + shared_width
     resolution = Resolution(
         path=path,
         family=found.name,
@@ -357,11 +414,15 @@ def resolve_checkpoint(
         intermediate_size=intermediate,
         kv_dim=kv_dim,
         checkpoint_dtype=str(dtype) if dtype else None,
-        parameters=sum(p.numel() for p in meta.parameters()),  # a tied weight is one parameter
+        parameters=parameters,
         embedding_parameters=embedding_weight.numel(),
         head_parameters=0 if tied else head_weight.numel(),
         lean_mlp=lean.summary(),
         lean_mlp_everywhere=lean.installed > 0 and not lean.skipped,
+        block_size=block_size,
+        block_size_source=block_size_source,
+        experts=experts.describe() if experts is not None else None,
+        active_parameters=parameters - experts.idle_parameters if experts is not None else None,
     )
     return ResolvedCheckpoint(
         resolution=resolution,
