@@ -213,13 +213,15 @@ def weights_digest(directory: str | os.PathLike) -> str:
     return digest.hexdigest()
 
 
+def shipped_record(source: Path = SHIPPED_DIR) -> dict[str, Any]:
+    """What :data:`SHIPPED_RECORD` says of the shipped weights; empty when nothing is shipped."""
+    record = source / SHIPPED_RECORD
+    return json.loads(record.read_text()) if record.is_file() else {}
+
+
 def shipped_checkpoint(spec: TinySpec = TinySpec(), recipe: WarmStart = WarmStart()) -> Path | None:
     """The shipped checkpoint when it is the one ``spec`` and ``recipe`` build, else None (then it is built)."""
-    record = SHIPPED_DIR / SHIPPED_RECORD
-    if not record.is_file():
-        return None
-    shipped = json.loads(record.read_text())
-    return SHIPPED_DIR if shipped["cache_dir"] == warm_model_dir(spec, recipe).name else None
+    return SHIPPED_DIR if shipped_record().get("cache_dir") == warm_model_dir(spec, recipe).name else None
 
 
 def install_shipped(staging: Path, source: Path = SHIPPED_DIR) -> Path:
@@ -230,8 +232,7 @@ def install_shipped(staging: Path, source: Path = SHIPPED_DIR) -> Path:
     for name in SHIPPED_FILES:
         shutil.copyfile(source / name, staging / name)
     build_tokenizer().save_pretrained(staging)
-    expected = json.loads((source / SHIPPED_RECORD).read_text())["weights_sha256"]
-    if weights_digest(staging) != expected:
+    if weights_digest(staging) != shipped_record(source)["weights_sha256"]:
         raise RuntimeError(
             f"{source / 'model.safetensors'} does not hold the weights {source / SHIPPED_RECORD} records: "
             "reinstall diffugrpo"
@@ -282,8 +283,7 @@ def rebuild_matches_shipped(echo: Callable[[str], None] | None = None) -> bool:
 
     with tempfile.TemporaryDirectory(prefix="diffugrpo-rebuild-") as scratch:
         digest = weights_digest(save_warm_model(Path(scratch), echo=echo))
-    shipped = json.loads((SHIPPED_DIR / SHIPPED_RECORD).read_text())
-    return shipped["cache_dir"] == warm_model_dir().name and shipped["weights_sha256"] == digest
+    return shipped_checkpoint() is not None and shipped_record()["weights_sha256"] == digest
 
 
 def default_warm_model_path() -> str:
