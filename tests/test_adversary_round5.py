@@ -13,17 +13,22 @@ import argparse
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import pytest
 
 from diffugrpo_plugin.cli import rewards as rewards_cli
+from diffugrpo_plugin.data import prepare
 from reward_support import TEST_UID_BASE
 
 pytestmark = pytest.mark.sandbox  # every program here runs in the sandbox
 
 
-def fenced(code: str) -> str:
-    return f"```python\n{code}\n```\n"
+MULTIPL_E = Path(__file__).parent / "fixtures" / "multipl_e.jsonl"
+
+
+def fenced(code: str, language: str = "python") -> str:
+    return f"```{language}\n{code}\n```\n"
 
 
 def score(tmp_path, rows: list[dict], *options: str) -> dict[str, dict]:
@@ -292,3 +297,127 @@ def test_a_row_exhausting_cpu_and_memory_leaves_the_other_rows_verdicts_alone(tm
     assert scored["hog"]["rewards"]["code"] == 0.0
     assert scored["victim"]["rewards"]["code"] == 1.0, scored["victim"]
     assert all(test["outcome"] == "PASSED" for test in scored["victim"]["tests"])
+
+
+# --------------------------------------------------------------------------- other languages' in-language tests
+
+# A SIGILL handler turns the tests' failing check (their assert traps) into a rewind: add saves the registers and the
+# stack its caller left, returns a guess, and each failed check restores that state with the next guess as add's
+# return value. The tests run to their end, the runner prints its marker, and add never adds.
+CPP_REWINDS_EACH_FAILED_CHECK = r"""#include <csignal>
+#include <cstring>
+#include <ucontext.h>
+extern "C" {
+unsigned long long s_regs[8];  // rbx rbp r12 r13 r14 r15 rsp return-address, as the tests' call left them
+unsigned char s_stack[2048];
+long s_guess;
+long capture_and_guess() {
+    std::memcpy(s_stack, (void *)s_regs[6], sizeof s_stack);
+    s_guess = -50;
+    return s_guess;
+}
+}
+static void on_trap(int, siginfo_t *, void *context) {
+    // a failed check: rewind to the moment add returned, and return the next guess instead
+    greg_t *regs = ((ucontext_t *)context)->uc_mcontext.gregs;
+    std::memcpy((void *)s_regs[6], s_stack, sizeof s_stack);
+    regs[REG_RBX] = s_regs[0]; regs[REG_RBP] = s_regs[1]; regs[REG_R12] = s_regs[2];
+    regs[REG_R13] = s_regs[3]; regs[REG_R14] = s_regs[4]; regs[REG_R15] = s_regs[5];
+    regs[REG_RSP] = s_regs[6] + 8; regs[REG_RIP] = s_regs[7]; regs[REG_RAX] = ++s_guess;
+}
+static int installed = [] {
+    struct sigaction action;
+    std::memset(&action, 0, sizeof action);
+    action.sa_sigaction = on_trap;
+    action.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigaction(SIGILL, &action, nullptr);
+    sigaction(SIGTRAP, &action, nullptr);
+    return 0;
+}();
+__attribute__((naked)) long add(long x, long y) {
+    asm volatile(
+        "mov %rbx, s_regs(%rip)\n"
+        "mov %rbp, s_regs+8(%rip)\n"
+        "mov %r12, s_regs+16(%rip)\n"
+        "mov %r13, s_regs+24(%rip)\n"
+        "mov %r14, s_regs+32(%rip)\n"
+        "mov %r15, s_regs+40(%rip)\n"
+        "mov %rsp, s_regs+48(%rip)\n"
+        "mov (%rsp), %rax\n"
+        "mov %rax, s_regs+56(%rip)\n"
+        "jmp capture_and_guess\n");
+}
+"""
+# Buffer.allocUnsafeSlow hands back memory the runner freed: it still holds the tests' source (read with
+# readFileSync before the program ran), whose asserts give every call's expected value.
+JS_READS_THE_TESTS_FROM_FREED_MEMORY = r"""const answers = new Map();
+(function () {
+  const kept = [];
+  const w = (s) => s.split("").reverse().join("");
+  const pattern = new RegExp("deep" + "Equal\\(cand" + "idate\\(([^()]*)\\),([^);]*)\\)", "g");
+  for (let size = 16; size < 70000; size += (size < 4096 ? 16 : 512)) {
+    for (let copy = 0; copy < 2; copy++) {
+      const memory = Buffer.allocUnsafeSlow(size);
+      kept.push(memory);
+      const text = memory.toString("latin1");
+      for (const found of text.matchAll(pattern)) answers.set(found[1].replace(/\s/g, ""), found[2]);
+    }
+  }
+})();
+function add(x, y) {
+  const known = answers.get(`${x},${y}`);
+  return known === undefined ? 0 : Number(known);
+}
+"""
+OTHER_LANGUAGES = {
+    "cpp-rewinds-each-failed-check": ("cpp", "cpp/HumanEval_53_add", CPP_REWINDS_EACH_FAILED_CHECK),
+    "js-reads-the-tests-from-freed-memory": (
+        "javascript",
+        "javascript/HumanEval_53_add",
+        JS_READS_THE_TESTS_FROM_FREED_MEMORY,
+    ),
+    "cpp-honest": ("cpp", "cpp/HumanEval_53_add", "long add(long x, long y) { return x + y; }"),
+    "js-honest": ("javascript", "javascript/HumanEval_53_add", "function add(x, y) {\n  return x + y;\n}"),
+}
+
+
+@pytest.fixture(scope="module")
+def other_languages(tmp_path_factory):
+    tasks = {row["extra_info"]["task_id"]: row["extra_info"] for row in prepare("multipl-e", "test", MULTIPL_E)}
+    rows = [
+        {**tasks[task], "completion": fenced(program, language), "task_id": name}
+        for name, (language, task, program) in OTHER_LANGUAGES.items()
+    ]
+    return score(tmp_path_factory.mktemp("languages"), rows, "--timeout-s", "10")
+
+
+@pytest.mark.toolchains
+def test_the_honest_programs_in_other_languages_pass(other_languages):
+    for name in ("cpp-honest", "js-honest"):
+        assert other_languages[name]["rewards"]["code"] == 1.0, other_languages[name]
+
+
+@pytest.mark.toolchains
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(
+            "cpp-rewinds-each-failed-check",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="the C++ tests share the program's process, and their failed check is a trap the program's "
+                "signal handler may catch and resume from (rewards/harnesses.py _cpp; seccomp allows rt_sigaction)",
+            ),
+        ),
+        pytest.param(
+            "js-reads-the-tests-from-freed-memory",
+            marks=pytest.mark.xfail(
+                strict=False,  # what freed memory holds depends on the allocator's state (passed in the one run measured)
+                reason="the JavaScript runner reads the tests' source before the program runs, and "
+                "Buffer.allocUnsafeSlow returns that freed memory to the program (rewards/harnesses.py _javascript)",
+            ),
+        ),
+    ],
+)
+def test_a_program_that_never_computes_the_answer_scores_zero_in_other_languages(other_languages, name):
+    assert other_languages[name]["rewards"]["code"] == 0.0, other_languages[name]
