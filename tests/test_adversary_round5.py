@@ -412,7 +412,7 @@ def test_the_honest_programs_in_other_languages_pass(other_languages):
         pytest.param(
             "js-reads-the-tests-from-freed-memory",
             marks=pytest.mark.xfail(
-                strict=False,  # what freed memory holds depends on the allocator's state (passed in the one run measured)
+                strict=False,  # what freed memory holds depends on the allocator's state (succeeded in both runs measured)
                 reason="the JavaScript runner reads the tests' source before the program runs, and "
                 "Buffer.allocUnsafeSlow returns that freed memory to the program (rewards/harnesses.py _javascript)",
             ),
