@@ -14,6 +14,13 @@ comments. Neither can be raised by padding: trivial functions added to a program
 as it was (a mean over functions would fall with each one) and add volume and lines, which lower MI; comments,
 docstrings and formatting (one statement per line or many) do not reach MI at all (the ``comments`` reward judges
 comments). A program gains only by making its worst function simpler or the whole program smaller.
+
+Code the metrics cannot see scores 0 with the reason ``dynamic_code``: a program that runs source or bytecode it
+builds from data (``exec``, ``eval``, ``compile``, ``__import__``, ``globals()``, the ``builtins`` module,
+``sys.modules``, ``importlib``, ``marshal``, ``pickle``, ``runpy``, ``code``/``codeop``, ``ctypes``, code and
+function objects built by hand or reached through ``__globals__``/``__code__``/``__subclasses__``, or another
+process: ``subprocess``, ``os.system``/``popen``/``exec*``/``spawn*``) would be measured as the few lines that
+start it. ``re.compile`` and the like are attributes of their module, not the builtin, and count as code.
 """
 
 from __future__ import annotations
@@ -28,6 +35,36 @@ from diffugrpo_plugin.rewards.verdicts import parse_python
 from diffugrpo_plugin.sandbox.host import Sandbox
 
 GOOD_COMPLEXITY = 5.0
+DYNAMIC_NAMES = frozenset({"exec", "eval", "compile", "__import__", "__builtins__", "globals"})
+DYNAMIC_ATTRIBUTES = frozenset(
+    {"FunctionType", "CodeType", "__code__", "__globals__", "__subclasses__", "__builtins__"}
+)
+DYNAMIC_MODULES = frozenset(
+    {"builtins", "importlib", "marshal", "pickle", "runpy", "code", "codeop", "ctypes", "subprocess"}
+)
+PROCESS_CALLS = ("system", "popen", "exec", "spawn", "posix_spawn")
+
+
+def dynamic_code(code: str) -> str | None:
+    """What in ``code`` runs code the metrics cannot see (see module docstring), or None."""
+    for node in ast.walk(parse_python(code)):
+        if isinstance(node, ast.Name) and node.id in DYNAMIC_NAMES:
+            return node.id
+        if isinstance(node, ast.Attribute):
+            owner = node.value.id if isinstance(node.value, ast.Name) else None
+            if (
+                node.attr in DYNAMIC_ATTRIBUTES
+                or (owner == "os" and node.attr.startswith(PROCESS_CALLS))
+                or (owner == "sys" and node.attr == "modules")
+            ):
+                return f"{owner}.{node.attr}" if owner else node.attr
+        if isinstance(node, ast.alias) and (
+            node.name.split(".")[0] in DYNAMIC_MODULES or node.name.split(".")[-1] in DYNAMIC_NAMES | DYNAMIC_ATTRIBUTES
+        ):
+            return node.name
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in DYNAMIC_MODULES:
+            return node.module
+    return None
 
 
 def meaningful_statements(code: str) -> int:
@@ -111,6 +148,12 @@ def maintainability_reward(
     for row, one in zip(rows_of(columns, len(completions)), judged):
         if not one.all_passed:
             scores.append(correctness_gate(one))
+        elif (runs := dynamic_code(one.code)) is not None:
+            scores.append(
+                Explained(
+                    0.0, Reason("dynamic_code", f"runs code the metrics cannot read ({runs}): nothing to measure")
+                )
+            )
         elif meaningful_statements(one.code) < min_statements:
             scores.append(
                 Explained(

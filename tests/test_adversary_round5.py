@@ -244,11 +244,6 @@ def auxiliary(tmp_path_factory):
 MAINTAINABILITY_MARGIN = 0.05
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="maintainability (reward_plugins/maintainability.py) measures the module's text: code inside an exec "
-    "string has no complexity and almost no volume (0.81 -> 1.0 measured)",
-)
 def test_wrapping_the_program_in_exec_does_not_raise_maintainability(auxiliary):
     gain = auxiliary["exec-wrapped"]["maintainability"] - auxiliary["honest"]["maintainability"]
     assert gain <= MAINTAINABILITY_MARGIN, auxiliary
@@ -401,22 +396,8 @@ def test_the_honest_programs_in_other_languages_pass(other_languages):
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(
-            "cpp-rewinds-each-failed-check",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="the C++ tests share the program's process, and their failed check is a trap the program's "
-                "signal handler may catch and resume from (rewards/harnesses.py _cpp; seccomp allows rt_sigaction)",
-            ),
-        ),
-        pytest.param(
-            "js-reads-the-tests-from-freed-memory",
-            marks=pytest.mark.xfail(
-                strict=False,  # what freed memory holds depends on the allocator's state (succeeded in both runs measured)
-                reason="the JavaScript runner reads the tests' source before the program runs, and "
-                "Buffer.allocUnsafeSlow returns that freed memory to the program (rewards/harnesses.py _javascript)",
-            ),
-        ),
+        "cpp-rewinds-each-failed-check",  # a failed check ends the process by exit_group: no signal to catch
+        "js-reads-the-tests-from-freed-memory",  # node zero-fills every Buffer
     ],
 )
 def test_a_program_that_never_computes_the_answer_scores_zero_in_other_languages(other_languages, name):

@@ -21,7 +21,8 @@ reach as far as one process allows (each point below closed an attack two advers
     overloads, ``static`` or ``auto`` functions resolve as in one file. The program's object file keeps as
     global only those entries and its weak copies of inline code the tests define too (the tests' copy, linked
     first, wins); anything else it defines (``memcmp``, ``__assert_fail``, a template instance) becomes local,
-    and a "unique" symbol it writes by hand is refused. The tests' ``assert`` traps the CPU; their ``main``
+    and a "unique" symbol it writes by hand is refused. A failed ``assert`` of the tests ends the process by the
+    ``exit_group`` system call (no signal that a program's handler could catch and return from); their ``main``
     returns the key the marker is masked with, so a program that jumps past the tests has no marker to print.
     A program's own ``main`` is renamed; the sources are deleted after compiling.
   - Java: the tests are their own compilation unit, calling ``Problem.name(...)`` (no inheritance: a program's
@@ -35,7 +36,8 @@ reach as far as one process allows (each point below closed an attack two advers
     ran (a program that replaces ``require``, ``test`` or ``Module._load``, or reads a caller's source, changes
     nothing the tests see). The program gets the library's own modules only, without those that reach the
     inspector, the heap or another process or socket (:data:`JS_HIDDEN_MODULES`), nor ``process.binding``,
-    ``dlopen`` or ``getBuiltinModule``.
+    ``dlopen`` or ``getBuiltinModule``; node zero-fills every ``Buffer``, so none holds the freed memory the
+    tests' source was read into.
 
 What stays possible, and is why these verdicts are flagged rather than trusted: a program reading its own
 process's memory (pointers, ``sun.misc.Unsafe``, its executable; no job opens ``/proc/self/mem``) for the
@@ -243,6 +245,13 @@ def _cpp(language: Language, prelude: str, code: str, tests: str, marker: str):
 #undef assert
 static void diffugrpo_failed(int line) {
     std::fprintf(stderr, "assertion failed (tests line %d)\\n", line);
+    // the process ends by the exit_group call itself: no signal a program's handler could catch and return from
+#if defined(__x86_64__)
+    __asm__ volatile("syscall" : : "a"(231L), "D"(1L) : "rcx", "r11", "memory");
+#elif defined(__aarch64__)
+    register long number __asm__("x8") = 94, status __asm__("x0") = 1;
+    __asm__ volatile("svc #0" : : "r"(number), "r"(status) : "memory");
+#endif
     __builtin_trap();
 }
 #define assert(condition) ((condition) ? (void)0 : diffugrpo_failed(__LINE__))"""
@@ -430,4 +439,7 @@ fs.writeSync(1, "\\n" + String.fromCharCode(...masked.map((byte, at) => byte ^ m
 process.exit(0);
 """
     files = ((solution, _joined(prelude, code)), (JS_TESTS_FILE, tests), (JS_RUNNER_FILE, runner))
-    return Harness(files, None, tuple(_command(language.run, JS_RUNNER_FILE)), marker)
+    node, *script = _command(language.run, JS_RUNNER_FILE)
+    # every Buffer starts zeroed: an unsafe allocation would otherwise hand the program the freed memory that
+    # held the tests' source the runner read
+    return Harness(files, None, (node, "--zero-fill-buffers", *script), marker)
