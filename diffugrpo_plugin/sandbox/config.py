@@ -22,7 +22,7 @@ class SandboxConfig:
     timeout_s: float = 5.0  # CPU seconds per job (a test), every process of it counted
     wall_timeout_factor: float = 3.0  # wall-clock backstop per job: this times timeout_s (sleeping programs)
     memory_mb: int = 1024  # address space per process; with cgroups, resident memory of the whole job
-    max_processes: int = 32  # per job's uid, threads included
+    max_processes: int = 64  # per job's uid, threads included (sized for threaded solutions, see docs)
     max_file_size_mb: float = 16.0  # any single file the job writes
     max_output_bytes: int = 1 << 20  # captured stdout per job
     max_open_files: int = 64

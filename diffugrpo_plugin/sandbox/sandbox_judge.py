@@ -217,6 +217,8 @@ class Judging:
 
     def _remote(self, encoded):
         tag = encoded[0]
+        if tag == "cb" and len(encoded) == 2 and type(encoded[1]) is int and 0 <= encoded[1] < len(self.callbacks):
+            return self.callbacks[encoded[1]]  # the test's own callable, handed back (a lambda kept in a dict)
         if tag == "exc" and len(encoded) == 3 and type(encoded[1]) is str and type(encoded[2]) is str:
             return program_exception_class(encoded[1], encoded[2])
         if tag in ("mod", "std"):
@@ -699,7 +701,11 @@ class Row:
     """What every test of a row shares: the preamble run here, the task's helpers, its classes."""
 
     def __init__(self, spec: dict):
-        self.base = {"__name__": "__test__", "__builtins__": builtins}
+        # A real module in sys.modules, as the program's side has: a preamble's dataclass looks its module up,
+        # and a class rebuilt from its reduced state is found by its module's name.
+        module = sys.modules["__test__"] = type(sys)("__test__")
+        self.base = module.__dict__
+        self.base["__builtins__"] = builtins
         self.program_names = frozenset(spec.get("program_names") or ())
         self.has_reference = bool(spec.get("has_reference", True))
         self.entry = spec.get("entry") or ""
