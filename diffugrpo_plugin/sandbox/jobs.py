@@ -31,6 +31,7 @@ class Judged:
     helpers: str = ""
     program_names: frozenset[str] = frozenset()
     has_reference: bool = True  # whether the task's code says which names are its own
+    imports: tuple[tuple[str, str, str], ...] = ()  # (name, module, attribute) the task's code imports
     entry: str = ""
     free_names: tuple[str, ...] = ()  # the names the test's code reads and never binds
     called_only: tuple[str, ...] = ()  # those of them it only ever calls
@@ -41,6 +42,7 @@ class Judged:
             "helpers": self.helpers,
             "program_names": sorted(self.program_names),
             "has_reference": self.has_reference,
+            "imports": [list(entry) for entry in self.imports],
             "entry": self.entry,
         }
 

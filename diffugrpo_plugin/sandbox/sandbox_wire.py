@@ -69,6 +69,7 @@ CAPABILITIES = (
     "__enter__",
     "__exit__",
     "__hash__",
+    "__await__",
 )
 
 
