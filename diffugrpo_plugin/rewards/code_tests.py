@@ -517,7 +517,7 @@ def _failure(result: JobResult, stdio: bool, timeout_s: float) -> tuple[Outcome,
         return Outcome.RUNTIME_ERROR, f"{result.exception}: {result.message}"
     if status == "signal":
         return Outcome.RUNTIME_ERROR, f"killed by signal {result.signal}"
-    if status == "vanished":
+    if status == "vanished" and not (stdio and result.exit_code == 0):  # os._exit(0) ends a stdin/stdout program
         return Outcome.RUNTIME_ERROR, "exited without finishing the test"
     if status == "not_run":
         return Outcome.RUNTIME_ERROR, result.message or "not run: the sandbox stopped before this test"

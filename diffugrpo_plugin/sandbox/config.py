@@ -24,7 +24,7 @@ class SandboxConfig:
     memory_mb: int = 1024  # address space per process; with cgroups, resident memory of the whole job
     max_processes: int = 64  # per job's uid, threads included (sized for threaded solutions, see docs)
     max_file_size_mb: float = 16.0  # any single file the job writes
-    max_output_bytes: int = 1 << 20  # captured stdout per job
+    max_output_bytes: int = 8 << 20  # captured stdout per job (a stdin/stdout answer of a few MB fits)
     max_open_files: int = 64
     compile_timeout_s: float = 10.0  # CPU seconds to compile one program in a compiled language (languages.py)
     judge_memory_mb: int = 1024  # address space of the judge process (decoding and comparing the program's values)
