@@ -164,6 +164,13 @@ CORRECT = {
             "def depth(n):\n    return 0 if n is None else 1 + depth(n.left)\n",
         ),
     ),
+    # two of the program's objects its own __eq__ calls equal, holding equal fields
+    "the program's objects equal field by field": (
+        "class N:\n    def __init__(self, v, nxt=None):\n        self.v, self.nxt = v, nxt\n"
+        "    def __eq__(self, other):\n        return isinstance(other, N) and (self.v, self.nxt) == (other.v, other.nxt)\n"
+        "def f():\n    return N(1, N(2))\n",
+        asserts("assert f() == N(1, N(2))"),
+    ),
     # stdin/stdout programs
     "os._exit after flushing": (
         "import os, sys\nprint(int(input()) * 2)\nsys.stdout.flush()\nos._exit(0)\n",
@@ -206,6 +213,17 @@ FORGED = {
             test_setup_code="expected = sorted([3, 1, 2])",
             reference_solution=REFERENCE_SORTS,
         ),
+    ),
+    # == between two program objects: the program's __eq__ alone does not make different fields equal
+    "a program class equal to anything": (
+        "class P:\n    def __init__(self, x):\n        self.x = x\n    def __eq__(self, other):\n        return True\n"
+        "def f():\n    return P(0)\n",
+        asserts("assert f() == P(5)"),
+    ),
+    "a program class unequal to nothing": (
+        "class P:\n    def __init__(self, x):\n        self.x = x\n    def __ne__(self, other):\n        return False\n"
+        "def f():\n    return P(0)\n",
+        asserts("assert not (f() != P(5))"),
     ),
     # a program's own subclass of a rebuilt type stays the program's object
     "a program's time subclass equal to anything": (

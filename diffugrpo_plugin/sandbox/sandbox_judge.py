@@ -31,6 +31,7 @@ import sys
 import sandbox_wire as wire
 
 MESSAGE_CHARS = 500
+STATE_DEPTH = 200  # nested program objects compared field by field, at most
 _STDOUT = [sys.stdout]  # the judge's own stdout: another one in its place is a test's redirect_stdout
 PASSED_DUNDERS = ("__name__", "__qualname__", "__doc__", "__module__", "__dict__")
 BUILTIN_NAMES = frozenset(dir(builtins))
@@ -164,6 +165,7 @@ class Judging:
         self.failed_callbacks: list[AssertionError] = []
         self.ambiguous: set[str] = set()  # builtin names the program redefines, in a row without a reference
         self.random_state = None  # random's state as the program's process last had it from this side
+        self.state_depth = 0  # nested field comparisons of program objects in progress (see same_state)
         self.compared = 0
         self.untrusted = 0
         self.sizes = dict.fromkeys(wire.SIZE_KEYS, 0)
@@ -360,6 +362,20 @@ class Judging:
 
         return _readable(read)
 
+    def same_state(self, one: "Remote", other: "Remote") -> bool:
+        """Whether two program objects the program calls equal hold equal fields (compared here, field by field;
+        a field that is itself a program object by the same rule): an ``__eq__`` that says True to anything
+        does not make two different objects equal. Past :data:`STATE_DEPTH` nested comparisons, not equal."""
+        if _handle(one) == _handle(other):
+            return True
+        if self.state_depth >= STATE_DEPTH:
+            return False
+        self.state_depth += 1
+        try:
+            return _readable(lambda: one._op("state") == other._op("state"))
+        finally:
+            self.state_depth -= 1
+
     def _process_state(self) -> dict:
         """What the test set in this process that a call must see in the program's (as one process would):
         the recursion limit, ``random``'s state once the test has used it, whether stdout is redirected."""
@@ -532,7 +548,11 @@ class Remote:
                 return (name == "ne") != (other is self)
             raise TypeError(f"'{name}' is not supported between a program object and a {type(other).__name__}")
         judging.compared += 1
-        return self._op(name, other)
+        answer = self._op(name, other)
+        if name in ("eq", "ne") and answer is (name == "eq") and not judging.same_state(self, other):
+            judging.untrusted += 1  # equal by its own __eq__ alone, with different fields: not trusted
+            return name == "ne"
+        return answer
 
     def __eq__(self, other):
         return self._compare("eq", other)
@@ -942,8 +962,8 @@ def _untrusted_note(judging: Judging) -> str:
     if not judging.untrusted:
         return ""
     return (
-        " (a program object was compared with a builtin value: its own __eq__ is not trusted; "
-        "return the builtin value itself)"
+        " (a program object's own __eq__ is not trusted where it was compared with a builtin value, or called "
+        "equal an object with other fields; return the builtin value itself)"
     )
 
 

@@ -37,7 +37,27 @@ UNARY = {
     "reversed": reversed,
     "enter": lambda target: type(target).__enter__(target),
     "await": lambda target: _run_awaitable(target),
+    "state": lambda target: _state(target),
 }
+
+
+def _state(target) -> list:
+    """An object's class name and fields as they are stored (its ``__dict__`` and slots, never what its own methods
+    say): what the judge holds two objects the program calls equal to."""
+    if isinstance(target, type):
+        return ["class", str(getattr(target, "__qualname__", ""))]
+    try:
+        fields = dict(object.__getattribute__(target, "__dict__"))
+    except AttributeError:
+        fields = {}
+    for cls in type(target).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            try:
+                fields[slot] = object.__getattribute__(target, slot)
+            except (AttributeError, TypeError):
+                continue
+    return [type(target).__qualname__, {str(name): value for name, value in fields.items()}]
 
 
 def _run_awaitable(awaitable):
