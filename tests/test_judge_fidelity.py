@@ -182,6 +182,17 @@ CORRECT = {
     ),
 }
 
+POINT = "from dataclasses import dataclass\n@dataclass\nclass Point:\n    x: int\n    y: int\n"
+POINT_CHECK = {
+    "test": "def check(candidate):\n    assert candidate() == Point(1, 2)\n",
+    "entry_point": "f",
+    "reference_solution": POINT + "def f():\n    return Point(1, 2)\n",
+}
+CORRECT["the program's own dataclass named like the reference's"] = (
+    POINT + "def f():\n    return Point(1, 2)\n",
+    POINT_CHECK,
+)
+
 REFERENCE_SORTS = "def f(xs):\n    return sorted(xs)\n"
 FORGED = {
     # names the reference imports are the judge's own, whatever the program rebinds
@@ -204,6 +215,12 @@ FORGED = {
         asserts(
             "assert np.allclose(f(2), 4)", reference_solution="import numpy as np\ndef f(x):\n    return np.square(x)\n"
         ),
+    ),
+    # a reference helper stays the reference's: the program's class of its name is rebuilt as it
+    "a same-named class equal to anything": (
+        "class Point:\n    def __init__(self, *a):\n        pass\n    def __eq__(self, other):\n        return True\n"
+        "def f():\n    return Point(0, 0)\n",
+        POINT_CHECK,
     ),
     # setup code computes with the judge's builtins
     "a patched builtin under the setup code": (

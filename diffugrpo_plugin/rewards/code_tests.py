@@ -169,7 +169,14 @@ class TestSpec:
             else [("check", setup + self.check_source)]
         )
         tests = [
-            Judged(kind, test, **context, free_names=free_names(test)[0], called_only=free_names(test)[1])
+            Judged(
+                kind,
+                test,
+                **context,
+                shared_classes=tuple(name for name in class_names(self.helpers) if name not in self.program_names),
+                free_names=free_names(test)[0],
+                called_only=free_names(test)[1],
+            )
             for kind, test in tests
         ]
         return [Job(code, preamble=self.prelude, judged=test) for test in tests]
@@ -324,6 +331,12 @@ def defined_names(source: str) -> frozenset[str]:
             elif not isinstance(child, (ast.Lambda, ast.expr_context)):
                 pending.append(child)
     return frozenset(names)
+
+
+def class_names(source: str) -> tuple[str, ...]:
+    """The classes ``source`` defines at module level: a check's reference's own (a ``Point`` the check builds its
+    expected value from), as which the program's classes of those names are rebuilt in the judge."""
+    return tuple(node.name for node in _top_level(source) if isinstance(node, ast.ClassDef))
 
 
 def imported_names(source: str) -> tuple[tuple[str, str, str], ...]:

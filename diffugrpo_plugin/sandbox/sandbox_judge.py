@@ -798,6 +798,7 @@ class Row:
             for name, value in self.base.items()
             if isinstance(value, type) and value.__module__ == "__test__"
         }
+        self.shared_classes = spec.get("shared_classes") or ()
         helpers = spec.get("helpers") or ""
         if helpers:
             self._helpers(helpers)
@@ -810,9 +811,12 @@ class Row:
             exec(compile(helpers, "<task>", "exec"), namespace)  # noqa: S102 - the task's own code
         except Exception:  # noqa: BLE001 - a reference that fails to load offers no helpers
             pass
+        shared = set(self.shared_classes)
         for name, value in namespace.items():
             if name not in self.base and name not in self.program_names:
                 self.base[name] = value
+                if name in shared and isinstance(value, type) and value.__module__ == "__test__":
+                    self.task_classes[name] = value  # the program's class of that name arrives as this one
 
     def namespace(
         self,
