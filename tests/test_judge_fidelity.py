@@ -171,6 +171,12 @@ CORRECT = {
         "def f():\n    return N(1, N(2))\n",
         asserts("assert f() == N(1, N(2))"),
     ),
+    # methods of the task's own classes, named like a builtin's, stay the program's
+    "a class the test names, its pop and count": (
+        "class Stack:\n    def __init__(self):\n        self.items = []\n    def push(self, x):\n        self.items.append(x)\n"
+        "    def pop(self):\n        return self.items.pop()\n    def count(self):\n        return len(self.items)\n",
+        asserts("s = Stack()\ns.push(1)\ns.push(2)\nassert s.pop() == 2 and s.count() == 1"),
+    ),
     # stdin/stdout programs
     "os._exit after flushing": (
         "import os, sys\nprint(int(input()) * 2)\nsys.stdout.flush()\nos._exit(0)\n",
@@ -241,6 +247,11 @@ FORGED = {
         "class P:\n    def __init__(self, x):\n        self.x = x\n    def __ne__(self, other):\n        return False\n"
         "def f():\n    return P(0)\n",
         asserts("assert not (f() != P(5))"),
+    ),
+    # a str method asked of a program object whose class the task never names: the test expected a string
+    "an object answering startswith": (
+        "class S:\n    def startswith(self, prefix):\n        return True\ndef f(x):\n    return S()\n",
+        asserts("assert f(1).startswith('ab')"),
     ),
     # a program's own subclass of a rebuilt type stays the program's object
     "a program's time subclass equal to anything": (

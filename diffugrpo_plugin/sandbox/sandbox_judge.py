@@ -35,6 +35,10 @@ STATE_DEPTH = 200  # nested program objects compared field by field, at most
 _STDOUT = [sys.stdout]  # the judge's own stdout: another one in its place is a test's redirect_stdout
 PASSED_DUNDERS = ("__name__", "__qualname__", "__doc__", "__module__", "__dict__")
 BUILTIN_NAMES = frozenset(dir(builtins))
+# The methods of str and bytes (``startswith``, ``isdigit``, ``split``): asked of a program object whose class the
+# task never names, the test expected a string there. (Container methods such as ``add`` or ``get`` are what the
+# task's own classes offer too, so those stay the program's.)
+BUILTIN_METHODS = frozenset(name for kind in (str, bytes) for name in dir(kind) if not name.startswith("_"))
 
 
 class ProgramEnded(BaseException):
@@ -162,6 +166,7 @@ class Judging:
         self.iterators: dict[int, RemoteIterator] = {}  # one per program iterator: its prefetched items stay
         self.namespace: dict = {}  # the test's globals, once made
         self.program_globals: set[str] = set()  # the names in it that are the program's
+        self.program_names: frozenset[str] = frozenset()  # the names the task's code defines
         self.failed_callbacks: list[AssertionError] = []
         self.ambiguous: set[str] = set()  # builtin names the program redefines, in a row without a reference
         self.random_state = None  # random's state as the program's process last had it from this side
@@ -514,6 +519,14 @@ class Remote:
         if name.startswith("__") and name.endswith("__") and name not in PASSED_DUNDERS:
             # numpy's __array_interface__ and its kind would have this process read what the program points at
             raise AttributeError(f"{name} of a program object is not asked for")
+        judging = _judging(self)
+        kind = object.__getattribute__(self, "_diffugrpo_type")
+        if name in BUILTIN_METHODS and kind not in judging.program_globals and kind not in judging.program_names:
+            judging.untrusted += 1
+            raise Untrusted(
+                f"the test called .{name} on a program object of class {kind}, a class the task never names: a "
+                f"method of a builtin type answered by the program's own code is not trusted (return the builtin value)"
+            )
         return self._op("getattr", name)
 
     def __setattr__(self, name: str, value) -> None:
@@ -834,6 +847,7 @@ class Row:
         ``programs_builtins`` (the test must pass both ways). A ``check`` module's helpers are the task's: one that
         neither the check, the preamble, the reference nor Python defines is :class:`NoGroundTruth`."""
         namespace = dict(self.base)
+        judging.program_names = self.program_names
         wanted, builtin_named = [], []
         for name in free_names:
             if name in self.imports and name not in namespace:
