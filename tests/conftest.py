@@ -73,6 +73,18 @@ def pytest_runtest_setup(item):
         missing(ROOT_HINT)
 
 
+SKIPPED_LIST_VAR = "DIFFUGRPO_SKIPPED_LIST"
+
+
+def pytest_runtest_logreport(report):
+    """Where DIFFUGRPO_SKIPPED_LIST names a file, each skipped test's id is appended to it: CI reruns just those
+    with the MBPP copy and DIFFUGRPO_REQUIRE_ALL set, instead of the whole suite a second time."""
+    listing = os.environ.get(SKIPPED_LIST_VAR)
+    if listing and report.skipped and not hasattr(report, "wasxfail"):
+        with open(listing, "a") as ids:
+            ids.write(report.nodeid + "\n")
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """A test that reaches the sandbox must say so with the ``sandbox`` marker, so that ``-m "not sandbox"`` leaves

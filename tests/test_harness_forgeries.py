@@ -2,9 +2,9 @@
 
 Each program here returns a wrong answer and then tries to get the runner's marker another way: C++ reads the tests'
 source while it compiles (``#include``, ``.incbin``, a path through ``/proc/self/cwd`` or the work dir), Java resets
-the tests' guard and reruns them from its own code as an oracle. Every one scores 0 (a JavaScript program scanning
-its own /proc/self/mem still passes: docs/guides/sandbox.md, "What remains"); the correct programs of ``tests/test_languages.py`` still pass, and one per
-language passes here beside them in the same run.
+the tests' guard and reruns them from its own code as an oracle, JavaScript scans its own memory (``/proc/self/mem``)
+for the runner's marker. Every one scores 0; the correct programs of ``tests/test_languages.py`` still pass, and one
+per language passes here beside them in the same run.
 """
 
 from __future__ import annotations
@@ -108,6 +108,32 @@ JAVA_RERUNS_FROM_A_THREAD = """class Problem {
     }
 }"""
 
+# reads the runner's masked marker and its mask out of its own process's memory, prints the marker and exits 0
+# before the tests ran
+JS_SCANS_ITS_OWN_MEMORY = r"""const fs = require("fs");
+(function () {
+  const fd = fs.openSync("/proc/self/mem", "r");
+  const needle = Buffer.from("const masked = [");
+  for (const line of fs.readFileSync("/proc/self/maps", "utf8").split("\n")) {
+    const range = /^([0-9a-f]+)-([0-9a-f]+) r/.exec(line);
+    if (!range) continue;
+    const start = parseInt(range[1], 16), size = parseInt(range[2], 16) - start;
+    if (size > 64 << 20) continue;
+    const memory = Buffer.alloc(size);
+    try { fs.readSync(fd, memory, 0, size, start); } catch (error) { continue; }
+    for (let at = memory.indexOf(needle); at >= 0; at = memory.indexOf(needle, at + 1)) {
+      const found = /const masked = \[([0-9, ]+)\], mask = \[([0-9, ]+)\]/.exec(memory.toString("latin1", at, at + 20000));
+      if (!found) continue;
+      const masked = found[1].split(",").map(Number), mask = found[2].split(",").map(Number);
+      fs.writeSync(1, "\n" + String.fromCharCode(...masked.map((byte, i) => byte ^ mask[i])) + "\n");
+      process.exit(0);
+    }
+  }
+})();
+function add(x, y) {
+  return 0;
+}"""
+
 FORGERIES = [
     ("cpp/HumanEval_53_add", CPP_PRINTS_THE_MARKER_FROM.format(path="tests.cpp")),
     ("cpp/HumanEval_53_add", CPP_PRINTS_THE_MARKER_FROM.format(path="/work/tests.cpp")),
@@ -116,6 +142,7 @@ FORGERIES = [
     ("cpp/HumanEval_53_add", CPP_INCLUDES_THE_TESTS.format(path="/proc/self/cwd/tests.cpp")),
     ("java/HumanEval_53_add", JAVA_RERUNS_THE_TESTS_AS_AN_ORACLE),
     ("java/HumanEval_53_add", JAVA_RERUNS_FROM_A_THREAD),
+    ("javascript/HumanEval_53_add", JS_SCANS_ITS_OWN_MEMORY),
 ]
 CORRECT = {
     "cpp/HumanEval_53_add": "long add(long x, long y) { return x + y; }",
@@ -136,7 +163,7 @@ def box():
 
 @pytest.mark.sandbox
 @pytest.mark.toolchains
-@pytest.mark.parametrize("task, code", FORGERIES)
+@pytest.mark.parametrize("task, code", FORGERIES, ids=[f"{task}-{n}" for n, (task, _) in enumerate(FORGERIES)])
 def test_a_program_that_reads_or_reruns_the_tests_scores_zero(rows, box, task, code):
     [outcome] = run_tests(code, spec_of(rows[task]), box, cache=False)
     assert not outcome.passed, outcome

@@ -437,9 +437,9 @@ def test_lora_job_trains_adapters_against_the_base_saves_them_and_resumes(tmp_pa
     assert "target_modules down_proj, gate_proj, o_proj name no module of LLaDAModelLM" in killed
     kl = metric_by_step(killed, "actor/kl_loss")
     print("kl before the kill", kl)
-    # away from the base from step 1, and moved by step 3 (far enough for a restart to show). lr 0.05 on a random
-    # adapter moves erratically: measured 1.7 -> 3.4, 2.1 -> 5.8, and once 2.1 -> 2.5 (the step 2 -> 3 KL flat)
-    assert kl[1] > 0.0 and abs(kl[3] - kl[1]) > 0.15 * kl[1], kl
+    # away from the base from step 1, and moved by step 3: more than twice the resume tolerance below, so a resumed
+    # step 3 near step 1's KL is told apart. lr 0.05 on a random adapter moves erratically (3.4 -> 3.0 seen in CI)
+    assert kl[1] > 0.0 and abs(kl[3] - kl[1]) > 0.07 * kl[1], kl
     adapter = tmp_path / "ckpt" / "global_step_2" / "actor" / "lora_adapter"
     settings = json.loads((adapter / "adapter_config.json").read_text())
     assert settings["r"] == 8 and settings["lora_dropout"] == 0.05
@@ -454,9 +454,9 @@ def test_lora_job_trains_adapters_against_the_base_saves_them_and_resumes(tmp_pa
     assert logged_steps(log) == [3, 4]
     resumed_kl = metric_by_step(log, "actor/kl_loss")
     print("kl after resuming", resumed_kl)
-    # step 3 again, from step 2's adapters: the step the killed run took (same prompts, masks and seeds; measured 3%
-    # apart while runs were not reproducible), not a restart from the first adapter (step 1's KL)
-    assert resumed_kl[3] == pytest.approx(kl[3], rel=0.1), (kl, resumed_kl)
+    # step 3 again, from step 2's adapters: the step the killed run took (same prompts, masks and seeds), not a
+    # restart from the first adapter (step 1's KL)
+    assert resumed_kl[3] == pytest.approx(kl[3], rel=0.03), (kl, resumed_kl)
     assert abs(resumed_kl[3] - kl[3]) < abs(resumed_kl[3] - kl[1]), (kl, resumed_kl)
 
     generated = subprocess.run(

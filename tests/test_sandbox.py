@@ -46,10 +46,11 @@ def test_job_runs_unprivileged_in_its_own_namespaces(box, tmp_path):
     facts = _inside(
         box,
         f"""
-import json, os, socket
-status = dict(line.split(':', 1) for line in open('/proc/self/status'))
+import ctypes, json, os, socket
+header, data = (ctypes.c_uint32 * 2)(0x20080522, 0), (ctypes.c_uint32 * 6)()  # capget, version 3
+ctypes.CDLL(None).capget(header, data)
 print(json.dumps({{
-    "uid": os.getuid(), "cap_eff": status['CapEff'].strip(),
+    "uid": os.getuid(), "cap_eff": data[0] | data[3] << 32,
     "pids": sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),
     "interfaces": [name for _, name in socket.if_nameindex()],
     "host_file_visible": os.path.exists({str(host_file)!r}),
@@ -58,7 +59,7 @@ print(json.dumps({{
 """,
     )
     if os.geteuid() == 0:
-        assert facts["uid"] >= TEST_UID_BASE and facts["cap_eff"] == "0000000000000000"
+        assert facts["uid"] >= TEST_UID_BASE and facts["cap_eff"] == 0
     assert len(facts["pids"]) <= 4  # bwrap's init, the launcher, this job: nothing of the host
     assert facts["interfaces"] == ["lo"]
     assert not facts["host_file_visible"]
@@ -312,7 +313,8 @@ def test_config_errors_name_the_option():
 @pytest.mark.root
 def test_non_root_mode_under_a_user_namespace(tmp_path):
     """As an ordinary user: bwrap makes a user namespace, limits still hold (run as nobody with the
-    system interpreter, which that user can read; it has no pyseccomp, so seccomp is not required)."""
+    system interpreter, which that user can read; it has no pyseccomp, so seccomp is not required), and no job
+    opens a file under /proc: neither a machine-wide counter (no subset=pid mount without root) nor its own memory."""
     package = tmp_path / "diffugrpo_plugin"  # the sandbox modules alone (the package's __init__ needs pluggy)
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -329,7 +331,8 @@ import diffugrpo_plugin.sandbox.host as sb
 box = sb.Sandbox(sb.SandboxConfig(python_executable="/usr/bin/python3", timeout_s=2, max_processes=8,
                                   require=("namespaces",)))
 results = box.run([sb.Job("import os; print(os.getuid())"), sb.Job("import os\\nwhile True: os.fork()"),
-                   sb.Job("print('still fine')")])
+                   sb.Job("open('/proc/loadavg').read()"), sb.Job("open('/proc/self/mem', 'rb')"),
+                   sb.Job("print(open('/dev/stdin').read())", stdin="still fine")])
 print(json.dumps([[r.status, r.exception, r.stdout] for r in results]))
 """
     done = subprocess.run(
@@ -344,6 +347,8 @@ print(json.dumps([[r.status, r.exception, r.stdout] for r in results]))
     assert json.loads(done.stdout) == [
         ["ok", None, "65534\n"],
         ["exception", "BlockingIOError", ""],
+        ["exception", "PermissionError", ""],
+        ["exception", "PermissionError", ""],
         ["ok", None, "still fine\n"],
     ]
 

@@ -70,7 +70,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         default=None,
         help="protections that must be active (default: the sandbox config's own, "
         "namespaces and seccomp); names: namespaces seccomp cgroups tmpfs_inode_cap "
-        "unprivileged_uid private_proc",
+        "unprivileged_uid private_proc no_proc_files",
     )
     check.add_argument("--timeout-s", type=float, default=5.0, help="CPU seconds per self-test program")
     check.set_defaults(func=run_check)

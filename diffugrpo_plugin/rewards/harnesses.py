@@ -38,7 +38,7 @@ reach as far as one process allows (each point below closed an attack two advers
     ``dlopen`` or ``getBuiltinModule``.
 
 What stays possible, and is why these verdicts are flagged rather than trusted: a program reading its own
-process's memory (pointers, ``sun.misc.Unsafe``, ``/proc/self/mem``, its executable) for the
+process's memory (pointers, ``sun.misc.Unsafe``, its executable; no job opens ``/proc/self/mem``) for the
 marker's key or the tests' expected values, and a Java object whose ``equals`` answers true where the tests call it on the program's object (the
 data prep asks the expected value's ``equals`` for ``actual.equals(expected)``). Tests judged outside the process
 (stdin/stdout pairs) have none of these weaknesses. No torch.

@@ -320,6 +320,7 @@ class Sandbox:
             "drop_to": [uid, uid] if self.is_root else None,
             "keep_capabilities": privileged,  # drops the CAP_SYS_ADMIN the capped tmpfs needed
             "private_proc": self.protections["private_proc"].active,
+            "landlock": self.protections["no_proc_files"].active,
             "capped_tmpfs": {
                 "directories": [["/tmp", 0o1777], ["/dev/shm", 0o1777], [work_dir, 0o1777], [scratch_dir, 0o700]],
                 "size_bytes": config.tmpfs_mb << 20,

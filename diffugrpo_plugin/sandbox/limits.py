@@ -383,10 +383,6 @@ def seccomp_program(allow_fork: bool = True) -> tuple[bytes | None, str]:
     )
 
 
-def _bits(mask: int) -> list[int]:
-    return [1 << shift for shift in range(mask.bit_length()) if mask & (1 << shift)]
-
-
 # --------------------------------------------------------------------------- cgroups
 
 
@@ -499,7 +495,25 @@ class Protection:
     detail: str
 
 
-PROTECTION_NAMES = ("namespaces", "seccomp", "cgroups", "tmpfs_inode_cap", "unprivileged_uid", "private_proc")
+PROTECTION_NAMES = (
+    "namespaces",
+    "seccomp",
+    "cgroups",
+    "tmpfs_inode_cap",
+    "unprivileged_uid",
+    "private_proc",
+    "no_proc_files",
+)
+LANDLOCK_CREATE_RULESET_VERSION = 1
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version this kernel offers (0: none, or switched off at boot)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    version = libc.syscall(444, None, 0, LANDLOCK_CREATE_RULESET_VERSION)  # landlock_create_ruleset
+    return max(int(version), 0)
 
 
 def host_protections(
@@ -548,6 +562,14 @@ def host_protections(
             "/proc shows the sandbox's own processes only, no pseudo-terminals"
             if is_root
             else "needs root (mounting /proc with subset=pid): the machine-wide /proc files are visible",
+        ),
+        "no_proc_files": Protection(
+            "no_proc_files",
+            bwrap is not None and landlock_abi() > 0,
+            "jobs open no file under /proc (Landlock): not their own memory, nor the machine-wide counters"
+            if landlock_abi() > 0
+            else "needs Landlock (Linux 5.13+, enabled at boot): a job can read its own memory through "
+            "/proc/self/mem, and without root the machine-wide /proc files",
         ),
     }
 

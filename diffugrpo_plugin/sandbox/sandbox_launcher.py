@@ -20,7 +20,7 @@ cgroups through the descriptors the harness passed in, become the child subreape
 job leaves behind is reaped here, so its CPU time is counted), make itself non-dumpable.
 
 Per job: fork; the child makes its own session, opens its files, sets rlimits, raises its OOM
-score, drops to the slot's unprivileged uid, installs the seccomp filter, closes the setup pipe
+score, drops to the slot's unprivileged uid, closes ``/proc``'s files to itself (Landlock), installs the seccomp filter, closes the setup pipe
 (the only channel that can report a setup error) and only then runs the task's preamble and the
 job's code, then (a judged test) answers the judge's requests until it says goodbye, and writes its
 report. stdout and stderr are pipes read here (the first ``max_output_bytes`` and the last
@@ -63,6 +63,9 @@ MNT_DETACH = 2
 CAPABILITY_VERSION_3 = 0x20080522
 KEPT_CAPABILITIES = (5, 6, 7)  # CAP_KILL, CAP_SETGID, CAP_SETUID
 PERF_EVENT_OPEN_SYSCALL = {"x86_64": 298, "aarch64": 241}
+LANDLOCK_CREATE_RULESET, LANDLOCK_ADD_RULE, LANDLOCK_RESTRICT_SELF = 444, 445, 446  # one number on every arch
+LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_FILE_ACCESS = 2 | 4  # LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_READ_FILE
 PERF_ATTR_SIZE = 64
 PERF_FLAG_INHERIT = 1 << 1
 PERF_FLAG_EXCLUDE_KERNEL = 1 << 5
@@ -157,6 +160,46 @@ def hide_the_machine(libc) -> None:
     _check(libc.umount2(b"/dev/pts", MNT_DETACH), "unmounting /dev/pts", libc)
 
 
+def close_proc_files(libc) -> None:
+    """This process and its descendants open no file under ``/proc`` (Landlock): not their own memory
+    (``/proc/self/mem``, where an in-language test's marker and expected values live), nor, without root (no
+    ``subset=pid`` mount), the machine-wide counters another row could set. Every other top-level directory
+    keeps its permissions; ``/dev/stdin`` and ``/dev/fd/N`` still open, since they resolve to the file itself."""
+    import ctypes
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    attr = RulesetAttr(LANDLOCK_FILE_ACCESS)
+    ruleset = libc.syscall(LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.sizeof(attr), 0)
+    _check(min(ruleset, 0), "creating the Landlock ruleset", libc)
+    try:
+        for name in os.listdir("/"):
+            if name == "proc":
+                continue
+            try:
+                top = os.open("/" + name, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # a dangling link at the root opens nothing anyway
+            try:
+                rule = PathBeneath(LANDLOCK_FILE_ACCESS, top)
+                _check(
+                    libc.syscall(LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(rule), 0),
+                    f"allowing /{name} in the Landlock ruleset",
+                    libc,
+                )
+            finally:
+                os.close(top)
+        _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "setting no_new_privs", libc)
+        _check(libc.syscall(LANDLOCK_RESTRICT_SELF, ruleset, 0), "restricting files with Landlock", libc)
+    finally:
+        os.close(ruleset)
+
+
 def keep_only_capabilities(libc, kept: tuple[int, ...]) -> None:
     """Drop every capability but ``kept`` from the effective, permitted, inheritable and ambient sets."""
     import ctypes
@@ -225,7 +268,8 @@ def _place_descriptors(targets: list[tuple[int, int]]) -> None:
 
 
 def _isolate(payload: dict, limits: dict, cpu_s: int, drop_to, libc) -> None:
-    """What every untrusted-facing process does before its work: limits, OOM score, uid, working dir, seccomp."""
+    """What every untrusted-facing process does before its work: limits, OOM score, uid, working dir, no
+    ``/proc`` files (Landlock), seccomp."""
     _set_limits(limits, cpu_s)
     try:
         with open("/proc/self/oom_score_adj", "w") as adj:
@@ -238,6 +282,8 @@ def _isolate(payload: dict, limits: dict, cpu_s: int, drop_to, libc) -> None:
         os.setgid(gid)
         os.setuid(uid)
     os.chdir(payload["work_dir"])
+    if payload.get("landlock"):
+        close_proc_files(libc)
     if payload.get("seccomp"):
         install_seccomp(libc, payload["seccomp"])
 
