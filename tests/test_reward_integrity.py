@@ -140,9 +140,13 @@ def test_no_expected_value_reaches_the_programs_process(box):
     honest = code_execution.tests_from_row({"test_cases": ["assert solve(3) == -1"]})
     assert run_tests(SPY, honest, box, cache=False)[0].passed  # it found nothing ...
     planted = code_execution.tests_from_row(
-        {"test_cases": ["assert solve(3) == 5"], "test_setup_code": "note = 'solve(' + '3) == 5'"}
+        {"test_cases": ["assert solve(3) == 5"], "test_imports": ["note = 'solve(' + '3) == 5'"]}
     )
     assert run_tests(SPY, planted, box, cache=False)[0].passed  # ... though it finds what its process does hold
+    in_setup = code_execution.tests_from_row(
+        {"test_cases": ["assert solve(3) == 5"], "test_setup_code": "note = 'solve(' + '3) == 5'"}
+    )
+    assert not run_tests(SPY, in_setup, box, cache=False)[0].passed  # the setup code runs in the judge alone
 
 
 # --------------------------------------------------------------------------- kernel features and resources

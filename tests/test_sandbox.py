@@ -63,7 +63,9 @@ print(json.dumps({{
     assert len(facts["pids"]) <= 4  # bwrap's init, the launcher, this job: nothing of the host
     assert facts["interfaces"] == ["lo"]
     assert not facts["host_file_visible"]
-    assert facts["env"] == sorted(["HOME", "LANG", "PATH", "PWD", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED"])
+    assert facts["env"] == sorted(
+        ["HOME", "LANG", "PATH", "PWD", "MALLOC_ARENA_MAX", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED"]
+    )
     assert facts["cwd"] == "/work"
 
 

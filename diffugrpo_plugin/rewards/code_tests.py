@@ -28,6 +28,7 @@ import enum
 import functools
 import json
 import re
+import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -138,6 +139,7 @@ class TestSpec:
     helpers: str = ""
     program_names: frozenset[str] = frozenset()
     has_reference: bool = True
+    imports: tuple[tuple[str, str, str], ...] = ()
     language: str = "python"
 
     def __len__(self) -> int:
@@ -149,24 +151,35 @@ class TestSpec:
 
     def jobs(self, code: str) -> list[Job]:
         """What one sandboxed process runs for each test, and what its judge runs against it."""
-        source = f"{code}\n{self.setup}\n" if self.setup else code
         if self.kind == "stdio":
-            return [Job(source, stdin=stdin, preamble=self.prelude) for stdin, _ in self.stdio]
+            return [Job(code, stdin=stdin, preamble=self.prelude) for stdin, _ in self.stdio]
         context = {
             "preamble": self.prelude,
             "helpers": self.helpers,
             "program_names": self.program_names,
             "has_reference": self.has_reference,
+            "imports": self.imports,
             "entry": self.entry_point,
         }
+        # The setup code is the test's: it runs on the judge's side, with the judge's builtins, before each test.
+        setup = f"{self.setup}\n" if self.setup else ""
         tests = (
-            [("assert", test) for test in self.asserts] if self.kind == "asserts" else [("check", self.check_source)]
+            [("assert", setup + test) for test in self.asserts]
+            if self.kind == "asserts"
+            else [("check", setup + self.check_source)]
         )
         tests = [
-            Judged(kind, test, **context, free_names=free_names(test)[0], called_only=free_names(test)[1])
+            Judged(
+                kind,
+                test,
+                **context,
+                shared_classes=tuple(name for name in class_names(self.helpers) if name not in self.program_names),
+                free_names=free_names(test)[0],
+                called_only=free_names(test)[1],
+            )
             for kind, test in tests
         ]
-        return [Job(source, preamble=self.prelude, judged=test) for test in tests]
+        return [Job(code, preamble=self.prelude, judged=test) for test in tests]
 
 
 def extract_code(text: str, block: str = "first", language: str = "python") -> str | None:
@@ -320,6 +333,29 @@ def defined_names(source: str) -> frozenset[str]:
     return frozenset(names)
 
 
+def class_names(source: str) -> tuple[str, ...]:
+    """The classes ``source`` defines at module level: a check's reference's own (a ``Point`` the check builds its
+    expected value from), as which the program's classes of those names are rebuilt in the judge."""
+    return tuple(node.name for node in _top_level(source) if isinstance(node, ast.ClassDef))
+
+
+def imported_names(source: str) -> tuple[tuple[str, str, str], ...]:
+    """``(name, module, attribute)`` for each name ``source`` binds at module level by importing it from the
+    standard library or numpy (``attribute`` empty for a module): the judge binds its own, so a program that
+    rebinds ``math`` or ``Counter`` changes nothing the tests use."""
+    found = []
+    for node in _top_level(source):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                module = alias.name if alias.asname else alias.name.split(".")[0]
+                found.append((alias.asname or module, module, ""))
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.extend(
+                (alias.asname or alias.name, node.module, alias.name) for alias in node.names if alias.name != "*"
+            )
+    return tuple(entry for entry in found if entry[1].split(".")[0] in (*sys.stdlib_module_names, "numpy"))
+
+
 def _top_level(source: str) -> list[ast.stmt]:
     try:
         return parse_python(source).body
@@ -403,11 +439,15 @@ def _read_tests(row: Mapping[str, Any]) -> TestSpec | None:
             spec = _list_tests(_as_list(row[column], column), column, prelude, setup)
             if spec is not None and spec.kind == "asserts":
                 reference = reference_from_row(row)
+                imports = imported_names(reference or "")
+                if not defined_names(reference or "") - {name for name, _, _ in imports}:
+                    imports = ()  # a reference that only imports names its solution by import (``from math import gcd``)
                 spec = TestSpec(
                     **{
                         **spec.__dict__,
                         "has_reference": reference is not None,
-                        "program_names": defined_names(reference or "") | defined_names(setup),
+                        "program_names": defined_names(reference or "") - {name for name, _, _ in imports},
+                        "imports": imports,
                     }
                 )
             return spec
@@ -490,7 +530,7 @@ def _failure(result: JobResult, stdio: bool, timeout_s: float) -> tuple[Outcome,
         return Outcome.RUNTIME_ERROR, f"{result.exception}: {result.message}"
     if status == "signal":
         return Outcome.RUNTIME_ERROR, f"killed by signal {result.signal}"
-    if status == "vanished":
+    if status == "vanished" and not (stdio and result.exit_code == 0):  # os._exit(0) ends a stdin/stdout program
         return Outcome.RUNTIME_ERROR, "exited without finishing the test"
     if status == "not_run":
         return Outcome.RUNTIME_ERROR, result.message or "not run: the sandbox stopped before this test"

@@ -22,9 +22,9 @@ class SandboxConfig:
     timeout_s: float = 5.0  # CPU seconds per job (a test), every process of it counted
     wall_timeout_factor: float = 3.0  # wall-clock backstop per job: this times timeout_s (sleeping programs)
     memory_mb: int = 1024  # address space per process; with cgroups, resident memory of the whole job
-    max_processes: int = 32  # per job's uid, threads included
+    max_processes: int = 64  # per job's uid, threads included (sized for threaded solutions, see docs)
     max_file_size_mb: float = 16.0  # any single file the job writes
-    max_output_bytes: int = 1 << 20  # captured stdout per job
+    max_output_bytes: int = 8 << 20  # captured stdout per job (a stdin/stdout answer of a few MB fits)
     max_open_files: int = 64
     compile_timeout_s: float = 10.0  # CPU seconds to compile one program in a compiled language (languages.py)
     judge_memory_mb: int = 1024  # address space of the judge process (decoding and comparing the program's values)

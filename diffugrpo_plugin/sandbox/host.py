@@ -111,6 +111,9 @@ SANDBOX_ENV = {
     "LANG": "C.UTF-8",
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONHASHSEED": "0",
+    # glibc gives each thread its own malloc arena, reserving 64 MB of address space apiece: 16 threads would
+    # spend the address-space limit before allocating anything ("can't start new thread").
+    "MALLOC_ARENA_MAX": "2",
 }
 
 
@@ -262,6 +265,7 @@ class Sandbox:
         payload = {
             "source": job.source,
             "preamble": job.preamble,
+            "shared_classes": list(job.judged.shared_classes) if job.judged is not None else [],
             "stdin": job.stdin,
             "timeout_s": timeout_s,
             "serve": job.judged is not None,

@@ -31,6 +31,8 @@ class Judged:
     helpers: str = ""
     program_names: frozenset[str] = frozenset()
     has_reference: bool = True  # whether the task's code says which names are its own
+    imports: tuple[tuple[str, str, str], ...] = ()  # (name, module, attribute) the task's code imports
+    shared_classes: tuple[str, ...] = ()  # classes the helpers define: the program's of that name travel as data
     entry: str = ""
     free_names: tuple[str, ...] = ()  # the names the test's code reads and never binds
     called_only: tuple[str, ...] = ()  # those of them it only ever calls
@@ -41,6 +43,8 @@ class Judged:
             "helpers": self.helpers,
             "program_names": sorted(self.program_names),
             "has_reference": self.has_reference,
+            "imports": [list(entry) for entry in self.imports],
+            "shared_classes": list(self.shared_classes),
             "entry": self.entry,
         }
 

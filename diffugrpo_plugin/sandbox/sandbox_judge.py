@@ -31,8 +31,14 @@ import sys
 import sandbox_wire as wire
 
 MESSAGE_CHARS = 500
+STATE_DEPTH = 200  # nested program objects compared field by field, at most
+_STDOUT = [sys.stdout]  # the judge's own stdout: another one in its place is a test's redirect_stdout
 PASSED_DUNDERS = ("__name__", "__qualname__", "__doc__", "__module__", "__dict__")
 BUILTIN_NAMES = frozenset(dir(builtins))
+# The methods of str and bytes (``startswith``, ``isdigit``, ``split``): asked of a program object whose class the
+# task never names, the test expected a string there. (Container methods such as ``add`` or ``get`` are what the
+# task's own classes offer too, so those stay the program's.)
+BUILTIN_METHODS = frozenset(name for kind in (str, bytes) for name in dir(kind) if not name.startswith("_"))
 
 
 class ProgramEnded(BaseException):
@@ -97,6 +103,11 @@ class Unsendable(BaseException):
     in it can take that for the program's error."""
 
 
+class NoGroundTruth(BaseException):
+    """A check uses a helper the task's own code does not define: asking the program for it would let the program
+    define what is right, so the row gets no verdict."""
+
+
 class Untrusted(BaseException):
     """The test asked a question only the program's own code could answer about a value of the test
     (membership by its ``__contains__``): not trusted, so the test fails saying so."""
@@ -155,8 +166,11 @@ class Judging:
         self.iterators: dict[int, RemoteIterator] = {}  # one per program iterator: its prefetched items stay
         self.namespace: dict = {}  # the test's globals, once made
         self.program_globals: set[str] = set()  # the names in it that are the program's
+        self.program_names: frozenset[str] = frozenset()  # the names the task's code defines
         self.failed_callbacks: list[AssertionError] = []
         self.ambiguous: set[str] = set()  # builtin names the program redefines, in a row without a reference
+        self.random_state = None  # random's state as the program's process last had it from this side
+        self.state_depth = 0  # nested field comparisons of program objects in progress (see same_state)
         self.compared = 0
         self.untrusted = 0
         self.sizes = dict.fromkeys(wire.SIZE_KEYS, 0)
@@ -217,6 +231,8 @@ class Judging:
 
     def _remote(self, encoded):
         tag = encoded[0]
+        if tag == "cb" and len(encoded) == 2 and type(encoded[1]) is int and 0 <= encoded[1] < len(self.callbacks):
+            return self.callbacks[encoded[1]]  # the test's own callable, handed back (a lambda kept in a dict)
         if tag == "exc" and len(encoded) == 3 and type(encoded[1]) is str and type(encoded[2]) is str:
             return program_exception_class(encoded[1], encoded[2])
         if tag in ("mod", "std"):
@@ -233,6 +249,8 @@ class Judging:
         handle = encoded[1]
         if handle not in self.remotes:
             self.remotes[handle] = remote_class(frozenset(encoded[3]))(self, handle, encoded[2][:100])
+        if encoded[2] == "coroutine" and "__await__" in encoded[3]:
+            return _coroutine(self.remotes[handle])  # a real coroutine, for asyncio.run and create_task
         return self.remotes[handle]
 
     def ask(self, request):
@@ -323,11 +341,12 @@ class Judging:
             ]
         except wire.BadValue as error:
             raise Unsendable(str(error)) from None
-        answer = self._request(request)
-        if not (wire._is_list(answer, 5) and answer[0] == "ok"):
+        answer = self._request([*request, self._process_state()])
+        if not (wire._is_list(answer, 6) and answer[0] == "ok"):
             return self.answer(answer)
 
         def read():
+            self._mirror_back(answer[5])
             for position, state in answer[2]:
                 target = (
                     args[position]
@@ -347,6 +366,45 @@ class Judging:
             return self.decode(answer[1])
 
         return _readable(read)
+
+    def same_state(self, one: "Remote", other: "Remote") -> bool:
+        """Whether two program objects the program calls equal hold equal fields (compared here, field by field;
+        a field that is itself a program object by the same rule): an ``__eq__`` that says True to anything
+        does not make two different objects equal. Past :data:`STATE_DEPTH` nested comparisons, not equal."""
+        if _handle(one) == _handle(other):
+            return True
+        if self.state_depth >= STATE_DEPTH:
+            return False
+        self.state_depth += 1
+        try:
+            return _readable(lambda: one._op("state") == other._op("state"))
+        finally:
+            self.state_depth -= 1
+
+    def _process_state(self) -> dict:
+        """What the test set in this process that a call must see in the program's (as one process would):
+        the recursion limit, ``random``'s state once the test has used it, whether stdout is redirected."""
+        state = {"recursion_limit": sys.getrecursionlimit(), "stdout": sys.stdout is not _STDOUT[0]}
+        random = sys.modules.get("random")
+        if random is not None:
+            now = random.getstate()
+            if now != self.random_state:
+                state["random"] = self.encode(now)
+                self.random_state = now
+        return state
+
+    def _mirror_back(self, after) -> None:
+        """The call's effect on that state: what the program printed goes to the test's stdout (a
+        ``redirect_stdout`` target), and ``random`` continues from where the program left it."""
+        if type(after) is not dict:
+            raise wire.BadValue("malformed call state")
+        printed = after.get("stdout")
+        if type(printed) is str:
+            sys.stdout.write(printed)
+        if "random" in after and "random" in sys.modules:
+            state = self.decode(after["random"])
+            sys.modules["random"].setstate(state)
+            self.random_state = state
 
     def _update_global(self, name: str, value) -> None:
         current = self.namespace.get(name)
@@ -461,6 +519,14 @@ class Remote:
         if name.startswith("__") and name.endswith("__") and name not in PASSED_DUNDERS:
             # numpy's __array_interface__ and its kind would have this process read what the program points at
             raise AttributeError(f"{name} of a program object is not asked for")
+        judging = _judging(self)
+        kind = object.__getattribute__(self, "_diffugrpo_type")
+        if name in BUILTIN_METHODS and kind not in judging.program_globals and kind not in judging.program_names:
+            judging.untrusted += 1
+            raise Untrusted(
+                f"the test called .{name} on a program object of class {kind}, a class the task never names: a "
+                f"method of a builtin type answered by the program's own code is not trusted (return the builtin value)"
+            )
         return self._op("getattr", name)
 
     def __setattr__(self, name: str, value) -> None:
@@ -495,7 +561,11 @@ class Remote:
                 return (name == "ne") != (other is self)
             raise TypeError(f"'{name}' is not supported between a program object and a {type(other).__name__}")
         judging.compared += 1
-        return self._op(name, other)
+        answer = self._op(name, other)
+        if name in ("eq", "ne") and answer is (name == "eq") and not judging.same_state(self, other):
+            judging.untrusted += 1  # equal by its own __eq__ alone, with different fields: not trusted
+            return name == "ne"
+        return answer
 
     def __eq__(self, other):
         return self._compare("eq", other)
@@ -616,6 +686,16 @@ def _reversed(self):
     return iter(list(RemoteIterator(answer))) if isinstance(answer, Remote) else iter(answer)
 
 
+def _await(self):
+    """``await`` on a program's awaitable: the program runs it to its end in its own event loop."""
+    return self._op("await")
+    yield  # a generator, as __await__ must return an iterator
+
+
+async def _coroutine(awaitable):
+    return await awaitable
+
+
 _CAPABILITY_METHODS = {
     "__iter__": _iterate,
     "__next__": lambda self: next(_judging(self).iterator(self)),
@@ -629,6 +709,7 @@ _CAPABILITY_METHODS = {
     "__enter__": lambda self: self._op("enter"),
     "__exit__": _exit,
     "__hash__": lambda self: _typed(self._op("hash"), int, "__hash__"),
+    "__await__": _await,
 }
 _REMOTE_CLASSES: dict[frozenset, type] = {}
 
@@ -695,12 +776,33 @@ def _stdlib_module(name: str):
     return sys.modules.get(name)
 
 
+def _imported(module: str, attribute: str):
+    """What ``import module`` / ``from module import attribute`` in the task's code binds, this process's own
+    (the standard library or numpy); None where it cannot be imported here."""
+    if module.split(".")[0] not in (*sys.stdlib_module_names, *ALLOWED_MODULES):
+        return None
+    try:
+        value = __import__(module, fromlist=["_"])
+        if not attribute:
+            return value
+        if not hasattr(value, attribute):
+            __import__(f"{module}.{attribute}")
+        return getattr(value, attribute)
+    except Exception:  # noqa: BLE001 - not importable here: the name is resolved as any other
+        return None
+
+
 class Row:
     """What every test of a row shares: the preamble run here, the task's helpers, its classes."""
 
     def __init__(self, spec: dict):
-        self.base = {"__name__": "__test__", "__builtins__": builtins}
+        # A real module in sys.modules, as the program's side has: a preamble's dataclass looks its module up,
+        # and a class rebuilt from its reduced state is found by its module's name.
+        module = sys.modules["__test__"] = type(sys)("__test__")
+        self.base = module.__dict__
+        self.base["__builtins__"] = builtins
         self.program_names = frozenset(spec.get("program_names") or ())
+        self.imports = {entry[0]: entry[1:] for entry in spec.get("imports") or () if len(entry) == 3}
         self.has_reference = bool(spec.get("has_reference", True))
         self.entry = spec.get("entry") or ""
         exec(compile(spec.get("preamble") or "", "<preamble>", "exec"), self.base)  # noqa: S102 - the task's code
@@ -709,6 +811,7 @@ class Row:
             for name, value in self.base.items()
             if isinstance(value, type) and value.__module__ == "__test__"
         }
+        self.shared_classes = spec.get("shared_classes") or ()
         helpers = spec.get("helpers") or ""
         if helpers:
             self._helpers(helpers)
@@ -721,22 +824,37 @@ class Row:
             exec(compile(helpers, "<task>", "exec"), namespace)  # noqa: S102 - the task's own code
         except Exception:  # noqa: BLE001 - a reference that fails to load offers no helpers
             pass
+        shared = set(self.shared_classes)
         for name, value in namespace.items():
             if name not in self.base and name not in self.program_names:
                 self.base[name] = value
+                if name in shared and isinstance(value, type) and value.__module__ == "__test__":
+                    self.task_classes[name] = value  # the program's class of that name arrives as this one
 
     def namespace(
-        self, judging: Judging, free_names: list[str], called_only: list[str], programs_builtins: bool = False
+        self,
+        judging: Judging,
+        free_names: list[str],
+        called_only: list[str],
+        programs_builtins: bool = False,
+        check: bool = False,
     ) -> dict:
         """The test's globals: the row's own names, then each name the test reads without binding it
         (``free_names``, found by the harness) as the rule in the module docstring says. A name the test only
         ever calls cannot mean a module: it is the program's (a task's own ``tokenize`` or ``copy``). In a row
         without a reference, a builtin name the program redefines is ambiguous (a task's own ``max``, or a
         forged ``abs``): it is noted in ``judging.ambiguous``, and bound to the program's object only with
-        ``programs_builtins`` (the test must pass both ways)."""
+        ``programs_builtins`` (the test must pass both ways). A ``check`` module's helpers are the task's: one that
+        neither the check, the preamble, the reference nor Python defines is :class:`NoGroundTruth`."""
         namespace = dict(self.base)
+        judging.program_names = self.program_names
         wanted, builtin_named = [], []
         for name in free_names:
+            if name in self.imports and name not in namespace:
+                imported = _imported(*self.imports[name])
+                if imported is not None:
+                    namespace[name] = imported
+                    continue
             if name in self.program_names or (
                 name in called_only and name not in namespace and name not in BUILTIN_NAMES
             ):
@@ -752,6 +870,12 @@ class Row:
                     namespace[name] = module
                 else:
                     wanted.append(name)
+        unfounded = [name for name in wanted if name not in self.program_names]
+        if check and unfounded:
+            raise NoGroundTruth(
+                f"the check uses {', '.join(unfounded)}, which the task's own code does not define: "
+                f"no ground truth (the program is never asked for a check's helpers)"
+            )
         if wanted or builtin_named:
             found = judging.names(wanted + builtin_named)
             for name in wanted:
@@ -806,12 +930,16 @@ def _run(row: Row, test: dict, judging: Judging) -> tuple[str, str]:
 def _attempt(row: Row, test: dict, judging: Judging, programs_builtins: bool) -> tuple[str, str]:
     code = test["code"]
     try:
-        namespace = row.namespace(judging, test["names"], test["called"], programs_builtins)
+        namespace = row.namespace(
+            judging, test["names"], test["called"], programs_builtins, check=test["kind"] == "check"
+        )
         exec(compile(code, "<test>", "exec"), namespace)  # noqa: S102 - the test's own code, run here
         if test["kind"] == "check":
             namespace["check"](judging.ask(["entry", row.entry]))
         if judging.failed_callbacks:
             raise judging.failed_callbacks[0]
+    except NoGroundTruth as error:
+        return "judge_error", str(error)
     except ProgramEnded:
         return "ended", "the program's process ended during the test"
     except Unreadable as error:
@@ -852,8 +980,8 @@ def _untrusted_note(judging: Judging) -> str:
     if not judging.untrusted:
         return ""
     return (
-        " (a program object was compared with a builtin value: its own __eq__ is not trusted; "
-        "return the builtin value itself)"
+        " (a program object's own __eq__ is not trusted where it was compared with a builtin value, or called "
+        "equal an object with other fields; return the builtin value itself)"
     )
 
 
@@ -876,6 +1004,7 @@ def main(payload_fd: int, channels: list[tuple[int, int]], verdict_fd: int) -> N
     spec = wire.json_loads(b"".join(chunks).decode("utf-8"))
     sys.setrecursionlimit(max(sys.getrecursionlimit(), 4 * wire.LIMITS["depth"] + 1000))
     sys.set_int_max_str_digits(0)
+    _STDOUT[0] = sys.stdout
     try:
         row = Row(spec)
     except BaseException as error:  # noqa: BLE001 - the task's preamble fails: every test says so

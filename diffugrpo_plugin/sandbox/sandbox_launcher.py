@@ -510,6 +510,9 @@ def _execute(job: dict, counter: "LineCounter | None" = None) -> dict:
             counter.start()
         exec(program, namespace)  # noqa: S102 - this is the sandboxed job
         if job.get("serve"):
+            for shared in job.get("shared_classes") or ():  # the program's class named like the task's travels as data
+                if isinstance(namespace.get(shared), type) and shared not in task_classes:
+                    task_classes[shared] = namespace[shared]
             sandbox_program = sys.modules["sandbox_program"]  # imported by the launcher before the fork
             sandbox_program.ProgramSide(5, 6, namespace, task_classes).serve()
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import collections
+import io
 import operator
 import sys
 
@@ -35,7 +36,40 @@ UNARY = {
     "hash": hash,
     "reversed": reversed,
     "enter": lambda target: type(target).__enter__(target),
+    "await": lambda target: _run_awaitable(target),
+    "state": lambda target: _state(target),
 }
+
+
+def _state(target) -> list:
+    """An object's class name and fields as they are stored (its ``__dict__`` and slots, never what its own methods
+    say): what the judge holds two objects the program calls equal to."""
+    if isinstance(target, type):
+        return ["class", str(getattr(target, "__qualname__", ""))]
+    try:
+        fields = dict(object.__getattribute__(target, "__dict__"))
+    except AttributeError:
+        fields = {}
+    for cls in type(target).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for slot in (slots,) if isinstance(slots, str) else slots:
+            try:
+                fields[slot] = object.__getattribute__(target, slot)
+            except (AttributeError, TypeError):
+                continue
+    return [type(target).__qualname__, {str(name): value for name, value in fields.items()}]
+
+
+def _run_awaitable(awaitable):
+    """An awaitable of the program run to its end in an event loop of this process (the judge's test awaits it)."""
+    import asyncio
+
+    async def awaited():
+        return await awaitable
+
+    return asyncio.run(awaited())
+
+
 BINARY = {
     "getattr": getattr,
     "delattr": delattr,
@@ -217,15 +251,27 @@ class ProgramSide:
         if kind == "entry":
             return ["ok", self.encode(eval(request[1], self.namespace))]  # noqa: S307 - the task's entry point
         if kind == "call":
-            return self._call(self.objects[request[1]], request[2], request[3])
+            return self._call(self.objects[request[1]], request[2], request[3], request[4])
         if kind == "op":
             return ["ok", self.encode(self._op(request[1], self.objects[request[2]], request[3]))]
         raise ValueError(f"unknown request {str(kind)[:40]}")
 
-    def _call(self, function, encoded_args: list, encoded_kwargs: list) -> list:
+    def _call(self, function, encoded_args: list, encoded_kwargs: list, state: dict) -> list:
         args = [self.decode(item) for item in encoded_args]
         kwargs = {name: self.decode(item) for name, item in encoded_kwargs}
-        result = function(*args, **kwargs)
+        random_state = self._take_state(state)
+        printed, stdout = (io.StringIO(), sys.stdout) if state.get("stdout") else (None, None)
+        if printed is not None:
+            sys.stdout = printed
+        try:
+            result = function(*args, **kwargs)
+        finally:
+            after = {}
+            if printed is not None:
+                sys.stdout = stdout
+                after["stdout"] = printed.getvalue()
+            if random_state is not None and sys.modules["random"].getstate() != random_state:
+                after["random"] = self.encode(sys.modules["random"].getstate())
         same = next((position for position, value in enumerate(args) if value is result), None)
         if same is None:
             same = next((name for name, value in kwargs.items() if value is result), None)
@@ -238,7 +284,20 @@ class ProgramSide:
                 now = self.encode(value)
                 if now != sent:
                     changed.append([position, now])
-        return ["ok", self.encode(result) if same is None else None, changed, self._globals_changed(), same]
+        return ["ok", self.encode(result) if same is None else None, changed, self._globals_changed(), same, after]
+
+    def _take_state(self, state: dict):
+        """The test's process state, made this process's for the call (see ``Judging._process_state``); the
+        ``random`` state it set, if any."""
+        if state.get("recursion_limit", 0) > sys.getrecursionlimit():
+            sys.setrecursionlimit(state["recursion_limit"])
+        if "random" not in state:
+            return None
+        import random
+
+        random_state = self.decode(state["random"])
+        random.setstate(random_state)
+        return random_state
 
     def _globals_changed(self) -> list:
         """The program's globals the test holds as values whose value a call changed (``inventory`` after

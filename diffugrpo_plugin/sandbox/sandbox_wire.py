@@ -37,6 +37,7 @@ from __future__ import annotations
 import binascii
 import builtins
 import collections
+import copyreg
 import os
 
 MAX_FRAME_BYTES = 128 << 20
@@ -68,6 +69,7 @@ CAPABILITIES = (
     "__enter__",
     "__exit__",
     "__hash__",
+    "__await__",
 )
 
 
@@ -232,6 +234,9 @@ class Encoder:
         named = _builtin_name(value)
         if named is not None:
             return ["bi", named]
+        function = _function_ref(value)
+        if function is not None:
+            return ["fn", *function]
         if issubclass(kind, str):
             return str.__str__(value)
         if issubclass(kind, bool):
@@ -266,7 +271,8 @@ class Encoder:
         container = self._container(value, kind, depth)
         if container is not None:
             return container
-        return self.unknown(value)
+        reduced = self._reduced(value, kind, depth)
+        return self.unknown(value) if reduced is None else reduced
 
     def _remember(self, value) -> list | None:
         """``["ref", k]`` when this mutable object was already sent in this value, else registers it."""
@@ -327,6 +333,9 @@ class Encoder:
 
         if isinstance(value, enum.Enum):
             return ["e", name, value.name]
+        if not self._plain(type(value)):
+            reduced = self._reduced(value, type(value), depth)
+            return self.unknown(value) if reduced is None else reduced
         try:
             object.__getattribute__(value, "__dict__")
         except AttributeError:
@@ -337,6 +346,67 @@ class Encoder:
             self.objects.append((value, name))
             self._sized(1)
         return ["obj", index]
+
+    def _plain(self, kind) -> bool:
+        """Whether a task class's instances are their attributes alone (sent in the flat table): no builtin base
+        (a ``list`` subclass holds items), no slots (a namedtuple), no pickling methods of its own."""
+        return all(base is object or base in self.classes for base in kind.__mro__) and not any(
+            name in vars(base)
+            for base in kind.__mro__[:-1]
+            for name in ("__slots__", "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__getnewargs__")
+        )
+
+    def _class_ref(self, kind) -> list | None:
+        """``["task", name]`` for a task class, ``["cls", module, qualname]`` for a class the receiver may rebuild
+        (see :data:`REBUILT_MODULES`); None for any other."""
+        name = self.classes.get(kind)
+        if name is not None:
+            return ["task", name]
+        if not isinstance(kind, type) or issubclass(kind, type):
+            return None
+        module, qualname = getattr(kind, "__module__", None), getattr(kind, "__qualname__", None)
+        if type(module) is not str or type(qualname) is not str or not _rebuildable(module, qualname):
+            return None
+        return ["cls", module, qualname] if _resolve_class(module, qualname) is kind else None
+
+    def _reduced(self, value, kind, depth: int):
+        """``["red", constructor, args, state, items, pairs]``: a value of a standard-library or task class as its
+        class's ``__reduce_ex__`` describes it (what pickle would store), rebuilt by the receiver from its own
+        copy of the class; None when the class or its reduction is not one the receiver may rebuild."""
+        if isinstance(value, type) or self._class_ref(kind) is None:
+            return None
+        try:
+            reduced = kind.__reduce_ex__(value, 4)
+        except Exception:  # noqa: BLE001 - a value its class cannot reduce stays where it is
+            return None
+        if type(reduced) is not tuple or not 2 <= len(reduced) <= 5:
+            return None
+        function, args, *rest = reduced
+        state, items, pairs = (*rest, None, None, None)[:3]
+        if type(args) is not tuple:
+            return None
+        if function is copyreg.__newobj__ and args and isinstance(args[0], type):
+            constructor, args = ["new", self._class_ref(args[0])], args[1:]
+        elif function is copyreg._reconstructor and len(args) == 3 and args[1] in _RECONSTRUCTED_BASES:
+            constructor, args = ["recon", self._class_ref(args[0]), args[1].__name__], args[2:]
+        else:
+            constructor = ["call", self._class_ref(function)]
+        if constructor[1] is None:
+            return None
+        self._sized(1)
+        return [
+            "red",
+            constructor,
+            [self._argument(item, depth + 1) for item in args],
+            None if state is None else self._value(state, depth + 1),
+            None if items is None else [self._value(item, depth + 1) for item in items],
+            None if pairs is None else self._pairs(pairs, depth),
+        ]
+
+    def _argument(self, value, depth: int):
+        """A constructor's argument: a class travels as its name (``decimal.Context``'s trap classes)."""
+        ref = self._class_ref(value) if isinstance(value, type) else None
+        return ["ty", ref] if ref is not None else self._value(value, depth)
 
     def _collections(self, value, kind, depth: int):
         seen = None
@@ -625,6 +695,83 @@ class Decoder:
             raise BadValue(f"no task class named {str(name)[:40]!r} on this side")
         return cls
 
+    def reduced_(self, encoded, depth):
+        """A value rebuilt from its reduced state (see :meth:`Encoder._reduced`) with this side's own class: its
+        constructor, then its state as pickle would set it."""
+        if not _is_list(encoded, 6) or not _is_list(encoded[1]) or len(encoded[1]) not in (2, 3):
+            raise BadValue("malformed reduced value")
+        how, cls = encoded[1][0], self._class(encoded[1][1])
+        arguments = self._items(encoded[2], depth)
+        try:
+            if how == "call":
+                obj = cls(*arguments)
+            elif how == "new":
+                obj = cls.__new__(cls, *arguments)
+            elif how == "recon" and len(arguments) == 1 and encoded[1][2] in _RECONSTRUCTED_BASES_BY_NAME:
+                obj = copyreg._reconstructor(cls, _RECONSTRUCTED_BASES_BY_NAME[encoded[1][2]], arguments[0])
+            else:
+                raise BadValue("malformed reduced value")
+            if encoded[3] is not None:
+                self._set_state(obj, self._value(encoded[3], depth))
+            if encoded[4] is not None:
+                items = self._items(encoded[4], depth)
+                obj.extend(items) if hasattr(obj, "extend") else [obj.append(item) for item in items]
+            if encoded[5] is not None:
+                for key, value in self._pairs(encoded[5], depth):
+                    obj[key] = value
+        except (BadValue, RecursionError):
+            raise
+        except Exception as error:  # noqa: BLE001 - the class refused the state it was sent
+            raise BadValue(
+                f"a {cls.__name__} could not be rebuilt ({type(error).__name__}: {str(error)[:100]})"
+            ) from None
+        return obj
+
+    @staticmethod
+    def _set_state(obj, state) -> None:
+        """Pickle's way: the class's ``__setstate__``, else ``(attributes, slots)`` set as fields."""
+        setstate = getattr(obj, "__setstate__", None)
+        if setstate is not None:
+            setstate(state)
+            return
+        slots = None
+        if type(state) is tuple and len(state) == 2:
+            state, slots = state
+        for part in (state, slots):
+            if part is None:
+                continue
+            if type(part) is not dict:
+                raise BadValue(f"the state of a {type(obj).__name__} must be a dict of fields")
+            for name, value in part.items():
+                if type(name) is not str or name.startswith("__") or callable(getattr(type(obj), name, None)):
+                    raise BadValue(f"attribute {str(name)[:40]!r} of a {type(obj).__name__} is not a field")
+                if part is state:
+                    object.__getattribute__(obj, "__dict__")[name] = value
+                else:
+                    object.__setattr__(obj, name, value)
+
+    def function_(self, encoded, depth):
+        if not (_is_list(encoded, 3) and type(encoded[1]) is str and type(encoded[2]) is str):
+            raise BadValue("malformed function reference")
+        function = _resolve_function(encoded[1], encoded[2])
+        if function is None:
+            raise BadValue(f"the function {encoded[1][:40]}.{encoded[2][:40]} does not travel by name")
+        return function
+
+    def type_(self, encoded, depth):
+        return self._class(encoded[1])
+
+    def _class(self, ref):
+        """The class a reduced value names: a task class, or one of :data:`REBUILT_MODULES`; BadValue for any other."""
+        if _is_list(ref, 2) and ref[0] == "task":
+            return self._task_class(ref[1])
+        if not (_is_list(ref, 3) and ref[0] == "cls" and type(ref[1]) is str and type(ref[2]) is str):
+            raise BadValue("malformed class reference")
+        cls = _resolve_class(ref[1], ref[2]) if _rebuildable(ref[1], ref[2]) else None
+        if cls is None:
+            raise BadValue(f"a {ref[1][:40]}.{ref[2][:40]} is not rebuilt here (only standard-library value types are)")
+        return cls
+
     def ref_(self, encoded, depth):
         index = encoded[1]
         if type(index) is not int or not 0 <= index < len(self.refs):
@@ -704,6 +851,102 @@ def _builtin_name(value) -> str | None:
     """The name of a pure builtin type or function (``int`` passed to MBPP 533's function), which travels by name."""
     name = _BUILTIN_IDS.get(id(value))
     return name if name is not None and getattr(builtins, name, None) is value else None
+
+
+# Modules whose classes a value may be rebuilt as from its reduced state (``datetime.time``, ``UserList``,
+# ``decimal.Context``): value types whose constructors only build the value. Never types, functools, os and
+# the like, whose classes (a code object, a partial) would have the receiver run what the sender chose.
+REBUILT_MODULES = frozenset(
+    ("datetime", "collections", "fractions", "decimal", "enum", "array", "ipaddress", "uuid", "statistics", "string")
+)
+REBUILT_CLASSES = frozenset((("types", "SimpleNamespace"),))
+_RECONSTRUCTED_BASES_BY_NAME = {kind.__name__: kind for kind in (object, list, dict, set, int, float, str, tuple)}
+_RECONSTRUCTED_BASES = frozenset(_RECONSTRUCTED_BASES_BY_NAME.values())
+
+
+def _rebuildable(module: str, qualname: str) -> bool:
+    parts = qualname.split(".")
+    if not all(part.isidentifier() and not part.startswith("_") for part in parts):
+        return False
+    if module == "builtins":
+        return qualname in BUILTIN_EXCEPTIONS
+    return module in REBUILT_MODULES or (module, qualname) in REBUILT_CLASSES
+
+
+def _resolve_class(module: str, qualname: str):
+    """This side's own class ``module.qualname`` (a class defined there, never one it re-exports); None if none."""
+    try:
+        value = __import__(module, fromlist=["_"])
+        for part in qualname.split("."):
+            value = getattr(value, part)
+    except (ImportError, AttributeError, ValueError):
+        return None
+    if not isinstance(value, type) or issubclass(value, type) or getattr(value, "__module__", None) != module:
+        return None
+    return value
+
+
+# Modules whose functions travel by name (``math.sqrt``, ``functools.reduce`` passed as an argument): pure
+# functions of their arguments, so the receiver's own copy stands for the sender's.
+FUNCTION_MODULES = frozenset(
+    (
+        "math",
+        "cmath",
+        "operator",
+        "_operator",
+        "functools",
+        "_functools",
+        "itertools",
+        "heapq",
+        "_heapq",
+        "bisect",
+        "_bisect",
+        "statistics",
+        "string",
+        "unicodedata",
+        "textwrap",
+    )
+)
+# Builtin types whose methods travel by name (``str.upper``, ``list.sort`` given as a key or a callback).
+METHOD_OWNERS = {kind.__name__: kind for kind in (str, bytes, list, dict, set, frozenset, tuple, int, float, complex)}
+
+
+def _function_ref(value) -> tuple[str, str] | None:
+    """``(module, qualified name)`` of a function of :data:`FUNCTION_MODULES` or a method of a builtin type, by
+    which the receiver finds its own copy; None for anything else."""
+    if isinstance(value, type) or not callable(value) or type(value).__module__ != "builtins":
+        return None
+    owner = getattr(value, "__objclass__", None)
+    name = getattr(value, "__name__", None)
+    if owner is not None:
+        if type(name) is not str or METHOD_OWNERS.get(getattr(owner, "__name__", "")) is not owner:
+            return None
+        ref = ("builtins", f"{owner.__name__}.{name}")
+    else:
+        module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+        if type(module) is not str or type(qualname) is not str:
+            return None
+        ref = (module, qualname)
+    return ref if _resolve_function(*ref) is value else None
+
+
+def _resolve_function(module: str, qualname: str):
+    """This side's own function ``module.qualname`` (see :func:`_function_ref`); None when it is not one that travels."""
+    parts = qualname.split(".")
+    if not all(part.isidentifier() and not part.startswith("_") for part in parts):
+        return None
+    if module == "builtins":
+        if len(parts) != 2 or parts[0] not in METHOD_OWNERS:
+            return None
+        value = getattr(METHOD_OWNERS[parts[0]], parts[1], None)
+        return value if getattr(value, "__objclass__", None) is METHOD_OWNERS[parts[0]] else None
+    if module not in FUNCTION_MODULES or len(parts) != 1:
+        return None
+    try:
+        value = getattr(__import__(module, fromlist=["_"]), parts[0])
+    except (ImportError, AttributeError, ValueError):
+        return None
+    return value if callable(value) and not isinstance(value, type) and type(value).__module__ == "builtins" else None
 
 
 def _is_namedtuple(kind) -> bool:
@@ -819,6 +1062,9 @@ _DECODERS = {
     "cb": Decoder.handle_,
     "exc": Decoder.handle_,
     "bi": Decoder.builtin_,
+    "red": Decoder.reduced_,
+    "ty": Decoder.type_,
+    "fn": Decoder.function_,
 }
 
 
