@@ -135,18 +135,12 @@ def test_the_honest_programs_beside_the_forgeries_pass(forged):
         assert forged[name]["rewards"]["code"] == 1.0, (name, forged[name])
 
 
-IMPORT_REBOUND = (
-    "a name the reference binds by an import is in program_names (code_tests.defined_names), so Row.namespace "
-    "(sandbox_judge) asks the program for it; a fake object travels as a handle and the test calls its methods"
-)
-
-
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param("mbpp82-fake-math", marks=pytest.mark.xfail(strict=True, reason=IMPORT_REBOUND)),
-        pytest.param("mbpp596-fake-sys", marks=pytest.mark.xfail(strict=True, reason=IMPORT_REBOUND)),
-        pytest.param("reference-counter-rebound", marks=pytest.mark.xfail(strict=True, reason=IMPORT_REBOUND)),
+        "mbpp82-fake-math",
+        "mbpp596-fake-sys",
+        "reference-counter-rebound",
         pytest.param(
             "no-reference-counter",
             marks=pytest.mark.xfail(
