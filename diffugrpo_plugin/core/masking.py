@@ -27,6 +27,9 @@ Built-in maskers (registered through the ``diffugrpo_maskers`` hook, like a plug
   masked iff ``r < t`` (probability ``t``), weight ``1/t`` on masked tokens. The masked
   diffusion loss is then ``-sum(coef * logp)``; the prompt is never masked.
 
+* ``ebpo`` and ``spg``: the estimators of :mod:`diffugrpo_plugin.core.estimators` (EBPO's per-block stratified
+  masking; SPG's block-wise views, whose estimate is not the weighted sum: it defines ``combine``).
+
 ``coupled``, ``pair`` and ``d1`` accept ``p_mask_prompt``: mask each prompt token with that
 probability (one draw per sample, shared by its views). Off (0) by default: the prompt is
 never masked.
@@ -252,6 +255,23 @@ def mask_seed_table(
     return torch.from_numpy(seeds.astype(np.int64)).view(num_samples, num_iterations)
 
 
+def masker_options(masker_kwargs) -> dict:
+    """The options config gives a masker (``actor_rollout_ref.model.diffusion.masker_kwargs``), a null one left to
+    the factory's default: an algorithm config extending another nulls the options its masker does not take
+    (Hydra merges keys, never removes them)."""
+    return {key: value for key, value in dict(masker_kwargs or {}).items() if value is not None}
+
+
 @hookimpl
 def diffugrpo_maskers():
-    return {"coupled": make_coupled, "pair": make_pair, "d1": make_d1, "sft": make_sft}
+    from diffugrpo_plugin.core.estimators.ebpo import make_ebpo
+    from diffugrpo_plugin.core.estimators.spg import make_spg
+
+    return {
+        "coupled": make_coupled,
+        "pair": make_pair,
+        "d1": make_d1,
+        "sft": make_sft,
+        "ebpo": make_ebpo,
+        "spg": make_spg,
+    }

@@ -31,7 +31,7 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.core.loss_terms import TermInputs, configured_terms
-from diffugrpo_plugin.core.masking import check_views
+from diffugrpo_plugin.core.masking import check_views, masker_options
 from diffugrpo_plugin.integration.verl_internals import (
     apply_verl_model_patches,
     building_as_language_model,
@@ -148,7 +148,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
     @functools.cached_property
     def _masker(self):
         settings = self._diffusion_settings()
-        return build("masker", settings.get("masker", "coupled"), dict(settings.get("masker_kwargs") or {}))
+        return build("masker", settings.get("masker", "coupled"), masker_options(settings.get("masker_kwargs")))
 
     def _build_module(self):
         # verl builds by model_type; ours loads through transformers' auto classes like a language model,
@@ -307,6 +307,10 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 with_entropy=calculate_entropy,
                 chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
             )
+            if callable(getattr(self._masker, "combine", None)):  # an estimate other than the weighted sum
+                out.logp = self._masker.combine(
+                    out.per_view, views, scored, self._positive_advantage(micro_batch, in_response, response_cols)
+                )
             # verl reads the log-prob of token p at index p - 1 (its autoregressive layout)
             model_output = {"log_probs": _nested(torch.roll(out.logp, shifts=-1, dims=1), seq_lens)}
             if calculate_entropy:
@@ -333,6 +337,14 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 )
                 loss = loss + self._added_terms(inputs, micro_batch, metrics)
         return verl_step_output(loss, model_output, metrics)
+
+    @staticmethod
+    def _positive_advantage(micro_batch: TensorDict, in_response: torch.Tensor, response_cols: torch.Tensor):
+        """Whether each sample's advantage is positive, in the update (None in the passes before the advantages).
+        # [B] bool"""
+        if "advantages" not in micro_batch.keys():
+            return None
+        return _on_canvas(micro_batch["advantages"], in_response, response_cols).sum(1) > 0
 
     @staticmethod
     def _reference_logp(micro_batch: TensorDict, in_response: torch.Tensor, response_cols: torch.Tensor):

@@ -24,12 +24,13 @@ def _check_plugins(config: DictConfig) -> None:
     """The masker, sampler and loss terms build from their config (names, option names and values, weights); a
     plugin's own bug (any other exception) propagates with its traceback."""
     from diffugrpo_plugin.core.loss_terms import configured_terms
+    from diffugrpo_plugin.core.masking import masker_options
     from diffugrpo_plugin.integration.sampler_choice import sampler_choice
     from diffugrpo_plugin.sampling import build_sampler
 
     diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
     try:
-        build("masker", diffusion.get("masker", "coupled"), dict(diffusion.get("masker_kwargs") or {}))
+        build("masker", diffusion.get("masker", "coupled"), masker_options(diffusion.get("masker_kwargs")))
         sampler, settings, _ = sampler_choice(config)
         build_sampler(sampler, **settings)
         terms = diffusion.get("loss_terms")
