@@ -169,7 +169,12 @@ def test_spg_combine_differentiates_through_the_upper_bound():
 
 @pytest.mark.parametrize(
     ("name", "advantage", "loss", "masker"),
-    [("wd1", "wd1", "wd1", "d1"), ("spg", "coupled_grpo", "spg", "spg"), ("ebpo", "coupled_grpo", "ebpo", "ebpo")],
+    [
+        ("wd1", "wd1", "wd1", "d1"),
+        ("spg", "coupled_grpo", "spg", "spg"),
+        ("ebpo", "coupled_grpo", "ebpo", "ebpo"),
+        ("tracerl", "coupled_grpo", "coupled_grpo", "trace_replay"),
+    ],
 )
 def test_each_estimator_is_an_algorithm_choice_whose_masker_builds(name, advantage, loss, masker):
     from diffugrpo_plugin.core.masking import masker_options
@@ -183,3 +188,30 @@ def test_each_estimator_is_an_algorithm_choice_whose_masker_builds(name, advanta
     plugins.build("masker", masker, masker_options(diffusion.masker_kwargs))
     core_algos.get_adv_estimator_fn(advantage)
     core_algos.get_policy_loss_fn(loss)
+
+
+# --- TraceRL / CJ-GRPO trajectory replay -------------------------------------------------------------------------
+
+
+def test_trace_replay_shows_what_was_decided_before_each_step_and_scores_that_step():
+    # prompt 7 8, canvas 1 2 3 4 decided at steps 0, 2, 1 and never (the padding after the EOS); mask id 9
+    ids = torch.tensor([[7, 8, 1, 2, 3, 4]])
+    canvas = torch.tensor([[False, False, True, True, True, True]])
+    trace = torch.tensor([[-1, -1, 0, 2, 1, -1]])
+    seeds = torch.tensor([0])
+    per_step = plugins.build("masker", "trace_replay", {"shrink": 1}).views(ids, canvas, 9, seeds, None, trace=trace)
+    assert per_step.noisy[:, 0].tolist() == [
+        [7, 8, 9, 9, 9, 9],  # step 0: nothing decided yet; scores token 1
+        [7, 8, 1, 9, 9, 9],  # step 1: token 1 visible; scores token 3
+        [7, 8, 1, 9, 3, 9],  # step 2: tokens 1 and 3 visible; scores token 2
+    ]
+    assert per_step.coef[:, 0].tolist() == [[0, 0, 1, 0, 0, 0], [0, 0, 0, 0, 1, 0], [0, 0, 0, 1, 0, 0]]
+    merged = plugins.build("masker", "trace_replay", {"shrink": 2}).views(ids, canvas, 9, seeds, None, trace=trace)
+    assert merged.noisy[:, 0].tolist() == [[7, 8, 9, 9, 9, 9], [7, 8, 1, 9, 3, 9]]  # steps {0, 1}, then {2}
+    assert merged.coef[:, 0].tolist() == [[0, 0, 1, 0, 1, 0], [0, 0, 0, 1, 0, 0]]
+
+
+def test_trace_replay_without_a_trace_says_what_to_set():
+    masker = plugins.build("masker", "trace_replay", {})
+    with pytest.raises(ValueError, match="record_trace=true"):
+        masker.views(torch.zeros(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.bool), 9, torch.tensor([0]))

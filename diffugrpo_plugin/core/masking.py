@@ -37,48 +37,13 @@ never masked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
 
 from diffugrpo_plugin import hookimpl
-
-
-@dataclass
-class MaskedViews:
-    """Noised copies of a batch and how to combine their per-token log-probs.
-
-    Attributes:
-        noisy: token ids with ``mask_id`` at masked positions.  # [V, B, L]
-        coef: weight of view ``v``'s log-prob of token ``(b, l)``; zero where unused.  # [V, B, L]
-    """
-
-    noisy: torch.Tensor
-    coef: torch.Tensor
-
-    @property
-    def num_views(self) -> int:
-        return self.noisy.shape[0]
-
-
-def check_views(views: object, shape: tuple[int, ...], masker: str) -> MaskedViews:
-    """What masker ``masker`` returned for a ``[B, L]`` batch, checked against the contract:
-    a :class:`MaskedViews` with ``noisy`` and ``coef`` both ``[V, B, L]``."""
-    if not isinstance(views, MaskedViews):
-        raise TypeError(
-            f"masker '{masker}' returned {type(views).__name__} from views(); it must return "
-            f"diffugrpo_plugin.core.masking.MaskedViews"
-        )
-    expected = tuple(shape)
-    if views.noisy.dim() != 3 or tuple(views.noisy.shape[1:]) != expected or views.coef.shape != views.noisy.shape:
-        raise ValueError(
-            f"masker '{masker}' returned views with noisy {tuple(views.noisy.shape)} and coef "
-            f"{tuple(views.coef.shape)}; both must be [V, {expected[0]}, {expected[1]}] for a batch "
-            f"of {list(expected)}"
-        )
-    return views
+from diffugrpo_plugin.core.views import MaskedViews, check_views  # noqa: F401 - part of this module's API
 
 
 class Masker(Protocol):
@@ -266,6 +231,7 @@ def masker_options(masker_kwargs) -> dict:
 def diffugrpo_maskers():
     from diffugrpo_plugin.core.estimators.ebpo import make_ebpo
     from diffugrpo_plugin.core.estimators.spg import make_spg
+    from diffugrpo_plugin.core.estimators.trace_replay import make_trace_replay
 
     return {
         "coupled": make_coupled,
@@ -274,4 +240,5 @@ def diffugrpo_maskers():
         "sft": make_sft,
         "ebpo": make_ebpo,
         "spg": make_spg,
+        "trace_replay": make_trace_replay,
     }

@@ -14,6 +14,7 @@ a sample use identical masks, while different samples and steps get different on
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from dataclasses import dataclass, field
 
@@ -73,6 +74,7 @@ from diffugrpo_plugin.training.warm_start import built_if_default
 
 MODEL_TYPE = "diffusion_lm"
 MASK_SEED_FIELD = "mask_seed"
+TRACE_FIELD = "unmask_step"  # the rollout's denoising trace per response token (diffusion.record_trace)
 ITERATION_FIELD = "update_iteration"  # which pass of the update (ppo_epochs) a row of the expanded batch is
 LOSS_TERM_FIELD = "loss_term__{name}__{field}"  # a term's prepared per-sample tensors in the batch
 ADAPTER_FOLDER = "lora_adapter"  # in each checkpoint's actor folder: peft's adapter format
@@ -149,6 +151,10 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
     def _masker(self):
         settings = self._diffusion_settings()
         return build("masker", settings.get("masker", "coupled"), masker_options(settings.get("masker_kwargs")))
+
+    @functools.cached_property
+    def _masker_reads_trace(self) -> bool:
+        return "trace" in inspect.signature(self._masker.views).parameters
 
     def _build_module(self):
         # verl builds by model_type; ours loads through transformers' auto classes like a language model,
@@ -290,8 +296,16 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         lm = self._diffusion_lm()
         # Noise the whole canvas, padding after the EOS included, as the model generated it; score only
         # the tokens the loss counts.
+        trace = {}
+        if self._masker_reads_trace:
+            steps = (
+                _on_canvas(micro_batch[TRACE_FIELD], in_response, response_cols)
+                if TRACE_FIELD in micro_batch.keys()
+                else None
+            )
+            trace["trace"] = None if steps is None else torch.where(in_response, steps, -1)
         views = check_views(
-            self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt),
+            self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt, **trace),
             ids.shape,
             settings.get("masker", "coupled"),
         )

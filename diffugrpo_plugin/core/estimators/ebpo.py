@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from diffugrpo_plugin.core.masking import MaskedViews
+from diffugrpo_plugin.core.views import MaskedViews
 
 
 def block_ids(completion_mask: torch.Tensor, block_length: int) -> torch.Tensor:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from diffugrpo_plugin.core.estimators.ebpo import block_ids
-from diffugrpo_plugin.core.masking import MaskedViews
+from diffugrpo_plugin.core.views import MaskedViews
 
 
 class SPGMasker:
