@@ -8,10 +8,8 @@ import logging
 
 import pluggy
 
-from diffugrpo_plugin import _moved
 from diffugrpo_plugin.hooktypes import Explained, Reason
 
-_moved.install()
 # bitsandbytes (the qlora extra; peft imports it) warns at import on CPUs with AVX512-BF16 that it cannot fetch an
 # optional kernel from the Hugging Face hub. That kernel serves a weight packing we never use
 # (models.quantization.keep_canonical_packing), so the warning would only alarm.
@@ -20,7 +18,7 @@ logging.getLogger("bitsandbytes.backends.cpu.ops").setLevel(logging.ERROR)
 __version__ = "0.1.0"
 
 PROJECT_NAME = "diffugrpo"
-"""The pluggy project name and the entry-point group third-party plugins register under."""
+"""The pluggy project name; each kind's entry-point group is ``diffugrpo.<kind>`` (:mod:`diffugrpo_plugin.hookspecs`)."""
 
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 """Marker for plugin hook implementations: ``@diffugrpo_plugin.hookimpl``."""

@@ -29,9 +29,7 @@ maskers, samplers or model code (a module that provides several kinds is listed 
 After ``pip install my_pkg`` the names it returns are selectable in config and listed by
 ``diffugrpo rewards list`` / ``diffugrpo generate --help``; nothing in diffugrpo changes. Our
 own built-ins (rewards in ``reward_plugins/``, maskers, samplers, model families) are
-registered exactly this way. A plugin written for the first contract, one ``diffugrpo`` group for
-every hook, still works: each kind also reads that group, with a one-line warning naming the group
-to move the entry point to.
+registered exactly this way.
 
 Each hook returns a mapping ``name -> object``. Names are global across plugins: the same
 name from two distributions is an error naming both, so prefix names if they are generic.

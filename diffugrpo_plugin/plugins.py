@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import importlib.metadata
 import inspect
-import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
@@ -27,8 +26,6 @@ import pluggy
 from diffugrpo_plugin import PROJECT_NAME, hookspecs
 
 HOOKSPEC_FILE = "diffugrpo_plugin/hookspecs.py"
-LEGACY_GROUP = PROJECT_NAME
-"""The one entry-point group of the first plugin contract; read after each kind's own group, for compatibility."""
 INJECTED_REWARD_OPTIONS = ("sandbox", "code_block", "format_end")
 """Keyword-only reward parameters diffugrpo fills in itself: the ``RewardSpec`` attribute of that name (``sandbox``:
 the shared sandbox), for a reward that declares it. Documented in the reward hook (hookspecs.py), which a test
@@ -248,49 +245,36 @@ def plugin_manager(kind: str) -> tuple[pluggy.PluginManager, dict[str, str]]:
     manager = pluggy.PluginManager(PROJECT_NAME)
     manager.add_hookspecs(hookspecs)
     provenance: dict[str, str] = {}
-    # an editable install next to a regular one, or a plugin listed in both groups (maybe as a package that
-    # re-exports the module's hook), names one hook twice: it is registered once
+    # an editable install next to a regular one, or a package that re-exports another module's hook, names one
+    # hook twice: it is registered once
     seen_values: set[str] = set()
     seen_hooks: set[int] = set()
-    for group in (spec.group, LEGACY_GROUP):
-        for entry_point in importlib.metadata.entry_points(group=group):
-            if entry_point.value in seen_values:
-                continue
-            seen_values.add(entry_point.value)
-            module, distribution = _load(entry_point)
-            hook = getattr(module, spec.hook, None)
-            if not callable(hook):
-                if group == LEGACY_GROUP and any(
-                    callable(getattr(module, other.hook, None)) for other in KINDS.values()
-                ):
-                    continue  # the old group holds every kind: this one provides another
-                raise PluginError(
-                    f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} "
-                    f"is listed in the entry-point group '{group}' but implements no {spec.hook}() "
-                    f"hook (see {HOOKSPEC_FILE})."
-                )
-            if id(hook) in seen_hooks:
-                continue
-            seen_hooks.add(id(hook))
-            if group == LEGACY_GROUP:
-                warnings.warn(
-                    f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} is "
-                    f"listed in the first contract's entry-point group '{LEGACY_GROUP}'; it still works, "
-                    f"but move its {spec.hook}() to the group '{spec.group}'",
-                    FutureWarning,
-                    stacklevel=2,
-                )
-            plugin_name = entry_point.name
-            if manager.has_plugin(plugin_name):
-                plugin_name = f"{entry_point.name}@{distribution}"
-            try:
-                manager.register(module, name=plugin_name)
-            except pluggy.PluginValidationError as exc:
-                raise PluginError(
-                    f"diffugrpo plugin '{entry_point.name}' from {distribution} implements a hook "
-                    f"wrongly: {exc}. The hooks are documented in {HOOKSPEC_FILE}."
-                ) from exc
-            provenance[plugin_name] = distribution
+    for entry_point in importlib.metadata.entry_points(group=spec.group):
+        if entry_point.value in seen_values:
+            continue
+        seen_values.add(entry_point.value)
+        module, distribution = _load(entry_point)
+        hook = getattr(module, spec.hook, None)
+        if not callable(hook):
+            raise PluginError(
+                f"diffugrpo plugin '{entry_point.name}' ({entry_point.value}) from {distribution} "
+                f"is listed in the entry-point group '{spec.group}' but implements no {spec.hook}() "
+                f"hook (see {HOOKSPEC_FILE})."
+            )
+        if id(hook) in seen_hooks:
+            continue
+        seen_hooks.add(id(hook))
+        plugin_name = entry_point.name
+        if manager.has_plugin(plugin_name):
+            plugin_name = f"{entry_point.name}@{distribution}"
+        try:
+            manager.register(module, name=plugin_name)
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(
+                f"diffugrpo plugin '{entry_point.name}' from {distribution} implements a hook "
+                f"wrongly: {exc}. The hooks are documented in {HOOKSPEC_FILE}."
+            ) from exc
+        provenance[plugin_name] = distribution
     return manager, provenance
 
 

@@ -144,9 +144,8 @@ def test_a_loss_term_without_prepare_fails_when_built(register_in_code):
             "diffugrpo.rewards",
             "from diffugrpo_plugin import hookimpl\n\n@hookimpl\ndef diffugrpo_maskers():\n    return {}\n",
         ),
-        # the first contract's one group may hold any kind, so a module there is skipped by the kinds it does not
-        # provide; one that provides none is still an error
-        ("diffugrpo", "def diffugrpo_reward_functions_typo():\n    return {}\n"),
+        # a reward module whose hook's name is misspelt
+        ("diffugrpo.rewards", "def diffugrpo_reward_functions_typo():\n    return {}\n"),
     ],
 )
 def test_a_module_listed_in_a_group_without_its_hook_is_named(tmp_path, monkeypatch, group, source):

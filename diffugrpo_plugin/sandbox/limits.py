@@ -383,10 +383,6 @@ def seccomp_program(allow_fork: bool = True) -> tuple[bytes | None, str]:
     )
 
 
-def _bits(mask: int) -> list[int]:
-    return [1 << shift for shift in range(mask.bit_length()) if mask & (1 << shift)]
-
-
 # --------------------------------------------------------------------------- cgroups
 
 
