@@ -62,19 +62,13 @@ def compute_ebpo_policy_loss(
     clip_high = config.clip_ratio_high if config.clip_ratio_high is not None else config.clip_ratio
     losses, clipped_high, clipped_low = ebpo_sequence_loss(logratio, per_sequence_advantage, clip_low, clip_high)
     losses = losses[:, None]  # [B, 1]
-    loss = core_algos.agg_loss(
-        losses, torch.ones_like(losses), "seq-mean-token-sum", **_sequence_batch_info(config.global_batch_info)
-    )
+    # the mean over the global batch's sequences, as verl normalises a per-sequence loss
+    loss = core_algos.agg_loss(losses, torch.ones_like(losses), "seq-mean-token-sum", **config.global_batch_info)
     return loss, {
         "actor/pg_clipfrac": (clipped_high | clipped_low).float().mean().item(),
         "actor/pg_clipfrac_lower": clipped_low.float().mean().item(),
         "actor/ppo_kl": (-logratio).mean().item(),
     }
-
-
-def _sequence_batch_info(info: dict) -> dict:
-    """verl's global-batch normalisation for a per-sequence loss: by sequences, not tokens."""
-    return {key: value for key, value in info.items() if key != "batch_num_tokens"}
 
 
 def register() -> None:
