@@ -36,6 +36,7 @@ standard error. A plot of ``CV`` and ``rel grad var`` with those intervals is wr
     python benchmarks/estimator_variance.py                       # warm-started tiny model, ~2 min on 2 cores
     python benchmarks/estimator_variance.py --model PATH --completions 4 --draws 100 --grad-params 'lm_head'
     python benchmarks/estimator_variance.py --random-model --draws 40  # the untrained tiny model (a smoke run)
+    python benchmarks/estimator_variance.py --published  # also EBPO's and SPG's ELBO at K views (#61)
 """
 
 from __future__ import annotations
@@ -50,6 +51,8 @@ from typing import Callable, Sequence
 
 import torch
 
+from diffugrpo_plugin.core.estimators.ebpo import make_ebpo
+from diffugrpo_plugin.core.estimators.spg import make_spg
 from diffugrpo_plugin.core.masking import MaskedViews, Masker, make_coupled, make_d1, make_sft
 
 # t quantiles (0.975) by degrees of freedom: the batch-means interval with few groups needs Student's t
@@ -73,6 +76,7 @@ T_975 = {
 }
 
 Scorer = Callable[[MaskedViews], torch.Tensor]
+PUBLISHED_BLOCK = 16  # algorithm=ebpo / spg's block_length on the default job
 """views [V, B, L] -> the combined estimate ``sum_v coef[v] * log p(x | noisy[v])`` per token [B, L]."""
 
 
@@ -85,15 +89,22 @@ class Estimator:
     draws_per_estimate: int = 1
 
 
-def estimators(passes: int = 3, eps: float = 1e-3) -> list[Estimator]:
+def estimators(passes: int = 3, eps: float = 1e-3, published: bool = False) -> list[Estimator]:
     """The four estimators of the table, each costing ``passes`` forward passes but the single random mask
-    (``eps``: the random masks' smallest mask rate, LLaDA's 1e-3 by default)."""
-    return [
+    (``eps``: the random masks' smallest mask rate, LLaDA's 1e-3 by default); with ``published`` also EBPO's and
+    SPG's ELBO (its estimate for positive advantages) at ``passes`` views, blocks of ``PUBLISHED_BLOCK`` tokens."""
+    chosen = [
         Estimator("coupled", make_coupled()),
         Estimator(f"d1 x{passes}", make_d1(), passes),
         Estimator("random x1", make_sft(eps)),
         Estimator(f"random x{passes}", make_sft(eps), passes),
     ]
+    if published:
+        chosen += [
+            Estimator(f"ebpo x{passes}", make_ebpo(block_length=PUBLISHED_BLOCK, num_views=passes)),
+            Estimator(f"spg elbo x{passes}", make_spg(block_length=PUBLISHED_BLOCK, num_views=passes)),
+        ]
+    return chosen
 
 
 @dataclass
@@ -345,6 +356,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--groups", type=int, default=10, help="batch-means groups for the confidence intervals")
     parser.add_argument("--passes", type=int, default=3, help="forward passes of the multi-draw estimators (K)")
     parser.add_argument(
+        "--published", action="store_true", help="also EBPO's and SPG's (ELBO) estimates, K views each (#61)"
+    )
+    parser.add_argument(
         "--grad-params",
         default="",
         help="regular expression on parameter names: the gradient's "
@@ -382,7 +396,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     results = [
         measure(estimator, scorer, batch, args.draws, args.groups, args.seed + index, params)
-        for index, estimator in enumerate(estimators(args.passes))
+        for index, estimator in enumerate(estimators(args.passes, published=args.published))
     ]
     print_table(results)
     plot(results, args.plot)

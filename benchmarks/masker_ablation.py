@@ -1,4 +1,5 @@
-"""Coupled sampling against d1's one-step masker in the same training job: held-out results before and after.
+"""Coupled sampling against d1's one-step masker and the other estimators in the same training job: held-out results
+before and after, step time and memory.
 
 Each run is the default job (``python -m diffugrpo_plugin.main``: the warm-started tiny Dream-style model,
 the synthetic task family, code + code_format rewards in the sandbox) with one masker and one seed, and
@@ -7,16 +8,19 @@ nothing else changed but the job's seeds (``data.seed``, ``actor_rollout_ref.rol
 
 * ``coupled``: DiffuCoder's three views (the default);
 * ``d1``: d1's estimate, one view with the completion fully masked and prompt tokens masked at 15%
-  (``masker_kwargs``: ``p_mask_prompt: 0.15``, d1's setting, and no ``t_range``).
+  (``masker_kwargs``: ``p_mask_prompt: 0.15``, d1's setting, and no ``t_range``);
+* ``wd1``, ``spg``, ``ebpo``, ``tracerl``: those algorithms (``algorithm=<name>``, docs/concepts/estimators.md),
+  each its own masker, advantage and loss on the same job.
 
 Read from each run's TensorBoard scalars: held-out pass@1 (``val-core/synthetic/acc/mean@N``: the 36
 validation functions, N completions each sampled as the rollout samples) and held-out total reward
 (``val-aux/synthetic/reward/mean@N``) at the first validation (step 0, before any update) and the last; and the training ``code`` reward, mean of the first
 and of the last 4 steps, and on the prompts drawn more than once at their first and last draw (the
-console's learning line). The table gives each masker's mean and standard deviation over seeds, then every
+console's learning line). Step time is verl's ``perf/time_per_step`` averaged over the steps after the first;
+memory verl's ``perf/max_memory_allocated_gb`` at its largest (an accelerator's; "-" on a CPU-only host). The table gives each masker's mean and standard deviation over seeds, then every
 run. A run whose results exist is not run again, so an interrupted ablation picks up where it stopped.
 
-    python benchmarks/masker_ablation.py                      # 2 maskers x seeds 0 1 2, ~4 min a run on 2 cores
+    python benchmarks/masker_ablation.py                      # 6 estimators x seeds 0 1 2, ~4 min a run on 2 cores
     python benchmarks/masker_ablation.py --seeds 0 --maskers d1 -- trainer.total_training_steps=8
 """
 
@@ -39,9 +43,12 @@ MASKER_OVERRIDES = {
         "~actor_rollout_ref.model.diffusion.masker_kwargs.t_range",
         "actor_rollout_ref.model.diffusion.masker_kwargs.p_mask_prompt=0.15",
     ],
+    **{name: [f"algorithm={name}"] for name in ("wd1", "spg", "ebpo", "tracerl")},
 }
 HELD_OUT = {"pass@1": r"val-core/synthetic/acc/mean@\d+", "total reward": r"val-aux/synthetic/reward/mean@\d+"}
 CODE = "reward/code/mean"
+STEP_TIME = "perf/time_per_step"
+MEMORY = "perf/max_memory_allocated_gb"
 REDRAWN = {
     "code redrawn first": "learning/code/redrawn_first_draw",
     "code redrawn last": "learning/code/redrawn_last_draw",
@@ -92,6 +99,10 @@ def summarise(event_dir: Path) -> dict[str, float]:
     for label, tag in REDRAWN.items():  # at the end of the run; absent from runs before these metrics
         if tag in scalars:
             result[label] = float(scalars[tag].values[-1])
+    if STEP_TIME in scalars and len(scalars[STEP_TIME].values) > 1:  # the first step also starts the workers
+        result["step seconds"] = statistics.fmean(float(v) for v in scalars[STEP_TIME].values[1:])
+    if MEMORY in scalars and max(scalars[MEMORY].values) > 0:
+        result["memory GiB"] = float(max(scalars[MEMORY].values))
     return result
 
 
@@ -136,11 +147,16 @@ def _redrawn(run: dict[str, float]) -> str:
     return f"{run['code redrawn first']:.3f} -> {run['code redrawn last']:.3f}" if has_redrawn(run) else "-"
 
 
+def _optional(runs: list[dict[str, float]], label: str) -> str:
+    return spread([r[label] for r in runs]) if all(label in r for r in runs) else "-"
+
+
 def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
     lines = [
         "| masker | seeds | held-out pass@1 before -> after | change | held-out total reward before -> after | "
-        "change | train code reward, first 4 -> last 4 steps | code on the prompts drawn again, first -> last draw |",
-        "|---|---|---|---|---|---|---|---|",
+        "change | train code reward, first 4 -> last 4 steps | code on the prompts drawn again, first -> last draw | "
+        "step seconds | memory GiB |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for masker, by_seed in results.items():
         runs = list(by_seed.values())
@@ -154,6 +170,7 @@ def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
             if all(map(has_redrawn, runs))
             else "-"
         )
+        cells += [_optional(runs, "step seconds"), _optional(runs, "memory GiB")]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -108,7 +108,25 @@ def diffugrpo_maskers() -> dict[str, Callable[..., Any]]:
     ``completion_mask`` marks the generation canvas, ``prompt_mask`` the real prompt tokens
     (a masker that never masks the prompt ignores it). Row ``b``'s masks must depend on
     ``seeds[b]`` and its own tokens only (old-policy, reference and update passes recompute
-    them). See :class:`diffugrpo_plugin.core.masking.Masker` and
+    them).
+
+    The estimate of a token is ``sum_v coef[v] * log p_v`` unless the object also has::
+
+        combine(per_view_logp [V, B, L], views: MaskedViews, scored [B, L] bool,
+                positive [B] bool | None) -> Tensor [B, L]
+
+    which then turns each view's log-prob of the tokens it scores (``coef != 0``; 0 elsewhere, with gradient)
+    into the per-token estimate the loss sees: an estimator that is not linear in the log-probs (SPG's upper
+    bound) or that depends on the advantage's sign. ``scored`` marks the tokens the loss counts, ``positive``
+    whether each sample's advantage is positive, ``None`` in the passes before the advantages exist (the
+    old-policy and reference log-probs).
+
+    A masker whose ``views`` declares a keyword ``trace`` is also handed the rollout's denoising trace,
+    ``trace [B, L]`` int64: the step the sampler decided each completion token at, -1 where it never did and
+    off the completion (``actor_rollout_ref.model.diffusion.record_trace=true`` makes the rollout record it and
+    the batch carry it; ``None`` without it).
+
+    See :class:`diffugrpo_plugin.core.masking.Masker` and
     :class:`~diffugrpo_plugin.core.masking.MaskedViews` for the coefficient rule, and
     ``examples/custom_masker/`` for a complete third-party masker.
     """

@@ -124,6 +124,12 @@ def _masker_problem(masker: Any) -> str | None:
             f"(input_ids, completion_mask, mask_id, seeds, prompt_mask); got "
             f"{_signature(views) if callable(views) else 'no views method'}"
         )
+    combine = getattr(masker, "combine", None)
+    if combine is not None and not (callable(combine) and _binds(combine, *range(4))):
+        return (
+            f"the factory built {type(masker).__name__}, whose optional combine() must accept "
+            f"(per_view_logp, views, scored, positive); got {_signature(combine)}"
+        )
     return None
 
 

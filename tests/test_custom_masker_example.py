@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -147,6 +148,8 @@ def discovery_report() -> dict:
         "description": registration.description,
         "module": plugins.lookup("masker", NAME).obj.__module__,
         "unknown": unknown,
+        "estimator": plugins.registrations("masker")["example_logmeanexp"].distribution,
+        "estimator_combines": callable(plugins.build("masker", "example_logmeanexp", {}).combine),
     }
 
 
@@ -210,6 +213,7 @@ def in_fresh_process(function_name: str) -> dict:
 def test_listed_with_its_own_distribution_and_selectable_by_name(installed):
     report = in_fresh_process("discovery_report")
     assert report["distribution"] == f"{DISTRIBUTION} 0.1.0"
+    assert report["estimator"] == f"{DISTRIBUTION} 0.1.0" and report["estimator_combines"]
     assert report["description"].startswith("Stratified mask ratios: K views")
     assert report["module"] == "diffugrpo_example_masker.stratified"  # the installed copy, not the sources
     assert f"{NAME} ({DISTRIBUTION} 0.1.0)" in report["unknown"]  # listed among the known maskers
@@ -223,3 +227,24 @@ def test_coupled_pass_with_the_installed_masker_equals_its_formula(installed):
     assert (fast[~completion] == 0).all()
     assert report["grad_gap"] < 1e-5
     assert all(count > 0 for count in report["scored_per_view"])
+
+
+def test_the_example_estimator_combines_views_by_a_log_mean_exp(monkeypatch):
+    from diffugrpo_plugin.core.masking import MaskedViews
+
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    from diffugrpo_example_masker.logmeanexp import make_logmeanexp
+
+    masker = make_logmeanexp(num_views=2)
+    # view 0 masks tokens 0 and 1 at t = 0.5 (coef 1 / (2 x 0.5) = 1), view 1 masks token 1 at t = 0.25 (coef 2)
+    views = MaskedViews(
+        noisy=torch.zeros(2, 1, 3, dtype=torch.long), coef=torch.tensor([[[1.0, 1.0, 0]], [[0, 2.0, 0]]])
+    )
+    per_view = torch.tensor([[[-1.0, -2.0, 0.0]], [[0.0, -0.5, 0.0]]], requires_grad=True)
+    estimate = masker.combine(per_view, views, torch.ones(1, 3, dtype=torch.bool), None)
+    # token 0: log(1 x e^-1); token 1: log(1 x e^-2 + 2 x e^-0.5); token 2: no view masks it
+    assert estimate[0].tolist() == pytest.approx([-1.0, math.log(math.exp(-2.0) + 2 * math.exp(-0.5)), 0.0])
+    estimate.sum().backward()
+    share = math.exp(-2.0) / (math.exp(-2.0) + 2 * math.exp(-0.5))  # each view's gradient: its share of the mean
+    assert per_view.grad[:, 0, 1].tolist() == pytest.approx([share, 1 - share])
+    assert torch.isfinite(per_view.grad).all()

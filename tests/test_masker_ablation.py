@@ -84,7 +84,7 @@ def test_the_table_gives_mean_and_spread_over_seeds_then_every_run(ablation):
     summary = text.splitlines()[2]
     # changes +0.1 and +0.3: mean +0.2, sample standard deviation 0.141
     assert summary.startswith("| coupled | 0 1 | 0.200 ± 0.000 -> 0.400 ± 0.141 | +0.200 ± 0.141 |")
-    assert summary.endswith("| 0.300 ± 0.000 -> 0.500 ± 0.141 |")
+    assert summary.endswith("| 0.300 ± 0.000 -> 0.500 ± 0.141 | - | - |")  # no step time or memory logged
     assert "| coupled | 1 | 0.200 -> 0.500 | 1.000 -> 1.600 | 0.100 -> 0.200 | 0.300 -> 0.600 | 300 |" in text
 
 
@@ -112,3 +112,29 @@ def test_each_run_changes_only_the_masker_and_the_seeds(ablation, tmp_path):
         d1
     )
     assert coupled[-1] == "trainer.total_training_steps=8"
+
+
+def test_step_time_leaves_out_the_first_step_and_memory_is_the_largest(ablation, tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    write_run(tmp_path, [0.2, 0.3, 0.4], [1.0, 1.1, 1.2], [0.1, 0.2, 0.3, 0.4])
+    writer = SummaryWriter(str(tmp_path))
+    for step, (seconds, memory) in enumerate([(30.0, 1.5), (2.0, 2.5), (4.0, 2.0)], start=1):
+        writer.add_scalar("perf/time_per_step", seconds, step)
+        writer.add_scalar("perf/max_memory_allocated_gb", memory, step)
+    writer.close()
+    result = ablation.summarise(tmp_path)
+    assert result["step seconds"] == pytest.approx(3.0)  # (2 + 4) / 2: the first step also starts the workers
+    assert result["memory GiB"] == pytest.approx(2.5)
+    text = ablation.table({"spg": {0: {**result, "seconds": 60.0}}})
+    assert text.splitlines()[2].endswith("| 3.000 | 2.500 |")
+
+
+@pytest.mark.parametrize("name", ["wd1", "spg", "ebpo", "tracerl"])
+def test_an_estimator_run_is_its_algorithm_on_the_same_job(ablation, tmp_path, name):
+    coupled = ablation.run_command("coupled", 1, tmp_path, [])
+    other = ablation.run_command(name, 1, tmp_path, [])
+    assert [part for part in other if part not in coupled] == [
+        f"algorithm={name}",
+        f"trainer.experiment_name=ablation_{name}_seed1",
+    ]

@@ -165,3 +165,21 @@ def test_the_reward_hook_documents_every_option_diffugrpo_fills_in():
 
     documented = " ".join(hookspecs.diffugrpo_reward_functions.__doc__.split())
     assert [name for name in plugins.INJECTED_REWARD_OPTIONS if f"``{name}``" not in documented] == []
+
+
+def test_a_masker_whose_combine_takes_the_wrong_arguments_fails_when_built(register_in_code):
+    class WrongCombine:
+        def views(self, input_ids, completion_mask, mask_id, seeds, prompt_mask=None):
+            raise AssertionError("never called")
+
+        def combine(self, per_view_logp):
+            raise AssertionError("never called")
+
+    register_in_code("masker", diffugrpo_maskers=lambda: {"wrong_combine": WrongCombine})
+    with pytest.raises(
+        PluginError,
+        match=r"masker 'wrong_combine' from plugin 'contract_test_masker'.*optional combine\(\) must accept "
+        r"\(per_view_logp, views, scored, positive\); got combine\(per_view_logp\)",
+    ):
+        plugins.build("masker", "wrong_combine", {})
+    assert callable(plugins.build("masker", "spg", {}).combine)  # the built-in that has one fits

@@ -348,3 +348,9 @@ def test_a_valid_qlora_configuration_passes(valid):
     assert json.loads((bf16 / "config.json").read_text()).get("dtype") == "bfloat16"
     mixed = [f"actor_rollout_ref.model.path={bf16}", "actor_rollout_ref.rollout.dtype=bfloat16"]
     check_config(composed(*valid, *QLORA, *mixed))
+
+
+def test_a_masker_that_reads_the_trace_needs_the_rollout_to_record_it(valid):
+    check_config(composed(*valid, "algorithm=tracerl"))
+    with pytest.raises(ConfigError, match=r"masker 'trace_replay' reads the rollout's denoising trace: set "):
+        check_config(composed(*valid, "algorithm=tracerl", "actor_rollout_ref.model.diffusion.record_trace=false"))

@@ -36,10 +36,13 @@ class TokenLogprobs:
         logp: the coupled log-likelihood estimate per token; 0 where no view scores it.  # [B, L]
         entropy: entropy (nats) of view 0's predictive distribution at its scored tokens,
             0 elsewhere; ``None`` unless asked for.  # [B, L]
+        per_view: each view's log-prob of the tokens it scores, 0 elsewhere (differentiable), for a masker whose
+            estimate is not the coefficient-weighted sum (``combine``, see hookspecs.py).  # [V, B, L]
     """
 
     logp: torch.Tensor
     entropy: torch.Tensor | None = None
+    per_view: torch.Tensor | None = None
 
 
 def coupled_token_logprobs(
@@ -88,4 +91,4 @@ def coupled_token_logprobs(
         entropy = torch.zeros(batch * length, dtype=torch.float32, device=input_ids.device)
         entropy[target_rows[first_view_rows]] = row_entropy[first_view_rows]
         entropy = entropy.view(batch, length)  # [B, L]
-    return TokenLogprobs(logp=logp, entropy=entropy)
+    return TokenLogprobs(logp=logp, entropy=entropy, per_view=per_view)

@@ -27,6 +27,9 @@ Built-in maskers (registered through the ``diffugrpo_maskers`` hook, like a plug
   masked iff ``r < t`` (probability ``t``), weight ``1/t`` on masked tokens. The masked
   diffusion loss is then ``-sum(coef * logp)``; the prompt is never masked.
 
+* ``ebpo`` and ``spg``: the estimators of :mod:`diffugrpo_plugin.core.estimators` (EBPO's per-block stratified
+  masking; SPG's block-wise views, whose estimate is not the weighted sum: it defines ``combine``).
+
 ``coupled``, ``pair`` and ``d1`` accept ``p_mask_prompt``: mask each prompt token with that
 probability (one draw per sample, shared by its views). Off (0) by default: the prompt is
 never masked.
@@ -34,48 +37,13 @@ never masked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 import torch
 
 from diffugrpo_plugin import hookimpl
-
-
-@dataclass
-class MaskedViews:
-    """Noised copies of a batch and how to combine their per-token log-probs.
-
-    Attributes:
-        noisy: token ids with ``mask_id`` at masked positions.  # [V, B, L]
-        coef: weight of view ``v``'s log-prob of token ``(b, l)``; zero where unused.  # [V, B, L]
-    """
-
-    noisy: torch.Tensor
-    coef: torch.Tensor
-
-    @property
-    def num_views(self) -> int:
-        return self.noisy.shape[0]
-
-
-def check_views(views: object, shape: tuple[int, ...], masker: str) -> MaskedViews:
-    """What masker ``masker`` returned for a ``[B, L]`` batch, checked against the contract:
-    a :class:`MaskedViews` with ``noisy`` and ``coef`` both ``[V, B, L]``."""
-    if not isinstance(views, MaskedViews):
-        raise TypeError(
-            f"masker '{masker}' returned {type(views).__name__} from views(); it must return "
-            f"diffugrpo_plugin.core.masking.MaskedViews"
-        )
-    expected = tuple(shape)
-    if views.noisy.dim() != 3 or tuple(views.noisy.shape[1:]) != expected or views.coef.shape != views.noisy.shape:
-        raise ValueError(
-            f"masker '{masker}' returned views with noisy {tuple(views.noisy.shape)} and coef "
-            f"{tuple(views.coef.shape)}; both must be [V, {expected[0]}, {expected[1]}] for a batch "
-            f"of {list(expected)}"
-        )
-    return views
+from diffugrpo_plugin.core.views import MaskedViews, check_views  # noqa: F401 - part of this module's API
 
 
 class Masker(Protocol):
@@ -252,6 +220,25 @@ def mask_seed_table(
     return torch.from_numpy(seeds.astype(np.int64)).view(num_samples, num_iterations)
 
 
+def masker_options(masker_kwargs) -> dict:
+    """The options config gives a masker (``actor_rollout_ref.model.diffusion.masker_kwargs``), a null one left to
+    the factory's default: an algorithm config extending another nulls the options its masker does not take
+    (Hydra merges keys, never removes them)."""
+    return {key: value for key, value in dict(masker_kwargs or {}).items() if value is not None}
+
+
 @hookimpl
 def diffugrpo_maskers():
-    return {"coupled": make_coupled, "pair": make_pair, "d1": make_d1, "sft": make_sft}
+    from diffugrpo_plugin.core.estimators.ebpo import make_ebpo
+    from diffugrpo_plugin.core.estimators.spg import make_spg
+    from diffugrpo_plugin.core.estimators.trace_replay import make_trace_replay
+
+    return {
+        "coupled": make_coupled,
+        "pair": make_pair,
+        "d1": make_d1,
+        "sft": make_sft,
+        "ebpo": make_ebpo,
+        "spg": make_spg,
+        "trace_replay": make_trace_replay,
+    }

@@ -69,5 +69,8 @@ def compute_coupled_grpo_policy_loss(
 
 
 def register() -> None:
+    from diffugrpo_plugin.integration import estimators
+
     core_algos.register_adv_est(NAME)(compute_coupled_grpo_advantage)
     core_algos.register_policy_loss(NAME)(compute_coupled_grpo_policy_loss)
+    estimators.register()

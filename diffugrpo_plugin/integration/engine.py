@@ -14,6 +14,7 @@ a sample use identical masks, while different samples and steps get different on
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from dataclasses import dataclass, field
 
@@ -31,7 +32,7 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.core.loss_terms import TermInputs, configured_terms
-from diffugrpo_plugin.core.masking import check_views
+from diffugrpo_plugin.core.masking import check_views, masker_options
 from diffugrpo_plugin.integration.verl_internals import (
     apply_verl_model_patches,
     building_as_language_model,
@@ -73,6 +74,7 @@ from diffugrpo_plugin.training.warm_start import built_if_default
 
 MODEL_TYPE = "diffusion_lm"
 MASK_SEED_FIELD = "mask_seed"
+TRACE_FIELD = "unmask_step"  # the rollout's denoising trace per response token (diffusion.record_trace)
 ITERATION_FIELD = "update_iteration"  # which pass of the update (ppo_epochs) a row of the expanded batch is
 LOSS_TERM_FIELD = "loss_term__{name}__{field}"  # a term's prepared per-sample tensors in the batch
 ADAPTER_FOLDER = "lora_adapter"  # in each checkpoint's actor folder: peft's adapter format
@@ -148,7 +150,11 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
     @functools.cached_property
     def _masker(self):
         settings = self._diffusion_settings()
-        return build("masker", settings.get("masker", "coupled"), dict(settings.get("masker_kwargs") or {}))
+        return build("masker", settings.get("masker", "coupled"), masker_options(settings.get("masker_kwargs")))
+
+    @functools.cached_property
+    def _masker_reads_trace(self) -> bool:
+        return "trace" in inspect.signature(self._masker.views).parameters
 
     def _build_module(self):
         # verl builds by model_type; ours loads through transformers' auto classes like a language model,
@@ -290,8 +296,16 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         lm = self._diffusion_lm()
         # Noise the whole canvas, padding after the EOS included, as the model generated it; score only
         # the tokens the loss counts.
+        trace = {}
+        if self._masker_reads_trace:
+            steps = (
+                _on_canvas(micro_batch[TRACE_FIELD], in_response, response_cols)
+                if TRACE_FIELD in micro_batch.keys()
+                else None
+            )
+            trace["trace"] = None if steps is None else torch.where(in_response, steps, -1)
         views = check_views(
-            self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt),
+            self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt, **trace),
             ids.shape,
             settings.get("masker", "coupled"),
         )
@@ -307,6 +321,10 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 with_entropy=calculate_entropy,
                 chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
             )
+            if callable(getattr(self._masker, "combine", None)):  # an estimate other than the weighted sum
+                out.logp = self._masker.combine(
+                    out.per_view, views, scored, self._positive_advantage(micro_batch, in_response, response_cols)
+                )
             # verl reads the log-prob of token p at index p - 1 (its autoregressive layout)
             model_output = {"log_probs": _nested(torch.roll(out.logp, shifts=-1, dims=1), seq_lens)}
             if calculate_entropy:
@@ -333,6 +351,14 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 )
                 loss = loss + self._added_terms(inputs, micro_batch, metrics)
         return verl_step_output(loss, model_output, metrics)
+
+    @staticmethod
+    def _positive_advantage(micro_batch: TensorDict, in_response: torch.Tensor, response_cols: torch.Tensor):
+        """Whether each sample's advantage is positive, in the update (None in the passes before the advantages).
+        # [B] bool"""
+        if "advantages" not in micro_batch.keys():
+            return None
+        return _on_canvas(micro_batch["advantages"], in_response, response_cols).sum(1) > 0
 
     @staticmethod
     def _reference_logp(micro_batch: TensorDict, in_response: torch.Tensor, response_cols: torch.Tensor):

@@ -7,6 +7,7 @@ divide, unknown sampler / masker / reward names, bad reward weights.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from pathlib import Path
@@ -24,12 +25,19 @@ def _check_plugins(config: DictConfig) -> None:
     """The masker, sampler and loss terms build from their config (names, option names and values, weights); a
     plugin's own bug (any other exception) propagates with its traceback."""
     from diffugrpo_plugin.core.loss_terms import configured_terms
+    from diffugrpo_plugin.core.masking import masker_options
     from diffugrpo_plugin.integration.sampler_choice import sampler_choice
     from diffugrpo_plugin.sampling import build_sampler
 
     diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
     try:
-        build("masker", diffusion.get("masker", "coupled"), dict(diffusion.get("masker_kwargs") or {}))
+        masker_name = diffusion.get("masker", "coupled")
+        masker = build("masker", masker_name, masker_options(diffusion.get("masker_kwargs")))
+        if "trace" in inspect.signature(masker.views).parameters and not diffusion.get("record_trace", False):
+            raise ConfigError(
+                f"masker '{masker_name}' reads the rollout's denoising trace: set "
+                f"actor_rollout_ref.model.diffusion.record_trace=true so the rollout records it"
+            )
         sampler, settings, _ = sampler_choice(config)
         build_sampler(sampler, **settings)
         terms = diffusion.get("loss_terms")

@@ -60,7 +60,7 @@ from diffugrpo_plugin.models.quantization import (
 )
 from diffugrpo_plugin.sampling import build_request_sampler, build_sampler, left_pad, padding_id
 from diffugrpo_plugin.sampling.fast_path import resolve_fast_path
-from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY, RequestBatcher
+from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY, UNMASK_STEP_FIELD, RequestBatcher
 
 logger = logging.getLogger("diffugrpo.rollout")
 
@@ -114,6 +114,8 @@ class DiffusionRollout(BaseRollout):
             family=diffusion.get("family"),
         )
         self.tokenizer = self.model_config.tokenizer
+        # the step each token was decided at travels with the batch (trajectory replay's likelihood)
+        self.record_trace = bool(diffusion.get("record_trace", False))
         self.global_steps = 0
         self.replica_rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self._occurrences: dict[tuple[int, tuple[int, ...], tuple], int] = {}
@@ -271,10 +273,13 @@ class DiffusionRollout(BaseRollout):
                 eos_token_id=self.tokenizer.eos_token_id,
                 pad_token_id=pad,
                 seeds=seeds,
+                record_trace=self.record_trace,
             )
             for row, i in enumerate(indices):
                 # the whole canvas, padding after the first EOS included (see agent_loop.py)
                 results[i] = {"token_ids": out.completion_ids[row].tolist(), "global_steps": self.global_steps}
+                if self.record_trace:
+                    results[i][UNMASK_STEP_FIELD] = out.unmask_step[row].tolist()
         self._batches += 1
         for result in results:
             result["generation_batch"] = f"{self.replica_rank}:{self._batches}"

@@ -87,7 +87,7 @@ from diffugrpo_plugin.integration.console import (
     step_line,
     validation_line,
 )
-from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD
+from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD, TRACE_FIELD
 from diffugrpo_plugin.integration.layout import (
     InProcessRewardWorker,
     apply_lean_settings,
@@ -101,6 +101,7 @@ from diffugrpo_plugin.integration.verl_internals import same_data_split
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
 from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
 from diffugrpo_plugin.rewards.spec import RewardSpec
+from diffugrpo_plugin.sampling.request_batcher import UNMASK_STEP_FIELD
 from diffugrpo_plugin.training.curriculum import CurriculumFeedback, RecordingSampler, group_positions
 
 TRAINER_MODE = "diffugrpo"
@@ -353,6 +354,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.num_iterations = int(config.actor_rollout_ref.actor.ppo_epochs)
         self.mask_seed_base = int(diffusion.get("mask_seed", 42))
         self.random_masking = bool(diffusion.get("random_masking", True))
+        self.record_trace = bool(diffusion.get("record_trace", False))
         ref_sync = config.get("diffugrpo", {}).get("ref_sync", {}) or {}
         self.ref_sync_steps = int(ref_sync.get("steps", 0)) if ref_sync.get("enable", False) else 0
         self.ref_sync_alpha = float(ref_sync.get("alpha", 0.6))
@@ -511,7 +513,25 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         batch.reorder(sample_order(batch.keys, self.prompt_keys))
         return super()._balance_batch(batch, metrics, *args, **kwargs)
 
+    def _store_trace(self, batch) -> None:
+        """The rollout's denoising trace (each canvas token's decision step, in the sample's ``extra_fields``) as the
+        batch field the engine hands a trace-reading masker, one entry per response token (nested ``[B, r]``)."""
+        data = self._get(batch, ["extra_fields", "responses"])
+        lengths = [row.numel() for row in data["responses"].unbind()]
+        rows = []
+        for extra, length in zip(list(data["extra_fields"]), lengths):
+            steps = (extra or {}).get(UNMASK_STEP_FIELD)
+            if steps is None:
+                raise ValueError(
+                    "diffusion.record_trace is on but a rollout sample carries no trace: its sampler ignores "
+                    "record_trace; pick a built-in sampler (actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler)"
+                )
+            rows.append(torch.tensor(list(steps)[:length], dtype=torch.long))
+        self._put(batch, {TRACE_FIELD: torch.nested.as_nested_tensor(rows, layout=torch.jagged)})
+
     def _compute_old_log_prob(self, batch, metrics):
+        if self.record_trace:
+            self._store_trace(batch)
         seeds = mask_seed_table(
             self.mask_seed_base, self.global_steps, len(batch), self.num_iterations, self.random_masking
         )  # [B, K]

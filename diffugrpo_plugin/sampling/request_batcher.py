@@ -34,6 +34,7 @@ SILENCE_LIMIT_S = 120.0
 SAMPLE_INDEX_KEY = "diffusion_sample_index"
 """The sampling parameter by which our agent loop tells the rollout which of its prompt's samples a request is
 (verl's ``session_id``); the rollout seeds the request from it."""
+UNMASK_STEP_FIELD = "unmask_step"  # a result's denoising trace: the step each canvas token was decided at
 
 
 @dataclass
@@ -92,7 +93,11 @@ class RequestBatcher:
         result = await future
         return GeneratedTokens(
             token_ids=result["token_ids"],
-            extra_fields={key: result[key] for key in ("global_steps", "generation_batch", "generation_seconds")},
+            extra_fields={
+                key: result[key]
+                for key in ("global_steps", "generation_batch", "generation_seconds", UNMASK_STEP_FIELD)
+                if key in result
+            },
         )
 
     async def expect(self, count: int) -> None:
