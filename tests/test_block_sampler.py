@@ -275,3 +275,17 @@ def test_the_family_picks_the_defaults():
     sdar_plan, llada2_plan = sampler.plan_for(tiny_model("sdar")), sampler.plan_for(tiny_model("llada2"))
     assert (sdar_plan.rule, sdar_plan.threshold, sdar_plan.block_size, sdar_plan.steps) == ("dynamic", 0.9, 4, 4)
     assert (llada2_plan.rule, llada2_plan.threshold, llada2_plan.block_origin) == ("llada2", 0.95, "sequence")
+
+
+@pytest.mark.parametrize("family", ["sdar", "llada2"])
+def test_greedy_block_decoding_equals_full_canvas_decoding(family):
+    """The cache is exact: greedy block by block equals the llada sampler recomputing prompt + completion every
+    forward (one token a step, blocks of 4 on the same positions: prompts of whole blocks)."""
+    model = tiny_model(family)
+    ids = torch.tensor(RECORD["families"][family]["prompts"][2])[None].repeat(2, 1)  # 8 tokens
+    ids[1] = ids[1].flip(0)
+    mask = torch.ones_like(ids)
+    options = dict(eos_token_id=NO_EOS, pad_token_id=0, seeds=[0, 1])
+    block = build_sampler("block", rule="static", temperature=0.0).generate(model, ids, mask, 12, **options)
+    full = build_sampler("llada", steps=12, block_length=4).generate(model, ids, mask, 12, **options)
+    assert torch.equal(block.completion_ids, full.completion_ids)
