@@ -295,6 +295,7 @@ BLOCK_MODELS = {  # tiny random block-diffusion models (the native classes' conf
         head_dim=32,
         block_size=4,
         mask_token_id=511,
+        pad_token_id=0,
         tie_word_embeddings=False,
     ),
     "llada2": dict(
@@ -315,6 +316,7 @@ BLOCK_MODELS = {  # tiny random block-diffusion models (the native classes' conf
         first_k_dense_replace=1,
         block_size=32,
         mask_token_id=511,
+        pad_token_id=0,
         tie_word_embeddings=False,
     ),
 }
