@@ -21,6 +21,13 @@ difference).
     python benchmarks/sampler.py --model PATH --tasks mbpp --prompts 8 --new-tokens 256 --repeats 3
     python benchmarks/sampler.py --sampler llada  # the tiny LLaDA-style model, warm-started the same way
     python benchmarks/sampler.py -o top_k=null -o suppress_mask_token=true   # docs/guides/samplers.md's table's sampling
+    python benchmarks/sampler.py --block sdar    # block diffusion: the block sampler against full-canvas decoding
+
+``--block sdar`` / ``--block llada2`` builds a tiny random SDAR- or LLaDA2-style model in code and compares the
+``block`` sampler (block by block over the KV cache of finished blocks) with the same model decoded full-canvas by
+the ``llada`` sampler (every forward over prompt + completion, blocks of the model's size, one token a step), greedy,
+on the same random prompts (a whole number of blocks long, so both put the blocks at the same positions): tokens/s
+median and range over the repeats, forwards, and the share of tokens equal to the full-canvas run's.
 """
 
 from __future__ import annotations
@@ -186,6 +193,13 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
+        "--block",
+        choices=sorted(BLOCK_MODELS),
+        default=None,
+        help="block diffusion: a tiny random model of this family, the block sampler against full-canvas decoding",
+    )
+    parser.add_argument("--prompt-tokens", type=int, default=64, help="with --block: prompt length (whole blocks)")
+    parser.add_argument(
         "--threads", type=int, default=1, help="torch intra-op threads (1 is steadiest on a shared machine)"
     )
     parser.add_argument(
@@ -270,8 +284,107 @@ def paired_difference(rewards: list[float], baseline: list[float]) -> tuple[floa
     return statistics.mean(differences), band
 
 
+BLOCK_MODELS = {  # tiny random block-diffusion models (the native classes' config keys)
+    "sdar": dict(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        block_size=4,
+        mask_token_id=511,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    ),
+    "llada2": dict(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=384,
+        moe_intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        partial_rotary_factor=0.5,
+        num_experts=8,
+        num_experts_per_tok=2,
+        n_group=4,
+        topk_group=2,
+        num_shared_experts=1,
+        first_k_dense_replace=1,
+        block_size=32,
+        mask_token_id=511,
+        pad_token_id=0,
+        tie_word_embeddings=False,
+    ),
+}
+
+
+def block_benchmark(args: argparse.Namespace) -> None:
+    """The block sampler against full-canvas decoding of the same tiny block-diffusion model (see the docstring)."""
+    from diffugrpo_plugin.models.dlm import DiffusionLM
+    from diffugrpo_plugin.models.native import llada2, sdar
+    from diffugrpo_plugin.sampling import build_sampler
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    settings = BLOCK_MODELS[args.block]
+    config_class, model_class = (
+        (sdar.SDARConfig, sdar.SDARForCausalLM)
+        if args.block == "sdar"
+        else (llada2.LLaDA2MoeConfig, llada2.LLaDA2MoeModelLM)
+    )
+    config = config_class(**settings)
+    config._attn_implementation = "sdpa"
+    lm = DiffusionLM.wrap(model_class(config).eval().to(args.device), mask_token_id=settings["mask_token_id"])
+    block = settings["block_size"]
+    prompt_length = block * max(1, args.prompt_tokens // block)
+    ids = torch.randint(0, settings["vocab_size"] - 1, (args.prompts, prompt_length), device=args.device)
+    mask = torch.ones_like(ids)
+    configs = [
+        ("full canvas (llada sampler)", "llada", dict(steps=args.new_tokens, block_length=block, temperature=0.0)),
+        ("block sampler, static, 1 token a step", "block", dict(rule="static", temperature=0.0)),
+        ("block sampler, llada2 rule 0.9", "block", dict(rule="llada2", threshold=0.9, temperature=0.0)),
+    ]
+    samplers = [(label, build_sampler(name, **options)) for label, name, options in configs]
+    walls: dict[str, list[float]] = {label: [] for label, _ in samplers}
+    outputs = {}
+    eos = settings["vocab_size"] + 1  # none: every completion runs to the end
+    for _ in range(args.repeats):
+        for label, sampler in samplers:
+            start = time.perf_counter()
+            outputs[label] = sampler.generate(
+                lm, ids, mask, args.new_tokens, eos_token_id=eos, pad_token_id=0, seeds=list(range(args.prompts))
+            )
+            if ids.is_cuda:
+                torch.cuda.synchronize()
+            walls[label].append(time.perf_counter() - start)
+    generated = args.prompts * args.new_tokens
+    print(
+        f"tiny {args.block}-style model, {args.prompts} prompts of {prompt_length} tokens, {args.new_tokens} new "
+        f"tokens, blocks of {block}, greedy, {args.threads} thread(s), {args.repeats} repeats\n"
+    )
+    header = f"{'configuration':<40}{'tokens/s':>10}{'range':>18}{'x full':>8}{'forwards':>10}{'agree':>8}"
+    print(header + "\n" + "-" * len(header))
+    full_label = samplers[0][0]
+    full = statistics.median(walls[full_label])
+    for label, _ in samplers:
+        wall = statistics.median(walls[label])
+        rates = sorted(generated / w for w in walls[label])
+        agree = (outputs[label].completion_ids == outputs[full_label].completion_ids).float().mean().item()
+        print(
+            f"{label:<40}{generated / wall:>10.1f}{f'{rates[0]:.1f}-{rates[-1]:.1f}':>18}{full / wall:>8.2f}"
+            f"{outputs[label].forwards:>10d}{agree:>8.1%}"
+        )
+
+
 def main() -> None:
     args = parse_args()
+    if args.block:
+        block_benchmark(args)
+        return
     mbpp_file = mbpp_path(args.tasks)
     from diffugrpo_plugin.models.dlm import load_diffusion_lm
     from diffugrpo_plugin.models.tiny import TinySpec

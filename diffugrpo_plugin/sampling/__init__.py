@@ -17,6 +17,7 @@ The contract every sampler follows (inputs, seeds, EOS and padding, the output f
 ``topk_margin``    ``dream`` with ``alg=topk_margin``
 ``origin``         ``dream`` with ``alg=origin``
 ``llada``          LLaDA block-wise ``generate`` with remasking and CFG
+``block``          block-diffusion rollout (SDAR / TraDo, LLaDA2.x) over the KV cache of finished blocks
 =================  ==============================================================
 
 All of them share the fast-path options ``threshold``, ``factor``, ``kv_cache``, ``dual_cache``,

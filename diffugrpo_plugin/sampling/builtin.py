@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import diffugrpo_plugin
 from diffugrpo_plugin.sampling.samplers import (
+    BlockDiffusionSampler,
     DreamSampler,
     EntropySampler,
     LLaDASampler,
@@ -23,4 +24,5 @@ def diffugrpo_samplers() -> dict[str, type]:
         "topk_margin": TopKMarginSampler,
         "origin": OriginSampler,
         "llada": LLaDASampler,
+        "block": BlockDiffusionSampler,
     }

@@ -342,3 +342,172 @@ class LLaDASampler(_LoopOptions):
             seeds=seeds,
             record_trace=record_trace,
         )
+
+
+BLOCK_RULES = ("static", "dynamic", "llada2")
+BLOCK_ORIGINS = ("sequence", "response")
+# family -> (rule, threshold) its published rollout runs: TraDo / dLLM-RL's low_confidence_dynamic at 0.9 for SDAR,
+# LLaDA2's generate() at 0.95 (threshold, else the most confident)
+BLOCK_FAMILY_DEFAULTS = {"sdar": ("dynamic", 0.9), "sdar_moe": ("dynamic", 0.9), "llada2": ("llada2", 0.95)}
+BLOCK_ORIGIN_DEFAULT = "sequence"  # SDAR's generate.py, LLaDA2's generate() and JetEngine count blocks from token 0
+
+
+@dataclass(frozen=True)
+class BlockDiffusionSampler:
+    """Block-diffusion rollout (SDAR / TraDo, LLaDA2.x): block by block over the exact KV cache of finished blocks.
+
+    Unset options take the model's: its config's ``block_size`` (else the family's), the family's rule and threshold
+    (:data:`BLOCK_FAMILY_DEFAULTS`) and the published block grid (``sequence``).
+    """
+
+    block_size: int | None = _option(
+        None, "tokens per block (default: the checkpoint's config block_size, else its family's: SDAR 4, LLaDA2 32)"
+    )
+    steps: int | None = _option(
+        None,
+        "denoising forwards budgeted per block; static / dynamic transfer block_size / steps tokens a step at least "
+        "(default: block_size, one token a step)",
+    )
+    rule: str | None = _option(
+        None,
+        "which masked positions keep their sample each step: static (the k most confident), dynamic (all above "
+        "threshold if at least k, else the k most confident), llada2 (all above threshold, else the most "
+        "confident) (default: the family's, SDAR dynamic, LLaDA2 llada2)",
+    )
+    threshold: float | None = _option(
+        None, "confidence threshold of the dynamic and llada2 rules (default: SDAR 0.9, LLaDA2 0.95)"
+    )
+    temperature: float = _option(1.0, "token sampling temperature; 0 takes the most likely token")
+    top_k: int | None = _option(None, "keep only the k most likely tokens before sampling (default: all)")
+    top_p: float | None = _option(
+        None, "nucleus sampling after top_k: keep the most likely tokens up to this cumulative probability"
+    )
+    block_origin: str | None = _option(
+        None,
+        "where the block grid starts: sequence (the sample's first token, the prompt's last partial block "
+        "completed by the response, as the published generate() code) or response (a fresh block at the "
+        "response's first token); training must use the same (actor_rollout_ref.model.diffusion.block_origin) "
+        "(default: sequence)",
+    )
+    micro_batch_size: int | None = _option(None, "prompts generated together (default: all)")
+    suppress_mask_token: bool = _option(
+        False, "never sample the mask token itself (the published generate() code does not suppress it)"
+    )
+
+    sampler_name = "block"
+
+    def __post_init__(self) -> None:
+        name = self.sampler_name
+        for option in ("block_size", "steps", "micro_batch_size"):
+            value = getattr(self, option)
+            _check(value is None or (_is_int(value) and value >= 1), name, option, value, "use an integer >= 1")
+        _check(
+            self.rule is None or self.rule in BLOCK_RULES, name, "rule", self.rule, "choose " + ", ".join(BLOCK_RULES)
+        )
+        _check(
+            self.threshold is None or (_is_number(self.threshold) and 0 <= self.threshold < 1),
+            name,
+            "threshold",
+            self.threshold,
+            "use a number in [0, 1)",
+        )
+        _check(
+            not (self.rule == "static" and self.threshold is not None),
+            name,
+            "threshold",
+            self.threshold,
+            "the static rule takes none: leave it unset or choose rule=dynamic or llada2",
+        )
+        _check(
+            _is_number(self.temperature) and self.temperature >= 0,
+            name,
+            "temperature",
+            self.temperature,
+            "use a number >= 0",
+        )
+        _check(self.top_k is None or (_is_int(self.top_k) and self.top_k >= 1), name, "top_k", self.top_k, "use >= 1")
+        _check(
+            self.top_p is None or (_is_number(self.top_p) and 0 < self.top_p <= 1),
+            name,
+            "top_p",
+            self.top_p,
+            "use a number in (0, 1]",
+        )
+        _check(
+            isinstance(self.suppress_mask_token, bool),
+            name,
+            "suppress_mask_token",
+            self.suppress_mask_token,
+            "use true or false",
+        )
+        _check(
+            self.block_origin is None or self.block_origin in BLOCK_ORIGINS,
+            name,
+            "block_origin",
+            self.block_origin,
+            "choose " + " or ".join(BLOCK_ORIGINS),
+        )
+
+    def plan_for(self, model: DiffusionLM):
+        """The settings for ``model``, unset ones from its config and family."""
+        from diffugrpo_plugin.models.family import unwrap
+        from diffugrpo_plugin.sampling.block import BlockPlan
+
+        family = model.family.name
+        block_size, _ = model.family.block_size_of(unwrap(model.module).config.to_dict())
+        if block_size is None or family not in BLOCK_FAMILY_DEFAULTS:
+            raise SamplerOptionError(
+                f"{self.sampler_name} sampler: family {family} attends over the whole canvas, not in blocks; "
+                f"choose sampler dream or llada for it"
+            )
+        block_size = self.block_size or block_size
+        steps = self.steps or block_size
+        _check(steps <= block_size, self.sampler_name, "steps", steps, f"use at most block_size ({block_size})")
+        rule, threshold = BLOCK_FAMILY_DEFAULTS[family]
+        rule = self.rule or rule
+        _check(
+            not (rule == "llada2" and self.steps is not None and self.steps != block_size),
+            self.sampler_name,
+            "steps",
+            self.steps,
+            "the llada2 rule transfers one token a step at least, up to block_size steps: leave steps unset, or "
+            "choose rule=dynamic for a floor of block_size / steps",
+        )
+        return BlockPlan(
+            block_size=block_size,
+            steps=steps,
+            rule=rule,
+            threshold=None if rule == "static" else (self.threshold if self.threshold is not None else threshold),
+            temperature=float(self.temperature),
+            top_k=self.top_k,
+            top_p=self.top_p,
+            block_origin=self.block_origin or BLOCK_ORIGIN_DEFAULT,
+            micro_batch_size=self.micro_batch_size,
+            suppress_mask_token=self.suppress_mask_token,
+        )
+
+    def generate(
+        self,
+        model: DiffusionLM,
+        prompt_ids: torch.Tensor,
+        prompt_mask: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        eos_token_id: int,
+        pad_token_id: int,
+        seeds: list[int] | None = None,
+        record_trace: bool = False,
+    ) -> GenerationOutput:
+        from diffugrpo_plugin.sampling.block import generate_blocks
+
+        return generate_blocks(
+            self.plan_for(model),
+            model,
+            prompt_ids,
+            prompt_mask,
+            max_new_tokens,
+            eos_token_id=eos_token_id,
+            pad_token_id=pad_token_id,
+            seeds=seeds,
+            record_trace=record_trace,
+        )
