@@ -14,6 +14,7 @@ a sample use identical masks, while different samples and steps get different on
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from dataclasses import dataclass, field
 
@@ -53,6 +54,7 @@ from diffugrpo_plugin.models.dlm import (
     remote_classes,
     supports_attention,
 )
+from diffugrpo_plugin.models.family import unwrap
 from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS
 from diffugrpo_plugin.models.lean_mlp import make_lean
 from diffugrpo_plugin.models.lora import (
@@ -62,6 +64,7 @@ from diffugrpo_plugin.models.lora import (
     save_adapter,
     set_dropout,
 )
+from diffugrpo_plugin.models.native.block_attention import block_ids
 from diffugrpo_plugin.models.quantization import (
     keep_canonical_packing,
     loading_kwargs,
@@ -89,7 +92,9 @@ class DiffusionModelConfig(HFModelConfig):
     ``logits_shift`` (override what the family and model config say), ``chunk_rows`` (the fused
     head's memory cap: at most ``chunk_rows x vocab`` logits at a time), ``lean_mlp`` (default true:
     the SwiGLU blocks keep two of their four activations for the backward, see
-    :mod:`diffugrpo_plugin.models.lean_mlp`; values and gradients are unchanged).
+    :mod:`diffugrpo_plugin.models.lean_mlp`; values and gradients are unchanged), ``block_origin`` (a block-diffusion
+    model's block grid: ``sequence``, from the sample's first token, or ``response``, a fresh block at the response;
+    the rollout must decode on the same grid).
     """
 
     diffusion: dict = field(default_factory=dict)
@@ -290,8 +295,12 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         lm = self._diffusion_lm()
         # Noise the whole canvas, padding after the EOS included, as the model generated it; score only
         # the tokens the loss counts.
+        blocks = self._block_ids(lm, positions, prompt_lens)  # [B, L] or None
+        seeds = micro_batch[MASK_SEED_FIELD].cpu()
         views = check_views(
-            self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt),
+            self._masker.views(ids, in_response, lm.mask_token_id, seeds, prompt)
+            if blocks is None
+            else self._masker.views(ids, in_response, lm.mask_token_id, seeds, prompt, block_ids=blocks),
             ids.shape,
             settings.get("masker", "coupled"),
         )
@@ -306,6 +315,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 positions,
                 with_entropy=calculate_entropy,
                 chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
+                block_ids=blocks,
             )
             # verl reads the log-prob of token p at index p - 1 (its autoregressive layout)
             model_output = {"log_probs": _nested(torch.roll(out.logp, shifts=-1, dims=1), seq_lens)}
@@ -333,6 +343,21 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 )
                 loss = loss + self._added_terms(inputs, micro_batch, metrics)
         return verl_step_output(loss, model_output, metrics)
+
+    def _block_ids(self, lm: DiffusionLM, positions: torch.Tensor, prompt_lens: torch.Tensor) -> torch.Tensor | None:
+        """Each token's block for a block-diffusion family (``[x_t | x_0]`` training layout), None for one that
+        attends over the whole canvas.  # [B, L]"""
+        block_size, _ = lm.family.block_size_of(unwrap(self.module).config.to_dict())
+        if block_size is None:
+            return None
+        if "block_ids" not in inspect.signature(self._masker.views).parameters:
+            name = self._diffusion_settings().get("masker", "coupled")
+            raise ValueError(
+                f"masker '{name}' does not mask per block (its views() takes no block_ids), which a block-diffusion "
+                f"model ({lm.family.name}) needs: set actor_rollout_ref.model.diffusion.masker to coupled or pair"
+            )
+        origin = self._diffusion_settings().get("block_origin") or "sequence"
+        return block_ids(positions, prompt_lens.to(positions.device), block_size, origin)
 
     @staticmethod
     def _reference_logp(micro_batch: TensorDict, in_response: torch.Tensor, response_cols: torch.Tensor):
