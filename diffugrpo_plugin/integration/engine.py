@@ -356,6 +356,11 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 f"masker '{name}' does not mask per block (its views() takes no block_ids), which a block-diffusion "
                 f"model ({lm.family.name}) needs: set actor_rollout_ref.model.diffusion.masker to coupled or pair"
             )
+        if self._loss_terms:
+            raise ValueError(
+                f"loss terms ({', '.join(self._loss_terms)}) score the canvas without the block-diffusion layout, "
+                f"which a {lm.family.name} model needs: set actor_rollout_ref.model.diffusion.loss_terms=null"
+            )
         origin = self._diffusion_settings().get("block_origin") or "sequence"
         return block_ids(positions, prompt_lens.to(positions.device), block_size, origin)
 
