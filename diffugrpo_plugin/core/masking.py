@@ -151,8 +151,8 @@ def _draw_per_block(completion_mask: torch.Tensor, block_ids: torch.Tensor, seed
         generator.manual_seed(int(seeds[b]))
         positions = completion_cpu[b].nonzero(as_tuple=True)[0]
         row_blocks = blocks_cpu[b, positions]  # [n]
-        blocks, sizes = torch.unique_consecutive(row_blocks, return_counts=True)
-        t = t_min + (t_max - t_min) * torch.rand(len(blocks), generator=generator, dtype=torch.float64)
+        _, sizes = torch.unique_consecutive(row_blocks, return_counts=True)  # [blocks]: completion tokens a block
+        t = t_min + (t_max - t_min) * torch.rand(len(sizes), generator=generator, dtype=torch.float64)
         r = torch.rand(positions.numel(), generator=generator, dtype=torch.float64)
         counts = torch.round(t * sizes).clamp(min=1).minimum((sizes - 1).clamp(min=1))  # [blocks]
         start = 0
@@ -219,7 +219,8 @@ class CoupledMasker:
                 raise ValueError(f"block_ids {tuple(block_ids.shape)} must be [B, L] like input_ids")
             if self.p_mask_prompt > 0:
                 raise ValueError(
-                    "p_mask_prompt must be 0 for a block-diffusion model: its noisy half masks completion blocks only"
+                    "p_mask_prompt must be 0 for a block-diffusion model, whose noisy half masks completion blocks only: "
+                    "set actor_rollout_ref.model.diffusion.masker_kwargs.p_mask_prompt=0"
                 )
             in_first, block_tokens, first_count = _draw_per_block(completion, block_ids, seeds, self.t_range)
             masked_prompt = torch.zeros_like(completion)
