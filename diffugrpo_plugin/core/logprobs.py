@@ -13,6 +13,12 @@ projection and the fp32 log-softmax together, one vocabulary slice of logits at 
 recomputed in the backward. No ``[rows, V]`` tensor is ever alive, so the pass's memory beside the model does not
 grow with the vocabulary (see ``benchmarks/coupled_logprob.py`` for the measured effect).
 
+**Block diffusion** (``block_ids`` given: SDAR, LLaDA2.x): each view runs in the training layout ``[x_t | x_0]``,
+``2L`` tokens with duplicated position ids, a noisy block seeing itself and the clean blocks before it
+(:func:`~diffugrpo_plugin.models.native.block_attention.layout_attention_mask`); the scored rows are read from the noisy
+half. These families do not shift their logits; a shifted one is refused (its first token of a block would be read
+from the previous noisy block, which its training never does).
+
 Plain torch; no verl.
 """
 
@@ -24,8 +30,9 @@ import torch
 
 from diffugrpo_plugin.core.masking import MaskedViews
 from diffugrpo_plugin.models.dlm import DiffusionLM
-from diffugrpo_plugin.models.family import position_ids_from_mask
+from diffugrpo_plugin.models.family import position_ids_from_mask, unwrap
 from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS
+from diffugrpo_plugin.models.native.block_attention import layout_attention_mask
 
 
 @dataclass
@@ -53,6 +60,7 @@ def coupled_token_logprobs(
     position_ids: torch.Tensor | None = None,
     with_entropy: bool = False,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    block_ids: torch.Tensor | None = None,
 ) -> TokenLogprobs:
     """The coupled estimate of ``log p(x[b, l])`` for every token a view scores.
 
@@ -62,6 +70,7 @@ def coupled_token_logprobs(
         input_ids: the clean tokens (the targets).  # [B, L]
         attention_mask: 1 on real tokens, 0 on padding.  # [B, L]
         position_ids: defaults to ``cumsum(attention_mask) - 1``.  # [B, L]
+        block_ids: each token's block, for a block-diffusion model: the views run in the ``[x_t | x_0]`` layout.  # [B, L]
     Returns:
         :class:`TokenLogprobs` with ``logp`` [B, L] (differentiable) and optional ``entropy`` [B, L].
     """
@@ -77,8 +86,22 @@ def coupled_token_logprobs(
     scored = coef.reshape(num_views * batch, length) != 0  # [V*B, L]
     target_rows = scored.flatten().nonzero(as_tuple=True)[0]  # [R]
     row_targets = targets.flatten().index_select(0, target_rows)  # [R]
+    model_rows = target_rows
+    if block_ids is not None:
+        if lm.shift_logits:
+            raise ValueError(
+                f"the block-diffusion layout scores each token at its own position; family {lm.family.name} shifts "
+                f"its logits (set actor_rollout_ref.model.diffusion.logits_shift=false if it does not)"
+            )
+        blocks = block_ids.to(input_ids.device).repeat(num_views, 1)  # [V*B, L]
+        stacked_attention = layout_attention_mask(
+            blocks, stacked_attention.bool(), getattr(unwrap(lm.module).config, "_attn_implementation", None)
+        )  # [V*B, 1, 2L, 2L] or a BlockMask
+        stacked_ids = torch.cat((stacked_ids, targets), dim=1)  # [V*B, 2L]: noisy | clean
+        stacked_positions = stacked_positions.repeat(1, 2)  # [V*B, 2L]
+        model_rows = target_rows + (target_rows // length) * length  # row v*B+b, column l -> noisy half's column l
     row_logp, row_entropy = lm.scored_logprobs(
-        stacked_ids, stacked_attention, stacked_positions, target_rows, row_targets, chunk_rows, with_entropy
+        stacked_ids, stacked_attention, stacked_positions, model_rows, row_targets, chunk_rows, with_entropy
     )  # [R], [R] or None
 
     per_view = torch.zeros(num_views * batch * length, dtype=torch.float32, device=input_ids.device)

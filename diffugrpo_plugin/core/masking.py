@@ -30,6 +30,15 @@ Built-in maskers (registered through the ``diffugrpo_maskers`` hook, like a plug
 * ``ebpo`` and ``spg``: the estimators of :mod:`diffugrpo_plugin.core.estimators` (EBPO's per-block stratified
   masking; SPG's block-wise views, whose estimate is not the weighted sum: it defines ``combine``).
 
+**Per block** (block-diffusion models: SDAR, LLaDA2.x): ``coupled`` and ``pair`` take ``block_ids`` [B, L], each
+token's block. Each block ``b`` with ``n_b`` completion tokens draws its own ``t_b ~ U(t_range)`` and masks exactly
+``k_b = clamp(round(t_b n_b), 1, n_b - 1)`` of them (the ``k_b`` with the smallest ``r``; ``k_b = 1`` when
+``n_b = 1``), weight ``n_b / k_b``; the complement masks the other ``n_b - k_b``, weight ``n_b / (n_b - k_b)``: the
+inverse of the masked fraction, so each token's expected weight in a view is 1, as with ``1/t``. Every block then has
+at least one masked token in the first view, and in the second too wherever it has two completion tokens. The fully
+masked view masks every completion token (each block fully masked, seeing earlier clean blocks in the training
+layout). Draws per sample: the ``t_b`` in block order, then one uniform per completion token in order.
+
 ``coupled``, ``pair`` and ``d1`` accept ``p_mask_prompt``: mask each prompt token with that
 probability (one draw per sample, shared by its views). Off (0) by default: the prompt is
 never masked.
@@ -58,7 +67,10 @@ class Masker(Protocol):
         prompt_mask: torch.Tensor | None = None,
     ) -> MaskedViews:
         """Noise ``input_ids`` [B, L]; ``completion_mask`` [B, L] bool marks completion tokens,
-        ``prompt_mask`` [B, L] bool the real (non-padding) prompt tokens, ``seeds`` [B] int64."""
+        ``prompt_mask`` [B, L] bool the real (non-padding) prompt tokens, ``seeds`` [B] int64.
+
+        A masker that masks per block also takes ``block_ids`` [B, L] (each token's block, non-decreasing along a
+        row); the training engine passes it for block-diffusion models and refuses a masker without it."""
         ...
 
 
@@ -90,6 +102,37 @@ def _draw_per_sample(
             masked_prompt[b, prompt_positions[hits]] = True
     device = completion_mask.device
     return t.to(device), r.to(device), masked_prompt.to(device)
+
+
+def _draw_per_block(completion_mask: torch.Tensor, block_ids: torch.Tensor, seeds: torch.Tensor, t_range):
+    """Per-block draws: the first view's masked completion tokens [B, L] bool and each token's block size ``n_b``
+    and first-view count ``k_b`` [B, L] (0 off the completion), computed on CPU, returned on the input's device."""
+    t_min, t_max = t_range
+    batch, length = completion_mask.shape
+    completion_cpu = completion_mask.detach().to("cpu", torch.bool)
+    blocks_cpu = block_ids.detach().to("cpu", torch.int64)
+    in_first = torch.zeros(batch, length, dtype=torch.bool)
+    block_tokens = torch.zeros(batch, length, dtype=torch.float64)
+    first_count = torch.zeros(batch, length, dtype=torch.float64)
+    generator = torch.Generator(device="cpu")
+    for b in range(batch):
+        generator.manual_seed(int(seeds[b]))
+        positions = completion_cpu[b].nonzero(as_tuple=True)[0]
+        row_blocks = blocks_cpu[b, positions]  # [n]
+        _, sizes = torch.unique_consecutive(row_blocks, return_counts=True)  # [blocks]: completion tokens a block
+        t = t_min + (t_max - t_min) * torch.rand(len(sizes), generator=generator, dtype=torch.float64)
+        r = torch.rand(positions.numel(), generator=generator, dtype=torch.float64)
+        counts = torch.round(t * sizes).clamp(min=1).minimum((sizes - 1).clamp(min=1))  # [blocks]
+        start = 0
+        for size, count in zip(sizes.tolist(), counts.tolist()):
+            span = positions[start : start + size]
+            chosen = span[torch.argsort(r[start : start + size])[: int(count)]]
+            in_first[b, chosen] = True
+            block_tokens[b, span] = size
+            first_count[b, span] = count
+            start += size
+    device = completion_mask.device
+    return in_first.to(device), block_tokens.to(device), first_count.to(device)
 
 
 def _check_inputs(input_ids: torch.Tensor, completion_mask: torch.Tensor, seeds: torch.Tensor) -> None:
@@ -132,15 +175,29 @@ class CoupledMasker:
         self.p_mask_prompt = float(p_mask_prompt)
         self.include_fully_masked = include_fully_masked
 
-    def views(self, input_ids, completion_mask, mask_id, seeds, prompt_mask=None) -> MaskedViews:
+    def views(self, input_ids, completion_mask, mask_id, seeds, prompt_mask=None, block_ids=None) -> MaskedViews:
         _check_inputs(input_ids, completion_mask, seeds)
         completion = completion_mask.bool()
-        t, r, masked_prompt = _draw_per_sample(completion, seeds, self.t_range, prompt_mask, self.p_mask_prompt)
-        in_first = completion & (r < t[:, None])  # [B, L]
+        if block_ids is None:
+            t, r, masked_prompt = _draw_per_sample(completion, seeds, self.t_range, prompt_mask, self.p_mask_prompt)
+            in_first = completion & (r < t[:, None])  # [B, L]
+            first_weight, second_weight = 1.0 / t[:, None], 1.0 / (1.0 - t[:, None])  # [B, 1]
+        else:
+            if block_ids.shape != input_ids.shape:
+                raise ValueError(f"block_ids {tuple(block_ids.shape)} must be [B, L] like input_ids")
+            if self.p_mask_prompt > 0:
+                raise ValueError(
+                    "p_mask_prompt must be 0 for a block-diffusion model, whose noisy half masks completion blocks only: "
+                    "set actor_rollout_ref.model.diffusion.masker_kwargs.p_mask_prompt=0"
+                )
+            in_first, block_tokens, first_count = _draw_per_block(completion, block_ids, seeds, self.t_range)
+            masked_prompt = torch.zeros_like(completion)
+            second_count = (block_tokens - first_count).clamp(min=1)  # where 0, no token is in the second view
+            first_weight, second_weight = block_tokens / first_count.clamp(min=1), block_tokens / second_count
         in_second = completion & ~in_first  # [B, L], exact complement on the completion
         pair_scale = 0.5 if self.include_fully_masked else 1.0
         masks = [in_first, in_second]
-        coefs = [in_first / t[:, None] * pair_scale, in_second / (1.0 - t[:, None]) * pair_scale]
+        coefs = [in_first * first_weight * pair_scale, in_second * second_weight * pair_scale]
         if self.include_fully_masked:
             masks.insert(0, completion)
             coefs.insert(0, completion * 0.5)

@@ -54,6 +54,7 @@ from diffugrpo_plugin.models.dlm import (
     remote_classes,
     supports_attention,
 )
+from diffugrpo_plugin.models.family import unwrap
 from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS
 from diffugrpo_plugin.models.lean_mlp import make_lean
 from diffugrpo_plugin.models.lora import (
@@ -63,6 +64,7 @@ from diffugrpo_plugin.models.lora import (
     save_adapter,
     set_dropout,
 )
+from diffugrpo_plugin.models.native.block_attention import block_ids
 from diffugrpo_plugin.models.quantization import (
     keep_canonical_packing,
     loading_kwargs,
@@ -91,7 +93,9 @@ class DiffusionModelConfig(HFModelConfig):
     ``logits_shift`` (override what the family and model config say), ``chunk_rows`` (the fused
     head's memory cap: at most ``chunk_rows x vocab`` logits at a time), ``lean_mlp`` (default true:
     the SwiGLU blocks keep two of their four activations for the backward, see
-    :mod:`diffugrpo_plugin.models.lean_mlp`; values and gradients are unchanged).
+    :mod:`diffugrpo_plugin.models.lean_mlp`; values and gradients are unchanged), ``block_origin`` (a block-diffusion
+    model's block grid: ``sequence``, from the sample's first token, or ``response``, a fresh block at the response;
+    the rollout must decode on the same grid).
     """
 
     diffusion: dict = field(default_factory=dict)
@@ -296,16 +300,21 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         lm = self._diffusion_lm()
         # Noise the whole canvas, padding after the EOS included, as the model generated it; score only
         # the tokens the loss counts.
-        trace = {}
+        masker_options = {}  # what a masker reads beyond the canvas: the rollout's trace, each token's block
         if self._masker_reads_trace:
             steps = (
                 _on_canvas(micro_batch[TRACE_FIELD], in_response, response_cols)
                 if TRACE_FIELD in micro_batch.keys()
                 else None
             )
-            trace["trace"] = None if steps is None else torch.where(in_response, steps, -1)
+            masker_options["trace"] = None if steps is None else torch.where(in_response, steps, -1)
+        blocks = self._block_ids(lm, positions, prompt_lens)  # [B, L] or None
+        if blocks is not None:
+            masker_options["block_ids"] = blocks
         views = check_views(
-            self._masker.views(ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt, **trace),
+            self._masker.views(
+                ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt, **masker_options
+            ),
             ids.shape,
             settings.get("masker", "coupled"),
         )
@@ -320,6 +329,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 positions,
                 with_entropy=calculate_entropy,
                 chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
+                block_ids=blocks,
             )
             if callable(getattr(self._masker, "combine", None)):  # an estimate other than the weighted sum
                 out.logp = self._masker.combine(
@@ -351,6 +361,26 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 )
                 loss = loss + self._added_terms(inputs, micro_batch, metrics)
         return verl_step_output(loss, model_output, metrics)
+
+    def _block_ids(self, lm: DiffusionLM, positions: torch.Tensor, prompt_lens: torch.Tensor) -> torch.Tensor | None:
+        """Each token's block for a block-diffusion family (``[x_t | x_0]`` training layout), None for one that
+        attends over the whole canvas.  # [B, L]"""
+        block_size, _ = lm.family.block_size_of(unwrap(self.module).config.to_dict())
+        if block_size is None:
+            return None
+        if "block_ids" not in inspect.signature(self._masker.views).parameters:
+            name = self._diffusion_settings().get("masker", "coupled")
+            raise ValueError(
+                f"masker '{name}' does not mask per block (its views() takes no block_ids), which a block-diffusion "
+                f"model ({lm.family.name}) needs: set actor_rollout_ref.model.diffusion.masker to coupled or pair"
+            )
+        if self._loss_terms:
+            raise ValueError(
+                f"loss terms ({', '.join(self._loss_terms)}) score the canvas without the block-diffusion layout, "
+                f"which a {lm.family.name} model needs: set actor_rollout_ref.model.diffusion.loss_terms=null"
+            )
+        origin = self._diffusion_settings().get("block_origin") or "sequence"
+        return block_ids(positions, prompt_lens.to(positions.device), block_size, origin)
 
     @staticmethod
     def _positive_advantage(micro_batch: TensorDict, in_response: torch.Tensor, response_cols: torch.Tensor):

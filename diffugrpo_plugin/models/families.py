@@ -70,10 +70,11 @@ def call_llada_published(module, input_ids, attention_mask, position_ids) -> tor
 
 def call_block_published(module, input_ids, attention_mask, position_ids) -> torch.Tensor:
     """SDAR's and LLaDA2's published code: the block-causal mask over ``position_ids`` built here, as a 4D boolean
-    ``[B, 1, L, L]`` (their ``forward`` turns a 2D mask into a causal one, or fails on it); no cache."""
+    ``[B, 1, L, L]`` (their ``forward`` turns a 2D mask into a causal one, or fails on it); no cache. A 4D mask
+    (the training layout's) is passed as given."""
     from diffugrpo_plugin.models.native.block_attention import block_causal_mask
 
-    if takes_padding_mask(module):
+    if takes_padding_mask(module) or not (isinstance(attention_mask, torch.Tensor) and attention_mask.dim() == 2):
         return call_with_padding_mask(module, input_ids, attention_mask, position_ids)
     config = getattr(module, "config", None)
     block_size = getattr(config, "block_size", None) or BLOCK_SIZES[getattr(config, "model_type", "")]

@@ -4,6 +4,10 @@
   (``config.is_causal = False``) with shifted logits (``config.diffusion_logits_shift = True``),
   the layout of Dream and DiffuCoder.
 * LLaDA-style: stock ``LlamaForCausalLM``, bidirectional, unshifted logits.
+* SDAR-style: our native ``SDARForCausalLM`` (Qwen3 body, block-causal, blocks of 4), unshifted logits.
+* LLaDA2-style: our native ``LLaDA2MoeModelLM`` (a dense first layer, then 4 experts in 2 groups with a shared
+  expert, partial rotary), block-causal in blocks of 8 (the published 32 would leave a tiny job's response one
+  block), unshifted logits.
 
 Both carry ``config.mask_token_id`` and use the tokenizer of :mod:`diffugrpo_plugin.models.tokenizer`;
 weights are a seeded random init (a few MB in float32) and are never committed: they are
@@ -27,10 +31,40 @@ MODEL_VERSION = 1
 """Bump when the architecture or init of the tiny models changes: cached copies are keyed by it."""
 
 FAMILIES = {
-    # family: (transformers config class, model class, logits shifted)
+    # family: (config class, model class, logits shifted); transformers' classes, or our native ones (module path)
     "dream": ("Qwen2Config", "Qwen2ForCausalLM", True),
     "llada": ("LlamaConfig", "LlamaForCausalLM", False),
+    "sdar": ("native.sdar.SDARConfig", "native.sdar.SDARForCausalLM", False),
+    "llada2": ("native.llada2.LLaDA2MoeConfig", "native.llada2.LLaDA2MoeModelLM", False),
 }
+BLOCK_SIZES = {"sdar": 4, "llada2": 8}
+LLADA2_ROUTING = dict(
+    num_experts=4,
+    num_experts_per_tok=2,
+    n_group=2,  # two experts a group: a group scores the sum of its best two
+    topk_group=1,
+    num_shared_experts=1,
+    first_k_dense_replace=1,
+    routed_scaling_factor=2.5,
+    partial_rotary_factor=0.5,
+    use_qk_norm=True,
+    # LLaDA2's config class defaults to dropout 0.1; RL's old / new log-probs must come from the same network
+    embedding_dropout=0.0,
+    attention_dropout=0.0,
+    output_dropout=0.0,
+)
+
+
+def _class(name: str):
+    """A transformers class by name, or one of our native classes by ``native.<module>.<Class>``."""
+    import importlib
+
+    import transformers
+
+    if not name.startswith("native."):
+        return getattr(transformers, name)
+    _, module, cls = name.split(".")
+    return getattr(importlib.import_module(f"diffugrpo_plugin.models.native.{module}"), cls)
 
 
 @dataclass(frozen=True)
@@ -72,10 +106,15 @@ class TinySpec:
 
 def tiny_config(spec: TinySpec, tokenizer: Any):
     """The transformers config of a tiny model for ``tokenizer`` (vocabulary = the whole tokenizer)."""
-    import transformers
-
     config_name, _, shift = FAMILIES[spec.family]
-    config = getattr(transformers, config_name)(
+    extra: dict[str, Any] = {}
+    if spec.family in BLOCK_SIZES:
+        extra.update(block_size=BLOCK_SIZES[spec.family], mask_token_id=tokenizer.mask_token_id)
+        extra["head_dim"] = spec.hidden_size // spec.num_heads
+    if spec.family == "llada2":
+        extra.update(LLADA2_ROUTING, moe_intermediate_size=spec.intermediate_size // 4)
+    config = _class(config_name)(
+        **extra,
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size,
@@ -90,7 +129,8 @@ def tiny_config(spec: TinySpec, tokenizer: Any):
         use_cache=False,  # a bidirectional model cannot reuse a key/value cache
     )
     config.is_causal = False
-    config.diffusion_logits_shift = shift
+    if spec.family not in BLOCK_SIZES:  # the block families' records say it
+        config.diffusion_logits_shift = shift
     config.mask_token_id = tokenizer.mask_token_id
     config.tiny_spec = asdict(spec)  # provenance: how to rebuild these exact weights
     return config
@@ -102,11 +142,9 @@ def build_tiny_model(spec: TinySpec = TinySpec(), tokenizer: Any = None) -> torc
     Initialisation draws from a forked RNG seeded with ``spec.seed``: the caller's global
     RNG state is left untouched.
     """
-    import transformers
-
     tokenizer = tokenizer if tokenizer is not None else build_tokenizer()
     config = tiny_config(spec, tokenizer)
-    model_class = getattr(transformers, FAMILIES[spec.family][1])
+    model_class = _class(FAMILIES[spec.family][1])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(spec.seed)
         return model_class._from_config(config, attn_implementation="sdpa", dtype=torch.float32)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn.attention.flex_attention import BlockMask, create_block_mask
 from transformers.cache_utils import Cache
 
 
@@ -53,22 +54,89 @@ def block_causal_mask(
     return _no_empty_rows(allowed)
 
 
-def training_layout_mask(position_ids: torch.Tensor, block_size: int, real: torch.Tensor | None = None) -> torch.Tensor:
-    """The ``[x_t | x_0]`` mask over ``2L`` tokens whose halves share ``position_ids`` [B, L].  # -> [B, 1, 2L, 2L]
+BLOCK_ORIGINS = ("sequence", "response")
 
-    Noisy query (first half): its own block of the noisy half, and clean blocks strictly earlier. Clean query
-    (second half): clean blocks up to and including its own. ``real`` [B, L]: padded tokens are no key to anyone.
+
+def block_ids(
+    position_ids: torch.Tensor, prompt_lengths: torch.Tensor, block_size: int, origin: str = "sequence"
+) -> torch.Tensor:
+    """Each token's block on the grid ``origin`` names.  # [B, L] -> [B, L]
+
+    ``sequence``: ``position // block_size``, the grid from the sample's first token (SDAR's training and
+    ``generate()``, DARE's ``global``). ``response``: the prompt on that grid, then a fresh block at the response's
+    first token (dLLM-RL's training layout, DARE's ``response``): response token ``p`` is in block
+    ``ceil(P / block_size) + (p - P) // block_size`` for a prompt of ``P`` tokens. ``position_ids`` [B, L] count from
+    the sample's first real token; ``prompt_lengths`` [B] real prompt tokens.
     """
-    blocks = block_of(position_ids, block_size)  # [B, L]
-    q, k = blocks[:, None, :, None], blocks[:, None, None, :]  # [B, 1, L, 1], [B, 1, 1, L]
-    same, earlier, up_to = q == k, k < q, k <= q
-    nothing = torch.zeros_like(same)
-    allowed = torch.cat(
-        (torch.cat((same, earlier), dim=-1), torch.cat((nothing, up_to), dim=-1)), dim=-2
+    if origin not in BLOCK_ORIGINS:
+        raise ValueError(f"block_origin must be one of {', '.join(BLOCK_ORIGINS)}; got {origin!r}")
+    on_grid = block_of(position_ids, block_size)  # [B, L]
+    if origin == "sequence":
+        return on_grid
+    prompt = prompt_lengths.to(position_ids.device)[:, None]  # [B, 1]
+    prompt_blocks = torch.div(prompt + block_size - 1, block_size, rounding_mode="floor")  # [B, 1]
+    in_response = prompt_blocks + block_of((position_ids - prompt).clamp(min=0), block_size)  # [B, L]
+    return torch.where(position_ids < prompt, on_grid, in_response)
+
+
+def _layout_rule(query_block, key_block, query_clean, key_clean):
+    """The ``[x_t | x_0]`` rule on broadcastable tensors: a noisy query sees its own noisy block and earlier clean
+    blocks; a clean query sees clean blocks up to its own."""
+    noisy_query = ~query_clean
+    return (
+        (noisy_query & ~key_clean & (key_block == query_block))
+        | (noisy_query & key_clean & (key_block < query_block))
+        | (query_clean & key_clean & (key_block <= query_block))
+    )
+
+
+def layout_mask_from_blocks(blocks: torch.Tensor, real: torch.Tensor | None = None) -> torch.Tensor:
+    """The ``[x_t | x_0]`` boolean mask over ``2L`` tokens whose halves share the blocks ``blocks`` [B, L] (any
+    non-decreasing block ids, :func:`block_ids`); ``real`` [B, L]: padded tokens are no key to anyone.
+    # -> [B, 1, 2L, 2L]
+    """
+    batch, length = blocks.shape
+    doubled = blocks.repeat(1, 2)  # [B, 2L]
+    clean = (torch.arange(2 * length, device=blocks.device) >= length)[None].expand(batch, -1)  # [B, 2L]
+    allowed = _layout_rule(
+        doubled[:, None, :, None], doubled[:, None, None, :], clean[:, None, :, None], clean[:, None, None, :]
     )  # [B, 1, 2L, 2L]
     if real is not None:
         allowed = allowed & real.bool().repeat(1, 2)[:, None, None, :]
     return _no_empty_rows(allowed)
+
+
+def training_layout_mask(position_ids: torch.Tensor, block_size: int, real: torch.Tensor | None = None) -> torch.Tensor:
+    """The ``[x_t | x_0]`` mask over ``2L`` tokens whose halves share ``position_ids`` [B, L], the grid from position
+    0.  # -> [B, 1, 2L, 2L]
+
+    Noisy query (first half): its own block of the noisy half, and clean blocks strictly earlier. Clean query
+    (second half): clean blocks up to and including its own. ``real`` [B, L]: padded tokens are no key to anyone.
+    """
+    return layout_mask_from_blocks(block_of(position_ids, block_size), real)
+
+
+def flex_layout_mask(blocks: torch.Tensor, real: torch.Tensor | None = None):
+    """:func:`layout_mask_from_blocks` as FlexAttention's ``BlockMask`` (for ``attn_implementation=flex_attention``):
+    the same rule as a ``mask_mod``, so the kernel skips the tiles no query sees. A padded query sees itself only
+    (never read by a real token)."""
+    batch, length = blocks.shape
+    doubled = blocks.repeat(1, 2)  # [B, 2L]
+    doubled_real = (torch.ones_like(blocks, dtype=torch.bool) if real is None else real.bool()).repeat(1, 2)
+
+    def mask_mod(b, _head, q, kv):
+        allowed = _layout_rule(doubled[b, q], doubled[b, kv], q >= length, kv >= length)
+        return (allowed & doubled_real[b, kv]) | (~doubled_real[b, q] & (q == kv))
+
+    return create_block_mask(mask_mod, batch, None, 2 * length, 2 * length, device=blocks.device)
+
+
+def layout_attention_mask(blocks: torch.Tensor, real: torch.Tensor | None, attn_implementation: str | None):
+    """The ``[x_t | x_0]`` mask in the form the model's attention takes: a ``BlockMask`` for ``flex_attention``,
+    else the boolean ``[B, 1, 2L, 2L]`` of :func:`layout_mask_from_blocks` (SDPA, eager)."""
+    if attn_implementation == "flex_attention":
+        return flex_layout_mask(blocks, real)
+    return layout_mask_from_blocks(blocks, real)
 
 
 def training_layout(
@@ -92,7 +160,7 @@ def training_layout(
 
 
 def forward_mask(
-    attention_mask: torch.Tensor | None,
+    attention_mask: torch.Tensor | BlockMask | None,
     position_ids: torch.Tensor,
     block_size: int,
     cached: int,
@@ -101,11 +169,13 @@ def forward_mask(
 ) -> torch.Tensor:
     """The 4D mask a forward hands to its attention function.  # -> [B, 1, L, cached + L]
 
-    A 4D ``attention_mask`` is the caller's (boolean: ``True`` = attend; floating: added to the scores) and is used
+    A FlexAttention ``BlockMask`` or a 4D ``attention_mask`` is the caller's (boolean: ``True`` = attend; floating: added to the scores) and is used
     as given. Otherwise (``None`` or a 2D padding mask over ``cached + L`` or ``L`` keys, 1 = real) the block-causal
     mask over ``position_ids`` [B, L]: the ``cached`` keys of finished blocks are all visible (they are earlier
     blocks), the current tokens by block. ``additive``: as 0 / dtype-min for an attention function that adds it.
     """
+    if isinstance(attention_mask, BlockMask):
+        return attention_mask
     if attention_mask is not None and attention_mask.dim() == 4:
         mask = attention_mask
     else:
