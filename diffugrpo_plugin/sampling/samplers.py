@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from diffugrpo_plugin.models.native.block_attention import BLOCK_ORIGINS
 from diffugrpo_plugin.sampling.contract import GenerationOutput, SamplerOptionError
 from diffugrpo_plugin.sampling.memory import DEFAULT_BUDGET_GIB
 
@@ -346,6 +345,7 @@ class LLaDASampler(_LoopOptions):
 
 
 BLOCK_RULES = ("static", "dynamic", "llada2")
+BLOCK_ORIGINS = ("sequence", "response")  # models.native.block_attention.BLOCK_ORIGINS, without importing torch
 # family -> (rule, threshold) its published rollout runs: TraDo / dLLM-RL's low_confidence_dynamic at 0.9 for SDAR,
 # LLaDA2's generate() at 0.95 (threshold, else the most confident)
 BLOCK_FAMILY_DEFAULTS = {"sdar": ("dynamic", 0.9), "sdar_moe": ("dynamic", 0.9), "llada2": ("llada2", 0.95)}

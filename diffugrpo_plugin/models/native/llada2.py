@@ -282,8 +282,11 @@ class LLaDA2MoePreTrainedModel(PreTrainedModel):
     def _init_weights(self, module: nn.Module) -> None:
         super()._init_weights(module)
         if isinstance(module, LLaDA2MoeGate):
-            module.weight.data.normal_(mean=0.0, std=self.config.initializer_range)
-            module.expert_bias.data.zero_()
+            # transformers' own init functions: they leave a tensor alone once a checkpoint has loaded it
+            from transformers import initialization
+
+            initialization.normal_(module.weight, mean=0.0, std=self.config.initializer_range)
+            initialization.zeros_(module.expert_bias)
 
 
 class LLaDA2MoeModel(LLaDA2MoePreTrainedModel):
