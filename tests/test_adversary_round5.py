@@ -3,8 +3,8 @@
 Every program is scored through the public interface (``diffugrpo rewards score``, run in this process), as a
 policy's completion for a real task (sanitized MBPP 82, MBPP 596) or one written in the documented row format.
 Each test asserts what the issue asks for: a forged program scores 0, an auxiliary reward gains no more than a
-stated margin over the honest program, another row's score is unchanged. Attacks that still succeed are marked
-``xfail(strict=True)`` with the reason, so fixing one turns its test into an unexpected pass.
+stated margin over the honest program, another row's score is unchanged. Attacks that still succeed (documented as open)
+each have a test that records it, so fixing one fails that test and it is turned around.
 """
 
 from __future__ import annotations
@@ -141,18 +141,18 @@ def test_the_honest_programs_beside_the_forgeries_pass(forged):
         "mbpp82-fake-math",
         "mbpp596-fake-sys",
         "reference-counter-rebound",
-        pytest.param(
-            "no-reference-counter",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="without a reference, a free name that is no stdlib module (Counter) is asked of the program",
-            ),
-        ),
         "setup-expected-rebound",
     ],
 )
 def test_a_program_that_rebinds_a_name_the_tests_use_scores_zero(forged, name):
     assert forged[name]["rewards"]["code"] == 0.0, forged[name]
+
+
+def test_a_free_name_in_a_row_without_a_reference_is_still_the_programs(forged):
+    """Open (issue 58, docs/guides/sandbox.md "What remains"): without a reference, a free name the tests use
+    (Counter) is asked of the program, so a program defining it passes. This records that state; closing it turns
+    the assertion around."""
+    assert forged["no-reference-counter"]["rewards"]["code"] == 1.0, forged["no-reference-counter"]
 
 
 # --------------------------------------------------------------------------- auxiliary rewards
@@ -243,13 +243,10 @@ def test_wrapping_the_program_in_exec_does_not_raise_maintainability(auxiliary):
     assert gain <= MAINTAINABILITY_MARGIN, auxiliary
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="comments (reward_plugins/comments.py) counts words that are not identifiers as information: "
-    "content-free filler comments score 0.97, as much as a genuine one",
-)
-def test_content_free_comments_earn_at_most_half_of_a_genuine_one(auxiliary):
-    assert auxiliary["filler-comments"]["comments"] <= 0.5 * auxiliary["genuine-comment"]["comments"], auxiliary
+def test_content_free_comments_still_score_like_a_genuine_one(auxiliary):
+    """Open (docs/guides/rewards.md, "What remains, comments"): static rules cannot tell filler from explanation.
+    This records that state; a fix makes filler earn at most half of a genuine comment, and turns this around."""
+    assert auxiliary["filler-comments"]["comments"] > 0.5 * auxiliary["genuine-comment"]["comments"], auxiliary
 
 
 # --------------------------------------------------------------------------- cross-row: CPU and memory exhaustion

@@ -6,8 +6,8 @@ Written as a dataset author and a policy would write them, from the user docs al
 CodeContests stdin/stdout programs, HumanEval ``check(candidate)`` modules, MBPP asserts with setup code and
 imports, class-implementation tasks, and C++/Java/JavaScript stdin and MultiPL-E function tasks. Each program
 was run against its tests with plain Python (or the language's compiler) first, so a case below that fails is
-the judge rejecting what the language accepts. The cases the judge rejects today are ``xfail(strict=True)``
-with the cause, so a fix turns them into failures to unmark.
+the judge rejecting what the language accepts. The cases the judge rejects today are listed in
+``REJECTED_TODAY`` with the cause and asserted rejected, so a fix fails the test until its id is taken out.
 """
 
 from __future__ import annotations
@@ -2461,8 +2461,6 @@ def test_every_case_has_its_own_id_and_every_rejection_names_one():
 
 def _marks(case_id: str) -> list:
     marks = [] if _language(ROWS[case_id]) == "python" else [pytest.mark.slow]
-    if case_id in REJECTED_TODAY:
-        marks.append(pytest.mark.xfail(strict=True, reason=REJECTED_TODAY[case_id]))
     return marks
 
 
@@ -2471,4 +2469,7 @@ def _marks(case_id: str) -> list:
 )
 def test_correct_program_passes(scores, case_id):
     scored = scores(case_id)
+    if case_id in REJECTED_TODAY:  # the judge's open limits (docs/guides/sandbox.md): fixing one moves it out
+        assert scored["rewards"]["code"] < 1.0, f"now accepted, take it out of REJECTED_TODAY: {case_id}"
+        return
     assert scored["rewards"]["code"] == 1.0, (scored.get("reasons"), scored.get("tests"))
