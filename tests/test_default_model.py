@@ -96,3 +96,42 @@ def test_a_rebuild_from_the_recipe_gives_the_shipped_weights(tmp_path, monkeypat
         "the default model's recipe no longer rebuilds the shipped weights on this machine: "
         "run `python -m diffugrpo_plugin.training.warm_start` and commit diffugrpo_plugin/training/default_model"
     )
+
+
+_TRAIN_A_FEW_STEPS = """
+import hashlib, torch
+from diffugrpo_plugin.models.tiny import build_tiny_model
+torch.manual_seed(0)
+torch.set_num_threads(2)
+model = build_tiny_model().float()
+optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.1)
+batches = torch.Generator().manual_seed(1)
+for _ in range(10):
+    ids = torch.randint(0, model.config.vocab_size, (8, 96), generator=batches)  # [B, L]
+    logits = model(input_ids=ids).logits  # [B, L, V]
+    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), ids.flatten())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+print(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest())
+"""
+
+
+def _weights_after_a_few_steps(env: dict[str, str]) -> str:
+    import os
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", _TRAIN_A_FEW_STEPS]
+    return subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.skipif(not torch.backends.cpu.get_cpu_capability().startswith("AVX"), reason="needs an x86-64 CPU")
+def test_pinned_kernels_give_the_same_bits_whatever_instructions_mkl_may_use():
+    """A CI machine's CPU may lack this one's AVX-512: MKL held to AVX2 (or SSE4.2) stands in for it. With
+    the pinned kernels the weights are the same bits; without MKL's vendor-independent path they are not, so the
+    few steps are enough to see a kernel change."""
+    pinned = _weights_after_a_few_steps(warm_start.PINNED_KERNELS)
+    assert _weights_after_a_few_steps({**warm_start.PINNED_KERNELS, "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}) == pinned
+    unpinned_mkl = {**warm_start.PINNED_KERNELS, "MKL_CBWR": "AUTO", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+    assert _weights_after_a_few_steps(unpinned_mkl) != pinned

@@ -38,11 +38,7 @@ from diffugrpo_plugin.tools import evaluation
 from diffugrpo_plugin.training.sft import SFTConfig, train
 from diffugrpo_plugin.training.stop_rules import PassRateCheck, stop_at_pass_rate
 
-WARM_START_VERSION = (
-    6  # 2: cosine_with_min_lr schedule; 3: stopped inside a longer schedule; 4: stops on a measured pass rate;
-    # 5: goes on past the schedule at its floor learning rate until the target or max_steps; 6: weight decay,
-    # fine-tuned on the warm_start part of train and measured on the rl part
-)
+WARM_START_VERSION = 6
 """Bump when the warm-start procedure changes in a way :class:`WarmStart`'s fields do not show."""
 
 WARM_START_RECORD = "warm_start.json"
@@ -115,13 +111,13 @@ class WarmStart:
 
 def rollout_sampler() -> Any:
     """The sampler the default job's rollout builds, at its temperature, top-p and top-k."""
+    from diffugrpo_plugin.models.families import DREAM
     from diffugrpo_plugin.sampling import build_request_sampler
-    from diffugrpo_plugin.sampling.fast_path import resolve_fast_path
+    from diffugrpo_plugin.sampling.fast_path import resolve_sampler
 
     rollout = training_default("actor_rollout_ref.rollout")
     settings = dict(rollout.engine_kwargs.diffusion)
-    name = settings.pop("sampler")
-    settings, _ = resolve_fast_path(settings, tiny_default=True)
+    name, settings, _ = resolve_sampler(settings, DREAM.default_sampler, tiny_default=True)  # the tiny default's family
     return build_request_sampler(name, settings, rollout.temperature, rollout.top_p, rollout.top_k)
 
 
@@ -271,18 +267,39 @@ def ship(built: Path) -> None:
         "cache_dir": warm_model_dir().name,
         "weights_sha256": weights_digest(built),
         "steps_done": json.loads((built / "sft_config.json").read_text())["steps_done"],
-        "built_with": f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores",
+        "built_with": f"torch {torch.__version__}, {platform.machine()}, {os.cpu_count()} cores, {PINNED_KERNELS}",
     }
     (SHIPPED_DIR / SHIPPED_RECORD).write_text(json.dumps(record, indent=2) + "\n")
 
 
-def rebuild_matches_shipped(echo: Callable[[str], None] | None = None) -> bool:
-    """Rebuild the default model from its recipe (:class:`WarmStart`), as a first run without the shipped
-    weights would, and say whether its weights equal the shipped ones."""
+PINNED_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+"""The floating-point kernels the shipped model is built with, on any x86-64 CPU with AVX2.
+
+Thousands of SFT steps amplify the last bit of every matmul, and by default torch picks its kernels by the
+CPU: ATen's vectorised ones by its widest instruction set (AVX2 or AVX-512), MKL's by vendor and instruction set.
+A rebuild on another CPU then gives other weights (one CI machine's loss at step 300 was 1.4121, this machine's
+1.4185), so the hash check would test the machine, not the recipe. These variables pin ATen to AVX2, MKL to its
+vendor-independent code path and oneDNN to AVX2; torch reads them once, when it starts, so the build runs in a
+fresh interpreter (:func:`build_with_pinned_kernels`)."""
+
+
+def build_with_pinned_kernels(directory: Path) -> Path:
+    """:func:`save_warm_model` of the default shape and recipe into ``directory``, in a fresh interpreter that
+    runs with :data:`PINNED_KERNELS`; its progress lines go to this process's stderr."""
+    import subprocess
+
+    command = [sys.executable, "-m", "diffugrpo_plugin.training.warm_start", "--build-into", str(directory)]
+    subprocess.run(command, env={**os.environ, **PINNED_KERNELS}, check=True)
+    return directory
+
+
+def rebuild_matches_shipped() -> bool:
+    """Rebuild the default model from its recipe (:class:`WarmStart`) with :data:`PINNED_KERNELS`, as the shipped
+    one was built, and say whether its weights equal the shipped ones."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="diffugrpo-rebuild-") as scratch:
-        digest = weights_digest(save_warm_model(Path(scratch), echo=echo))
+        digest = weights_digest(build_with_pinned_kernels(Path(scratch)))
     return shipped_checkpoint() is not None and shipped_record()["weights_sha256"] == digest
 
 
@@ -301,7 +318,7 @@ def built_if_default(path: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m diffugrpo_plugin.training.warm_start [--check | --from DIR]``: rebuild the shipped model."""
+    """``python -m diffugrpo_plugin.training.warm_start [--check]``: rebuild the shipped model."""
     import argparse
     import tempfile
 
@@ -312,19 +329,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--check", action="store_true", help="compare a rebuild with the shipped weights instead")
-    action.add_argument("--from", dest="built", metavar="DIR", help="ship DIR, a warm start already built")
+    action.add_argument("--build-into", metavar="DIR", help=argparse.SUPPRESS)  # build_with_pinned_kernels' child
     args = parser.parse_args(argv)
+    if args.build_into:
+        unpinned = {
+            name: os.environ.get(name) for name, value in PINNED_KERNELS.items() if os.environ.get(name) != value
+        }
+        if unpinned or torch.backends.cpu.get_cpu_capability() != "AVX2":
+            parser.error(
+                f"--build-into needs {PINNED_KERNELS} and a CPU with AVX2 (found {unpinned or 'the variables set'}, "
+                f"ATen kernels {torch.backends.cpu.get_cpu_capability()}): run it without --build-into"
+            )
+        save_warm_model(Path(args.build_into))
+        return 0
     if args.check:
         same = rebuild_matches_shipped()
         print("the rebuild equals the shipped weights" if same else "the rebuild differs from the shipped weights")
         return 0 if same else 1
-    if args.built:
-        if Path(args.built).resolve().name != warm_model_dir().name:
-            parser.error(f"--from {args.built} is not a warm start of the current recipe ({warm_model_dir().name})")
-        ship(Path(args.built))
-    else:
-        with tempfile.TemporaryDirectory(prefix="diffugrpo-rebuild-") as scratch:
-            ship(save_warm_model(Path(scratch)))
+    with tempfile.TemporaryDirectory(prefix="diffugrpo-rebuild-") as scratch:
+        ship(build_with_pinned_kernels(Path(scratch)))
     print(f"shipped {SHIPPED_DIR}")
     return 0
 
