@@ -8,7 +8,8 @@ empty code an index of 100, which would reward writing nothing. Each of these sa
     index      = min(1, MI / reference MI)        or MI / 100 without a reference
     complexity = min(1, reference CC / CC)         or min(1, 5 / CC) without one (radon grade A)
 
-where CC is the cyclomatic complexity of the program's most complex function (1 for straight-line code), and MI
+where CC is the cyclomatic complexity of the program's most complex function, the code outside every def (module
+and class bodies, lambdas bound there) counting as one function (1 for straight-line code), and MI
 is computed on the program's structure alone: its source as ``ast.unparse`` writes it, without docstrings or
 comments. Neither can be raised by padding: trivial functions added to a program leave its most complex function
 as it was (a mean over functions would fall with each one) and add volume and lines, which lower MI; comments,
@@ -26,6 +27,7 @@ start it. ``re.compile`` and the like are attributes of their module, not the bu
 from __future__ import annotations
 
 import ast
+import textwrap
 from typing import Any
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
@@ -101,12 +103,26 @@ def maintainability_index(code: str) -> float:
     return float(mi_visit(structure(code), multi=True))
 
 
+def outside_functions(code: str) -> str:
+    """The code no def holds (module and class bodies, the lambdas, decorators and defaults there), as the body of
+    one function: lizard lists neither lambdas nor module-level code, so branches kept there would count as none."""
+    tree = parse_python(code)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.body = [ast.Pass()]
+    return "def outside_functions():\n" + textwrap.indent(ast.unparse(tree) or "pass", "    ")
+
+
 def max_complexity(code: str) -> float:
-    """The cyclomatic complexity of the most complex function (1 for code without functions)."""
+    """The cyclomatic complexity of the most complex function, the code outside functions counted as one more
+    (1 for straight-line code)."""
     import lizard
 
-    functions = lizard.analyze_file.analyze_source_code("candidate.py", code).function_list
-    return float(max((function.cyclomatic_complexity for function in functions), default=1))
+    functions = [
+        *lizard.analyze_file.analyze_source_code("candidate.py", code).function_list,
+        *lizard.analyze_file.analyze_source_code("outside.py", outside_functions(code)).function_list,
+    ]
+    return float(max(function.cyclomatic_complexity for function in functions))
 
 
 def maintainability_score(code: str, reference: str | None, min_statements: int = 2) -> float:

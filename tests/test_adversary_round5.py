@@ -9,48 +9,12 @@ each have a test that records it, so fixing one fails that test and it is turned
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
-import json
-from pathlib import Path
-
 import pytest
 
-from diffugrpo_plugin.cli import rewards as rewards_cli
+from adversary_support import MAINTAINABILITY_MARGIN, MULTIPL_E, PRIME_TESTS, SIEVE, fenced, score
 from diffugrpo_plugin.data import prepare
-from reward_support import TEST_UID_BASE
 
 pytestmark = pytest.mark.sandbox  # every program here runs in the sandbox
-
-
-MULTIPL_E = Path(__file__).parent / "fixtures" / "multipl_e.jsonl"
-
-
-def fenced(code: str, language: str = "python") -> str:
-    return f"```{language}\n{code}\n```\n"
-
-
-def score(tmp_path, rows: list[dict], *options: str) -> dict[str, dict]:
-    """Each row's output of ``diffugrpo rewards score`` (the CLI in this process), by its task_id."""
-    path = tmp_path / "rows.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    parser = argparse.ArgumentParser(prog="diffugrpo")
-    rewards_cli.add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(["rewards", "score", *options, str(path)])
-    original = rewards_cli.rewards_config
-    out = io.StringIO()
-    try:
-        rewards_cli.rewards_config = lambda a: {
-            **original(a),
-            "sandbox": {**original(a)["sandbox"], "uid_base": TEST_UID_BASE},
-        }
-        with contextlib.redirect_stdout(out):
-            assert args.func(args) == 0
-    finally:
-        rewards_cli.rewards_config = original
-    records = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
-    return {record["task_id"]: record for record in records}
 
 
 # --------------------------------------------------------------------------- forged passes: names the task imports
@@ -96,8 +60,10 @@ COUNTER_ROW = {
     "test_list": ["assert letter_counts('aab') == Counter({'a': 2, 'b': 1})", "assert letter_counts('') == Counter()"],
 }
 FAKE_COUNTER = "Counter = lambda *args, **kwargs: 5\ndef letter_counts(s):\n    return 5\n"
-# no reference: a name nothing in the task binds is the program's (documented under "What remains")
+# no reference: the test's Counter lost its import; the judge's own collections.Counter, and where the program defines
+# the name, the test must pass with both (so a Counter that builds the program's own expected value gains nothing)
 NO_REFERENCE_COUNTER = {"test_cases": ["assert letter_counts('aab') == Counter({'a': 2, 'b': 1})"]}
+HONEST_COUNTS = "def letter_counts(s):\n    counts = {}\n    for ch in s:\n        counts[ch] = counts.get(ch, 0) + 1\n    return counts\n"
 # the setup code defines the expected value; the program redefines it (this holds today: the judge's is used)
 SETUP_ROW = {
     "code": "def sort_copy(x):\n    return sorted(x)\n",
@@ -118,6 +84,8 @@ HONEST = {
     "mbpp596-honest": (MBPP_596["code"], MBPP_596),
     "counter-honest": (COUNTER_ROW["code"], COUNTER_ROW),
     "setup-honest": (SETUP_ROW["code"], SETUP_ROW),
+    "no-reference-counter-honest": (HONEST_COUNTS, NO_REFERENCE_COUNTER),
+    "no-reference-counter-imported": (COUNTER_ROW["code"], NO_REFERENCE_COUNTER),
 }
 
 
@@ -141,6 +109,7 @@ def test_the_honest_programs_beside_the_forgeries_pass(forged):
         "mbpp82-fake-math",
         "mbpp596-fake-sys",
         "reference-counter-rebound",
+        "no-reference-counter",
         "setup-expected-rebound",
     ],
 )
@@ -148,23 +117,8 @@ def test_a_program_that_rebinds_a_name_the_tests_use_scores_zero(forged, name):
     assert forged[name]["rewards"]["code"] == 0.0, forged[name]
 
 
-def test_a_free_name_in_a_row_without_a_reference_is_still_the_programs(forged):
-    """Open (issue 58, docs/guides/sandbox.md "What remains"): without a reference, a free name the tests use
-    (Counter) is asked of the program, so a program defining it passes. This records that state; closing it turns
-    the assertion around."""
-    assert forged["no-reference-counter"]["rewards"]["code"] == 1.0, forged["no-reference-counter"]
-
-
 # --------------------------------------------------------------------------- auxiliary rewards
 
-SIEVE = """def count_primes(n):
-    sieve = [True] * max(n, 2)
-    sieve[0] = sieve[1] = False
-    for k in range(2, int(n ** 0.5) + 1):
-        if sieve[k]:
-            sieve[k * k::k] = [False] * len(sieve[k * k::k])
-    return sum(sieve[:n]) if n > 2 else 0
-"""
 TRIAL_DIVISION = """def count_primes(n):
     count = 0
     for k in range(2, n):
@@ -204,7 +158,6 @@ FILLER_COMMENTS = """def count_primes(n):
     # Return final answer
     return count
 """
-PRIME_TESTS = ["assert count_primes(10) == 4", "assert count_primes(2) == 0", "assert count_primes(3000) == 430"]
 AUXILIARY = {
     "honest": TRIAL_DIVISION,
     # the same program as a string run by exec: radon and lizard see one call and one assignment
@@ -233,9 +186,6 @@ def auxiliary(tmp_path_factory):
     for name in AUXILIARY:
         assert scored[name]["rewards"]["code"] == 1.0, (name, scored[name])
     return {name: record["rewards"] for name, record in scored.items()}
-
-
-MAINTAINABILITY_MARGIN = 0.05
 
 
 def test_wrapping_the_program_in_exec_does_not_raise_maintainability(auxiliary):

@@ -2390,38 +2390,7 @@ _add(
 
 
 # ---------------------------------------------------------------- what the judge rejects today, by cause
-VALUE_NOT_REBUILT = "a standard-library value the program returns is not rebuilt as its type"
-PREAMBLE_CLASS = "the task's preamble class does not travel or is not the program's base"
-BUILTIN_SUBCLASS = "a program's list/dict/IntEnum subclass arrives as the builtin, losing its methods"
-FUNCTION_ARGUMENT = "a stdlib function, str method or test lambda does not travel as an argument or result"
-TEST_STATE = "process state the test sets (or an argument it keeps) does not reach the program"
-STDOUT_AT_EXIT = "stdout written at exit (atexit to sys.__stdout__, os._exit after flush) is lost"
-
-REJECTED_TODAY = {
-    "io_flush_at_exit_atexit": STDOUT_AT_EXIT + ": 'wrong output'",
-    "io_pyrival_fastio": "the program's sys.stdin/sys.stdout have no .mode: PyRival's FastIO raises AttributeError",
-    "he_struct_time": VALUE_NOT_REBUILT + ": time.struct_time arrives as a tuple (no tm_year)",
-    "he_stdlib_values_misc": VALUE_NOT_REBUILT + ": PurePosixPath is a program object, == refused",
-    "he_array_complex_bytes": VALUE_NOT_REBUILT + ": array.array is a program object, == refused",
-    "cls_preamble_base_isinstance": PREAMBLE_CLASS + ": isinstance(program's Circle, preamble's Shape) is False",
-    "cls_list_subclass_methods": BUILTIN_SUBCLASS + ": Stack(list).push is missing",
-    "cls_dict_subclass_missing": BUILTIN_SUBCLASS + ": Tally(dict).__missing__ is not called (KeyError)",
-    "cls_int_enum_name": BUILTIN_SUBCLASS + ": IntEnum member has no .name",
-    "cls_type_name": "type(obj).__name__ of a program object is the judge's handle class, not 'Dog'",
-    "he_decimal_context_set_by_test": TEST_STATE + ": decimal.getcontext().prec set by the check",
-    "he_generator_side_effects": TEST_STATE + ": a generator's appends to the test's list",
-    "cls_keeps_argument_logger": TEST_STATE + ": a list kept by the object and appended to by a later call",
-    "he_test_defined_class_argument": "an instance of a class the check defines 'cannot be sent to the program'",
-    "he_itemgetter_key": FUNCTION_ARGUMENT + ": operator.itemgetter(1) 'cannot be sent'",
-    "he_partial_argument": FUNCTION_ARGUMENT + ": functools.partial of a test function 'cannot be sent'",
-    "he_bound_method_argument": FUNCTION_ARGUMENT + ": the test dict's bound .get 'cannot be sent'",
-    "he_infinite_iterator_argument": "an endless iterator argument (itertools.count) 'cannot be sent'",
-    "he_groupby_nested_iterators": "a returned groupby is fetched ahead in batches, so its groups are empty when read",
-    "cls_test_subclasses_program_class": "a test's subclass of a program class fails inside the judge: "
-    "AttributeError: 'str' object has no attribute 'call'",
-    "cls_deepcopy_in_test": "copy.deepcopy of a program object fails inside the judge: "
-    "'Remote' object has no attribute '_diffugrpo_judging'",
-}
+REJECTED_TODAY: dict[str, str] = {}  # case id -> why the judge rejects it (none today)
 
 
 # ---------------------------------------------------------------- the test

@@ -199,7 +199,44 @@ CORRECT["the program's own dataclass named like the reference's"] = (
     POINT_CHECK,
 )
 
+LEVEL = "from enum import IntEnum\nclass Level(IntEnum):\n    LOW = 1\n    HIGH = 2\n"
+CORRECT["the program's IntEnum, named by the task, as an int"] = (
+    LEVEL,
+    asserts(
+        "assert isinstance(Level.HIGH, int) and Level.HIGH + 1 == 3 and 2 == Level.HIGH\n"
+        "assert Level(2).name == 'HIGH' and type(Level.LOW).__name__ == 'Level'\n"
+        "assert sorted([Level.HIGH, Level.LOW]) == [1, 2] and {1: 'x'}[Level.LOW] == 'x'",
+        reference_solution=LEVEL,
+    ),
+)
+CORRECT["a test object's attribute the program changes"] = (
+    "def grow(box):\n    box.volume *= 2\n    return box\n",
+    {
+        "test": "def check(candidate):\n    class Box:\n        def __init__(self, v):\n            self.volume = v\n"
+        "    box = Box(3)\n    assert candidate(box) is box\n    assert box.volume == 6\n",
+        "entry_point": "grow",
+    },
+)
+
+WORD = "class Word(str):\n    def shout(self):\n        return self.upper() + '!'\n"
+CORRECT["the program's str subclass, named by the task"] = (
+    WORD,
+    asserts(
+        "w = Word('ab')\nassert w.shout() == 'AB!' and w.startswith('a') and w.upper() == 'AB' and w == 'ab'",
+        reference_solution=WORD,
+    ),
+)
+SOLUTION_CHECK = {
+    "test": "def check(candidate):\n    assert candidate('x').startswith('ab')\n",
+    "entry_point": "Solution().f",
+    "reference_solution": "class Solution:\n    def f(self, x):\n        return 'ab' + x\n",
+}
+
 REFERENCE_SORTS = "def f(xs):\n    return sorted(xs)\n"
+BOX_CHECK = (
+    "expected = 21\ndef check(candidate):\n    class Box:\n        def __init__(self, v):\n            self.volume = v\n"
+    "        def size(self):\n            return self.volume\n    assert candidate(Box(3)) == expected\n"
+)
 FORGED = {
     # names the reference imports are the judge's own, whatever the program rebinds
     "math rebound": (
@@ -264,6 +301,74 @@ FORGED = {
         "def f():\n    u = UserList()\n    u.data = Any()\n    return u\n",
         asserts("from collections import UserList\nassert f() == UserList([1, 2])"),
     ),
+    # the program's own builtin subclass the task names is its object, compared by the builtin value it holds
+    "a named int subclass equal to anything": (
+        "class Score(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def best(xs):\n    return Score(0)\n",
+        asserts(
+            "assert best([3, 9, 4]) == 9",
+            reference_solution="class Score(int):\n    pass\ndef best(xs):\n    return Score(max(xs))\n",
+        ),
+    ),
+    "a named list subclass equal to anything": (
+        "class Stack(list):\n    def push(self, x):\n        pass\n    def __eq__(self, other):\n        return True\n",
+        asserts(
+            "s = Stack()\ns.push(1)\nassert s == [1]",
+            reference_solution="class Stack(list):\n    def push(self, x):\n        self.append(x)\n",
+        ),
+    ),
+    # a str method the test calls on a program object: the builtin's own on the value a str subclass holds, and
+    # refused where the task's class of that name has no such method
+    "a named str subclass answering startswith": (
+        "class Solution(str):\n    def startswith(self, prefix):\n        return True\n"
+        "    def f(self, x):\n        return Solution('zz')\n",
+        SOLUTION_CHECK,
+    ),
+    "a named class answering startswith": (
+        "class Solution:\n    def startswith(self, prefix):\n        return True\n"
+        "    def f(self, x):\n        return Solution()\n",
+        SOLUTION_CHECK,
+    ),
+    "an unnamed int subclass equal to anything": (
+        "class Any(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "def f():\n    return Any(0)\n",
+        asserts("assert f() == 9"),
+    ),
+    # a callable of the test is called back in the judge: the program never holds the object it is bound to
+    "reaching a callback's owner": (
+        "def f(getter):\n    return sorted(getter.__self__.items())\n",
+        {
+            "test": "def check(candidate):\n    hidden = {'a': 1}\n    assert candidate(hidden.get) == [('a', 1)]\n",
+            "entry_point": "f",
+        },
+    ),
+    "reaching a callback's globals": (
+        "def f(key):\n    return key.__globals__['expected']\n",
+        {
+            "test": "expected = [1, 2, 3]\ndef check(candidate):\n    assert candidate(lambda x: -x) == expected\n",
+            "entry_point": "f",
+        },
+    ),
+    # an object of a class the test defines stays in the judge: its public attributes and methods, nothing behind them
+    "reaching a test object's method globals": (
+        "def f(box):\n    return box.size.__globals__['expected']\n",
+        {"test": BOX_CHECK, "entry_point": "f"},
+    ),
+    "reaching a test object's class": (
+        "def f(box):\n    return box.__class__.size.__globals__['expected']\n",
+        {"test": BOX_CHECK, "entry_point": "f"},
+    ),
+    # a test's subclass of a program class: the program calls the test's methods, never reads them
+    "reaching a test subclass's method globals": (
+        "class Greeter:\n    def greet(self, name):\n        method = type(self).greeting\n"
+        "        return method.__closure__[0].cell_contents.__globals__['expected']\n",
+        asserts(
+            "expected = 'HEY, bo!'\nclass Loud(Greeter):\n    def greeting(self):\n        return 'HEY'\n"
+            "assert Loud().greet('bo') == expected",
+            reference_solution="class Greeter:\n    def greeting(self):\n        return 'Hello'\n"
+            "    def greet(self, name):\n        return f'{self.greeting()}, {name}!'\n",
+        ),
+    ),
     "a namedtuple of the preamble holding an object equal to anything": (
         "class Any:\n    def __eq__(self, other):\n        return True\ndef f():\n    return P(Any(), Any())\n",
         asserts(
@@ -327,6 +432,10 @@ def _decoded(encoded):
             "collections._OrderedDictKeysView",
         ),
         (["red", ["new", ["task", "Node"]], [], None, None, None], "Node"),
+        # callables the judge may send to the program are never rebuilt from the program's answer
+        (["red", ["call", ["cls", "operator", "methodcaller"]], ["write"], None, None, None], "operator.methodcaller"),
+        (["red", ["call", ["cls", "operator", "attrgetter"]], ["__class__"], None, None, None], "operator.attrgetter"),
+        (["hv", "not a handle", ["i", "1"]], "kept value"),
         (["fn", "os", "system"], "os.system"),
         (["fn", "builtins", "eval"], "builtins.eval"),
         (["fn", "builtins", "object.__subclasses__"], "builtins.object.__subclasses__"),

@@ -95,3 +95,23 @@ def test_references_pass_and_stubs_fail_in_every_data_form(box, form):
     on_its_own_comparison = sum(outcome.compared > 0 for result in results for outcome in result.verdicts[0].outcomes)
     assert on_its_own_comparison == (1 if form == "classes" else 0)  # Vector(1, 2) + Vector(3, 4) == Vector(4, 6)
     assert summary["num_test_runs_program_compared"] >= on_its_own_comparison
+
+
+def test_a_task_class_offers_the_fields_its_methods_set_on_the_instance():
+    """The judge trusts a builtin-method name called on a program object only where the task's class offers it
+    (``class_attributes``): MBPP 800's ``Counter`` keeps ``count`` on its instance, so ``counter.count`` is the
+    task's field, not ``str.count`` answered by the program."""
+    from diffugrpo_plugin.rewards.code_tests import class_attributes
+
+    source = (
+        "class Counter:\n"
+        "    def __init__(self):\n"
+        "        self.count = 0\n"
+        "        self.low, self.high = 1, 2\n"
+        "        self.items: list = []\n"
+        "    def increment(self):\n"
+        "        self.count += 1\n"
+        "        other = Counter()\n"
+        "        other.hidden = 1\n"
+    )
+    assert class_attributes(source) == (("Counter", ("count", "high", "increment", "items", "low")),)

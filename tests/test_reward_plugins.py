@@ -231,6 +231,20 @@ def test_cyclomatic_complexity_by_definition():
     assert max_complexity(SIMPLE_SIGN) == 1.0
 
 
+def test_cyclomatic_complexity_counts_the_code_outside_functions():
+    # lizard lists no lambda and no module-level code: the branches of THREE_IFS moved there count all the same
+    as_lambda = "sign = lambda x: 1 if x > 0 else -1 if x < 0 else 0 if x == 0 else None\n"
+    in_a_class_body = (
+        "class Signs:\n    sign = staticmethod(lambda x: 1 if x > 0 else -1 if x < 0 else 0 if x == 0 else None)\n"
+    )
+    at_module_level = "x = int(input())\nif x > 0:\n    print(1)\nif x < 0:\n    print(-1)\nif x == 0:\n    print(0)\n"
+    for code in (as_lambda, in_a_class_body, at_module_level):
+        assert max_complexity(code) == max_complexity(THREE_IFS) == 4.0, code
+    # a def's own branches are not counted twice, and a def beside module code is measured alone
+    assert max_complexity(THREE_IFS + "LIMIT = 0\n") == 4.0
+    assert max_complexity(SIMPLE_SIGN + "if __name__ == '__main__':\n    print(sign(1))\n") == 2.0
+
+
 def test_maintainability_relative_to_reference():
     assert maintainability_score(SIMPLE_SIGN, SIMPLE_SIGN) == pytest.approx(1.0)
     score = maintainability_score(THREE_IFS, SIMPLE_SIGN)

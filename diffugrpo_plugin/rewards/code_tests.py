@@ -23,6 +23,7 @@ Runs of the same code on the same tests are cached per process (bounded), so ``c
 from __future__ import annotations
 
 import ast
+import builtins
 import collections
 import enum
 import functools
@@ -141,6 +142,7 @@ class TestSpec:
     has_reference: bool = True
     imports: tuple[tuple[str, str, str], ...] = ()
     language: str = "python"
+    task_methods: tuple[tuple[str, tuple[str, ...]], ...] = ()  # see class_attributes (the reference's classes)
 
     def __len__(self) -> int:
         if self.kind == "asserts":
@@ -160,6 +162,7 @@ class TestSpec:
             "has_reference": self.has_reference,
             "imports": self.imports,
             "entry": self.entry_point,
+            "task_methods": self.task_methods,
         }
         # The setup code is the test's: it runs on the judge's side, with the judge's builtins, before each test.
         setup = f"{self.setup}\n" if self.setup else ""
@@ -339,6 +342,72 @@ def class_names(source: str) -> tuple[str, ...]:
     return tuple(node.name for node in _top_level(source) if isinstance(node, ast.ClassDef))
 
 
+# Builtin bases whose methods a class of the reference inherits, known without running it.
+_BUILTIN_BASES = frozenset(("object", "str", "bytes", "list", "dict", "set", "frozenset", "tuple", "int", "float"))
+
+
+def _instance_fields(method: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """The attributes ``method`` sets on its instance (``self.count = 0``, ``self.items: list = []``, ``self.n += 1``):
+    a task's ``Counter`` whose field is ``count`` offers ``.count``, as an instance of it does."""
+    if not method.args.args:
+        return set()
+    instance = method.args.args[0].arg
+    fields = set()
+    for node in ast.walk(method):
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, (ast.AnnAssign, ast.AugAssign))
+            else []
+        )
+        for target in targets:
+            for element in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if (
+                    isinstance(element, ast.Attribute)
+                    and isinstance(element.value, ast.Name)
+                    and element.value.id == instance
+                ):
+                    fields.add(element.attr)
+    return fields
+
+
+def class_attributes(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(class, public attributes)`` for each class ``source`` defines at module level whose bases are known here
+    (its other classes, builtins): what its body defines and what it inherits. The judge trusts a ``str`` method
+    (``startswith``) that the test calls on a program object of that class only where the task's class offers it."""
+    classes = {node.name: node for node in _top_level(source) if isinstance(node, ast.ClassDef)}
+
+    def attributes(name: str, seen: frozenset) -> set[str] | None:
+        node = classes[name]
+        if node.keywords or name in seen:
+            return None  # a metaclass, or a cycle: what it offers is not known here
+        names = set()
+        for statement in node.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                names |= _instance_fields(statement)
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(statement.name)
+            elif isinstance(statement, ast.Assign):
+                names.update(target.id for target in statement.targets if isinstance(target, ast.Name))
+            elif isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                names.add(statement.target.id)
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id in classes:
+                inherited = attributes(base.id, seen | {name})
+                if inherited is None:
+                    return None
+                names |= inherited
+            elif isinstance(base, ast.Name) and base.id in _BUILTIN_BASES:
+                names.update(dir(getattr(builtins, base.id)))
+            else:
+                return None
+        return {attribute for attribute in names if not attribute.startswith("_")}
+
+    found = ((name, attributes(name, frozenset())) for name in classes)
+    return tuple((name, tuple(sorted(names))) for name, names in found if names is not None)
+
+
 def imported_names(source: str) -> tuple[tuple[str, str, str], ...]:
     """``(name, module, attribute)`` for each name ``source`` binds at module level by importing it from the
     standard library or numpy (``attribute`` empty for a module): the judge binds its own, so a program that
@@ -381,6 +450,7 @@ def _check_tests(row: Mapping[str, Any], prelude: str, setup: str) -> TestSpec:
         helpers=reference or "",
         program_names=frozenset({root}),
         has_reference=reference is not None,
+        task_methods=class_attributes(reference or ""),
     )
 
 
@@ -448,6 +518,7 @@ def _read_tests(row: Mapping[str, Any]) -> TestSpec | None:
                         "has_reference": reference is not None,
                         "program_names": defined_names(reference or "") - {name for name, _, _ in imports},
                         "imports": imports,
+                        "task_methods": class_attributes(reference or ""),
                     }
                 )
             return spec

@@ -374,11 +374,17 @@ def _java(language: Language, prelude: str, code: str, tests: str, marker: str):
     # the tests run once, called by the runner's main itself: their stack is then exactly theirs over the
     # runner's. Entered again from the program's code (a rerun to read their failures as an oracle), from
     # another thread or from their own static initialiser, it is deeper or starts elsewhere, and the process
-    # ends. The rule holds no state a program could reset (a counter, a flag: reflection writes any field).
+    # ends. The caller is compared as a class, not a name: a class of the runner's name that the program compiles
+    # and loads at run time is another class (its own loader), and the walk shows reflection and hidden frames
+    # (method handles), so a call through them is deeper. The rule holds no state a program could reset (a
+    # counter, a flag: reflection writes any field).
     guard = (
-        "StackTraceElement[] diffugrpoCallers = new Throwable().getStackTrace();"
-        " if (diffugrpoCallers.length != 2 || !diffugrpoCallers[1].getClassName()"
-        f'.equals("{JAVA_RUNNER_CLASS}")) Runtime.getRuntime().halt(1);'
+        "java.util.List<StackWalker.StackFrame> diffugrpoCallers = StackWalker.getInstance(java.util.Set.of("
+        "StackWalker.Option.RETAIN_CLASS_REFERENCE, StackWalker.Option.SHOW_REFLECT_FRAMES,"
+        " StackWalker.Option.SHOW_HIDDEN_FRAMES)).walk(diffugrpoFrames -> diffugrpoFrames.limit(3)"
+        ".collect(java.util.stream.Collectors.toList()));"
+        " if (diffugrpoCallers.size() != 2 || diffugrpoCallers.get(1).getDeclaringClass()"
+        f" != {JAVA_RUNNER_CLASS}.class) Runtime.getRuntime().halt(1);"
     )
     guarded = f"{tests[: opening.end()]}\n        {guard}{tests[opening.end() :]}"
     runner = f"""{imports}

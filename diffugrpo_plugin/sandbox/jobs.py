@@ -36,6 +36,7 @@ class Judged:
     entry: str = ""
     free_names: tuple[str, ...] = ()  # the names the test's code reads and never binds
     called_only: tuple[str, ...] = ()  # those of them it only ever calls
+    task_methods: tuple[tuple[str, tuple[str, ...]], ...] = ()  # the reference's classes' public attributes
 
     def row(self) -> dict[str, Any]:
         return {
@@ -46,6 +47,7 @@ class Judged:
             "imports": [list(entry) for entry in self.imports],
             "shared_classes": list(self.shared_classes),
             "entry": self.entry,
+            "task_methods": [[name, list(names)] for name, names in self.task_methods],
         }
 
 

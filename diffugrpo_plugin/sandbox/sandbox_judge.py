@@ -11,7 +11,8 @@ and their results (and the arguments' new state, for functions that mutate their
 **Names mean what the task says.** A name the test uses is the test's own (module level, the
 preamble, the task's helpers) or else Python's builtin or standard-library object, unless the
 task's own code defines it (``program_names``: the reference solution's top-level names, the entry
-point); only then, and for names nobody else defines, is the program asked.
+point); only then is the program asked, and, in an assert row without a reference, for names nobody else
+defines.
 
 **The trust rule.** Values are compared here, by Python's own operators on real values. The only
 place the program's code decides anything is a handle's own behaviour: ``==`` between two of the
@@ -25,6 +26,7 @@ Standard library only (numpy imported only when a numpy value arrives).
 from __future__ import annotations
 
 import builtins
+import itertools
 import os
 import sys
 
@@ -167,9 +169,15 @@ class Judging:
         self.namespace: dict = {}  # the test's globals, once made
         self.program_globals: set[str] = set()  # the names in it that are the program's
         self.program_names: frozenset[str] = frozenset()  # the names the task's code defines
+        self.task_methods: dict[str, frozenset] = {}  # the public attributes of the reference's classes, by class
         self.failed_callbacks: list[AssertionError] = []
         self.ambiguous: set[str] = set()  # builtin names the program redefines, in a row without a reference
         self.random_state = None  # random's state as the program's process last had it from this side
+        self.decimal_context = _decimal_key()  # decimal's context as the program's process has it from this side
+        self.kept: dict[int, object] = {}  # the test's mutable values the program keeps (a Logger's sink), by key
+        self.test_objects: list = []  # objects of the test's own classes the program was handed (see _test_object)
+        self.test_object_index: dict[int, int] = {}
+        self.test_object_access: dict[int, int] = {}  # their attribute callbacks
         self.state_depth = 0  # nested field comparisons of program objects in progress (see same_state)
         self.compared = 0
         self.untrusted = 0
@@ -177,7 +185,7 @@ class Judging:
 
     # values both ways
     def encode(self, value):
-        return wire.Encoder(self.task_classes, self._unknown).encode(value)
+        return wire.Encoder(self.task_classes, self._unknown, extra_classes=wire.SENT_CLASSES).encode(value)
 
     def _unknown(self, value):
         if isinstance(value, Remote):
@@ -192,22 +200,54 @@ class Judging:
             and getattr(builtins, value.__name__) is value
         ):
             return ["bi", value.__name__]
-        if _test_function(value):
+        if _test_function(value) or _test_method(value):
             self.callbacks.append(value)
             return ["cb", len(self.callbacks) - 1]
+        if _test_instance(value):
+            return self._test_object(value)
         raise wire.BadValue(
             f"a {type(value).__name__} of the test cannot be sent to the program (only its own "
             f"functions and values travel)"
         )
 
+    def _test_object(self, obj) -> list:
+        """``["jo", index, class name]``: an object of a class the test defines (a check's ``Box``), which stays here;
+        the program reads and sets its public attributes, and calls its methods, through a callback (as in one
+        process, it reaches what the object holds, nothing else of the judge's)."""
+        index = self.test_object_index.get(id(obj))
+        if index is None:
+            self.test_objects.append(obj)
+            index = self.test_object_index[id(obj)] = len(self.test_objects) - 1
+
+            def access(name, *value):
+                if type(name) is not str or not name.isidentifier() or name.startswith("_") or len(value) > 1:
+                    raise AttributeError(f"{str(name)[:40]!r}: only the public attributes of a test's object are read")
+                if value:
+                    setattr(obj, name, value[0])
+                    return None
+                return getattr(obj, name)
+
+            self.callbacks.append(access)
+            self.test_object_access[index] = len(self.callbacks) - 1
+        return ["jo", index, self.test_object_access[index], type(obj).__name__[:100]]
+
     def _value_of_iterator(self, iterator):
-        """An iterator of the test (a generator expression as an argument) travels as the items it yields."""
-        items = []
-        for item in iterator:
-            items.append(item)
-            if len(items) > wire.LIMITS["elements"]:
-                raise wire.BadValue(f"an iterator of more than {wire.LIMITS['elements']} items cannot be sent")
-        return ["it", [wire.Encoder(self.task_classes, self._unknown)._value(item, 1) for item in items]]
+        """An iterator of the test (a generator expression as an argument) travels as the items it yields: all of
+        them when they are few, else the first ones and a callback for the rest, taken as the program asks for
+        them (``itertools.count()`` has no end)."""
+        items = list(itertools.islice(iterator, wire.BATCH_LIMIT + 1))
+        encoder = wire.Encoder(self.task_classes, self._unknown, extra_classes=wire.SENT_CLASSES)
+        encoded = [encoder._value(item, 1) for item in items]
+        if len(items) <= wire.BATCH_LIMIT:
+            return ["it", encoded]
+
+        def more(count):
+            if type(count) is not int or not 0 < count <= wire.LIMITS["elements"]:
+                raise ValueError("an iterator's items are asked for in batches of at least one")
+            return list(itertools.islice(iterator, count))
+
+        self.callbacks.append(more)
+        return ["ci", encoded, len(self.callbacks) - 1]
 
     def iterator(self, remote: "Remote") -> "RemoteIterator":
         handle = _handle(remote)
@@ -218,19 +258,34 @@ class Judging:
     def decode(self, encoded, names: bool = False):
         """A value the program sent. ``names``: an answer to the names request, the only one where a module
         or a module's object (``["mod", ...]``, ``["std", ...]``) may stand for what the program imported."""
-        decoder = wire.Decoder(self.task_classes, self._remote if names else self._remote_value)
+        decoder = wire.Decoder(self.task_classes, self._remote if names else self._remote_value, kept=self._kept_value)
         value = decoder.decode(encoded)
         for key in wire.SIZE_KEYS:
             self.sizes[key] = max(self.sizes[key], getattr(decoder, key))
         return value
+
+    def _kept_value(self, handle: list, value):
+        """An object of the program's own subclass of a builtin: its handle where the task's code names its class
+        (``Stack(list)``'s ``push``, an ``IntEnum``'s ``.name``), else the builtin value it holds, as before (a
+        class the task never names cannot stand for a builtin with its own ``__eq__`` or ``startswith``)."""
+        if not (len(handle) >= 3 and type(handle[2]) is str):
+            raise wire.BadValue("malformed handle")
+        if handle[2] not in self.program_names and handle[2] not in self.program_globals:
+            return value
+        remote = self._remote(handle, type(value))
+        if object.__getattribute__(remote, "_diffugrpo_value_type") is not type(value):
+            raise wire.BadValue("a program object's builtin value changed its type")
+        return remote
 
     def _remote_value(self, encoded):
         if encoded[0] in ("mod", "std"):
             raise wire.BadValue("a module travels only as what a program's name was imported as")
         return self._remote(encoded)
 
-    def _remote(self, encoded):
+    def _remote(self, encoded, value_type: type | None = None):
         tag = encoded[0]
+        if tag == "jo" and len(encoded) == 2 and type(encoded[1]) is int and 0 <= encoded[1] < len(self.test_objects):
+            return self.test_objects[encoded[1]]  # the test's own object, handed back
         if tag == "cb" and len(encoded) == 2 and type(encoded[1]) is int and 0 <= encoded[1] < len(self.callbacks):
             return self.callbacks[encoded[1]]  # the test's own callable, handed back (a lambda kept in a dict)
         if tag == "exc" and len(encoded) == 3 and type(encoded[1]) is str and type(encoded[2]) is str:
@@ -239,16 +294,20 @@ class Judging:
             return _module_object(encoded)
         if (
             tag != "h"
-            or len(encoded) != 4
+            or len(encoded) not in (4, 5)
             or type(encoded[1]) is not int
             or type(encoded[2]) is not str
             or not wire._is_list(encoded[3])
             or not set(map(str, encoded[3])) <= set(wire.CAPABILITIES)
+            or (len(encoded) == 5 and not (wire._is_list(encoded[4]) and all(type(n) is str for n in encoded[4])))
         ):
             raise wire.BadValue("malformed handle")
         handle = encoded[1]
         if handle not in self.remotes:
-            self.remotes[handle] = remote_class(frozenset(encoded[3]))(self, handle, encoded[2][:100])
+            # The task's classes its object's class derives from (the preamble's Shape of a program's Circle)
+            task_bases = tuple(self.task_classes[n] for n in dict.fromkeys(encoded[4]) if n in self.task_classes)
+            cls = remote_class(frozenset(encoded[3]), encoded[2][:100], task_bases, value_type)
+            self.remotes[handle] = cls(self, handle, encoded[2][:100])
         if encoded[2] == "coroutine" and "__await__" in encoded[3]:
             return _coroutine(self.remotes[handle])  # a real coroutine, for asyncio.run and create_task
         return self.remotes[handle]
@@ -269,7 +328,9 @@ class Judging:
         def read():
             if not wire._is_list(answer) or not answer or type(answer[0]) is not str:
                 raise wire.BadValue("malformed answer")
-            if answer[0] == "ok" and len(answer) == 2:
+            if answer[0] == "ok" and len(answer) in (2, 3):
+                if len(answer) == 3:
+                    self._kept_changed(answer[2])
                 return False, self.decode(answer[1])
             if answer[0] == "raise" and len(answer) in (3, 5) and type(answer[1]) is str and type(answer[2]) is str:
                 if answer[1] == wire.OVER_LIMIT:
@@ -358,6 +419,11 @@ class Judging:
             for name, state in answer[3]:
                 if type(name) is str and name in self.program_globals:
                     self._update_global(name, self.decode(state))
+            for position, key in answer[5].get("keeps", ()):  # arguments the program now holds on to
+                target = args[position] if type(position) is int and 0 <= position < len(args) else None
+                if type(key) is int and isinstance(target, _KEPT_TYPES) and len(self.kept) < KEPT_LIMIT:
+                    self.kept[key] = target
+            self._kept_changed(answer[5].get("kept", []))
             same = answer[4]
             if type(same) is int and 0 <= same < len(args):
                 return args[same]
@@ -370,40 +436,60 @@ class Judging:
     def same_state(self, one: "Remote", other: "Remote") -> bool:
         """Whether two program objects the program calls equal hold equal fields (compared here, field by field;
         a field that is itself a program object by the same rule): an ``__eq__`` that says True to anything
-        does not make two different objects equal. Past :data:`STATE_DEPTH` nested comparisons, not equal."""
+        does not make two different objects equal. Past :data:`STATE_DEPTH` nested comparisons, not equal. Two
+        objects with no field this process can see are not equal either: fields kept where the judge cannot read
+        them (a module dict keyed by ``id``, a class-level ``__dict__`` property) would make any two "equal"."""
         if _handle(one) == _handle(other):
             return True
         if self.state_depth >= STATE_DEPTH:
             return False
         self.state_depth += 1
         try:
-            return _readable(lambda: one._op("state") == other._op("state"))
+            return _readable(lambda: _equal_visible_states(one._op("state"), other._op("state")))
         finally:
             self.state_depth -= 1
 
+    def _kept_changed(self, changes) -> None:
+        """The test's values the program keeps (see ``ProgramSide._keep``) as a later request left them: a generator
+        that appended to the test's list, a ``Logger`` whose sink is the test's."""
+        if not wire._is_list(changes):
+            raise wire.BadValue("malformed kept values")
+        for change in changes:
+            if not (wire._is_list(change, 2) and type(change[0]) is int and change[0] in self.kept):
+                raise wire.BadValue("malformed kept value")
+            _update_in_place(self.kept[change[0]], self.decode(change[1]))
+
     def _process_state(self) -> dict:
         """What the test set in this process that a call must see in the program's (as one process would):
-        the recursion limit, ``random``'s state once the test has used it, whether stdout is redirected."""
+        the recursion limit, ``random``'s state once the test has seeded it (see :func:`_watch_random`), whether
+        stdout is redirected, ``decimal``'s context once the test has changed it."""
         state = {"recursion_limit": sys.getrecursionlimit(), "stdout": sys.stdout is not _STDOUT[0]}
         random = sys.modules.get("random")
-        if random is not None:
+        if random is not None and _RANDOM_SEEDED:
             now = random.getstate()
             if now != self.random_state:
                 state["random"] = self.encode(now)
                 self.random_state = now
+        context = _decimal_key()
+        if context != self.decimal_context:
+            state["decimal"] = self.encode(sys.modules["decimal"].getcontext())
+            self.decimal_context = context
         return state
 
     def _mirror_back(self, after) -> None:
         """The call's effect on that state: what the program printed goes to the test's stdout (a
-        ``redirect_stdout`` target), and ``random`` continues from where the program left it."""
+        ``redirect_stdout`` target), and ``random`` continues from where the program left it, if only by
+        drawing from the state it was sent (:func:`_drawn_from`): a state it chose would choose the test's inputs."""
         if type(after) is not dict:
             raise wire.BadValue("malformed call state")
         printed = after.get("stdout")
         if type(printed) is str:
             sys.stdout.write(printed)
-        if "random" in after and "random" in sys.modules:
-            state = self.decode(after["random"])
-            sys.modules["random"].setstate(state)
+        if "random" in after and "random" in sys.modules and self.random_state is not None:
+            state = _drawn_from(self.random_state, self.decode(after["random"]))
+            if state is None:
+                raise Untrusted("the program left random's state where no draw from the state it was sent leads")
+            _RANDOM_SETTERS["setstate"](state)
             self.random_state = state
 
     def _update_global(self, name: str, value) -> None:
@@ -415,6 +501,88 @@ class Judging:
 
 
 TEST_FILES = ("<test>", "<preamble>", "<task>")
+KEPT_LIMIT = 64  # the test's values one test's program may keep and have mirrored back
+_KEPT_TYPES = (list, dict, set, bytearray)
+
+
+_RANDOM_SEEDED: list = []  # not empty once the test (or its preamble) has seeded random or set its state
+_RANDOM_SETTERS: dict = {}  # random's own seed and setstate, for the judge's own use
+RANDOM_TWISTS = 100_000  # how many Mersenne Twister twists (624 words each) a call's draws are replayed over
+
+
+def _watch_random() -> None:
+    """Notes in :data:`_RANDOM_SEEDED` when the test seeds ``random`` or sets its state. Until then the program's
+    process draws from its own state and keeps it: the test's unseeded state would tell the program the words the
+    test drew (its inputs), and the program's state taken back would choose them."""
+    import random
+
+    if _RANDOM_SETTERS:
+        return
+    for name in ("seed", "setstate"):
+        _RANDOM_SETTERS[name] = original = getattr(random, name)
+
+        def set_by_test(*args, _original=original, **kwargs):
+            _RANDOM_SEEDED.append(True)
+            return _original(*args, **kwargs)
+
+        setattr(random, name, set_by_test)
+
+
+def _drawn_from(sent: tuple, back) -> tuple | None:
+    """``back`` if drawing words from ``sent`` reaches it (replayed here, twist by twist), else None; a ``gauss``
+    value it holds that was not sent is dropped (its draws cannot be told apart)."""
+    import random
+
+    try:
+        version, words, gauss = back
+        if version != sent[0] or type(words) is not tuple or len(words) != len(sent[1]):
+            return None
+        replay = random.Random()
+        replay.setstate(sent)
+        for _ in range(RANDOM_TWISTS):
+            now = replay.getstate()[1]
+            if now[:-1] == words[:-1]:
+                if words[-1] < now[-1]:
+                    return None
+                if words[-1] > now[-1]:
+                    replay.getrandbits(32 * (words[-1] - now[-1]))
+                return (version, words, gauss if gauss == sent[2] else None) if replay.getstate()[1] == words else None
+            replay.getrandbits(32 * (len(now) - now[-1]))  # the rest of this table's words and one more: a twist
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
+
+
+def _decimal_key():
+    """``decimal``'s context as the test set it (its flags aside, which every operation sets); None while the test
+    has not imported decimal."""
+    decimal = sys.modules.get("decimal")
+    if decimal is None:
+        return None
+    context = decimal.getcontext()
+    key = (context.prec, context.rounding, context.Emin, context.Emax, context.capitals, context.clamp)
+    default = decimal.DefaultContext
+    same = key == (default.prec, default.rounding, default.Emin, default.Emax, default.capitals, default.clamp)
+    return None if same and context.traps == default.traps else (*key, tuple(sorted(map(str, context.traps.items()))))
+
+
+def _test_instance(value) -> bool:
+    """An object of a class the test (or the task's code) defines, which has no reduced form that travels."""
+    kind = type(value)
+    return type(kind) is type and kind.__module__ == "__test__" and not isinstance(value, (Remote, BaseException))
+
+
+def _test_method(value) -> bool:
+    """A builtin method of one of the test's own values (``table.get``, ``seen.add``): called back here, so the
+    program reaches that value only through it, as in one process. Never a module's function (``os.system``)."""
+    owner = getattr(value, "__self__", None)
+    return (
+        type(value).__name__ == "builtin_function_or_method"
+        and type(value).__module__ == "builtins"
+        and owner is not None
+        and not isinstance(owner, type(sys))
+        and not isinstance(owner, type)
+    )
 
 
 def _test_function(value) -> bool:
@@ -485,6 +653,13 @@ def _judging(remote) -> Judging:
     return object.__getattribute__(remote, "_diffugrpo_judging")
 
 
+def _equal_visible_states(one, other) -> bool:
+    """Whether two program objects' stored states (``sandbox_program._state``: class name, fields, a builtin value)
+    are equal and hold something: an empty state proves nothing about what the objects keep."""
+    holds_something = wire._is_list(one) and len(one) >= 2 and (bool(one[1]) or len(one) > 2)
+    return holds_something and one == other
+
+
 def _handle(remote) -> int:
     return object.__getattribute__(remote, "_diffugrpo_handle")
 
@@ -501,6 +676,7 @@ class Remote:
 
     __slots__ = ("_diffugrpo_judging", "_diffugrpo_handle", "_diffugrpo_type")
     __hash__ = None  # unhashable unless its object's type is hashable (remote_class adds __hash__)
+    _diffugrpo_value_type = None  # the builtin whose value the object holds (a Stack(list)'s list), if any
 
     def __init__(self, judging: Judging, handle: int, type_name: str):
         object.__setattr__(self, "_diffugrpo_judging", judging)
@@ -521,12 +697,22 @@ class Remote:
             raise AttributeError(f"{name} of a program object is not asked for")
         judging = _judging(self)
         kind = object.__getattribute__(self, "_diffugrpo_type")
-        if name in BUILTIN_METHODS and kind not in judging.program_globals and kind not in judging.program_names:
-            judging.untrusted += 1
-            raise Untrusted(
-                f"the test called .{name} on a program object of class {kind}, a class the task never names: a "
-                f"method of a builtin type answered by the program's own code is not trusted (return the builtin value)"
-            )
+        if name in BUILTIN_METHODS:
+            value_type = object.__getattribute__(self, "_diffugrpo_value_type")
+            if value_type is not None and hasattr(value_type, name):
+                # a str method of the program's Word(str) (or list's count of its Stack): the builtin's own, on the
+                # value it holds, never the program's override (these methods only read the value)
+                return getattr(self._diffugrpo_value(), name)
+            offered = judging.task_methods.get(kind)  # what the reference's class of that name has, where known
+            named = kind in judging.program_globals or kind in judging.program_names
+            if not named or (offered is not None and name not in offered):
+                judging.untrusted += 1
+                raise Untrusted(
+                    f"the test called .{name} on a program object of class {kind}, "
+                    + ("a class the task never names" if not named else "whose class in the task has no such method")
+                    + ": a method of a builtin type answered by the program's own code is not trusted (return "
+                    "the builtin value)"
+                )
         return self._op("getattr", name)
 
     def __setattr__(self, name: str, value) -> None:
@@ -555,6 +741,8 @@ class Remote:
 
     def _compare(self, name: str, other):
         judging = _judging(self)
+        if not isinstance(other, Remote) and object.__getattribute__(self, "_diffugrpo_value_type") is not None:
+            return _OPERATORS[name](self._diffugrpo_value(), other)  # its builtin value, compared here
         if not isinstance(other, Remote):
             if name in ("eq", "ne"):  # Python's default for objects of unrelated types: identity
                 judging.untrusted += 1
@@ -609,6 +797,48 @@ class Remote:
     def __round__(self, digits=None):
         return self._op("round", digits)
 
+    def __copy__(self):
+        return self._op("copy")  # a copy made by the program, of its own object, as copy.copy would make it there
+
+    def __deepcopy__(self, memo):
+        return self._op("deepcopy")
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("a program object cannot be pickled in the judge")
+
+    def __mro_entries__(self, bases):
+        """``class Loud(Greeter)`` in a test, ``Greeter`` a program class: see :class:`TestSubclass`."""
+        return (type("ProgramClass", (TestSubclass,), {"_diffugrpo_parent": self}),)
+
+    def _diffugrpo_value(self):
+        """The builtin value the object holds now (read by its builtin base's own methods there), or None."""
+        kind = object.__getattribute__(self, "_diffugrpo_value_type")
+        return None if kind is None else _typed(self._op("value"), kind, "its builtin value")
+
+
+class TestSubclass:
+    """The base a test's subclass of a program class gets (``class Loud(Greeter)``): the class is made in the
+    program's process too, deriving from the program's class, its methods the test's own functions called back
+    here (so the program's ``greet`` calls the test's ``greeting``); instantiating it makes the program's object."""
+
+    _diffugrpo_parent = None
+    _diffugrpo_made = None
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "_diffugrpo_parent" in vars(cls):
+            return  # the base __mro_entries__ made
+        body = {
+            name: value
+            for name, value in vars(cls).items()
+            if _test_function(value) or (not name.startswith("__") and type(value) in (int, float, str, bool))
+        }
+        parent = next(base._diffugrpo_parent for base in cls.__mro__ if "_diffugrpo_parent" in vars(base))
+        cls._diffugrpo_made = parent._op("subclass", cls.__name__, body)
+
+    def __new__(cls, *args, **kwargs):
+        return cls._diffugrpo_made(*args, **kwargs)
+
 
 def _binary(name: str):
     """An operator between two of the program's objects is the program's (counted like ==); with a value of the
@@ -617,6 +847,11 @@ def _binary(name: str):
 
     def forward(self, other):
         judging = _judging(self)
+        if not isinstance(other, Remote) and object.__getattribute__(self, "_diffugrpo_value_type") is not None:
+            value = self._diffugrpo_value()  # its builtin value, computed with here
+            if name in _OPERATORS:
+                return _OPERATORS[name](value, other)
+            return _OPERATORS[name[1:]](other, value)  # a reflected one (radd: other + value)
         if not isinstance(other, Remote):
             judging.untrusted += 1
             raise TypeError(f"unsupported operand for {name}: a program object and a {type(other).__name__}")
@@ -664,6 +899,8 @@ def _iterate(self):
 
 def _contains(self, item) -> bool:
     judging = _judging(self)
+    if not isinstance(item, Remote) and object.__getattribute__(self, "_diffugrpo_value_type") is not None:
+        return item in self._diffugrpo_value()
     if not isinstance(item, Remote):
         judging.untrusted += 1
         raise Untrusted(
@@ -711,15 +948,56 @@ _CAPABILITY_METHODS = {
     "__hash__": lambda self: _typed(self._op("hash"), int, "__hash__"),
     "__await__": _await,
 }
-_REMOTE_CLASSES: dict[frozenset, type] = {}
+_REMOTE_CLASSES: dict[tuple, type] = {}
+_REMOTE_OWN = frozenset((*dir(Remote), *_CAPABILITY_METHODS)) - frozenset(PASSED_DUNDERS)
+_OPERATORS = wire.BINARY_OPERATORS
 
 
-def remote_class(capabilities: frozenset) -> type:
-    """The handle class offering exactly ``capabilities`` (see ``sandbox_wire.CAPABILITIES``), made once per set."""
-    if capabilities not in _REMOTE_CLASSES:
-        methods = {name: _CAPABILITY_METHODS[name] for name in capabilities}
-        _REMOTE_CLASSES[capabilities] = type("Remote", (Remote,), {"__slots__": (), **methods})
-    return _REMOTE_CLASSES[capabilities]
+def _forwarded(self, name: str):
+    """Attribute lookup on a handle whose class also derives from task classes: the handle's own machinery here,
+    anything else the program's object's (the task class's ``describe`` runs there, with the program's ``area``)."""
+    if name in _REMOTE_OWN:
+        return object.__getattribute__(self, name)
+    return Remote.__getattr__(self, name)
+
+
+def remote_class(
+    capabilities: frozenset, name: str = "Remote", task_bases: tuple = (), value_type: type | None = None
+) -> type:
+    """The handle class offering exactly ``capabilities`` (see ``sandbox_wire.CAPABILITIES``), named like its
+    object's class (``type(d).__name__ == 'Dog'``), deriving from the task classes that class derives from (so
+    ``isinstance(circle, Shape)`` holds for the preamble's ``Shape``), made once per kind."""
+    task_bases = tuple(base for base in task_bases if _plain_task_class(base))
+    key = (capabilities, name, task_bases, value_type)
+    cls = _REMOTE_CLASSES.get(key)
+    if cls is None:
+        methods = {attribute: _CAPABILITY_METHODS[attribute] for attribute in capabilities}
+        body = {"__slots__": (), "_diffugrpo_value_type": value_type, **methods}
+        if value_type is not None:
+            # isinstance(x, int) of the program's IntEnum member holds, as Python's falls back on __class__; type(x)
+            # stays the handle's class, so nothing here takes the handle for a real int
+            stands_for = type(name if name.isidentifier() else "Remote", (value_type,), {"__module__": __name__})
+            body["__class__"] = property(lambda self: stands_for)
+        if task_bases:
+            body["__getattribute__"] = _forwarded
+        label = name if name.isidentifier() else "Remote"
+        try:
+            cls = type(label, (Remote, *task_bases), body)
+        except TypeError:  # a task class that cannot be a base of the handle's
+            body.pop("__getattribute__", None)
+            cls = type(label, (Remote,), body)
+        if len(_REMOTE_CLASSES) < 1024:
+            _REMOTE_CLASSES[key] = cls
+    return cls
+
+
+def _plain_task_class(cls) -> bool:
+    """A task class whose instances hold only attributes (no builtin base, no slots, no metaclass of its own)."""
+    return (
+        type(cls) is type
+        and all(base is object or "__slots__" not in vars(base) for base in cls.__mro__)
+        and all(base is object or base.__module__ == "__test__" for base in cls.__mro__)
+    )
 
 
 class RemoteIterator:
@@ -792,6 +1070,16 @@ def _imported(module: str, attribute: str):
         return None
 
 
+# Standard-library value classes a test may use with its import lost from the row (``Counter``, ``deque``): in a row
+# without a reference, the judge's own, and ambiguous where the program defines the name (see Row.namespace).
+STDLIB_VALUE_CLASSES = {
+    **dict.fromkeys(("Counter", "OrderedDict", "defaultdict", "deque", "ChainMap"), "collections"),
+    "Fraction": "fractions",
+    "Decimal": "decimal",
+    **dict.fromkeys(("date", "timedelta", "timezone"), "datetime"),
+}
+
+
 class Row:
     """What every test of a row shares: the preamble run here, the task's helpers, its classes."""
 
@@ -805,6 +1093,13 @@ class Row:
         self.imports = {entry[0]: entry[1:] for entry in spec.get("imports") or () if len(entry) == 3}
         self.has_reference = bool(spec.get("has_reference", True))
         self.entry = spec.get("entry") or ""
+        self.task_methods = {
+            entry[0]: frozenset(entry[1])
+            for entry in spec.get("task_methods") or ()
+            if len(entry) == 2 and type(entry[0]) is str
+        }
+        if "random" in (spec.get("preamble") or "") + (spec.get("helpers") or ""):
+            _watch_random()
         exec(compile(spec.get("preamble") or "", "<preamble>", "exec"), self.base)  # noqa: S102 - the task's code
         self.task_classes = {
             name: value
@@ -843,11 +1138,15 @@ class Row:
         (``free_names``, found by the harness) as the rule in the module docstring says. A name the test only
         ever calls cannot mean a module: it is the program's (a task's own ``tokenize`` or ``copy``). In a row
         without a reference, a builtin name the program redefines is ambiguous (a task's own ``max``, or a
-        forged ``abs``): it is noted in ``judging.ambiguous``, and bound to the program's object only with
-        ``programs_builtins`` (the test must pass both ways). A ``check`` module's helpers are the task's: one that
-        neither the check, the preamble, the reference nor Python defines is :class:`NoGroundTruth`."""
+        forged ``abs``), and so is a standard-library value class the program defines (:data:`STDLIB_VALUE_CLASSES`,
+        a ``Counter`` that builds the program's own expected value): it is noted in ``judging.ambiguous``, and bound
+        to the program's object only with
+        ``programs_builtins`` (the test must pass both ways). A ``check`` module's helpers are the task's, and so are an
+        assert's beside a reference: one that neither the test, the preamble, the reference nor Python defines is
+        :class:`NoGroundTruth`."""
         namespace = dict(self.base)
         judging.program_names = self.program_names
+        judging.task_methods = self.task_methods
         wanted, builtin_named = [], []
         for name in free_names:
             if name in self.imports and name not in namespace:
@@ -855,7 +1154,15 @@ class Row:
                 if imported is not None:
                     namespace[name] = imported
                     continue
-            if name in self.program_names or (
+            if (
+                name in STDLIB_VALUE_CLASSES
+                and not self.has_reference
+                and name not in namespace
+                and name not in self.program_names
+            ):
+                builtin_named.append(name)  # Counter with its import lost from the row: Python's, or ambiguous
+                namespace[name] = _imported(STDLIB_VALUE_CLASSES[name], name)
+            elif name in self.program_names or (
                 name in called_only and name not in namespace and name not in BUILTIN_NAMES
             ):
                 namespace.pop(name, None)
@@ -871,10 +1178,12 @@ class Row:
                 else:
                     wanted.append(name)
         unfounded = [name for name in wanted if name not in self.program_names]
-        if check and unfounded:
+        # with a reference the task's names are known: any other is a helper only the program would define (its
+        # own is_sorted returning True), so the row has no ground truth for it
+        if unfounded and (check or (self.has_reference and self.program_names)):
             raise NoGroundTruth(
-                f"the check uses {', '.join(unfounded)}, which the task's own code does not define: "
-                f"no ground truth (the program is never asked for a check's helpers)"
+                f"the {'check' if check else 'test'} uses {', '.join(unfounded)}, which the task's own code does "
+                f"not define: no ground truth (the program is asked only for the names its reference defines)"
             )
         if wanted or builtin_named:
             found = judging.names(wanted + builtin_named)
@@ -883,7 +1192,8 @@ class Row:
                     namespace[name] = found[name]
                     judging.program_globals.add(name)
             for name in builtin_named:
-                if name in found and found[name] is not getattr(builtins, name):
+                python = namespace[name] if name in STDLIB_VALUE_CLASSES else getattr(builtins, name)
+                if name in found and found[name] is not python:
                     judging.ambiguous.add(name)
                     if programs_builtins:
                         namespace[name] = found[name]
@@ -933,6 +1243,8 @@ def _attempt(row: Row, test: dict, judging: Judging, programs_builtins: bool) ->
         namespace = row.namespace(
             judging, test["names"], test["called"], programs_builtins, check=test["kind"] == "check"
         )
+        if "random" in code:
+            _watch_random()
         exec(compile(code, "<test>", "exec"), namespace)  # noqa: S102 - the test's own code, run here
         if test["kind"] == "check":
             namespace["check"](judging.ask(["entry", row.entry]))

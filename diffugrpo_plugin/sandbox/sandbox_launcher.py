@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import builtins
 import fcntl
-import io
 import marshal
 import os
 import resource
@@ -303,10 +302,12 @@ def _child(job: dict, payload: dict, paths: dict, streams: dict, setup_w: int, l
         _isolate(isolation, {**payload["limits"], **job.get("limits", {})}, job["cpu_s"], payload.get("drop_to"), libc)
         if job.get("argv"):
             _exec_program(job["argv"], job.get("files") or {})
-        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
-        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
-        sys.stderr = io.TextIOWrapper(
-            io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace", line_buffering=True
+        # Opened as the interpreter opens its own (a ``.mode``, which PyRival's FastIO reads), and standing for
+        # ``sys.__stdout__`` too: the launcher's own is gone, and output written there at exit is the job's.
+        sys.stdin = sys.__stdin__ = open(0, "r", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stdout = sys.__stdout__ = open(1, "w", encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+        sys.stderr = sys.__stderr__ = open(  # noqa: SIM115
+            2, "w", buffering=1, encoding="utf-8", errors="replace", closefd=False
         )
         sys.argv = ["solution.py"]
     except BaseException as exc:  # noqa: BLE001 - setup failure is reported, never run untrusted code then
@@ -321,7 +322,7 @@ def _child(job: dict, payload: dict, paths: dict, streams: dict, setup_w: int, l
         report["lines"] = None if counter.tampered else counter.lines
     if os.getpid() != job_pid:
         os._exit(0)  # a process the job forked came back out of its code: only the job itself reports
-    for stream in (sys.stdout, sys.stderr):
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         try:
             stream.flush()
         except BaseException:  # noqa: BLE001 - a closed fd is the job's own problem

@@ -19,6 +19,8 @@ import sandbox_wire as wire
 
 MESSAGE_CHARS = 500
 MUTABLE_TYPES = (list, dict, set, bytearray, collections.deque)
+KEPT_LIMIT = 64  # the test's values a program may keep and have mirrored back (as the judge's limit)
+PLAIN_ITEMS = 256  # the parts of an iterator's item looked at to tell whether it is plain data
 
 UNARY = {
     "repr": repr,
@@ -38,7 +40,24 @@ UNARY = {
     "enter": lambda target: type(target).__enter__(target),
     "await": lambda target: _run_awaitable(target),
     "state": lambda target: _state(target),
+    "copy": lambda target: _copy().copy(target),
+    "deepcopy": lambda target: _copy().deepcopy(target),
+    "value": lambda target: _builtin_value(target),
 }
+
+
+def _copy():
+    import copy  # on first use: its imports (weakref, types) would slow every sandbox's start
+
+    return copy
+
+
+def _builtin_value(target):
+    """The builtin value an object of a builtin's subclass holds (see ``sandbox_wire.Encoder._kept``)."""
+    base = next((base for base in type(target).__mro__ if base in wire.KEPT_BASES), None)
+    if base is None:
+        raise TypeError(f"a {type(target).__name__} holds no builtin value")
+    return wire._plain_value(target, base)
 
 
 def _state(target) -> list:
@@ -57,7 +76,10 @@ def _state(target) -> list:
                 fields[slot] = object.__getattribute__(target, slot)
             except (AttributeError, TypeError):
                 continue
-    return [type(target).__qualname__, {str(name): value for name, value in fields.items()}]
+    state = [type(target).__qualname__, {str(name): value for name, value in fields.items()}]
+    if isinstance(target, wire.KEPT_BASES):
+        state.append(_builtin_value(target))  # a Stack's items are part of what makes two Stacks equal
+    return state
 
 
 def _run_awaitable(awaitable):
@@ -80,25 +102,7 @@ BINARY = {
     "round": round,
     "isinstance": isinstance,
     "issubclass": issubclass,
-    "eq": operator.eq,
-    "ne": operator.ne,
-    "lt": operator.lt,
-    "le": operator.le,
-    "gt": operator.gt,
-    "ge": operator.ge,
-    "add": operator.add,
-    "sub": operator.sub,
-    "mul": operator.mul,
-    "truediv": operator.truediv,
-    "floordiv": operator.floordiv,
-    "mod": operator.mod,
-    "pow": operator.pow,
-    "and": operator.and_,
-    "or": operator.or_,
-    "xor": operator.xor,
-    "lshift": operator.lshift,
-    "rshift": operator.rshift,
-    "matmul": operator.matmul,
+    **wire.BINARY_OPERATORS,
 }
 BINARY.update(
     {
@@ -106,7 +110,25 @@ BINARY.update(
         for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
     }
 )
-TERNARY = {"setattr": setattr, "setitem": operator.setitem}
+
+
+def _subclass(target, name, body: dict):
+    """A test's subclass of the program's class ``target`` (see ``sandbox_judge.TestSubclass``): the test's functions
+    as its methods, each called back in the judge with this process's object as ``self``."""
+    if not isinstance(target, type) or type(name) is not str or type(body) is not dict:
+        raise TypeError("a subclass needs a program class, a name and a body")
+
+    def method(callback):
+        def call(self, *args, **kwargs):
+            return callback(self, *args, **kwargs)
+
+        return call
+
+    namespace = {key: method(value) if type(value) is JudgeCallable else value for key, value in body.items()}
+    return type(name, (target,), namespace)
+
+
+TERNARY = {"setattr": setattr, "setitem": operator.setitem, "subclass": _subclass}
 EXIT = "exit"  # __exit__(type, value, traceback): the judge sends None for each
 
 
@@ -163,6 +185,75 @@ class JudgeCallable:
         return side.decode(answer[1])
 
 
+class JudgeObject:
+    """An object of a class the test defines (see ``Judging._test_object``): its public attributes are read and set,
+    and its methods called, in the judge."""
+
+    __slots__ = ("_side", "_index", "_access")
+
+    def __init__(self, side: "ProgramSide", index: int, access: int):
+        object.__setattr__(self, "_side", side)
+        object.__setattr__(self, "_index", index)
+        object.__setattr__(self, "_access", JudgeCallable(side, access))
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return object.__getattribute__(self, "_access")(name)
+
+    def __setattr__(self, name: str, value) -> None:
+        object.__getattribute__(self, "_access")(name, value)
+
+
+_JUDGE_OBJECT_CLASSES: dict[str, type] = {}
+
+
+def judge_object_class(name: str) -> type:
+    """A class named like the test's (``type(box).__name__ == 'Box'``), made once per name."""
+    if name not in _JUDGE_OBJECT_CLASSES and len(_JUDGE_OBJECT_CLASSES) < 1024:
+        _JUDGE_OBJECT_CLASSES[name] = type(
+            name if name.isidentifier() else "JudgeObject", (JudgeObject,), {"__slots__": ()}
+        )
+    return _JUDGE_OBJECT_CLASSES.get(name, JudgeObject)
+
+
+class JudgeIterator:
+    """An iterator the test handed to the program: its first items, then the rest as the program asks for them."""
+
+    def __init__(self, side: "ProgramSide", items: list, index: int):
+        self.items = collections.deque(items)
+        self.more = JudgeCallable(side, index)
+        self.batch = wire.BATCH_LIMIT
+        self.ended = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.items and not self.ended:
+            items = self.more(self.batch)
+            self.items.extend(items)
+            self.ended = not items
+            self.batch = min(self.batch * 2, 1 << 16)
+        if not self.items:
+            raise StopIteration
+        return self.items.popleft()
+
+
+def _plain(item, budget: list) -> bool:
+    """Whether an iterator's item is plain data (builtin scalars, strings and tuples of them, looked at up to
+    :data:`PLAIN_ITEMS` parts): such items may be fetched ahead; an object (a ``groupby`` group) may not be."""
+    budget[0] -= 1
+    if budget[0] < 0:
+        return False
+    kind = type(item)
+    if item is None or kind in (bool, int, float, complex, str, bytes):
+        return True
+    if kind in (tuple, frozenset):
+        return all(_plain(part, budget) for part in item)
+    return False
+
+
 class ProgramSide:
     def __init__(self, reading: int, writing: int, namespace: dict, task_classes: dict):
         self.namespace = namespace
@@ -170,31 +261,57 @@ class ProgramSide:
         self.objects: list = []
         self.handles: dict[int, int] = {}  # id(object) -> its handle: one object, one handle
         self.globals_sent: dict[str, object] = {}  # the program's globals the judge holds as values, as sent
+        self.kept: dict[int, list] = {}  # the test's values the program holds on to: key -> [value, as last sent]
+        self.judge_objects: dict[int, JudgeObject] = {}  # one per object of the test's classes
+        self.handles_made = 0
         self.peer = wire.Peer(reading, writing, self.answer)
 
     def encode(self, value):
-        return wire.Encoder(self.task_classes, self._handle).encode(value)
+        return wire.Encoder(self.task_classes, self._handle, kept=self._kept_kind).encode(value)
+
+    def _kept_kind(self, kind) -> bool:
+        """The program's own subclasses of a builtin travel as handles with their value (``Encoder._kept``)."""
+        return (
+            kind.__module__ == "solution"
+            and kind not in self.task_classes.values()
+            and issubclass(kind, wire.KEPT_BASES)
+            and not wire._is_namedtuple(kind)
+        )
 
     def _handle(self, value):
         if type(value) is JudgeCallable:
             return ["cb", value.index]
+        if isinstance(value, JudgeObject):
+            return ["jo", object.__getattribute__(value, "_index")]
         if isinstance(value, type) and issubclass(value, BaseException):
             return ["exc", value.__name__, builtin_base(value)]  # so a test's `except ItsError:` can name it
         handle = self.handles.get(id(value))
         if handle is None:
             handle = self.handles[id(value)] = len(self.objects)
             self.objects.append(value)
+        self.handles_made += 1
         kind = type(value)
         capabilities = [name for name in wire.CAPABILITIES if getattr(kind, name, None) is not None]
-        return ["h", handle, kind.__name__, capabilities]
+        classes = self.task_classes
+        bases = [base.__name__ for base in getattr(kind, "__mro__", ()) if classes.get(base.__name__) is base]
+        return ["h", handle, kind.__name__, capabilities, bases]
 
     def decode(self, encoded):
-        return wire.Decoder(self.task_classes, self._resolve, wire.PURE_BUILTINS | wire.BUILTIN_EXCEPTIONS).decode(
-            encoded
-        )
+        return wire.Decoder(
+            self.task_classes,
+            self._resolve,
+            wire.PURE_BUILTINS | wire.BUILTIN_EXCEPTIONS,
+            extra_classes=wire.SENT_CLASSES,
+        ).decode(encoded)
 
     def _resolve(self, encoded):
         index = encoded[1] if len(encoded) >= 2 else None
+        if encoded[0] == "ci" and len(encoded) == 3 and type(encoded[2]) is int:
+            return JudgeIterator(self, [self.decode(item) for item in encoded[1]], encoded[2])
+        if encoded[0] == "jo" and len(encoded) == 4 and type(index) is int and type(encoded[2]) is int:
+            if index not in self.judge_objects:
+                self.judge_objects[index] = judge_object_class(str(encoded[3]))(self, index, encoded[2])
+            return self.judge_objects[index]
         if encoded[0] == "exc":
             raise wire.BadValue("an exception class of the test does not travel")
         if encoded[0] == "cb" and type(index) is int:
@@ -253,7 +370,8 @@ class ProgramSide:
         if kind == "call":
             return self._call(self.objects[request[1]], request[2], request[3], request[4])
         if kind == "op":
-            return ["ok", self.encode(self._op(request[1], self.objects[request[2]], request[3]))]
+            answer = ["ok", self.encode(self._op(request[1], self.objects[request[2]], request[3]))]
+            return [*answer, self._kept_changed()] if self.kept else answer
         raise ValueError(f"unknown request {str(kind)[:40]}")
 
     def _call(self, function, encoded_args: list, encoded_kwargs: list, state: dict) -> list:
@@ -275,6 +393,12 @@ class ProgramSide:
         same = next((position for position, value in enumerate(args) if value is result), None)
         if same is None:
             same = next((name for name, value in kwargs.items() if value is result), None)
+        self.handles_made = 0
+        encoded_result = self.encode(result) if same is None else None
+        if self.kept:
+            after["kept"] = self._kept_changed()
+        if self.handles_made:  # the result is (or holds) an object of the program's, which may keep the arguments
+            after["keeps"] = self._keep(args)
         changed = []
         for position, value, sent in [
             *zip(range(len(args)), args, encoded_args),
@@ -284,13 +408,17 @@ class ProgramSide:
                 now = self.encode(value)
                 if now != sent:
                     changed.append([position, now])
-        return ["ok", self.encode(result) if same is None else None, changed, self._globals_changed(), same, after]
+        return ["ok", encoded_result, changed, self._globals_changed(), same, after]
 
     def _take_state(self, state: dict):
         """The test's process state, made this process's for the call (see ``Judging._process_state``); the
         ``random`` state it set, if any."""
         if state.get("recursion_limit", 0) > sys.getrecursionlimit():
             sys.setrecursionlimit(state["recursion_limit"])
+        if "decimal" in state:
+            import decimal
+
+            decimal.setcontext(self.decode(state["decimal"]))
         if "random" not in state:
             return None
         import random
@@ -298,6 +426,29 @@ class ProgramSide:
         random_state = self.decode(state["random"])
         random.setstate(random_state)
         return random_state
+
+    def _keep(self, args: list) -> list:
+        """Registers the call's mutable arguments that an object it returned may hold on to (a ``Logger(sink)``, a
+        generator given the test's list): ``[position, key]`` each, so later answers can say how they changed."""
+        keeps = []
+        for position, value in enumerate(args):
+            if type(value) in (list, dict, set, bytearray) and len(self.kept) < KEPT_LIMIT:
+                if any(entry[0] is value for entry in self.kept.values()):
+                    continue
+                key = len(self.kept)
+                self.kept[key] = [value, self.encode(value)]
+                keeps.append([position, key])
+        return keeps
+
+    def _kept_changed(self) -> list:
+        """The kept values (see :meth:`_keep`) whose state changed since they were last sent."""
+        changed = []
+        for key, entry in self.kept.items():
+            now = self.encode(entry[0])
+            if now != entry[1]:
+                entry[1] = now
+                changed.append([key, now])
+        return changed
 
     def _globals_changed(self) -> list:
         """The program's globals the test holds as values whose value a call changed (``inventory`` after
@@ -322,14 +473,19 @@ class ProgramSide:
             return bool(type(target).__exit__(target, None, None, None))
         return TERNARY[name](target, *operands)
 
-    @staticmethod
-    def _next_batch(iterator, count: int) -> list:
+    def _next_batch(self, iterator, count: int) -> list:
+        """Up to ``count`` items, fetched ahead only while they are plain data and the program keeps none of the
+        test's values: an item that is an object (a ``groupby`` group, a list the generator goes on changing) or a
+        step with side effects on the test's values is the last of its batch, as one ``next`` in one process."""
         items = []
         for _ in range(max(1, min(int(count), wire.BATCH_LIMIT))):
             try:
-                items.append(next(iterator))
+                item = next(iterator)
             except StopIteration:
                 return [items, "stop"]
             except Exception as error:  # noqa: BLE001 - raised after the items before it
                 return [items, [type(error).__name__, str(error)[:MESSAGE_CHARS], builtin_base(type(error))]]
+            items.append(item)
+            if self.kept or not _plain(item, [PLAIN_ITEMS]):
+                break
         return [items, None]

@@ -6,7 +6,8 @@ requests in the program's namespace; the judge's side (:mod:`sandbox_judge`) run
 code and turns every answer back into real Python values. What crosses is data:
 
 * exact builtin values (a subclass travels as the builtin value it holds: an ``int`` subclass
-  whose ``__eq__`` is always true arrives as the plain int);
+  whose ``__eq__`` is always true arrives as the plain int; the program's own subclass travels as its
+  handle and that value, ``hv``, and the judge keeps the handle only where the task names the class);
 * the well-known value types of the standard library and numpy, rebuilt with the real classes
   (``Fraction``, ``Decimal``, ``deque``, ``Counter``, ``OrderedDict``, ``defaultdict``, ``range``,
   dict views, ``bytearray``, ``date``/``datetime``/``timedelta``, numpy scalars and arrays);
@@ -27,7 +28,10 @@ Tags (first item of a JSON list): ``i`` int (hex), ``f`` float (hex), ``c`` comp
 views, ``fr`` Fraction, ``de`` Decimal, ``date``/``dtm``/``td`` datetime values, ``np``/``nps``/
 ``npo`` numpy array, scalar, object array, ``obj`` a task class instance (an index into the value's
 ``graph`` table), ``e`` a task enum member,
-``ref`` a shared reference, ``h`` a handle, ``cb`` a callable of the judge, ``exc`` an exception class of
+``ref`` a shared reference, ``h`` a handle, ``hv`` a handle with the builtin value its object holds, ``ci`` an
+iterator of the test (its first items and a callback for the rest), ``jo`` an object of a class the test defines,
+``red`` a value rebuilt from its reduced state, ``ty`` a class by name, ``fn`` a function by name, ``cb`` a
+callable of the judge, ``exc`` an exception class of
 the program (its name and nearest builtin base), ``bi`` a pure builtin type or function by name (``int``
 given as an argument is the receiver's own ``int``).
 """
@@ -38,6 +42,7 @@ import binascii
 import builtins
 import collections
 import copyreg
+import operator
 import os
 
 MAX_FRAME_BYTES = 128 << 20
@@ -186,9 +191,11 @@ class Encoder:
     """One value as tagged JSON. ``task_classes``: the task's own classes by name (sent as attributes);
     ``unknown(obj)``: the tag of any other object (a handle on the program's side)."""
 
-    def __init__(self, task_classes: dict, unknown):
+    def __init__(self, task_classes: dict, unknown, kept=None, extra_classes: frozenset = frozenset()):
         self.classes = {cls: name for name, cls in task_classes.items()}
         self.unknown = unknown
+        self.kept = kept  # kept(kind): whether an instance of a builtin's subclass stays a handle (``hv``)
+        self.extra_classes = extra_classes  # (module, qualname) this side may send besides REBUILT_MODULES'
         self.memo: dict[int, int] = {}
         self.alive: list = []  # keeps memoised objects alive, so their ids stay unique
         self.elements = 0
@@ -237,6 +244,12 @@ class Encoder:
         function = _function_ref(value)
         if function is not None:
             return ["fn", *function]
+        if getattr(kind, "__module__", None) != "builtins" and self._class_ref(kind) is not None:
+            reduced = self._reduced(value, kind, depth)  # a standard-library value type: rebuilt as itself
+            if reduced is not None:
+                return reduced
+        if self.kept is not None and self.kept(kind):
+            return self._kept(value, kind, depth)
         if issubclass(kind, str):
             return str.__str__(value)
         if issubclass(kind, bool):
@@ -271,8 +284,21 @@ class Encoder:
         container = self._container(value, kind, depth)
         if container is not None:
             return container
+        if isinstance(value, type):
+            ref = self._class_ref(value)
+            if ref is not None and ref[0] == "cls" and ref[1] != "builtins":
+                # a standard-library value class by name (a decimal context's trap classes); never a builtin
+                # exception, which from the program stands for its own class (no name of it is the test's)
+                return ["ty", ref]
         reduced = self._reduced(value, kind, depth)
         return self.unknown(value) if reduced is None else reduced
+
+    def _kept(self, value, kind, depth: int) -> list:
+        """``["hv", handle, value]``: an object of a builtin's subclass that the program defines (a ``Stack(list)``,
+        an ``IntEnum`` member), as its handle (its methods stay its own) and the builtin value it holds (what the
+        judge compares, and what it takes instead where the task never names the class)."""
+        base = next(base for base in kind.__mro__ if base in KEPT_BASES)
+        return ["hv", self.unknown(value), self._value(_plain_value(value, base), depth + 1)]
 
     def _remember(self, value) -> list | None:
         """``["ref", k]`` when this mutable object was already sent in this value, else registers it."""
@@ -365,7 +391,9 @@ class Encoder:
         if not isinstance(kind, type) or issubclass(kind, type):
             return None
         module, qualname = getattr(kind, "__module__", None), getattr(kind, "__qualname__", None)
-        if type(module) is not str or type(qualname) is not str or not _rebuildable(module, qualname):
+        if type(module) is not str or type(qualname) is not str:
+            return None
+        if not (_rebuildable(module, qualname) or (module, qualname) in self.extra_classes):
             return None
         return ["cls", module, qualname] if _resolve_class(module, qualname) is kind else None
 
@@ -377,6 +405,9 @@ class Encoder:
             return None
         try:
             reduced = kind.__reduce_ex__(value, 4)
+            if type(reduced) is tuple and reduced and self._class_ref(reduced[0]) is None:
+                if reduced[0] not in (copyreg.__newobj__, copyreg._reconstructor):
+                    reduced = kind.__reduce_ex__(value, 2)  # array.array's private reconstructor at 4, its class at 2
         except Exception:  # noqa: BLE001 - a value its class cannot reduce stays where it is
             return None
         if type(reduced) is not tuple or not 2 <= len(reduced) <= 5:
@@ -467,9 +498,18 @@ class Decoder:
     """Tagged JSON back into values, strictly. ``task_classes``: the task's classes by name (rebuilt
     from attributes); ``handle(item)``: what a ``h`` or ``cb`` tag becomes on this side."""
 
-    def __init__(self, task_classes: dict, handle, builtin_names: frozenset | None = None):
+    def __init__(
+        self,
+        task_classes: dict,
+        handle,
+        builtin_names: frozenset | None = None,
+        kept=None,
+        extra_classes: frozenset = frozenset(),
+    ):
         self.classes = task_classes
         self.handle = handle
+        self.kept = kept  # kept(handle, value): what an ``hv`` becomes here (else its value)
+        self.extra_classes = extra_classes  # (module, qualname) rebuilt here besides REBUILT_MODULES' (the program's)
         self.builtins = PURE_BUILTINS if builtin_names is None else builtin_names  # may arrive by name
         self.refs: list = []
         self.elements = 0  # what the value took, against LIMITS (the judge reports the largest it met)
@@ -767,7 +807,8 @@ class Decoder:
             return self._task_class(ref[1])
         if not (_is_list(ref, 3) and ref[0] == "cls" and type(ref[1]) is str and type(ref[2]) is str):
             raise BadValue("malformed class reference")
-        cls = _resolve_class(ref[1], ref[2]) if _rebuildable(ref[1], ref[2]) else None
+        allowed = _rebuildable(ref[1], ref[2]) or (ref[1], ref[2]) in self.extra_classes
+        cls = _resolve_class(ref[1], ref[2]) if allowed else None
         if cls is None:
             raise BadValue(f"a {ref[1][:40]}.{ref[2][:40]} is not rebuilt here (only standard-library value types are)")
         return cls
@@ -780,6 +821,14 @@ class Decoder:
 
     def handle_(self, encoded, depth):
         return self.handle(encoded)
+
+    def kept_(self, encoded, depth):
+        if not (_is_list(encoded, 3) and _is_list(encoded[1]) and encoded[1] and encoded[1][0] == "h"):
+            raise BadValue("malformed kept value")
+        value = self._value(encoded[2], depth)
+        if type(value) not in KEPT_BASES:
+            raise BadValue("a kept value must hold a builtin value")
+        return value if self.kept is None else self.kept(encoded[1], value)
 
     def builtin_(self, encoded, depth):
         name = encoded[1]
@@ -859,7 +908,42 @@ def _builtin_name(value) -> str | None:
 REBUILT_MODULES = frozenset(
     ("datetime", "collections", "fractions", "decimal", "enum", "array", "ipaddress", "uuid", "statistics", "string")
 )
-REBUILT_CLASSES = frozenset((("types", "SimpleNamespace"),))
+REBUILT_CLASSES = frozenset(
+    (
+        ("types", "SimpleNamespace"),
+        ("time", "struct_time"),
+        ("pathlib", "PurePath"),
+        ("pathlib", "PurePosixPath"),
+        ("pathlib", "PureWindowsPath"),
+    )
+)
+# What the judge may send and the program's side rebuild, never the other way: callables the test passes
+# (``itemgetter(1)``, ``partial(add, 3)``), which the program then runs on its own values. The judge's side never
+# rebuilds one the program sends, so no callable of the program's choosing runs in the judge.
+SENT_CLASSES = frozenset(
+    (("operator", "itemgetter"), ("operator", "attrgetter"), ("operator", "methodcaller"), ("functools", "partial"))
+)
+# The builtin bases of the program's own classes kept as handles with their value (see ``Encoder._kept``).
+KEPT_BASES = (int, float, complex, str, bytes, tuple, frozenset, list, dict, set, bytearray)
+
+
+def _plain_value(value, base):
+    """The builtin value an object of a subclass of ``base`` holds, read by the base's own methods."""
+    if base in (list, tuple, set, frozenset):
+        return base(base.__iter__(value))
+    if base is dict:
+        return dict(dict.items(value))
+    if base is int:
+        return int.__index__(value)
+    if base is str:
+        return str.__str__(value)
+    if base is float:
+        return float.__float__(value)
+    if base is complex:
+        return complex(complex.__getattribute__(value, "real"), complex.__getattribute__(value, "imag"))
+    return base(memoryview(value))
+
+
 _RECONSTRUCTED_BASES_BY_NAME = {kind.__name__: kind for kind in (object, list, dict, set, int, float, str, tuple)}
 _RECONSTRUCTED_BASES = frozenset(_RECONSTRUCTED_BASES_BY_NAME.values())
 
@@ -1059,6 +1143,9 @@ _DECODERS = {
     "e": Decoder.task_enum_,
     "ref": Decoder.ref_,
     "h": Decoder.handle_,
+    "ci": Decoder.handle_,
+    "jo": Decoder.handle_,
+    "hv": Decoder.kept_,
     "cb": Decoder.handle_,
     "exc": Decoder.handle_,
     "bi": Decoder.builtin_,
@@ -1069,15 +1156,6 @@ _DECODERS = {
 
 
 # --------------------------------------------------------------------------- calls both ways
-
-
-class RemoteError(Exception):
-    """An exception the other side raised while answering: its type name and message."""
-
-    def __init__(self, type_name: str, message: str):
-        super().__init__(f"{type_name}: {message}")
-        self.type_name = type_name
-        self.message = message
 
 
 class Peer:
@@ -1103,3 +1181,28 @@ class Peer:
                 return body
             else:
                 raise BadValue("malformed message")
+
+
+# the binary operators either side applies by name to a value it holds (the judge to a builtin value a program
+# object carries, the program to its own objects): one table, so both sides mean the same thing by a name
+BINARY_OPERATORS = {
+    "eq": operator.eq,
+    "ne": operator.ne,
+    "lt": operator.lt,
+    "le": operator.le,
+    "gt": operator.gt,
+    "ge": operator.ge,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+    "lshift": operator.lshift,
+    "rshift": operator.rshift,
+    "matmul": operator.matmul,
+}
