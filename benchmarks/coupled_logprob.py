@@ -87,7 +87,7 @@ class Workload:
     input_ids: torch.Tensor  # [B, L]
     attention_mask: torch.Tensor  # [B, L]
     completion_mask: torch.Tensor  # [B, L] bool
-    views: object  # diffugrpo_plugin.core.masking.MaskedViews, [3, B, L]
+    views: object  # diffugrpo_plugin.core.views.MaskedViews, [3, B, L]
 
 
 def build_workload(settings: Settings, lean_mlp: bool = False) -> Workload:

@@ -36,12 +36,24 @@ standard error. A plot of ``CV`` and ``rel grad var`` with those intervals is wr
     python benchmarks/estimator_variance.py                       # warm-started tiny model, ~2 min on 2 cores
     python benchmarks/estimator_variance.py --model PATH --completions 4 --draws 100 --grad-params 'lm_head'
     python benchmarks/estimator_variance.py --random-model --draws 40  # the untrained tiny model (a smoke run)
-    python benchmarks/estimator_variance.py --published  # also EBPO's and SPG's ELBO at K views (#61)
+    python benchmarks/estimator_variance.py --published  # also EBPO's, SPG's and trajectory replay's (#61)
+
+``--published`` adds the estimators of issue 61, each at ``K`` forward passes:
+
+* ``ebpo xK``: EBPO's per-block stratified masking, ``K`` views, blocks of ``PUBLISHED_BLOCK`` tokens;
+* ``spg elbo xK`` / ``spg eubo xK``: SPG's block-wise views (``K`` of them, one draw), combined into its lower bound
+  (the estimate of a positive advantage) or into its upper bound alone (``omega = 1``, a non-positive advantage's
+  term: the log-mean-exp over views, ``beta = 1.5``), through the masker's own ``combine``;
+* ``trace replay``: trajectory replay of the completions' own denoising trace (sampled with it kept), steps merged
+  in ``ceil(sampler steps / K)`` groups so that it takes about ``K`` passes. Its views follow the trace alone: no
+  mask is drawn, so the estimate does not vary across draws (its randomness is the rollout's), and it estimates the
+  log-likelihood of the trajectory the sampler took, not the completion's ELBO.
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import math
 import re
 import statistics
@@ -53,7 +65,9 @@ import torch
 
 from diffugrpo_plugin.core.estimators.ebpo import make_ebpo
 from diffugrpo_plugin.core.estimators.spg import make_spg
-from diffugrpo_plugin.core.masking import MaskedViews, Masker, make_coupled, make_d1, make_sft
+from diffugrpo_plugin.core.estimators.trace_replay import make_trace_replay
+from diffugrpo_plugin.core.masking import Masker, make_coupled, make_d1, make_sft
+from diffugrpo_plugin.core.views import MaskedViews
 
 # t quantiles (0.975) by degrees of freedom: the batch-means interval with few groups needs Student's t
 T_975 = {
@@ -76,8 +90,9 @@ T_975 = {
 }
 
 Scorer = Callable[[MaskedViews], torch.Tensor]
+"""views [V, B, L] -> each view's log-prob of the tokens it scores, ``log p(x | noisy[v])`` where ``coef[v] != 0``,
+0 elsewhere [V, B, L] (what the training engine's pass hands a masker's ``combine``)."""
 PUBLISHED_BLOCK = 16  # algorithm=ebpo / spg's block_length on the default job
-"""views [V, B, L] -> the combined estimate ``sum_v coef[v] * log p(x | noisy[v])`` per token [B, L]."""
 
 
 @dataclass(frozen=True)
@@ -87,12 +102,18 @@ class Estimator:
     name: str
     masker: Masker
     draws_per_estimate: int = 1
+    # the advantage's sign a masker's combine() is told (SPG: positive -> the ELBO, not -> its upper-bound side);
+    # None: the passes before the advantages
+    positive: bool | None = None
 
 
-def estimators(passes: int = 3, eps: float = 1e-3, published: bool = False) -> list[Estimator]:
+def estimators(
+    passes: int = 3, eps: float = 1e-3, published: bool = False, trace_steps: int | None = None
+) -> list[Estimator]:
     """The four estimators of the table, each costing ``passes`` forward passes but the single random mask
-    (``eps``: the random masks' smallest mask rate, LLaDA's 1e-3 by default); with ``published`` also EBPO's and
-    SPG's ELBO (its estimate for positive advantages) at ``passes`` views, blocks of ``PUBLISHED_BLOCK`` tokens."""
+    (``eps``: the random masks' smallest mask rate, LLaDA's 1e-3 by default); with ``published`` also EBPO's, SPG's
+    ELBO and EUBO at ``passes`` views (blocks of ``PUBLISHED_BLOCK`` tokens) and, given the sampler's ``trace_steps``,
+    trajectory replay with ``ceil(trace_steps / passes)`` steps a view."""
     chosen = [
         Estimator("coupled", make_coupled()),
         Estimator(f"d1 x{passes}", make_d1(), passes),
@@ -103,7 +124,14 @@ def estimators(passes: int = 3, eps: float = 1e-3, published: bool = False) -> l
         chosen += [
             Estimator(f"ebpo x{passes}", make_ebpo(block_length=PUBLISHED_BLOCK, num_views=passes)),
             Estimator(f"spg elbo x{passes}", make_spg(block_length=PUBLISHED_BLOCK, num_views=passes)),
+            Estimator(
+                f"spg eubo x{passes}",
+                make_spg(block_length=PUBLISHED_BLOCK, num_views=passes, omega=1.0),
+                positive=False,
+            ),
         ]
+        if trace_steps is not None:
+            chosen.append(Estimator("trace replay", make_trace_replay(shrink=math.ceil(trace_steps / passes))))
     return chosen
 
 
@@ -116,6 +144,7 @@ class Batch:
     completion_mask: torch.Tensor  # [B, L] bool
     prompt_mask: torch.Tensor  # [B, L] bool
     mask_id: int
+    trace: torch.Tensor | None = None  # [B, L] the step the sampler decided each completion token at, -1 elsewhere
 
 
 def estimate(estimator: Estimator, scorer: Scorer, batch: Batch, seeds: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -124,11 +153,21 @@ def estimate(estimator: Estimator, scorer: Scorer, batch: Batch, seeds: torch.Te
     Row ``d`` of ``seeds`` seeds the ``d``-th of the ``draws_per_estimate`` masker calls averaged.
     """
     total, passes = 0.0, 0
+    masker = estimator.masker
+    options = {"trace": batch.trace} if "trace" in inspect.signature(masker.views).parameters else {}
     for draw_seeds in seeds:
-        views = estimator.masker.views(
-            batch.input_ids, batch.completion_mask, batch.mask_id, draw_seeds, batch.prompt_mask
+        views = masker.views(
+            batch.input_ids, batch.completion_mask, batch.mask_id, draw_seeds, batch.prompt_mask, **options
         )
-        total = total + (scorer(views) * batch.completion_mask).sum(-1)  # [B]
+        per_view = scorer(views)  # [V, B, L]
+        if callable(getattr(masker, "combine", None)):  # as the engine combines them
+            positive = None
+            if estimator.positive is not None:
+                positive = torch.full((len(draw_seeds),), estimator.positive, dtype=torch.bool)
+            logp = masker.combine(per_view, views, batch.completion_mask, positive)  # [B, L]
+        else:
+            logp = (per_view * views.coef.to(per_view)).sum(0)  # [B, L]
+        total = total + (logp * batch.completion_mask).sum(-1)  # [B]
         passes += views.num_views
     return total / len(seeds), passes
 
@@ -230,7 +269,10 @@ def measure(
 
 
 def ratio(value: Interval, baseline: Interval) -> str:
-    """``value / baseline`` with an approximate 95% interval (the relative errors added in quadrature)."""
+    """``value / baseline`` with an approximate 95% interval (the relative errors added in quadrature); ``0 (none)``
+    for a statistic that is 0 in every group (an estimate that does not vary)."""
+    if value.high == 0:
+        return "0 (none)"
     point = value.value / baseline.value
     relative = (
         math.hypot((value.high - value.low) / 2 / value.value, (baseline.high - baseline.low) / 2 / baseline.value)
@@ -321,6 +363,7 @@ def completions_batch(lm, tokenizer, count: int, new_tokens: int, sampler_steps:
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     prompt_ids, prompt_mask = left_pad(prompts, pad)
     sampler = build_sampler("entropy", steps=sampler_steps, temperature=1.0, top_p=0.95)
+    # the trace kept for trajectory replay
     with torch.no_grad():
         output = sampler.generate(
             lm,
@@ -330,19 +373,21 @@ def completions_batch(lm, tokenizer, count: int, new_tokens: int, sampler_steps:
             eos_token_id=tokenizer.eos_token_id,
             pad_token_id=pad,
             seeds=[seed + i for i in range(count)],
+            record_trace=True,
         )
     input_ids = torch.cat([prompt_ids, output.completion_ids], 1)  # [B, P + N]
     completion = torch.cat([torch.zeros_like(prompt_mask), output.completion_mask], 1).bool()  # [B, P + N]
     attention = torch.cat([prompt_mask, torch.ones_like(output.completion_mask)], 1)  # [B, P + N]
     prompt_real = torch.cat([prompt_mask, torch.zeros_like(output.completion_mask)], 1).bool()  # [B, P + N]
-    return Batch(input_ids, attention, completion, prompt_real, lm.mask_token_id)
+    trace = torch.cat([torch.full_like(prompt_ids, -1), output.unmask_step], 1)  # [B, P + N]
+    return Batch(input_ids, attention, completion, prompt_real, lm.mask_token_id, torch.where(completion, trace, -1))
 
 
 def model_scorer(lm, batch: Batch) -> Scorer:
-    """The training engine's coupled pass on ``lm``."""
+    """The training engine's coupled pass on ``lm``: each view's log-probs."""
     from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 
-    return lambda views: coupled_token_logprobs(lm, views, batch.input_ids, batch.attention_mask).logp
+    return lambda views: coupled_token_logprobs(lm, views, batch.input_ids, batch.attention_mask).per_view
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -356,7 +401,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--groups", type=int, default=10, help="batch-means groups for the confidence intervals")
     parser.add_argument("--passes", type=int, default=3, help="forward passes of the multi-draw estimators (K)")
     parser.add_argument(
-        "--published", action="store_true", help="also EBPO's and SPG's (ELBO) estimates, K views each (#61)"
+        "--published",
+        action="store_true",
+        help="also EBPO's, SPG's (ELBO, EUBO) and trajectory replay's estimates, about K passes each (#61)",
     )
     parser.add_argument(
         "--grad-params",
@@ -396,7 +443,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     results = [
         measure(estimator, scorer, batch, args.draws, args.groups, args.seed + index, params)
-        for index, estimator in enumerate(estimators(args.passes, published=args.published))
+        for index, estimator in enumerate(
+            estimators(args.passes, published=args.published, trace_steps=args.sampler_steps)
+        )
     ]
     print_table(results)
     plot(results, args.plot)

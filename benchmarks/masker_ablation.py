@@ -17,7 +17,7 @@ validation functions, N completions each sampled as the rollout samples) and hel
 (``val-aux/synthetic/reward/mean@N``) at the first validation (step 0, before any update) and the last; and the training ``code`` reward, mean of the first
 and of the last 4 steps, and on the prompts drawn more than once at their first and last draw (the
 console's learning line). Step time is verl's ``perf/time_per_step`` averaged over the steps after the first;
-memory verl's ``perf/max_memory_allocated_gb`` at its largest (an accelerator's; "-" on a CPU-only host). The table gives each masker's mean and standard deviation over seeds, then every
+memory verl's ``perf/max_memory_allocated_gb`` at its largest (an accelerator's; "-" on a CPU-only host). The table gives each masker's mean and standard deviation over seeds (a change's standard error; the costs' median, range and ratio to coupled's median), then every
 run. A run whose results exist is not run again, so an interrupted ablation picks up where it stopped.
 
     python benchmarks/masker_ablation.py                      # 6 estimators x seeds 0 1 2, ~4 min a run on 2 cores
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -134,9 +135,31 @@ def run(masker: str, seed: int, out: Path, extra: list[str]) -> dict[str, float]
 
 
 def spread(values: list[float], signed: bool = False) -> str:
+    """The mean over seeds ± their sample standard deviation."""
     mean = statistics.fmean(values)
     text = f"{mean:+.3f}" if signed else f"{mean:.3f}"
     return f"{text} ± {statistics.stdev(values):.3f}" if len(values) > 1 else text
+
+
+def change(values: list[float]) -> str:
+    """A change's mean over seeds ± its standard error (the sample standard deviation over sqrt(seeds))."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return f"{mean:+.3f}"
+    return f"{mean:+.3f} ± {statistics.stdev(values) / math.sqrt(len(values)):.3f}"
+
+
+def median_range(values: list[float]) -> str:
+    """The median over seeds and, with more than one, the range (a cost: one run beside another job is an outlier)."""
+    text = f"{statistics.median(values):.3f}"
+    return f"{text} ({min(values):.3f}-{max(values):.3f})" if len(values) > 1 else text
+
+
+def relative(runs: list[dict[str, float]], baseline: list[dict[str, float]] | None, label: str) -> str:
+    """The median of ``label`` over ``runs`` against the baseline's (``x1.20``: 20% more); "-" unless both logged it."""
+    if not baseline or not all(label in r for r in runs + baseline):
+        return "-"
+    return f"x{statistics.median(r[label] for r in runs) / statistics.median(r[label] for r in baseline):.2f}"
 
 
 def has_redrawn(run: dict[str, float]) -> bool:
@@ -147,30 +170,29 @@ def _redrawn(run: dict[str, float]) -> str:
     return f"{run['code redrawn first']:.3f} -> {run['code redrawn last']:.3f}" if has_redrawn(run) else "-"
 
 
-def _optional(runs: list[dict[str, float]], label: str) -> str:
-    return spread([r[label] for r in runs]) if all(label in r for r in runs) else "-"
-
-
 def table(results: dict[str, dict[int, dict[str, float]]]) -> str:
     lines = [
-        "| masker | seeds | held-out pass@1 before -> after | change | held-out total reward before -> after | "
-        "change | train code reward, first 4 -> last 4 steps | code on the prompts drawn again, first -> last draw | "
-        "step seconds | memory GiB |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| masker | seeds | held-out pass@1 before -> after | change ± s.e. | held-out total reward before -> after | "
+        "change ± s.e. | train code reward, first 4 -> last 4 steps | code on the prompts drawn again, first -> last "
+        "draw | step seconds | x coupled | memory GiB | x coupled |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    baseline = list(results["coupled"].values()) if "coupled" in results else None
     for masker, by_seed in results.items():
         runs = list(by_seed.values())
         cells = [masker, " ".join(str(seed) for seed in by_seed)]
         for label in HELD_OUT:
             before, after = [r[f"{label} before"] for r in runs], [r[f"{label} after"] for r in runs]
-            cells += [f"{spread(before)} -> {spread(after)}", spread([a - b for a, b in zip(after, before)], True)]
+            cells += [f"{spread(before)} -> {spread(after)}", change([a - b for a, b in zip(after, before)])]
         cells.append(f"{spread([r['code first'] for r in runs])} -> {spread([r['code last'] for r in runs])}")
         cells.append(
             f"{spread([r['code redrawn first'] for r in runs])} -> {spread([r['code redrawn last'] for r in runs])}"
             if all(map(has_redrawn, runs))
             else "-"
         )
-        cells += [_optional(runs, "step seconds"), _optional(runs, "memory GiB")]
+        for label in ("step seconds", "memory GiB"):
+            logged = all(label in r for r in runs)
+            cells += [median_range([r[label] for r in runs]) if logged else "-", relative(runs, baseline, label)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",

@@ -78,7 +78,7 @@ def coupled_logprobs(module, lm, input_ids, attention, positions, prompt_length:
     """DiffuCoder's coupled per-token log-probs of the completion, written plainly.  # [B, N]"""
     import torch
 
-    from diffugrpo_plugin.coupled import forward_process
+    from diffugrpo_plugin.diffucoder_compat import forward_process
     from diffugrpo_plugin.models.dlm import align_logits
 
     rows, length = input_ids.shape

@@ -126,8 +126,13 @@ def diffugrpo_maskers() -> dict[str, Callable[..., Any]]:
     off the completion (``actor_rollout_ref.model.diffusion.record_trace=true`` makes the rollout record it and
     the batch carry it; ``None`` without it).
 
+    A masker whose ``views`` declares a keyword ``block_ids`` masks per block: for a block-diffusion model (SDAR,
+    LLaDA2.x) the engine hands it ``block_ids [B, L]`` int64, each token's block on the model's grid
+    (``block_origin``; non-decreasing along a row), and runs each view in the ``[x_t | x_0]`` layout, where a noisy
+    block sees only itself and the clean blocks before it. The engine refuses a masker without it for such a model.
+
     See :class:`diffugrpo_plugin.core.masking.Masker` and
-    :class:`~diffugrpo_plugin.core.masking.MaskedViews` for the coefficient rule, and
+    :class:`~diffugrpo_plugin.core.views.MaskedViews` for the coefficient rule, and
     ``examples/custom_masker/`` for a complete third-party masker.
     """
 

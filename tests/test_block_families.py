@@ -207,7 +207,14 @@ def checkpoint_without_mask_token(tmp_path: Path, name: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("name", list(PUBLISHED))
+# the two largest (a meta-device build of every expert) run with the slow tests
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(name, marks=pytest.mark.slow) if name in ("sdar_30b_a3b", "llada2_flash") else name
+        for name in PUBLISHED
+    ],
+)
 def test_check_model_resolves_the_published_configs(name, tmp_path, capsys):
     family, block, block_source, mask, mask_source, parameters, _ = PUBLISHED[name]
     path = checkpoint_without_mask_token(tmp_path, name)
@@ -229,9 +236,16 @@ def test_check_model_resolves_the_published_configs(name, tmp_path, capsys):
         assert r["active_parameters"] < r["parameters"] / 5  # e.g. 30B-A3B: about 3B of 30B active
         assert report["estimate"]["flops"]["forward"] < 2 * r["parameters"] * 5 * 456
     assert report["estimate"]["memory"]["total_gib"] > 0
+    # the coupled pass runs [x_t | x_0]: the estimate counts 2L tokens a view and the [2L, 2L] boolean mask
+    assert report["estimate"]["setup"]["block_layout"] is True
+    terms = {term["name"]: term for term in report["estimate"]["memory"]["terms"]}
+    setup = report["estimate"]["setup"]
+    doubled = 2 * (setup["prompt_length"] + setup["completion_length"])
+    assert terms["block layout: boolean [x_t | x_0] attention mask"]["bytes"] == 3 * setup["batch"] * doubled**2
     text_code = cli_main(["check-model", str(path), "--config-only"])
     text = capsys.readouterr().out
     assert text_code == 0 and f"block size          {block}, from {block_source}" in text
+    assert "(each run as [x_t | x_0], twice as long: the block layout)" in text
 
 
 def test_detection_of_the_block_families():

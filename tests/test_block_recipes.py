@@ -70,3 +70,22 @@ PUBLISHED = {
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_block_recipe_carries_the_published_settings(name):
     assert carried(recipe(name)) == PUBLISHED[name]
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_block_recipe_builds_its_block_sampler(name):
+    """The recipe's rollout settings, merged with the shipped full-canvas defaults, build the block sampler (the
+    shipped kv_cache / compact / steps: 32 are left out, not handed to it)."""
+    from diffugrpo_plugin.integration.sampler_choice import sampler_choice
+    from diffugrpo_plugin.sampling import build_sampler
+
+    sampler, settings, _ = sampler_choice(recipe(name))
+    built = build_sampler(sampler, **settings)
+    size = PUBLISHED[name]["block sampler"][1]
+    plan = built.plan(PUBLISHED[name]["family, native"][0], size)
+    assert (sampler, plan.block_size, plan.rule, plan.block_origin) == (
+        "block",
+        size,
+        PUBLISHED[name]["block sampler"][3],
+        "sequence",
+    )

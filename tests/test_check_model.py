@@ -371,7 +371,7 @@ def error_case(request, tmp_path):
     if case == "remote not trusted":
         return [request.getfixturevalue("dream_standin"), "--implementation", "remote"], ["--trust-remote-code"]
     if case == "settings need remote code":
-        from diffugrpo_plugin.models.dlm import read_model_config
+        from diffugrpo_plugin.models.load_plan import read_model_config
 
         config = {**read_model_config(request.getfixturevalue("llada_standin")), "block_type": "sequential"}
         return [write_config(tmp_path / "sequential", config)], ["block_type='sequential'", "--trust-remote-code"]
@@ -412,6 +412,7 @@ def run_module(*argv: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_subprocess_exit_codes_and_no_traceback(tiny_model_path, tmp_path):
     """As a user runs it: 0 with one JSON line; 2 with one stderr line for a missing path and for a config no
     family fits (which fails after torch and transformers are loaded); never a traceback."""
@@ -527,6 +528,28 @@ def test_memory_terms_by_hand_with_checkpointing():
     assert f"{8_052_516_800 / 2**30:>9.3f}  peak in update" in table and "phases (GiB): held 4.657" in table
     # the 4 workers' reference shards, 1e9 bytes each, on their node's host
     assert f"{1e9 / 2**30:.3f} GiB per trainer worker, {4e9 / 2**30:.3f} GiB for the 4 on a node" in table
+
+
+def test_the_block_layout_doubles_the_trained_tokens_and_adds_its_mask():
+    """A block-diffusion model's coupled pass runs each view as [x_t | x_0] (2 x 250 = 500 tokens) under a boolean
+    [500, 500] mask per sequence: by hand on ONE_B_STEP (checkpointing, lean MLP), only those terms change."""
+    plain = terms_by_name(step_memory.memory_estimate(ONE_B, ONE_B_STEP))
+    block = terms_by_name(step_memory.memory_estimate(ONE_B, dataclasses.replace(ONE_B_STEP, block_layout=True)))
+    rows = 3 * 4 * 500  # 3 views x 4 completions x 2 x (100 + 150) tokens = 6,000 token rows
+    norm = 4 * 2048 + 2 * 2 * 2048
+    lean_layer_saved = 2 * norm + 2 * (2 * 2048 + 2 * 512 + 2 * 8192)
+    backward = 2 * (2 * 2048 + 3 * 8192)
+    changed = {
+        "activations: kept layer inputs (checkpointing)": ("update", rows * (16 * 2048 * 2 + norm)),  # 491.52e6
+        "activations: one layer recomputed + its backward": ("update", rows * (lean_layer_saved + backward)),
+        "block layout: boolean [x_t | x_0] attention mask": ("update", 12 * 500 * 500),  # 3.0e6, 1 byte each
+    }
+    assert set(block) == set(plain) | set(changed)
+    for name, (phase, value) in block.items():
+        assert (phase, value) == (changed[name] if name in changed else plain[name]), name
+    # 245.76e6 + 399.36e6 more activations (twice the tokens) and the 3.0e6 mask
+    update = sum(value for phase, value in block.values() if phase == "update")
+    assert update - sum(value for phase, value in plain.values() if phase == "update") == pytest.approx(648.12e6)
 
 
 def test_the_sampler_takes_as_many_rows_as_its_budget_allows():

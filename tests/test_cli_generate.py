@@ -169,7 +169,7 @@ def test_seed_help_says_it_does_nothing_at_temperature_zero(command, capsys):
 def test_adapter_flag_generates_as_the_merged_model(checkpoint, tmp_path, capsys):
     """``--adapter`` merges a LoRA folder into ``--model``: the completions are the merged checkpoint's. A folder
     that holds no adapter is a one-line error naming it."""
-    from test_engine_ray import saved_merged_model, saved_random_adapter
+    from engine_support import saved_merged_model, saved_random_adapter
 
     adapter = saved_random_adapter(checkpoint, tmp_path / "adapter")
     merged = saved_merged_model(checkpoint, adapter, tmp_path / "merged")
@@ -197,8 +197,7 @@ def test_load_in_4bit_applies_the_adapter_to_the_4bit_base(checkpoint, tmp_path,
 
     from diffugrpo_plugin.cli.model_flags import load_model
     from diffugrpo_plugin.models.dlm import load_pretrained
-    from test_engine_ray import saved_merged_model, saved_random_adapter
-    from test_qlora import saved_dequantized
+    from engine_support import saved_dequantized, saved_merged_model, saved_random_adapter
 
     adapter = saved_random_adapter(checkpoint, tmp_path / "adapter")
     formula = saved_merged_model(saved_dequantized(checkpoint, tmp_path / "dequantized"), adapter, tmp_path / "merged")
@@ -213,3 +212,18 @@ def test_load_in_4bit_applies_the_adapter_to_the_4bit_base(checkpoint, tmp_path,
         torch.testing.assert_close(
             lm.module(input_ids=ids).logits, load_pretrained(formula).eval()(input_ids=ids).logits, rtol=0, atol=1e-4
         )
+
+
+@pytest.mark.parametrize("family, sampler", [("dream", "entropy"), ("sdar", "block")])
+def test_without_sampler_the_model_familys_runs(family, sampler, tmp_path, capsys):
+    """No --sampler: the family's (ModelFamily.default_sampler), the same completions as naming it."""
+    from diffugrpo_plugin.models.tiny import TinySpec, save_tiny_model
+
+    spec = TinySpec(family=family, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2, intermediate_size=64)
+    argv = ["--model", str(save_tiny_model(tmp_path / family, spec)), "--prompt", "def add(a, b):"]
+    argv += ["--max-new-tokens", "8", "--seed", "3", "--json"]
+    outputs = []
+    for named in ([], ["--sampler", sampler]):
+        assert main(argv + named) == 0
+        outputs.append([json.loads(line) for line in capsys.readouterr().out.splitlines()])
+    assert outputs[0] == outputs[1] and outputs[0][0]["length"] >= 1

@@ -230,7 +230,7 @@ def test_coupled_pass_with_the_installed_masker_equals_its_formula(installed):
 
 
 def test_the_example_estimator_combines_views_by_a_log_mean_exp(monkeypatch):
-    from diffugrpo_plugin.core.masking import MaskedViews
+    from diffugrpo_plugin.core.views import MaskedViews
 
     monkeypatch.syspath_prepend(str(EXAMPLE))
     from diffugrpo_example_masker.logmeanexp import make_logmeanexp

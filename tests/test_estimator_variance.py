@@ -15,11 +15,21 @@ then ``sum_v coef[v, l] * a_l``, and every estimator's mean and variance follow 
 
 The gradient of ``S / tokens`` with respect to ``a`` is the coefficient vector over ``tokens``, so its
 total variance is the same expression with every ``a_l^2`` replaced by ``1 / tokens^2``.
+
+The published rows (``--published``), on the same stand-in:
+
+* SPG's EUBO at 3 views: the 5 tokens are one block (blocks of 16), so each view masks ``m ~ U{1..5}`` tokens, a
+  uniform subset ``M_v`` (``t_v = m / 5``); token ``l``'s term is ``a_l + (1 / beta) log(mean_v 1{l in M_v} / t_v)``
+  and ``S = 5 / |U| x`` their sum over the tokens ``U`` some view masks; ``S``'s mean and variance, and those of the
+  gradient ``1{l in U} / |U|``, are sums over the ``31^3`` joint outcomes, enumerated here.
+* trajectory replay: every decided token is scored once, weight 1, whatever the trace: ``S = sum_l a_l`` exactly,
+  variance 0 (no mask is drawn).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import sys
 from pathlib import Path
@@ -41,6 +51,7 @@ def bench():
 
 PROMPT, COMPLETION = 3, 5
 A = torch.tensor([-0.5, -1.0, -2.0, -0.25, -3.0], dtype=torch.float64)
+TRACE = [0, 2, 1, 3, 1]  # the step each completion token was decided at; 4 steps
 
 
 def closed_form_setup(bench):
@@ -54,11 +65,12 @@ def closed_form_setup(bench):
         completion_mask=completion,
         prompt_mask=~completion,
         mask_id=99,
+        trace=torch.tensor([[-1] * PROMPT + TRACE]),
     )
     per_position = torch.cat([torch.zeros(PROMPT, dtype=torch.float64), a])  # the log-prob a view gives each token
 
-    def scorer(views):  # [V, B, L] -> [B, L]: what coupled_token_logprobs returns for this model
-        return (views.coef.double() * per_position).sum(0)
+    def scorer(views):  # [V, B, L] -> [V, B, L]: coupled_token_logprobs' per-view log-probs for this model
+        return torch.where(views.coef != 0, per_position, 0.0)
 
     return batch, scorer, a
 
@@ -100,6 +112,57 @@ def test_variance_matches_the_closed_form(bench, index):
     assert result.grad_variance.low <= grad_variance <= result.grad_variance.high
     assert result.variance.high - result.variance.low < 0.25 * variance
     assert result.grad_variance.high - result.grad_variance.low < 0.25 * grad_variance
+
+
+def spg_eubo_by_enumeration(views: int = 3, beta: float = 1.5) -> tuple[float, float, float]:
+    """(mean S, var S, gradient total variance) of SPG's EUBO on the stand-in, over every joint outcome."""
+    n = COMPLETION
+    a = A.tolist()
+    # one view: m uniform in 1..n, then a uniform subset of m tokens
+    outcomes = [
+        (frozenset(subset), 1 / n / math.comb(n, m))
+        for m in range(1, n + 1)
+        for subset in itertools.combinations(range(n), m)
+    ]
+    mean = square = 0.0
+    grad_mean = [0.0] * n
+    grad_square = 0.0
+    for joint in itertools.product(outcomes, repeat=views):
+        probability = math.prod(p for _, p in joint)
+        covered = frozenset().union(*(subset for subset, _ in joint))
+        terms = [
+            a[token] + math.log(sum(n / len(subset) for subset, _ in joint if token in subset) / views) / beta
+            for token in covered
+        ]
+        value = n / len(covered) * sum(terms)
+        mean += probability * value
+        square += probability * value**2
+        for token in covered:
+            grad_mean[token] += probability / len(covered)
+        grad_square += probability / len(covered)  # ||g||^2 = |U| x (1 / |U|)^2
+    return mean, square - mean**2, grad_square - sum(g**2 for g in grad_mean)
+
+
+def test_the_published_rows_match_their_closed_forms(bench):
+    batch, scorer, a = closed_form_setup(bench)
+    rows = {e.name: e for e in bench.estimators(3, eps=EPS, published=True, trace_steps=len(set(TRACE)))}
+    assert list(rows)[4:] == ["ebpo x3", "spg elbo x3", "spg eubo x3", "trace replay"]
+    eubo = bench.measure(rows["spg eubo x3"], scorer, batch, draws=3000, groups=10, seed=2, params=[a])
+    mean, variance, grad_variance = spg_eubo_by_enumeration()
+    assert eubo.passes == 3
+    assert eubo.mean == pytest.approx(mean, rel=0.02)
+    assert eubo.variance.low <= variance <= eubo.variance.high
+    assert eubo.grad_variance.low <= grad_variance <= eubo.grad_variance.high
+    assert eubo.variance.high - eubo.variance.low < 0.5 * variance  # a log of a mean of 1 / t: heavy-tailed
+    elbo = bench.measure(rows["spg elbo x3"], scorer, batch, draws=200, groups=10, seed=11)
+    assert elbo.mean == pytest.approx(float(A.sum()), rel=0.05)  # the stand-in's ELBO: a mean of masked a_l, x 5
+    # the bound's log-mean-exp over 3 views lies below its limit (Jensen: E log(mean_v 1{l in M_v} / t_v) < log 1)
+    assert mean < float(A.sum())
+    replay = bench.measure(rows["trace replay"], scorer, batch, draws=20, groups=5, seed=0, params=[a])
+    assert replay.passes == 2  # 4 steps in groups of ceil(4 / 3) = 2
+    assert replay.mean == pytest.approx(float(A.sum()))
+    assert replay.variance.high == 0 and replay.grad_variance.high == 0
+    assert bench.ratio(replay.cv, eubo.cv) == "0 (none)"
 
 
 def test_the_default_random_mask_is_unbiased_and_far_noisier(bench):
@@ -152,6 +215,7 @@ def test_the_script_runs_on_the_tiny_model_and_writes_its_plot(bench, tmp_path, 
             "1",
             "--plot",
             str(plot),
+            "--published",
         ]
     )
     printed = capsys.readouterr().out
@@ -168,3 +232,12 @@ def test_the_script_runs_on_the_tiny_model_and_writes_its_plot(bench, tmp_path, 
     assert [int(row[1]) for row in table] == [3, 3, 1, 3]
     assert table[0][6].startswith("1.00")  # coupled against itself
     assert all(float(row[3]) < 0 for row in table)  # a log-likelihood estimate
+    published = {
+        row[0].strip(): row
+        for row in (line.split(" | ") for line in lines)
+        if row[0].strip() in ("ebpo x3", "spg elbo x3", "spg eubo x3", "trace replay")
+    }
+    assert sorted(published) == ["ebpo x3", "spg elbo x3", "spg eubo x3", "trace replay"]
+    assert [int(published[name][1]) for name in ("ebpo x3", "spg elbo x3", "spg eubo x3")] == [3, 3, 3]
+    assert int(published["trace replay"][1]) <= 2  # 4 sampler steps in groups of 2
+    assert published["trace replay"][6].strip() == "0 (none)"  # the trace is the same in every draw

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from verl.trainer.ppo import core_algos
 
 from diffugrpo_plugin import plugins
-from diffugrpo_plugin.core.masking import MaskedViews
+from diffugrpo_plugin.core.views import MaskedViews
 from diffugrpo_plugin.integration import algorithm
 
 algorithm.register()  # what `import verl` does through our entry point; idempotent

@@ -82,9 +82,9 @@ def test_the_table_gives_mean_and_spread_over_seeds_then_every_run(ablation):
     other = {**run, "pass@1 after": 0.5, "total reward after": 1.6, "code redrawn last": 0.6}
     text = ablation.table({"coupled": {0: run, 1: other}})
     summary = text.splitlines()[2]
-    # changes +0.1 and +0.3: mean +0.2, sample standard deviation 0.141
-    assert summary.startswith("| coupled | 0 1 | 0.200 ± 0.000 -> 0.400 ± 0.141 | +0.200 ± 0.141 |")
-    assert summary.endswith("| 0.300 ± 0.000 -> 0.500 ± 0.141 | - | - |")  # no step time or memory logged
+    # changes +0.1 and +0.3: mean +0.2, sample standard deviation 0.141, standard error 0.141 / sqrt(2) = 0.100
+    assert summary.startswith("| coupled | 0 1 | 0.200 ± 0.000 -> 0.400 ± 0.141 | +0.200 ± 0.100 |")
+    assert summary.endswith("| 0.300 ± 0.000 -> 0.500 ± 0.141 | - | - | - | - |")  # no step time or memory logged
     assert "| coupled | 1 | 0.200 -> 0.500 | 1.000 -> 1.600 | 0.100 -> 0.200 | 0.300 -> 0.600 | 300 |" in text
 
 
@@ -126,8 +126,10 @@ def test_step_time_leaves_out_the_first_step_and_memory_is_the_largest(ablation,
     result = ablation.summarise(tmp_path)
     assert result["step seconds"] == pytest.approx(3.0)  # (2 + 4) / 2: the first step also starts the workers
     assert result["memory GiB"] == pytest.approx(2.5)
-    text = ablation.table({"spg": {0: {**result, "seconds": 60.0}}})
-    assert text.splitlines()[2].endswith("| 3.000 | 2.500 |")
+    coupled = {**result, "step seconds": 2.0, "memory GiB": 2.0, "seconds": 50.0}
+    text = ablation.table({"coupled": {0: coupled}, "spg": {0: {**result, "seconds": 60.0}}})
+    assert text.splitlines()[2].endswith("| 2.000 | x1.00 | 2.000 | x1.00 |")
+    assert text.splitlines()[3].endswith("| 3.000 | x1.50 | 2.500 | x1.25 |")  # 3 / 2 and 2.5 / 2
 
 
 @pytest.mark.parametrize("name", ["wd1", "spg", "ebpo", "tracerl"])

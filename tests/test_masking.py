@@ -69,6 +69,28 @@ def test_coupled_pair_weights_are_unbiased_on_average():
     assert torch.allclose(mean[completion], torch.full_like(mean[completion], 0.5), atol=0.04)
 
 
+def test_the_coupled_pairs_first_half_holds_t_times_the_completion_on_average_given_its_t():
+    """Each completion token joins the pair's first view with probability ``t``: over many seeds, its masked count
+    minus ``n * t`` averages 0, with ``t`` read back from the weights (``0.5 / t`` on the first view, ``0.5 / (1 - t)``
+    on the second, whichever holds a token), and the counts spread over every value from 0 to ``n``."""
+    completion = torch.ones(1, 8, dtype=torch.bool)
+    input_ids = torch.arange(8)[None]
+    masker = make_coupled()
+    excess, counts = [], set()
+    for s in range(3000):
+        views = masker.views(input_ids, completion, MASK, torch.tensor([s]))
+        first, second = views.noisy[1, 0] == MASK, views.noisy[2, 0] == MASK
+        if first.any():
+            t = 0.5 / views.coef[1, 0][first][0].item()
+        else:
+            t = 1 - 0.5 / views.coef[2, 0][second][0].item()
+        excess.append(int(first.sum()) - 8 * t)
+        counts.add(int(first.sum()))
+    # 3 standard errors: given t the count varies by 8 t (1 - t), 1.76 on average over t ~ U(0.2, 0.8)
+    assert abs(np.mean(excess)) < 3 * (1.76 / 3000) ** 0.5
+    assert counts == set(range(9))
+
+
 def test_pair_masker_has_two_views_weighted_without_the_half():
     input_ids, _, completion, _ = left_padded_batch()
     views = make_pair().views(input_ids, completion, MASK, torch.tensor([3, 4]))
@@ -145,35 +167,18 @@ def test_bad_options_and_inputs_say_what_to_fix():
 # --------------------------------------------------------------------------- sft (LLaDA's SFT noising)
 
 
-def test_sft_view_matches_the_documented_draws_by_hand():
-    # The module docstring fixes the draw order: per row, one uniform for t, then one per completion
-    # token in order. Redo those draws here and build the expected mask and weights from the formula.
-    input_ids, _, completion, prompt = left_padded_batch()
-    eps = 1e-3
-    seeds = [5, 6]
-    views = make_sft(eps=eps).views(input_ids, completion, MASK, torch.tensor(seeds), prompt)
-    assert views.num_views == 1 and views.noisy.shape == (1, 2, 10)
-    for b, seed in enumerate(seeds):
-        generator = torch.Generator().manual_seed(seed)
-        u = torch.rand((), generator=generator, dtype=torch.float64).item()
-        t = eps + (1 - eps) * u
-        r = torch.rand(5, generator=generator, dtype=torch.float64)  # the 5 completion tokens
-        expected_masked = torch.zeros(10, dtype=torch.bool)
-        expected_masked[5:] = r < t
-        assert torch.equal(views.noisy[0, b] == MASK, expected_masked)
-        expected_coef = torch.where(expected_masked, 1.0 / t, 0.0).float()
-        assert torch.allclose(views.coef[0, b], expected_coef)
-        assert torch.equal(views.noisy[0, b][~expected_masked], input_ids[b][~expected_masked])
-
-
 def test_sft_masks_only_completion_tokens_each_weighted_one_over_t():
+    """What the view states, whatever order its generator is drawn in: one view; a token is masked exactly where it
+    has a weight; every other token (prompt, padding, the unmasked completion) keeps its id."""
     input_ids, _, completion, prompt = left_padded_batch()
     masker = make_sft()
     for s in range(50):
         views = masker.views(input_ids, completion, MASK, torch.tensor([s, s + 100]), prompt)
+        assert views.num_views == 1 and views.noisy.shape == (1, 2, 10)
         masked = views.noisy[0] == MASK  # [B, L]
         assert not masked[~completion].any()  # prompt and padding are never masked
-        assert (views.coef[0][~masked] == 0).all()
+        assert torch.equal(masked, views.coef[0] > 0)
+        assert torch.equal(views.noisy[0][~masked], input_ids[~masked])
         for b in range(2):
             weights = views.coef[0, b][masked[b]]
             if weights.numel():

@@ -7,23 +7,7 @@ import asyncio
 import pytest
 import torch
 
-from rollout_support import tiny_rollout
-
-
-@pytest.fixture
-def rollout(tiny_model_path):
-    return tiny_rollout(tiny_model_path)
-
-
-def requests(rollout, texts, temperature=1.0):
-    tokenizer = rollout.tokenizer
-    return [
-        {
-            "prompt_ids": tokenizer.encode(text),
-            "sampling_params": {"temperature": temperature, "top_p": 1.0, "top_k": -1},
-        }
-        for text in texts
-    ]
+from rollout_support import CountingRollout, requests, rollout  # noqa: F401 - rollout is a fixture
 
 
 def perturbed_weights(module, scale):
@@ -319,28 +303,6 @@ def test_the_server_process_needs_neither_torch_verl_nor_ray():
         timeout=120,
     )
     assert loaded.stdout.strip() == "[]", loaded.stderr
-
-
-class CountingRollout:
-    """Stands in for DiffusionRollout in the worker's threads: answers each request with its prompt's length."""
-
-    def __init__(self, fail_with: BaseException | None = None):
-        self.fail_with = fail_with
-        self.batches = []
-
-    def generate_batch(self, requests):
-        if self.fail_with is not None:
-            raise self.fail_with
-        self.batches.append(len(requests))
-        return [
-            {
-                "token_ids": [len(r["prompt_ids"])],
-                "global_steps": 1,
-                "generation_batch": "0:1",
-                "generation_seconds": 0.0,
-            }
-            for r in requests
-        ]
 
 
 @pytest.mark.ray

@@ -15,8 +15,7 @@ from diffugrpo_plugin.models.dlm import ModelConfigError
 from diffugrpo_plugin.sampling import SamplerOptionError
 from diffugrpo_plugin.sampling.decoding import factor_choice
 from diffugrpo_plugin.sampling.samplers import EntropySampler, LLaDASampler, MaskGitPlusSampler
-from samplers_support import FAKE_EOS, FAKE_PAD, fake_lm, log_probs, single_thread
-from test_samplers_real import LONG, SHORT, lm_for, run
+from samplers_support import FAKE_EOS, FAKE_PAD, LONG, SHORT, fake_lm, lm_for, log_probs, run, single_thread
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
 

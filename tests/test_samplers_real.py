@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import MASK_ID, build_tiny_module
+from conftest import MASK_ID
 from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError
 from diffugrpo_plugin.sampling import left_pad
 from diffugrpo_plugin.sampling.forward import DualCachedForward, FullForward, PrefixCachedForward
@@ -17,31 +17,9 @@ from diffugrpo_plugin.sampling.samplers import (
     OriginSampler,
     TopKMarginSampler,
 )
-from samplers_support import fake_lm, log_probs, single_thread
+from samplers_support import EOS, LONG, PAD, SHORT, fake_lm, lm_for, log_probs, run, single_thread
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(single_thread)
-
-EOS, PAD = 2, 0
-SHORT = [5, 6, 7]
-LONG = [11, 12, 13, 14, 15, 16, 17, 18]
-
-
-def lm_for(style: str, causal: bool = False) -> DiffusionLM:
-    """A tiny random model with weights drawn wide (std 0.5), so its predictions are peaked.
-
-    At the default init every position is near-uniform and near-tied with its neighbours, so
-    float rounding (~1e-7 between a padded and an unpadded forward) would decide greedy
-    choices; with spread-out logits the comparisons below test the sampler, not the rounding.
-    """
-    module = build_tiny_module(style)
-    module.config.is_causal = causal
-    generator = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for weight in module.parameters():
-            if weight.dim() == 2:
-                weight.copy_(torch.randn(weight.shape, generator=generator) * 0.5)
-    # a causal variant is no diffusion LM by its config: name the calling convention explicitly
-    return DiffusionLM.wrap(module, family="bidirectional")
 
 
 @pytest.fixture(scope="module")
@@ -52,20 +30,6 @@ def dream_lm():
 @pytest.fixture(scope="module")
 def llada_lm():
     return lm_for("llada")
-
-
-def run(sampler, lm, prompts, new_tokens=16, seeds=None, trace=True):
-    ids, mask = left_pad(prompts, PAD)
-    return sampler.generate(
-        lm,
-        ids,
-        mask,
-        new_tokens,
-        eos_token_id=EOS,
-        pad_token_id=PAD,
-        seeds=seeds or list(range(len(prompts))),
-        record_trace=trace,
-    )
 
 
 GREEDY = [

@@ -334,6 +334,7 @@ def _run(args: argparse.Namespace) -> int:
         lora_dropout_inputs=dropped,
         model_dtype=args.model_dtype,
         four_bit_parameters=_four_bit_weights(resolved) if args.load_in_4bit else 0,
+        block_layout=resolution.block_size is not None,
     )
     memory = step_memory.memory_estimate(resolution.shape(), setup)
     flops = step_cost.step_flops(
@@ -520,7 +521,9 @@ def _estimate_text(setup, memory, flops, r, args, adapted_modules: int = 0) -> s
     checkpointing = "on" if setup.gradient_checkpointing else "off"
     head = (
         f"\nmemory per GPU, one training step: {setup.batch} completions x ({setup.prompt_length} + "
-        f"{setup.completion_length}) tokens x {setup.views} views, {_plural(setup.gpus, 'GPU')}, param_dtype "
+        f"{setup.completion_length}) tokens x {setup.views} views"
+        + (" (each run as [x_t | x_0], twice as long: the block layout)" if setup.block_layout else "")
+        + f", {_plural(setup.gpus, 'GPU')}, param_dtype "
         f"{setup.param_dtype}, gradient checkpointing {checkpointing}, rollout micro-batch "
         f"{memory.sampler_rows}"
         + ("" if setup.rollout_micro_batch else f" (from the {setup.sampler_budget_gib:g} GiB sampler budget)")

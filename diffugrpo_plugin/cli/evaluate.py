@@ -48,7 +48,7 @@ GENERATION_ONLY = (
     "device",
     "no_chat_template",
 )
-DEFAULTS = {"sampler": DEFAULT_SAMPLER, "n": 1, "max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "seed": 0, "batch_size": 16}
+DEFAULTS = {"sampler": None, "n": 1, "max_new_tokens": DEFAULT_MAX_NEW_TOKENS, "seed": 0, "batch_size": 16}
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -261,14 +261,18 @@ def _generate(args: argparse.Namespace, problems, ks: list[int]):
             f"(now {chosen['n']}) or lower --k"
         )
     options = _sampler_options(args)
-    sampler = build_sampler(chosen["sampler"], **options)
+    # a named sampler is checked before the model loads; the family's (ModelFamily.default_sampler) once it has
+    sampler = build_sampler(chosen["sampler"], **options) if chosen["sampler"] else None
+    lm, tokenizer = load_model(args)
+    if sampler is None:
+        chosen["sampler"] = lm.family.default_sampler
+        sampler = build_sampler(chosen["sampler"], **options)
     if chosen["n"] > 1 and getattr(sampler, "temperature", None) == 0:
         print(
             "diffugrpo eval: note: temperature 0 makes every sample of a prompt identical; "
             "use -o temperature=... for pass@k with k > 1",
             file=sys.stderr,
         )
-    lm, tokenizer = load_model(args)
     completions = evaluation.generate_completions(
         sampler,
         lm,

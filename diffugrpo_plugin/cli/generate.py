@@ -19,7 +19,7 @@ from diffugrpo_plugin.data.records import checked_field, read_records
 from diffugrpo_plugin.plugins import PluginError, factory_options, registrations
 from diffugrpo_plugin.sampling import SamplerOptionError, build_sampler, left_pad, padding_id
 
-DEFAULT_SAMPLER = "entropy"
+DEFAULT_SAMPLER = "the model family's (entropy; block for SDAR / LLaDA2.x)"  # ModelFamily.default_sampler
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -41,7 +41,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a prompt; repeat for a batch")
     source.add_argument("--prompts", metavar="FILE.jsonl", help='one JSON object per line with a "prompt" string')
-    parser.add_argument("--sampler", default=DEFAULT_SAMPLER, help=f"sampler name (default: {DEFAULT_SAMPLER})")
+    parser.add_argument("--sampler", default=None, help=f"sampler name (default: {DEFAULT_SAMPLER})")
     parser.add_argument(
         "-o",
         "--option",
@@ -140,8 +140,11 @@ def run(args: argparse.Namespace) -> int:
         prompts = read_prompts_jsonl(args.prompts) if args.prompts else list(args.prompt)
         if not prompts:
             raise ValueError("no prompt given: use --prompt TEXT (repeatable) or --prompts FILE.jsonl")
-        sampler = build_sampler(args.sampler, **parse_options(args.option))
+        options = parse_options(args.option)
+        # a named sampler is checked before the model loads; the family's once it has
+        sampler = build_sampler(args.sampler, **options) if args.sampler else None
         lm, tokenizer = load_model(args)
+        sampler = sampler or build_sampler(lm.family.default_sampler, **options)
         results = _generate(sampler, lm, tokenizer, prompts, args)
     except (ValueError, OSError, PluginError, SamplerOptionError, ModelConfigError) as exc:
         print(f"diffugrpo generate: error: {exc}", file=sys.stderr)

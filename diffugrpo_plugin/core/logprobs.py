@@ -1,6 +1,6 @@
 """Coupled per-token log-probabilities without ever holding the vocabulary-wide logits of the batch.
 
-Given a :class:`~diffugrpo_plugin.core.masking.MaskedViews` (``V`` noised copies and a
+Given a :class:`~diffugrpo_plugin.core.views.MaskedViews` (``V`` noised copies and a
 coefficient per view and token), the estimate for token ``(b, l)`` is
 ``sum_v coef[v, b, l] * log p(x[b, l] | noisy[v, b])``.
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from diffugrpo_plugin.core.masking import MaskedViews
+from diffugrpo_plugin.core.views import MaskedViews
 from diffugrpo_plugin.models.dlm import DiffusionLM
 from diffugrpo_plugin.models.family import position_ids_from_mask, unwrap
 from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS

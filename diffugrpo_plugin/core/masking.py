@@ -52,7 +52,9 @@ import numpy as np
 import torch
 
 from diffugrpo_plugin import hookimpl
-from diffugrpo_plugin.core.views import MaskedViews, check_views  # noqa: F401 - part of this module's API
+
+# check_views and MaskedViews stay importable from here, the path the hook documentation named before core.views
+from diffugrpo_plugin.core.views import MaskedViews, check_views  # noqa: F401
 
 
 class Masker(Protocol):

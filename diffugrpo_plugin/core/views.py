@@ -1,7 +1,8 @@
 """What a masker returns: noised views of a batch and the coefficients that combine their log-probs.
 
-Its own module, imported by :mod:`diffugrpo_plugin.core.masking` (which re-exports both names) and by the
-estimators' maskers (:mod:`diffugrpo_plugin.core.estimators`) that the masking module registers.
+Its own module, imported by :mod:`diffugrpo_plugin.core.masking` and by the estimators' maskers
+(:mod:`diffugrpo_plugin.core.estimators`) that the masking module registers; a plugin imports ``MaskedViews`` from here.
+``diffugrpo_plugin.core.masking`` still re-exports both names: the hook documentation named that path before.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def check_views(views: object, shape: tuple[int, ...], masker: str) -> MaskedVie
     if not isinstance(views, MaskedViews):
         raise TypeError(
             f"masker '{masker}' returned {type(views).__name__} from views(); it must return "
-            f"diffugrpo_plugin.core.masking.MaskedViews"
+            f"diffugrpo_plugin.core.views.MaskedViews"
         )
     expected = tuple(shape)
     if views.noisy.dim() != 3 or tuple(views.noisy.shape[1:]) != expected or views.coef.shape != views.noisy.shape:

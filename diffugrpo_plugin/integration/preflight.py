@@ -80,15 +80,13 @@ def _check_rewards(config: DictConfig) -> None:
 
 
 def _check_model(config: DictConfig) -> None:
-    from diffugrpo_plugin.models.dlm import (
-        ModelConfigError,
-        is_hub_id,
+    from diffugrpo_plugin.models.dlm import ModelConfigError, is_hub_id, resolve_mask_token
+    from diffugrpo_plugin.models.load_plan import (
         load_model_config,
         plan_loading,
         planned_meta_model,
         read_model_config,
         remote_classes,
-        resolve_mask_token,
     )
     from diffugrpo_plugin.models.weights import one_line
     from diffugrpo_plugin.training.warm_start import built_if_default
@@ -141,6 +139,7 @@ def _check_model(config: DictConfig) -> None:
                 f"checkpointing. Use our native implementation (actor_rollout_ref.model.diffusion.implementation=auto)"
                 f" or set actor_rollout_ref.model.enable_gradient_checkpointing=false."
             )
+    _check_blocks(config, plan.family, checkpoint_config)
     from diffugrpo_plugin.integration.sampler_choice import sampler_choice
 
     _, sampler, _ = sampler_choice(config)
@@ -155,6 +154,66 @@ def _check_model(config: DictConfig) -> None:
             f"...engine_kwargs.diffusion.fast_path=false, or ...engine_kwargs.diffusion.{cache}=false "
             f"...engine_kwargs.diffusion.cache_refresh=null."
         )
+
+
+MODEL_ORIGIN_KEY = "actor_rollout_ref.model.diffusion.block_origin"
+ROLLOUT_KEY = "actor_rollout_ref.rollout.engine_kwargs.diffusion"
+
+
+def _check_block_origin(config: DictConfig) -> None:
+    """One block grid: training's ``diffusion.block_origin`` a known origin, and the rollout's (which the shipped
+    config sets to it) the same."""
+    from diffugrpo_plugin.sampling.samplers import BLOCK_ORIGIN_DEFAULT, BLOCK_ORIGINS
+
+    trained = OmegaConf.select(config, MODEL_ORIGIN_KEY, default=None)
+    if trained is not None and trained not in BLOCK_ORIGINS:
+        raise ConfigError(f"{MODEL_ORIGIN_KEY}={trained!r}: choose {' or '.join(BLOCK_ORIGINS)}")
+    sampled = OmegaConf.select(config, f"{ROLLOUT_KEY}.block_origin", default=None)
+    if sampled is not None and sampled != (trained or BLOCK_ORIGIN_DEFAULT):
+        raise ConfigError(
+            f"{ROLLOUT_KEY}.block_origin={sampled} differs from {MODEL_ORIGIN_KEY}={trained or BLOCK_ORIGIN_DEFAULT}: "
+            f"the rollout would decode on another block grid than training scores; set one of them only (the "
+            f"rollout's defaults to training's)"
+        )
+
+
+def _check_blocks(config: DictConfig, family, checkpoint_config: dict) -> None:
+    """The sampler and the coupled pass fit the model's attention: the block sampler only on a block-diffusion model
+    and with its block size, never a full-canvas sampler on one; a masker that masks per block and no loss terms for the ``[x_t | x_0]`` layout (what the first rollout or update would refuse)."""
+    from diffugrpo_plugin.core.loss_terms import configured_terms
+    from diffugrpo_plugin.core.masking import masker_options
+    from diffugrpo_plugin.integration.engine import block_training_problem
+    from diffugrpo_plugin.integration.sampler_choice import sampler_choice
+    from diffugrpo_plugin.sampling import build_sampler
+    from diffugrpo_plugin.sampling.contract import SamplerOptionError
+    from diffugrpo_plugin.sampling.fast_path import takes_fast_path
+    from diffugrpo_plugin.sampling.samplers import BlockDiffusionSampler
+
+    block_size, source = family.block_size_of(checkpoint_config)
+    name, settings, _ = sampler_choice(config)
+    sampler = build_sampler(name, **settings)
+    if isinstance(sampler, BlockDiffusionSampler):
+        try:
+            sampler.plan(family.name, block_size)
+        except SamplerOptionError as error:
+            raise ConfigError(f"{ROLLOUT_KEY}.sampler={name}: {error}") from None
+    if block_size is None:
+        return
+    if takes_fast_path(name):
+        raise ConfigError(
+            f"{ROLLOUT_KEY}.sampler={name} decodes the whole canvas, which a block-diffusion model ({family.name}, "
+            f"blocks of {block_size}: {source}) never saw in training (later blocks decided while earlier ones are "
+            f"masked, and its blocks off the model's grid unless each prompt fills whole blocks): use sampler=auto "
+            f"(the family's: block) or block"
+        )
+    diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
+    masker_name = diffusion.get("masker", "coupled")
+    masker = build("masker", masker_name, masker_options(diffusion.get("masker_kwargs")))
+    terms = diffusion.get("loss_terms")
+    terms = configured_terms(OmegaConf.to_container(terms, resolve=True) if terms is not None else None)
+    problem = block_training_problem(family.name, masker_name, masker, list(terms))
+    if problem:
+        raise ConfigError(problem)
 
 
 def _check_lora_keys(config: DictConfig) -> None:
@@ -347,7 +406,7 @@ def _load_without_remote_code(config: DictConfig, tokenizer_path: str) -> str:
     config, and ``tokenizer_path`` at a copy whose files name no code when the checkpoint's do (verl's reward
     workers load the tokenizer trusting remote code whatever the job says; a ``tokenization_*.py`` named there
     might not even be beside the weights). Returns the tokenizer path the job now uses."""
-    from diffugrpo_plugin.models.dlm import tokenizer_without_remote_code
+    from diffugrpo_plugin.models.tokenizer_files import tokenizer_without_remote_code
 
     clean = tokenizer_without_remote_code(tokenizer_path)
     with open_dict(config):
@@ -563,6 +622,7 @@ def check_config(config: DictConfig) -> None:
     _check_process_layout(config)
     _check_lora_keys(config)
     _check_batch_sizes(config)
+    _check_block_origin(config)
     _check_plugins(config)
     _check_training_pass(config)
     _check_rewards(config)

@@ -59,13 +59,12 @@ from diffugrpo_plugin.models.quantization import (
     quantized_parameter_names,
 )
 from diffugrpo_plugin.sampling import build_request_sampler, build_sampler, left_pad, padding_id
-from diffugrpo_plugin.sampling.fast_path import resolve_fast_path
+from diffugrpo_plugin.sampling.fast_path import resolve_sampler
 from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY, UNMASK_STEP_FIELD, RequestBatcher
 
 logger = logging.getLogger("diffugrpo.rollout")
 
 NAME = "diffusion"
-DEFAULT_SAMPLER = "entropy"
 POLL_S = 5.0  # how long one pull waits for a request; the worker polls again after
 HEARTBEAT_S = 5.0
 MAX_PULL_FAILURES = 10
@@ -86,12 +85,6 @@ class DiffusionRollout(BaseRollout):
 
     def __init__(self, config, model_config, device_mesh, *args, **kwargs):
         super().__init__(config, model_config, device_mesh)
-        settings = dict((self.config.engine_kwargs or {}).get(NAME, {}) or {})
-        self.sampler_name = settings.pop("sampler", DEFAULT_SAMPLER)
-        self.sampler_settings, self.sampler_phrase = resolve_fast_path(
-            settings, is_default_model(getattr(self.model_config, "path", None))
-        )
-        build_sampler(self.sampler_name, **self.sampler_settings)  # fail at start-up on a bad option
         self.device = torch.device(get_device_name())
         dtype = getattr(torch, str(self.config.dtype)) if isinstance(self.config.dtype, str) else self.config.dtype
         diffusion = dict(getattr(self.model_config, "diffusion", None) or {})
@@ -113,6 +106,13 @@ class DiffusionRollout(BaseRollout):
             logits_shift=diffusion.get("logits_shift"),
             family=diffusion.get("family"),
         )
+        # sampler auto: the loaded model's family's (block for SDAR / LLaDA2)
+        self.sampler_name, self.sampler_settings, self.sampler_phrase = resolve_sampler(
+            dict((self.config.engine_kwargs or {}).get(NAME, {}) or {}),
+            self.lm.family.default_sampler,
+            is_default_model(getattr(self.model_config, "path", None)),
+        )
+        build_sampler(self.sampler_name, **self.sampler_settings)  # fail at start-up on a bad option
         self.tokenizer = self.model_config.tokenizer
         # the step each token was decided at travels with the batch (trajectory replay's likelihood)
         self.record_trace = bool(diffusion.get("record_trace", False))

@@ -250,6 +250,7 @@ SDAR = ModelFamily(
     native_unsupported=_sdar_unsupported,
     swiglu=SwiGLUBlocks(classes=BLOCK_SWIGLU + ("SDARMLP",)),
     default_block_size=BLOCK_SIZES["sdar"],
+    default_sampler="block",
 )
 
 SDAR_MOE = ModelFamily(
@@ -270,6 +271,7 @@ SDAR_MOE = ModelFamily(
     native_unsupported=_sdar_unsupported,
     swiglu=SwiGLUBlocks(classes=BLOCK_SWIGLU + ("SDARMoeMLP",)),
     default_block_size=BLOCK_SIZES["sdar_moe"],
+    default_sampler="block",
 )
 
 LLADA2 = ModelFamily(
@@ -293,6 +295,7 @@ LLADA2 = ModelFamily(
     native_unsupported=_llada2_unsupported,
     swiglu=SwiGLUBlocks(classes=BLOCK_SWIGLU + ("LLaDA2MoeMLP",)),
     default_block_size=BLOCK_SIZES["llada2_moe"],
+    default_sampler="block",
 )
 
 

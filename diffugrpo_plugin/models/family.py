@@ -122,6 +122,8 @@ class ModelFamily:
             (:mod:`diffugrpo_plugin.models.lean_mlp`); None: every block keeps its own code.
         default_block_size: a block-diffusion family's published block, used when ``config.json`` states no
             ``block_size``; None for the families that attend over the whole canvas.
+        default_sampler: the rollout's sampler for ``engine_kwargs.diffusion.sampler: auto`` (the block families'
+            ``block``: block by block over the exact cache of finished blocks, as they were trained to decode).
     """
 
     name: str
@@ -147,6 +149,7 @@ class ModelFamily:
     logit_scale: Callable[[Any], float] = field(default=lambda config: 1.0)
     swiglu: SwiGLUBlocks | None = None
     default_block_size: int | None = None
+    default_sampler: str = "entropy"
 
     def matches(self, config: dict) -> bool:
         """Whether a ``config.json`` dict names this family."""

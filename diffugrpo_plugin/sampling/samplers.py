@@ -451,16 +451,28 @@ class BlockDiffusionSampler:
     def plan_for(self, model: DiffusionLM):
         """The settings for ``model``, unset ones from its config and family."""
         from diffugrpo_plugin.models.family import unwrap
+
+        return self.plan(model.family.name, model.family.block_size_of(unwrap(model.module).config.to_dict())[0])
+
+    def plan(self, family: str, model_block_size: int | None):
+        """The settings for a model of ``family`` whose attention runs blocks of ``model_block_size`` (None: the
+        whole canvas), unset ones from the family (the preflight's check, before any model is loaded)."""
         from diffugrpo_plugin.sampling.block import BlockPlan
 
-        family = model.family.name
-        block_size, _ = model.family.block_size_of(unwrap(model.module).config.to_dict())
-        if block_size is None or family not in BLOCK_FAMILY_DEFAULTS:
+        if model_block_size is None or family not in BLOCK_FAMILY_DEFAULTS:
             raise SamplerOptionError(
                 f"{self.sampler_name} sampler: family {family} attends over the whole canvas, not in blocks; "
-                f"choose sampler dream or llada for it"
+                f"choose sampler auto (entropy), dream or llada for it"
             )
-        block_size = self.block_size or block_size
+        _check(
+            self.block_size is None or self.block_size == model_block_size,
+            self.sampler_name,
+            "block_size",
+            self.block_size,
+            f"the model attends in blocks of {model_block_size} (its config's block_size, else its family's): "
+            f"leave it unset or set {model_block_size}",
+        )
+        block_size = model_block_size
         steps = self.steps or block_size
         _check(steps <= block_size, self.sampler_name, "steps", steps, f"use at most block_size ({block_size})")
         rule, threshold = BLOCK_FAMILY_DEFAULTS[family]

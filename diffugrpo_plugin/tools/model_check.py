@@ -305,7 +305,7 @@ def count_experts(meta: Any, config: Any) -> Experts | None:
 
 
 def _implementation_detail(plan: Any, config: dict, meta: Any) -> str:
-    """Which class runs and why (:attr:`~diffugrpo_plugin.models.dlm.LoadPlan.reason`)."""
+    """Which class runs and why (:attr:`~diffugrpo_plugin.models.load_plan.LoadPlan.reason`)."""
     cls = type(meta)
     if plan.implementation == "native":
         chosen = f"native: {cls.__module__}.{cls.__name__} (no remote code runs)"
@@ -343,15 +343,10 @@ def resolve_checkpoint(
     Raises :class:`~diffugrpo_plugin.models.family.ModelConfigError` for a path that is not a checkpoint,
     a config no family fits, or code that must run but is not trusted.
     """
-    from diffugrpo_plugin.models.dlm import (
-        load_model_config,
-        plan_loading,
-        planned_meta_model,
-        read_model_config,
-        resolve_mask_token,
-    )
+    from diffugrpo_plugin.models.dlm import resolve_mask_token
     from diffugrpo_plugin.models.family import ModelConfigError, submodule
     from diffugrpo_plugin.models.lean_mlp import make_lean
+    from diffugrpo_plugin.models.load_plan import load_model_config, plan_loading, planned_meta_model, read_model_config
 
     problem = checkpoint_path_problem(path)
     if problem:

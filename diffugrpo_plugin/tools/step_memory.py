@@ -130,6 +130,8 @@ class StepSetup:
             weights are frozen in it and the adapters train in it too (verl casts them to the base's dtype).
         four_bit_parameters: with a 4-bit base (QLoRA, ``lora.load_in_4bit``): the weights stored in 4 bits, every
             linear layer's but the vocabulary head's; whole on every GPU in the trainer and in the rollout copy.
+        block_layout: a block-diffusion model (SDAR, LLaDA2.x): the coupled pass runs each view as ``[x_t | x_0]``,
+            ``2 x tokens`` long, under a boolean ``[2L, 2L]`` mask per sequence (SDPA's; integration/engine.py).
     """
 
     batch: int
@@ -156,10 +158,16 @@ class StepSetup:
     lora_dropout_inputs: int = 0
     model_dtype: str = "fp32"
     four_bit_parameters: int = 0
+    block_layout: bool = False
 
     @property
     def tokens(self) -> int:
         return self.prompt_length + self.completion_length
+
+    @property
+    def trained_tokens(self) -> int:
+        """Tokens a view runs through the coupled pass: ``2L`` in the block layout ``[x_t | x_0]``, else ``L``."""
+        return 2 * self.tokens if self.block_layout else self.tokens
 
     @property
     def sequences(self) -> int:
@@ -349,7 +357,7 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
     rollout_bytes = dtype_bytes(setup.rollout_dtype)
     sequences, tokens, completion, vocab, hidden = (
         setup.sequences,
-        setup.tokens,
+        setup.trained_tokens,
         setup.completion_length,
         model.vocab,
         model.hidden,
@@ -543,6 +551,18 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
                 sequences * tokens * extra,
                 f"{sequences} x {tokens} x {extra} B",
                 f"gradients of a layer's hidden states and MLP activations 2H + {mlp_gradients} per token",
+            )
+        )
+    if setup.block_layout:
+        terms.append(
+            MemoryTerm(
+                "block layout: boolean [x_t | x_0] attention mask",
+                "update",
+                sequences * tokens * tokens,
+                f"{sequences} seq x {tokens} x {tokens} x 1 B",
+                "one [2L, 2L] boolean mask per sequence, kept through the backward (SDPA with a mask: no tokens^2 "
+                "scores; eager attention adds it once more in the compute dtype, FlexAttention's block mask is "
+                "nearly nothing)",
             )
         )
     if setup.lora_dropout_inputs:

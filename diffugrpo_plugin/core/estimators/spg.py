@@ -1,10 +1,14 @@
 """SPG (sandwiched policy gradient): a lower bound of log pi for positive advantages, an upper one for the rest.
 
 Views (``num_views`` Monte-Carlo draws, one generator per sample seeded with ``seeds[b]``): one block ``k`` of the
-completion (``block_length`` tokens from its first) is drawn uniformly; the blocks before it stay clean, the
+completion (``block_length`` tokens from its first; on a block-diffusion model, the model's own blocks that hold
+completion tokens, as for EBPO) is drawn uniformly; the blocks before it stay clean, the
 blocks after it are fully masked, and ``m`` of block ``k``'s ``n`` tokens are masked, ``m`` uniform in
 ``[max(floor(n t_min), 1), min(floor(n t_max), n)]``. Draw order per view: the block (an integer), ``m``, then a
-permutation of the block. A view's masked share of the completion is ``t_v``.
+permutation of the block. A view's masked share of the completion is ``t_v``. In the block training layout a noisy
+block sees only itself and the clean blocks before it, so block ``k``'s tokens are scored given the clean earlier
+blocks (as on a full canvas) and a later, fully masked block's given the clean blocks before it, block ``k`` whole
+(the model's block-causal factorisation; on a full canvas they would see block ``k`` partly masked).
 
 With ``p_v(l)`` the model's probability of token ``l`` in view ``v`` and ``M_v`` the masked completion tokens:
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from diffugrpo_plugin.core.estimators.ebpo import block_ids
+from diffugrpo_plugin.core.estimators.ebpo import completion_blocks
 from diffugrpo_plugin.core.views import MaskedViews
 
 
@@ -49,9 +53,11 @@ class SPGMasker:
         self.block_length, self.num_views = int(block_length), int(num_views)
         self.t_range, self.beta, self.omega = (t_min, t_max), float(beta), float(omega)
 
-    def views(self, input_ids, completion_mask, mask_id, seeds, prompt_mask=None) -> MaskedViews:
+    def views(self, input_ids, completion_mask, mask_id, seeds, prompt_mask=None, block_ids=None) -> MaskedViews:
+        """``block_ids``: each token's block on a block-diffusion model's grid, whose blocks then replace the
+        ``block_length`` ones.  # [B, L]"""
         completion = completion_mask.bool().cpu()
-        blocks = block_ids(completion, self.block_length)  # [B, L]
+        blocks = completion_blocks(completion, self.block_length, None if block_ids is None else block_ids.cpu())
         batch, length = input_ids.shape
         masked = torch.zeros(self.num_views, batch, length, dtype=torch.bool)
         generator = torch.Generator(device="cpu")

@@ -19,7 +19,7 @@ import torch
 
 from diffugrpo_example_masker.stratified import StratifiedMasker
 from diffugrpo_plugin import hookimpl
-from diffugrpo_plugin.core.masking import MaskedViews
+from diffugrpo_plugin.core.views import MaskedViews
 
 
 class LogMeanExpMasker(StratifiedMasker):

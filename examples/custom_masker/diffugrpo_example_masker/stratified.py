@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 
 from diffugrpo_plugin import hookimpl
-from diffugrpo_plugin.core.masking import MaskedViews
+from diffugrpo_plugin.core.views import MaskedViews
 
 
 class StratifiedMasker:
