@@ -24,6 +24,7 @@ def composed_job(*args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_the_three_commands_compose_the_same_job():
     commands = [
         ("-m", "diffugrpo_plugin.main"),

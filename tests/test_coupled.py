@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import MASK_ID, build_tiny_module
-from diffugrpo_plugin.coupled import forward_process, get_per_token_logps, selective_log_softmax
+from diffugrpo_plugin.diffucoder_compat import forward_process, get_per_token_logps, selective_log_softmax
 from diffugrpo_plugin.models.dlm import DiffusionLM
 
 

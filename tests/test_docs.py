@@ -9,12 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import generate
 import pytest
 
 from conftest import REPO
-
-sys.path.insert(0, str(REPO / "docs"))
-import generate  # noqa: E402  (docs/generate.py)
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 

@@ -1,20 +1,14 @@
 """benchmarks/dream_loop.py's baseline is Dream's loop: batched and left-padded, greedy, it produces our plain
 entropy sampler's tokens, so the benchmark times the same work both ways."""
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-from test_samplers_real import EOS, LONG, PAD, SHORT, lm_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from diffugrpo_plugin.sampling import build_sampler, left_pad  # noqa: E402
-from diffugrpo_plugin.sampling.engine import cut_after_eos  # noqa: E402
-from dream_loop import dream_loop  # noqa: E402
-from step import PLAIN_LEVERS  # noqa: E402
+from diffugrpo_plugin.sampling import build_sampler, left_pad
+from diffugrpo_plugin.sampling.engine import cut_after_eos
+from dream_loop import dream_loop
+from samplers_support import EOS, LONG, PAD, SHORT, lm_for
+from step import PLAIN_LEVERS
 
 
 @pytest.mark.parametrize("steps, top_k", [(16, None), (5, 5)])

@@ -1,14 +1,9 @@
 """benchmarks/efficiency_spread.py at its smallest: each program's line count is the same on every repeat
 (and under load), and the table it prints names every cost."""
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from efficiency_spread import PROGRAMS, report, run  # noqa: E402
+from efficiency_spread import PROGRAMS, report, run
 
 pytestmark = pytest.mark.sandbox  # every test here runs code in the sandbox
 

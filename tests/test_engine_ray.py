@@ -12,173 +12,34 @@ import pytest
 import torch
 
 from conftest import ray_cluster  # noqa: F401  (fixture)
+from engine_support import (
+    build_worker_group,
+    check_formula_then_one_ascent_step,
+    coupled_grpo_actor_config,
+    coupled_views_by_hand,
+    direct_response_logprobs,
+    loss_masks,
+    make_batch,
+    nested,
+    ppo_batch,
+    release,
+    response_logprobs,
+    saved_merged_model,
+    saved_random_adapter,
+    tensordict_for,
+    weight_sums,
+)
 
 pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.ray]
 
 
-def nested(rows):
-    return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
-
-
-def make_batch(vocab: int):
-    generator = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(5, vocab - 8, (n,), generator=generator) for n in (6, 4, 7, 5)]
-    responses = [torch.randint(5, vocab - 8, (n,), generator=generator) for n in (5, 8, 3, 6)]
-    return prompts, responses, torch.tensor([11, 12, 13, 14])
-
-
-def loss_masks(responses, padded_tail=(0, 3, 0, 2)):
-    """Response masks where the last ``padded_tail[i]`` tokens of sample i follow its EOS (canvas padding)."""
-    return [torch.tensor([1] * (len(r) - tail) + [0] * tail) for r, tail in zip(responses, padded_tail)]
-
-
-def tensordict_for(prompts, responses, seeds, micro_batch: int):
-    from tensordict import TensorDict
-
-    from verl.utils import tensordict_utils as tu
-
-    data = TensorDict(
-        {
-            "input_ids": nested([torch.cat([p, r]) for p, r in zip(prompts, responses)]),
-            "position_ids": nested([torch.arange(len(p) + len(r)) for p, r in zip(prompts, responses)]),
-            "prompts": nested(prompts),
-            "responses": nested(responses),
-            "response_mask": nested(loss_masks(responses)),
-            "loss_mask": nested(loss_masks(responses)),
-            "mask_seed": seeds,
-        },
-        batch_size=len(prompts),
-    )
-    tu.assign_non_tensor(
-        data,
-        use_remove_padding=False,
-        use_dynamic_bsz=False,
-        micro_batch_size_per_gpu=micro_batch,
-        calculate_entropy=False,
-        temperature=1.0,
-        compute_loss=False,
-        global_token_num=None,
-    )
-    return data
-
-
-def direct_response_logprobs(model_path, prompts, responses, seeds):
-    """Per response token: sum over views of coef * log_softmax(full logits)[token], one sample at a time.
-
-    The views noise the whole response canvas (padding after the EOS included, as generated); only the
-    tokens the loss counts are scored, the rest get 0."""
-    from diffugrpo_plugin.core.masking import make_coupled
-    from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
-
-    lm = DiffusionLM.wrap(load_pretrained(model_path).eval())
-    masker = make_coupled()
-    results = []
-    for prompt, response, seed, scored in zip(prompts, responses, seeds, loss_masks(responses)):
-        ids = torch.cat([prompt, response])[None]
-        completion = torch.zeros_like(ids, dtype=torch.bool)
-        completion[0, len(prompt) :] = True
-        views = masker.views(ids, completion, lm.mask_token_id, seed[None])
-        total = torch.zeros(ids.shape)
-        with torch.no_grad():
-            for v in range(views.num_views):
-                raw = lm.module(input_ids=views.noisy[v], attention_mask=torch.ones_like(ids)).logits
-                raw = torch.cat([raw[:, :1], raw[:, :-1]], 1) if lm.shift_logits else raw
-                total += views.coef[v] * torch.log_softmax(raw.float(), -1).gather(-1, ids[..., None]).squeeze(-1)
-        results.append(total[0, len(prompt) :] * scored)
-    return results
-
-
-def build_worker_group(
-    model_path: str,
-    workers: int,
-    trust_remote_code: bool = False,
-    gradient_checkpointing: bool = True,
-    lr: float = 1e-2,
-    lora: dict | None = None,
-    **diffusion,
-):
-    import ray
-
-    from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
-    from verl.trainer.config import CheckpointConfig
-    from verl.workers.config import FSDPEngineConfig, FSDPOptimizerConfig, TrainingWorkerConfig
-
-    from diffugrpo_plugin.integration.engine import DiffusionModelConfig
-    from diffugrpo_plugin.integration.trainer import DiffusionTrainingWorker
-
-    config = TrainingWorkerConfig(
-        model_type="diffusion_lm",
-        model_config=DiffusionModelConfig(
-            path=model_path,
-            model_type="diffusion_lm",
-            use_remove_padding=False,
-            override_config={"attn_implementation": "sdpa"},
-            trust_remote_code=trust_remote_code,
-            enable_gradient_checkpointing=gradient_checkpointing,
-            diffusion={"masker": "coupled", **diffusion},
-            **(lora or {}),
-        ),
-        engine_config=FSDPEngineConfig(
-            strategy="fsdp2",
-            use_torch_compile=False,
-            mixed_precision={"param_dtype": "fp32", "reduce_dtype": "fp32", "buffer_dtype": "fp32"},
-        ),
-        optimizer_config=FSDPOptimizerConfig(lr=lr, clip_grad=1.0),
-        checkpoint_config=CheckpointConfig(),
-    )
-    group = RayWorkerGroup(
-        resource_pool=RayResourcePool([workers], use_gpu=False, max_colocate_count=1),
-        ray_cls_with_init=RayClassWithInitArgs(cls=ray.remote(DiffusionTrainingWorker), config=config),
-        device_name="cpu",
-    )
-    group.reset()
-    return group
-
-
-def release(group) -> None:
-    """Stop a group's workers and free their placement group, so later tests find the CPUs free."""
-    import ray
-    from ray.util.placement_group import remove_placement_group
-
-    for worker in group.workers:
-        ray.kill(worker)
-    for placement in group.resource_pool.pgs or []:
-        remove_placement_group(placement)
-
-
-def mean_logprob_loss(model_output, data, dp_group=None):
-    from verl.workers.utils.padding import no_padding_2_padding
-
-    log_prob = no_padding_2_padding(model_output["log_probs"], data)
-    return -log_prob.mean(), {}
-
-
-def response_logprobs(output, responses):
-    values = output["log_probs"]
-    rows = values.unbind() if values.is_nested else list(values)
-    # verl's layout: the log-prob of the token at position p sits at index p - 1
-    return [row[len(row) - len(r) - 1 : len(row) - 1] for row, r in zip(rows, responses)]
-
-
-def check_formula_then_one_ascent_step(group, want, prompts, responses, seeds) -> None:
-    """The engine's log-probs equal ``want`` (the formula), and one training step on the mean log-prob
-    raises it; the group is released either way."""
-    from verl.utils import tensordict_utils as tu
-
-    try:
-        got = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
-        for g, w in zip(got, want):
-            assert torch.allclose(g, w, atol=1e-4), (g, w)
-        group.set_loss_fn(mean_logprob_loss)
-        train = tensordict_for(prompts, responses, seeds, micro_batch=1)
-        tu.assign_non_tensor(train, global_token_num=[len(p) + len(r) for p, r in zip(prompts, responses)])
-        metrics = group.train_batch(train).get()["metrics"]
-        assert torch.isfinite(torch.tensor(metrics["grad_norm"])) and metrics["grad_norm"] > 0
-        after = response_logprobs(group.infer_batch(tensordict_for(prompts, responses, seeds, 1)).get(), responses)
-    finally:
-        release(group)
-    # one step of gradient ascent on the mean log-prob raises it
-    assert sum(float(a.mean()) for a in after) > sum(float(g.mean()) for g in got)
+def test_the_oracles_coupled_views_by_hand_on_a_small_case():
+    """The hand-written views on three completion tokens, first view {1st, 3rd}, t = 0.25: every entry spelled out."""
+    ids = torch.tensor([[7, 8, 20, 21, 22]])
+    completion = torch.tensor([[False, False, True, True, True]])
+    noisy, coef = coupled_views_by_hand(ids, completion, 99, torch.tensor([[False, False, True, False, True]]), 0.25)
+    assert noisy[:, 0].tolist() == [[7, 8, 99, 99, 99], [7, 8, 99, 21, 99], [7, 8, 20, 99, 22]]
+    assert torch.allclose(coef[:, 0], torch.tensor([[0, 0, 0.5, 0.5, 0.5], [0, 0, 2.0, 0, 2.0], [0, 0, 0, 2 / 3, 0]]))
 
 
 def test_engine_on_two_workers_matches_the_formula_and_trains(tiny_model_path):
@@ -189,30 +50,6 @@ def test_engine_on_two_workers_matches_the_formula_and_trains(tiny_model_path):
     want = direct_response_logprobs(tiny_model_path, prompts, responses, seeds)
     group = build_worker_group(tiny_model_path, workers=2)
     check_formula_then_one_ascent_step(group, want, prompts, responses, seeds)
-
-
-def coupled_grpo_actor_config():
-    """The actor config `algorithm=coupled_grpo` composes (verl's dataclass)."""
-    from hydra import compose, initialize_config_module
-
-    from verl.utils.config import omega_conf_to_dataclass
-
-    with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
-        config = compose(config_name="diffugrpo")
-    return omega_conf_to_dataclass(config.actor_rollout_ref.actor)
-
-
-def ppo_batch(prompts, responses, seeds, old, ref):
-    from verl.utils import tensordict_utils as tu
-
-    data = tensordict_for(prompts, responses, seeds, micro_batch=1)
-    data["old_log_probs"] = nested([o + 0.05 for o in old])  # a policy that moved a little
-    data["ref_log_prob"] = nested([r - 0.1 for r in ref])
-    data["advantages"] = nested([torch.full((len(r),), a) for r, a in zip(responses, (1.0, -1.0, 0.5, -0.5))])
-    tu.assign_non_tensor(
-        data, global_batch_size=len(prompts), global_token_num=[len(p) + len(r) for p, r in zip(prompts, responses)]
-    )
-    return data
 
 
 def test_two_workers_take_the_same_step_as_one(tiny_model_path):
@@ -245,6 +82,7 @@ def lean_blocks(worker) -> int:
     )
 
 
+@pytest.mark.slow
 def test_lean_swiglu_blocks_take_the_same_step_as_the_models_own(tiny_model_path):
     """By default the engine makes every SwiGLU block lean (counted on each worker); sharded by FSDP2 and
     recomputed under gradient checkpointing, they give the PPO update the model's own blocks give."""
@@ -280,7 +118,7 @@ def test_lean_swiglu_blocks_take_the_same_step_as_the_models_own(tiny_model_path
 def iteration_batch(prompts, responses, seeds, old, advantages):
     """The update batch of one step with ``K = seeds.shape[1]`` iterations, as the trainer leaves it:
     per iteration its mask seeds and the old / reference log-probs computed with them."""
-    from diffugrpo_plugin.integration.trainer import iteration_field
+    from diffugrpo_plugin.integration.mask_iterations import iteration_field
 
     data = ppo_batch(prompts, responses, seeds[:, 0], old[0], old[0])
     data["advantages"] = nested([torch.full((len(r),), a) for r, a in zip(responses, advantages)])
@@ -291,6 +129,7 @@ def iteration_batch(prompts, responses, seeds, old, advantages):
     return data
 
 
+@pytest.mark.slow
 def test_iteration_k_of_the_update_is_scored_with_mask_k(tiny_model_path):
     """ppo_epochs=2 (DiffuCoder's num_iterations) through verl's engine as the trainer runs it: old log-probs
     once per iteration with that iteration's seeds equal the formula, the update batch is expanded
@@ -301,7 +140,7 @@ def test_iteration_k_of_the_update_is_scored_with_mask_k(tiny_model_path):
     from verl.workers.utils.losses import ppo_loss
 
     from diffugrpo_plugin.core.masking import mask_seed_table
-    from diffugrpo_plugin.integration.trainer import expand_iterations
+    from diffugrpo_plugin.integration.mask_iterations import expand_iterations
 
     prompts, responses, _ = make_batch(vocab=64)
     seeds = mask_seed_table(42, step=1, num_samples=len(prompts), num_iterations=2)  # [B, 2]
@@ -339,45 +178,7 @@ def test_iteration_k_of_the_update_is_scored_with_mask_k(tiny_model_path):
     assert max(abs(value) for value in values(swapped, "actor/ppo_kl")) > 1e-2  # the other mask shows at once
 
 
-def saved_random_adapter(model_path: str, directory) -> str:
-    """A LoRA adapter (rank 4 on every linear layer, B random so it changes the model) in peft's folder format."""
-    from peft import LoraConfig, TaskType, get_peft_model
-
-    from diffugrpo_plugin.models.dlm import load_pretrained
-    from diffugrpo_plugin.models.lora import adapter_state, save_adapter
-
-    model = get_peft_model(
-        load_pretrained(model_path),
-        LoraConfig(task_type=TaskType.CAUSAL_LM, r=4, lora_alpha=8, target_modules="all-linear"),
-    )
-    generator = torch.Generator().manual_seed(11)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.copy_(0.2 * torch.randn(parameter.shape, generator=generator))
-    return str(save_adapter(directory, adapter_state(model), model.peft_config["default"].to_dict(), model_path))
-
-
-def saved_merged_model(model_path: str, adapter: str, directory) -> str:
-    """The checkpoint with the adapter merged into its weights, and its tokenizer."""
-    from transformers import AutoTokenizer
-
-    from diffugrpo_plugin.models.dlm import load_pretrained
-    from diffugrpo_plugin.models.lora import apply_adapter
-
-    apply_adapter(load_pretrained(model_path), adapter).save_pretrained(directory)
-    AutoTokenizer.from_pretrained(model_path).save_pretrained(directory)
-    return str(directory)
-
-
-def weight_sums(worker) -> dict[str, float]:
-    """On a worker: the sum of its local shard of every parameter (adapters' names contain ``lora_``)."""
-    return {
-        name: float((p.to_local() if hasattr(p, "to_local") else p).detach().double().sum())
-        for name, p in worker.engine.module.named_parameters()
-    }
-
-
+@pytest.mark.slow
 def test_lora_engine_scores_the_merged_model_trains_only_adapters_and_two_workers_agree(tiny_model_path, tmp_path):
     """LoRA through verl's FSDP2 engine (lora_rank / lora_alpha / lora_adapter_path): the coupled log-probs equal the
     formula on the merged model (W + alpha/r BA), and with verl's ``no_lora_adapter`` (how verl computes the
@@ -434,6 +235,7 @@ def test_lora_engine_scores_the_merged_model_trains_only_adapters_and_two_worker
         assert torch.allclose(got, want, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_loss_terms_join_the_update_by_their_formulas_and_two_workers_agree(tiny_model_path):
     """verl's PPO loss plus the preference term (DPO on groups {0, 1} and {2, 3}) and the SFT term, on 1 and 2
     workers: each term's logged value is its formula's (the SFT term computed here, in this process), and both

@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import ray_cluster  # noqa: F401  (fixture)
+from engine_support import build_worker_group, check_formula_then_one_ascent_step, loss_masks, make_batch
 from family_standins import dream_standin, llada_standin, llada_tied_standin  # noqa: F401  (fixtures)
 from rollout_support import tiny_rollout
-from test_engine_ray import build_worker_group, check_formula_then_one_ascent_step, loss_masks, make_batch
 
 # case: (stand-in fixture, how it loads, its sampler options)
 CASES = {

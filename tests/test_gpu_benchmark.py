@@ -116,7 +116,6 @@ def test_fsdp2_step_runs_every_stage(records):
 
 def test_update_flops_by_hand():
     """The body over 3 views of every token, the head over 2 rows per completion token (the scored rows)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from diffugrpo_plugin.tools.step_memory import ModelShape
     from gpu import update_flops
 

@@ -1,10 +1,10 @@
 """The layering of the package, checked by import-linter and in fresh interpreters.
 
 ``lint-imports`` checks the contracts in ``pyproject.toml``: the subsystems form layers (the CLI on top, nothing
-imports it; the verl glue under it; then the training recipes; the tools and ``coupled``; the algorithm and the
-rollout; models and rewards; the sandbox and data; plugin discovery and the hook types), only the verl glue imports
-verl or Ray, rewards, the sandbox, data and plugin discovery import no torch, and the framework imports no built-in
-reward plugin. This file runs it, shows it catches a violation, and adds what it cannot express:
+imports it; the verl glue under it; then the training recipes; the tools and ``diffucoder_compat``; the algorithm
+and the rollout; models and rewards; the sandbox and data; plugin discovery and the hook types), only the verl glue
+imports verl or Ray, rewards, the sandbox, data and plugin discovery import no torch, and the framework imports no
+built-in reward plugin. This file runs it, shows it catches a violation, and adds what it cannot express:
 
 * the in-sandbox modules import only the standard library and each other;
 * no module of ours imports itself through others: no import cycle, counting imports inside functions and
@@ -202,7 +202,8 @@ def test_preparing_the_default_data_loads_no_torch(tmp_path):
 def test_the_math_loads_no_verl_or_ray():
     loaded = fresh("""
         import sys
-        import diffugrpo_plugin.coupled, diffugrpo_plugin.models.kernels, diffugrpo_plugin.core.logprobs, diffugrpo_plugin.core.masking
+        import diffugrpo_plugin.diffucoder_compat, diffugrpo_plugin.models.kernels
+        import diffugrpo_plugin.core.logprobs, diffugrpo_plugin.core.masking
         import diffugrpo_plugin.models.dlm
         import diffugrpo_plugin.sampling.samplers, diffugrpo_plugin.training.sft
         print(sorted(name for name in ("verl", "ray") if name in sys.modules))

@@ -15,8 +15,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError, load_pretrained, plan_loading, read_model_config
+from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError, load_pretrained
 from diffugrpo_plugin.models.family import takes_padding_mask
+from diffugrpo_plugin.models.load_plan import plan_loading, read_model_config
 from diffugrpo_plugin.models.weights import checkpoint_shapes, compare
 from family_standins import STANDINS, llada_standin, save_standin, tokenizer  # noqa: F401  (fixture used by name)
 
@@ -416,7 +417,7 @@ def test_a_stock_model_whose_keys_transformers_converts_is_not_refused(tmp_path)
 
 
 def test_the_tokenizer_copy_keeps_chat_template_folders_and_leaves_hub_ids_alone(tmp_path, monkeypatch):
-    from diffugrpo_plugin.models.dlm import tokenizer_without_remote_code
+    from diffugrpo_plugin.models.tokenizer_files import tokenizer_without_remote_code
 
     monkeypatch.setenv("DIFFUGRPO_HOME", str(tmp_path / "home"))
     path = dream_tokenizer_naming_its_code(without_code(save_standin("dream", tmp_path / "templates_dream")))
@@ -431,7 +432,7 @@ def test_the_tokenizer_copy_keeps_chat_template_folders_and_leaves_hub_ids_alone
 def test_weights_a_loader_fetched_from_the_hub_are_checked_after_it_built_the_model(tmp_path, monkeypatch):
     """verl's engine builds the module itself; for a hub id the files it downloaded into the hub cache are read
     then. A cache laid out as huggingface_hub lays it out, holding the mismatched checkpoint."""
-    from diffugrpo_plugin.models.dlm import refuse_unloaded_weights
+    from diffugrpo_plugin.models.load_plan import refuse_unloaded_weights
     from diffugrpo_plugin.models.native.dream import DreamConfig, DreamModel
 
     checkpoint = without_auto_map(

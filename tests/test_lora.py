@@ -314,6 +314,7 @@ def test_adapters_the_rollout_cannot_carry_are_refused_where_they_load(tmp_path,
         inject_adapter(load_pretrained(tiny_model_path), settings)
 
 
+@pytest.mark.slow
 def test_the_lora_benchmark_trains_the_parameters_it_says():
     """``benchmarks/lora.py`` at a tiny shape (the 4-bit variant too, through bitsandbytes' CPU kernels): its trainable counts are the ones worked out by hand for a Qwen2 of
     hidden 64 (MLP 192, 4 heads of 16, 2 key/value heads), 2 layers, vocabulary 1000, untied head."""

@@ -5,25 +5,25 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import torch
 
+from main_e2e_support import (
+    SHORT,
+    logged_steps,
+    main_command,
+    metric_by_step,
+    metric_line_step,
+    random_d1_adapter,
+    run_until_step,
+)
+
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.ray]  # the default job: Ray, code rewards
-
-SHORT = ["trainer.val_before_train=false", "trainer.test_freq=-1"]
-
-
-def main_command(*overrides: str) -> list[str]:
-    # verbose: these tests read verl's full per-step metric dump, which a quiet run writes to its log file only
-    return [sys.executable, "-m", "verl.trainer.main", "algorithm=coupled_grpo", "diffugrpo.verbose=true", *overrides]
 
 
 def rollouts_by_step(directory: Path) -> dict[int, list[dict]]:
@@ -31,22 +31,6 @@ def rollouts_by_step(directory: Path) -> dict[int, list[dict]]:
         int(path.stem): [json.loads(line) for line in path.read_text().splitlines()]
         for path in directory.glob("*.jsonl")
     }
-
-
-# verl's metric dump, one line a step: "step:3 - name:value - ...", after Ray's "(Actor pid=...) " prefix (colour
-# codes included) where an actor printed it (verl's layout), at the line's start where the driver did (lean)
-# verl's metric line; tqdm's bar may end just before it on the same line ("...2.13s/it]step:3 - "), and
-# "training/global_step:3 - " inside it is no line of its own
-METRIC_LINE = re.compile(r"(?<![\w/])step:(\d+) - ")
-
-
-def metric_line_step(line: str) -> int | None:
-    match = METRIC_LINE.search(line)
-    return int(match.group(1)) if match else None
-
-
-def logged_steps(log: str) -> list[int]:
-    return [step for step in map(metric_line_step, log.splitlines()) if step is not None]
 
 
 def test_promised_command_trains_on_two_workers_and_logs_everything(tmp_path):
@@ -97,22 +81,6 @@ def test_promised_command_trains_on_two_workers_and_logs_everything(tmp_path):
         per_prompt = Counter(sample["input"] for sample in samples)
         assert set(per_prompt.values()) == {generations}, (step, per_prompt)
         assert all(0 < len(sample["output"]) for sample in samples)
-
-
-def run_until_step(command, cwd, stop_at_step: int) -> str:
-    """Start a run and SIGKILL its whole process group (Ray included) once step ``stop_at_step`` is logged."""
-    process = subprocess.Popen(
-        command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
-    lines = []
-    deadline = time.monotonic() + 1200
-    for line in process.stdout:
-        lines.append(line)
-        if metric_line_step(line) == stop_at_step or time.monotonic() > deadline:
-            os.killpg(process.pid, signal.SIGKILL)
-            break
-    process.wait()
-    return "".join(lines)
 
 
 def test_kill_and_resume_continues_from_the_last_checkpoint(tmp_path):
@@ -239,16 +207,6 @@ def test_the_main_job_trains_a_family_checkpoint_given_by_path(kind, tied, code,
     assert "actor/pg_loss:" in log and "reward/total/mean:" in log
 
 
-def metric_by_step(log: str, name: str) -> dict[int, float]:
-    """``name``'s value on each step line verl printed (``step:N - ... - name:value - ...``)."""
-    values = {}
-    for line in log.splitlines():
-        if metric_line_step(line) is not None and f" {name}:" in line:
-            step = int(line.split("step:")[1].split()[0])
-            values[step] = float(line.split(f" {name}:")[1].split()[0])
-    return values
-
-
 def run_main(tmp_path, *overrides: str) -> str:
     result = subprocess.run(
         main_command(*SHORT, "trainer.save_freq=-1", f"trainer.default_local_dir={tmp_path / 'ckpt'}", *overrides),
@@ -347,33 +305,6 @@ def test_a_sandbox_that_breaks_during_training_stops_it_loudly(tmp_path):
     assert "[diffugrpo] step 2: reward 'code' failed on" in log
     assert "reward(s) ['code'] failed on at least half the completions for 1 steps in a row (step 2)" in log
     assert "Can't find source path" in log or "No such file" in log  # bwrap's own words reach the console
-
-
-def random_d1_adapter(model_path: Path, directory: Path) -> Path:
-    """d1's LoRA (its seven target names, dropout 0.05; rank 8 here) on the checkpoint, with B random: the policy
-    starts away from the base model, so the KL to the reference is visible from step 1."""
-    import torch
-    from peft import LoraConfig, TaskType, get_peft_model
-
-    from diffugrpo_plugin.models.dlm import load_pretrained
-    from diffugrpo_plugin.models.lora import accept_causal_lm_wrapper, adapter_state, save_adapter
-
-    model = get_peft_model(
-        accept_causal_lm_wrapper(load_pretrained(str(model_path))),
-        LoraConfig(
-            task_type=TaskType.CAUSAL_LM,
-            r=8,
-            lora_alpha=16,
-            lora_dropout=0.05,
-            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj", "gate_proj"],
-        ),
-    )
-    generator = torch.Generator().manual_seed(2)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "lora_B" in name:
-                parameter.copy_(0.1 * torch.randn(parameter.shape, generator=generator))
-    return save_adapter(directory, adapter_state(model), model.peft_config["default"].to_dict(), str(model_path))
 
 
 def test_qlora_job_trains_adapters_on_a_4bit_base_and_resumes(tmp_path):

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from conftest import ray_cluster  # noqa: F401  (fixture)
-from test_engine_ray import make_batch, ppo_batch, release, response_logprobs, saved_random_adapter, tensordict_for
+from engine_support import make_batch, ppo_batch, release, response_logprobs, saved_random_adapter, tensordict_for
 
 pytestmark = [pytest.mark.usefixtures("ray_cluster"), pytest.mark.ray]
 
@@ -96,7 +96,7 @@ def hybrid_group(workers: int, config):
 
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
-    from diffugrpo_plugin.integration.trainer import DiffusionActorRolloutRefWorker
+    from diffugrpo_plugin.integration.workers import DiffusionActorRolloutRefWorker
 
     return RayWorkerGroup(
         resource_pool=RayResourcePool([workers], use_gpu=False, max_colocate_count=1),
@@ -306,7 +306,7 @@ def mixed_model_logprobs(model_path: str, policy: dict, reference: dict, directo
     from transformers import AutoTokenizer
 
     from diffugrpo_plugin.models.dlm import load_pretrained
-    from test_engine_ray import direct_response_logprobs
+    from engine_support import direct_response_logprobs
 
     model = load_pretrained(model_path)
     with torch.no_grad():
@@ -387,7 +387,7 @@ def test_the_main_job_killed_and_resumed_on_many_workers_takes_the_uninterrupted
     alone would rebuild, is further from the policy) and the same policy loss."""
     import subprocess
 
-    from test_main_e2e import SHORT, logged_steps, main_command, metric_by_step, run_until_step
+    from main_e2e_support import SHORT, logged_steps, main_command, metric_by_step, run_until_step
 
     common = [
         f"trainer.n_gpus_per_node={workers}",
@@ -410,7 +410,7 @@ def test_the_main_job_killed_and_resumed_on_many_workers_takes_the_uninterrupted
     for name in ("actor/kl_loss", "actor/pg_loss"):
         before, after = metric_by_step(killed, name), metric_by_step(log, name)
         print(name, "killed run", before, "resumed", after)
-        # measured at 2 workers: the resumed step 3's KL 0.26% off the killed run's (1.9520 against 1.9470; why it is
-        # not bit-exact is open). A reference rebuilt from model.path instead, as verl alone does, put the loss off
-        # by 2.7x: 2% tells the two apart
-        assert after[3] == pytest.approx(before[3], rel=2e-2, abs=1e-7), (name, before, after)
+        # the resumed step 3's KL was 0.26% off the killed run's in one run at 2 workers and 3.3% in another (CI
+        # on a3a0a22; why it is not bit-exact is open). A reference rebuilt from model.path instead, as verl alone
+        # does, put the loss off by 2.7x: 15% tells the two apart with room on both sides
+        assert after[3] == pytest.approx(before[3], rel=0.15, abs=1e-7), (name, before, after)

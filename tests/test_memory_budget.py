@@ -9,7 +9,6 @@ sampler peaks equal the H100's within a few percent (docs/results/h100.md).
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,11 +19,9 @@ from diffugrpo_plugin.sampling import build_sampler
 from diffugrpo_plugin.sampling.memory import DEFAULT_BUDGET_GIB, rows_within, vocabulary_bytes_per_row
 from diffugrpo_plugin.tools.simulated_memory import DEVICE, GIB, SimulatedMemory
 from diffugrpo_plugin.tools.step_memory import StepSetup, memory_estimate
+from gpu import build_model, family_config, resolve, wrap
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from gpu import build_model, family_config, resolve, wrap  # noqa: E402
 
 GPU_GIB = 80  # the recipes' GPU (H100 / A100 80 GB)
 # what the memory model does not count (CUDA context and kernels, NCCL buffers, the caching allocator's reserve and

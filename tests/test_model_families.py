@@ -24,14 +24,9 @@ import torch.nn.functional as F
 from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.core.masking import make_coupled
 from diffugrpo_plugin.models.detection import detect_family
-from diffugrpo_plugin.models.dlm import (
-    DiffusionLM,
-    load_diffusion_lm,
-    load_pretrained,
-    plan_loading,
-    read_model_config,
-)
+from diffugrpo_plugin.models.dlm import DiffusionLM, load_diffusion_lm, load_pretrained
 from diffugrpo_plugin.models.family import ModelConfigError, takes_padding_mask
+from diffugrpo_plugin.models.load_plan import plan_loading, read_model_config
 from diffugrpo_plugin.models.native import register_with_transformers
 from diffugrpo_plugin.models.native.dream import DreamModel as NativeDream
 from diffugrpo_plugin.models.native.llada import LLaDAConfig as NativeLLaDAConfig

@@ -143,6 +143,30 @@ def test_ray_errors_of_a_lost_process_become_the_one_line_and_others_pass(monkey
         raise ValueError("not a lost process")
 
 
+def test_a_workers_collective_failing_as_a_node_dies_becomes_the_one_line_and_other_task_errors_pass(
+    monkeypatch, tmp_path
+):
+    """On two nodes, the surviving worker's all_reduce with the dead node's worker failed first (gloo's RuntimeError,
+    forwarded by the task runner's actor), before Ray marked any actor dead: with a node dead it is the one line; with
+    every node alive it is the worker's error as it came."""
+    import ray
+
+    gloo = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:6367")
+    in_worker = ray.exceptions.RayTaskError("forward_backward_batch", "traceback", gloo)
+    forwarded = ray.exceptions.RayTaskError("run", "traceback", in_worker).as_instanceof_cause()
+    config = lost_job_config(tmp_path)
+    monkeypatch.setattr(layout, "_nodes_dying", lambda: ["5d0e74c4 at 10.0.0.2"])
+    with pytest.raises(layout.JobProcessLost) as lost, layout.lost_processes_explained(config):
+        raise forwarded
+    assert lost.value.__cause__ is forwarded
+    assert "(RuntimeError; node 5d0e74c4 at 10.0.0.2 died)" in str(lost.value)
+    for alive in ([], None):  # no node died in the notice time; one node, or the GCS gone: nothing to tell
+        monkeypatch.setattr(layout, "_nodes_dying", lambda alive=alive: alive)
+        with pytest.raises(ray.exceptions.RayTaskError) as passed, layout.lost_processes_explained(config):
+            raise forwarded
+        assert passed.value is forwarded
+
+
 def test_placement_shortfall_names_what_verl_would_wait_for_without_end():
     two_nodes = {"head": {"CPU": 2.0, "GPU": 1.0}, "second": {"CPU": 2.0, "GPU": 1.0}}
     assert layout.placement_shortfall([1, 1], 1, "GPU", two_nodes) is None

@@ -12,8 +12,9 @@ import json
 import pytest
 import torch
 
-from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError, load_pretrained, plan_loading, resolve_mask_token
+from diffugrpo_plugin.models.dlm import DiffusionLM, ModelConfigError, load_pretrained, resolve_mask_token
 from diffugrpo_plugin.models.families import LLADA, LLADA_MASK_TOKEN_ID
+from diffugrpo_plugin.models.load_plan import plan_loading
 from diffugrpo_plugin.models.native import (
     DreamConfig,
     DreamModel,

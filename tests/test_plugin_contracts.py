@@ -10,7 +10,7 @@ import torch
 
 from conftest import listed_plugins
 from diffugrpo_plugin import hookimpl, plugins
-from diffugrpo_plugin.core.masking import MaskedViews, check_views
+from diffugrpo_plugin.core.views import MaskedViews, check_views
 from diffugrpo_plugin.plugins import PluginError
 
 

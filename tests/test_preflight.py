@@ -155,6 +155,7 @@ def test_a_tokenizer_without_mask_token_is_refused(tmp_path):
         check_config(composed(f"actor_rollout_ref.model.path={path}"))
 
 
+@pytest.mark.slow
 def test_the_command_line_stops_before_ray_starts():
     result = subprocess.run(
         [sys.executable, "-m", "diffugrpo_plugin.main", "actor_rollout_ref.model.path=/no/model"],

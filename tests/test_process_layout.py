@@ -21,8 +21,8 @@ from omegaconf import OmegaConf, open_dict
 from diffugrpo_plugin.integration import layout
 from diffugrpo_plugin.integration.preflight import ConfigError, check_config
 from diffugrpo_plugin.sampling.request_router import LeastBusyRouter
+from reward_manager_support import ADD_TESTS, CORRECT, WRONG, _row, tokenizer  # noqa: F401 - tokenizer is a fixture
 from reward_support import TEST_UID_BASE
-from test_reward_manager import ADD_TESTS, CORRECT, WRONG, _row, tokenizer  # noqa: F401 - tokenizer is a fixture
 
 
 @pytest.fixture()
@@ -263,6 +263,7 @@ class TransferQueuePeer:
         return tq.kv_batch_get(keys=keys, partition_id="train")["x"].tolist()
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_transfer_queue_runs_in_this_process_and_the_jobs_other_processes_find_it(ray_cluster):
     """The controller and both storage units are objects of this process: the only actor TransferQueue leaves is
@@ -419,11 +420,12 @@ class WorkerWithARollout:
 
     def __init__(self):
         from diffugrpo_plugin.integration import rollout
-        from test_rollout import CountingRollout
+        from rollout_support import CountingRollout
 
         rollout._local_rollout = CountingRollout()
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_the_first_rollout_replica_on_this_node_is_served_by_the_transfer_queue_directory(ray_cluster):
     """One light process less: the directory actor that the lean layout's TransferQueue starts here is also the
@@ -509,6 +511,7 @@ ray.shutdown()
 """
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_the_ray_head_of_a_one_node_job_starts_without_the_autoscaler_monitor_and_the_api_server():
     """A head started in the block (verl's ``ray.init``) runs tasks without two of Ray's daemons."""

@@ -4,11 +4,8 @@ process and a child it starts)."""
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from processes import memory_kib, role, snapshot, tree  # noqa: E402
+from processes import memory_kib, role, snapshot, tree
 
 
 def test_the_tree_holds_children_and_their_memory_and_roles():

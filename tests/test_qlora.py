@@ -10,54 +10,25 @@ import pytest
 import torch
 
 from conftest import ray_cluster  # noqa: F401  (fixture)
-from rollout_support import tiny_rollout
-from test_engine_ray import (
+from engine_support import (
+    FOUR_BIT,
     build_worker_group,
     coupled_grpo_actor_config,
     direct_response_logprobs,
+    four_bit_model,
     make_batch,
     ppo_batch,
     release,
     response_logprobs,
+    saved_dequantized,
     saved_merged_model,
     saved_random_adapter,
     tensordict_for,
     weight_sums,
 )
+from rollout_support import tiny_rollout
 
 pytest.importorskip("bitsandbytes", reason="QLoRA needs the qlora extra: pip install 'diffugrpo[qlora]'")
-
-FOUR_BIT = {"load_in_4bit": True}  # d1's settings otherwise: nf4, double quantization
-
-
-def four_bit_model(path: str):
-    from diffugrpo_plugin.models.dlm import load_pretrained
-    from diffugrpo_plugin.models.quantization import quantization_settings
-
-    return load_pretrained(path, quantization=quantization_settings(FOUR_BIT), device="cpu")
-
-
-def saved_dequantized(path: str, directory) -> str:
-    """The checkpoint with every linear weight replaced by its 4-bit value (bitsandbytes' dequantization): the
-    weights a 4-bit model computes with, as an ordinary full-precision checkpoint."""
-    import bitsandbytes.functional as bnb_functional
-    from transformers import AutoTokenizer
-
-    from diffugrpo_plugin.models.dlm import load_pretrained
-
-    quantized = dict(four_bit_model(path).named_modules())
-    plain = load_pretrained(path)
-    replaced = 0
-    with torch.no_grad():
-        for name, layer in plain.named_modules():
-            weight = getattr(quantized.get(name), "weight", None)
-            if type(weight).__name__ == "Params4bit":
-                layer.weight.copy_(bnb_functional.dequantize_4bit(weight.data, weight.quant_state))
-                replaced += 1
-    assert replaced > 0
-    plain.save_pretrained(directory)
-    AutoTokenizer.from_pretrained(path).save_pretrained(directory)
-    return str(directory)
 
 
 def test_settings_take_d1s_defaults_and_refuse_what_bitsandbytes_lacks():
@@ -162,6 +133,7 @@ def test_rollout_checks_the_trainers_4bit_base_and_samples_through_its_adapters(
         )
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.usefixtures("ray_cluster")
 def test_qlora_engine_scores_the_dequantized_formula_trains_adapters_only_and_resumes(tiny_model_path, tmp_path):

@@ -159,6 +159,7 @@ def test_a_resumed_run_says_from_which_checkpoint_and_how_many_steps_are_left(
     from types import SimpleNamespace
 
     from diffugrpo_plugin.integration import trainer as trainer_module
+    from diffugrpo_plugin.integration.learned_weights_file import LEARNED_WEIGHTS_FILE
 
     def verls_load(self):  # verl's own finds the checkpoint and sets the step it continues from
         self.global_steps = checkpoint_step
@@ -177,7 +178,7 @@ def test_a_resumed_run_says_from_which_checkpoint_and_how_many_steps_are_left(
     trainer.total_training_steps = 24
     folder = tmp_path / ("picked" if resume_mode == "resume_path" else "") / f"global_step_{checkpoint_step}"
     folder.mkdir(parents=True)
-    (folder / trainer_module.LEARNED_WEIGHTS_FILE).write_text('{"weights": [0.25]}')
+    (folder / LEARNED_WEIGHTS_FILE).write_text('{"weights": [0.25]}')
     restored = []
     trainer.learned_weights = SimpleNamespace(load_state_dict=restored.append)
     lines = []
@@ -270,6 +271,7 @@ def test_logging_below_error_goes_to_the_log_and_errors_to_the_terminal_too(caps
     assert "third-party notice" in log.getvalue() and "real failure" in log.getvalue()
 
 
+@pytest.mark.slow
 def test_a_quiet_worker_sends_output_and_warnings_to_the_log_and_keeps_errors_on_stderr(tmp_path):
     """The plugin, loaded by ``import verl`` in a process that has the log file in its environment (as our
     entry point gives every Ray worker), moves stdout and warnings off the terminal, never errors."""
@@ -298,6 +300,7 @@ def test_a_quiet_worker_sends_output_and_warnings_to_the_log_and_keeps_errors_on
         assert text in logged, text
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 def test_the_trainers_lines_reach_the_driver_console_with_the_progress(ray_cluster):
     out = io.StringIO()

@@ -8,19 +8,12 @@ from omegaconf import OmegaConf
 from tensordict import TensorDict
 
 from diffugrpo_plugin.integration.console import LearningSummary
-from diffugrpo_plugin.integration.trainer import (
-    REFERENCE_PREFIX,
-    WITH_REFERENCE_KEY,
-    DiffuGRPOTrainer,
-    DiffusionActorRolloutRefWorker,
-    RewardFailure,
-    expand_iterations,
-    iteration_field,
-    mix_into_reference,
-    prompt_key,
-    sample_order,
-    split_iterations,
-)
+from diffugrpo_plugin.integration.mask_iterations import expand_iterations, iteration_field, split_iterations
+from diffugrpo_plugin.integration.prompt_tracking import prompt_key, sample_order
+from diffugrpo_plugin.integration.reference_sync import mix_into_reference
+from diffugrpo_plugin.integration.reward_outcomes import FailureStop, RewardFailure
+from diffugrpo_plugin.integration.trainer import DiffuGRPOTrainer
+from diffugrpo_plugin.integration.workers import REFERENCE_PREFIX, WITH_REFERENCE_KEY, DiffusionActorRolloutRefWorker
 
 
 def nested(rows):
@@ -264,32 +257,25 @@ def test_loss_mask_stops_after_the_first_eos():
 
 
 def test_a_reward_failing_on_most_completions_is_reported_and_stops_training_after_its_patience(capsys):
-    trainer = SimpleNamespace(
-        reward_spec=SimpleNamespace(names=["code", "code_format"], stop_after_failed_steps=2),
-        failed_steps={},
-        global_steps=1,
-    )
-    check = DiffuGRPOTrainer._check_reward_failures
-    check(trainer, [{"code"}, set(), set(), set()])  # a quarter of the rows: reported, no streak
+    stop = FailureStop(["code", "code_format"], patience=2)
+    stop.check([{"code"}, set(), set(), set()], step=1)  # a quarter of the rows: reported, no streak
     assert "step 1: reward 'code' failed on 1 of 4 completions" in capsys.readouterr().err
-    assert trainer.failed_steps == {"code": 0, "code_format": 0}
-    trainer.global_steps = 2
-    check(trainer, [{"code"}, {"code"}, set(), set()])  # half: the sandbox-free half did not fail with it
-    assert trainer.failed_steps == {"code": 1, "code_format": 0}
-    trainer.global_steps = 3
-    check(trainer, [set()] * 4)  # a good step resets the streak
-    assert trainer.failed_steps["code"] == 0 and capsys.readouterr().err.count("failed on") == 1
-    trainer.global_steps = 4
-    check(trainer, [{"code"}] * 4)
-    trainer.global_steps = 5
+    assert stop.streaks == {"code": 0, "code_format": 0}
+    stop.check([{"code"}, {"code"}, set(), set()], step=2)  # half: the sandbox-free half did not fail with it
+    assert stop.streaks == {"code": 1, "code_format": 0}
+    stop.check([set()] * 4, step=3)  # a good step resets the streak
+    assert stop.streaks["code"] == 0 and capsys.readouterr().err.count("failed on") == 1
+    stop.check([{"code"}] * 4, step=4)
     with pytest.raises(
         RewardFailure,
         match=r"reward\(s\) \['code'\] failed on at least half the completions for 2 "
         r"steps in a row \(step 5\).*stop_after_failed_steps=0 never stops",
     ):
-        check(trainer, [{"code"}] * 4)
-    trainer.reward_spec.stop_after_failed_steps = 0
-    check(trainer, [{"code"}] * 4)  # 0: report, never stop
+        stop.check([{"code"}] * 4, step=5)
+    never = FailureStop(["code"], patience=0)
+    for step in range(1, 4):
+        never.check([{"code"}] * 4, step=step)  # 0: report, never stop
+    assert never.streaks == {"code": 3}
 
 
 def test_a_prompt_drawn_again_under_a_new_uid_is_compared_with_its_first_draw():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from test_main_e2e import logged_steps
+from main_e2e_support import logged_steps
 
 pytestmark = [pytest.mark.slow, pytest.mark.sandbox, pytest.mark.ray]
 

@@ -127,10 +127,11 @@ def our_verl_subclasses() -> list[type]:
         reward_manager,
         rollout,
         trainer,
+        workers,
     )
 
     found = {reward_manager.register()}
-    for module in (agent_loop, engine, layout, platform, rollout, trainer):
+    for module in (agent_loop, engine, layout, platform, rollout, trainer, workers):
         found.update(value for value in vars(module).values() if isinstance(value, type))
     return [
         cls

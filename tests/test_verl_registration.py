@@ -6,11 +6,14 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 
 def run_python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_fresh_import_of_verl_registers_every_piece():
     result = run_python("""
         import verl

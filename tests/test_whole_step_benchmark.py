@@ -4,17 +4,13 @@ every completion token the attention mask keeps, so the benchmark compares the s
 
 import os
 import sys
-from pathlib import Path
 
 import torch
 
-from test_samplers_real import lm_for
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from diffugrpo_plugin.coupled import get_per_token_logps  # noqa: E402
-from diffugrpo_plugin.models.dlm import position_ids_from_mask  # noqa: E402
-from whole_step import coupled_logprobs  # noqa: E402
+from diffugrpo_plugin.diffucoder_compat import get_per_token_logps
+from diffugrpo_plugin.models.dlm import position_ids_from_mask
+from samplers_support import lm_for
+from whole_step import coupled_logprobs
 
 
 def test_the_reference_style_log_probs_equal_the_packages_coupled_log_probs():

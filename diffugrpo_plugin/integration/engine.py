@@ -32,7 +32,8 @@ from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
 from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.core.loss_terms import TermInputs, configured_terms
-from diffugrpo_plugin.core.masking import check_views, masker_options
+from diffugrpo_plugin.core.masking import masker_options
+from diffugrpo_plugin.core.views import check_views
 from diffugrpo_plugin.integration.verl_internals import (
     apply_verl_model_patches,
     building_as_language_model,
@@ -45,8 +46,11 @@ from diffugrpo_plugin.integration.verl_internals import (
     verl_step_loss,
     verl_step_output,
 )
-from diffugrpo_plugin.models.dlm import (
-    DiffusionLM,
+from diffugrpo_plugin.models.dlm import DiffusionLM
+from diffugrpo_plugin.models.family import unwrap
+from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS
+from diffugrpo_plugin.models.lean_mlp import make_lean
+from diffugrpo_plugin.models.load_plan import (
     plan_loading,
     read_model_config,
     refuse_partial_load,
@@ -54,9 +58,6 @@ from diffugrpo_plugin.models.dlm import (
     remote_classes,
     supports_attention,
 )
-from diffugrpo_plugin.models.family import unwrap
-from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS
-from diffugrpo_plugin.models.lean_mlp import make_lean
 from diffugrpo_plugin.models.lora import (
     accept_causal_lm_wrapper,
     adapter_state,
@@ -82,13 +83,30 @@ LOSS_TERM_FIELD = "loss_term__{name}__{field}"  # a term's prepared per-sample t
 ADAPTER_FOLDER = "lora_adapter"  # in each checkpoint's actor folder: peft's adapter format
 
 
+def block_training_problem(family: str, masker_name: str, masker, loss_terms: list[str]) -> str | None:
+    """Why the coupled pass cannot train a block-diffusion model (``family``) with this masker and these loss terms,
+    or None (the preflight asks before the job starts, the engine at its first block forward)."""
+    if "block_ids" not in inspect.signature(masker.views).parameters:
+        return (
+            f"masker '{masker_name}' does not mask per block (its views() takes no block_ids), which a block-diffusion "
+            f"model ({family}) needs: set actor_rollout_ref.model.diffusion.masker to one that does (coupled, "
+            f"pair, ebpo, spg, trace_replay)"
+        )
+    if loss_terms:
+        return (
+            f"loss terms ({', '.join(loss_terms)}) score the canvas without the block-diffusion layout, "
+            f"which a {family} model needs: set actor_rollout_ref.model.diffusion.loss_terms=null"
+        )
+    return None
+
+
 @dataclass
 class DiffusionModelConfig(HFModelConfig):
     """verl's model config plus the diffusion settings (``actor_rollout_ref.model.diffusion``).
 
     Keys of ``diffusion``: ``family`` (``dream``, ``llada``, ``bidirectional`` or a plugin's;
     default: detected from the checkpoint's config), ``implementation`` (``auto`` / ``native`` /
-    ``remote``, see :func:`diffugrpo_plugin.models.dlm.plan_loading`), ``masker`` (name, default
+    ``remote``, see :func:`diffugrpo_plugin.models.load_plan.plan_loading`), ``masker`` (name, default
     ``coupled``), ``masker_kwargs`` (e.g. ``t_range``, ``p_mask_prompt``), ``mask_token_id`` /
     ``logits_shift`` (override what the family and model config say), ``chunk_rows`` (the fused
     head's memory cap: at most ``chunk_rows x vocab`` logits at a time), ``lean_mlp`` (default true:
@@ -273,7 +291,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
     def forward_step(self, micro_batch: TensorDict, loss_function, forward_only):
         if get_device_name() != "cpu":
             # on a CPU host the batch is already where the model is, and TensorDict.to would still rebuild every
-            # per-sample non-tensor entry: 12 ms a micro-batch on the default job (0.15 s a step), measured
+            # per-sample non-tensor entry, at every micro-batch (docs/concepts/step-cost.md measures it)
             micro_batch = micro_batch.to(get_device_id())
         if MASK_SEED_FIELD not in micro_batch.keys():
             raise KeyError(
@@ -368,17 +386,11 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         block_size, _ = lm.family.block_size_of(unwrap(self.module).config.to_dict())
         if block_size is None:
             return None
-        if "block_ids" not in inspect.signature(self._masker.views).parameters:
-            name = self._diffusion_settings().get("masker", "coupled")
-            raise ValueError(
-                f"masker '{name}' does not mask per block (its views() takes no block_ids), which a block-diffusion "
-                f"model ({lm.family.name}) needs: set actor_rollout_ref.model.diffusion.masker to coupled or pair"
-            )
-        if self._loss_terms:
-            raise ValueError(
-                f"loss terms ({', '.join(self._loss_terms)}) score the canvas without the block-diffusion layout, "
-                f"which a {lm.family.name} model needs: set actor_rollout_ref.model.diffusion.loss_terms=null"
-            )
+        problem = block_training_problem(
+            lm.family.name, self._diffusion_settings().get("masker", "coupled"), self._masker, list(self._loss_terms)
+        )
+        if problem:
+            raise ValueError(problem)
         origin = self._diffusion_settings().get("block_origin") or "sequence"
         return block_ids(positions, prompt_lens.to(positions.device), block_size, origin)
 

@@ -315,7 +315,13 @@ def lost_processes_explained(config):
     """A job whose trainer worker, task runner or other actor died (a node's raylet killed or gone, an OOM kill) stops
     with Ray's error as it comes (``ActorUnavailableError: ... Socket closed``, seen 6 s after a node's raylet was
     killed mid-run) and Ray's raylet log dump; this raises :class:`JobProcessLost` from it instead, whose one line
-    names the node that died and the checkpoint a new run resumes from."""
+    names the node that died and the checkpoint a new run resumes from.
+
+    A surviving worker's own error can come first: its collective with the dead node's worker fails (gloo's
+    ``RuntimeError: Connection closed by peer``, seen on two nodes 2026-12-03) and reaches the driver as Ray's task
+    error before any actor is marked dead. So any other task error of a multi-node job waits for the GCS's verdict on
+    the nodes (up to :data:`NODE_DEATH_NOTICE_S`): a node dead makes it the one line too; none, and the error goes
+    on as it came."""
     import ray
 
     lost = (
@@ -332,6 +338,15 @@ def lost_processes_explained(config):
         # an actor's error re-raised by the task runner's actor is Ray's RayTaskError(<the actor's error>)
         cause = error.cause if isinstance(error, ray.exceptions.RayTaskError) else error
         raise JobProcessLost(lost_process_message(config, type(cause).__name__, _nodes_dying())) from error
+    except ray.exceptions.RayTaskError as error:
+        dead = _nodes_dying()
+        if not dead:
+            raise
+        logger.error("a process of the job failed while a node died", exc_info=error)
+        cause = error
+        while isinstance(cause, ray.exceptions.RayTaskError) and cause.cause is not None:
+            cause = cause.cause  # the task runner's error wraps the worker's, which wraps what the worker raised
+        raise JobProcessLost(lost_process_message(config, type(cause).__name__, dead)) from error
 
 
 def _nodes_dying() -> list[str] | None:

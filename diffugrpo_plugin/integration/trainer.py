@@ -15,33 +15,36 @@ One training step, in order: verl's stage (``PPOTrainer.fit`` / ``_step_once``),
    reward plugins (``reward_plugins/``; code runs in ``sandbox``); components and failure flags
    travel in ``reward_extra_info``.
 3. **old_log_prob**: verl's balancing stage first puts the completions in order by prompt and sample
-   (:func:`sample_order`, so timing decides nothing below); :meth:`DiffuGRPOTrainer._compute_old_log_prob` writes
-   ``num_iterations`` mask seeds per sample (``masking.mask_seed_table``, ``actor.ppo_epochs`` is DiffuCoder's
-   ``num_iterations``), then runs verl's pass once for all of them: the worker
-   (:class:`IterationMasksTrainingWorker`) scores the batch repeated once per iteration with that iteration's
-   seeds, ``engine.DiffusionLMEngine.forward_step`` -> the masker's views ->
+   (:func:`.prompt_tracking.sample_order`, so timing decides nothing below);
+   :meth:`DiffuGRPOTrainer._compute_old_log_prob` writes ``num_iterations`` mask seeds per sample
+   (``masking.mask_seed_table``, ``actor.ppo_epochs`` is DiffuCoder's ``num_iterations``; the fields:
+   :mod:`.mask_iterations`), then runs verl's pass once for all of them: the worker
+   (:class:`.workers.IterationMasksTrainingWorker`) scores the batch repeated once per iteration with that
+   iteration's seeds, ``engine.DiffusionLMEngine.forward_step`` -> the masker's views ->
    ``logprobs.coupled_token_logprobs``, and splits the result back per iteration.
 4. **ref**: :meth:`DiffuGRPOTrainer._compute_ref_log_prob`, the same on the reference. When the reference
    lives in the policy's worker (verl's hybrid worker, LoRA included) the worker already scored it in step 3's
-   call (:meth:`DiffusionActorRolloutRefWorker.compute_log_prob`) and this stage only stores it.
+   call (:meth:`.workers.DiffusionActorRolloutRefWorker.compute_log_prob`) and this stage only stores it.
 5. **adv**: :meth:`DiffuGRPOTrainer._compute_advantage` first hands the step's completions to a custom data
-   sampler, if ``data.sampler`` names one (the curriculum: ``curriculum.CurriculumSampler``), then rewrites
-   the scores to group-normalised
-   totals when ``diffugrpo.rewards.aggregation=group_normalized`` (GDPO-style, it needs the groups),
-   then verl's step calls ``algorithm.compute_coupled_grpo_advantage`` (leave-one-out).
-6. **update_actor**: :meth:`DiffusionActorRolloutRefWorker.update_actor` expands the batch
-   iteration-major (:func:`expand_iterations`: copy ``k`` carries mask ``k`` and the old/reference
+   sampler, if ``data.sampler`` names one (the curriculum: ``curriculum.CurriculumSampler``, through
+   :mod:`.data_sampler`), then rewrites the scores to group-normalised totals when
+   ``diffugrpo.rewards.aggregation=group_normalized`` (GDPO-style, it needs the groups), or to the learned
+   weights' totals (checkpointed by :mod:`.learned_weights_file`), then verl's step calls
+   ``algorithm.compute_coupled_grpo_advantage`` (leave-one-out).
+6. **update_actor**: :meth:`.workers.DiffusionActorRolloutRefWorker.update_actor` expands the batch
+   iteration-major (:func:`.mask_iterations.expand_iterations`: copy ``k`` carries mask ``k`` and the old/reference
    log-probs computed with it; with ``actor.shuffle=False`` the order is the reference's), then
    verl's ``train_mini_batch`` -> ``forward_step`` -> verl's ``ppo_loss`` with
-   ``algorithm.compute_coupled_grpo_policy_loss`` and verl's k3 KL.
+   ``algorithm.compute_coupled_grpo_policy_loss``, verl's k3 KL and the loss terms (:mod:`.loss_term_fields`).
 7. **step end**: :meth:`DiffuGRPOTrainer.step` mixes the reference towards the policy every
    ``diffugrpo.ref_sync.steps`` steps (TRL's ``sync_ref_model``: ``alpha * policy + (1 - alpha) * reference``;
    DiffuCoder: 64 steps, 0.6); verl then saves checkpoints (a synced reference in the actor's folder,
-   :data:`REFERENCE_FOLDER`) and syncs the new weights to the rollout (``DiffusionRollout.update_weights``).
+   :data:`.reference_sync.REFERENCE_FOLDER`) and syncs the new weights to the rollout
+   (``DiffusionRollout.update_weights``).
 8. **metrics**: :meth:`DiffuGRPOTrainer._compute_metrics` adds each reward component's mean,
    None and failure fractions, the total, the split of rollout time into sampling and scoring,
    and completion lengths up to the EOS; a reward failing on most completions for
-   ``stop_after_failed_steps`` steps in a row stops training (:class:`RewardFailure`). verl logs
+   ``stop_after_failed_steps`` steps in a row stops training (:class:`.reward_outcomes.FailureStop`). verl logs
    them all (TensorBoard, the log file); the step's key metrics go to the terminal in one line
    (:mod:`.console`).
 
@@ -52,33 +55,20 @@ three, and the replay buffer polls without verl's 2 s sleep.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
-import sys
-from typing import Any, Iterable
 
 import ray
 import torch
 from omegaconf import OmegaConf, open_dict
 from tensordict import TensorDict
-from torch.distributed import checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
-from torch.distributed.fsdp import FSDPModule
-from torch.distributed.tensor import DTensor, distribute_tensor
 
-from verl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from verl.trainer.ppo.v1.trainer_base import register_trainer
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-from verl.utils import tensordict_utils as tu
 from verl.utils.device import get_device_name
-from verl.utils.distributed import initialize_global_process_group_ray
-from verl.utils.profiler import DistProfiler
-from verl.workers.engine_workers import ActorRolloutRefWorker, TrainingWorker
+from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import response_from_nested
 
-from diffugrpo_plugin.core.loss_terms import StepBatch, configured_terms
+from diffugrpo_plugin.core.loss_terms import configured_terms
 from diffugrpo_plugin.core.masking import mask_seed_table
 from diffugrpo_plugin.integration.console import (
     LearningSummary,
@@ -87,255 +77,37 @@ from diffugrpo_plugin.integration.console import (
     step_line,
     validation_line,
 )
-from diffugrpo_plugin.integration.engine import ITERATION_FIELD, LOSS_TERM_FIELD, MASK_SEED_FIELD, TRACE_FIELD
+from diffugrpo_plugin.integration.data_sampler import sampler_feedback, sampling_dataloader
+from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD, TRACE_FIELD
 from diffugrpo_plugin.integration.layout import (
     InProcessRewardWorker,
     apply_lean_settings,
     check_cluster_fits,
     rewards_in_agent_loop,
 )
+from diffugrpo_plugin.integration.learned_weights_file import load_learned_weights, save_learned_weights
+from diffugrpo_plugin.integration.loss_term_fields import log_prob_fields, loss_term_fields
+from diffugrpo_plugin.integration.mask_iterations import MASK_ITERATIONS_KEY, iteration_field
 from diffugrpo_plugin.integration.preflight import check_config, data_sampler_class
-from diffugrpo_plugin.integration.reward_manager import ERROR_INFO_PREFIX, EXTRA_INFO_PREFIX, SECONDS_KEY
-from diffugrpo_plugin.integration.rollout import DiffusionRollout, announced
+from diffugrpo_plugin.integration.prompt_tracking import groups_by_prompt, prompt_key, sample_order, still_pending
+from diffugrpo_plugin.integration.reference_sync import ref_sync_settings
+from diffugrpo_plugin.integration.reward_manager import SECONDS_KEY
+from diffugrpo_plugin.integration.reward_outcomes import FailureStop, reward_components
+from diffugrpo_plugin.integration.rollout import announced
 from diffugrpo_plugin.integration.verl_internals import same_data_split
+from diffugrpo_plugin.integration.workers import REFERENCE_PREFIX, WITH_REFERENCE_KEY, DiffusionActorRolloutRefWorker
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
 from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
 from diffugrpo_plugin.rewards.spec import RewardSpec
 from diffugrpo_plugin.sampling.request_batcher import UNMASK_STEP_FIELD
-from diffugrpo_plugin.training.curriculum import CurriculumFeedback, RecordingSampler, group_positions
 
 TRAINER_MODE = "diffugrpo"
-LEARNED_WEIGHTS_FILE = "diffugrpo_reward_weights.json"
 REPLAY_POLL_INTERVAL_S = 0.05
-# a batch's non-tensor entry: how many iterations' mask seeds (mask_seed_iter<k>) one log-prob pass scores
-MASK_ITERATIONS_KEY = "mask_iterations"
-# a batch's non-tensor entry: the policy's log-prob call scores the reference too, its outputs prefixed
-WITH_REFERENCE_KEY = "with_reference"
-REFERENCE_PREFIX = "reference_"
-# in a checkpoint's actor folder: the synced reference (torch.distributed.checkpoint, any world size can load it)
-REFERENCE_FOLDER = "diffugrpo_reference"
-
-
-class RewardFailure(RuntimeError):
-    """A reward failed on most completions for too many steps in a row; the message says what to do."""
-
-
-def iteration_field(name: str, iteration: int) -> str:
-    return f"{name}_iter{iteration}"
-
-
-def expand_iterations(data: TensorDict, iterations: int) -> TensorDict:
-    """Repeat a batch once per iteration, iteration-major, giving copy ``k`` mask seed ``k``, the old/reference
-    log-probs computed with that mask, and ``k`` itself (``ITERATION_FIELD``: the loss terms' per-pass fields).
-    # [B, ...] -> [K*B, ...]"""
-    batch = data.batch_size[0]
-    expanded = tu.index_select_tensor_dict(data, torch.arange(batch).repeat(iterations))
-    expanded[MASK_SEED_FIELD] = torch.cat([data[iteration_field(MASK_SEED_FIELD, k)] for k in range(iterations)])
-    expanded[ITERATION_FIELD] = torch.arange(iterations).repeat_interleave(batch)
-    for name in ("old_log_probs", "ref_log_prob"):
-        if iteration_field(name, 0) in data.keys():
-            expanded[name] = tu.concat_nested_tensors([data[iteration_field(name, k)] for k in range(iterations)])
-    return expanded
-
-
-def split_iterations(output: TensorDict, iterations: int) -> TensorDict:
-    """The inverse of :func:`expand_iterations` for a log-prob pass's output: copy ``k``'s fields under
-    ``<name>_iter<k>``, and copy 0's also under verl's own names. # [K*B, ...] -> [B, ...]"""
-    rows = output.batch_size[0] // iterations
-    fields = [name for name, value in output.items() if isinstance(value, torch.Tensor)]
-    parts = [tu.index_select_tensor_dict(output, torch.arange(k * rows, (k + 1) * rows)) for k in range(iterations)]
-    result = parts[0]
-    for k, part in enumerate(parts):
-        for name in fields:
-            result[iteration_field(name, k)] = part[name]
-    return result
-
-
-def prompt_key(messages) -> str:
-    """A short fixed-size name for a prompt's messages: the same prompt drawn at two steps gets the same one, and a run
-    over many prompts keeps 32 characters for each, not its text."""
-    return hashlib.blake2b(str(messages).encode(), digest_size=16).hexdigest()
-
-
-def still_pending(by_uid: dict[str, tuple[int, Any]], scored: Iterable[str], step: int) -> dict[str, tuple[int, Any]]:
-    """What the trainer keeps per prompt uid, ``(step fetched, value)``, without this step's scored prompts and without
-    any fetched before the previous step that never came back (a group filter dropped it)."""
-    done = set(scored)
-    return {uid: kept for uid, kept in by_uid.items() if uid not in done and kept[0] >= step - 1}
-
-
-def sample_order(keys: list[str], prompt_keys: dict[str, tuple[int, str]]) -> list[int]:
-    """The order that puts a step's completions by prompt, then by their index among the prompt's samples.
-
-    ``keys``: verl's TransferQueue keys, ``{uid}_{session_id}_{output index}``, in the order the replay buffer hands
-    them over, which is the order the completions were scored in; ``prompt_keys``: uid -> (step, :func:`prompt_key`).
-    Row ``b`` of a step gets mask seed ``b`` (:func:`~diffugrpo_plugin.core.masking.mask_seed_table`) and its
-    micro-batch by position, so with this order a seed's run pairs the same completion with the same masks whatever
-    the timing (uids are random, so a prompt without a ``prompt_keys`` entry sorts by its uid).
-    """
-
-    def sample(key: str) -> tuple[str, int, int]:
-        uid, session, output = key.rsplit("_", 2)
-        return prompt_keys.get(uid, (0, uid))[1], int(session), int(output)
-
-    try:
-        samples = [sample(key) for key in keys]
-    except ValueError:  # not verl's key format: keep the replay buffer's order
-        return list(range(len(keys)))
-    return sorted(range(len(keys)), key=samples.__getitem__)
 
 
 def real_rows(batch) -> list[int]:
     """Indices of the batch's completions, without the padding verl adds to make it divide."""
     return [i for i, tag in enumerate(batch.tags) if not tag.get("is_padding", False)]
-
-
-def mix_into_reference(reference: torch.nn.Module, policy: torch.nn.Module, alpha: float) -> None:
-    """``ref <- alpha * policy + (1 - alpha) * ref`` parameter by parameter (TRL's SyncRefModelCallback).
-
-    On FSDP2 modules it works on the sharded parameters: shard by shard where the two are sharded alike (verl's
-    default, one FSDP group over every worker for both), else from the gathered policy parameter, cut to the
-    reference's shard (the actor's ``fsdp_size`` set without the reference's: hybrid against full sharding).
-    """
-    for module in (*reference.modules(), *policy.modules()):
-        # after a forward with reshard_after_forward=false the unsharded copies are registered: writing them is lost
-        if isinstance(module, FSDPModule):
-            module.reshard()
-    policy_params = dict(policy.named_parameters())
-    with torch.no_grad():
-        for name, ref_param in reference.named_parameters():
-            if name not in policy_params:
-                raise KeyError(f"reference parameter '{name}' has no policy counterpart")
-            policy_param = policy_params[name]
-            if (
-                isinstance(ref_param, DTensor)
-                and isinstance(policy_param, DTensor)
-                and policy_param.device_mesh == ref_param.device_mesh
-                and policy_param.placements == ref_param.placements
-            ):
-                policy_local = policy_param.to_local()
-            else:
-                whole = policy_param.full_tensor() if isinstance(policy_param, DTensor) else policy_param.data
-                # every rank holds the whole tensor: each keeps its own shard of it, nothing is sent
-                policy_local = (
-                    distribute_tensor(whole, ref_param.device_mesh, ref_param.placements, src_data_rank=None).to_local()
-                    if isinstance(ref_param, DTensor)
-                    else whole
-                )
-            ref_local = ref_param.to_local() if isinstance(ref_param, DTensor) else ref_param.data
-            ref_local.mul_(1.0 - alpha).add_(policy_local.to(ref_local.device, ref_local.dtype), alpha=alpha)
-
-
-def _gloo_process_group_on_cpu() -> None:
-    """verl asks torch for ``cpu:gloo,<device>:<backend>``, i.e. ``cpu:gloo,cpu:gloo`` on a CPU host, which torch
-    rejects; start the group with plain gloo first (verl then finds it initialised)."""
-    if get_device_name() == "cpu":
-        initialize_global_process_group_ray(backend="gloo")
-
-
-class DiffusionTrainingWorker(TrainingWorker):
-    """verl's standalone training worker (SFT, tests), with a gloo process group on CPU hosts."""
-
-    def __init__(self, config):
-        _gloo_process_group_on_cpu()
-        super().__init__(config)
-
-
-class IterationMasksTrainingWorker(TrainingWorker):
-    """The policy and the reference inside the hybrid worker: a log-prob pass over a batch that carries
-    ``MASK_ITERATIONS_KEY`` iterations' mask seeds scores every iteration's masks in one call (one dispatch,
-    one set of transfer-queue reads and writes instead of one per iteration: verl's ~0.15 s a call on the
-    default job's CPU host, measured)."""
-
-    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="train"), blocking=False)
-    def infer_batch(self, data: TensorDict) -> TensorDict:
-        iterations = int(tu.get(data, key=MASK_ITERATIONS_KEY, default=1))
-        if iterations <= 1:
-            return super().infer_batch(data)
-        output = super().infer_batch(expand_iterations(data, iterations))  # per-row entries (token counts) repeat too
-        return None if output is None else split_iterations(output, iterations)
-
-
-class DiffusionActorRolloutRefWorker(ActorRolloutRefWorker):
-    """verl's hybrid worker, with a gloo process group on CPU, every iteration's masks in one log-prob call and
-    per-iteration masks in the update."""
-
-    actor_worker_cls = IterationMasksTrainingWorker
-    ref_worker_cls = IterationMasksTrainingWorker
-    reference_synced = False  # the reference is no longer model.path's weights: checkpoints must hold it
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def init_model(self):
-        _gloo_process_group_on_cpu()
-        return super().init_model()
-
-    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
-    def compute_log_prob(self, data: TensorDict) -> TensorDict:
-        """verl's policy log-prob call; with ``WITH_REFERENCE_KEY`` set it also scores the reference on the same rows
-        and masks (the reference model, or under LoRA the policy without its adapters) and returns those fields
-        prefixed ``REFERENCE_PREFIX``: one dispatch and one set of transfer-queue reads and writes for both passes."""
-        if not tu.pop(data, key=WITH_REFERENCE_KEY, default=False):
-            return super().compute_log_prob(data)
-        reference_data = data.copy()  # its own non-tensor settings; the tensors are shared, not copied
-        output = super().compute_log_prob(data)
-        tu.assign_non_tensor(reference_data, calculate_entropy=False)
-        if self.ref is None:  # LoRA: verl's reference is the base model, the policy with its adapters off
-            tu.assign_non_tensor(reference_data, no_lora_adapter=True)
-            reference = super().compute_log_prob(reference_data)
-        else:
-            reference = super().compute_ref_log_prob(reference_data)
-        if output is None:  # a rank whose outputs verl does not collect
-            return None
-        for name, value in list(reference.items()):
-            if isinstance(value, torch.Tensor):
-                output[REFERENCE_PREFIX + name] = value
-        return output
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def sync_reference(self, alpha: float) -> None:
-        if self.ref is None or self.actor is None:
-            raise RuntimeError(
-                "diffugrpo.ref_sync needs the reference model in the actor's worker "
-                "(actor_rollout_ref.hybrid_engine=true, no LoRA)"
-            )
-        mix_into_reference(self.ref.engine.module, self.actor.engine.module, float(alpha))
-        self.reference_synced = True
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
-        super().save_checkpoint(local_path, hdfs_path, global_step, max_ckpt_to_keep)
-        if self.ref is not None and self.reference_synced:
-            # verl saves the actor alone and rebuilds the reference from model.path, which would undo every sync
-            dcp.save(
-                get_model_state_dict(self.ref.engine.module), checkpoint_id=os.path.join(local_path, REFERENCE_FOLDER)
-            )
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def load_checkpoint(self, local_path, hdfs_path=None, del_local_after_load=False):
-        folder = os.path.join(local_path, REFERENCE_FOLDER)
-        if self.ref is not None and os.path.isdir(folder):  # before verl's load, which may delete local_path
-            state = get_model_state_dict(self.ref.engine.module)
-            dcp.load(state, checkpoint_id=folder)
-            set_model_state_dict(self.ref.engine.module, state)
-            self.reference_synced = True
-        super().load_checkpoint(local_path, hdfs_path, del_local_after_load)
-
-    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def seed_validation(self, validating: bool) -> None:
-        """Seed the rollout's requests as a validation's (the same noise at every validation) or a training step's
-        (:meth:`~diffugrpo_plugin.integration.rollout.DiffusionRollout.seed_validation`)."""
-        if isinstance(self.rollout, DiffusionRollout):
-            self.rollout.seed_validation(validating)
-
-    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
-    @DistProfiler.annotate(color="red", role="actor_update", scheduled=True)
-    def update_actor(self, data: TensorDict) -> TensorDict:
-        iterations = int(tu.get(data, key="epochs", default=1))
-        if iterations > 1:
-            data = expand_iterations(data, iterations)
-            tu.assign_non_tensor(data, epochs=1)
-        output = self.actor.train_mini_batch(data=data)
-        return output.cpu() if output is not None else None
 
 
 @register_trainer(TRAINER_MODE)
@@ -355,11 +127,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.mask_seed_base = int(diffusion.get("mask_seed", 42))
         self.random_masking = bool(diffusion.get("random_masking", True))
         self.record_trace = bool(diffusion.get("record_trace", False))
-        ref_sync = config.get("diffugrpo", {}).get("ref_sync", {}) or {}
-        self.ref_sync_steps = int(ref_sync.get("steps", 0)) if ref_sync.get("enable", False) else 0
-        self.ref_sync_alpha = float(ref_sync.get("alpha", 0.6))
-        if self.ref_sync_steps and not 0.0 < self.ref_sync_alpha <= 1.0:
-            raise ValueError(f"diffugrpo.ref_sync.alpha must be in (0, 1], got {self.ref_sync_alpha}")
+        self.ref_sync_steps, self.ref_sync_alpha = ref_sync_settings(config)
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
         self.learned_weights = (
             LearnedWeights(self.reward_spec.weights, self.reward_spec.gate_reward)
@@ -369,7 +137,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         self.loss_terms = configured_terms(diffusion.get("loss_terms"))
         self.prompt_rows: dict[str, tuple[int, dict]] = {}  # uid -> (step fetched, its extra_info): for the loss terms
         self.prompt_keys: dict[str, tuple[int, str]] = {}  # uid -> (step fetched, prompt_key): the prompt across steps
-        self.failed_steps: dict[str, int] = {}  # per reward: consecutive steps it failed on half the completions
+        self.failure_stop = FailureStop(self.reward_spec.names, self.reward_spec.stop_after_failed_steps)
         self.reporter = StepReporter()
         self.learning = LearningSummary(self.reward_spec.names)
         self.training_started = False
@@ -396,19 +164,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         sampler_class = data_sampler_class(self.config)
         if sampler_class is None:
             return
-        from torchdata.stateful_dataloader import StatefulDataLoader
-
-        loader = self.train_dataloader
-        self.data_sampler = RecordingSampler(
-            sampler_class(data_source=self.train_dataset, data_config=self.config.data)
-        )
-        self.train_dataloader = StatefulDataLoader(
-            dataset=loader.dataset,
-            batch_size=loader.batch_size,
-            num_workers=loader.num_workers,
-            drop_last=loader.drop_last,
-            collate_fn=loader.collate_fn,
-            sampler=self.data_sampler,
+        self.data_sampler, self.train_dataloader = sampling_dataloader(
+            self.train_dataloader, sampler_class, self.train_dataset, self.config.data
         )
 
     def _fetch_one_gen_batch(self):
@@ -427,12 +184,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         real = real_rows(batch)
         samples, _, uids = self._reward_components(batch)
         totals = [float(row.sum()) for row in self._get(batch, ["rm_scores"])["rm_scores"].unbind()]
-        positions = group_positions([uids[i] for i in real], self.prompt_positions)
-        self.data_sampler.update(
-            CurriculumFeedback(
-                positions=positions, rewards=[totals[i] for i in real], components=[samples[i] for i in real]
-            )
-        )
+        self.data_sampler.update(sampler_feedback(uids, totals, samples, real, self.prompt_positions))
         for uid in set(uids):
             self.prompt_positions.pop(uid, None)
         metrics.update(self.data_sampler.metrics())
@@ -590,51 +342,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         """Each sample's reward components (None where not applicable or failed), the components that
         failed on it, and its group id."""
         data = self._get(batch, ["extra_fields", "uid"])
-        samples, failed = [], []
-        for extra in list(data["extra_fields"]):
-            info = (extra or {}).get("reward_extra_info", {}) or {}
-            samples.append(
-                {
-                    key[len(EXTRA_INFO_PREFIX) :]: None if math.isnan(value) else float(value)
-                    for key, value in info.items()
-                    if key.startswith(EXTRA_INFO_PREFIX)
-                }
-            )
-            failed.append(
-                {
-                    key[len(ERROR_INFO_PREFIX) :]
-                    for key, value in info.items()
-                    if key.startswith(ERROR_INFO_PREFIX) and value
-                }
-            )
-        return samples, failed, list(data["uid"])
-
-    def _check_reward_failures(self, failed: list[set[str]]) -> None:
-        """Reports the rewards that failed this step; stops training when one has failed on at least
-        half the completions for ``stop_after_failed_steps`` steps in a row (a broken harness: its
-        None values would leave the other components to be optimised alone, silently). Half, not
-        all: completions a reward settles without its harness (the ``code`` reward's unformatted
-        ones score 0 without the sandbox) do not fail with it."""
-        counts = {name: sum(name in names for names in failed) for name in self.reward_spec.names}
-        for name, count in counts.items():
-            mostly = bool(failed) and 2 * count >= len(failed)
-            self.failed_steps[name] = self.failed_steps.get(name, 0) + 1 if mostly else 0
-            if count:
-                print(
-                    f"[diffugrpo] step {self.global_steps}: reward '{name}' failed on {count} of {len(failed)} "
-                    f"completions and scored None there; the reward workers' log has the error",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        patience = self.reward_spec.stop_after_failed_steps
-        broken = sorted(name for name, streak in self.failed_steps.items() if patience and streak >= patience)
-        if broken:
-            raise RewardFailure(
-                f"reward(s) {broken} failed on at least half the completions for {patience} steps in a row (step "
-                f"{self.global_steps}); training on the other components alone would optimise something else. Fix "
-                f"the cause in the reward workers' log (a broken sandbox: run `diffugrpo sandbox check`), then resume "
-                f"from the last checkpoint; diffugrpo.rewards.stop_after_failed_steps=0 never stops."
-            )
+        return (*reward_components(list(data["extra_fields"])), list(data["uid"]))
 
     def _compute_advantage(self, batch, metrics):
         if self.data_sampler is not None:
@@ -656,51 +364,21 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         return batch
 
     def _prepare_loss_terms(self, batch) -> None:
-        """Each loss term's per-sample tensors, from the step's groups, rewards, data and per-pass log-ratios, into
-        the batch the update reads (``LOSS_TERM_FIELD``)."""
-        passes = range(self.num_iterations)
-        olds = [iteration_field("old_log_probs", k) for k in passes]
-        refs = [iteration_field("ref_log_prob", k) for k in passes] if self.use_reference_policy else olds
+        """Each loss term's per-sample tensors into the batch the update reads (:mod:`.loss_term_fields`)."""
+        olds, refs = log_prob_fields(self.num_iterations, self.use_reference_policy)
         data = self._get(batch, sorted({"uid", "rm_scores", "responses", "response_mask", *olds, *refs}))
         uids = list(data["uid"])
-        real = torch.zeros(len(uids), dtype=torch.bool)
-        real[real_rows(batch)] = True
-        masks = data["response_mask"].unbind()
-        logratios = torch.stack(
-            [
-                torch.stack(
-                    [
-                        ((old - ref) * mask).sum()
-                        for old, ref, mask in zip(data[old_name].unbind(), data[ref_name].unbind(), masks)
-                    ]
-                )
-                for old_name, ref_name in zip(olds, refs)
-            ],
-            dim=1,
-        ).float()  # [B, K]
-        step = StepBatch(
-            groups=uids,
-            rewards=torch.tensor([float(row.sum()) for row in data["rm_scores"].unbind()]),
-            rows=[self.prompt_rows.get(uid, (0, {}))[1] for uid in uids],
-            response_lengths=data["responses"].offsets().diff(),
-            logratios=logratios,
-            real=real,
+        fields = loss_term_fields(
+            self.loss_terms,
+            data,
+            real_rows(batch),
+            [self.prompt_rows.get(uid, (0, {}))[1] for uid in uids],
+            self.num_iterations,
+            self.use_reference_policy,
             step=self.global_steps,
             tokenizer=self.tokenizer,
         )
-        for name, (_, term) in self.loss_terms.items():
-            fields = term.prepare(step)
-            wrong = [
-                key
-                for key, value in fields.items()
-                if not (isinstance(value, torch.Tensor) and value.size(0) == len(uids))
-            ]
-            if wrong:
-                raise ValueError(
-                    f"loss term '{name}' prepared {wrong} without one entry per sample ({len(uids)}); "
-                    f"prepare(step) must return [B] or jagged [B, j] tensors (diffugrpo_plugin/hookspecs.py)"
-                )
-            self._put(batch, {LOSS_TERM_FIELD.format(name=name, field=key): value for key, value in fields.items()})
+        self._put(batch, fields)
         self.prompt_rows = still_pending(self.prompt_rows, uids, self.global_steps)
 
     def _rewrite_totals(self, batch, totals: list[float]) -> None:
@@ -716,11 +394,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
     def _save_checkpoint(self):
         if self.learned_weights is not None:  # before verl marks the checkpoint as the latest
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
-            os.makedirs(folder, exist_ok=True)
-            staging = os.path.join(folder, LEARNED_WEIGHTS_FILE + ".tmp")
-            with open(staging, "w") as handle:
-                json.dump(self.learned_weights.state_dict(), handle)
-            os.replace(staging, os.path.join(folder, LEARNED_WEIGHTS_FILE))
+            save_learned_weights(self.learned_weights, folder)
         super()._save_checkpoint()
 
     def _load_checkpoint(self):
@@ -735,18 +409,8 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         )
         # a rerun of a finished job would otherwise print its validation and stop, as if it had trained
         self.reporter.report(resume_line(self.global_steps, int(self.total_training_steps), folder), self.global_steps)
-        if self.learned_weights is None:
-            return
-        path = os.path.join(folder, LEARNED_WEIGHTS_FILE)
-        if not os.path.exists(path):
-            print(
-                f"[diffugrpo] {path} is missing: the learned reward weights start again from the fixed ones",
-                file=sys.stderr,
-                flush=True,
-            )
-            return
-        with open(path) as handle:
-            self.learned_weights.load_state_dict(json.load(handle))
+        if self.learned_weights is not None:
+            load_learned_weights(self.learned_weights, folder)
 
     def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
         real = real_rows(batch)
@@ -754,7 +418,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         data = self._get(batch, ["rm_scores", "extra_fields"])
         totals = [float(row.sum()) for row in data["rm_scores"].unbind()]
         metrics.update(step_metrics([samples[i] for i in real], [totals[i] for i in real], [failed[i] for i in real]))
-        self._check_reward_failures([failed[i] for i in real])
+        self.failure_stop.check([failed[i] for i in real], self.global_steps)
         extras = list(data["extra_fields"])
         reward_seconds = [(extras[i] or {}).get("reward_extra_info", {}).get(SECONDS_KEY, 0.0) for i in real]
         sampling = {
@@ -777,11 +441,7 @@ class DiffuGRPOTrainer(PPOTrainerSync):
     def _observe_prompts(self, samples: list[dict[str, float | None]], uids: list[str], real: list[int]) -> None:
         """The step's completions (its ``real`` rows) to the learning summary by prompt: by :func:`prompt_key`, since a
         prompt drawn again gets a new uid."""
-        groups: dict[str, list[dict[str, float | None]]] = {}
-        for i in real:
-            if uids[i] in self.prompt_keys:
-                groups.setdefault(self.prompt_keys[uids[i]][1], []).append(samples[i])
-        self.learning.observe_groups(groups)
+        self.learning.observe_groups(groups_by_prompt(samples, uids, real, self.prompt_keys))
         self.prompt_keys = still_pending(self.prompt_keys, uids, self.global_steps)
 
     def _completion_length_metrics(self, batch, real: list[int]) -> dict[str, float]:

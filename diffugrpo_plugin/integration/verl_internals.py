@@ -625,11 +625,6 @@ VERL_DEPENDENCIES: dict[str, Dependency] = {
         signature="(self, data)",
         source_sha256="c33d5103077466664a5a44a8936e739e510c28857c0a4295317590c1a90c3e6e",
     ),
-    _EW + ":TrainingWorker.__init__": Dependency(
-        uses=("overrides in DiffusionTrainingWorker.__init__",),
-        signature="(self, config)",
-        source_sha256="70637d361e50c14bcb1f9b4b3a4de6369703fd1eea8be6fada02aaea5356ac68",
-    ),
     _EW + ":TrainingWorker.infer_batch": Dependency(
         uses=("overrides in IterationMasksTrainingWorker.infer_batch",),
         signature="(self, data)",

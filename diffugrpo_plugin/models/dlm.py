@@ -3,9 +3,10 @@
 :class:`DiffusionLM` puts every family (:mod:`diffugrpo_plugin.models.families`) behind one convention:
 ``logits[:, i]`` scores token ``i``, left padding is invisible to real tokens (the attention
 mask and positions are built in the family's form), and the mask token id is resolved with an
-error that says what to set. :func:`load_pretrained` picks how to build the network: our native
-Dream/LLaDA classes when the family has one (no remote code), the checkpoint's own code when
-asked (``implementation="remote"``, ``trust_remote_code``), a stock transformers class otherwise.
+error that says what to set. :func:`load_pretrained` builds the network as
+:func:`~diffugrpo_plugin.models.load_plan.plan_loading` decides: our native Dream/LLaDA classes when the family has
+one (no remote code), the checkpoint's own code when asked (``implementation="remote"``, ``trust_remote_code``), a
+stock transformers class otherwise.
 
 Plain torch + transformers; no verl.
 """
@@ -14,44 +15,34 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
 
 from diffugrpo_plugin.models.detection import detect_family, family_named
-from diffugrpo_plugin.models.family import (
-    IMPLEMENTATIONS,
-    ModelConfigError,
-    ModelFamily,
-    position_ids_from_mask,
-    projected_rows,
-    unwrap,
-)
+from diffugrpo_plugin.models.family import ModelConfigError, ModelFamily, position_ids_from_mask, projected_rows, unwrap
 from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS, fused_head_logprob
+from diffugrpo_plugin.models.load_plan import (
+    LoadPlan,
+    plan_loading,
+    read_model_config,
+    refuse_partial_load,
+    remote_classes,
+    supports_attention,
+)
 from diffugrpo_plugin.models.native import register_with_transformers
-from diffugrpo_plugin.models.weights import WeightFit, checkpoint_shapes, forward_problem, meta_model, one_line
-from diffugrpo_plugin.models.weights import fit as weight_fit
 
 __all__ = [
     "DiffusionLM",
-    "LoadPlan",
     "ModelConfigError",
     "align_logits",
-    "load_diffusion_lm",
-    "load_model_config",
-    "load_pretrained",
-    "plan_loading",
-    "position_ids_from_mask",
-    "read_model_config",
-    "remote_classes",
     "is_hub_id",
-    "planned_meta_model",
-    "refuse_unloaded_weights",
+    "load_diffusion_lm",
+    "load_pretrained",
+    "position_ids_from_mask",
+    "quiet_transformers",
     "resolve_mask_token",
-    "supports_attention",
-    "tokenizer_without_remote_code",
 ]
 
 
@@ -191,247 +182,6 @@ class DiffusionLM:
         return self.family.takes_cache(self.module)
 
 
-def read_model_config(path: str) -> dict:
-    """The ``config.json`` of a local checkpoint or hub id, as a dict (no model code is run)."""
-    from transformers import PretrainedConfig
-
-    config, _ = PretrainedConfig.get_config_dict(path)
-    return config
-
-
-def _ways_out(remote_tried: bool, names: tuple[str, ...] = ()) -> str:
-    """What a user can do about weights that fit nothing we would build (one sentence)."""
-    ways = (
-        []
-        if remote_tried
-        else [
-            "actor_rollout_ref.model.diffusion.implementation=remote with the checkpoint's own modeling code beside its "
-            "weights (and actor_rollout_ref.model.trust_remote_code=true)"
-        ]
-    )
-    ways += [
-        "actor_rollout_ref.model.diffusion.family=<name> if it is another family",
-        "or convert the weights to the family's published parameter names",
-    ]
-    adapter = (
-        "They look like an un-merged adapter: merge it into the base weights (peft's merge_and_unload) first. "
-        if any("lora_" in name for name in names)
-        else ""
-    )
-    return f"{adapter}Ways out: {'; '.join(ways)}."
-
-
-@dataclass(frozen=True)
-class LoadPlan:
-    """How a checkpoint becomes a network: ``native`` (our class), ``remote`` (its own code) or ``stock``."""
-
-    family: ModelFamily
-    implementation: str
-    model_class: type | None = None  # the native class, for "native"
-    reason: str = ""  # why this implementation, in words (``diffugrpo check-model`` shows it)
-    native_refused: bool = False  # our native class was considered and does not fit
-
-    @property
-    def trust_remote_code(self) -> bool:
-        return self.implementation == "remote"
-
-
-def plan_loading(
-    config: dict,
-    family: str | None = None,
-    implementation: str = "auto",
-    trust_remote_code: bool = False,
-    path: str | None = None,
-) -> LoadPlan:
-    """Choose how to build the network for a ``config.json`` dict; errors say which key to set.
-
-    ``auto`` takes our native class when it runs the config's settings and, for a local checkpoint
-    ``path``, the checkpoint's weights fit it name for name and shape for shape (read from the file
-    headers, see :mod:`diffugrpo_plugin.models.weights`); else the checkpoint's own code when it ships some
-    and ``trust_remote_code`` allows it; else one line saying which and why. Whatever is chosen, weights
-    that would be freshly initialised or dropped are an error, never a model that runs on random weights.
-    """
-    if implementation not in IMPLEMENTATIONS:
-        raise ModelConfigError(
-            f"unknown implementation '{implementation}' (actor_rollout_ref.model.diffusion."
-            f"implementation); choose one of {', '.join(IMPLEMENTATIONS)}"
-        )
-    found = detect_family(config, family)
-    local = path if path and os.path.isdir(path) else None
-    misfit, misfit_names = None, ()
-    if found.native and implementation != "remote":
-        misfit, misfit_names = _native_misfit(found, config, local)
-        if misfit is None:
-            weights = "the checkpoint's weights fit it" if local else "its weights are checked as they load"
-            return LoadPlan(found, "native", found.native()[1], f"it runs these settings and {weights}")
-        if implementation == "native":
-            fallback = (
-                "Use implementation=auto (it runs the checkpoint's own code where ours does not fit)"
-                + (f". {_ways_out(True, misfit_names)}" if misfit_names else ".")
-                if config.get("auto_map")
-                else _ways_out(False, misfit_names)
-            )
-            raise ModelConfigError(f"implementation=native cannot load this checkpoint: {misfit}. {fallback}")
-        why = f"our native class does not fit: {misfit}"
-    elif implementation == "native":
-        raise ModelConfigError(
-            f"implementation=native cannot load this checkpoint: the {found.name} family has no "
-            f"native implementation. Use implementation=auto."
-        )
-    else:
-        why = (
-            "implementation=remote asks for it"
-            if implementation == "remote"
-            else f"the {found.name} family has no native implementation"
-        )
-    if config.get("auto_map"):
-        if not trust_remote_code:
-            raise ModelConfigError(
-                f"this checkpoint must run its own modeling code ({why}). Set "
-                f"actor_rollout_ref.model.trust_remote_code=true (CLI: --trust-remote-code) if "
-                f"you trust the code shipped with it."
-            )
-        plan = LoadPlan(found, "remote", reason=why, native_refused=misfit is not None)
-    elif found.native or implementation == "remote":
-        raise ModelConfigError(
-            f"cannot load this checkpoint: {why}; and its config.json has no auto_map, so it ships "
-            f"no modeling code to run instead. {_ways_out(False, misfit_names)}"
-        )
-    else:
-        plan = LoadPlan(found, "stock", reason=why)
-    if local:
-        _refuse_misfit_weights(plan, config, local)
-    return plan
-
-
-def _native_misfit(found: ModelFamily, config: dict, path: str | None) -> tuple[str | None, tuple[str, ...]]:
-    """Why our native class cannot stand for this checkpoint (None when it can), and the checkpoint's
-    tensor names that do not fit it."""
-    unsupported = found.native_unsupported(config)
-    if unsupported:
-        return f"these settings need the published code: {', '.join(unsupported)}", ()
-    config_class, model_class = found.native()
-    try:
-        model = meta_model(model_class, config_class.from_dict(config))
-    except Exception as error:  # noqa: BLE001 - a config our class refuses is a reason to look elsewhere
-        return f"{model_class.__name__} cannot be built from this config.json ({one_line(error)})", ()
-    problem = forward_problem(model)
-    if problem:
-        return f"{model_class.__name__} cannot run these settings ({problem})", ()
-    shapes = checkpoint_shapes(path) if path else None
-    fit = weight_fit(model, shapes) if shapes is not None else None
-    if fit is not None and not fit.fits:
-        return (
-            f"the checkpoint's weights do not fit {model_class.__name__}: {fit.describe()}",
-            fit.unexpected or fit.missing or tuple(name for name, _, _ in fit.mismatched),
-        )
-    return None, ()
-
-
-def _refuse_misfit_weights(plan: LoadPlan, config: dict, path: str) -> None:
-    """A one-line error when the checkpoint's weights do not fit the remote or stock class the plan builds."""
-    shapes = checkpoint_shapes(path)
-    if shapes is None:
-        return
-    try:
-        model = planned_meta_model(path, config, load_model_config(path, plan), plan)
-    except Exception:  # noqa: BLE001 - code that cannot be built on the meta device is checked as it loads
-        return
-    _refuse_misfit(plan, model, shapes)
-
-
-def planned_meta_model(path: str, config: dict, config_object: Any, plan: LoadPlan) -> torch.nn.Module:
-    """The planned network built on the meta device: names, shapes and parameter count, no memory."""
-    model_class = {
-        "native": lambda: plan.model_class,
-        "remote": lambda: remote_classes(path, config)[1],
-        "stock": lambda: None,
-    }[plan.implementation]()
-    return meta_model(model_class, config_object)
-
-
-def _refuse_misfit(plan: LoadPlan, model: torch.nn.Module, shapes: dict[str, tuple[int, ...]] | None) -> None:
-    fit = weight_fit(model, shapes) if shapes is not None else None
-    if fit is not None and not fit.fits:
-        raise ModelConfigError(_misfit_message(plan, type(model).__name__, fit))
-
-
-def refuse_unloaded_weights(module: torch.nn.Module, path: str, plan: LoadPlan) -> None:
-    """After a loader we do not control (verl's engine) built ``module`` from ``path``: a one-line error when the
-    checkpoint's tensors do not fit it. For a hub id, the files the loader just fetched into the hub cache are
-    read (the pre-flight could not read them before the download)."""
-    directory = path if os.path.isdir(path) else _cached_snapshot(path)
-    _refuse_misfit(plan, module, checkpoint_shapes(directory) if directory else None)
-
-
-def _cached_snapshot(repo_id: str) -> str | None:
-    from huggingface_hub import snapshot_download
-
-    try:
-        return snapshot_download(repo_id, local_files_only=True)
-    except Exception:  # noqa: BLE001 - not a hub id, or not in the cache: nothing to read
-        return None
-
-
-def _misfit_message(plan: LoadPlan, class_name: str, fit: WeightFit) -> str:
-    built = {"native": "our native class", "remote": "the checkpoint's own code", "stock": "a stock transformers class"}
-    also = " (our native class does not fit either)" if plan.native_refused else ""
-    consequence = (
-        "it would run with those weights freshly initialised"
-        if fit.missing or fit.mismatched
-        else "loading would drop those weights"
-    )
-    return (
-        f"the checkpoint's weights do not fit {class_name}, {built[plan.implementation]}{also}: {fit.describe()}; "
-        f"{consequence}. {_ways_out(plan.implementation == 'remote', fit.unexpected or fit.missing)}"
-    )
-
-
-def remote_classes(path: str, config: dict) -> tuple[type, type]:
-    """The config and model classes of the checkpoint's own code (``auto_map``), imported from its files.
-
-    Taken directly rather than through ``AutoModel``: transformers 5 prefers a class registered in
-    this process (our native ones) over a checkpoint's own code even with ``trust_remote_code``.
-    Registered for the auto classes as transformers does, so ``save_pretrained`` copies the code files.
-    """
-    from transformers.dynamic_module_utils import get_class_from_dynamic_module
-
-    auto_map = config["auto_map"]
-    auto_name = "AutoModelForCausalLM" if "AutoModelForCausalLM" in auto_map else "AutoModel"
-    if "AutoConfig" not in auto_map or auto_name not in auto_map:
-        raise ModelConfigError(
-            f"the checkpoint's auto_map {auto_map} names no AutoConfig and AutoModel classes to run its own code with"
-        )
-    config_class = get_class_from_dynamic_module(auto_map["AutoConfig"], path)
-    model_class = get_class_from_dynamic_module(auto_map[auto_name], path)
-    config_class.register_for_auto_class()
-    model_class.register_for_auto_class(auto_name)
-    return config_class, model_class
-
-
-def supports_attention(model_class: type, attn_implementation: str | None) -> bool:
-    """Whether a model class declares support for an attention implementation transformers would set on it.
-
-    LLaDA's published class declares none (it calls SDPA itself); asking transformers for ``sdpa``
-    on it raises, so its own choice is kept.
-    """
-    flags = {"sdpa": "_supports_sdpa", "flash_attention_2": "_supports_flash_attn", "eager": None}
-    flag = flags.get(attn_implementation or "eager", "_supports_attention_backend")
-    return flag is None or bool(getattr(model_class, flag, False))
-
-
-def load_model_config(path: str, plan: LoadPlan):
-    """The config object the planned implementation builds from (no weights are read)."""
-    from transformers import AutoConfig
-
-    register_with_transformers()
-    if plan.implementation == "native":
-        return plan.model_class.config_class.from_pretrained(path)
-    if plan.implementation == "remote":
-        return remote_classes(path, read_model_config(path))[0].from_pretrained(path)
-    return AutoConfig.from_pretrained(path)
-
-
 def is_hub_id(path: str) -> bool:
     """Whether ``path`` reads as a hub id (``owner/name``) rather than a local path."""
     return path.count("/") == 1 and not path.startswith((".", "/", "~"))
@@ -517,14 +267,6 @@ def load_pretrained(
     return module
 
 
-def refuse_partial_load(module: torch.nn.Module, plan: LoadPlan, info: dict) -> None:
-    """After loading, what transformers reports (for a hub id, the first and only look at the weights):
-    any weight freshly initialised, dropped or of another shape is an error."""
-    fit = WeightFit.from_loading_info(info)
-    if not fit.fits:
-        raise ModelConfigError(_misfit_message(plan, type(module).__name__, fit))
-
-
 def load_diffusion_lm(
     path: str,
     device: str | torch.device | None = None,
@@ -556,64 +298,3 @@ def load_diffusion_lm(
 
         module = apply_adapter(module, adapter, merge=quantization is None)
     return DiffusionLM.wrap(module.to(device).eval(), tokenizer, family=family), tokenizer
-
-
-TOKENIZER_CODE_FILES = ("tokenizer_config.json", "config.json")  # where an auto_map can send AutoTokenizer
-TOKENIZER_FILES = re.compile(
-    r"(tokenizer.*|vocab.*|merges\.txt|special_tokens_map\.json|added_tokens\.json|"
-    r"chat_template\..*|additional_chat_templates|.*\.model|.*\.tiktoken|config\.json|"
-    r"generation_config\.json|(pre)?processor_config\.json)"
-)
-
-
-def tokenizer_without_remote_code(path: str) -> str:
-    """A directory holding the tokenizer at ``path`` whose files name no code to run: ``path`` itself when it is
-    not a local directory or when neither its ``tokenizer_config.json`` nor its ``config.json`` has an
-    ``auto_map``; else a copy of its tokenizer files (:data:`TOKENIZER_FILES`) without one, built once in the
-    cache, keyed by their contents.
-
-    verl's reward workers load the tokenizer with ``trust_remote_code=True`` whatever the job says; pointed at
-    this directory they load it as the rest of the job does, without running (or needing) the checkpoint's
-    ``tokenization_*.py``. The cache must be on storage every node sees (``$DIFFUGRPO_HOME``) for a
-    multi-node job.
-    """
-    import hashlib
-    import json
-    import shutil
-
-    from diffugrpo_plugin.data.cache import build_once, diffugrpo_home
-
-    source = os.path.expanduser(path)
-    if not os.path.isdir(source):
-        return path
-    names = sorted(name for name in os.listdir(source) if TOKENIZER_FILES.fullmatch(name))
-
-    def settings(name: str) -> dict:
-        with open(os.path.join(source, name)) as handle:
-            return json.load(handle)
-
-    if not any("auto_map" in settings(name) for name in TOKENIZER_CODE_FILES if name in names):
-        return path
-    digest = hashlib.sha256()
-    for name in names:
-        top = os.path.join(source, name)
-        files = (
-            [top]
-            if os.path.isfile(top)
-            else sorted(os.path.join(root, file) for root, _, found in os.walk(top) for file in found)
-        )
-        for file in files:
-            with open(file, "rb") as handle:
-                digest.update(os.path.relpath(file, source).encode() + b"\0" + hashlib.sha256(handle.read()).digest())
-
-    def copy(staging) -> None:
-        for name in names:
-            if name in TOKENIZER_CODE_FILES:
-                kept = {key: value for key, value in settings(name).items() if key != "auto_map"}
-                (staging / name).write_text(json.dumps(kept, indent=2) + "\n")
-            elif os.path.isdir(os.path.join(source, name)):
-                shutil.copytree(os.path.join(source, name), staging / name)
-            else:
-                shutil.copy(os.path.join(source, name), staging / name)
-
-    return str(build_once(diffugrpo_home() / "tokenizers" / digest.hexdigest()[:16], copy))

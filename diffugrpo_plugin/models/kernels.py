@@ -113,11 +113,10 @@ def _slice_logits(
     return out if in_place else out.copy_(logits)
 
 
-# The widest vocabulary slice, by where the head runs. CPU (R = 2048 rows): [1024, R] fp32 slices keep the exp
-# pass and the two gradient matmuls that reread the slice close to the cache, ~5% faster than slices as big as
-# the chunk_rows memory cap allows; much narrower slices starve the matmuls. GPU (H100, R = 5120 rows, V = 152k,
-# benchmarks/gpu.py): 1024 columns starve its matmuls; 16384 runs the head's forward + backward 2.2x faster
-# (53 vs 116 ms) for 0.46 GiB more, which stays under the training pass's peak (a layer's recomputation).
+# The widest vocabulary slice, by where the head runs. On a CPU, [1024, rows] fp32 slices keep the exp pass and
+# the two gradient matmuls that reread the slice close to the cache; much narrower slices starve the matmuls. A
+# GPU's matmuls starve at 1024 columns: 16384 is faster for a little more memory, which stays under the training
+# pass's peak (a layer's recomputation). docs/results/h100.md has the measurements (benchmarks/gpu.py).
 SLICE_COLUMNS = 1024
 SLICE_COLUMNS_GPU = 16384
 

@@ -1,7 +1,7 @@
-"""DiffuCoder-compatible entry points for people porting coupled-GRPO code.
-
-The names and argument orders follow DiffuCoder's reference trainer so ported code reads the
-same, with its defects fixed (see ``docs/concepts/coupled-grpo.md``, "Differences from the reference"):
+"""Compatibility with DiffuCoder's reference trainer, for porting code written against it: its coupled-GRPO functions
+(``forward_process``, ``selective_log_softmax``, ``get_per_token_logps``) under the same names and argument orders,
+so ported code reads the same, with its defects fixed (see ``docs/concepts/coupled-grpo.md``, "Differences from the
+reference"):
 
 * randomness comes from a private ``torch.Generator`` (the reference resets every global
   RNG with ``set_seed``), so the caller's sampling noise is untouched;
@@ -20,7 +20,7 @@ from typing import Sequence
 import torch
 
 from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
-from diffugrpo_plugin.core.masking import MaskedViews
+from diffugrpo_plugin.core.views import MaskedViews
 from diffugrpo_plugin.models.dlm import DiffusionLM, position_ids_from_mask
 from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS, chunked_gathered_logprob
 
