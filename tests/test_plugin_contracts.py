@@ -183,3 +183,16 @@ def test_a_masker_whose_combine_takes_the_wrong_arguments_fails_when_built(regis
     ):
         plugins.build("masker", "wrong_combine", {})
     assert callable(plugins.build("masker", "spg", {}).combine)  # the built-in that has one fits
+
+
+def test_every_hook_documents_returns_when_called_options_and_errors_in_that_order():
+    import inspect
+
+    from diffugrpo_plugin import hookspecs
+
+    sections = ["Returns:", "When called:", "Options:", "Errors:"]
+    hooks = [hook for name, hook in inspect.getmembers(hookspecs, inspect.isfunction) if name.startswith("diffugrpo_")]
+    assert len(hooks) == 5
+    for hook in hooks:
+        headings = [line.strip() for line in inspect.getdoc(hook).splitlines() if line.strip() in sections]
+        assert headings == sections, hook.__name__
