@@ -2389,6 +2389,822 @@ _add(
 )
 
 
+# round 7 (correct-program adversary, 2026-12-04)
+# ---------------------------------------------------------------- round 7: LeetCode
+leetcode(
+    "r7_lc_lca_nodes_shared_by_arguments",
+    "lowestCommonAncestor",
+    """
+    class Solution:
+        def lowestCommonAncestor(self, root: 'TreeNode', p: 'TreeNode', q: 'TreeNode') -> 'TreeNode':
+            if root is None or root is p or root is q:
+                return root
+            left = self.lowestCommonAncestor(root.left, p, q)
+            right = self.lowestCommonAncestor(root.right, p, q)
+            if left and right:
+                return root
+            return left or right
+    """,
+    """
+    def check(candidate):
+        root = tree_node([3, 5, 1, 6, 2, 0, 8, None, None, 7, 4])
+        assert candidate(root = root, p = root.left, q = root.right).val == 3
+        assert candidate(root = root, p = root.left.right.left, q = root.left.right.right).val == 2
+        p = root.left
+        assert candidate(root = root, p = p, q = root.left.right.right) is p
+    """,
+)
+leetcode(
+    "r7_lc_intersection_shared_tail",
+    "getIntersectionNode",
+    """
+    class Solution:
+        def getIntersectionNode(self, headA: ListNode, headB: ListNode) -> Optional[ListNode]:
+            a, b = headA, headB
+            while a is not b:
+                a = a.next if a else headB
+                b = b.next if b else headA
+            return a
+    """,
+    """
+    def check(candidate):
+        common = list_node([8, 4, 5])
+        headA = ListNode(4, ListNode(1, common))
+        headB = ListNode(5, ListNode(6, ListNode(1, common)))
+        assert candidate(headA = headA, headB = headB).val == 8
+        assert candidate(headA = headA, headB = headB) is common
+        assert candidate(headA = list_node([2, 6, 4]), headB = list_node([1, 5])) is None
+    """,
+)
+leetcode(
+    "r7_lc_search_bst_returns_subtree_node",
+    "searchBST",
+    """
+    class Solution:
+        def searchBST(self, root: Optional[TreeNode], val: int) -> Optional[TreeNode]:
+            while root and root.val != val:
+                root = root.left if val < root.val else root.right
+            return root
+    """,
+    """
+    def check(candidate):
+        root = tree_node([4, 2, 7, 1, 3])
+        assert is_same_tree(candidate(root = root, val = 2), tree_node([2, 1, 3]))
+        assert candidate(root = root, val = 7) is root.right
+        assert candidate(root = root, val = 5) is None
+    """,
+)
+leetcode(
+    "r7_lc_largest_number_cmp_to_key",
+    "largestNumber",
+    """
+    class Solution:
+        def largestNumber(self, nums: List[int]) -> str:
+            def compare(a, b):
+                return (b + a > a + b) - (b + a < a + b)
+            digits = sorted(map(str, nums), key=cmp_to_key(compare))
+            result = ''.join(digits)
+            return '0' if result[0] == '0' else result
+    """,
+    """
+    def check(candidate):
+        assert candidate(nums = [10, 2]) == "210"
+        assert candidate(nums = [3, 30, 34, 5, 9]) == "9534330"
+        assert candidate(nums = [0, 0]) == "0"
+    """,
+)
+
+# ---------------------------------------------------------------- round 7: stdin/stdout
+# Codeforces' default checker compares tokens, and a problem that allows an absolute or relative error of 1e-6
+# accepts any digits within it (APPS's own evaluator compares floats with np.allclose too).
+stdio(
+    "r7_io_one_number_per_line_where_expected_has_spaces",
+    """
+    import sys
+    data = sys.stdin.read().split()
+    n = int(data[0])
+    for x in sorted(map(int, data[1:1 + n])):
+        print(x)
+    """,
+    ["4\n9 1 4 3\n"],
+    ["1 3 4 9\n"],
+)
+stdio(
+    "r7_io_float_full_repr_within_tolerance",
+    """
+    n = int(input())
+    values = list(map(int, input().split()))
+    print(sum(values) / n)
+    """,
+    ["3\n1 2 7\n", "2\n1 2\n"],
+    ["3.3333333333\n", "1.5000000000\n"],
+)
+
+# ---------------------------------------------------------------- round 7: HumanEval check(candidate)
+humaneval(
+    "r7_he_heapq_on_test_class_with_lt",
+    "schedule",
+    """
+    import heapq
+    def schedule(tasks):
+        heap = list(tasks)
+        heapq.heapify(heap)
+        return [heapq.heappop(heap) for _ in range(len(heap))]
+    """,
+    """
+    def check(candidate):
+        class Task:
+            def __init__(self, priority, name):
+                self.priority = priority
+                self.name = name
+            def __lt__(self, other):
+                return self.priority < other.priority
+        tasks = [Task(3, 'c'), Task(1, 'a'), Task(2, 'b')]
+        assert [t.name for t in candidate(tasks)] == ['a', 'b', 'c']
+        assert candidate([]) == []
+    """,
+)
+humaneval(
+    "r7_he_generator_return_value",
+    "chunks",
+    """
+    def chunks(xs, n):
+        count = 0
+        for i in range(0, len(xs), n):
+            yield xs[i:i + n]
+            count += 1
+        return count
+    """,
+    """
+    def check(candidate):
+        g = candidate([1, 2, 3, 4, 5], 2)
+        assert next(g) == [1, 2]
+        assert next(g) == [3, 4]
+        assert next(g) == [5]
+        try:
+            next(g)
+        except StopIteration as stop:
+            assert stop.value == 3
+        else:
+            assert False
+    """,
+)
+humaneval(
+    "r7_he_async_generator",
+    "ticker",
+    """
+    import asyncio
+    async def ticker(n):
+        for i in range(n):
+            await asyncio.sleep(0)
+            yield i * i
+    """,
+    """
+    import asyncio
+    def check(candidate):
+        async def collect(n):
+            return [x async for x in candidate(n)]
+        assert asyncio.run(collect(4)) == [0, 1, 4, 9]
+        assert asyncio.run(collect(0)) == []
+    """,
+)
+humaneval(
+    "r7_he_preamble_flag_combination",
+    "parse_perms",
+    """
+    def parse_perms(text):
+        result = Perm(0)
+        for ch, perm in (('r', Perm.READ), ('w', Perm.WRITE), ('x', Perm.EXEC)):
+            if ch in text:
+                result |= perm
+        return result
+    """,
+    """
+    def check(candidate):
+        assert candidate('x') == Perm.EXEC
+        assert candidate('rw') == Perm.READ | Perm.WRITE
+        assert Perm.WRITE in candidate('rwx')
+        assert not candidate('')
+    """,
+    preamble="""
+    from enum import Flag, auto
+    class Perm(Flag):
+        READ = auto()
+        WRITE = auto()
+        EXEC = auto()
+    """,
+)
+humaneval(
+    "r7_he_preamble_frozen_dataclass_inside_object",
+    "regions",
+    """
+    def regions(grid):
+        seen, found = set(), []
+        for r, row in enumerate(grid):
+            for c, color in enumerate(row):
+                if (r, c) in seen:
+                    continue
+                cells, stack = set(), [(r, c)]
+                seen.add((r, c))
+                while stack:
+                    i, j = stack.pop()
+                    cells.add(Cell(i, j))
+                    for a, b in ((i + 1, j), (i - 1, j), (i, j + 1), (i, j - 1)):
+                        if 0 <= a < len(grid) and 0 <= b < len(grid[a]) and (a, b) not in seen and grid[a][b] == color:
+                            seen.add((a, b))
+                            stack.append((a, b))
+                found.append(Region(color, frozenset(cells)))
+        return found
+    """,
+    """
+    def check(candidate):
+        assert candidate(['ab', 'ab']) == [
+            Region('a', frozenset({Cell(0, 0), Cell(1, 0)})),
+            Region('b', frozenset({Cell(0, 1), Cell(1, 1)})),
+        ]
+        assert len(candidate(['aba'])) == 3
+    """,
+    preamble="""
+    from dataclasses import dataclass
+    @dataclass(frozen=True)
+    class Cell:
+        row: int
+        col: int
+    @dataclass
+    class Region:
+        color: str
+        cells: frozenset
+    """,
+)
+humaneval(
+    "r7_he_preamble_exception_raised",
+    "parse_age",
+    """
+    def parse_age(text):
+        if not text.strip().isdigit():
+            raise ValidationError(f'not an age: {text!r}')
+        return int(text)
+    """,
+    """
+    def check(candidate):
+        assert candidate('42') == 42
+        try:
+            candidate('abc')
+        except ValidationError as error:
+            assert 'abc' in str(error)
+        else:
+            assert False, 'no ValidationError'
+    """,
+    preamble="""
+    class ValidationError(Exception):
+        pass
+    """,
+)
+humaneval(
+    "r7_he_stdlib_exception_class_caught",
+    "load_config",
+    """
+    import json
+    def load_config(text):
+        config = json.loads(text)
+        if not isinstance(config, dict):
+            raise TypeError('a config must be a JSON object')
+        return config
+    """,
+    """
+    import json
+    def check(candidate):
+        assert candidate('{"a": 1}') == {'a': 1}
+        try:
+            candidate('{bad json')
+        except json.JSONDecodeError as error:
+            assert error.pos == 1
+        else:
+            assert False
+    """,
+)
+humaneval(
+    "r7_he_decorator_keeps_name_with_wraps",
+    "count_calls",
+    """
+    import functools
+    def count_calls(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            wrapper.calls += 1
+            return func(*args, **kwargs)
+        wrapper.calls = 0
+        return wrapper
+    """,
+    """
+    def check(candidate):
+        def square(x):
+            \"\"\"Square x.\"\"\"
+            return x * x
+        counted = candidate(square)
+        assert counted(3) == 9
+        assert counted(4) == 16
+        assert counted.calls == 2
+        assert counted.__name__ == 'square'
+        assert counted.__doc__ == 'Square x.'
+    """,
+)
+humaneval(
+    "r7_he_warning_recorded_by_test",
+    "old_total",
+    """
+    import warnings
+    def old_total(xs):
+        warnings.warn('old_total is deprecated; use sum', DeprecationWarning, stacklevel=2)
+        return sum(xs)
+    """,
+    """
+    import warnings
+    def check(candidate):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            assert candidate([1, 2, 3]) == 6
+        assert len(caught) == 1
+        assert issubclass(caught[0].category, DeprecationWarning)
+    """,
+)
+humaneval(
+    "r7_he_mock_patch_builtins_input",
+    "ask_number",
+    """
+    def ask_number(prompt='Enter a number: '):
+        while True:
+            text = input(prompt)
+            try:
+                return int(text)
+            except ValueError:
+                print('not a number, try again')
+    """,
+    """
+    from unittest import mock
+    def check(candidate):
+        with mock.patch('builtins.input', side_effect=['x', '7']):
+            assert candidate() == 7
+        with mock.patch('builtins.input', return_value='-3'):
+            assert candidate('n? ') == -3
+    """,
+)
+
+# ---------------------------------------------------------------- round 7: numpy
+humaneval(
+    "r7_he_numpy_masked_array",
+    "mask_outside",
+    """
+    import numpy as np
+    def mask_outside(values, low, high):
+        return np.ma.masked_outside(np.asarray(values, dtype=float), low, high)
+    """,
+    """
+    import numpy as np
+    def check(candidate):
+        result = candidate([1.0, 5.0, -2.0, 3.0], 0, 4)
+        assert isinstance(result, np.ma.MaskedArray)
+        assert result.mask.tolist() == [False, True, True, False]
+        assert result.mean() == 2.0
+        assert result.filled(0).tolist() == [1.0, 0.0, 0.0, 3.0]
+    """,
+)
+humaneval(
+    "r7_he_numpy_datetime64",
+    "add_business_days",
+    """
+    import numpy as np
+    def add_business_days(start, days):
+        return np.busday_offset(np.datetime64(start, 'D'), days, roll='forward')
+    """,
+    """
+    import numpy as np
+    def check(candidate):
+        assert candidate('2024-03-01', 1) == np.datetime64('2024-03-04')
+        assert str(candidate('2024-03-08', 5)) == '2024-03-15'
+    """,
+)
+humaneval(
+    "r7_he_numpy_random_seeded_by_test",
+    "jitter",
+    """
+    import numpy as np
+    def jitter(values, scale):
+        values = np.asarray(values, dtype=float)
+        return values + np.random.normal(0.0, scale, size=values.shape)
+    """,
+    """
+    import numpy as np
+    def check(candidate):
+        np.random.seed(0)
+        result = candidate([1.0, 2.0, 3.0], 0.1)
+        np.random.seed(0)
+        expected = np.array([1.0, 2.0, 3.0]) + np.random.normal(0.0, 0.1, size=3)
+        assert np.allclose(result, expected)
+    """,
+)
+mbpp(
+    "r7_mbpp_numpy_in_place",
+    """
+    import numpy as np
+    def clip_negative(arr):
+        arr[arr < 0] = 0
+    """,
+    ["assert clip_negative(a) is None and a.tolist() == [3, 0, 2, 0]"],
+    setup="a = np.array([3, -1, 2, -5])",
+    imports=["import numpy as np"],
+)
+
+# ---------------------------------------------------------------- round 7: MBPP
+mbpp(
+    "r7_mbpp_writes_to_stringio",
+    """
+    def write_csv(out, rows):
+        for row in rows:
+            out.write(','.join(str(cell) for cell in row) + '\\n')
+        return len(rows)
+    """,
+    ["assert write_csv(buffer, [[1, 'a'], [2, 'b']]) == 2 and buffer.getvalue() == '1,a\\n2,b\\n'"],
+    setup="import io\nbuffer = io.StringIO()",
+)
+mbpp(
+    "r7_mbpp_pathlib_path",
+    """
+    from pathlib import Path
+    def change_suffix(path, suffix):
+        return path.with_suffix(suffix)
+    """,
+    [
+        "assert change_suffix(Path('notes/todo.txt'), '.md') == Path('notes/todo.md')",
+        "assert change_suffix(Path('a/b.tar'), '.gz').name == 'b.gz'",
+    ],
+    imports=["from pathlib import Path"],
+)
+mbpp(
+    "r7_mbpp_random_instance_argument",
+    """
+    def deal(deck, hands, rng):
+        cards = list(deck)
+        rng.shuffle(cards)
+        return [cards[i::hands] for i in range(hands)]
+    """,
+    ["assert deal(range(6), 2, random.Random(7)) == [expected[0::2], expected[1::2]]"],
+    setup="import random\nexpected = list(range(6))\nrandom.Random(7).shuffle(expected)",
+)
+mbpp(
+    "r7_mbpp_cmp_to_key_argument",
+    """
+    def sort_with(items, key):
+        return sorted(items, key=key)
+    """,
+    ["assert sort_with(['bb', 'a', 'ccc', 'aa'], cmp_to_key(by_length_then_reverse)) == ['a', 'bb', 'aa', 'ccc']"],
+    setup=(
+        "from functools import cmp_to_key\n"
+        "def by_length_then_reverse(a, b):\n"
+        "    if len(a) != len(b):\n"
+        "        return len(a) - len(b)\n"
+        "    return (a < b) - (a > b)"
+    ),
+)
+mbpp(
+    "r7_mbpp_program_reads_setup_global",
+    """
+    def restock_needed(item, threshold=5):
+        return inventory.get(item, 0) < threshold
+    """,
+    [
+        "assert restock_needed('pear') == True",
+        "assert restock_needed('apple') == False",
+        "assert restock_needed('kiwi') == True",
+    ],
+    setup="inventory = {'apple': 10, 'pear': 2}",
+)
+mbpp(
+    "r7_mbpp_factorial_of_100000",
+    """
+    def factorial(n):
+        def product(lo, hi):
+            if hi - lo < 16:
+                result = 1
+                for k in range(lo, hi):
+                    result *= k
+                return result
+            mid = (lo + hi) // 2
+            return product(lo, mid) * product(mid, hi)
+        return product(1, n + 1)
+    """,
+    ["assert factorial(10) == 3628800", "assert factorial(100000) == math.factorial(100000)"],
+    imports=["import math"],
+)
+
+# ---------------------------------------------------------------- round 7: class tasks
+class_task(
+    "r7_cls_operators_with_numbers",
+    """
+    class Money:
+        def __init__(self, cents):
+            self.cents = cents
+        def __add__(self, other):
+            if isinstance(other, int):
+                other = Money(other)
+            return Money(self.cents + other.cents)
+        __radd__ = __add__
+        def __mul__(self, factor):
+            return Money(self.cents * factor)
+        __rmul__ = __mul__
+        def __eq__(self, other):
+            return isinstance(other, Money) and self.cents == other.cents
+        def __repr__(self):
+            return f'Money({self.cents})'
+    """,
+    [
+        "assert Money(250) * 3 == Money(750)",
+        "assert 2 * Money(5) == Money(10)",
+        "assert sum([Money(1), Money(2), Money(3)]) == Money(6)",
+        "assert Money(1) + Money(2) == Money(3)",
+    ],
+)
+class_task(
+    "r7_cls_eq_with_string",
+    """
+    from functools import total_ordering
+    @total_ordering
+    class Version:
+        def __init__(self, text):
+            parts = [int(p) for p in str(text).split('.')]
+            while len(parts) > 1 and parts[-1] == 0:
+                parts.pop()
+            self.parts = tuple(parts)
+        @staticmethod
+        def _coerce(other):
+            return other if isinstance(other, Version) else Version(other)
+        def __eq__(self, other):
+            return self.parts == self._coerce(other).parts
+        def __lt__(self, other):
+            return self.parts < self._coerce(other).parts
+        def __hash__(self):
+            return hash(self.parts)
+    """,
+    [
+        "assert Version('1.2.0') == '1.2'",
+        "assert Version('1.10') > '1.9'",
+        "assert sorted([Version('1.10'), Version('1.9'), Version('1.2.1')]) == "
+        "[Version('1.2.1'), Version('1.9'), Version('1.10')]",
+    ],
+)
+class_task(
+    "r7_cls_own_contains",
+    """
+    class IntervalSet:
+        def __init__(self):
+            self.intervals = []
+        def add(self, lo, hi):
+            merged = []
+            for a, b in sorted(self.intervals + [(lo, hi)]):
+                if merged and a <= merged[-1][1] + 1:
+                    merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+                else:
+                    merged.append((a, b))
+            self.intervals = merged
+        def __contains__(self, x):
+            return any(a <= x <= b for a, b in self.intervals)
+        def __len__(self):
+            return sum(b - a + 1 for a, b in self.intervals)
+    """,
+    [
+        "s = IntervalSet()\ns.add(1, 3)\ns.add(5, 8)\nassert 2 in s\nassert 4 not in s\nassert 8 in s",
+        "s = IntervalSet()\ns.add(1, 3)\ns.add(4, 6)\nassert s.intervals == [(1, 6)]\nassert len(s) == 6",
+    ],
+)
+class_task(
+    "r7_cls_test_subclass_calls_super",
+    """
+    class Greeter:
+        def __init__(self, name):
+            self.name = name
+        def greet(self):
+            return f'Hello, {self.name}!'
+    """,
+    [
+        "class LoudGreeter(Greeter):\n    def greet(self):\n        return super().greet().upper()\n"
+        "assert LoudGreeter('ada').greet() == 'HELLO, ADA!'",
+        "assert Greeter('bo').greet() == 'Hello, bo!'",
+    ],
+)
+class_task(
+    "r7_cls_fields_named_like_str_methods",
+    """
+    class Record:
+        def __init__(self, **fields):
+            for key, value in fields.items():
+                setattr(self, key, value)
+        def keys(self):
+            return sorted(vars(self))
+    """,
+    [
+        "r = Record(title='Dune', count=3)\nassert r.title == 'Dune'\nassert r.count == 3",
+        "assert Record(index=1, format='pdf').keys() == ['format', 'index']",
+    ],
+)
+class_task(
+    "r7_cls_namedtuple_with_methods",
+    """
+    import math
+    from typing import NamedTuple
+    class Point(NamedTuple):
+        x: float
+        y: float
+        def distance(self, other):
+            return math.hypot(self.x - other.x, self.y - other.y)
+        @property
+        def norm(self):
+            return math.hypot(self.x, self.y)
+    """,
+    [
+        "assert Point(3, 4).distance(Point(0, 0)) == 5.0",
+        "assert Point(6, 8).norm == 10.0",
+        "assert Point(1, 2) == (1, 2) and Point(1, 2).x == 1",
+    ],
+)
+class_task(
+    "r7_cls_dataclass_asdict_replace",
+    """
+    from dataclasses import dataclass, field
+    @dataclass(order=True)
+    class Employee:
+        name: str
+        salary: int
+        skills: list = field(default_factory=list)
+    """,
+    [
+        "from dataclasses import asdict\n"
+        "assert asdict(Employee('ann', 100, ['py'])) == {'name': 'ann', 'salary': 100, 'skills': ['py']}",
+        "from dataclasses import replace\ne = Employee('bo', 50)\nassert replace(e, salary=60).salary == 60\n"
+        "assert e.salary == 50",
+        "assert sorted([Employee('b', 2), Employee('a', 9)])[0].name == 'a'",
+    ],
+)
+class_task(
+    "r7_cls_exception_with_fields_and_str",
+    """
+    class ParseError(ValueError):
+        def __init__(self, line, message):
+            super().__init__(message)
+            self.line = line
+            self.message = message
+        def __str__(self):
+            return f'line {self.line}: {self.message}'
+
+    def parse_assignments(text):
+        result = {}
+        for number, line in enumerate(text.splitlines(), 1):
+            name, sep, value = line.partition('=')
+            if not sep or not name.strip():
+                raise ParseError(number, 'expected name=value')
+            result[name.strip()] = int(value)
+        return result
+    """,
+    [
+        "assert parse_assignments('a=1\\nb=2') == {'a': 1, 'b': 2}",
+        "try:\n    parse_assignments('a=1\\nbad\\nc=3')\nexcept ParseError as error:\n    assert error.line == 2\n"
+        "    assert str(error) == 'line 2: expected name=value'\nelse:\n    assert False",
+    ],
+)
+class_task(
+    "r7_cls_context_manager_rolls_back",
+    """
+    class Store:
+        def __init__(self):
+            self.data = {}
+            self._saved = []
+        def __setitem__(self, key, value):
+            self.data[key] = value
+        def __getitem__(self, key):
+            return self.data[key]
+        def __enter__(self):
+            self._saved.append(dict(self.data))
+            return self
+        def __exit__(self, exc_type, exc, tb):
+            saved = self._saved.pop()
+            if exc_type is not None:
+                self.data = saved
+            return False
+    """,
+    [
+        "s = Store()\ns['a'] = 1\ntry:\n    with s:\n        s['a'] = 2\n        raise RuntimeError('abort')\n"
+        "except RuntimeError:\n    pass\nassert s['a'] == 1",
+        "s = Store()\nwith s:\n    s['b'] = 5\nassert s['b'] == 5",
+    ],
+)
+class_task(
+    "r7_cls_generator_advances_object_state",
+    """
+    class Tokenizer:
+        def __init__(self, text):
+            self.text = text
+            self.consumed = 0
+        def tokens(self):
+            for token in self.text.split():
+                self.consumed += 1
+                yield token
+    """,
+    [
+        "t = Tokenizer('let x = 1')\nit = t.tokens()\nassert next(it) == 'let'\nassert t.consumed == 1\n"
+        "assert next(it) == 'x'\nassert t.consumed == 2",
+        "assert list(Tokenizer('a b c').tokens()) == ['a', 'b', 'c']",
+    ],
+)
+
+# ---------------------------------------------------------------- round 7: C++, Java, JavaScript
+stdio(
+    "r7_cpp_cxx20_ranges_and_contains",
+    """
+    #include <bits/stdc++.h>
+    using namespace std;
+    int main() {
+        int n;
+        cin >> n;
+        vector<int> a(n);
+        for (auto &x : a) cin >> x;
+        ranges::sort(a);
+        map<int, int> freq;
+        for (int x : a) ++freq[x];
+        int q;
+        cin >> q;
+        while (q--) {
+            int x;
+            cin >> x;
+            cout << (freq.contains(x) ? "YES" : "NO") << '\\n';
+        }
+        cout << a.front() << ' ' << a.back() << ' ' << popcount(static_cast<unsigned>(n)) << '\\n';
+    }
+    """,
+    ["5\n4 1 7 1 3\n3\n1\n2\n7\n"],
+    ["YES\nNO\nYES\n1 7 2\n"],
+    language="cpp",
+)
+stdio(
+    "r7_cpp_online_judge_freopen_guard",
+    """
+    #include <bits/stdc++.h>
+    using namespace std;
+    int main() {
+    #ifndef ONLINE_JUDGE
+        freopen("input.txt", "r", stdin);
+        freopen("output.txt", "w", stdout);
+    #endif
+        ios::sync_with_stdio(false);
+        cin.tie(nullptr);
+        long long a, b;
+        cin >> a >> b;
+        cout << a + b << '\\n';
+    }
+    """,
+    ["2 40\n"],
+    ["42\n"],
+    language="cpp",
+)
+stdio(
+    "r7_java_deep_recursion_in_big_stack_thread",
+    """
+    import java.io.*;
+    public class Main implements Runnable {
+        static int depth(int n) {
+            return n == 0 ? 0 : 1 + depth(n - 1);
+        }
+        public void run() {
+            try {
+                BufferedReader br = new BufferedReader(new InputStreamReader(System.in));
+                int n = Integer.parseInt(br.readLine().trim());
+                System.out.println(depth(n));
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+        }
+        public static void main(String[] args) throws InterruptedException {
+            Thread t = new Thread(null, new Main(), "solver", 1 << 28);
+            t.start();
+            t.join();
+        }
+    }
+    """,
+    ["1000000\n"],
+    ["1000000\n"],
+    language="java",
+)
+stdio(
+    "r7_js_read_dev_stdin",
+    """
+    const data = require('fs').readFileSync('/dev/stdin', 'utf8').split(/\\s+/).filter(Boolean).map(Number);
+    const [n, ...xs] = data;
+    console.log(Math.max(...xs.slice(0, n)));
+    """,
+    ["3\n4 9 2\n"],
+    ["9\n"],
+    language="javascript",
+)
+
+
 # ---------------------------------------------------------------- what the judge rejects today, by cause
 REJECTED_TODAY: dict[str, str] = {}  # case id -> why the judge rejects it (none today)
 
