@@ -25,9 +25,11 @@ from __future__ import annotations
 import ast
 import builtins
 import collections
+import dataclasses
 import enum
 import functools
 import json
+import math
 import re
 import sys
 import threading
@@ -182,7 +184,7 @@ class TestSpec:
             )
             for kind, test in tests
         ]
-        return [Job(code, preamble=self.prelude, judged=test) for test in tests]
+        return [Job(code, preamble=self.prelude, judged=test, setup=self.setup) for test in tests]
 
 
 def extract_code(text: str, block: str = "first", language: str = "python") -> str | None:
@@ -560,17 +562,31 @@ def reference_from_row(row: Mapping[str, Any]) -> str | None:
     return None
 
 
+FLOAT_TOLERANCE = 1e-6  # absolute or relative, the error Codeforces-style problems with real answers allow
+
+
 def outputs_match(actual: str, expected: str) -> bool:
-    """Whole-output comparison: equal line by line after trailing whitespace, ignoring trailing
-    blank lines. A prefix of the expected output does not match (unlike open-r1's zip)."""
+    """The token checker of Codeforces-style judges: the outputs' whitespace-separated tokens are equal in number
+    and each pair is equal, or, where the expected token is a decimal with a fraction or an exponent (``3.3333``,
+    ``1e-9``), both are finite numbers within :data:`FLOAT_TOLERANCE` absolute or relative. Line breaks and
+    spacing do not count; an integer token is compared exactly; a prefix of the expected output does not match
+    (unlike open-r1's zip)."""
+    actual_tokens, expected_tokens = actual.split(), expected.split()
+    if len(actual_tokens) != len(expected_tokens):
+        return False
+    return all(a == e or _reals_close(a, e) for a, e in zip(actual_tokens, expected_tokens, strict=True))
 
-    def lines(text: str) -> list[str]:
-        stripped = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
-        while stripped and not stripped[-1]:
-            stripped.pop()
-        return stripped
 
-    return lines(actual) == lines(expected)
+def _reals_close(actual: str, expected: str) -> bool:
+    if not any(mark in expected for mark in ".eE") or len(actual) > 64 or len(expected) > 64:
+        return False
+    try:
+        a, e = float(actual), float(expected)
+    except ValueError:
+        return False
+    if not (math.isfinite(a) and math.isfinite(e)):
+        return False
+    return abs(a - e) <= FLOAT_TOLERANCE * max(1.0, abs(e))
 
 
 def _memory_exhausted(result: JobResult) -> bool:
@@ -777,8 +793,7 @@ def _run_uncached(
     if not parses(code):
         return [TestOutcome(index, Outcome.SYNTAX_ERROR, "the code does not parse") for index in range(len(spec))]
     jobs = [
-        Job(job.source, job.stdin, limit, job.judged, job.preamble, count_lines, no_fork=no_fork)
-        for job in spec.jobs(code)
+        dataclasses.replace(job, timeout_s=limit, count_lines=count_lines, no_fork=no_fork) for job in spec.jobs(code)
     ]
     expected = [output for _, output in spec.stdio] if spec.kind == "stdio" else [None] * len(jobs)
     results = sandbox.run(jobs)

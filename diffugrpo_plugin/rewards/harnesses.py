@@ -60,6 +60,8 @@ from dataclasses import dataclass
 
 from diffugrpo_plugin.data.cache import build_once, diffugrpo_home
 from diffugrpo_plugin.sandbox.languages import (
+    CPP_FLAGS,
+    CPP_STANDARD,
     MAIN_CLASS_PLACEHOLDER,
     SOURCE_PLACEHOLDER,
     Language,
@@ -70,7 +72,6 @@ from diffugrpo_plugin.sandbox.languages import (
 logger = logging.getLogger("diffugrpo.rewards")
 
 MARKER_BYTES = 16
-CPP_FLAGS = "-std=c++17 -O2 -pipe"
 STDCPP = "bits/stdc++.h"
 SANDBOX_OWN_DIRS = ("/tmp", "/dev/shm")  # fresh in every sandbox (see sandbox/host.py)
 CPP_TESTS_FUNCTION = "diffugrpo_tests_main"
@@ -269,7 +270,7 @@ static void diffugrpo_failed(int line) {
     program = _joined(prelude, code, *wrappers)
     tests_source = _joined(prelude, checks, declarations, tests_function, runner)
     compiler = shlex.quote(resolved_tool("g++") or "g++")
-    flags = CPP_FLAGS
+    flags = " ".join(CPP_FLAGS)
     header = precompiled_stdcpp() if STDCPP in prelude else None
     if header is not None:  # MultiPL-E's prelude includes it first anyway: the same code, compiled 4x faster
         flags += f" -I{shlex.quote(header)} -include {STDCPP}"
@@ -335,7 +336,7 @@ def precompiled_stdcpp() -> str | None:
         return None
     try:
         found = subprocess.run(
-            [compiler, "-std=c++17", "-H", "-E", "-x", "c++", "-"],
+            [compiler, f"-std={CPP_STANDARD}", "-H", "-E", "-x", "c++", "-"],
             input=f"#include <{STDCPP}>\n",
             capture_output=True,
             text=True,
@@ -348,7 +349,7 @@ def precompiled_stdcpp() -> str | None:
 
         def build(folder):
             (folder / "bits").mkdir()
-            command = [compiler, *CPP_FLAGS.split(), "-x", "c++-header", header, "-o", str(folder / f"{STDCPP}.gch")]
+            command = [compiler, *CPP_FLAGS, "-x", "c++-header", header, "-o", str(folder / f"{STDCPP}.gch")]
             subprocess.run(command, capture_output=True, timeout=300, check=True)
             # the header beside its precompiled form: a later `#include` of it (the prelude's) finds it here
             (folder / STDCPP).symlink_to(header)

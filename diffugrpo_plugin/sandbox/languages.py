@@ -22,6 +22,10 @@ from dataclasses import dataclass
 
 SOURCE_PLACEHOLDER = "{source}"
 MAIN_CLASS_PLACEHOLDER = "{main_class}"
+# What competitive-programming judges compile C++ with (Codeforces' "GNU G++20"): GNU C++20, and ONLINE_JUDGE
+# defined, which submissions test to skip their local freopen("input.txt") set-up.
+CPP_STANDARD = "gnu++20"
+CPP_FLAGS = (f"-std={CPP_STANDARD}", "-O2", "-pipe", "-DONLINE_JUDGE")
 # The JVM reserves its heap, code cache and class space as address space up front: it does not start under
 # 1 GiB of RLIMIT_AS. Its heap is capped by -Xmx instead (the cgroup, where there is one, caps it all).
 JVM_ADDRESS_SPACE_MB = 4096
@@ -123,7 +127,7 @@ LANGUAGES: dict[str, Language] = {
         "cpp",
         ("cpp", "c++"),
         "solution.cpp",
-        compile=("g++", "-std=c++17", "-O2", "-pipe", "-o", "solution", SOURCE_PLACEHOLDER),
+        compile=("g++", *CPP_FLAGS, "-o", "solution", SOURCE_PLACEHOLDER),
         run=("./solution",),
         tools=("g++",),
         package="g++",

@@ -53,6 +53,7 @@ class FromProgram:
 
 
 _PROGRAM_EXCEPTIONS: dict[tuple[str, str], type] = {}
+_TASK_EXCEPTIONS: dict[type, type] = {}  # the judge's own exception class -> its program-marked subclass
 # Raised by the program, these would end the test's own iteration or the judge itself (PEP 479's reasoning):
 # they arrive as RuntimeError.
 _NOT_PASSED_THROUGH = ("StopIteration", "StopAsyncIteration", "GeneratorExit", "SystemExit", "KeyboardInterrupt")
@@ -69,15 +70,27 @@ def program_exception_class(type_name: str, base_name: str = "") -> type:
         if not (isinstance(base, type) and issubclass(base, Exception)) or base.__name__ in _NOT_PASSED_THROUGH:
             base = RuntimeError if (base_name or type_name) in _NOT_PASSED_THROUGH else Exception
         try:
-            cls = type(key[0], (base, FromProgram), {})
+            cls = type(key[0], (base, FromProgram), {"__str__": _program_text})
         except TypeError:  # a builtin that cannot be subclassed
-            cls = type(key[0], (Exception, FromProgram), {})
+            cls = type(key[0], (Exception, FromProgram), {"__str__": _program_text})
         if len(_PROGRAM_EXCEPTIONS) < 1024:
             _PROGRAM_EXCEPTIONS[key] = cls
     return cls
 
 
-def program_exception(type_name: str, message: str, base_name: str = "", args: tuple | None = None) -> BaseException:
+def _program_text(error: BaseException) -> str:
+    """``str()`` of the program's exception: the text its own ``__str__`` gave, where it travelled whole (a longer
+    one was cut at :data:`MESSAGE_CHARS`: its arguments' text then stands for it)."""
+    text = error.__dict__.get(_TEXT_FIELD)
+    return text if type(text) is str and len(text) < MESSAGE_CHARS else BaseException.__str__(error)
+
+
+_TEXT_FIELD = "_diffugrpo_program_text"
+
+
+def program_exception(
+    type_name: str, message: str, base_name: str = "", args: tuple | None = None, fields=None
+) -> BaseException:
     """The exception the program raised (see :func:`program_exception_class`), with its arguments where they
     travelled (``e.args[0] == 'x'``), else its message; one its base cannot rebuild (an ``ExceptionGroup``)
     arrives as a plain exception of its name, never as a ``TypeError`` a test might catch."""
@@ -88,10 +101,21 @@ def program_exception(type_name: str, message: str, base_name: str = "", args: t
         lambda: program_exception_class(type_name, "Exception")(message),
     ):
         try:
-            return attempt()
+            error = attempt()
         except Exception:  # noqa: BLE001 - arguments its builtin base refuses
             continue
+        _set_fields(error, fields)
+        error.__dict__[_TEXT_FIELD] = message
+        return error
     return program_exception_class("Exception", "Exception")(message)
+
+
+def _set_fields(error: BaseException, fields) -> None:
+    """The program exception's fields (a ParseError's ``.line``), as data: never a dunder name or a method's."""
+    if type(fields) is dict:
+        for field, value in fields.items():
+            if type(field) is str and not field.startswith("__") and not callable(getattr(type(error), field, None)):
+                object.__getattribute__(error, "__dict__")[field] = value
 
 
 class Unreadable(BaseException):
@@ -332,16 +356,18 @@ class Judging:
                 if len(answer) == 3:
                     self._kept_changed(answer[2])
                 return False, self.decode(answer[1])
-            if answer[0] == "raise" and len(answer) in (3, 5) and type(answer[1]) is str and type(answer[2]) is str:
+            if answer[0] == "raise" and len(answer) in (3, 7) and type(answer[1]) is str and type(answer[2]) is str:
                 if answer[1] == wire.OVER_LIMIT:
                     raise wire.BadValue(answer[2][:MESSAGE_CHARS])
-                base, args = (answer[3], answer[4]) if len(answer) == 5 else ("", None)
+                base, args, origin, state = answer[3:] if len(answer) == 7 else ("", None, None, None)
                 arguments = self.decode(args) if args is not None else None
+                arguments = tuple(arguments) if type(arguments) is list else None
+                fields = self.decode(state) if state is not None else None
+                own = self._task_exception(answer[1], origin, arguments, fields)
+                if own is not None:
+                    return True, own
                 return True, program_exception(
-                    answer[1][:100],
-                    answer[2][:MESSAGE_CHARS],
-                    base if type(base) is str else "",
-                    tuple(arguments) if type(arguments) is list else None,
+                    answer[1][:100], answer[2][:MESSAGE_CHARS], base if type(base) is str else "", arguments, fields
                 )
             raise wire.BadValue("malformed answer")
 
@@ -349,6 +375,32 @@ class Judging:
         if raised:
             raise value
         return value
+
+    def _task_exception(self, name: str, origin, arguments: tuple | None, fields) -> BaseException | None:
+        """The program's exception as an instance of this side's own class of it: the task's class of that name
+        (``except ValidationError`` with the preamble's class), else the standard-library class it names in a
+        module the judge has loaded (``json.JSONDecodeError``), with its arguments and fields; None for any other
+        (it arrives as a class of its name, :func:`program_exception`)."""
+        cls = self.task_classes.get(name)
+        if cls is None and wire._is_list(origin, 2) and all(type(part) is str for part in origin):
+            module = sys.modules.get(origin[0])
+            standard = origin[0] != "builtins" and origin[0].partition(".")[0] in sys.stdlib_module_names
+            if module is not None and standard:  # a builtin one arrives by its name (program_exception_class)
+                cls = wire._resolve_class(*origin) if hasattr(module, origin[1].partition(".")[0]) else None
+        if not (isinstance(cls, type) and issubclass(cls, Exception)) or cls.__name__ in _NOT_PASSED_THROUGH:
+            return None
+        marked = _TASK_EXCEPTIONS.get(cls)
+        if marked is None:
+            try:  # marked as the program's, for the verdict, and still caught by `except` of the class
+                marked = type(cls.__name__, (cls, FromProgram), {"__module__": cls.__module__})
+                marked.__qualname__ = cls.__qualname__
+            except Exception:  # noqa: BLE001 - a class that refuses subclasses
+                return None
+            _TASK_EXCEPTIONS[cls] = marked
+        error = BaseException.__new__(marked)
+        error.args = arguments if arguments is not None else ()
+        _set_fields(error, fields)
+        return error
 
     def names(self, wanted: list[str]) -> dict:
         """The program's values of ``wanted`` (those it has), each decoded on its own."""
@@ -393,16 +445,12 @@ class Judging:
         """Calls a program callable. Arguments the program changed in place are changed here too, the
         program's globals the test holds are refreshed, and a result that is one of the arguments is that
         argument (``b = copy_list(a); assert b is not a`` holds as in Python)."""
-        try:
-            request = [
-                "call",
-                handle,
-                [self.encode(arg) for arg in args],
-                [[name, self.encode(value)] for name, value in kwargs.items()],
-            ]
+        encoder = wire.Encoder(self.task_classes, self._unknown, extra_classes=wire.SENT_CLASSES)
+        try:  # one value, so what the arguments share they share in the program too
+            arguments = encoder.encode([list(args), dict(kwargs)])
         except wire.BadValue as error:
             raise Unsendable(str(error)) from None
-        answer = self._request([*request, self._process_state()])
+        answer = self._request(["call", handle, arguments, self._process_state()])
         if not (wire._is_list(answer, 6) and answer[0] == "ok"):
             return self.answer(answer)
 
@@ -429,6 +477,13 @@ class Judging:
                 return args[same]
             if type(same) is str and same in kwargs:
                 return kwargs[same]
+            if (
+                wire._is_list(same, 2)
+                and same[0] == "obj"
+                and type(same[1]) is int
+                and 0 <= same[1] < len(encoder.objects)
+            ):
+                return encoder.objects[same[1]][0]
             return self.decode(answer[1])
 
         return _readable(read)

@@ -297,12 +297,15 @@ class ProgramSide:
         return ["h", handle, kind.__name__, capabilities, bases]
 
     def decode(self, encoded):
+        return self._decoder().decode(encoded)
+
+    def _decoder(self) -> wire.Decoder:
         return wire.Decoder(
             self.task_classes,
             self._resolve,
             wire.PURE_BUILTINS | wire.BUILTIN_EXCEPTIONS,
             extra_classes=wire.SENT_CLASSES,
-        ).decode(encoded)
+        )
 
     def _resolve(self, encoded):
         index = encoded[1] if len(encoded) >= 2 else None
@@ -343,7 +346,8 @@ class ProgramSide:
             return self._raised(error)
 
     def _raised(self, error: BaseException) -> list:
-        """An exception as the judge re-raises it: its name, message, nearest builtin base and arguments."""
+        """An exception as the judge re-raises it: its name, message, nearest builtin base, arguments, class
+        (module and qualified name) and fields."""
         try:
             message = str(error)[:MESSAGE_CHARS]
         except BaseException:  # noqa: BLE001 - a hostile __str__
@@ -352,7 +356,14 @@ class ProgramSide:
             args = self.encode(list(error.args))
         except BaseException:  # noqa: BLE001 - arguments that do not travel: the message stands for them
             args = None
-        return ["raise", type(error).__name__, message, builtin_base(type(error)), args]
+        kind = type(error)
+        try:  # its fields (a ParseError's .line), so the judge's copy of its class reads them as the test does
+            fields = vars(error)
+            state = self.encode(dict(fields)) if type(fields) is dict and fields else None
+        except BaseException:  # noqa: BLE001 - fields that do not travel: the exception arrives without them
+            state = None
+        origin = [str(kind.__module__)[:100], str(kind.__qualname__)[:200]]
+        return ["raise", kind.__name__, message, builtin_base(kind), args, origin, state]
 
     def _answer(self, request) -> list:
         kind = request[0]
@@ -368,15 +379,24 @@ class ProgramSide:
         if kind == "entry":
             return ["ok", self.encode(eval(request[1], self.namespace))]  # noqa: S307 - the task's entry point
         if kind == "call":
-            return self._call(self.objects[request[1]], request[2], request[3], request[4])
+            return self._call(self.objects[request[1]], request[2], request[3])
         if kind == "op":
             answer = ["ok", self.encode(self._op(request[1], self.objects[request[2]], request[3]))]
             return [*answer, self._kept_changed()] if self.kept else answer
         raise ValueError(f"unknown request {str(kind)[:40]}")
 
-    def _call(self, function, encoded_args: list, encoded_kwargs: list, state: dict) -> list:
-        args = [self.decode(item) for item in encoded_args]
-        kwargs = {name: self.decode(item) for name, item in encoded_kwargs}
+    def _call(self, function, encoded_arguments, state: dict) -> list:
+        # the arguments arrive as one value, so a node two of them share (LeetCode's lowestCommonAncestor(root, p,
+        # q), two lists meeting in one tail) is one object here as in the test
+        decoder = self._decoder()
+        arguments = decoder.decode(encoded_arguments)
+        if not (type(arguments) is list and len(arguments) == 2 and type(arguments[0]) is list):
+            raise wire.BadValue("malformed call arguments")
+        args, kwargs = arguments
+        if type(kwargs) is not dict or not all(type(name) is str for name in kwargs):
+            raise wire.BadValue("malformed call keywords")
+        encoded_args = [self._changeable(value) for value in args]  # what each argument was, to tell what changed
+        encoded_kwargs = [[name, self._changeable(value)] for name, value in kwargs.items()]
         random_state = self._take_state(state)
         printed, stdout = (io.StringIO(), sys.stdout) if state.get("stdout") else (None, None)
         if printed is not None:
@@ -393,22 +413,32 @@ class ProgramSide:
         same = next((position for position, value in enumerate(args) if value is result), None)
         if same is None:
             same = next((name for name, value in kwargs.items() if value is result), None)
+        changed = []
+        for position, value, sent in [
+            *zip(range(len(args)), args, encoded_args),
+            *((name, kwargs[name], item) for name, item in encoded_kwargs),
+        ]:
+            if sent is not None:
+                now = self.encode(value)
+                if now != sent:
+                    changed.append([position, now])
+        if same is None and not changed:  # a node of unchanged arguments (searchBST's subtree): the test's own one
+            same = next((["obj", index] for index, value in enumerate(decoder.objects) if value is result), None)
         self.handles_made = 0
         encoded_result = self.encode(result) if same is None else None
         if self.kept:
             after["kept"] = self._kept_changed()
         if self.handles_made:  # the result is (or holds) an object of the program's, which may keep the arguments
             after["keeps"] = self._keep(args)
-        changed = []
-        for position, value, sent in [
-            *zip(range(len(args)), args, encoded_args),
-            *((name, kwargs[name], item) for name, item in encoded_kwargs),
-        ]:
-            if isinstance(value, MUTABLE_TYPES) or type(value) in self.task_classes.values():
-                now = self.encode(value)
-                if now != sent:
-                    changed.append([position, now])
         return ["ok", encoded_result, changed, self._globals_changed(), same, after]
+
+    def _changeable(self, value):
+        """The encoding of an argument a call may change in place (a list, a task object), None for any other."""
+        return (
+            self.encode(value)
+            if isinstance(value, MUTABLE_TYPES) or type(value) in self.task_classes.values()
+            else None
+        )
 
     def _take_state(self, state: dict):
         """The test's process state, made this process's for the call (see ``Judging._process_state``); the

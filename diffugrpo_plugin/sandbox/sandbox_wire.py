@@ -48,7 +48,7 @@ import os
 MAX_FRAME_BYTES = 128 << 20
 LIMITS = {
     "depth": 2000,  # nesting of one value (a 2000-deep list)
-    "int_hex_digits": 250_000,  # an int of up to a million bits (about 300k decimal digits)
+    "int_hex_digits": 1_000_000,  # an int of up to four million bits (1.2M decimal digits; factorial(10**5) has 456k)
     "elements": 4_000_000,  # items of all containers in one value
     "array_bytes": 64 << 20,  # the raw data of one numpy array
 }
