@@ -131,6 +131,17 @@ def test_whole_output_comparison():
     assert not outputs_match("3\n7\n8\n", "3\n7\n")
 
 
+def test_outputs_compare_by_tokens_with_a_tolerance_for_decimals_only():
+    assert outputs_match("1\n3\n4\n9\n", "1 3 4 9\n")  # Codeforces' token checker: spacing does not count
+    assert not outputs_match("1 3 4\n", "1 3 4 9\n")
+    # 3.3333333333 - 3.3333333333333335 = 3.3e-11, inside 1e-6; 3.3334 is 6.7e-5 off (relative 2e-5): outside
+    assert outputs_match("3.3333333333333335\n", "3.3333333333\n")
+    assert not outputs_match("3.3334\n", "3.3333333333\n")
+    assert outputs_match("1000000.5\n", "1000000.4999995\n")  # 5e-7 off: within 1e-6 relative to 1e6
+    assert not outputs_match("4\n", "3\n") and not outputs_match("3.0000001\n", "3\n")  # an integer is exact
+    assert not outputs_match("nan\n", "1.5\n") and not outputs_match("inf\n", "1e308\n")
+
+
 # --- verdicts --------------------------------------------------------------------------------
 
 

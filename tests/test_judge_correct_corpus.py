@@ -3206,7 +3206,29 @@ stdio(
 
 
 # ---------------------------------------------------------------- what the judge rejects today, by cause
-REJECTED_TODAY: dict[str, str] = {}  # case id -> why the judge rejects it (none today)
+REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
+    "r7_he_heapq_on_test_class_with_lt": "an object of the test's class is a callback handle there: heapq's < of "
+    "two of them is not the test's __lt__",
+    "r7_he_async_generator": "a program's async generator is not a handle the test can `async for` over",
+    "r7_he_preamble_flag_combination": "a combined Flag value (READ|WRITE) travels by member name",
+    "r7_he_preamble_frozen_dataclass_inside_object": "a frozen dataclass inside a task object is rebuilt by "
+    "setting fields, which its __setattr__ refuses",
+    "r7_he_warning_recorded_by_test": "warnings.catch_warnings in the test does not see the program's warnings",
+    "r7_he_mock_patch_builtins_input": "mock.patch of builtins.input in the test does not reach the program",
+    "r7_he_numpy_masked_array": "a masked array travels as its data (a plain ndarray)",
+    "r7_he_numpy_random_seeded_by_test": "np.random.seed in the test is not mirrored (random.seed is)",
+    "r7_mbpp_numpy_in_place": "an ndarray changed in place by the program is not written back yet",
+    "r7_mbpp_writes_to_stringio": "a StringIO argument travels as its lines, not as a file the program writes",
+    "r7_mbpp_pathlib_path": "a PosixPath argument does not travel",
+    "r7_mbpp_random_instance_argument": "a random.Random argument does not travel",
+    "r7_mbpp_cmp_to_key_argument": "a functools.cmp_to_key wrapper does not travel",
+    "r7_cls_operators_with_numbers": "a program object's arithmetic with a number is not forwarded",
+    "r7_cls_eq_with_string": "a program object's own __eq__ with a str is not trusted (by design: forgeable)",
+    "r7_cls_own_contains": "a program object's own __contains__ is not trusted (by design: forgeable)",
+    "r7_cls_test_subclass_calls_super": "super() in the test's subclass of a program class meets a handle",
+    "r7_cls_fields_named_like_str_methods": "a field named like a str method (.title) is taken for the str method",
+    "r7_cls_dataclass_asdict_replace": "dataclasses.asdict/replace of a program dataclass meet a handle",
+}
 
 
 # ---------------------------------------------------------------- the test

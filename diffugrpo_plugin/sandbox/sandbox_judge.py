@@ -226,7 +226,13 @@ class Judging:
             return ["bi", value.__name__]
         if _test_function(value) or _test_method(value):
             self.callbacks.append(value)
-            return ["cb", len(self.callbacks) - 1]
+            # its names and docstring are read there as here (functools.wraps copies them onto a decorator's wrapper)
+            names = [getattr(value, name, None) for name in ("__name__", "__qualname__", "__doc__")]
+            return [
+                "cb",
+                len(self.callbacks) - 1,
+                *(text[:MESSAGE_CHARS] if type(text) is str else None for text in names),
+            ]
         if _test_instance(value):
             return self._test_object(value)
         raise wire.BadValue(
@@ -685,6 +691,9 @@ def _update_in_place(target, state) -> None:
         return
     if kind in (list, bytearray):
         target[:] = state
+    elif kind.__module__ == "numpy" and kind.__name__ == "ndarray":
+        if state.shape == target.shape and state.dtype == target.dtype and target.flags.writeable:
+            target[...] = state
     elif isinstance(target, dict) or isinstance(target, set):
         target.clear()
         target.update(state)
@@ -966,10 +975,17 @@ def _contains(self, item) -> bool:
     return _typed(self._op("contains", item), bool, "__contains__")
 
 
-def _exit(self, *exc_info):
-    """The program's ``__exit__``, told nothing of an exception in the test's ``with`` body, and never allowed to
-    suppress one: an ``AssertionError`` of the test always goes on."""
-    self._op("exit")
+def _exit(self, exc_type=None, exc=None, traceback=None):
+    """The program's ``__exit__``, told of an exception in the test's ``with`` body as its nearest builtin class and
+    message (a transaction rolls back), and never allowed to suppress one: the test's ``AssertionError`` or a
+    ``TypeError`` its checks raised always goes on."""
+    if isinstance(exc, Exception) and not isinstance(exc, FromProgram):
+        base = next(kind.__name__ for kind in type(exc).__mro__ if getattr(builtins, kind.__name__, None) is kind)
+        self._op("exit", base, _text(exc))
+    elif isinstance(exc, Exception):  # the program's own: its class of that name
+        self._op("exit", type(exc).__name__, _text(exc))
+    else:
+        self._op("exit")
     return False
 
 
@@ -1027,7 +1043,8 @@ def remote_class(
     cls = _REMOTE_CLASSES.get(key)
     if cls is None:
         methods = {attribute: _CAPABILITY_METHODS[attribute] for attribute in capabilities}
-        body = {"__slots__": (), "_diffugrpo_value_type": value_type, **methods}
+        # __doc__ is the program's (a wrapper functools.wraps made carries the test function's), not this class's
+        body = {"__slots__": (), "_diffugrpo_value_type": value_type, "__doc__": _PROGRAM_DOC, **methods}
         if value_type is not None:
             # isinstance(x, int) of the program's IntEnum member holds, as Python's falls back on __class__; type(x)
             # stays the handle's class, so nothing here takes the handle for a real int
@@ -1046,6 +1063,9 @@ def remote_class(
     return cls
 
 
+_PROGRAM_DOC = property(lambda self: Remote.__getattr__(self, "__doc__"))
+
+
 def _plain_task_class(cls) -> bool:
     """A task class whose instances hold only attributes (no builtin base, no slots, no metaclass of its own)."""
     return (
@@ -1053,6 +1073,11 @@ def _plain_task_class(cls) -> bool:
         and all(base is object or "__slots__" not in vars(base) for base in cls.__mro__)
         and all(base is object or base.__module__ == "__test__" for base in cls.__mro__)
     )
+
+
+# A program's iterator gives its first items one request each, as next() would: a test that reads the state the
+# generator changes (a reader's .consumed) between them sees it as in one process. Later items come in batches.
+ONE_AT_A_TIME = 64
 
 
 class RemoteIterator:
@@ -1063,6 +1088,7 @@ class RemoteIterator:
         self.buffer: list = []
         self.position = 0
         self.batch = batch
+        self.taken = 0
         self.end: BaseException | None = None
 
     def __iter__(self):
@@ -1086,10 +1112,14 @@ class RemoteIterator:
             items, tail = answer
             return list(items), tail
 
-        self.batch = min(wire.BATCH_LIMIT, self.batch * 2)
         (self.buffer, tail), self.position = _readable(read), 0
+        self.taken += len(self.buffer)
+        if self.taken >= ONE_AT_A_TIME:
+            self.batch = min(wire.BATCH_LIMIT, self.batch * 2)
         if tail == "stop":
             self.end = StopIteration()
+        elif wire._is_list(tail, 2) and tail[0] == "stop":
+            self.end = StopIteration(tail[1])
         elif tail is not None:
             self.end = _readable(
                 lambda: program_exception(str(tail[0])[:100], str(tail[1])[:MESSAGE_CHARS], str(tail[2])[:100])

@@ -129,7 +129,21 @@ def _subclass(target, name, body: dict):
 
 
 TERNARY = {"setattr": setattr, "setitem": operator.setitem, "subclass": _subclass}
-EXIT = "exit"  # __exit__(type, value, traceback): the judge sends None for each
+EXIT = "exit"  # __exit__(type, value, traceback): the judge sends the exception's class name and message, or nothing
+
+
+def _exit_info(operands: list) -> tuple:
+    """``(type, value, None)`` for ``__exit__``: the builtin exception of that name (else ``Exception``), or Nones."""
+    if len(operands) != 2 or type(operands[0]) is not str or type(operands[1]) is not str:
+        return None, None, None
+    kind = getattr(builtins, operands[0], None)
+    if not (isinstance(kind, type) and issubclass(kind, Exception)):
+        kind = Exception
+    try:
+        error = kind(operands[1])
+    except Exception:  # noqa: BLE001 - a builtin that takes other arguments (UnicodeDecodeError)
+        kind, error = Exception, Exception(operands[1])
+    return kind, error, None
 
 
 def imported_as(value) -> list | None:
@@ -150,6 +164,22 @@ def imported_as(value) -> list | None:
     if "." in qualname or not qualname.isidentifier():
         return None
     return ["std", module, qualname] if getattr(sys.modules.get(module), qualname, None) is value else None
+
+
+_NAMEDTUPLE_MADE = frozenset(vars(collections.namedtuple("Made", "x", defaults=[0]))) | {
+    "__annotations__",
+    "__orig_bases__",
+    "__qualname__",
+}
+
+
+def _own_methods(kind: type) -> bool:
+    """Whether a namedtuple class defines methods of its own (``typing.NamedTuple`` with a ``distance``): then it
+    travels as the program's object holding its tuple, not as a plain namedtuple that would lose them."""
+    return any(
+        name not in _NAMEDTUPLE_MADE and (callable(value) or isinstance(value, (property, classmethod, staticmethod)))
+        for name, value in vars(kind).items()
+    )
 
 
 def builtin_base(cls: type) -> str:
@@ -275,7 +305,7 @@ class ProgramSide:
             kind.__module__ == "solution"
             and kind not in self.task_classes.values()
             and issubclass(kind, wire.KEPT_BASES)
-            and not wire._is_namedtuple(kind)
+            and not (wire._is_namedtuple(kind) and not _own_methods(kind))
         )
 
     def _handle(self, value):
@@ -318,7 +348,11 @@ class ProgramSide:
         if encoded[0] == "exc":
             raise wire.BadValue("an exception class of the test does not travel")
         if encoded[0] == "cb" and type(index) is int:
-            return JudgeCallable(self, index)
+            callable_ = JudgeCallable(self, index)
+            for name, text in zip(("__name__", "__qualname__", "__doc__"), encoded[2:5]):
+                if type(text) is str:
+                    setattr(callable_, name, text)
+            return callable_
         if type(index) is int and 0 <= index < len(self.objects):
             return self.objects[index]
         raise wire.BadValue("unknown handle")
@@ -500,7 +534,7 @@ class ProgramSide:
         if name in BINARY:
             return BINARY[name](target, *operands)
         if name == EXIT:
-            return bool(type(target).__exit__(target, None, None, None))
+            return bool(type(target).__exit__(target, *_exit_info(operands)))
         return TERNARY[name](target, *operands)
 
     def _next_batch(self, iterator, count: int) -> list:
@@ -511,8 +545,8 @@ class ProgramSide:
         for _ in range(max(1, min(int(count), wire.BATCH_LIMIT))):
             try:
                 item = next(iterator)
-            except StopIteration:
-                return [items, "stop"]
+            except StopIteration as stop:  # a generator's return value is the test's StopIteration.value too
+                return [items, "stop" if stop.value is None else ["stop", stop.value]]
             except Exception as error:  # noqa: BLE001 - raised after the items before it
                 return [items, [type(error).__name__, str(error)[:MESSAGE_CHARS], builtin_base(type(error))]]
             items.append(item)

@@ -52,7 +52,7 @@ LIMITS = {
     "elements": 4_000_000,  # items of all containers in one value
     "array_bytes": 64 << 20,  # the raw data of one numpy array
 }
-NUMPY_KINDS = "biufcSU?"
+NUMPY_KINDS = "biufcSU?Mm"  # numbers, strings, booleans, datetime64 and timedelta64: raw bytes, no pointers
 OVER_LIMIT = "ValueOverLimit"  # how the program's side says that its answer could not be encoded within LIMITS
 BATCH_LIMIT = 1024  # items one iteration request may bring back
 # A judge's verdict line, as the judge writes it and the harness checks it.
