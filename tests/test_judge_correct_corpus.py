@@ -3228,6 +3228,8 @@ REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
     "r7_cls_test_subclass_calls_super": "super() in the test's subclass of a program class meets a handle",
     "r7_cls_fields_named_like_str_methods": "a field named like a str method (.title) is taken for the str method",
     "r7_cls_dataclass_asdict_replace": "dataclasses.asdict/replace of a program dataclass meet a handle",
+    "r7_mbpp_program_reads_setup_global": "MBPP's setup code runs in the judge alone, never in the program's "
+    "process: it may compute expected values (tests/test_reward_integrity.py), so its globals are not the program's",
 }
 
 

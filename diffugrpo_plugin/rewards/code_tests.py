@@ -184,7 +184,7 @@ class TestSpec:
             )
             for kind, test in tests
         ]
-        return [Job(code, preamble=self.prelude, judged=test, setup=self.setup) for test in tests]
+        return [Job(code, preamble=self.prelude, judged=test) for test in tests]
 
 
 def extract_code(text: str, block: str = "first", language: str = "python") -> str | None:

@@ -265,7 +265,6 @@ class Sandbox:
         payload = {
             "source": job.source,
             "preamble": job.preamble,
-            "setup": job.setup,
             "shared_classes": list(job.judged.shared_classes) if job.judged is not None else [],
             "stdin": job.stdin,
             "timeout_s": timeout_s,

@@ -72,9 +72,6 @@ class Job:
     compile: bool = False
     address_space_mb: int = 0
     no_fork: bool = False  # threads only: the seccomp filter refuses fork (limits.seccomp_program)
-    # a judged test's setup code (MBPP's test_setup_code), run after the program in its namespace too, as MBPP's
-    # harness runs it: the program's functions may read the globals it makes
-    setup: str = ""
 
 
 @dataclass(frozen=True)

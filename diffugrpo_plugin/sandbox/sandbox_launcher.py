@@ -511,11 +511,6 @@ def _execute(job: dict, counter: "LineCounter | None" = None) -> dict:
             counter.start()
         exec(program, namespace)  # noqa: S102 - this is the sandboxed job
         if job.get("serve"):
-            if job.get("setup"):
-                try:  # the judge runs it too, with its own builtins, for the test's names: there it counts
-                    exec(compile(job["setup"], "<setup>", "exec"), namespace)  # noqa: S102 - the task's own code
-                except Exception:  # noqa: BLE001,S110 - a failure here is the judge's to report, from its own run
-                    pass
             for shared in job.get("shared_classes") or ():  # the program's class named like the task's travels as data
                 if isinstance(namespace.get(shared), type) and shared not in task_classes:
                     task_classes[shared] = namespace[shared]
