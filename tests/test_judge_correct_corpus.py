@@ -3217,7 +3217,6 @@ REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
     "r7_he_mock_patch_builtins_input": "mock.patch of builtins.input in the test does not reach the program",
     "r7_he_numpy_masked_array": "a masked array travels as its data (a plain ndarray)",
     "r7_he_numpy_random_seeded_by_test": "np.random.seed in the test is not mirrored (random.seed is)",
-    "r7_mbpp_numpy_in_place": "an ndarray changed in place by the program is not written back yet",
     "r7_mbpp_writes_to_stringio": "a StringIO argument travels as its lines, not as a file the program writes",
     "r7_mbpp_pathlib_path": "a PosixPath argument does not travel",
     "r7_mbpp_random_instance_argument": "a random.Random argument does not travel",

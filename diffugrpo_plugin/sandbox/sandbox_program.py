@@ -470,7 +470,9 @@ class ProgramSide:
         """The encoding of an argument a call may change in place (a list, a task object), None for any other."""
         return (
             self.encode(value)
-            if isinstance(value, MUTABLE_TYPES) or type(value) in self.task_classes.values()
+            if isinstance(value, MUTABLE_TYPES)
+            or type(value) in self.task_classes.values()
+            or (type(value).__module__ == "numpy" and type(value).__name__ == "ndarray")
             else None
         )
 
