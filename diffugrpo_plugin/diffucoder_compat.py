@@ -20,6 +20,7 @@ from typing import Sequence
 import torch
 
 from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
+from diffugrpo_plugin.core.masking import DEFAULT_T_RANGE
 from diffugrpo_plugin.core.views import MaskedViews
 from diffugrpo_plugin.models.dlm import DiffusionLM, position_ids_from_mask
 from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS, chunked_gathered_logprob
@@ -32,7 +33,7 @@ def forward_process(
     seed: int | None = None,
     accumulate: bool = False,
     num_generations: int = 1,
-    t_range: tuple[float, float] = (0.2, 0.8),
+    t_range: tuple[float, float] = DEFAULT_T_RANGE,
     p_mask_prompt: float = 0.0,
 ):
     """Three noised versions of ``batch`` for coupled sampling.
@@ -136,7 +137,7 @@ def get_per_token_logps(
     logits_shift: bool | None = None,
     accumulate: bool = False,
     num_generations: int = 1,
-    t_range: tuple[float, float] = (0.2, 0.8),
+    t_range: tuple[float, float] = DEFAULT_T_RANGE,
     p_mask_prompt: float = 0.0,
 ) -> torch.Tensor:
     """Coupled log-probs of the last ``logits_to_keep`` tokens, one pass per mask seed.

@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import inspect
+import json
 import re
 from pathlib import Path
 
@@ -64,9 +66,28 @@ def config_page() -> str:
         "The packaged Hydra configs, verbatim: `algorithm=coupled_grpo` composes "
         "`algorithm/coupled_grpo.yaml` over verl's `ppo_trainer`; its comments document each key.\n",
     ]
+    parts += [diffusion_defaults_table()]
     for path in sorted(config.rglob("*.yaml")):
         parts += [f"## `{path.relative_to(config).as_posix()}`\n", f"```yaml\n{path.read_text().rstrip()}\n```\n"]
     return "\n".join(parts)
+
+
+def diffusion_defaults_table() -> str:
+    """``config/defaults.py``'s ``DiffusionDefaults``: each key, its value and the comment beside it."""
+    from diffugrpo_plugin.config.defaults import DiffusionDefaults
+
+    source = REPO / "diffugrpo_plugin" / "config" / "defaults.py"
+    lines = source.read_text().splitlines()
+    rows = ["| key | default | |", "|---|---|---|"]
+    for field in dataclasses.fields(DiffusionDefaults):
+        line = next(text for text in lines if text.strip().startswith(f"{field.name}:"))
+        note = line.split("#", 1)[1].strip() if "#" in line else ""
+        rows.append(f"| `{field.name}` | `{json.dumps(field.default)}` | {note} |")
+    return (
+        "## `actor_rollout_ref.model.diffusion` defaults\n\n"
+        "Written once, in `diffugrpo_plugin/config/defaults.py`; the yaml below reads them as "
+        "`${diffugrpo.default:KEY}`.\n\n" + "\n".join(rows) + "\n"
+    )
 
 
 def home_page() -> str:

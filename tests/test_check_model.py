@@ -602,11 +602,11 @@ def test_memory_terms_by_hand_without_checkpointing_reference_or_shift():
     fp32 = step_memory.memory_estimate(
         ONE_B,
         step_memory.StepSetup(
-            batch=4, prompt_length=100, completion_length=150, param_dtype="fp32", rollout_dtype="fp32"
+            batch=4, prompt_length=100, completion_length=150, param_dtype="fp32", rollout_dtype="fp32", chunk_rows=128
         ),
     )
     in_fp32 = terms_by_name(fp32)
-    # fp32: no copy of the slice; the default chunk_rows 128 caps it at 128 x 50k / 1,200 rows = 5,333 columns
+    # fp32: no copy of the slice; chunk_rows 128 caps it at 128 x 50k / 1,200 rows = 5,333 columns
     assert in_fp32["fused head: one vocabulary slice of logits"][1] == 5333 * 1200 * (4 + 8)
     capped = terms_by_name(
         step_memory.memory_estimate(

@@ -13,6 +13,9 @@ def training_default(key: str) -> Any:
     run (``check-model``, the benchmarks) use the value a run would."""
     from omegaconf import OmegaConf
 
+    from diffugrpo_plugin.config.defaults import register_resolver
+
+    register_resolver()
     value = OmegaConf.select(OmegaConf.load(TRAINING_CONFIG), key, throw_on_missing=True)
     if value is None:
         raise KeyError(f"{key} is not set in {TRAINING_CONFIG}")

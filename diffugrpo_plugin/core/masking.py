@@ -56,6 +56,8 @@ from diffugrpo_plugin import hookimpl
 # check_views and MaskedViews stay importable from here, the path the hook documentation named before core.views
 from diffugrpo_plugin.core.views import MaskedViews, check_views  # noqa: F401
 
+DEFAULT_T_RANGE = (0.2, 0.8)  # DiffuCoder's: the masked fraction t ~ U(0.2, 0.8) of the coupled pair
+
 
 class Masker(Protocol):
     """What a masker factory returns (see :func:`diffugrpo_plugin.hookspecs.diffugrpo_maskers`)."""
@@ -171,7 +173,10 @@ class CoupledMasker:
     """DiffuCoder's coupled sampling: fully masked + a complementary pair, averaged."""
 
     def __init__(
-        self, t_range: tuple[float, float] = (0.2, 0.8), p_mask_prompt: float = 0.0, include_fully_masked: bool = True
+        self,
+        t_range: tuple[float, float] = DEFAULT_T_RANGE,
+        p_mask_prompt: float = 0.0,
+        include_fully_masked: bool = True,
     ):
         self.t_range = _validate_options(t_range, p_mask_prompt)
         self.p_mask_prompt = float(p_mask_prompt)
@@ -208,12 +213,12 @@ class CoupledMasker:
         return MaskedViews(noisy=noisy, coef=coef)
 
 
-def make_coupled(t_range=(0.2, 0.8), p_mask_prompt: float = 0.0) -> CoupledMasker:
+def make_coupled(t_range=DEFAULT_T_RANGE, p_mask_prompt: float = 0.0) -> CoupledMasker:
     """Coupled-GRPO (DiffuCoder): fully masked view plus a complementary pair, t ~ U(t_range)."""
     return CoupledMasker(t_range, p_mask_prompt, include_fully_masked=True)
 
 
-def make_pair(t_range=(0.2, 0.8), p_mask_prompt: float = 0.0) -> CoupledMasker:
+def make_pair(t_range=DEFAULT_T_RANGE, p_mask_prompt: float = 0.0) -> CoupledMasker:
     """Complementary pair only: masked iff r < t (weight 1/t) and its complement (weight 1/(1-t))."""
     return CoupledMasker(t_range, p_mask_prompt, include_fully_masked=False)
 

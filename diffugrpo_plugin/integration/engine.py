@@ -30,6 +30,7 @@ from verl.workers.config import HFModelConfig
 from verl.workers.engine.base import EngineRegistry
 from verl.workers.engine.fsdp.transformer_impl import FSDPEngineWithLMHead
 
+from diffugrpo_plugin.config.defaults import DIFFUSION_DEFAULTS
 from diffugrpo_plugin.core.logprobs import coupled_token_logprobs
 from diffugrpo_plugin.core.loss_terms import TermInputs, configured_terms
 from diffugrpo_plugin.core.masking import masker_options
@@ -48,7 +49,6 @@ from diffugrpo_plugin.integration.verl_internals import (
 )
 from diffugrpo_plugin.models.dlm import DiffusionLM
 from diffugrpo_plugin.models.family import unwrap
-from diffugrpo_plugin.models.kernels import DEFAULT_CHUNK_ROWS
 from diffugrpo_plugin.models.lean_mlp import make_lean
 from diffugrpo_plugin.models.load_plan import (
     plan_loading,
@@ -172,7 +172,9 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
     @functools.cached_property
     def _masker(self):
         settings = self._diffusion_settings()
-        return build("masker", settings.get("masker", "coupled"), masker_options(settings.get("masker_kwargs")))
+        return build(
+            "masker", settings.get("masker", DIFFUSION_DEFAULTS.masker), masker_options(settings.get("masker_kwargs"))
+        )
 
     @functools.cached_property
     def _masker_reads_trace(self) -> bool:
@@ -271,7 +273,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
 
     def _build_fsdp_module(self, module):
         # here, not in _build_module: LoRA adapters (and Liger, QAT) are in place, and a block they changed stays stock
-        if self._diffusion_settings().get("lean_mlp", True):
+        if self._diffusion_settings().get("lean_mlp", DIFFUSION_DEFAULTS.lean_mlp):
             report = make_lean(module, self._family.swiglu)
             if self.rank == 0:
                 print(f"[diffugrpo] lean MLP: {report.summary()}")
@@ -334,7 +336,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 ids, in_response, lm.mask_token_id, micro_batch[MASK_SEED_FIELD].cpu(), prompt, **masker_options
             ),
             ids.shape,
-            settings.get("masker", "coupled"),
+            settings.get("masker", DIFFUSION_DEFAULTS.masker),
         )
         views.coef = views.coef * scored.to(views.coef.device)
 
@@ -346,7 +348,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                 attention.long(),
                 positions,
                 with_entropy=calculate_entropy,
-                chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
+                chunk_rows=int(settings.get("chunk_rows", DIFFUSION_DEFAULTS.chunk_rows)),
                 block_ids=blocks,
             )
             if callable(getattr(self._masker, "combine", None)):  # an estimate other than the weighted sum
@@ -375,7 +377,7 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
                         if ITERATION_FIELD in micro_batch.keys()
                         else torch.zeros(len(ids), dtype=torch.long)
                     ),
-                    chunk_rows=int(settings.get("chunk_rows", DEFAULT_CHUNK_ROWS)),
+                    chunk_rows=int(settings.get("chunk_rows", DIFFUSION_DEFAULTS.chunk_rows)),
                 )
                 loss = loss + self._added_terms(inputs, micro_batch, metrics)
         return verl_step_output(loss, model_output, metrics)
@@ -387,11 +389,14 @@ class DiffusionLMEngine(FSDPEngineWithLMHead):
         if block_size is None:
             return None
         problem = block_training_problem(
-            lm.family.name, self._diffusion_settings().get("masker", "coupled"), self._masker, list(self._loss_terms)
+            lm.family.name,
+            self._diffusion_settings().get("masker", DIFFUSION_DEFAULTS.masker),
+            self._masker,
+            list(self._loss_terms),
         )
         if problem:
             raise ValueError(problem)
-        origin = self._diffusion_settings().get("block_origin") or "sequence"
+        origin = self._diffusion_settings().get("block_origin") or DIFFUSION_DEFAULTS.block_origin
         return block_ids(positions, prompt_lens.to(positions.device), block_size, origin)
 
     @staticmethod

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from diffugrpo_plugin.config.defaults import DIFFUSION_DEFAULTS
 from diffugrpo_plugin.plugins import PluginError, build
 
 
@@ -31,9 +32,11 @@ def _check_plugins(config: DictConfig) -> None:
 
     diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
     try:
-        masker_name = diffusion.get("masker", "coupled")
+        masker_name = diffusion.get("masker", DIFFUSION_DEFAULTS.masker)
         masker = build("masker", masker_name, masker_options(diffusion.get("masker_kwargs")))
-        if "trace" in inspect.signature(masker.views).parameters and not diffusion.get("record_trace", False):
+        if "trace" in inspect.signature(masker.views).parameters and not diffusion.get(
+            "record_trace", DIFFUSION_DEFAULTS.record_trace
+        ):
             raise ConfigError(
                 f"masker '{masker_name}' reads the rollout's denoising trace: set "
                 f"actor_rollout_ref.model.diffusion.record_trace=true so the rollout records it"
@@ -50,17 +53,17 @@ def _check_training_pass(config: DictConfig) -> None:
     """The coupled pass's memory settings: ``lean_mlp`` a boolean, ``chunk_rows`` a positive whole number."""
     diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
     prefix = "actor_rollout_ref.model.diffusion"
-    lean = diffusion.get("lean_mlp", True)
+    lean = diffusion.get("lean_mlp", DIFFUSION_DEFAULTS.lean_mlp)
     if not isinstance(lean, bool):
         raise ConfigError(
             f"{prefix}.lean_mlp={lean!r}: set true (SwiGLU blocks keep 2 of 4 activations for the "
             f"backward; same values and gradients) or false (the model's own code)"
         )
-    chunk_rows = diffusion.get("chunk_rows", 1)
+    chunk_rows = diffusion.get("chunk_rows", DIFFUSION_DEFAULTS.chunk_rows)
     if isinstance(chunk_rows, bool) or not isinstance(chunk_rows, int) or chunk_rows < 1:
         raise ConfigError(
             f"{prefix}.chunk_rows={chunk_rows!r}: set a positive whole number (the fused head holds at "
-            f"most chunk_rows x vocabulary logits at a time; default 1024)"
+            f"most chunk_rows x vocabulary logits at a time; default {DIFFUSION_DEFAULTS.chunk_rows})"
         )
 
 
@@ -207,7 +210,7 @@ def _check_blocks(config: DictConfig, family, checkpoint_config: dict) -> None:
             f"(the family's: block) or block"
         )
     diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
-    masker_name = diffusion.get("masker", "coupled")
+    masker_name = diffusion.get("masker", DIFFUSION_DEFAULTS.masker)
     masker = build("masker", masker_name, masker_options(diffusion.get("masker_kwargs")))
     terms = diffusion.get("loss_terms")
     terms = configured_terms(OmegaConf.to_container(terms, resolve=True) if terms is not None else None)

@@ -9,12 +9,15 @@
 * ``${diffugrpo.default_model:}`` / ``${diffugrpo.default_data:train}``: the tiny built-in
   model (warm-started by a short masked SFT, see :mod:`diffugrpo_plugin.training.warm_start`)
   and the generated code-task parquet, built on first use into ``$DIFFUGRPO_HOME``.
+* ``${diffugrpo.default:KEY}``: the default of ``actor_rollout_ref.model.diffusion.KEY``
+  (:mod:`diffugrpo_plugin.config.defaults`).
 """
 
 from __future__ import annotations
 
 from omegaconf import OmegaConf
 
+from diffugrpo_plugin.config.defaults import register_resolver as register_default_resolver
 from diffugrpo_plugin.integration.platform import (
     accelerator_present,
     joins_running_ray_cluster,
@@ -57,6 +60,7 @@ def default_data(split: str) -> str:
 
 
 def register() -> None:
+    register_default_resolver()
     for name, function in {
         "diffugrpo.on_cpu": on_cpu,
         "diffugrpo.default_model": default_model,

@@ -40,6 +40,7 @@ from verl.utils.device import get_device_name
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica
 
+from diffugrpo_plugin.config.defaults import DIFFUSION_DEFAULTS
 from diffugrpo_plugin.integration.platform import release_openmp_threads
 from diffugrpo_plugin.integration.rollout_servers import spare_server, start_server
 from diffugrpo_plugin.integration.sampler_choice import is_default_model
@@ -115,7 +116,7 @@ class DiffusionRollout(BaseRollout):
         build_sampler(self.sampler_name, **self.sampler_settings)  # fail at start-up on a bad option
         self.tokenizer = self.model_config.tokenizer
         # the step each token was decided at travels with the batch (trajectory replay's likelihood)
-        self.record_trace = bool(diffusion.get("record_trace", False))
+        self.record_trace = bool(diffusion.get("record_trace", DIFFUSION_DEFAULTS.record_trace))
         self.global_steps = 0
         self.replica_rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
         self._occurrences: dict[tuple[int, tuple[int, ...], tuple], int] = {}

@@ -68,6 +68,7 @@ from verl.utils.device import get_device_name
 from verl.workers.engine_workers import ActorRolloutRefWorker
 from verl.workers.utils.padding import response_from_nested
 
+from diffugrpo_plugin.config.defaults import DIFFUSION_DEFAULTS
 from diffugrpo_plugin.core.loss_terms import configured_terms
 from diffugrpo_plugin.core.masking import mask_seed_table
 from diffugrpo_plugin.integration.console import (
@@ -124,9 +125,9 @@ class DiffuGRPOTrainer(PPOTrainerSync):
         super().__init__(config)
         diffusion = config.actor_rollout_ref.model.get("diffusion", {}) or {}
         self.num_iterations = int(config.actor_rollout_ref.actor.ppo_epochs)
-        self.mask_seed_base = int(diffusion.get("mask_seed", 42))
-        self.random_masking = bool(diffusion.get("random_masking", True))
-        self.record_trace = bool(diffusion.get("record_trace", False))
+        self.mask_seed_base = int(diffusion.get("mask_seed", DIFFUSION_DEFAULTS.mask_seed))
+        self.random_masking = bool(diffusion.get("random_masking", DIFFUSION_DEFAULTS.random_masking))
+        self.record_trace = bool(diffusion.get("record_trace", DIFFUSION_DEFAULTS.record_trace))
         self.ref_sync_steps, self.ref_sync_alpha = ref_sync_settings(config)
         self.reward_spec = RewardSpec.from_config(OmegaConf.to_container(config.diffugrpo.rewards, resolve=True))
         self.learned_weights = (

@@ -14,9 +14,11 @@ from __future__ import annotations
 import torch
 from torch.autograd.function import once_differentiable
 
-# The memory cap of a chunk of logits: chunk_rows x V elements (128 x 150k vocab x 4 B = 77 MB of fp32). The
-# chunked log-softmax takes chunks of this many rows; the fused head's vocabulary slices never exceed it.
-DEFAULT_CHUNK_ROWS = 128
+from diffugrpo_plugin.config.defaults import DIFFUSION_DEFAULTS
+
+# The memory cap of a chunk of logits: chunk_rows x V elements of fp32. The chunked log-softmax takes chunks of this
+# many rows; the fused head's vocabulary slices never exceed it.
+DEFAULT_CHUNK_ROWS = DIFFUSION_DEFAULTS.chunk_rows
 
 
 def _row_chunks(num_rows: int, chunk_rows: int) -> list[slice]:

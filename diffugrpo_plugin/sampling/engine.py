@@ -46,7 +46,7 @@ from diffugrpo_plugin.models.family import ModelConfigError, unwrap
 from diffugrpo_plugin.sampling.contract import GenerationOutput, SamplerOptionError
 from diffugrpo_plugin.sampling.decoding import factor_choice, packed_to_rows
 from diffugrpo_plugin.sampling.forward import build_forward
-from diffugrpo_plugin.sampling.memory import DEFAULT_BUDGET_GIB, GIB, rows_within, vocabulary_bytes_per_row
+from diffugrpo_plugin.sampling.memory import GIB, rows_within, vocabulary_bytes_per_row
 
 
 class Proposal(NamedTuple):
@@ -84,22 +84,24 @@ class StepRule(Protocol):
 
 @dataclass(frozen=True)
 class Plan:
-    """The loop settings shared by every family (validated by the sampler options)."""
+    """The loop settings shared by every family: the sampler options of the same names (``_LoopOptions`` in
+    ``samplers.py`` holds their meaning, checks and defaults; ``_LoopOptions._plan`` fills every field), and the
+    guidance scale of the family's sampler."""
 
-    steps: int | None  # total denoising steps; None = one per generated token
+    steps: int | None  # None = one per generated token
     block_length: int | None  # None = the whole completion is one block
-    threshold: float | None  # None = no confidence-threshold parallel decoding
+    threshold: float | None
     kv_cache: bool
     micro_batch_size: int | None  # None = as many rows as memory_budget_gib allows
-    cfg_scale: float = 0.0
-    suppress_mask_token: bool = False  # the references let a position "unmask" to the mask token
-    dual_cache: bool = False  # Fast-dLLM's DualCache in place of the prefix cache
-    factor: float | None = None  # None = no factor-rule parallel decoding
-    compact: bool = False  # rows whose output is final leave the forwards
-    reuse_logits: bool = False  # a row whose tokens did not change is not run again
-    head_on_masked: bool = False  # the vocabulary head projects masked positions only
-    cache_refresh: int | None = None  # None = a KV cache is filled only at a block's first step
-    memory_budget_gib: float = DEFAULT_BUDGET_GIB  # the vocabulary-sized buffers' cap without micro_batch_size
+    cfg_scale: float
+    suppress_mask_token: bool
+    dual_cache: bool
+    factor: float | None
+    compact: bool
+    reuse_logits: bool
+    head_on_masked: bool
+    cache_refresh: int | None  # None = a KV cache is filled only at a block's first step
+    memory_budget_gib: float
 
     @property
     def cached(self) -> bool:

@@ -9,6 +9,7 @@ lists. Importing this module stays cheap because torch is imported only inside `
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -165,24 +166,13 @@ class _LoopOptions:
         )
 
     def _plan(self, cfg_scale: float = 0.0):
+        """The denoising loop's settings: this sampler's options of the same name (so their defaults live here)."""
         from diffugrpo_plugin.sampling.engine import Plan
 
-        return Plan(
-            steps=self.steps,
-            block_length=self.block_length,
-            threshold=self.threshold,
-            kv_cache=self.kv_cache,
-            micro_batch_size=self.micro_batch_size,
-            cfg_scale=cfg_scale,
-            suppress_mask_token=self.suppress_mask_token,
-            dual_cache=self.dual_cache,
-            factor=self.factor,
-            compact=self.compact,
-            reuse_logits=self.reuse_logits,
-            head_on_masked=self.head_on_masked,
-            cache_refresh=self.cache_refresh,
-            memory_budget_gib=self.memory_budget_gib,
-        )
+        loop = {
+            field.name: getattr(self, field.name) for field in dataclasses.fields(Plan) if field.name != "cfg_scale"
+        }
+        return Plan(**loop, cfg_scale=cfg_scale)
 
 
 @dataclass(frozen=True)

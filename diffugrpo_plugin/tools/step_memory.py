@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from diffugrpo_plugin.config.defaults import DIFFUSION_DEFAULTS
 from diffugrpo_plugin.sampling.memory import (
     DEFAULT_BUDGET_GIB,
     WINDOW_COPIES,
@@ -112,7 +113,7 @@ class StepSetup:
         scored_rows_per_token: vocabulary-head rows per completion token (2 for coupled: the fully masked
             view scores every token, the complementary pair scores each token once more).
         chunk_rows: the fused head's memory cap, at most ``chunk_rows x vocab`` logits at a time
-            (``diffusion.chunk_rows``, kernels.DEFAULT_CHUNK_ROWS).
+            (``diffusion.chunk_rows``).
         slice_columns: the fused head's widest vocabulary slice on a GPU (kernels.SLICE_COLUMNS_GPU).
         logits_shift: the model shifts its logits (Dream): aligning them copies the sampler's logits once more.
         sampler_window_copies: fp32 window-sized ``[micro_batch, completion, vocab]`` buffers a sampler step
@@ -148,12 +149,12 @@ class StepSetup:
     rollout_rows: int | None = None
     views: int = 3
     scored_rows_per_token: int = 2
-    chunk_rows: int = 128  # kernels.DEFAULT_CHUNK_ROWS (not imported: this module imports no torch)
+    chunk_rows: int = DIFFUSION_DEFAULTS.chunk_rows
     slice_columns: int = 16384  # kernels.SLICE_COLUMNS_GPU (a test ties the two)
     logits_shift: bool = True
     sampler_window_copies: int = WINDOW_COPIES
     sampler_kv_cache: bool = True  # engine_kwargs.diffusion.kv_cache, on in the training default
-    lean_mlp: bool = True
+    lean_mlp: bool = DIFFUSION_DEFAULTS.lean_mlp
     lora_parameters: int = 0
     lora_dropout_inputs: int = 0
     model_dtype: str = "fp32"
