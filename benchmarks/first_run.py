@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,10 +36,10 @@ BUILD = (
 
 def readme_command(number: int) -> str:
     """README command ``number`` (1 or 2), as the README's "Two commands" block writes it."""
-    lines = (REPOSITORY / "README.md").read_text().splitlines()
+    lines = (REPOSITORY / "README.md").read_text().replace("\\\n", "").splitlines()  # bash's line continuations
     marker = f"# {number}. "
     start = next(i for i, line in enumerate(lines) if line.startswith(marker))
-    return next(line for line in lines[start + 1 :] if line and not line.startswith("#"))
+    return re.sub(r" {2,}", " ", next(line for line in lines[start + 1 :] if line and not line.startswith("#")))
 
 
 def install_part(command: str) -> str:

@@ -11,10 +11,12 @@ from conftest import MBPP_DIR_VAR, REPO, mbpp_file
 
 
 def readme_commands() -> list[str]:
-    """The command lines of the README's "Two commands" block, in order."""
+    """The commands of the README's "Two commands" block, in order, each on one line (as bash joins a line ending
+    in a backslash with the next)."""
     section = (REPO / "README.md").read_text().split("## Two commands", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, re.DOTALL).group(1)
-    return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    lines = [line for line in block.replace("\\\n", "").splitlines() if line.strip() and not line.startswith("#")]
+    return [re.sub(r" {2,}", " ", line) for line in lines]
 
 
 def test_the_readme_gives_two_commands_that_install_then_train_and_install_then_test():
