@@ -26,6 +26,7 @@ Standard library only (numpy imported only when a numpy value arrives).
 from __future__ import annotations
 
 import builtins
+import io
 import itertools
 import os
 import sys
@@ -694,6 +695,8 @@ def _update_in_place(target, state) -> None:
     elif kind.__module__ == "numpy" and kind.__name__ == "ndarray":
         if state.shape == target.shape and state.dtype == target.dtype and target.flags.writeable:
             target[...] = state
+    elif kind in (io.StringIO, io.BytesIO):
+        target.__setstate__(state.__getstate__())  # what the program wrote, and where it left the position
     elif isinstance(target, dict) or isinstance(target, set):
         target.clear()
         target.update(state)

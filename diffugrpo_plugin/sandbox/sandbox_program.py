@@ -473,6 +473,7 @@ class ProgramSide:
             if isinstance(value, MUTABLE_TYPES)
             or type(value) in self.task_classes.values()
             or (type(value).__module__ == "numpy" and type(value).__name__ == "ndarray")
+            or isinstance(value, (io.StringIO, io.BytesIO))
             else None
         )
 
