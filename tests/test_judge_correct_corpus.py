@@ -3210,9 +3210,6 @@ REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
     "r7_he_heapq_on_test_class_with_lt": "an object of the test's class is a callback handle there: heapq's < of "
     "two of them is not the test's __lt__",
     "r7_he_async_generator": "a program's async generator is not a handle the test can `async for` over",
-    "r7_he_preamble_flag_combination": "a combined Flag value (READ|WRITE) travels by member name",
-    "r7_he_preamble_frozen_dataclass_inside_object": "a frozen dataclass inside a task object is rebuilt by "
-    "setting fields, which its __setattr__ refuses",
     "r7_he_warning_recorded_by_test": "warnings.catch_warnings in the test does not see the program's warnings",
     "r7_he_mock_patch_builtins_input": "mock.patch of builtins.input in the test does not reach the program",
     "r7_he_numpy_masked_array": "a masked array travels as its data (a plain ndarray)",

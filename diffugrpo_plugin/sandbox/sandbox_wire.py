@@ -357,6 +357,8 @@ class Encoder:
     def _task_object(self, value, name: str, depth: int):
         import enum
 
+        if isinstance(value, enum.Flag) and type(value.value) is int:
+            return ["e", name, value.value]  # a combination (READ | WRITE) or none (Perm(0)) has no member name
         if isinstance(value, enum.Enum):
             return ["e", name, value.name]
         if not self._plain(type(value)):
@@ -490,6 +492,39 @@ class Encoder:
 _HEX_INT_DIGITS = frozenset("0123456789abcdef")
 
 
+def _fill_order(table: list) -> list[int]:
+    """The order in which the object table's entries get their fields: an object after the objects its fields
+    refer to (where no cycle says otherwise), so that a hash or comparison of one while its container is rebuilt
+    (a frozenset of frozen dataclasses in a field) sees its fields."""
+    references = []
+    for entry in table:
+        found, stack = [], [entry[1]]
+        while stack:
+            part = stack.pop()
+            if type(part) is list:
+                if len(part) == 2 and part[0] == "obj" and type(part[1]) is int and 0 <= part[1] < len(table):
+                    found.append(part[1])
+                else:
+                    stack.extend(part)
+        references.append(found)
+    order, state = [], [0] * len(table)  # 0 unvisited, 1 on the path, 2 placed
+    for root in range(len(table)):
+        if state[root]:
+            continue
+        state[root], path = 1, [(root, iter(references[root]))]
+        while path:
+            index, pending = path[-1]
+            child = next(pending, None)
+            if child is None:
+                path.pop()
+                state[index] = 2
+                order.append(index)
+            elif not state[child]:
+                state[child] = 1
+                path.append((child, iter(references[child])))
+    return order
+
+
 def _is_list(value, length: int | None = None) -> bool:
     return type(value) is list and (length is None or len(value) == length)
 
@@ -528,7 +563,8 @@ class Decoder:
                     raise BadValue("malformed object table")
                 cls = self._task_class(entry[0])
                 self.objects.append(cls.__new__(cls))
-            for obj, entry in zip(self.objects, table):
+            for index in _fill_order(table):
+                obj, entry = self.objects[index], table[index]
                 state = object.__getattribute__(obj, "__dict__")
                 for name, value in self._pairs(entry[1], 1):
                     if type(name) is not str or name.startswith("__") or callable(getattr(type(obj), name, None)):
@@ -721,7 +757,15 @@ class Decoder:
         return numpy.frombuffer(raw, dtype=dtype).reshape(shape).copy()
 
     def task_enum_(self, encoded, depth):
-        return self._task_class(encoded[1])[encoded[2]]
+        import enum
+
+        cls = self._task_class(encoded[1])
+        try:
+            if isinstance(cls, enum.EnumMeta) and issubclass(cls, enum.Flag) and type(encoded[2]) is int:
+                return cls(encoded[2])  # the class's own rule for which bits make a value
+            return cls[encoded[2]]
+        except (KeyError, ValueError, TypeError):
+            raise BadValue(f"{str(encoded[2])[:40]} is no value of {encoded[1][:40]}") from None
 
     def task_object_(self, encoded, depth):
         index = encoded[1]
