@@ -114,7 +114,7 @@ def main() -> None:
 
     from diffugrpo_plugin.models.dlm import load_diffusion_lm
     from diffugrpo_plugin.sampling import build_sampler, left_pad
-    from diffugrpo_plugin.sampling.engine import cut_after_eos
+    from diffugrpo_plugin.sampling.denoising import cut_after_eos
     from diffugrpo_plugin.training.warm_start import default_warm_model_path
 
     torch.set_num_threads(args.threads)

@@ -20,7 +20,7 @@ allocated memory instead (torch's allocator). Medians over ``--repeats`` rounds,
 full's median over each variant's.
 
 The rollout table: the ``lora`` process samples a batch (the ``entropy`` sampler at temperature 0) with the
-adapters applied (how ``integration/rollout.py`` samples after each sync: exact, and a sync moves the adapters
+adapters applied (how ``integration/rollout/`` samples after each sync: exact, and a sync moves the adapters
 only) and with the adapters merged into a copy of the weights (what ``lora.merge=true`` would give it); same
 tokens required, then seconds per batch, round-robin.
 

@@ -155,7 +155,7 @@ def reference_style(steps: int, model: str, new_tokens: int, diffusion_steps: in
     from diffugrpo_plugin.models.dlm import load_diffusion_lm, position_ids_from_mask
     from diffugrpo_plugin.rewards.spec import RewardSpec
     from diffugrpo_plugin.sampling import left_pad
-    from diffugrpo_plugin.sampling.engine import cut_after_eos
+    from diffugrpo_plugin.sampling.denoising import cut_after_eos
     from dream_loop import JOB_SAMPLING, dream_loop
     from sampler import pad_id
 

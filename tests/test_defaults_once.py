@@ -123,7 +123,7 @@ def test_the_packaged_config_reads_every_default_from_the_schema():
 
 
 def test_the_loop_plan_is_the_sampler_options_own():
-    from diffugrpo_plugin.sampling.engine import Plan
+    from diffugrpo_plugin.sampling.denoising import Plan
     from diffugrpo_plugin.sampling.samplers import DreamSampler, LLaDASampler
 
     for sampler in (

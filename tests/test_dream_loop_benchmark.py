@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from diffugrpo_plugin.sampling import build_sampler, left_pad
-from diffugrpo_plugin.sampling.engine import cut_after_eos
+from diffugrpo_plugin.sampling.denoising import cut_after_eos
 from dream_loop import dream_loop
 from samplers_support import EOS, LONG, PAD, SHORT, lm_for
 from step import PLAIN_LEVERS

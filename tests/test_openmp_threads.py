@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from diffugrpo_plugin.integration import rollout as rollout_module
+from diffugrpo_plugin.integration.rollout import worker as rollout_module
 from rollout_support import tiny_rollout
 
 # Run in a fresh interpreter, so that no other thread of the test process starts or ends meanwhile.

@@ -20,7 +20,7 @@ from omegaconf import OmegaConf, open_dict
 
 from diffugrpo_plugin.integration import layout
 from diffugrpo_plugin.integration.preflight import ConfigError, check_config
-from diffugrpo_plugin.sampling.request_router import LeastBusyRouter
+from diffugrpo_plugin.serving.request_router import LeastBusyRouter
 from reward_manager_support import ADD_TESTS, CORRECT, WRONG, _row, tokenizer  # noqa: F401 - tokenizer is a fixture
 from reward_support import TEST_UID_BASE
 
@@ -159,7 +159,7 @@ def test_the_router_sends_each_request_to_the_server_with_fewest_in_flight():
 def test_the_router_module_imports_neither_torch_verl_nor_ray():
     """Its actor's process then stays near Ray's bare worker instead of ~430 MiB (benchmarks/processes.py)."""
     code = (
-        "import sys, diffugrpo_plugin.sampling.request_router; "
+        "import sys, diffugrpo_plugin.serving.request_router; "
         "print(sorted(m for m in ('torch', 'verl', 'ray') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -297,7 +297,7 @@ def test_transfer_queue_runs_in_this_process_and_the_jobs_other_processes_find_i
 def test_the_transfer_queue_directory_module_imports_neither_torch_verl_nor_ray():
     """The directory hands out the config pickled, so its process never loads TransferQueue (which imports torch)."""
     code = (
-        "import sys, pickle; from diffugrpo_plugin.sampling.transfer_queue_directory import TransferQueueDirectory; "
+        "import sys, pickle; from diffugrpo_plugin.serving.transfer_queue_directory import TransferQueueDirectory; "
         "d = TransferQueueDirectory(); d.store_config(pickle.dumps({'zmq_info': 'address'})); "
         "sent = pickle.dumps(d.get_config()); "
         "print(sorted(m for m in ('torch', 'verl', 'ray', 'transfer_queue', 'omegaconf') if m in sys.modules), "
@@ -377,7 +377,7 @@ def test_the_light_router_is_built_here_while_the_trainer_loop_runs_here_and_oth
         ray.get(here.release_server.remote(server_id="server-a"))
         assert asyncio.run(acquire("r3")) == ("server-a", "handle a")
         other = tmp_path / "router.yaml"
-        other.write_text(yaml.safe_dump({"router_class": "diffugrpo_plugin.sampling.request_router.LeastBusyRouter"}))
+        other.write_text(yaml.safe_dump({"router_class": "diffugrpo_plugin.serving.request_router.LeastBusyRouter"}))
         actor = router.get_router_handle(servers, router_config_path=str(other))
         assert isinstance(actor, ray.actor.ActorHandle)
         ray.kill(actor)
@@ -419,10 +419,10 @@ class WorkerWithARollout:
     length of its prompt, as ``DiffusionRollout`` is what the worker's pulling thread calls."""
 
     def __init__(self):
-        from diffugrpo_plugin.integration import rollout
+        from diffugrpo_plugin.integration.rollout import worker
         from rollout_support import CountingRollout
 
-        rollout._local_rollout = CountingRollout()
+        worker._local_rollout = CountingRollout()
 
 
 @pytest.mark.slow
@@ -435,7 +435,7 @@ def test_the_first_rollout_replica_on_this_node_is_served_by_the_transfer_queue_
     from transfer_queue import interface
 
     from diffugrpo_plugin.integration.rollout import DiffusionReplica
-    from diffugrpo_plugin.integration.rollout_servers import _spare_servers
+    from diffugrpo_plugin.integration.rollout.servers import _spare_servers
 
     def replica(rank: int) -> DiffusionReplica:
         made = DiffusionReplica.__new__(DiffusionReplica)
@@ -470,7 +470,7 @@ def tq_get(keys: list[str]) -> list[float]:
 
 @pytest.mark.ray
 def test_a_transfer_queue_closed_before_any_replica_leaves_no_spare_server(ray_cluster):
-    from diffugrpo_plugin.integration.rollout_servers import _spare_servers
+    from diffugrpo_plugin.integration.rollout.servers import _spare_servers
 
     config = OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
     with layout.transfer_queue_here(config):

@@ -50,7 +50,7 @@ def test_sampled_completions_reproduce_across_runs_and_differ_within_a_group(rol
 
 def test_a_sample_indexed_request_gets_its_seed_whatever_the_order_batch_or_replica(rollout):
     from diffugrpo_plugin.integration.rollout import DiffusionRollout
-    from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY
+    from diffugrpo_plugin.serving.request_batcher import SAMPLE_INDEX_KEY
 
     def indexed(texts_and_indices, target):
         batch = requests(target, [text for text, _ in texts_and_indices])
@@ -144,7 +144,7 @@ def pulling_worker(server, batches: list[int], stop: asyncio.Event, fail: bool =
 
 
 def test_server_batches_concurrent_requests_and_keeps_order():
-    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+    from diffugrpo_plugin.serving.request_batcher import RequestBatcher
 
     batches = []
 
@@ -167,7 +167,7 @@ def test_server_batches_concurrent_requests_and_keeps_order():
 @pytest.mark.parametrize("announced", [False, True])
 def test_announced_requests_that_trickle_in_reach_the_sampler_as_one_batch(announced):
     """Six requests 40 ms apart, each later than the 10 ms window: announced, one batch; else one batch each."""
-    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+    from diffugrpo_plugin.serving.request_batcher import RequestBatcher
 
     batches = []
 
@@ -197,7 +197,7 @@ def test_announced_requests_that_trickle_in_reach_the_sampler_as_one_batch(annou
 def test_an_announced_request_that_never_comes_holds_the_batch_only_until_the_others_go_quiet():
     import time
 
-    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+    from diffugrpo_plugin.serving.request_batcher import RequestBatcher
 
     batches = []
 
@@ -227,7 +227,7 @@ def test_the_trainer_announces_each_dispatch_to_a_single_diffusion_server(ray_cl
     from tensordict import NonTensorData, NonTensorStack, TensorDict
 
     from diffugrpo_plugin.integration.rollout import AnnouncedDispatches, announced
-    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+    from diffugrpo_plugin.serving.request_batcher import RequestBatcher
 
     class Manager:
         def __init__(self):
@@ -257,7 +257,7 @@ def test_the_trainer_announces_each_dispatch_to_a_single_diffusion_server(ray_cl
 
 
 def test_a_failed_batch_fails_each_of_its_requests_with_the_reason():
-    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+    from diffugrpo_plugin.serving.request_batcher import RequestBatcher
 
     async def scenario():
         server, stop = RequestBatcher(batch_window_s=0.01), asyncio.Event()
@@ -274,7 +274,7 @@ def test_a_failed_batch_fails_each_of_its_requests_with_the_reason():
 
 def test_requests_fail_once_the_worker_has_been_silent_too_long():
     """A worker that died mid-batch never delivers: its requests fail, saying so, instead of waiting for ever."""
-    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+    from diffugrpo_plugin.serving.request_batcher import RequestBatcher
 
     async def scenario():
         server = RequestBatcher(batch_window_s=0.01, silence_limit_s=0.2)
@@ -295,7 +295,7 @@ def test_the_server_process_needs_neither_torch_verl_nor_ray():
         [
             sys.executable,
             "-c",
-            "import sys, diffugrpo_plugin.sampling.request_batcher; "
+            "import sys, diffugrpo_plugin.serving.request_batcher; "
             "print(sorted(m for m in ('torch', 'verl', 'ray') if m in sys.modules))",
         ],
         capture_output=True,
@@ -315,9 +315,9 @@ def test_a_real_server_serves_more_waiting_requests_than_verls_concurrency_cap(r
 
     import ray
 
-    from diffugrpo_plugin.integration import rollout as rollout_module
-    from diffugrpo_plugin.integration.rollout_servers import SERVER_MAX_CONCURRENCY
-    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+    from diffugrpo_plugin.integration.rollout import worker as rollout_module
+    from diffugrpo_plugin.integration.rollout.servers import SERVER_MAX_CONCURRENCY
+    from diffugrpo_plugin.serving.request_batcher import RequestBatcher
 
     released = []
     monkeypatch.setattr(rollout_module, "release_openmp_threads", lambda: released.append(threading.get_ident()))
@@ -344,8 +344,8 @@ def test_requests_fail_when_the_generating_thread_dies(ray_cluster):
 
     import ray
 
-    from diffugrpo_plugin.integration import rollout as rollout_module
-    from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+    from diffugrpo_plugin.integration.rollout import worker as rollout_module
+    from diffugrpo_plugin.serving.request_batcher import RequestBatcher
 
     server = ray.remote(RequestBatcher).remote(batch_window_s=0.01, silence_limit_s=2.0)
     generating = threading.Thread(

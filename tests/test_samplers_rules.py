@@ -18,7 +18,7 @@ from diffugrpo_plugin.sampling.decoding import (
     top_p_filter,
     top_p_then_top_k_filter,
 )
-from diffugrpo_plugin.sampling.engine import cut_after_eos
+from diffugrpo_plugin.sampling.denoising import cut_after_eos
 from diffugrpo_plugin.sampling.samplers import (
     DreamSampler,
     EntropySampler,

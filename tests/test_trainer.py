@@ -196,7 +196,7 @@ def test_the_agent_loop_tells_the_rollout_which_sample_of_its_prompt_a_request_i
     from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
     from diffugrpo_plugin.integration.agent_loop import DiffusionAgentLoop
-    from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY
+    from diffugrpo_plugin.serving.request_batcher import SAMPLE_INDEX_KEY
 
     sent = []
 

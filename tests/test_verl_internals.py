@@ -202,7 +202,7 @@ def test_every_name_of_ours_in_the_table_exists():
 
 # private names of ours that verl also happens to use (verl's are not reached through them)
 OUR_OWN = {"_loop": "layout._InProcessHandle", "_put": "trainer.DiffuGRPOTrainer", "_run": "several of ours",
-           "_servers": "sampling.request_router.LeastBusyRouter"}  # fmt: skip
+           "_servers": "serving.request_router.LeastBusyRouter"}  # fmt: skip
 
 
 @cache

@@ -19,7 +19,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
 
-from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY
+from diffugrpo_plugin.serving.request_batcher import SAMPLE_INDEX_KEY
 
 NAME = "diffusion_single_turn"
 

@@ -20,7 +20,7 @@ processes. In the driver, beside verl's trainer loop:
   is set to 0, so no reward actor starts (with our reward manager and no reward model only: verl's other managers
   size their own pools from ``reward.num_workers``);
 - **a request router that imports neither torch nor verl**
-  (:class:`diffugrpo_plugin.sampling.request_router.LeastBusyRouter`) instead of verl's balancer, through verl's
+  (:class:`diffugrpo_plugin.serving.request_router.LeastBusyRouter`) instead of verl's balancer, through verl's
   ``rollout.router_config_path``, unless that is set or ``rollout.full_determinism`` asks for verl's hash routing
   (:func:`_light_router_here`; an actor of its own where the trainer loop runs in one);
 - **the console's board** for the step lines (:mod:`.console`).
@@ -54,7 +54,7 @@ from omegaconf import OmegaConf, open_dict
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 
 from diffugrpo_plugin.integration.reward_manager import MANAGER_NAME
-from diffugrpo_plugin.integration.rollout_servers import forget_spare_server, start_directory_server
+from diffugrpo_plugin.integration.rollout.servers import forget_spare_server, start_directory_server
 from diffugrpo_plugin.integration.verl_internals import (
     load_router_yaml,
     refresh_transfer_queue_threads,
@@ -68,7 +68,7 @@ from diffugrpo_plugin.integration.verl_internals import (
     transfer_queue_state,
     validate_as_main_ppo,
 )
-from diffugrpo_plugin.sampling.request_router import LeastBusyRouter
+from diffugrpo_plugin.serving.request_router import LeastBusyRouter
 
 logger = logging.getLogger("diffugrpo.layout")
 
@@ -463,9 +463,9 @@ def transfer_queue_here(transfer_queue_config):
     """TransferQueue for the duration of the block, started by its own ``init`` with its controller and storage units
     built as objects of this process instead of a Ray actor each (about 285 MiB a process, for the few kB a step a
     one-node job stores). They serve the other processes over ZMQ from their own threads, as in their actors; those
-    processes find them through a :class:`~diffugrpo_plugin.sampling.transfer_queue_directory.TransferQueueDirectory`
+    processes find them through a :class:`~diffugrpo_plugin.serving.transfer_queue_directory.TransferQueueDirectory`
     actor under the controller's name, which the first rollout replica on this node takes as its server
-    (:func:`~diffugrpo_plugin.integration.rollout_servers.start_directory_server`). verl's own ``tq.init`` and
+    (:func:`~diffugrpo_plugin.integration.rollout.servers.start_directory_server`). verl's own ``tq.init`` and
     ``tq.close`` in this process then find this one and close it. With a backend other than TransferQueue's
     ``SimpleStorage`` (which keeps data in its units' memory), or with its SSD offload, nothing is started here and
     verl starts TransferQueue as it does. The agent-loop workers of this process stop before TransferQueue closes

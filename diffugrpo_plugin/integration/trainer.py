@@ -100,7 +100,7 @@ from diffugrpo_plugin.integration.workers import REFERENCE_PREFIX, WITH_REFERENC
 from diffugrpo_plugin.rewards.aggregation import AGGREGATIONS, group_normalized_totals, step_metrics
 from diffugrpo_plugin.rewards.learned_weights import LearnedWeights
 from diffugrpo_plugin.rewards.spec import RewardSpec
-from diffugrpo_plugin.sampling.request_batcher import UNMASK_STEP_FIELD
+from diffugrpo_plugin.serving.request_batcher import UNMASK_STEP_FIELD
 
 TRAINER_MODE = "diffugrpo"
 REPLAY_POLL_INTERVAL_S = 0.05

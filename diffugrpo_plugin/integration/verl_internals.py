@@ -202,7 +202,7 @@ def verl_step_output(loss: torch.Tensor, model_output: dict, metrics: dict):
     return loss, {"model_output": detach_tree(model_output), "loss": loss.detach().item(), "metrics": metrics}
 
 
-# ---- the rollout (rollout.py) ---------------------------------------------------------------------------------------
+# ---- the rollout (rollout/) ------------------------------------------------------------------------------------------
 
 
 def register_rollout_adapter(name: str, class_path: str) -> None:

@@ -11,7 +11,7 @@ The settings live beside the other LoRA settings, in ``actor_rollout_ref.model.l
 
 The trainer, the reference (the same base with its adapters off) and the rollout each quantize the same checkpoint
 with the same settings, so all three see the same 4-bit weights: quantization is deterministic, and the rollout
-checks it against the trainer's at the first weight sync (``integration/rollout.py``).
+checks it against the trainer's at the first weight sync (``integration/rollout/``).
 
 Plain torch, transformers and bitsandbytes (imported when used): no verl.
 """

@@ -50,7 +50,7 @@ from diffugrpo_plugin.models.family import unwrap
 from diffugrpo_plugin.models.native.block_attention import block_causal_mask
 from diffugrpo_plugin.sampling.contract import GenerationOutput
 from diffugrpo_plugin.sampling.decoding import top_k_filter, top_p_filter
-from diffugrpo_plugin.sampling.engine import check_prompts, cut_after_eos, resolve_seeds
+from diffugrpo_plugin.sampling.denoising import check_prompts, cut_after_eos, resolve_seeds
 from diffugrpo_plugin.sampling.trace import NEVER
 
 

@@ -31,7 +31,7 @@ from diffugrpo_plugin.sampling.decoding import (
     top_p_filter,
     top_p_then_top_k_filter,
 )
-from diffugrpo_plugin.sampling.engine import Proposal
+from diffugrpo_plugin.sampling.denoising import Proposal
 
 
 class DreamRule:

@@ -74,7 +74,7 @@ def shipped_settings() -> dict[str, Any]:
 
 def takes_fast_path(name: str) -> bool:
     """Whether the sampler registered as ``name`` takes the fast path's levers: a full-canvas sampler (the loop of
-    :mod:`diffugrpo_plugin.sampling.engine`, or a plugin's with the same options)."""
+    :mod:`diffugrpo_plugin.sampling.denoising`, or a plugin's with the same options)."""
     from diffugrpo_plugin.plugins import factory_options, lookup
 
     return set(FAST_PATH_LEVERS) <= {option.name for option in factory_options(lookup("sampler", name).obj)}

@@ -20,7 +20,7 @@ from diffugrpo_plugin.sampling.decoding import (
     row_uniforms,
     top_k_mask,
 )
-from diffugrpo_plugin.sampling.engine import Proposal
+from diffugrpo_plugin.sampling.denoising import Proposal
 
 
 class LLaDARule:

@@ -17,7 +17,7 @@ GIB = 2**30
 
 WINDOW_COPIES = 10
 """fp32 window-sized buffers at a sampler step's peak: at the first step (every position masked), inside top-p,
-the window's ``.float()`` logits (sampling/engine.py), their live-row copy, the packed masked rows, the
+the window's ``.float()`` logits (sampling/denoising.py), their live-row copy, the packed masked rows, the
 temperature-scaled copy, top-p's sorted values, int64 indices (2), softmax, cumulative sum and its difference
 (7 greedy without top-p; both measured by tests/test_check_model.py on a real sampler step)."""
 

@@ -2,7 +2,7 @@
 
 Each class is its own factory: ``DreamSampler(steps=64, alg="entropy")`` validates the options
 (a clear :class:`SamplerOptionError` naming the option otherwise) and its ``generate`` runs
-the shared loop of :mod:`diffugrpo_plugin.sampling.engine` with the family's step rule. The
+the shared loop of :mod:`diffugrpo_plugin.sampling.denoising` with the family's step rule. The
 dataclass fields, with their ``help`` metadata, are the options ``diffugrpo generate --help``
 lists. Importing this module stays cheap because torch is imported only inside ``generate``.
 """
@@ -167,7 +167,7 @@ class _LoopOptions:
 
     def _plan(self, cfg_scale: float = 0.0):
         """The denoising loop's settings: this sampler's options of the same name (so their defaults live here)."""
-        from diffugrpo_plugin.sampling.engine import Plan
+        from diffugrpo_plugin.sampling.denoising import Plan
 
         loop = {
             field.name: getattr(self, field.name) for field in dataclasses.fields(Plan) if field.name != "cfg_scale"
@@ -229,8 +229,8 @@ class DreamSampler(_LoopOptions):
         seeds: list[int] | None = None,
         record_trace: bool = False,
     ) -> GenerationOutput:
+        from diffugrpo_plugin.sampling.denoising import run
         from diffugrpo_plugin.sampling.dream import DreamRule
-        from diffugrpo_plugin.sampling.engine import run
 
         rule = DreamRule(self.alg, self.temperature, self.top_p, self.top_k, self.eps, self.alg_temp)
         return run(
@@ -316,7 +316,7 @@ class LLaDASampler(_LoopOptions):
         seeds: list[int] | None = None,
         record_trace: bool = False,
     ) -> GenerationOutput:
-        from diffugrpo_plugin.sampling.engine import run
+        from diffugrpo_plugin.sampling.denoising import run
         from diffugrpo_plugin.sampling.llada import LLaDARule
 
         rule = LLaDARule(self.remasking, self.temperature)

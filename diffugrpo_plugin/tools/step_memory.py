@@ -177,7 +177,7 @@ class StepSetup:
 
     def sampler_rows(self, model: "ModelShape") -> int:
         """Completions the sampler denoises together: the set micro-batch, or what the budget allows (as the
-        sampler itself derives it, sampling/engine.py ``micro_batch_for_budget``)."""
+        sampler itself derives it, sampling/denoising.py ``micro_batch_for_budget``)."""
         if self.rollout_micro_batch:
             return self.rollout_micro_batch
         row_bytes = vocabulary_bytes_per_row(
@@ -295,7 +295,7 @@ def reference_bytes(parameters: float, gpus: int, dtype: str) -> float:
 
 def rollout_copy_bytes(parameters: float, dtype: str) -> float:
     """The rollout's UNSHARDED policy copy, one per trainer worker, in the rollout dtype
-    (integration/rollout.py; our config sets ``free_cache_engine: false``, so it stays on the GPU)."""
+    (integration/rollout/; our config sets ``free_cache_engine: false``, so it stays on the GPU)."""
     return parameters * dtype_bytes(dtype)
 
 
@@ -455,7 +455,7 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             rollout_copy_bytes(full + adapters, setup.rollout_dtype) + four_bit * FOUR_BIT_BYTES,
             f"{rollout_bytes} B x {_n(full + adapters)}"
             + (f" + {FOUR_BIT_BYTES:.4f} B x {_n(four_bit)}" if four_bit else ""),
-            "one full copy per trainer worker (integration/rollout.py), kept on the GPU "
+            "one full copy per trainer worker (integration/rollout/), kept on the GPU "
             "(free_cache_engine: false)"
             + ("; with LoRA the base plus the adapters it samples through" if adapters else "")
             + ("; its linear layers in 4 bits, as the trainer's" if four_bit else ""),
@@ -624,7 +624,7 @@ def memory_estimate(model: ModelShape, setup: StepSetup) -> MemoryEstimate:
             m * window_bytes_per_row(vocab, completion, setup.sampler_window_copies),
             f"{setup.sampler_window_copies} x {m} x {completion} x {vocab} x 4 B",
             "at the first step (every position masked), inside top-p: the window's .float() logits "
-            "(sampling/engine.py), their live-row copy, the packed masked rows, the temperature-scaled "
+            "(sampling/denoising.py), their live-row copy, the packed masked rows, the temperature-scaled "
             "copy, top-p's sorted values, int64 indices (2), softmax, cumulative sum and its "
             "difference = 10 (7 greedy without top-p; both measured)"
             + (

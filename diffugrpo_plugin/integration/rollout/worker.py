@@ -1,23 +1,6 @@
-"""The ``diffusion`` rollout: verl's rollout interface served by our diffusion samplers.
-
-No inference engine generates with LLaDA/Dream/DiffuCoder, so ``actor_rollout_ref.rollout.name=diffusion``
-registers three small pieces in verl's two rollout registries:
-
-* :class:`DiffusionRollout` (``BaseRollout``): lives in each trainer worker process (hybrid
-  engine, colocated with the actor). It keeps an unsharded copy of the policy on the worker's
-  device, receives every weight update verl pushes after a training step, and runs the sampler.
-* the server, :class:`~diffugrpo_plugin.sampling.request_batcher.RequestBatcher`: a light Ray actor with verl's
-  token-in/token-out ``generate``. It gathers the requests that arrive together (verl's agent loop
-  sends one per sample); a thread in the worker (:func:`_serve_from_worker`) pulls each batch, runs it
-  through the worker's :class:`DiffusionRollout` and delivers the results. The server never calls the
-  worker, so it never loads the worker's class, torch or verl.
-* :class:`DiffusionReplica` (``RolloutReplica``): one server per trainer worker, so generation is
-  data-parallel across workers.
-
-Why not a separate rollout engine process: the sampler is plain torch on the same device as the
-actor, so running it inside the worker shares the device, needs no weight transfer across
-processes, and follows every update (``test_rollout`` changes the actor's weights and sees the
-rollout change). Sampler settings come from ``actor_rollout_ref.rollout.engine_kwargs.diffusion``.
+"""The rollout's half in each trainer worker: :class:`DiffusionRollout` (verl's ``BaseRollout``) keeps an unsharded
+copy of the policy, takes every weight update verl pushes, and samples; the threads :func:`_serve_from_worker` starts
+pull batches from this worker's server and deliver the results.
 
 Seeds: the ``k``-th sample of a prompt at step ``s`` samples with a seed derived from (``rollout.seed``, ``s``,
 the prompt's tokens, ``k``), so the global RNG is never used and neither the replica nor the order in which the
@@ -38,13 +21,10 @@ import torch
 
 from verl.utils.device import get_device_name
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutReplica
 
 from diffugrpo_plugin.config.defaults import DIFFUSION_DEFAULTS
 from diffugrpo_plugin.integration.platform import release_openmp_threads
-from diffugrpo_plugin.integration.rollout_servers import spare_server, start_server
 from diffugrpo_plugin.integration.sampler_choice import is_default_model
-from diffugrpo_plugin.integration.verl_internals import register_rollout_adapter, set_replica_server
 from diffugrpo_plugin.models.dlm import DiffusionLM, load_pretrained
 from diffugrpo_plugin.models.lora import (
     adapted_module_names,
@@ -61,7 +41,7 @@ from diffugrpo_plugin.models.quantization import (
 )
 from diffugrpo_plugin.sampling import build_request_sampler, build_sampler, left_pad, padding_id
 from diffugrpo_plugin.sampling.fast_path import resolve_sampler
-from diffugrpo_plugin.sampling.request_batcher import SAMPLE_INDEX_KEY, UNMASK_STEP_FIELD, RequestBatcher
+from diffugrpo_plugin.serving.request_batcher import SAMPLE_INDEX_KEY, UNMASK_STEP_FIELD
 
 logger = logging.getLogger("diffugrpo.rollout")
 
@@ -234,7 +214,7 @@ class DiffusionRollout(BaseRollout):
         """The seed of one request: from the step, the prompt and which of the prompt's samples it is.
 
         ``sample_index`` is the request's index among its prompt's samples (our agent loop passes verl's
-        ``session_id`` as :data:`~diffugrpo_plugin.sampling.request_batcher.SAMPLE_INDEX_KEY`), so the k-th sample of a
+        ``session_id`` as :data:`~diffugrpo_plugin.serving.request_batcher.SAMPLE_INDEX_KEY`), so the k-th sample of a
         prompt gets the same seed whichever replica serves it and in whatever order the requests arrive. Without it
         (another agent loop) the k-th request of the prompt to reach this replica is the k-th sample. A prompt drawn
         twice in one step (a data sampler that draws with replacement) gets distinct seeds for its two k-th samples,
@@ -345,68 +325,3 @@ def _send_heartbeats(server: ray.actor.ActorHandle, generating: threading.Thread
         except ray.exceptions.RayError:
             return
         time.sleep(HEARTBEAT_S)
-
-
-class DiffusionReplica(RolloutReplica):
-    """One server (:class:`~diffugrpo_plugin.sampling.request_batcher.RequestBatcher`) per trainer worker (rollout tensor
-    parallel size must be 1), on the worker's node: a spare one there if the lean layout started it
-    (:func:`~diffugrpo_plugin.integration.rollout_servers.start_directory_server`), a new one otherwise."""
-
-    async def launch_servers(self):
-        if self.world_size != 1:
-            raise ValueError(
-                f"the diffusion rollout runs one sampler per trainer worker; set "
-                f"actor_rollout_ref.rollout.tensor_model_parallel_size=1 (and data/pipeline parallel "
-                f"sizes 1); got a rollout world size of {self.world_size}"
-            )
-        worker = self.workers[0]
-        node_id = await worker.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
-        server = spare_server(node_id) or start_server(
-            RequestBatcher, node_id, name=f"diffusion_server_{self.replica_rank}{self.name_suffix}"
-        )
-        await worker.__ray_call__.remote(_serve_from_worker, server)
-        set_replica_server(self, server, f"diffusion://replica-{self.replica_rank}")
-
-
-class AnnouncedDispatches:
-    """Stands in for verl's agent-loop manager in the trainer: each ``generate_sequences(batch)`` first tells the
-    rollout server how many requests it sends (a prompt's ``__rollout_n__``, else ``rollout.n``, or
-    ``rollout.val_kwargs.n`` for a validation batch), so that they reach the sampler as one batch
-    (:meth:`~diffugrpo_plugin.sampling.request_batcher.RequestBatcher.expect`). Only with one server: with several,
-    the router decides which gets which. Everything else is the manager's."""
-
-    def __init__(self, manager, server: ray.actor.ActorHandle, rollout_config):
-        self._manager, self._server, self._rollout_config = manager, server, rollout_config
-
-    def generate_sequences(self, batch):
-        ray.get(self._server.expect.remote(self.requests_in(batch)))
-        return self._manager.generate_sequences(batch)
-
-    def requests_in(self, batch) -> int:
-        validate = "validate" in batch and bool(batch["validate"])
-        default = int(self._rollout_config.val_kwargs.n if validate else self._rollout_config.n)
-        if "__rollout_n__" not in batch:
-            return default * len(batch)
-        return sum(int(n) for n in batch["__rollout_n__"])
-
-    def __getattr__(self, name: str):
-        return getattr(self._manager, name)
-
-
-def announced(manager, server_handles: list, rollout_config):
-    """``manager`` behind :class:`AnnouncedDispatches` where the rollout is ours and has one server; as it is else."""
-    if rollout_config.name != NAME or len(server_handles) != 1:
-        return manager
-    return AnnouncedDispatches(manager, server_handles[0], rollout_config)
-
-
-def register() -> None:
-    from verl.experimental.agent_loop.agent_loop import register as register_agent_loop
-    from verl.workers.rollout.replica import RolloutReplicaRegistry
-
-    from diffugrpo_plugin.integration.agent_loop import NAME as AGENT_LOOP
-    from diffugrpo_plugin.integration.agent_loop import DiffusionAgentLoop
-
-    register_rollout_adapter(NAME, f"{__name__}.DiffusionRollout")
-    RolloutReplicaRegistry.register(NAME, lambda: DiffusionReplica)
-    register_agent_loop(AGENT_LOOP)(DiffusionAgentLoop)

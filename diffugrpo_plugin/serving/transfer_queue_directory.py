@@ -15,7 +15,7 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
-from diffugrpo_plugin.sampling.request_batcher import RequestBatcher
+from diffugrpo_plugin.serving.request_batcher import RequestBatcher
 
 
 class TransferQueueDirectory:
@@ -46,7 +46,7 @@ class PickledConfig:
 class RolloutServerAndDirectory(RequestBatcher, TransferQueueDirectory):
     """A rollout server (:class:`RequestBatcher`) that also answers TransferQueue's lookups: the lean layout starts it
     with TransferQueue, and the first rollout replica on its node takes it as its server
-    (:func:`diffugrpo_plugin.integration.rollout_servers.start_directory_server`)."""
+    (:func:`diffugrpo_plugin.integration.rollout.servers.start_directory_server`)."""
 
     def __init__(self):
         RequestBatcher.__init__(self)

@@ -1,14 +1,14 @@
 """Where the diffusion rollout's servers start: one
-:class:`~diffugrpo_plugin.sampling.request_batcher.RequestBatcher` per trainer worker, on its node, or the spare one
+:class:`~diffugrpo_plugin.serving.request_batcher.RequestBatcher` per trainer worker, on its node, or the spare one
 the lean layout starts before any replica, TransferQueue's directory, which is a server too
-(:class:`~diffugrpo_plugin.sampling.transfer_queue_directory.RolloutServerAndDirectory`). Kept apart from
+(:class:`~diffugrpo_plugin.serving.transfer_queue_directory.RolloutServerAndDirectory`). Kept apart from
 :mod:`.rollout` so that :mod:`.layout` can start the spare without importing the rollout."""
 
 from __future__ import annotations
 
 import ray
 
-from diffugrpo_plugin.sampling.transfer_queue_directory import RolloutServerAndDirectory
+from diffugrpo_plugin.serving.transfer_queue_directory import RolloutServerAndDirectory
 
 SERVER_MAX_CONCURRENCY = 1_000_000  # asyncio calls at once in the server: requests are cheap coroutines
 
@@ -38,7 +38,7 @@ _spare_servers: dict[str, ray.actor.ActorHandle] = {}
 
 def start_directory_server(name: str, namespace: str) -> ray.actor.ActorHandle:
     """The lean layout's TransferQueue directory under ``name`` in ``namespace``
-    (:class:`~diffugrpo_plugin.sampling.transfer_queue_directory.RolloutServerAndDirectory`), on this process's node,
+    (:class:`~diffugrpo_plugin.serving.transfer_queue_directory.RolloutServerAndDirectory`), on this process's node,
     held there as the server of the first replica whose worker is on it: one light process (about 70 MiB) less
     than a directory and a server. :func:`forget_spare_server` drops it when TransferQueue closes first."""
     node_id = ray.get_runtime_context().get_node_id()
