@@ -1,9 +1,9 @@
 """``python -m diffugrpo_plugin.main`` (also reachable as ``python -m verl.trainer.main``).
 
-Composes verl's ``ppo_trainer`` config with ``algorithm=coupled_grpo`` (the default), checks the
+Composes verl's ``ppo_trainer`` config with ``algorithm=coupled_grpo`` and ``job=cpu_demo`` (the defaults), checks the
 configuration for mistakes a user can fix before any Ray process starts, then runs verl's own
-``main_ppo`` body: the same code ``python -m verl.trainer.main_ppo +algorithm=coupled_grpo`` runs, with verl's
-trainer loop in this process rather than in an actor of its own under the lean process layout (the default for a
+``main_ppo`` body: the same code ``python -m verl.trainer.main_ppo +algorithm=coupled_grpo +job=cpu_demo`` runs, with
+verl's trainer loop in this process rather than in an actor of its own under the lean process layout (the default for a
 one-node CPU job; :mod:`.integration.layout`).
 The terminal shows a progress bar and one line per step; the rest goes to ``train.log`` in the
 Hydra output directory unless ``diffugrpo.verbose=true`` (:mod:`.integration.console`).

@@ -8,9 +8,10 @@ import functools
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from hydra import compose, initialize_config_dir, initialize_config_module
 from omegaconf import OmegaConf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -29,7 +30,7 @@ def test_the_three_commands_compose_the_same_job():
     commands = [
         ("-m", "diffugrpo_plugin.main"),
         ("-m", "verl.trainer.main", "algorithm=coupled_grpo"),
-        ("-m", "verl.trainer.main_ppo", "+algorithm=coupled_grpo"),
+        ("-m", "verl.trainer.main_ppo", "+algorithm=coupled_grpo", "+job=cpu_demo"),
     ]
     with concurrent.futures.ThreadPoolExecutor(len(commands)) as pool:  # three interpreters importing verl at once
         canonical, through_main, through_main_ppo = pool.map(lambda args: composed_job(*args), commands)
@@ -44,28 +45,21 @@ def test_the_three_commands_compose_the_same_job():
     assert job.reward.reward_manager.name == "diffugrpo"
 
 
-def test_diffucoder_7b_example_composes_to_the_reference_recipe():
-    with initialize_config_dir(config_dir=os.path.join(REPO, "examples", "diffucoder_7b"), version_base=None):
-        job = compose(config_name="diffucoder_7b", overrides=["data.train_files=t.parquet", "data.val_files=v.parquet"])
+def diffucoder_recipe(job) -> dict:
+    """DiffuCoder's coupled-GRPO hyper-parameters (apple/ml-diffucoder, config_coupled_code.yaml), each as
+    (what ``job`` composes, the reference's value)."""
     actor, rollout = job.actor_rollout_ref.actor, job.actor_rollout_ref.rollout
     diffusion = rollout.engine_kwargs.diffusion
-    recipe = {
-        "model": (job.actor_rollout_ref.model.path, "apple/DiffuCoder-7B-Instruct"),
+    return {
         "learning rate": (actor.optim.lr, 1e-6),
+        "cosine schedule down to 0.1": ((actor.optim.lr_scheduler_type, actor.optim.min_lr_ratio), ("cosine", 0.1)),
         "beta": (actor.kl_loss_coef, 0.01),
         "epsilon low/high": ((actor.clip_ratio_low, actor.clip_ratio_high), (0.5, 0.5)),
         "num_generations": (rollout.n, 10),
         "num_iterations": (actor.ppo_epochs, 2),
         "diffusion_steps": (diffusion.steps, 256),
-        "sampler": (diffusion.sampler, "entropy"),
         "effective top_k (diffusion_generate without top_k)": (rollout.top_k, 50),
         "mask token not suppressed": (diffusion.suppress_mask_token, False),
-        "family, loaded without remote code": (
-            (job.actor_rollout_ref.model.diffusion.family, job.actor_rollout_ref.model.trust_remote_code),
-            ("dream", False),
-        ),
-        "rewards": (list(job.diffugrpo.rewards.reward_funcs), ["code", "code_format"]),
-        "reward weights": (list(job.diffugrpo.rewards.reward_weights), [2.0, 0.5]),
         "completions per optimizer step": (actor.ppo_mini_batch_size * rollout.n, 5 * 2 * 8),
         "max prompt / completion": ((job.data.max_prompt_length, job.data.max_response_length), (200, 256)),
         "adam betas": (list(actor.optim.betas), [0.9, 0.99]),
@@ -76,14 +70,54 @@ def test_diffucoder_7b_example_composes_to_the_reference_recipe():
             (True, 64, 0.6),
         ),
         "gradient checkpointing": (job.actor_rollout_ref.model.enable_gradient_checkpointing, True),
-        "GPUs": (job.trainer.n_gpus_per_node * job.trainer.nnodes, 8),
+        "bf16 weights in the passes": (
+            (actor.fsdp_config.mixed_precision.param_dtype, rollout.dtype),
+            ("bf16", "bfloat16"),
+        ),
         "greedy validation, one per task": (
             (rollout.val_kwargs.n, rollout.val_kwargs.temperature, rollout.val_kwargs.do_sample),
             (1, 0.0, False),
         ),
     }
+
+
+def test_diffucoder_7b_example_composes_to_the_reference_recipe():
+    with initialize_config_dir(config_dir=os.path.join(REPO, "examples", "diffucoder_7b"), version_base=None):
+        job = compose(config_name="diffucoder_7b", overrides=["data.train_files=t.parquet", "data.val_files=v.parquet"])
+    recipe = diffucoder_recipe(job) | {
+        "model": (job.actor_rollout_ref.model.path, "apple/DiffuCoder-7B-Instruct"),
+        "sampler": (job.actor_rollout_ref.rollout.engine_kwargs.diffusion.sampler, "entropy"),
+        "family, loaded without remote code": (
+            (job.actor_rollout_ref.model.diffusion.family, job.actor_rollout_ref.model.trust_remote_code),
+            ("dream", False),
+        ),
+        "rewards": (list(job.diffugrpo.rewards.reward_funcs), ["code", "code_format"]),
+        "reward weights": (list(job.diffugrpo.rewards.reward_weights), [2.0, 0.5]),
+        "GPUs": (job.trainer.n_gpus_per_node * job.trainer.nnodes, 8),
+    }
     wrong = {name: got for name, (got, want) in recipe.items() if got != want}
     assert not wrong, wrong
+
+
+def test_the_algorithm_config_without_the_cpu_demo_is_the_reference_recipe():
+    """``~job`` leaves coupled_grpo's own config: the recipe, with no CPU switch and no tiny default in it."""
+    with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
+        job = compose(config_name="diffugrpo", overrides=["~job"])
+    wrong = {name: got for name, (got, want) in diffucoder_recipe(job).items() if got != want}
+    assert not wrong, wrong
+    algorithm_files = sorted((Path(REPO) / "diffugrpo_plugin" / "config" / "algorithm").glob("*.yaml"))
+    for text in (path.read_text() for path in algorithm_files):
+        assert "diffugrpo.on_cpu" not in text and "diffugrpo.default_model" not in text
+        assert "diffugrpo.default_data" not in text
+
+
+def test_a_run_without_the_demo_that_names_no_model_stops_with_the_override_to_add():
+    result = subprocess.run(
+        [sys.executable, "-m", "diffugrpo_plugin.main", "~job"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode != 0
+    assert "actor_rollout_ref.model.path is not set: add actor_rollout_ref.model.path=..." in result.stderr
+    assert "Traceback" not in result.stderr, result.stderr[-2000:]
 
 
 def test_llada_8b_example_names_the_family_and_llada_generation():
@@ -115,8 +149,6 @@ def test_llada_8b_example_names_the_family_and_llada_generation():
 
 def composed_rewards(*overrides: str) -> dict:
     """``diffugrpo.rewards`` of the default job composed with ``overrides``, as the reward workers read it."""
-    from hydra import initialize_config_module
-
     with initialize_config_module(config_module="diffugrpo_plugin.config", version_base=None):
         job = compose(config_name="diffugrpo", overrides=list(overrides))
     return OmegaConf.to_container(job.diffugrpo.rewards, resolve=True)

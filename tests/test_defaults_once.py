@@ -9,7 +9,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from diffugrpo_plugin.config import TRAINING_CONFIG
+from diffugrpo_plugin.config import ALGORITHM_CONFIG
 from diffugrpo_plugin.config.defaults import DIFFUSION_DEFAULTS, DIFFUSION_KEYS, register_resolver
 from diffugrpo_plugin.core.masking import DEFAULT_T_RANGE
 
@@ -113,11 +113,11 @@ def test_the_scan_finds_each_way_a_default_is_written_again():
 
 
 def test_the_packaged_config_reads_every_default_from_the_schema():
-    text = TRAINING_CONFIG.read_text()
+    text = ALGORITHM_CONFIG.read_text()
     register_resolver()
-    diffusion = OmegaConf.to_container(OmegaConf.load(TRAINING_CONFIG).actor_rollout_ref.model.diffusion, resolve=True)
+    diffusion = OmegaConf.to_container(OmegaConf.load(ALGORITHM_CONFIG).actor_rollout_ref.model.diffusion, resolve=True)
     for key in DIFFUSION_KEYS:
-        assert f"{key}: ${{diffugrpo.default:{key}}}" in text, f"{key} is written in {TRAINING_CONFIG.name}"
+        assert f"{key}: ${{diffugrpo.default:{key}}}" in text, f"{key} is written in {ALGORITHM_CONFIG.name}"
         assert diffusion[key] == getattr(DIFFUSION_DEFAULTS, key)
     assert diffusion["chunk_rows"] == 1024 and diffusion["masker"] == "coupled"  # DiffuCoder's masker; the H100 runs'
 

@@ -9,6 +9,9 @@
 * ``${diffugrpo.default_model:}`` / ``${diffugrpo.default_data:train}``: the tiny built-in
   model (warm-started by a short masked SFT, see :mod:`diffugrpo_plugin.training.warm_start`)
   and the generated code-task parquet, built on first use into ``$DIFFUGRPO_HOME``.
+* ``${diffugrpo.required:KEY}``: a key a run must set (the model, the data), which the algorithm's config cannot
+  choose; resolving it stops with the override to add. (A ``???`` would not do: merged over verl's defaults it
+  leaves verl's value, ``~/data/rlhf/gsm8k/train.parquet``, in place.)
 * ``${diffugrpo.default:KEY}``: the default of ``actor_rollout_ref.model.diffusion.KEY``
   (:mod:`diffugrpo_plugin.config.defaults`).
 """
@@ -59,6 +62,10 @@ def default_data(split: str) -> str:
     return train if split == "train" else validation
 
 
+def required(key: str):
+    raise ValueError(f"{key} is not set: add {key}=... (the algorithm config carries its recipe, not a model or data)")
+
+
 def register() -> None:
     register_default_resolver()
     for name, function in {
@@ -66,6 +73,7 @@ def register() -> None:
         "diffugrpo.default_model": default_model,
         "diffugrpo.default_data": default_data,
         "diffugrpo.ray_cpus": ray_cpus,
+        "diffugrpo.required": required,
     }.items():
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, function, use_cache=True)

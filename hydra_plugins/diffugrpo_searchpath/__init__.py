@@ -1,7 +1,7 @@
 """Hydra search-path plugin: puts diffugrpo's config groups on every Hydra app's search path.
 
-With it, verl's own entry point accepts our algorithm group:
-``python -m verl.trainer.main_ppo +algorithm=coupled_grpo``.
+With it, verl's own entry point accepts our algorithm and job groups:
+``python -m verl.trainer.main_ppo +algorithm=coupled_grpo +job=cpu_demo``.
 """
 
 from hydra.core.config_search_path import ConfigSearchPath
