@@ -686,9 +686,13 @@ def _module_object(encoded):
 
 
 def _update_in_place(target, state) -> None:
-    """Gives a mutable argument the state the program left it in (the judge holds its own copy)."""
+    """Gives a mutable argument the state the program left it in (the judge holds its own copy). Only what the
+    program's side reports as changeable (``ProgramSide._changeable``) is changed: a forged report naming an enum
+    member, or a state that is the target itself, changes nothing."""
+    import enum
+
     kind = type(target)
-    if type(state) is not kind:
+    if type(state) is not kind or state is target or isinstance(target, enum.Enum):
         return
     if kind in (list, bytearray):
         target[:] = state
@@ -696,7 +700,9 @@ def _update_in_place(target, state) -> None:
         if state.shape == target.shape and state.dtype == target.dtype and target.flags.writeable:
             target[...] = state
     elif kind in (io.StringIO, io.BytesIO):
-        target.__setstate__(state.__getstate__())  # what the program wrote, and where it left the position
+        # what the program wrote and where it left the position; the attributes stay the test's own (a program's
+        # ``getvalue`` set on the buffer would answer for it)
+        target.__setstate__((*state.__getstate__()[:-1], target.__getstate__()[-1]))
     elif isinstance(target, dict) or isinstance(target, set):
         target.clear()
         target.update(state)

@@ -44,6 +44,7 @@ import collections
 import copyreg
 import operator
 import os
+import sys
 
 MAX_FRAME_BYTES = 128 << 20
 LIMITS = {
@@ -193,29 +194,51 @@ class Encoder:
 
     def __init__(self, task_classes: dict, unknown, kept=None, extra_classes: frozenset = frozenset()):
         self.classes = {cls: name for name, cls in task_classes.items()}
-        self.unknown = unknown
+        self._unknown = unknown
+        self._unknown_seen: dict[int, list] = {}  # what each object not sent as data became, once per value
         self.kept = kept  # kept(kind): whether an instance of a builtin's subclass stays a handle (``hv``)
         self.extra_classes = extra_classes  # (module, qualname) this side may send besides REBUILT_MODULES'
         self.memo: dict[int, int] = {}
+        self.memo_hits = 0
         self.alive: list = []  # keeps memoised objects alive, so their ids stay unique
         self.elements = 0
         self.objects: list = []  # the task objects met, in the order of their table entries
         self.object_index: dict[int, int] = {}
 
     def encode(self, value):
-        """``value`` as tagged JSON; with task objects, ``["graph", table, root]``: each object once in the table,
-        its attributes encoded there, and ``["obj", k]`` wherever it is met, so a linked list of any length is
-        a flat table rather than a deep nesting (and shared or cyclic links come back as they were)."""
+        """``value`` as tagged JSON; with task objects, ``["graph", table, root, order]``: each object once in the
+        table, its attributes encoded there, and ``["obj", k]`` wherever it is met, so a linked list of any length
+        is a flat table rather than a deep nesting (and shared or cyclic links come back as they were). The other
+        side fills the objects' fields in ``order`` (an object after those its fields refer to: see
+        :func:`_fill_order`) and decodes the root last; where a container is met twice (``["ref", k]``), the value is
+        encoded again in that order, so that ``k`` counts the containers as the decoder meets them."""
         root = self._value(value, 0)
-        table, done = [], 0
-        while done < len(self.objects):
-            obj, name = self.objects[done]
-            attributes = object.__getattribute__(obj, "__dict__")
-            table.append(
-                [name, [[key, self._value(item, 1)] for key, item in dict.items(attributes) if type(key) is str]]
-            )
-            done += 1
-        return ["graph", table, root] if table else root
+        if not self.objects:
+            return root
+        table = []
+        while len(table) < len(self.objects):  # an entry's fields may meet objects not yet in the table
+            table.append(self._entry(len(table)))
+        order = _fill_order(table)
+        if self.memo_hits:
+            self.memo.clear()
+            self.memo_hits = self.elements = 0
+            for index in order:
+                table[index] = self._entry(index)
+            root = self._value(value, 0)
+        return ["graph", table, root, order]
+
+    def _entry(self, index: int) -> list:
+        obj, name = self.objects[index]
+        attributes = object.__getattribute__(obj, "__dict__")
+        return [name, [[key, self._value(item, 1)] for key, item in dict.items(attributes) if type(key) is str]]
+
+    def unknown(self, value):
+        """``unknown(value)`` once per object: encoding a value twice (:meth:`encode`) must not draw an iterator twice."""
+        seen = self._unknown_seen.get(id(value))
+        if seen is None:
+            seen = self._unknown_seen[id(value)] = self._unknown(value)
+            self.alive.append(value)
+        return seen
 
     def _sized(self, count: int) -> None:
         """Refuses a value over the element limit before spending time on it."""
@@ -304,6 +327,7 @@ class Encoder:
         """``["ref", k]`` when this mutable object was already sent in this value, else registers it."""
         key = id(value)
         if key in self.memo:
+            self.memo_hits += 1
             return ["ref", self.memo[key]]
         self.memo[key] = len(self.memo)
         self.alive.append(value)
@@ -525,6 +549,17 @@ def _fill_order(table: list) -> list[int]:
     return order
 
 
+def _refuse_shared(obj) -> None:
+    """BadValue unless ``obj`` was just made for the value being decoded: only the caller's name and this call
+    refer to it. A constructor may return an object others hold (an enum member, a singleton, a cached instance),
+    and setting the sent state on it would change it for everyone (the judge's own ``Color.RED`` for every later
+    test); CPython's reference count says so whatever the class."""
+    import enum
+
+    if isinstance(obj, enum.Enum) or sys.getrefcount(obj) > 3:  # the caller's name, this argument, getrefcount's
+        raise BadValue(f"a {type(obj).__name__} that already exists cannot be given a state")
+
+
 def _is_list(value, length: int | None = None) -> bool:
     return type(value) is list and (length is None or len(value) == length)
 
@@ -554,16 +589,22 @@ class Decoder:
 
     def decode(self, encoded):
         """The value ``encoded`` stands for (see :meth:`Encoder.encode`); :class:`BadValue` when it is not one."""
-        if not (_is_list(encoded, 3) and encoded[0] == "graph"):
+        if not (_is_list(encoded, 4) and encoded[0] == "graph"):
             return self._value(encoded, 0)
-        table = self._count(encoded[1])
+        table, order = self._count(encoded[1]), encoded[3]
+        if not (_is_list(order, len(table)) and all(type(index) is int for index in order)):
+            raise BadValue("malformed object table order")
+        if sorted(order) != list(range(len(table))):
+            raise BadValue("the object table's order is not one of its entries each")
         try:
             for entry in table:
                 if not _is_list(entry, 2):
                     raise BadValue("malformed object table")
                 cls = self._task_class(entry[0])
-                self.objects.append(cls.__new__(cls))
-            for index in _fill_order(table):
+                obj = cls.__new__(cls)
+                _refuse_shared(obj)  # a class whose __new__ hands out one instance: its fields are not this value's
+                self.objects.append(obj)
+            for index in order:
                 obj, entry = self.objects[index], table[index]
                 state = object.__getattribute__(obj, "__dict__")
                 for name, value in self._pairs(entry[1], 1):
@@ -795,6 +836,8 @@ class Decoder:
                 obj = copyreg._reconstructor(cls, _RECONSTRUCTED_BASES_BY_NAME[encoded[1][2]], arguments[0])
             else:
                 raise BadValue("malformed reduced value")
+            if encoded[3] is not None or encoded[4] is not None or encoded[5] is not None:
+                _refuse_shared(obj)  # an enum member, a cached instance: its state is not this value's to set
             if encoded[3] is not None:
                 self._set_state(obj, self._value(encoded[3], depth))
             if encoded[4] is not None:
