@@ -686,6 +686,16 @@ ATTACKS = {
             "entry_point": "mean_absolute_deviation",
         },
     ),
+    "an object that adds the test's number in place to the answer": (
+        "class Z:\n    def __iadd__(self, other):\n        return other * 3\n    __add__ = __radd__ = __iadd__\n"
+        "def f(n):\n    return Z()\n",
+        asserts("total = f(2)\ntotal += 2\nassert total == 6"),
+    ),
+    "an object that divides the test's number to the answer": (
+        "class Z:\n    def __divmod__(self, other):\n        return (other // 2, other % 2)\n"
+        "    __rdivmod__ = __divmod__\ndef f(n):\n    return Z()\n",
+        asserts("assert divmod(f(7), 7) == (3, 1)", "assert divmod(7, f(7)) == (3, 1)"),
+    ),
     "an object that contains everything": (
         "class All:\n    def __contains__(self, item):\n        return True\ndef f(n):\n    return All()\n",
         asserts("assert 7 in f(2)"),

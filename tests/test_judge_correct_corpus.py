@@ -3205,6 +3205,131 @@ stdio(
 )
 
 
+# ---------------------------------------------------------------- round 8: values both processes hold, numeric protocols
+class_task(
+    "r8_cls_logger_sink_written_by_the_test_between_calls",
+    """
+    class Logger:
+        def __init__(self, sink):
+            self.sink = sink
+        def log(self, message):
+            self.sink.append(message)
+            return len(self.sink)
+    """,
+    [
+        """
+        sink = []
+        logger = Logger(sink)
+        logger.log('a')
+        sink.append('b')
+        assert logger.log('c') == 3
+        assert sink == ['a', 'b', 'c']
+        """
+    ],
+)
+humaneval(
+    "r8_he_contextmanager_with_the_tests_list",
+    "collecting",
+    """
+    from contextlib import contextmanager
+    @contextmanager
+    def collecting(sink):
+        sink.append('start')
+        yield sink
+        sink.append(f'end after {len(sink)}')
+    """,
+    """
+    def check(candidate):
+        sink = []
+        with candidate(sink):
+            sink.append('body')
+        assert sink == ['start', 'body', 'end after 2']
+    """,
+)
+class_task(
+    "r8_cls_in_place_add_of_two_vectors",
+    """
+    class Vector:
+        def __init__(self, x, y):
+            self.x, self.y = x, y
+        def __iadd__(self, other):
+            self.x += other.x
+            self.y += other.y
+            return self
+        def __eq__(self, other):
+            return (self.x, self.y) == (other.x, other.y)
+    """,
+    [
+        """
+        v = Vector(1, 2)
+        w = v
+        v += Vector(3, 4)
+        assert v is w
+        assert w == Vector(4, 6)
+        """
+    ],
+)
+class_task(
+    "r8_cls_numeric_protocols",
+    """
+    import math
+    class Amount:
+        def __init__(self, value):
+            self.value = value
+        def __floor__(self):
+            return math.floor(self.value)
+        def __ceil__(self):
+            return math.ceil(self.value)
+        def __trunc__(self):
+            return int(self.value)
+        def __complex__(self):
+            return complex(self.value, 0)
+        def __bytes__(self):
+            return str(self.value).encode()
+        def __divmod__(self, other):
+            return divmod(self.value, other.value)
+    """,
+    [
+        "import math\nassert math.floor(Amount(2.5)) == 2 and math.ceil(Amount(2.5)) == 3",
+        "import math\nassert math.trunc(Amount(-2.5)) == -2",
+        "assert complex(Amount(1.5)) == 1.5 + 0j",
+        "assert bytes(Amount(7)) == b'7'",
+        "assert divmod(Amount(7), Amount(2)) == (3, 1)",
+    ],
+)
+class_task(
+    "r8_cls_generic_class_subscripted",
+    """
+    from typing import Generic, TypeVar
+    T = TypeVar('T')
+    class Box(Generic[T]):
+        def __init__(self, item):
+            self.item = item
+        def get(self):
+            return self.item
+    """,
+    ["assert Box[int](3).get() == 3", "assert Box(4).get() == 4"],
+)
+humaneval(
+    "r8_he_zoneinfo_datetimes_both_ways",
+    "in_zone",
+    """
+    from zoneinfo import ZoneInfo
+    def in_zone(moment, key):
+        return moment.astimezone(ZoneInfo(key))
+    """,
+    """
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+    def check(candidate):
+        paris = datetime(2024, 1, 1, 12, tzinfo=ZoneInfo('Europe/Paris'))
+        assert candidate(paris, 'UTC').hour == 11
+        assert candidate(paris, 'America/New_York') == paris
+        assert candidate(paris, 'America/New_York').tzinfo == ZoneInfo('America/New_York')
+    """,
+)
+
+
 # ---------------------------------------------------------------- what the judge rejects today, by cause
 REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
     "r7_he_heapq_on_test_class_with_lt": "an object of the test's class is a callback handle there: heapq's < of "

@@ -200,6 +200,7 @@ class Judging:
         self.random_state = None  # random's state as the program's process last had it from this side
         self.decimal_context = _decimal_key()  # decimal's context as the program's process has it from this side
         self.kept: dict[int, object] = {}  # the test's mutable values the program keeps (a Logger's sink), by key
+        self.kept_sent: dict[int, object] = {}  # each as the program's process last had it (see _send_kept)
         self.test_objects: list = []  # objects of the test's own classes the program was handed (see _test_object)
         self.test_object_index: dict[int, int] = {}
         self.test_object_access: dict[int, int] = {}  # their attribute callbacks
@@ -349,6 +350,8 @@ class Judging:
 
     def _request(self, request):
         try:
+            if self.kept:
+                self._send_kept()
             return self.peer.request(request)
         except wire.WireClosed:
             raise ProgramEnded() from None
@@ -478,6 +481,7 @@ class Judging:
                 target = args[position] if type(position) is int and 0 <= position < len(args) else None
                 if type(key) is int and isinstance(target, _KEPT_TYPES) and len(self.kept) < KEPT_LIMIT:
                     self.kept[key] = target
+                    self._synced(key)
             self._kept_changed(answer[5].get("kept", []))
             same = answer[4]
             if type(same) is int and 0 <= same < len(args):
@@ -511,6 +515,33 @@ class Judging:
         finally:
             self.state_depth -= 1
 
+    def _send_kept(self) -> None:
+        """What the test changed in the values the program keeps since the program's process last had them (the
+        test appends to a ``Logger``'s sink between calls), sent before the next request, so both processes hold
+        the same list as one process would. A value holding something only callbacks can send is left as it is."""
+        changes = []
+        for key, target in self.kept.items():
+            try:
+                now = self._plain_encoding(target)
+            except wire.BadValue:
+                continue
+            if now != self.kept_sent.get(key):
+                self.kept_sent[key] = now
+                changes.append([key, now])
+        if changes:
+            self.answer(self.peer.request(["kept", changes]))
+
+    def _plain_encoding(self, value):
+        """``value`` encoded with the program's handles as handles and nothing else made here (no callback, no
+        drawn iterator): encoding it again has no side effects."""
+
+        def handle_only(item):
+            if isinstance(item, Remote):
+                return ["h", _handle(item)]
+            raise wire.BadValue("not plain")
+
+        return wire.Encoder(self.task_classes, handle_only, extra_classes=wire.SENT_CLASSES).encode(value)
+
     def _kept_changed(self, changes) -> None:
         """The test's values the program keeps (see ``ProgramSide._keep``) as a later request left them: a generator
         that appended to the test's list, a ``Logger`` whose sink is the test's."""
@@ -520,6 +551,14 @@ class Judging:
             if not (wire._is_list(change, 2) and type(change[0]) is int and change[0] in self.kept):
                 raise wire.BadValue("malformed kept value")
             _update_in_place(self.kept[change[0]], self.decode(change[1]))
+            self._synced(change[0])
+
+    def _synced(self, key: int) -> None:
+        """A kept value as this side holds it is what the program's process holds."""
+        try:
+            self.kept_sent[key] = self._plain_encoding(self.kept[key])
+        except wire.BadValue:
+            self.kept_sent.pop(key, None)
 
     def _process_state(self) -> dict:
         """What the test set in this process that a call must see in the program's (as one process would):
@@ -870,6 +909,21 @@ class Remote:
     def __round__(self, digits=None):
         return self._op("round", digits)
 
+    def __floor__(self):
+        return self._op("floor")
+
+    def __ceil__(self):
+        return self._op("ceil")
+
+    def __trunc__(self):
+        return self._op("trunc")
+
+    def __complex__(self):
+        return _typed(self._op("complex"), complex, "__complex__")
+
+    def __bytes__(self):
+        return _typed(self._op("bytes"), bytes, "__bytes__")
+
     def __copy__(self):
         return self._op("copy")  # a copy made by the program, of its own object, as copy.copy would make it there
 
@@ -959,8 +1013,28 @@ for _name in (
     "rand",
     "ror",
     "rxor",
+    "divmod",
+    "rdivmod",
 ):
     setattr(Remote, f"__{_name}__", _binary(_name))
+
+
+def _in_place(name: str):
+    """``a += b`` between two of the program's objects is the program's own ``+=`` (a ``Vector`` that adds in
+    place, a class with ``__iadd__`` alone); with a value of the test it falls back on ``+`` (see :func:`_binary`)."""
+
+    def forward(self, other):
+        if not isinstance(other, Remote):
+            return NotImplemented
+        _judging(self).compared += 1
+        return self._op(f"i{name}", other)
+
+    forward.__name__ = f"__i{name}__"
+    return forward
+
+
+for _name in wire.IN_PLACE_OPERATORS:
+    setattr(Remote, f"__i{_name}__", _in_place(_name))
 
 
 def _iterate(self):

@@ -35,6 +35,11 @@ UNARY = {
     "pos": operator.pos,
     "abs": abs,
     "invert": operator.invert,
+    "floor": lambda target: _math().floor(target),
+    "ceil": lambda target: _math().ceil(target),
+    "trunc": lambda target: _math().trunc(target),
+    "complex": complex,
+    "bytes": bytes,
     "hash": hash,
     "reversed": reversed,
     "enter": lambda target: type(target).__enter__(target),
@@ -44,6 +49,12 @@ UNARY = {
     "deepcopy": lambda target: _copy().deepcopy(target),
     "value": lambda target: _builtin_value(target),
 }
+
+
+def _math():
+    import math
+
+    return math
 
 
 def _copy():
@@ -103,11 +114,12 @@ BINARY = {
     "isinstance": isinstance,
     "issubclass": issubclass,
     **wire.BINARY_OPERATORS,
+    **{f"i{name}": function for name, function in wire.IN_PLACE_OPERATORS.items()},
 }
 BINARY.update(
     {
         f"r{name}": (lambda function: lambda a, b: function(b, a))(BINARY[name])
-        for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor")
+        for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "divmod")
     }
 )
 
@@ -322,6 +334,8 @@ class ProgramSide:
         self.handles_made += 1
         kind = type(value)
         capabilities = [name for name in wire.CAPABILITIES if getattr(kind, name, None) is not None]
+        if isinstance(value, type) and hasattr(value, "__class_getitem__") and "__getitem__" not in capabilities:
+            capabilities.append("__getitem__")  # a Generic class: Box[int] (then called, as the class itself)
         classes = self.task_classes
         bases = [base.__name__ for base in getattr(kind, "__mro__", ()) if classes.get(base.__name__) is base]
         return ["h", handle, kind.__name__, capabilities, bases]
@@ -414,6 +428,9 @@ class ProgramSide:
             return ["ok", self.encode(eval(request[1], self.namespace))]  # noqa: S307 - the task's entry point
         if kind == "call":
             return self._call(self.objects[request[1]], request[2], request[3])
+        if kind == "kept":
+            self._take_kept(request[1])
+            return ["ok", None]
         if kind == "op":
             answer = ["ok", self.encode(self._op(request[1], self.objects[request[2]], request[3]))]
             return [*answer, self._kept_changed()] if self.kept else answer
@@ -506,6 +523,24 @@ class ProgramSide:
                 self.kept[key] = [value, self.encode(value)]
                 keeps.append([position, key])
         return keeps
+
+    def _take_kept(self, changes) -> None:
+        """The test's own changes to values this process keeps (see ``Judging._send_kept``), made here in place."""
+        if type(changes) is not list:
+            raise wire.BadValue("malformed kept values")
+        for change in changes:
+            if not (type(change) is list and len(change) == 2 and type(change[0]) is int and change[0] in self.kept):
+                raise wire.BadValue("malformed kept value")
+            entry = self.kept[change[0]]
+            state = self.decode(change[1])
+            if type(state) is not type(entry[0]):
+                raise wire.BadValue("a kept value changed type")
+            if isinstance(state, (dict, set)):
+                entry[0].clear()
+                entry[0].update(state)
+            else:
+                entry[0][:] = state
+            entry[1] = self.encode(entry[0])
 
     def _kept_changed(self) -> list:
         """The kept values (see :meth:`_keep`) whose state changed since they were last sent."""

@@ -374,6 +374,8 @@ class Encoder:
             return ["de", str(value)]
         if module == "datetime":
             return self._datetime(value, kind)
+        if module == "zoneinfo" and kind.__name__ == "ZoneInfo" and type(value.key) is str:
+            return ["zi", value.key]  # a datetime's timezone: by its key, read from this side's tz database
         if module == "numpy" or module.startswith("numpy."):
             return self._numpy(value, depth)
         return None
@@ -514,6 +516,7 @@ class Encoder:
 
 
 _HEX_INT_DIGITS = frozenset("0123456789abcdef")
+_ZONE_KEY_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+-")
 
 
 def _fill_order(table: list) -> list[int]:
@@ -776,6 +779,18 @@ class Decoder:
         if type(payload) is not str or len(payload) > 40:
             raise BadValue("malformed date")
         return (datetime.date if tag == "date" else datetime.datetime).fromisoformat(payload)
+
+    def zoneinfo_(self, encoded, depth):
+        import zoneinfo
+
+        key = encoded[1]
+        parts = key.split("/") if type(key) is str and len(key) <= 64 else [""]
+        if not all(part and _ZONE_KEY_CHARACTERS.issuperset(part) for part in parts):
+            raise BadValue("malformed time zone")
+        try:
+            return zoneinfo.ZoneInfo(key)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+            raise BadValue(f"time zone {key!r} is not known here") from None
 
     def numpy_(self, encoded, depth):
         import numpy
@@ -1227,6 +1242,7 @@ _DECODERS = {
     "date": Decoder.datetime_,
     "dtm": Decoder.datetime_,
     "td": Decoder.datetime_,
+    "zi": Decoder.zoneinfo_,
     "np": Decoder.numpy_,
     "nps": Decoder.numpy_,
     "npo": Decoder.numpy_,
@@ -1296,4 +1312,11 @@ BINARY_OPERATORS = {
     "lshift": operator.lshift,
     "rshift": operator.rshift,
     "matmul": operator.matmul,
+    "divmod": divmod,
 }
+# the in-place ones (``+=``), by the name of the operator they stand for: the judge asks for them between two of the
+# program's objects, and the program applies its own (``operator.iadd`` falls back on ``+`` as ``+=`` does)
+IN_PLACE_OPERATORS = {
+    name: getattr(operator, f"i{name}")
+    for name in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "and", "or", "xor", "lshift", "rshift")
+} | {"matmul": operator.imatmul}
