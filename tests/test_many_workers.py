@@ -51,6 +51,13 @@ FULL = {
 ACTOR_ONLY = {"ws4-hybrid-actor-only": (4, {"fsdp_size": 2})}
 LORA = {name: FULL[name] for name in ("ws1", "ws2", "ws4-hybrid")}
 BASELINE = "ws1"
+# the default run keeps one layout of each kind (one worker, two, hybrid on four); the variants of a kind (unsharded
+# forward, offload, plain four, the actor-only key) run with the slow tests, so the default suite stays in its budget
+VARIANTS = frozenset(("ws2-no-reshard", "ws2-offload", "ws4", "ws4-hybrid-actor-only"))
+
+
+def layouts(names) -> list:
+    return [pytest.param(name, marks=pytest.mark.slow) if name in VARIANTS else name for name in names]
 
 
 def hybrid_config(model_path: str, fsdp: dict, reference_fsdp: dict | None, adapter: str | None = None):
@@ -318,7 +325,7 @@ def mixed_model_logprobs(model_path: str, policy: dict, reference: dict, directo
     return direct_response_logprobs(str(directory), prompts, responses, seeds)
 
 
-@pytest.mark.parametrize("name", [*FULL, *ACTOR_ONLY])
+@pytest.mark.parametrize("name", layouts([*FULL, *ACTOR_ONLY]))
 def test_reference_sync_mixes_the_whole_policy_into_the_reference(runs, name, tiny_model_path, tmp_path):
     """After ``sync_reference``, the reference's log-probs are those of the model with alpha * policy + (1 - alpha) *
     reference weights built on one process from the gathered weights; the weights are the same step's as on one
@@ -332,7 +339,7 @@ def test_reference_sync_mixes_the_whole_policy_into_the_reference(runs, name, ti
     assert_logprobs_close(result["reference 1 log-probs"], runs.full(BASELINE)["reference 1 log-probs"])
 
 
-@pytest.mark.parametrize("name", FULL)
+@pytest.mark.parametrize("name", layouts(FULL))
 def test_every_worker_takes_the_step_of_one(runs, name):
     result, baseline = runs.full(name), runs.full(BASELINE)
     assert_weights_close(result["initial"], baseline["initial"], atol=0)
@@ -344,13 +351,13 @@ def test_every_worker_takes_the_step_of_one(runs, name):
     assert moved > 100 * WEIGHT_ATOL
 
 
-@pytest.mark.parametrize("name", FULL)
+@pytest.mark.parametrize("name", layouts(FULL))
 def test_the_rollout_copy_equals_the_gathered_policy_after_the_sync(runs, name):
     result = runs.full(name)
     assert result["rollout gap"] == 0.0
 
 
-@pytest.mark.parametrize("name", FULL)
+@pytest.mark.parametrize("name", layouts(FULL))
 def test_a_resumed_worker_takes_the_step_the_uninterrupted_one_took(runs, name):
     """Rebuilt from scratch in the same processes (a killed job's workers start anew) and loaded from the checkpoint
     of step 1: the policy's and the reference's log-probs, the loss and the weights after step 2 are the
@@ -363,7 +370,7 @@ def test_a_resumed_worker_takes_the_step_the_uninterrupted_one_took(runs, name):
     assert_weights_close(result["resumed policy 2"], result["policy 2"], atol=0)
 
 
-@pytest.mark.parametrize("name", LORA)
+@pytest.mark.parametrize("name", layouts(LORA))
 def test_lora_trains_the_adapters_alone_as_one_worker_does(runs, name):
     result, baseline = runs.lora(name), runs.lora(BASELINE)
     assert_weights_close(result["initial"], baseline["initial"], atol=0)  # new adapters: one draw at every size
