@@ -443,8 +443,12 @@ def test_the_d1_recipe_runs_end_to_end_on_a_tiny_llada(tmp_path):
         "actor_rollout_ref.model.diffusion.mask_token_id=null",  # the stand-in's tokenizer has its own
         f"data.train_files={tmp_path}/data/train.parquet",
         f"data.val_files={tmp_path}/data/validation.parquet",
-        # the scale of this machine: one CPU worker, fp32, 2 prompts, short sequences
+        # the scale of this machine: one CPU worker (the CPU settings job=cpu_demo carries), fp32, 2 prompts, short
+        # sequences
         "trainer.n_gpus_per_node=1",
+        "trainer.device=cpu",
+        "+ray_kwargs.ray_init.num_gpus=1",
+        "ray_kwargs.ray_init.num_cpus=${diffugrpo.ray_cpus:1,1}",
         "actor_rollout_ref.actor.fsdp_config.model_dtype=fp32",
         "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=fp32",
         "actor_rollout_ref.rollout.dtype=float32",

@@ -297,8 +297,26 @@ def check_cluster_fits(config, resource_pool_manager) -> None:
             raise ClusterTooSmall(
                 f"the Ray cluster cannot place this job (trainer.nnodes={config.trainer.nnodes} x "
                 f"trainer.n_gpus_per_node={config.trainer.n_gpus_per_node}): it needs {missing}; free now: {nodes}. "
-                f"Start the nodes with more (ray start --num-cpus / --num-gpus) or ask for fewer workers"
+                + remedy(config, device)
             )
+
+
+def remedy(config, device: str) -> str:
+    """What to change when the trainer's placement groups do not fit: a GPU recipe on a host with no accelerator
+    (verl's ``trainer.device`` is cuda wherever a recipe leaves it) needs the CPU settings job=cpu_demo carries;
+    otherwise the nodes need more resources or the job fewer workers."""
+    import ray
+
+    from diffugrpo_plugin.integration import platform
+
+    gpu_recipe_here = config.trainer.device != "cpu" and not platform.accelerator_present()
+    if gpu_recipe_here and not ray.cluster_resources().get(device):
+        return (
+            f"This host has no {device}: to train on its CPUs add trainer.device=cpu "
+            f"+ray_kwargs.ray_init.num_gpus={config.trainer.n_gpus_per_node} (logical GPUs, one a trainer worker), "
+            f"as job=cpu_demo does"
+        )
+    return "Start the nodes with more (ray start --num-cpus / --num-gpus) or ask for fewer workers"
 
 
 class JobProcessLost(RuntimeError):
