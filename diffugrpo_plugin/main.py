@@ -40,8 +40,9 @@ def main(config) -> None:
     except ConfigError as error:
         print(f"diffugrpo: configuration error: {error}", file=sys.stderr)
         raise SystemExit(2) from error
+    from diffugrpo_plugin.integration.cluster import ClusterTooSmall, JobProcessLost
     from diffugrpo_plugin.integration.console import run_quietly
-    from diffugrpo_plugin.integration.layout import ClusterTooSmall, JobProcessLost, run_training
+    from diffugrpo_plugin.integration.layout import run_training
 
     try:
         run_quietly(config, run_training, HydraConfig.get().runtime.output_dir)

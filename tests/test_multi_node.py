@@ -9,7 +9,7 @@ import pytest
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from diffugrpo_plugin.integration import layout
+from diffugrpo_plugin.integration import cluster
 from diffugrpo_plugin.integration.platform import physical_cores, ray_logical_cpus
 
 
@@ -90,7 +90,7 @@ def test_transfer_queue_started_under_the_verl_layout_on_cpu_reserves_no_ray_cpu
 
     controller, storage = interface.TransferQueueController, simple_storage_bootstrap.SimpleStorageUnit
     before = ray.available_resources()["CPU"]
-    with layout.transfer_queue_reserving_no_cpus():
+    with cluster.transfer_queue_reserving_no_cpus():
         transfer_queue.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 2}}}))
     try:
         assert len(interface._TQ_STORAGE["SimpleStorage"]) == 2  # the controller and two storage units run
@@ -106,17 +106,17 @@ def lost_job_config(folder, resume_mode: str = "auto"):
 
 def test_the_line_a_job_that_lost_a_node_stops_with(tmp_path):
     config = lost_job_config(tmp_path / "ckpt")
-    assert layout.lost_process_message(config, "ActorDiedError", ["5d0e74c4 at 10.0.0.2"]) == (
+    assert cluster.lost_process_message(config, "ActorDiedError", ["5d0e74c4 at 10.0.0.2"]) == (
         "a Ray process of the job was lost (ActorDiedError; node 5d0e74c4 at 10.0.0.2 died); restart what failed "
         f"(a node: ray start --address=<head>), then no checkpoint in {tmp_path / 'ckpt'} yet: the same command "
         "starts afresh"
     )
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").write_text("12\n")
-    resumed = layout.lost_process_message(config, "ActorDiedError", [])
+    resumed = cluster.lost_process_message(config, "ActorDiedError", [])
     assert "(ActorDiedError; no node died in 30 s: a process of the job did (out of memory?))" in resumed
     assert resumed.endswith(f"the same command resumes from step 12 (trainer.resume_mode=auto, {tmp_path / 'ckpt'})")
-    unknown = layout.lost_process_message(lost_job_config(tmp_path / "ckpt", "disable"), "NodeDiedError", None)
+    unknown = cluster.lost_process_message(lost_job_config(tmp_path / "ckpt", "disable"), "NodeDiedError", None)
     assert "(NodeDiedError; a process of the job or its node died)" in unknown
     assert unknown.endswith(
         "the last checkpoint is step 12 in " + str(tmp_path / "ckpt") + " (trainer.resume_mode=auto resumes from it)"
@@ -126,7 +126,7 @@ def test_the_line_a_job_that_lost_a_node_stops_with(tmp_path):
 def test_ray_errors_of_a_lost_process_become_the_one_line_and_others_pass(monkeypatch, tmp_path):
     import ray
 
-    monkeypatch.setattr(layout, "_nodes_dying", lambda: ["5d0e74c4 at 10.0.0.2"])
+    monkeypatch.setattr(cluster, "_nodes_dying", lambda: ["5d0e74c4 at 10.0.0.2"])
     config = lost_job_config(tmp_path)
     # as the driver gets it from verl's task runner actor: Ray's task error, an instance of the actor's error too
     forwarded = ray.exceptions.RayTaskError("run", "traceback", ray.exceptions.ActorUnavailableError("gone", None))
@@ -135,11 +135,11 @@ def test_ray_errors_of_a_lost_process_become_the_one_line_and_others_pass(monkey
         (forwarded.as_instanceof_cause(), "ActorUnavailableError"),
         (ray.exceptions.NodeDiedError("x"), "NodeDiedError"),
     ):
-        with pytest.raises(layout.JobProcessLost) as lost, layout.lost_processes_explained(config):
+        with pytest.raises(cluster.JobProcessLost) as lost, cluster.lost_processes_explained(config):
             raise error
         assert lost.value.__cause__ is error
         assert f"({name}; node 5d0e74c4 at 10.0.0.2 died)" in str(lost.value)
-    with pytest.raises(ValueError, match="not a lost process"), layout.lost_processes_explained(config):
+    with pytest.raises(ValueError, match="not a lost process"), cluster.lost_processes_explained(config):
         raise ValueError("not a lost process")
 
 
@@ -155,35 +155,35 @@ def test_a_workers_collective_failing_as_a_node_dies_becomes_the_one_line_and_ot
     in_worker = ray.exceptions.RayTaskError("forward_backward_batch", "traceback", gloo)
     forwarded = ray.exceptions.RayTaskError("run", "traceback", in_worker).as_instanceof_cause()
     config = lost_job_config(tmp_path)
-    monkeypatch.setattr(layout, "_nodes_dying", lambda: ["5d0e74c4 at 10.0.0.2"])
-    with pytest.raises(layout.JobProcessLost) as lost, layout.lost_processes_explained(config):
+    monkeypatch.setattr(cluster, "_nodes_dying", lambda: ["5d0e74c4 at 10.0.0.2"])
+    with pytest.raises(cluster.JobProcessLost) as lost, cluster.lost_processes_explained(config):
         raise forwarded
     assert lost.value.__cause__ is forwarded
     assert "(RuntimeError; node 5d0e74c4 at 10.0.0.2 died)" in str(lost.value)
     for alive in ([], None):  # no node died in the notice time; one node, or the GCS gone: nothing to tell
-        monkeypatch.setattr(layout, "_nodes_dying", lambda alive=alive: alive)
-        with pytest.raises(ray.exceptions.RayTaskError) as passed, layout.lost_processes_explained(config):
+        monkeypatch.setattr(cluster, "_nodes_dying", lambda alive=alive: alive)
+        with pytest.raises(ray.exceptions.RayTaskError) as passed, cluster.lost_processes_explained(config):
             raise forwarded
         assert passed.value is forwarded
 
 
 def test_placement_shortfall_names_what_verl_would_wait_for_without_end():
     two_nodes = {"head": {"CPU": 2.0, "GPU": 1.0}, "second": {"CPU": 2.0, "GPU": 1.0}}
-    assert layout.placement_shortfall([1, 1], 1, "GPU", two_nodes) is None
+    assert cluster.placement_shortfall([1, 1], 1, "GPU", two_nodes) is None
     # what verl met before TransferQueue reserved no CPU: its controller and storage unit held the head's two
     held = {"head": {"CPU": 0.0, "GPU": 1.0}, "second": {"CPU": 2.0, "GPU": 1.0}}
     assert (
-        layout.placement_shortfall([1, 1], 1, "GPU", held) == "a node with 1 GPU and 1 CPU free for 1 trainer workers"
+        cluster.placement_shortfall([1, 1], 1, "GPU", held) == "a node with 1 GPU and 1 CPU free for 1 trainer workers"
     )
     # a node's group packs on one node: 8 workers x 3 CPUs (verl's reservation on a GPU host) on either node
     gpu_nodes = {"a": {"CPU": 32.0, "GPU": 8.0}, "b": {"CPU": 20.0, "GPU": 8.0}}
-    assert layout.placement_shortfall([8, 8], 3, "GPU", gpu_nodes) == (
+    assert cluster.placement_shortfall([8, 8], 3, "GPU", gpu_nodes) == (
         "a node with 8 GPU and 24 CPU free for 8 trainer workers"
     )
-    assert layout.placement_shortfall([8], 3, "GPU", gpu_nodes) is None
+    assert cluster.placement_shortfall([8], 3, "GPU", gpu_nodes) is None
     # one node able to hold both groups holds both; one GPU short is short
-    assert layout.placement_shortfall([1, 1], 1, "GPU", {"big": {"CPU": 3.0, "GPU": 2.0}}) is None
-    assert layout.placement_shortfall([1, 1], 1, "GPU", {"big": {"CPU": 3.0, "GPU": 1.0}}) is not None
+    assert cluster.placement_shortfall([1, 1], 1, "GPU", {"big": {"CPU": 3.0, "GPU": 2.0}}) is None
+    assert cluster.placement_shortfall([1, 1], 1, "GPU", {"big": {"CPU": 3.0, "GPU": 1.0}}) is not None
 
 
 def test_a_cluster_too_small_for_the_job_stops_it_in_one_line(monkeypatch):
@@ -195,15 +195,15 @@ def test_a_cluster_too_small_for_the_job_stops_it_in_one_line(monkeypatch):
     monkeypatch.setattr(ray._private.state, "available_resources_per_node", lambda: free)
     manager = ResourcePoolManager({"global_pool": [1, 1]}, mapping={}, max_colocate_count=1)
     config = OmegaConf.create({"trainer": {"nnodes": 2, "n_gpus_per_node": 1, "device": "cpu"}})
-    with pytest.raises(layout.ClusterTooSmall) as too_small:
-        layout.check_cluster_fits(config, manager)
+    with pytest.raises(cluster.ClusterTooSmall) as too_small:
+        cluster.check_cluster_fits(config, manager)
     assert str(too_small.value) == (
         "the Ray cluster cannot place this job (trainer.nnodes=2 x trainer.n_gpus_per_node=1): it needs a node with "
         "1 GPU and 1 CPU free for 1 trainer workers; free now: 5d0e74c4: 0 CPU, 1 GPU; 1f991b1a: 2 CPU, 1 GPU. Start "
         "the nodes with more (ray start --num-cpus / --num-gpus) or ask for fewer workers"
     )
     free["5d0e74c4aa"]["CPU"] = 1.0
-    layout.check_cluster_fits(config, manager)  # fits: nothing raised
+    cluster.check_cluster_fits(config, manager)  # fits: nothing raised
 
 
 def test_a_gpu_recipe_on_a_host_with_no_gpu_is_told_the_cpu_settings(monkeypatch):
@@ -216,8 +216,8 @@ def test_a_gpu_recipe_on_a_host_with_no_gpu_is_told_the_cpu_settings(monkeypatch
     monkeypatch.setattr("diffugrpo_plugin.integration.platform.accelerator_present", lambda: False)
     manager = ResourcePoolManager({"global_pool": [2]}, mapping={}, max_colocate_count=1)
     config = OmegaConf.create({"trainer": {"nnodes": 1, "n_gpus_per_node": 2, "device": "cuda"}})
-    with pytest.raises(layout.ClusterTooSmall) as too_small:
-        layout.check_cluster_fits(config, manager)
+    with pytest.raises(cluster.ClusterTooSmall) as too_small:
+        cluster.check_cluster_fits(config, manager)
     assert str(too_small.value).endswith(
         "free now: 1b502f0b: 0 CPU, 0 GPU. This host has no GPU: to train on its CPUs add trainer.device=cpu "
         "+ray_kwargs.ray_init.num_gpus=2 (logical GPUs, one a trainer worker), as job=cpu_demo does"

@@ -18,7 +18,7 @@ import yaml
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf, open_dict
 
-from diffugrpo_plugin.integration import layout
+from diffugrpo_plugin.integration import in_process, layout
 from diffugrpo_plugin.integration.preflight import ConfigError, check_config
 from diffugrpo_plugin.serving.request_router import LeastBusyRouter
 from reward_manager_support import ADD_TESTS, CORRECT, WRONG, _row, tokenizer  # noqa: F401 - tokenizer is a fixture
@@ -79,7 +79,7 @@ def test_lean_settings_start_no_reward_actor_and_name_the_light_router(job):
     assert _resolve_router_class(router_config["router_class"]) is LeastBusyRouter
     # what verl's task runner loads for its agent-loop manager (init_agent_loop_manager)
     manager_class = load_class_from_fqn(job.actor_rollout_ref.rollout.agent.agent_loop_manager_class, "manager")
-    assert manager_class is layout.InProcessAgentLoopManager
+    assert manager_class is in_process.InProcessAgentLoopManager
 
 
 def test_lean_settings_keep_a_users_agent_loop_manager(job):
@@ -123,12 +123,12 @@ def test_the_trainer_hands_the_agent_loop_the_in_process_reward_worker_under_lea
         config = job
 
     handles = DiffuGRPOTrainer.get_reward_handles(VerlTrainerStandIn())
-    assert [type(handle) for handle in handles] == [layout.InProcessRewardWorker]
+    assert [type(handle) for handle in handles] == [in_process.InProcessRewardWorker]
 
 
 def test_the_task_runner_refuses_ray_options_it_cannot_apply():
     with pytest.raises(ValueError, match="diffugrpo.process_layout=verl"):
-        layout.InProcessTaskRunner.options(runtime_env={"nsight": {}})
+        in_process.InProcessTaskRunner.options(runtime_env={"nsight": {}})
 
 
 def test_verls_layout_changes_nothing(job):
@@ -185,7 +185,7 @@ def test_the_in_process_reward_worker_scores_as_verls_agent_loop_calls_a_reward_
             },
         },
     )
-    sent = layout.InProcessRewardWorker(config)
+    sent = in_process.InProcessRewardWorker(config)
     assert sent.__getstate__() == {"config": config}  # the worker (tokenizer, threads) never travels
     handle = pickle.loads(pickle.dumps(sent))  # as Ray hands it to an agent-loop worker: built there
 
@@ -226,12 +226,12 @@ def test_the_in_process_task_runner_runs_verls_task_runner_here_with_the_workers
         seen.update(transfer_queue=config)
         yield
 
-    monkeypatch.setattr(layout, "transfer_queue_here", transfer_queue_here)
+    monkeypatch.setattr(in_process, "transfer_queue_here", transfer_queue_here)
     for module in (client, simple_storage):  # read at import; the runner sets them from the workers' environment
         monkeypatch.setattr(module, "TQ_NUM_THREADS", 8)
     environ = {name: value for name, value in os.environ.items() if name != "OMP_NUM_THREADS"}
     monkeypatch.setattr(os, "environ", {**environ, "TQ_NUM_THREADS": "2"})
-    runner = layout.InProcessTaskRunner.remote()
+    runner = in_process.InProcessTaskRunner.remote()
     config = OmegaConf.create({"transfer_queue": {"enable": True}})
     assert ray.get(runner.run.remote(config)) is None
     # ray_cluster's runtime_env
@@ -280,7 +280,7 @@ def test_transfer_queue_runs_in_this_process_and_the_jobs_other_processes_find_i
     before = named_actors()
     config = OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 2}}})
     peer = ray.remote(TransferQueuePeer).remote()
-    with layout.transfer_queue_here(config):
+    with in_process.transfer_queue_here(config):
         assert named_actors() - before == {"TransferQueueController"}
         client = interface._TQ_CLIENT
         tq.init(config)  # verl's own call, in this process: finds this one
@@ -330,7 +330,7 @@ def test_the_agent_loop_workers_run_in_this_process_each_on_its_own_event_loop(r
     import torch
     from tensordict import TensorDict
 
-    manager = layout.InProcessAgentLoopManager.__new__(layout.InProcessAgentLoopManager)
+    manager = in_process.InProcessAgentLoopManager.__new__(in_process.InProcessAgentLoopManager)
     manager.rollout_config = OmegaConf.create({"agent": {"num_workers": 2}})
     manager.agent_loop_workers_class = ray.remote(RecordingAgentLoopWorker)
     manager.config, manager.llm_client, manager.teacher_client = None, None, None
@@ -346,7 +346,7 @@ def test_the_agent_loop_workers_run_in_this_process_each_on_its_own_event_loop(r
     ]
     threads = [thread for thread in threading.enumerate() if thread.name.startswith("agent_loop_worker_")]
     assert len(threads) == 2
-    layout.stop_agent_loops()  # what TransferQueue's close now runs first
+    in_process.stop_agent_loops()  # what TransferQueue's close now runs first
     assert all(worker.background[0].cancelled() for worker in workers)
     assert not any(thread.is_alive() for thread in threads)
 
@@ -363,10 +363,10 @@ def test_the_light_router_is_built_here_while_the_trainer_loop_runs_here_and_oth
 
     servers = {"server-a": "handle a", "server-b": "handle b"}
     config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"agent": {}}}})
-    with layout._light_router_here(config):
+    with in_process._light_router_here(config):
         # as in the job: the trainer's __init__ (inside this block) names the manager, verl then builds the router
-        config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = layout._MANAGER_PATH
-        here = router.get_router_handle(servers, router_config_path=layout._lean_router_path())
+        config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = in_process.MANAGER_PATH
+        here = router.get_router_handle(servers, router_config_path=in_process.lean_router_path())
         assert isinstance(here.instance, LeastBusyRouter)
 
         async def acquire(request_id: str):
@@ -384,8 +384,8 @@ def test_the_light_router_is_built_here_while_the_trainer_loop_runs_here_and_oth
     assert router.get_router_handle.__module__ == "verl.workers.rollout.router"  # verl's again after the run
     # a user's agent-loop manager may run its workers in actors, to which Ray pickles the router's handle
     config.actor_rollout_ref.rollout.agent.agent_loop_manager_class = "my.Manager"
-    with layout._light_router_here(config):
-        actor = router.get_router_handle(servers, router_config_path=layout._lean_router_path())
+    with in_process._light_router_here(config):
+        actor = router.get_router_handle(servers, router_config_path=in_process.lean_router_path())
         assert isinstance(actor, ray.actor.ActorHandle)
         ray.kill(actor)
 
@@ -403,14 +403,14 @@ def test_a_failed_transfer_queue_start_leaves_nothing_that_a_later_start_would_f
     with monkeypatch.context() as patched:
         patched.setattr(interface, "process_zmq_server_info", broken)
         with pytest.raises(RuntimeError, match="the controller did not answer"):
-            with layout.transfer_queue_here(config):
+            with in_process.transfer_queue_here(config):
                 pass
     assert interface._TQ_CONTROLLER is None and interface._TQ_CLIENT is None and interface._TQ_STORAGE is None
     deadline = time.monotonic() + 30
     while {actor["name"] for actor in ray.util.list_named_actors(all_namespaces=True)} != before:
         assert time.monotonic() < deadline, "the directory actor outlived the failed start"
         time.sleep(0.2)
-    with layout.transfer_queue_here(config):  # starts afresh instead of waiting on the dead directory
+    with in_process.transfer_queue_here(config):  # starts afresh instead of waiting on the dead directory
         assert isinstance(interface._TQ_CONTROLLER, ray.actor.ActorHandle)
 
 
@@ -445,7 +445,7 @@ def test_the_first_rollout_replica_on_this_node_is_served_by_the_transfer_queue_
 
     config = OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
     peer = ray.remote(TransferQueuePeer).remote()
-    with layout.transfer_queue_here(config):
+    with in_process.transfer_queue_here(config):
         directory = interface._TQ_CONTROLLER
         first, second = replica(0), replica(1)
         asyncio.run(first.launch_servers())
@@ -473,7 +473,7 @@ def test_a_transfer_queue_closed_before_any_replica_leaves_no_spare_server(ray_c
     from diffugrpo_plugin.integration.rollout.servers import _spare_servers
 
     config = OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}})
-    with layout.transfer_queue_here(config):
+    with in_process.transfer_queue_here(config):
         assert len(_spare_servers) == 1
     assert not _spare_servers  # a later job's replica would otherwise take the killed directory as its server
 
@@ -482,7 +482,7 @@ _RAY_HEAD_PROCESSES = """
 import json, os, sys
 import ray
 from omegaconf import OmegaConf
-from diffugrpo_plugin.integration.layout import ray_head_for_one_job
+from diffugrpo_plugin.integration.in_process import ray_head_for_one_job
 
 def tree(root):
     parents = {}
@@ -534,8 +534,8 @@ def test_the_ray_head_keeps_the_api_server_when_the_config_asks_for_the_dashboar
     from ray._private.node import Node
 
     starters = (Node.start_monitor, Node.start_api_server)
-    with layout.ray_head_for_one_job(OmegaConf.create({"ray_kwargs": {"ray_init": {"include_dashboard": True}}})):
+    with in_process.ray_head_for_one_job(OmegaConf.create({"ray_kwargs": {"ray_init": {"include_dashboard": True}}})):
         assert Node.start_api_server is starters[1] and Node.start_monitor is not starters[0]
-    with layout.ray_head_for_one_job(OmegaConf.create({})):
+    with in_process.ray_head_for_one_job(OmegaConf.create({})):
         assert Node.start_api_server is not starters[1] and Node.start_monitor is not starters[0]
     assert (Node.start_monitor, Node.start_api_server) == starters

@@ -118,20 +118,16 @@ def test_the_model_type_is_a_language_model_only_while_verl_builds_it():
 
 
 def our_verl_subclasses() -> list[type]:
-    """Our classes with a verl (or TransferQueue) class among their bases, in the modules that define them."""
-    from diffugrpo_plugin.integration import (
-        agent_loop,
-        engine,
-        layout,
-        platform,
-        reward_manager,
-        rollout,
-        trainer,
-        workers,
-    )
+    """Our classes with a verl (or TransferQueue) class among their bases, in every module of ``integration/``."""
+    import importlib
+    import pkgutil
+
+    from diffugrpo_plugin import integration
+    from diffugrpo_plugin.integration import reward_manager
 
     found = {reward_manager.register()}
-    for module in (agent_loop, engine, layout, platform, rollout, trainer, workers):
+    for info in pkgutil.walk_packages(integration.__path__, f"{integration.__name__}."):
+        module = importlib.import_module(info.name)
         found.update(value for value in vars(module).values() if isinstance(value, type))
     return [
         cls
@@ -180,7 +176,7 @@ def test_every_verl_method_we_override_is_in_the_table():
 
 def test_every_name_of_ours_in_the_table_exists():
     named = {cls.__name__: cls for cls in our_verl_subclasses()}
-    from diffugrpo_plugin.integration.layout import InProcessTaskRunner
+    from diffugrpo_plugin.integration.in_process import InProcessTaskRunner
 
     named["InProcessTaskRunner"] = InProcessTaskRunner
     unknown = []
@@ -201,7 +197,7 @@ def test_every_name_of_ours_in_the_table_exists():
 # ---- nothing outside verl_internals.py reaches a private verl name ---------------------------------------------------
 
 # private names of ours that verl also happens to use (verl's are not reached through them)
-OUR_OWN = {"_loop": "layout._InProcessHandle", "_put": "trainer.DiffuGRPOTrainer", "_run": "several of ours",
+OUR_OWN = {"_loop": "in_process._InProcessHandle", "_put": "trainer.DiffuGRPOTrainer", "_run": "several of ours",
            "_servers": "serving.request_router.LeastBusyRouter"}  # fmt: skip
 
 

@@ -71,6 +71,7 @@ from verl.workers.utils.padding import response_from_nested
 from diffugrpo_plugin.config.defaults import DIFFUSION_DEFAULTS
 from diffugrpo_plugin.core.loss_terms import configured_terms
 from diffugrpo_plugin.core.masking import mask_seed_table
+from diffugrpo_plugin.integration.cluster import check_cluster_fits
 from diffugrpo_plugin.integration.console import (
     LearningSummary,
     StepReporter,
@@ -80,12 +81,8 @@ from diffugrpo_plugin.integration.console import (
 )
 from diffugrpo_plugin.integration.data_sampler import sampler_feedback, sampling_dataloader
 from diffugrpo_plugin.integration.engine import MASK_SEED_FIELD, TRACE_FIELD
-from diffugrpo_plugin.integration.layout import (
-    InProcessRewardWorker,
-    apply_lean_settings,
-    check_cluster_fits,
-    rewards_in_agent_loop,
-)
+from diffugrpo_plugin.integration.in_process import InProcessRewardWorker
+from diffugrpo_plugin.integration.layout import apply_lean_settings, rewards_in_agent_loop
 from diffugrpo_plugin.integration.learned_weights_file import load_learned_weights, save_learned_weights
 from diffugrpo_plugin.integration.loss_term_fields import log_prob_fields, loss_term_fields
 from diffugrpo_plugin.integration.mask_iterations import MASK_ITERATIONS_KEY, iteration_field

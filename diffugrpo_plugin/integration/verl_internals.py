@@ -231,7 +231,7 @@ def same_data_split(group, mesh: str, other: str) -> bool:
     return all(query(mesh) == query(other) for query in (group._query_dispatch_info, group._query_collect_info))
 
 
-# ---- the driver and the process layout (layout.py) ------------------------------------------------------------------
+# ---- the driver and the process layout (layout.py, in_process.py, cluster.py) ----------------------------------------
 
 
 def run_main_ppo(config) -> None:
@@ -252,7 +252,7 @@ def validate_as_main_ppo(config) -> None:
 
 def task_runner_v1_class() -> type:
     """The class inside verl's ``main_ppo.TaskRunnerV1`` Ray actor (``__ray_actor_class__``), to subclass: the verl
-    layout's task runner on a CPU host (layout.task_runner_on_cpu)."""
+    layout's task runner on a CPU host (cluster.task_runner_on_cpu)."""
     from verl.trainer.main_ppo import TaskRunnerV1
 
     return TaskRunnerV1.__ray_actor_class__
@@ -287,7 +287,7 @@ def load_router_yaml(path: str) -> dict:
     return router._load_router_yaml(path)
 
 
-# ---- TransferQueue, which verl 0.9.1's V1 trainer stores every batch in (layout.py) ---------------------------------
+# ---- TransferQueue, which verl 0.9.1's V1 trainer stores every batch in (in_process.py, cluster.py) ------------------
 
 
 def refresh_transfer_queue_threads() -> None:
