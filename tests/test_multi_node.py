@@ -206,19 +206,18 @@ def test_a_cluster_too_small_for_the_job_stops_it_in_one_line(monkeypatch):
     cluster.check_cluster_fits(config, manager)  # fits: nothing raised
 
 
-def test_a_gpu_recipe_on_a_host_with_no_gpu_is_told_the_cpu_settings(monkeypatch):
+def test_a_gpu_recipe_on_a_cluster_with_no_gpu_is_told_the_cpu_settings(monkeypatch):
     import ray
 
     from verl.single_controller.ray.base import ResourcePoolManager
 
     monkeypatch.setattr(ray._private.state, "available_resources_per_node", lambda: {"1b502f0b9c": {"CPU": 0.0}})
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
-    monkeypatch.setattr("diffugrpo_plugin.integration.platform.accelerator_present", lambda: False)
     manager = ResourcePoolManager({"global_pool": [2]}, mapping={}, max_colocate_count=1)
     config = OmegaConf.create({"trainer": {"nnodes": 1, "n_gpus_per_node": 2, "device": "cuda"}})
     with pytest.raises(cluster.ClusterTooSmall) as too_small:
         cluster.check_cluster_fits(config, manager)
     assert str(too_small.value).endswith(
-        "free now: 1b502f0b: 0 CPU, 0 GPU. This host has no GPU: to train on its CPUs add trainer.device=cpu "
+        "free now: 1b502f0b: 0 CPU, 0 GPU. No node has a GPU: to train on CPUs add trainer.device=cpu "
         "+ray_kwargs.ray_init.num_gpus=2 (logical GPUs, one a trainer worker), as job=cpu_demo does"
     )

@@ -69,17 +69,14 @@ def check_cluster_fits(config, resource_pool_manager) -> None:
 
 
 def remedy(config, device: str) -> str:
-    """What to change when the trainer's placement groups do not fit: a GPU recipe on a host with no accelerator
-    (verl's ``trainer.device`` is cuda wherever a recipe leaves it) needs the CPU settings job=cpu_demo carries;
-    otherwise the nodes need more resources or the job fewer workers."""
+    """What to change when the trainer's placement groups do not fit: a GPU recipe on a cluster with no GPU (verl's
+    ``trainer.device`` is cuda wherever a recipe leaves it; a CPU-only host's Ray has no GPU unless told) needs the CPU
+    settings job=cpu_demo carries; otherwise the nodes need more resources or the job fewer workers."""
     import ray
 
-    from diffugrpo_plugin.integration import platform
-
-    gpu_recipe_here = config.trainer.device != "cpu" and not platform.accelerator_present()
-    if gpu_recipe_here and not ray.cluster_resources().get(device):
+    if config.trainer.device != "cpu" and not ray.cluster_resources().get(device):
         return (
-            f"This host has no {device}: to train on its CPUs add trainer.device=cpu "
+            f"No node has a {device}: to train on CPUs add trainer.device=cpu "
             f"+ray_kwargs.ray_init.num_gpus={config.trainer.n_gpus_per_node} (logical GPUs, one a trainer worker), "
             f"as job=cpu_demo does"
         )
