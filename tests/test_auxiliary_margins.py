@@ -73,6 +73,9 @@ THREE_IFS = (
 )
 SIMPLE_SIGN = "def sign(x):\n    return (x > 0) - (x < 0)\n"
 PADDING = "".join(f'\n\ndef helper_{index}():\n    """Helper {index}."""\n    return {index}\n' for index in range(12))
+# a dead one-line def before each branch: lizard, reading the code as written, counts the branch after a one-line
+# def in that def (adversary round 8: the worst function's complexity 7 -> 3, +0.18)
+ONE_LINERS = THREE_IFS.replace("\n    if", "\n    def _unused(): return 0\n    if")
 COMMENTED = "# sign of x\n" + THREE_IFS.replace("\n    if", "  # a branch\n    if") + "# well documented\n" * 10
 MAINTAINABILITY_MARGIN = 0.0  # padding, comments or layout never raise it
 
@@ -83,8 +86,15 @@ def test_maintainability_is_not_raised_by_padding(box):
     from reward_plugins.maintainability import maintainability_reward
 
     reference = "def sign(x):\n    if x == 0:\n        return 0\n    return 1 if x > 0 else -1\n"
-    programs = [THREE_IFS, THREE_IFS + PADDING, COMMENTED, THREE_IFS.replace("\n    ", "\n        "), SIMPLE_SIGN]
-    honest, padded, commented, reindented, better = map(
+    programs = [
+        THREE_IFS,
+        THREE_IFS + PADDING,
+        ONE_LINERS,
+        COMMENTED,
+        THREE_IFS.replace("\n    ", "\n        "),
+        SIMPLE_SIGN,
+    ]
+    honest, padded, one_liners, commented, reindented, better = map(
         value_of,
         maintainability_reward(
             [fenced(program) for program in programs],
@@ -95,6 +105,7 @@ def test_maintainability_is_not_raised_by_padding(box):
     )
     assert honest < 1.0
     assert padded - honest <= MAINTAINABILITY_MARGIN
+    assert one_liners - honest <= MAINTAINABILITY_MARGIN
     assert commented == pytest.approx(honest) and reindented == pytest.approx(honest)
     assert better > honest + 0.1  # the honest simpler program still gains (0.82 -> 1.0)
 

@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -3330,6 +3331,14 @@ humaneval(
 )
 
 
+# ---------------------------------------------------------------- round 9: the round's fidelity adversary's rows
+# as it wrote them (fixtures/fidelity_round9.jsonl): a class's own attributes named like str methods
+# (Employee.count), LeetCode drivers that name the class in a string (globals()[op], eval(op)), changes to a list or
+# dict read from a program object's attribute (e.tags.append), APPS/TACO call-based rows (fn_name)
+for _row in map(json.loads, (Path(__file__).parent / "fixtures" / "fidelity_round9.jsonl").open()):
+    CASES.append((_row["id"], _row.pop("form"), _row))
+
+
 # ---------------------------------------------------------------- what the judge rejects today, by cause
 REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
     "r7_he_heapq_on_test_class_with_lt": "an object of the test's class is a callback handle there: heapq's < of "
@@ -3346,6 +3355,10 @@ REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
     "r7_cls_test_subclass_calls_super": "super() in the test's subclass of a program class meets a handle",
     "r7_cls_fields_named_like_str_methods": "a field named like a str method (.title) is taken for the str method",
     "r7_cls_dataclass_asdict_replace": "dataclasses.asdict/replace of a program dataclass meet a handle",
+    "r9_np_test_passes_rng_generator": "a numpy Generator of the test does not travel",
+    "r9_he_inner_list_append_and_dict_of_lists_mutation": "an element of an argument loses its identity: the "
+    "test's reference to an inner list is not the one the program changed",
+    "r9_he_nested_matrix_row_append": "an element of an argument loses its identity (a row of a matrix)",
     "r7_mbpp_program_reads_setup_global": "MBPP's setup code runs in the judge alone, never in the program's "
     "process: it may compute expected values (tests/test_reward_integrity.py), so its globals are not the program's",
 }

@@ -49,7 +49,7 @@ Scored = tuple[Record, dict[str, Any]]
 TEST_COLUMNS_HELP = (
     "test columns, first match wins: test_cases (assert strings, or {input, output} pairs); "
     "test_list (MBPP) with test_setup_code / test_imports; test + entry_point (HumanEval); "
-    "inputs + outputs (stdin/stdout)"
+    "inputs + outputs (stdin/stdout; with fn_name, APPS/TACO's call-based tests); APPS/TACO's input_output"
 )
 
 

@@ -8,7 +8,8 @@ Public API (used through :mod:`diffugrpo_plugin.rewards.judging` by the code rew
   ``test_setup_code`` / sanitized-MBPP ``test_imports``), a ``check(candidate)`` module (``test`` +
   ``entry_point``: HumanEval, and LeetCodeDataset with ``Solution().method`` entry points and its
   ``prompt`` of helpers as ``test_imports``), or stdin/stdout pairs (``inputs`` + ``outputs``, or
-  ``test_cases`` given as ``[{"input": ..., "output": ...}]``) compared on the whole output.
+  ``test_cases`` given as ``[{"input": ..., "output": ...}]``) compared on the whole output, and
+  APPS/TACO's call-based tests (``fn_name``, or its raw ``input_output`` column).
 * :func:`run_tests` / :func:`run_tests_many` -- one :class:`TestOutcome` per test, each test its
   own sandboxed process with its own deadline, so one test that hangs fails only itself. An assert
   or check test is decided by the judge (``sandbox_judge``), a separate sandboxed process that runs
@@ -179,10 +180,11 @@ class TestSpec:
                 test,
                 **context,
                 shared_classes=tuple(name for name in class_names(self.helpers) if name not in self.program_names),
-                free_names=free_names(test)[0],
-                called_only=free_names(test)[1],
+                free_names=names[0],
+                called_only=names[1],
             )
             for kind, test in tests
+            for names in [free_names(test, self.program_names if self.has_reference or kind == "check" else None)]
         ]
         return [Job(code, preamble=self.prelude, judged=test) for test in tests]
 
@@ -271,11 +273,18 @@ def _list_tests(values: list, column: str, prelude: str, setup: str) -> TestSpec
 _ENTRY_NODES = (ast.Expression, ast.Name, ast.Attribute, ast.Call, ast.Load)
 
 
+# a test that calls one of these may read a name through a string: ``globals()[op](*args)``, ``eval("LRUCache")``
+NAMES_BY_STRING = frozenset({"eval", "exec", "globals", "locals", "vars"})
+
+
 @functools.lru_cache(maxsize=CACHE_SIZE)
-def free_names(test: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def free_names(test: str, own_names: frozenset[str] | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The names a test's code reads and never binds (assigned, defined, imported, a parameter or an
     ``except`` name anywhere in it), sorted, and those of them it only ever calls: the judge resolves each
-    as the task says (see ``sandbox_judge``)."""
+    as the task says (see ``sandbox_judge``). A test that reads names through strings (:data:`NAMES_BY_STRING`)
+    reads the names its string constants hold too (an identifier, or the code ``eval`` is given): of ``own_names``
+    (the reference's, where the row has one) only, since a method's name in a LeetCode driver's list of calls
+    (``"put"``) is not a name of the task; without, every one of them."""
     try:
         tree = parse_python(test)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -296,6 +305,14 @@ def free_names(test: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         elif isinstance(node, ast.ExceptHandler) and node.name:
             bound.add(node.name)
     free = read - bound
+    if free & NAMES_BY_STRING:
+        spoken = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and len(node.value) < 10_000:
+                inner = free_names(node.value)[0] if node.value.strip() else ()
+                spoken.update(name for name in inner if own_names is None or name in own_names)
+        free |= spoken - bound
+        not_called |= spoken  # read, as a plain name is: a module's name stays the judge's module
     return tuple(sorted(free)), tuple(sorted(free - not_called))
 
 
@@ -468,8 +485,9 @@ def tests_from_row(row: Mapping[str, Any]) -> TestSpec | None:
 
     Columns read, first match wins: ``test`` + ``entry_point`` (a ``check(candidate)`` module: HumanEval,
     LeetCodeDataset); ``test_cases`` (assert strings, or stdin/stdout dicts with ``input``/``output``);
-    ``test_list`` (MBPP) with ``test_setup_code`` and ``test_imports``; ``inputs`` + ``outputs``
-    (stdin/stdout). Raises :class:`TaskError` naming the column when a present column is malformed, or when the
+    ``test_list`` (MBPP) with ``test_setup_code`` and ``test_imports``; ``fn_name`` + ``inputs`` + ``outputs``
+    (APPS/TACO's call-based tests); ``inputs`` + ``outputs`` (stdin/stdout); APPS/TACO's ``input_output`` (a JSON
+    string of those) where no other column holds tests. Raises :class:`TaskError` naming the column when a present column is malformed, or when the
     task's own Python (its tests, preamble, setup) does not parse or its check module defines no ``check``.
     """
     try:
@@ -498,7 +516,55 @@ def _task_code_problem(spec: TestSpec) -> str | None:
     return None
 
 
+def _apps_columns(row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """APPS/TACO's ``input_output`` (a JSON string of ``inputs``, ``outputs`` and, for a call-based task,
+    ``fn_name``) read as columns of the row; a row that has its tests in columns already is as it is."""
+    if row.get("input_output") is None or any(row.get(c) is not None for c in ("test", "test_cases", "test_list")):
+        return row
+    tests = row["input_output"]
+    if isinstance(tests, str):
+        try:
+            tests = json.loads(tests)
+        except ValueError as exc:
+            raise ValueError(f"column 'input_output' is a string that is not JSON: {exc}") from exc
+    if not isinstance(tests, Mapping):
+        raise ValueError(f"column 'input_output' must hold inputs and outputs, got {type(tests).__name__}")
+    return {**row, **{key: tests[key] for key in ("inputs", "outputs", "fn_name") if key in tests}}
+
+
+def _call_based_asserts(row: Mapping[str, Any]) -> list[str]:
+    """APPS/TACO's call-based tests (``fn_name``; each input a list of arguments) as assert strings, judged as APPS's
+    own ``testing_util`` judges them: the result (a tuple as a list) equals the output, or the output's one element
+    (APPS stores most outputs wrapped in a list; APPS takes the first of a longer list too, which would pass a program
+    returning one element of a list answer, so here only a one-element list is unwrapped). A task whose reference or
+    starter code has ``class Solution`` calls its method; without either, the program's ``Solution`` if it has one."""
+    name = row["fn_name"]
+    if not isinstance(name, str) or not name.isidentifier():
+        raise ValueError(f"column 'fn_name' must name the function the tests call, got {name!r}")
+    inputs, outputs = _as_list(row.get("inputs"), "inputs"), _as_list(row.get("outputs"), "outputs")
+    if len(inputs) != len(outputs):
+        raise ValueError(f"call-based tests (fn_name): {len(inputs)} inputs but {len(outputs)} outputs")
+    # which of the two the task means: its reference's, else its starter code's, else the program's (as APPS asks)
+    known = next((code for code in (reference_from_row(row), row.get("starter_code")) if isinstance(code, str)), None)
+    if known is None:
+        function = f"try:\n    function = Solution().{name}\nexcept NameError:\n    function = {name}\n"
+    else:
+        function = f"function = {f'Solution().{name}' if 'class Solution' in known else name}\n"
+    asserts = []
+    for position, (arguments, expected) in enumerate(zip(inputs, outputs)):
+        if not isinstance(arguments, list):
+            raise ValueError(f"call-based tests (fn_name): input {position} must be a list of arguments")
+        asserts.append(
+            f"{function}result = function(*{arguments!r})\n"
+            "result = list(result) if isinstance(result, tuple) else result\n"
+            f"expected = {expected!r}\n"
+            "assert result == expected or (isinstance(expected, list) and len(expected) == 1 and result == expected[0])"
+        )
+    return asserts
+
+
 def _read_tests(row: Mapping[str, Any]) -> TestSpec | None:
+    row = _apps_columns(row)
     prelude = _joined(row.get("test_imports"), "test_imports")
     language = language_of(row)
     if language != "python":
@@ -506,6 +572,8 @@ def _read_tests(row: Mapping[str, Any]) -> TestSpec | None:
     setup = _joined(row.get("test_setup_code"), "test_setup_code")
     if row.get("test") is not None and (row.get("entry_point") is not None or row.get("test_cases") is None):
         return _check_tests(row, prelude, setup)
+    if row.get("fn_name") is not None and row.get("test_cases") is None and row.get("test_list") is None:
+        row = {**row, "test_cases": _call_based_asserts(row)}
     for column in ("test_cases", "test_list"):
         if row.get(column) is not None:
             spec = _list_tests(_as_list(row[column], column), column, prelude, setup)

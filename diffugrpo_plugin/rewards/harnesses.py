@@ -121,6 +121,84 @@ JAVA_TYPES = {
     ),
     "java.io": ("File",),
 }
+# The tests' assert, its comparisons made on copies in a realm of their own (a vm context: its own Object and Array
+# prototypes). Node's deepEqual reads the values' Symbol.toStringTag, and `==` an object's Symbol.toPrimitive, through
+# their prototype chains: in the program's realm a getter the program put on Array.prototype would be handed the
+# tests' expected value mid-comparison, and could copy it into the array the program returned. The copy reads own
+# properties and internal slots only (a Map's entries through Map.prototype.forEach of that realm), so no prototype
+# of the program's realm is consulted on the expected value; the program's own getters and proxies run on the
+# program's values only. strictEqual (identity, Object.is) and ok need no copy.
+JS_CLEAN_ASSERT = r"""
+const cleanRealm = vm.createContext(Object.create(null));
+const copyClean = vm.runInContext(`(programObjectPrototype) => {
+  "use strict";
+  const getProto = Object.getPrototypeOf, describe = Object.getOwnPropertyDescriptor, ownKeys = Reflect.ownKeys;
+  const slot = (method, value) => { try { method.call(value); return true; } catch (error) { return false; } };
+  const mapEach = Map.prototype.forEach, setEach = Set.prototype.forEach, getTime = Date.prototype.getTime;
+  const regExpSource = describe(RegExp.prototype, "source").get, regExpFlags = describe(RegExp.prototype, "flags").get;
+  const typedArray = getProto(Uint8Array.prototype);
+  const typedArrayTag = describe(typedArray, Symbol.toStringTag).get, typedArrayLength = describe(typedArray, "length").get;
+  const boxes = [Number, String, Boolean, BigInt, Symbol];
+  const standIns = new Map();  // a class's prototype -> its stand-in here: two of its instances still compare equal
+  const copies = new Map();
+  const copyOf = (value) => {
+    if (value === null || (typeof value !== "object" && typeof value !== "function")) return value;
+    if (typeof value === "function") return value;
+    if (copies.has(value)) return copies.get(value);
+    let copy;
+    if (Array.isArray(value)) copy = new Array(describe(value, "length").value);
+    else if (slot(Map.prototype.has, value)) copy = new Map();
+    else if (slot(Set.prototype.has, value)) copy = new Set();
+    else if (slot(getTime, value)) copy = new Date(getTime.call(value));
+    else if (regExpFlags && slot(regExpSource, value) && getProto(value) !== null) {
+      copy = new RegExp(regExpSource.call(value), regExpFlags.call(value));
+    } else if (ArrayBuffer.isView(value) && typedArrayTag.call(value) !== undefined) {
+      copy = new globalThis[typedArrayTag.call(value)](typedArrayLength.call(value));
+    } else {
+      const box = boxes.find((kind) => slot(kind.prototype.valueOf, value));
+      if (box !== undefined) copy = Object(box.prototype.valueOf.call(value));
+      else {
+        const prototype = getProto(value);
+        if (prototype === null) copy = Object.create(null);
+        else if (prototype === programObjectPrototype) copy = {};
+        else {
+          if (!standIns.has(prototype)) standIns.set(prototype, Object.create(Object.prototype));
+          copy = Object.create(standIns.get(prototype));
+        }
+      }
+    }
+    copies.set(value, copy);
+    if (copy instanceof Map) mapEach.call(value, (item, key) => copy.set(copyOf(key), copyOf(item)));
+    if (copy instanceof Set) setEach.call(value, (item) => copy.add(copyOf(item)));
+    for (const key of ownKeys(value)) {
+      const property = describe(value, key);
+      if (property === undefined || !property.enumerable || (Array.isArray(copy) && key === "length")) continue;
+      copy[key] = copyOf("value" in property ? property.value : property.get && property.get.call(value));
+    }
+    return copy;
+  };
+  return (value) => { copies.clear(); return copyOf(value); };
+}`, cleanRealm)(Object.prototype);
+const realAssert = require("node:assert");
+const copied = (compare, onlyWithAPrimitive) => function (actual, expected, ...rest) {
+  const bothObjects = [actual, expected].every((value) => value !== null && typeof value === "object");
+  if (onlyWithAPrimitive && bothObjects) return compare(actual, expected, ...rest);
+  return compare(copyClean(actual), copyClean(expected), ...rest);
+};
+const withCleanComparisons = (base) => {
+  const wrapped = Object.assign(function assert(...values) { return base(...values); }, base);
+  for (const name of ["deepEqual", "notDeepEqual", "deepStrictEqual", "notDeepStrictEqual", "partialDeepStrictEqual"]) {
+    if (typeof base[name] === "function") wrapped[name] = copied(base[name], false);
+  }
+  for (const name of ["equal", "notEqual"]) wrapped[name] = copied(base[name], true);
+  return wrapped;
+};
+const assert = withCleanComparisons(realAssert);
+assert.strict = withCleanComparisons(realAssert.strict);
+assert.strict.strict = assert.strict;
+Object.freeze(assert);
+Object.freeze(assert.strict);
+"""
 # node modules that reach the process's own scripts or the inspector (directly, or through another process,
 # thread or socket): a program in the tests' process gets none of them
 JS_HIDDEN_MODULES = (
@@ -422,10 +500,7 @@ def _javascript(language: Language, prelude: str, code: str, tests: str, marker:
 const fs = require("fs"), path = require("path"), vm = require("vm"), {{ builtinModules }} = require("module");
 const program = fs.readFileSync("{solution}", "utf8"), tests = fs.readFileSync("{JS_TESTS_FILE}", "utf8");
 for (const name of ["{solution}", "{JS_TESTS_FILE}", __filename]) fs.unlinkSync(name);
-const assert = require("node:assert");
-Object.freeze(assert);
-Object.freeze(assert.strict);
-const hidden = new Set({hidden});
+{JS_CLEAN_ASSERT}const hidden = new Set({hidden});
 const programRequire = (name) => {{
     const bare = String(name).replace(/^node:/, "");
     if (!builtinModules.includes(bare) || hidden.has(bare.split("/")[0])) {{

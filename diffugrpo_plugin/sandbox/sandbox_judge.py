@@ -195,6 +195,7 @@ class Judging:
         self.program_globals: set[str] = set()  # the names in it that are the program's
         self.program_names: frozenset[str] = frozenset()  # the names the task's code defines
         self.task_methods: dict[str, frozenset] = {}  # the public attributes of the reference's classes, by class
+        self.class_names: dict[int, str] = {}  # a program class's handle -> the task's name the test found it under
         self.failed_callbacks: list[AssertionError] = []
         self.ambiguous: set[str] = set()  # builtin names the program redefines, in a row without a reference
         self.random_state = None  # random's state as the program's process last had it from this side
@@ -362,10 +363,13 @@ class Judging:
         def read():
             if not wire._is_list(answer) or not answer or type(answer[0]) is not str:
                 raise wire.BadValue("malformed answer")
-            if answer[0] == "ok" and len(answer) in (2, 3):
-                if len(answer) == 3:
+            if answer[0] == "ok" and len(answer) in (2, 3, 4):
+                if len(answer) >= 3:
                     self._kept_changed(answer[2])
-                return False, self.decode(answer[1])
+                value = self.decode(answer[1])
+                if len(answer) == 4:
+                    return False, self._kept_attribute(answer[3], value)
+                return False, value
             if answer[0] == "raise" and len(answer) in (3, 7) and type(answer[1]) is str and type(answer[2]) is str:
                 if answer[1] == wire.OVER_LIMIT:
                     raise wire.BadValue(answer[2][:MESSAGE_CHARS])
@@ -514,6 +518,19 @@ class Judging:
             return _readable(lambda: _equal_visible_states(one._op("state"), other._op("state")))
         finally:
             self.state_depth -= 1
+
+    def _kept_attribute(self, key, value):
+        """A program object's list, dict or set attribute, which the program's process now keeps under ``key``: the
+        same object here each time it is read (``e.tags is e.tags``), and what the test does to it (``e.tags.append``,
+        ``inv.items["apple"] = 3``) reaches the program's object before its next request, as in one process."""
+        if type(key) is not int:
+            raise wire.BadValue("malformed kept key")
+        if key in self.kept:
+            return self.kept[key]
+        if isinstance(value, _KEPT_TYPES) and len(self.kept) < KEPT_LIMIT:
+            self.kept[key] = value
+            self._synced(key)
+        return value
 
     def _send_kept(self) -> None:
         """What the test changed in the values the program keeps since the program's process last had them (the
@@ -809,6 +826,8 @@ class Remote:
             raise AttributeError(f"{name} of a program object is not asked for")
         judging = _judging(self)
         kind = object.__getattribute__(self, "_diffugrpo_type")
+        # the class itself (Employee.count, TextUtils.split): what the task's class of that name offers
+        kind = judging.class_names.get(_handle(self), kind) if kind == "type" else kind
         if name in BUILTIN_METHODS:
             value_type = object.__getattribute__(self, "_diffugrpo_value_type")
             if value_type is not None and hasattr(value_type, name):
@@ -1359,6 +1378,11 @@ class Row:
                 if name in found:
                     namespace[name] = found[name]
                     judging.program_globals.add(name)
+                    if (
+                        isinstance(found[name], Remote)
+                        and object.__getattribute__(found[name], "_diffugrpo_type") == "type"
+                    ):
+                        judging.class_names[_handle(found[name])] = name
             for name in builtin_named:
                 python = namespace[name] if name in STDLIB_VALUE_CLASSES else getattr(builtins, name)
                 if name in found and found[name] is not python:

@@ -432,7 +432,12 @@ class ProgramSide:
             self._take_kept(request[1])
             return ["ok", None]
         if kind == "op":
-            answer = ["ok", self.encode(self._op(request[1], self.objects[request[2]], request[3]))]
+            result = self._op(request[1], self.objects[request[2]], request[3])
+            answer = ["ok", self.encode(result)]
+            if request[1] == "getattr":  # an attribute's list, dict or set: the test's changes to it reach it here
+                key = self._keep_one(result)
+                if key is not None:
+                    return [*answer, self._kept_changed(), key]
             return [*answer, self._kept_changed()] if self.kept else answer
         raise ValueError(f"unknown request {str(kind)[:40]}")
 
@@ -516,13 +521,22 @@ class ProgramSide:
         generator given the test's list): ``[position, key]`` each, so later answers can say how they changed."""
         keeps = []
         for position, value in enumerate(args):
-            if type(value) in (list, dict, set, bytearray) and len(self.kept) < KEPT_LIMIT:
-                if any(entry[0] is value for entry in self.kept.values()):
-                    continue
-                key = len(self.kept)
-                self.kept[key] = [value, self.encode(value)]
-                keeps.append([position, key])
+            if not any(entry[0] is value for entry in self.kept.values()):
+                key = self._keep_one(value)
+                if key is not None:
+                    keeps.append([position, key])
         return keeps
+
+    def _keep_one(self, value) -> int | None:
+        """``value``'s key among the kept values, registered now where it is a list, dict, set or bytearray not kept
+        yet (within :data:`KEPT_LIMIT`); None for any other value."""
+        if type(value) not in (list, dict, set, bytearray):
+            return None
+        key = next((key for key, entry in self.kept.items() if entry[0] is value), None)
+        if key is None and len(self.kept) < KEPT_LIMIT:
+            key = len(self.kept)
+            self.kept[key] = [value, self.encode(value)]
+        return key
 
     def _take_kept(self, changes) -> None:
         """The test's own changes to values this process keeps (see ``Judging._send_kept``), made here in place."""
