@@ -15,6 +15,12 @@ plainly wrong program for each task:
 The ``js-copy-*`` rows are correct programs (and one wrong) whose values those copies must keep as Node compares
 them: Maps of Sets, a class instance against a literal (loose: equal; strict: not), sparse arrays, ``NaN``, ``-0``,
 ``undefined``, dates, BigInts, typed arrays, regular expressions, identity, an extended ``Array.prototype``.
+
+A second breaker, against those fixes (the ``b2-*`` rows): the runner's own code after the program ran called
+methods of the program's realm (``.every``, a spread, ``RegExp.prototype.test`` choosing which ``assert`` the tests
+get); errors lost their message and an own ``__proto__`` key its value in the copy; a Python program's class named
+like the task's function answered ``str`` methods; an APPS expected value of ``-Infinity`` was written as the name
+``inf``, which the program defined.
 """
 
 from __future__ import annotations
@@ -30,9 +36,31 @@ pytestmark = pytest.mark.sandbox  # every program here runs in the sandbox
 
 ROWS = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "adversary_round8.jsonl").open()]
 FORGERIES = {"cpp-seccomp-rewind", "cpp-rewind-only", "cpp-seccomp-rewind-prime", "js-tostringtag", "js-objtag-attack"}
+# the second breaker's, against the fixes above (each passed a wrong program on their first version)
+FORGERIES |= {
+    f"b2-{name}"
+    for name in (
+        "js-every-hook",  # a hook on Array.prototype.every, which the comparison's wrapper called before copying
+        "js-regex-realassert",  # a RegExp hook that had the tests require the real, unfrozen assert
+        "js-num-regex-realassert",
+        "js-regex-plus-round8",
+        "js-num-every-fn",
+        "js-error-msg-dropped",  # errors copied without their message
+        "js-error-attack",
+        "js-proto-key-loose",  # an own "__proto__" key lost in the copy
+        "js-protokey-attack",
+        "py-instname-ref",  # a program class named like the task's function answering str methods
+        "py-classcall-ref",
+        "py-newcls-ref",
+        "py-metaname-ref",
+    )
+}
+PARTLY = {"b2-apps-inf-attack": 0.5}  # defines `inf` for an APPS expected value of -Infinity; its other test passes
 
 
 def expected(task_id: str) -> float:
+    if task_id in PARTLY:
+        return PARTLY[task_id]
     return 0.0 if task_id in FORGERIES or "wrong" in task_id else 1.0
 
 

@@ -392,9 +392,10 @@ def _instance_fields(method: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]
 
 
 def class_attributes(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``(class, public attributes)`` for each class ``source`` defines at module level whose bases are known here
-    (its other classes, builtins): what its body defines and what it inherits. The judge trusts a ``str`` method
-    (``startswith``) that the test calls on a program object of that class only where the task's class offers it."""
+    """``(class, public attributes)`` for each class ``source`` defines at module level
+    (its other classes, builtins): what its body defines and what it inherits; ``("*",)`` for one whose bases or
+    metaclass are not known here. The judge trusts a ``str`` method (``startswith``) that the test calls on a program
+    object only where the reference's class of that name offers it."""
     classes = {node.name: node for node in _top_level(source) if isinstance(node, ast.ClassDef)}
 
     def attributes(name: str, seen: frozenset) -> set[str] | None:
@@ -424,7 +425,7 @@ def class_attributes(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
         return {attribute for attribute in names if not attribute.startswith("_")}
 
     found = ((name, attributes(name, frozenset())) for name in classes)
-    return tuple((name, tuple(sorted(names))) for name, names in found if names is not None)
+    return tuple((name, tuple(sorted(names)) if names is not None else ("*",)) for name, names in found)
 
 
 def imported_names(source: str) -> tuple[tuple[str, str, str], ...]:
@@ -554,10 +555,11 @@ def _call_based_asserts(row: Mapping[str, Any]) -> list[str]:
     for position, (arguments, expected) in enumerate(zip(inputs, outputs)):
         if not isinstance(arguments, list):
             raise ValueError(f"call-based tests (fn_name): input {position} must be a list of arguments")
+        # as JSON in the test, read back by the judge's json: repr would write an infinity as `inf`, a name
         asserts.append(
-            f"{function}result = function(*{arguments!r})\n"
+            f"{function}result = function(*json.loads({json.dumps(arguments)!r}))\n"
             "result = list(result) if isinstance(result, tuple) else result\n"
-            f"expected = {expected!r}\n"
+            f"expected = json.loads({json.dumps(expected)!r})\n"
             "assert result == expected or (isinstance(expected, list) and len(expected) == 1 and result == expected[0])"
         )
     return asserts

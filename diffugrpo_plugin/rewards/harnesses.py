@@ -127,10 +127,10 @@ JAVA_TYPES = {
 # tests' expected value mid-comparison, and could copy it into the array the program returned. The copy reads own
 # properties and internal slots only (a Map's entries through Map.prototype.forEach of that realm), so no prototype
 # of the program's realm is consulted on the expected value; the program's own getters and proxies run on the
-# program's values only. strictEqual (identity, Object.is) and ok need no copy.
+# program's values only. strictEqual (identity, Object.is) and ok need no copy. Errors keep their name and message.
 JS_CLEAN_ASSERT = r"""
 const cleanRealm = vm.createContext(Object.create(null));
-const copyClean = vm.runInContext(`(programObjectPrototype) => {
+const copyClean = vm.runInContext(`(programObjectPrototype, programErrorPrototype) => {
   "use strict";
   const getProto = Object.getPrototypeOf, describe = Object.getOwnPropertyDescriptor, ownKeys = Reflect.ownKeys;
   const slot = (method, value) => { try { method.call(value); return true; } catch (error) { return false; } };
@@ -139,6 +139,23 @@ const copyClean = vm.runInContext(`(programObjectPrototype) => {
   const typedArray = getProto(Uint8Array.prototype);
   const typedArrayTag = describe(typedArray, Symbol.toStringTag).get, typedArrayLength = describe(typedArray, "length").get;
   const boxes = [Number, String, Boolean, BigInt, Symbol];
+  const defineOwn = (object, key, value) =>
+    Object.defineProperty(object, key, { value, enumerable: true, writable: true, configurable: true });
+  const isError = (value) => {
+    for (let prototype = getProto(value); prototype !== null; prototype = getProto(prototype)) {
+      if (prototype === programErrorPrototype) return true;
+    }
+    return false;
+  };
+  // an error's message and name, which deepEqual compares though neither is enumerable: own data properties only,
+  // read along the chain without calling a getter (one on a shared prototype would be handed the value)
+  const dataOf = (value, key) => {
+    for (let holder = value; holder !== null; holder = getProto(holder)) {
+      const property = describe(holder, key);
+      if (property !== undefined) return "value" in property ? property.value : undefined;
+    }
+    return undefined;
+  };
   const standIns = new Map();  // a class's prototype -> its stand-in here: two of its instances still compare equal
   const copies = new Map();
   const copyOf = (value) => {
@@ -168,25 +185,31 @@ const copyClean = vm.runInContext(`(programObjectPrototype) => {
       }
     }
     copies.set(value, copy);
+    if (isError(value)) {
+      defineOwn(copy, "name", copyOf(dataOf(value, "name")));
+      defineOwn(copy, "message", copyOf(dataOf(value, "message")));
+    }
     if (copy instanceof Map) mapEach.call(value, (item, key) => copy.set(copyOf(key), copyOf(item)));
     if (copy instanceof Set) setEach.call(value, (item) => copy.add(copyOf(item)));
     for (const key of ownKeys(value)) {
       const property = describe(value, key);
       if (property === undefined || !property.enumerable || (Array.isArray(copy) && key === "length")) continue;
-      copy[key] = copyOf("value" in property ? property.value : property.get && property.get.call(value));
+      defineOwn(copy, key, copyOf("value" in property ? property.value : property.get && property.get.call(value)));
     }
     return copy;
   };
   return (value) => { copies.clear(); return copyOf(value); };
-}`, cleanRealm)(Object.prototype);
+}`, cleanRealm)(Object.prototype, Error.prototype);
 const realAssert = require("node:assert");
-const copied = (compare, onlyWithAPrimitive) => function (actual, expected, ...rest) {
-  const bothObjects = [actual, expected].every((value) => value !== null && typeof value === "object");
-  if (onlyWithAPrimitive && bothObjects) return compare(actual, expected, ...rest);
-  return compare(copyClean(actual), copyClean(expected), ...rest);
+// what runs here after the program has run uses no method of the program's realm (a spread, .every, a RegExp's test
+// would each call the program's own replacement, with the test's values)
+const isObject = (value) => value !== null && typeof value === "object";
+const copied = (compare, onlyWithAPrimitive) => function (actual, expected, message) {
+  if (onlyWithAPrimitive && isObject(actual) && isObject(expected)) return compare(actual, expected, message);
+  return compare(copyClean(actual), copyClean(expected), message);
 };
 const withCleanComparisons = (base) => {
-  const wrapped = Object.assign(function assert(...values) { return base(...values); }, base);
+  const wrapped = Object.assign(function assert(value, message) { return base(value, message); }, base);
   for (const name of ["deepEqual", "notDeepEqual", "deepStrictEqual", "notDeepStrictEqual", "partialDeepStrictEqual"]) {
     if (typeof base[name] === "function") wrapped[name] = copied(base[name], false);
   }
@@ -196,8 +219,7 @@ const withCleanComparisons = (base) => {
 const assert = withCleanComparisons(realAssert);
 assert.strict = withCleanComparisons(realAssert.strict);
 assert.strict.strict = assert.strict;
-Object.freeze(assert);
-Object.freeze(assert.strict);
+for (const frozen of [assert, assert.strict, realAssert, realAssert.strict]) Object.freeze(frozen);
 """
 # node modules that reach the process's own scripts or the inspector (directly, or through another process,
 # thread or socket): a program in the tests' process gets none of them
@@ -508,7 +530,8 @@ const programRequire = (name) => {{
     }}
     return require(name);
 }};
-const testsRequire = (name) => (/^(node:)?assert$/.test(name) ? assert : /^(node:)?assert\\/strict$/.test(name) ? assert.strict : require(name));
+const testsRequire = (name) => (name === "assert" || name === "node:assert" ? assert
+    : name === "assert/strict" || name === "node:assert/strict" ? assert.strict : require(name));
 process.on("SIGUSR1", () => {{}});
 for (const name of ["binding", "_linkedBinding", "dlopen", "getBuiltinModule", "mainModule"]) delete process[name];
 const programModule = {{ exports: {{}}, filename: path.resolve("{solution}") }};

@@ -194,6 +194,7 @@ class Judging:
         self.namespace: dict = {}  # the test's globals, once made
         self.program_globals: set[str] = set()  # the names in it that are the program's
         self.program_names: frozenset[str] = frozenset()  # the names the task's code defines
+        self.has_reference = True  # whether the row has a reference solution (see Row.namespace)
         self.task_methods: dict[str, frozenset] = {}  # the public attributes of the reference's classes, by class
         self.class_names: dict[int, str] = {}  # a program class's handle -> the task's name the test found it under
         self.failed_callbacks: list[AssertionError] = []
@@ -834,13 +835,24 @@ class Remote:
                 # a str method of the program's Word(str) (or list's count of its Stack): the builtin's own, on the
                 # value it holds, never the program's override (these methods only read the value)
                 return getattr(self._diffugrpo_value(), name)
-            offered = judging.task_methods.get(kind)  # what the reference's class of that name has, where known
-            named = kind in judging.program_globals or kind in judging.program_names
-            if not named or (offered is not None and name not in offered):
+            # With a reference, the class must be one the reference defines, offering the method (a class name is the
+            # program's to choose: one named like the task's function is not the task's); without, one the task names.
+            offered = judging.task_methods.get(kind)  # what the reference's class of that name has ("*": unknown)
+            if judging.has_reference:
+                named = offered is not None
+                trusted = named and ("*" in offered or name in offered)
+            else:
+                named = trusted = kind in judging.program_globals or kind in judging.program_names
+            if not trusted:
                 judging.untrusted += 1
+                never = (
+                    "a class the task's reference does not define"
+                    if judging.has_reference
+                    else "a class the task never names"
+                )
                 raise Untrusted(
                     f"the test called .{name} on a program object of class {kind}, "
-                    + ("a class the task never names" if not named else "whose class in the task has no such method")
+                    + (never if not named else "whose class in the task has no such method")
                     + ": a method of a builtin type answered by the program's own code is not trusted (return "
                     "the builtin value)"
                 )
@@ -1333,6 +1345,7 @@ class Row:
         :class:`NoGroundTruth`."""
         namespace = dict(self.base)
         judging.program_names = self.program_names
+        judging.has_reference = self.has_reference
         judging.task_methods = self.task_methods
         wanted, builtin_named = [], []
         for name in free_names:
