@@ -141,6 +141,7 @@ def _weights_after_a_few_steps(env: dict[str, str]) -> str:
     return subprocess.run(command, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.backends.cpu.get_cpu_capability().startswith("AVX"), reason="needs an x86-64 CPU")
 def test_pinned_kernels_give_the_same_bits_whatever_instructions_mkl_may_use():
     """A CI machine's CPU may lack this one's AVX-512: MKL held to AVX2 (or SSE4.2) stands in for it. With

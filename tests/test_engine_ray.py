@@ -52,6 +52,7 @@ def test_engine_on_two_workers_matches_the_formula_and_trains(tiny_model_path):
     check_formula_then_one_ascent_step(group, want, prompts, responses, seeds)
 
 
+@pytest.mark.slow  # the default run compares two workers with one in test_many_workers (ws2)
 def test_two_workers_take_the_same_step_as_one(tiny_model_path):
     from functools import partial
 

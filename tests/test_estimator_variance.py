@@ -196,6 +196,7 @@ def test_measure_refuses_groups_that_do_not_divide_the_draws(bench):
         bench.measure(bench.estimators(3)[0], scorer, batch, draws=25, groups=10, seed=0)
 
 
+@pytest.mark.slow
 def test_the_script_runs_on_the_tiny_model_and_writes_its_plot(bench, tmp_path, capsys):
     plot = tmp_path / "variance.png"
     bench.main(

@@ -84,6 +84,11 @@ def _llada_mask_id(path) -> int:
 
 @pytest.mark.usefixtures("ray_cluster")
 @pytest.mark.ray
+@pytest.mark.parametrize(  # the native class in the default run; the published remote code with the slow tests
+    "case",
+    [name if name == "llada-native" else pytest.param(name, marks=pytest.mark.slow) for name in CASES],
+    indirect=True,
+)
 def test_engine_on_two_workers_matches_the_formula_and_trains(case):
     name, path, loading, _ = case
     prompts, responses, seeds = make_batch(vocab=512)

@@ -50,6 +50,7 @@ def by_part(records, part):
     return [record for record in records if record["part"] == part]
 
 
+@pytest.mark.slow  # the benchmark's run on CPU (records)
 def test_every_pass_variant_of_both_families_is_measured(records):
     passes = by_part(records, "logprob")
     assert {(r["family"], r["variant"], r["checkpointing"]) for r in passes} == {
@@ -76,6 +77,7 @@ def test_every_pass_variant_of_both_families_is_measured(records):
     assert lean[False] < stock[False]  # the lean blocks keep two activations fewer
 
 
+@pytest.mark.slow  # the benchmark's run on CPU (records)
 def test_fused_head_agrees_with_fp64_in_bf16(records):
     for record in by_part(records, "head"):
         assert record["fused_logp_rel"] < 1e-2 and record["fused_grad_rel"] < 2e-2, record
@@ -83,12 +85,14 @@ def test_fused_head_agrees_with_fp64_in_bf16(records):
         assert record["fused_logp_rel"] <= 2 * record["bf16_logits_logp_rel"] + 1e-6, record
 
 
+@pytest.mark.slow  # the benchmark's run on CPU (records)
 def test_attention_kernels_are_named(records):
     for record in by_part(records, "sdpa"):
         for ops in record["kernels"].values():
             assert any("scaled_dot_product" in op for op in ops), record
 
 
+@pytest.mark.slow  # the benchmark's run on CPU (records)
 def test_samplers_report_speed_and_agreement(records):
     samplers = by_part(records, "sampler")
     assert {(r["family"], r["setting"].split(",")[0]) for r in samplers} == {
@@ -103,6 +107,7 @@ def test_samplers_report_speed_and_agreement(records):
             assert record["agreement"] == 1.0  # the baseline against itself
 
 
+@pytest.mark.slow  # the benchmark's run on CPU (records)
 def test_fsdp2_step_runs_every_stage(records):
     (step,) = by_part(records, "step")
     assert len(step["steps"]) == 2

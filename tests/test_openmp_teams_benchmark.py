@@ -4,9 +4,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCHMARK = Path(__file__).resolve().parents[1] / "benchmarks" / "openmp_teams.py"
 
 
+@pytest.mark.slow
 def test_the_benchmark_prints_each_condition_with_its_ratio_to_the_thread_alone():
     command = [sys.executable, str(BENCHMARK), "--rows", "2", "--tokens", "8", "--passes", "1", "--repeats", "1"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)

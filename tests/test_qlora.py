@@ -300,6 +300,7 @@ def test_d1s_fits_table_counts_the_4bit_base():
     assert "6.98B weights in 4 bits" in done.stdout
 
 
+@pytest.mark.slow
 def test_bitsandbytes_hub_kernel_warning_stays_quiet():
     """bitsandbytes' import-time warning about an optional hub kernel (for a weight packing never used here) does not
     reach users of the package: peft imported after it leaves stderr without it."""
