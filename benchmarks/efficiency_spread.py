@@ -22,7 +22,8 @@ import statistics
 import subprocess
 import sys
 
-from diffugrpo_plugin.rewards.code_tests import TestSpec, run_tests, tests_from_row
+from diffugrpo_plugin.rewards.code_tests import TestSpec, tests_from_row
+from diffugrpo_plugin.rewards.test_runs import run_tests
 from diffugrpo_plugin.sandbox.config import SandboxConfig
 from diffugrpo_plugin.sandbox.host import Sandbox
 from diffugrpo_plugin.sandbox.probe import instruction_counter_available

@@ -21,8 +21,9 @@ import sys
 import tempfile
 import time
 
-from diffugrpo_plugin.rewards.code_tests import run_tests, tests_from_row
+from diffugrpo_plugin.rewards.code_tests import tests_from_row
 from diffugrpo_plugin.rewards.harnesses import program_harness
+from diffugrpo_plugin.rewards.test_runs import run_tests
 from diffugrpo_plugin.sandbox.config import SandboxConfig
 from diffugrpo_plugin.sandbox.host import Sandbox
 from diffugrpo_plugin.sandbox.languages import LANGUAGES

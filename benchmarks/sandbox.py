@@ -29,7 +29,8 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from diffugrpo_plugin.rewards.code_tests import TestSpec, run_tests_many, tests_from_row
+from diffugrpo_plugin.rewards.code_tests import TestSpec, tests_from_row
+from diffugrpo_plugin.rewards.test_runs import run_tests_many
 from diffugrpo_plugin.sandbox.config import SandboxConfig
 from diffugrpo_plugin.sandbox.host import Sandbox
 from diffugrpo_plugin.sandbox.jobs import Job

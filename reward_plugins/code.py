@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from diffugrpo_plugin import Explained, hookimpl
-from diffugrpo_plugin.rewards.code_tests import pass_rate
 from diffugrpo_plugin.rewards.judging import Judged, code_outcomes
+from diffugrpo_plugin.rewards.test_runs import pass_rate
 from diffugrpo_plugin.sandbox.host import Sandbox
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
 from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, python_only
-from diffugrpo_plugin.rewards.verdicts import parse_python
+from diffugrpo_plugin.rewards.task_code import parse_python
 from diffugrpo_plugin.sandbox.host import Sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")

@@ -48,8 +48,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
-from diffugrpo_plugin.rewards.code_tests import TestOutcome, reference_from_row
+from diffugrpo_plugin.rewards.code_tests import reference_from_row
 from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, outcomes_for, python_only, rows_of
+from diffugrpo_plugin.rewards.test_runs import TestOutcome
 from diffugrpo_plugin.sandbox.host import Sandbox, shared_sandbox
 
 logger = logging.getLogger("diffugrpo.rewards")

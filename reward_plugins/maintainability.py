@@ -31,9 +31,9 @@ import textwrap
 from typing import Any
 
 from diffugrpo_plugin import Explained, Reason, hookimpl
-from diffugrpo_plugin.rewards.code_tests import parses, reference_from_row
+from diffugrpo_plugin.rewards.code_tests import reference_from_row
 from diffugrpo_plugin.rewards.judging import code_outcomes, correctness_gate, python_only, rows_of
-from diffugrpo_plugin.rewards.verdicts import parse_python
+from diffugrpo_plugin.rewards.task_code import parse_python, parses
 from diffugrpo_plugin.sandbox.host import Sandbox
 
 GOOD_COMPLEXITY = 5.0

@@ -9,17 +9,9 @@ import random
 import pytest
 
 from conftest import mbpp_file
-from diffugrpo_plugin.rewards.code_tests import (
-    Outcome,
-    TestSpec,
-    extract_code,
-    outputs_match,
-    pass_rate,
-    reference_from_row,
-    run_tests,
-    run_tests_many,
-)
+from diffugrpo_plugin.rewards.code_tests import TestSpec, extract_code, reference_from_row
 from diffugrpo_plugin.rewards.code_tests import tests_from_row as spec_of  # a 'test*' name pytest would collect
+from diffugrpo_plugin.rewards.test_runs import Outcome, outputs_match, pass_rate, run_tests, run_tests_many
 from reward_support import tight_sandbox
 
 SAMPLE = 20

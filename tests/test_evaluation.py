@@ -13,7 +13,7 @@ import pytest
 from conftest import mbpp_file
 from diffugrpo_plugin import Reason
 from diffugrpo_plugin.data import format_completion, prepare, write_parquet
-from diffugrpo_plugin.rewards.code_tests import Outcome, TestOutcome
+from diffugrpo_plugin.rewards.test_runs import Outcome, TestOutcome
 from diffugrpo_plugin.tools import evaluation
 from diffugrpo_plugin.tools.evaluation import (
     Completion,

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from diffugrpo_plugin.data import prepare
-from diffugrpo_plugin.rewards.code_tests import Outcome, run_tests
 from diffugrpo_plugin.rewards.code_tests import tests_from_row as spec_of
+from diffugrpo_plugin.rewards.test_runs import Outcome, run_tests
 from reward_support import tight_sandbox
 
 FIXTURE = Path(__file__).parent / "fixtures" / "multipl_e.jsonl"

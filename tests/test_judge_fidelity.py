@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from diffugrpo_plugin.rewards.code_tests import run_tests_many
 from diffugrpo_plugin.rewards.code_tests import tests_from_row as spec_of  # a 'test*' name pytest would collect
+from diffugrpo_plugin.rewards.test_runs import run_tests_many
 from diffugrpo_plugin.sandbox import sandbox_wire as wire
 from diffugrpo_plugin.sandbox.config import SandboxConfig
 from diffugrpo_plugin.sandbox.host import Sandbox

@@ -101,7 +101,7 @@ def test_a_task_class_offers_the_fields_its_methods_set_on_the_instance():
     """The judge trusts a builtin-method name called on a program object only where the task's class offers it
     (``class_attributes``): MBPP 800's ``Counter`` keeps ``count`` on its instance, so ``counter.count`` is the
     task's field, not ``str.count`` answered by the program."""
-    from diffugrpo_plugin.rewards.code_tests import class_attributes
+    from diffugrpo_plugin.rewards.task_code import class_attributes
 
     source = (
         "class Counter:\n"

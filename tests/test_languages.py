@@ -17,9 +17,10 @@ from diffugrpo_plugin.cli import main as cli
 from diffugrpo_plugin.data import DataError, prepare, write_parquet
 from diffugrpo_plugin.data.rows import read_parquet_rows
 from diffugrpo_plugin.data.sources import java_check
-from diffugrpo_plugin.rewards.code_tests import Outcome, extract_code, run_tests
+from diffugrpo_plugin.rewards.code_tests import extract_code
 from diffugrpo_plugin.rewards.code_tests import tests_from_row as spec_of
 from diffugrpo_plugin.rewards.judging import format_verdict
+from diffugrpo_plugin.rewards.test_runs import Outcome, run_tests
 from diffugrpo_plugin.sandbox import languages
 from diffugrpo_plugin.sandbox.config import SandboxError
 from diffugrpo_plugin.tools import evaluation

@@ -12,7 +12,6 @@ from __future__ import annotations
 import pytest
 
 from diffugrpo_plugin.rewards import code_tests as code_execution
-from diffugrpo_plugin.rewards.code_tests import Outcome, run_tests
 from diffugrpo_plugin.rewards.judging import (
     MAX_COMPLETION_CHARS,
     code_outcomes,
@@ -22,6 +21,7 @@ from diffugrpo_plugin.rewards.judging import (
 )
 from diffugrpo_plugin.rewards.scoring import value_of
 from diffugrpo_plugin.rewards.spec import RewardSpec
+from diffugrpo_plugin.rewards.test_runs import Outcome, run_tests
 from diffugrpo_plugin.tools.evaluation import Completion, EvalProblem, judge_completions, summarize
 from reward_plugins.code import code_reward
 from reward_plugins.efficiency import CPU_SCORE_BAND, efficiency_reward
@@ -351,7 +351,7 @@ def test_rewards_parse_python_one_thread_at_a_time(monkeypatch):
     import threading
     import time
 
-    from diffugrpo_plugin.rewards import verdicts
+    from diffugrpo_plugin.rewards import task_code
 
     inside, most = [0], [0]
     real_parse = ast.parse
@@ -363,13 +363,13 @@ def test_rewards_parse_python_one_thread_at_a_time(monkeypatch):
         inside[0] -= 1
         return real_parse(*args, **kwargs)
 
-    monkeypatch.setattr(verdicts.ast, "parse", slow_parse)
+    monkeypatch.setattr(task_code.ast, "parse", slow_parse)
     code = "def solve(x):\n    return x * x\n"
     calls = [
-        lambda: code_execution.parses(code),
-        lambda: code_execution.defined_names(code),
+        lambda: task_code.parses(code),
+        lambda: task_code.defined_names(code),
         lambda: syntax_problem(code),
-        lambda: verdicts.parse_python("solve(1) == 1", mode="eval"),
+        lambda: task_code.parse_python("solve(1) == 1", mode="eval"),
     ]
     threads = [threading.Thread(target=call) for call in calls * 3]
     for thread in threads:

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from diffugrpo_plugin.rewards import code_tests as code_execution
-from diffugrpo_plugin.rewards.code_tests import Outcome, TestOutcome, run_tests
 from diffugrpo_plugin.rewards.judging import format_verdict
 from diffugrpo_plugin.rewards.scoring import value_of
+from diffugrpo_plugin.rewards.test_runs import Outcome, TestOutcome, run_tests
 from diffugrpo_plugin.sandbox.probe import instruction_counter_available
 from reward_plugins.code import code_reward
 from reward_plugins.code_format import code_format_reward

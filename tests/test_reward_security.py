@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from diffugrpo_plugin.rewards.code_tests import Outcome
 from diffugrpo_plugin.rewards.judging import code_outcomes
+from diffugrpo_plugin.rewards.test_runs import Outcome
 from reward_plugins.code import code_reward
 from reward_support import TEST_UID_BASE, bwrap_children, processes_with_uids, tight_sandbox
 

@@ -78,7 +78,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from diffugrpo_plugin.rewards.code_tests import run_tests, tests_from_row
+    from diffugrpo_plugin.rewards.code_tests import tests_from_row
+    from diffugrpo_plugin.rewards.test_runs import run_tests
     from diffugrpo_plugin.sandbox.config import SandboxConfig, SandboxError, SandboxUnavailable
     from diffugrpo_plugin.sandbox.host import Sandbox
     from diffugrpo_plugin.sandbox.limits import bwrap_path, host_protections
@@ -131,7 +132,8 @@ def run_check(args: argparse.Namespace) -> int:
 
 def _check_languages(box) -> int:
     """Each other language: installed or not (with the package), and a small program in it through the sandbox."""
-    from diffugrpo_plugin.rewards.code_tests import run_tests, tests_from_row
+    from diffugrpo_plugin.rewards.code_tests import tests_from_row
+    from diffugrpo_plugin.rewards.test_runs import run_tests
     from diffugrpo_plugin.sandbox.config import SandboxError
     from diffugrpo_plugin.sandbox.languages import LANGUAGES
 

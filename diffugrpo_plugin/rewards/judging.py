@@ -38,16 +38,14 @@ from typing import Any, Mapping, Sequence
 from diffugrpo_plugin.hooktypes import Explained, Reason
 from diffugrpo_plugin.rewards.code_tests import (
     FORMAT_ENDS,
-    Outcome,
     TaskError,
-    TestOutcome,
     TestSpec,
     extract_code,
     language_of,
-    run_tests_many,
     tests_from_row,
 )
-from diffugrpo_plugin.rewards.verdicts import parse_python
+from diffugrpo_plugin.rewards.task_code import parse_python
+from diffugrpo_plugin.rewards.test_runs import Outcome, TestOutcome, run_tests_many
 from diffugrpo_plugin.sandbox.config import SandboxError
 from diffugrpo_plugin.sandbox.host import Sandbox
 from diffugrpo_plugin.sandbox.languages import language as get_language
@@ -294,7 +292,7 @@ def outcomes_for(
 ) -> list[list[TestOutcome] | None]:
     """Sandboxed outcomes for each (code, tests) pair, concurrently and cached; None for a None pair, and for one
     whose task's own code failed in the judge (``count_lines``, ``no_fork``: see
-    :func:`~diffugrpo_plugin.rewards.code_tests.run_tests`).
+    :func:`~diffugrpo_plugin.rewards.test_runs.run_tests`).
 
     Raises the :class:`SandboxError` of a pair whose sandbox failed: a harness fault is never the
     code's fault and never a score (the rewards core then scores the rows it concerns None, flagged).

@@ -41,17 +41,9 @@ from diffugrpo_plugin.data import DataError, prepare
 from diffugrpo_plugin.data.records import checked_field, read_records
 from diffugrpo_plugin.data.rows import read_parquet_rows
 from diffugrpo_plugin.hooktypes import Reason
-from diffugrpo_plugin.rewards.code_tests import (
-    TaskError,
-    TestOutcome,
-    TestSpec,
-    extract_code,
-    language_of,
-    pass_rate,
-    run_tests_many,
-    tests_from_row,
-)
+from diffugrpo_plugin.rewards.code_tests import TaskError, TestSpec, extract_code, language_of, tests_from_row
 from diffugrpo_plugin.rewards.judging import NO_TESTS, Offer, offered_code, outcomes_reason, task_error_reason
+from diffugrpo_plugin.rewards.test_runs import TestOutcome, pass_rate, run_tests_many
 from diffugrpo_plugin.sandbox.config import SandboxError
 from diffugrpo_plugin.sandbox.host import Sandbox
 
