@@ -23,9 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from diffugrpo_plugin.sandbox.host import IN_SANDBOX_MODULES
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "diffugrpo_plugin"
-IN_SANDBOX = ("sandbox_launcher", "sandbox_wire", "sandbox_program", "sandbox_judge")
+IN_SANDBOX = tuple(name.removesuffix(".py") for name in IN_SANDBOX_MODULES)
 
 
 def sources() -> dict[str, Path]:

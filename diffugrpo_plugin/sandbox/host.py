@@ -94,7 +94,14 @@ for name in sys.argv[4:]:
     py_compile.compile(os.path.join(source_dir, name), cfile=os.path.join(out, cached), dfile=os.path.join(shown_dir, name),
                        doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
 """
-IN_SANDBOX_MODULES = ("sandbox_launcher.py", "sandbox_wire.py", "sandbox_program.py", "sandbox_judge.py")
+IN_SANDBOX_MODULES = (
+    "sandbox_launcher.py",
+    "sandbox_wire.py",
+    "sandbox_program.py",
+    "sandbox_refusals.py",
+    "sandbox_remote.py",
+    "sandbox_judge.py",
+)
 JUDGE_UID_OFFSET = 10_000_000  # the judge of slot s runs as uid_base + s + this: no job can signal or read it
 WORK_DIR = "/work"
 SCRATCH_DIR = "/run/diffugrpo"
