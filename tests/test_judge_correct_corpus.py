@@ -3331,12 +3331,15 @@ humaneval(
 )
 
 
-# ---------------------------------------------------------------- round 9: the round's fidelity adversary's rows
+# ---------------------------------------------------------------- rounds 9 and 10: the fidelity adversaries' rows
 # as it wrote them (fixtures/fidelity_round9.jsonl): a class's own attributes named like str methods
 # (Employee.count), LeetCode drivers that name the class in a string (globals()[op], eval(op)), changes to a list or
 # dict read from a program object's attribute (e.tags.append), APPS/TACO call-based rows (fn_name)
-for _row in map(json.loads, (Path(__file__).parent / "fixtures" / "fidelity_round9.jsonl").open()):
-    CASES.append((_row["id"], _row.pop("form"), _row))
+# Round 10's (fixtures/fidelity_round10.jsonl): class tasks with an ABC preamble base, type(obj) is Cls, APPS/TACO
+# call-based answers of tuples and int-keyed dicts, stdin given as lists of lines; JavaScript and C++ MultiPL-E rows
+for _round in ("fidelity_round9.jsonl", "fidelity_round10.jsonl"):
+    for _row in map(json.loads, (Path(__file__).parent / "fixtures" / _round).open()):
+        CASES.append((_row["id"], _row.pop("form"), _row))
 
 
 # ---------------------------------------------------------------- what the judge rejects today, by cause
@@ -3356,6 +3359,16 @@ REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
     "r7_cls_fields_named_like_str_methods": "a field named like a str method (.title) is taken for the str method",
     "r7_cls_dataclass_asdict_replace": "dataclasses.asdict/replace of a program dataclass meet a handle",
     "r9_np_test_passes_rng_generator": "a numpy Generator of the test does not travel",
+    "r10_cls_preamble_base_template_method": "issubclass(ProgramClass, PreambleClass) needs a class, not a handle",
+    "r10_iso_issubclass_plain_base": "issubclass(ProgramClass, PreambleClass) needs a class, not a handle",
+    "r10_cls_slots_and_vars": "Cls.__mro__ of a program class is not asked for",
+    "r10_cls_format_dunder_and_str_list": "sum() over program objects: __radd__ with the test's 0 (the trust rule)",
+    "r10_iso_sum_of_program_objects_radd": "sum() over program objects: __radd__ with the test's 0 (the trust rule)",
+    "r10_lc_rotate_image_inner_rows_swapped": "an element of an argument loses its identity (a matrix row)",
+    "r10_lc_copy_random_list_identity": "a class the test itself defines is not the program's to build (Node)",
+    "r10_lc_clone_graph_neighbors": "a class the test itself defines is not the program's to build (Node)",
+    "r10_iso_type_is_and_class_name": "obj.__class__ is the handle's class, not the program's (type(obj) is Cls holds)",
+    "r10_iso_type_2": "obj.__class__ is the handle's class, not the program's (type(obj) is Cls holds)",
     "r9_he_inner_list_append_and_dict_of_lists_mutation": "an element of an argument loses its identity: the "
     "test's reference to an inner list is not the one the program changed",
     "r9_he_nested_matrix_row_append": "an element of an argument loses its identity (a row of a matrix)",

@@ -184,7 +184,16 @@ def _joined(value: Any, column: str) -> str:
 def _stdio_pairs(inputs: list, outputs: list, column: str) -> tuple[tuple[str, str], ...]:
     if len(inputs) != len(outputs):
         raise ValueError(f"{column}: {len(inputs)} inputs but {len(outputs)} outputs")
+    inputs, outputs = _lines_joined(inputs, f"{column} inputs"), _lines_joined(outputs, f"{column} outputs")
     return tuple(zip(_strings(inputs, f"{column} inputs"), _strings(outputs, f"{column} outputs")))
+
+
+def _lines_joined(values: list, column: str) -> list:
+    """An input or output given as its list of lines (as some APPS/TACO rows hold them) is those lines, one a line."""
+    return [
+        "".join(f"{line}\n" for line in _strings(value, column)) if isinstance(value, list) else value
+        for value in values
+    ]
 
 
 def _list_tests(values: list, column: str, prelude: str, setup: str) -> TestSpec | None:
@@ -304,12 +313,29 @@ def _call_based_asserts(row: Mapping[str, Any]) -> list[str]:
             raise ValueError(f"call-based tests (fn_name): input {position} must be a list of arguments")
         # as JSON in the test, read back by the judge's json: repr would write an infinity as `inf`, a name
         asserts.append(
-            f"{function}result = function(*json.loads({json.dumps(arguments)!r}))\n"
-            "result = list(result) if isinstance(result, tuple) else result\n"
-            f"expected = json.loads({json.dumps(expected)!r})\n"
+            _APPS_VALUES + f"{function}result = lists(function(*from_json(json.loads({json.dumps(arguments)!r}))))\n"
+            f"expected = from_json(json.loads({json.dumps(expected)!r}))\n"
             "assert result == expected or (isinstance(expected, list) and len(expected) == 1 and result == expected[0])"
         )
     return asserts
+
+
+# APPS's testing_util compares lists (a tuple the program returns, at any depth, is a list) and reads JSON's
+# digit-string keys of a dict argument or output as the ints they were
+_APPS_VALUES = """def lists(value):
+    if isinstance(value, (list, tuple)):
+        return [lists(item) for item in value]
+    if isinstance(value, dict):
+        return {key: lists(item) for key, item in value.items()}
+    return value
+def from_json(value):
+    if isinstance(value, list):
+        return [from_json(item) for item in value]
+    if isinstance(value, dict):
+        digits = all(isinstance(key, str) and key.lstrip("-").isdigit() for key in value)
+        return {(int(key) if digits else key): from_json(item) for key, item in value.items()}
+    return value
+"""
 
 
 def _read_tests(row: Mapping[str, Any]) -> TestSpec | None:

@@ -828,8 +828,20 @@ class Row:
                     judging.ambiguous.add(name)
                     if programs_builtins:
                         namespace[name] = found[name]
+        if "type" in called_only and "type" not in namespace:
+            namespace["type"] = _type_of  # a test that only calls type(x): type(obj) is Cls holds for the program's
         judging.namespace = namespace
         return namespace
+
+
+def _type_of(value, *rest):
+    """``type`` for a test that only ever calls it: a program object's type is the program's class, as the handle the
+    test holds for it (``type(obj) is Cls``, ``type(obj) == Cls``); any other call is Python's own ``type``."""
+    if not rest and isinstance(value, Remote):
+        kind = value._op("getattr", "__class__")
+        # only a class of the program's own: an object whose __class__ says int or str is still not one
+        return kind if isinstance(kind, Remote) else builtins.type(value)
+    return builtins.type(value, *rest)
 
 
 def judge_test(row: Row, test: dict, reading: int, writing: int) -> dict:

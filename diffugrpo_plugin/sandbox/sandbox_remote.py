@@ -6,6 +6,7 @@ forwarded by the trust rule (``sandbox_judge``'s module docstring), and the prog
 
 from __future__ import annotations
 
+import abc
 import builtins
 from typing import TYPE_CHECKING
 
@@ -423,6 +424,8 @@ def remote_class(
         label = name if name.isidentifier() else "Remote"
         try:
             cls = type(label, (Remote, *task_bases), body)
+            # an ABC base's abstract methods are the program object's to answer (through its handle), not missing
+            cls.__abstractmethods__ = frozenset()
         except TypeError:  # a task class that cannot be a base of the handle's
             body.pop("__getattribute__", None)
             cls = type(label, (Remote,), body)
@@ -435,11 +438,12 @@ _PROGRAM_DOC = property(lambda self: Remote.__getattr__(self, "__doc__"))
 
 
 def _plain_task_class(cls) -> bool:
-    """A task class whose instances hold only attributes (no builtin base, no slots, no metaclass of its own)."""
+    """A task class whose instances hold only attributes (no builtin base, no slots, no metaclass of its own but
+    ``abc.ABCMeta``: a preamble's ``Shape(ABC)``)."""
     return (
-        type(cls) is type
-        and all(base is object or "__slots__" not in vars(base) for base in cls.__mro__)
-        and all(base is object or base.__module__ == "__test__" for base in cls.__mro__)
+        type(cls) in (type, abc.ABCMeta)
+        and all(base in (object, abc.ABC) or "__slots__" not in vars(base) for base in cls.__mro__)
+        and all(base in (object, abc.ABC) or base.__module__ == "__test__" for base in cls.__mro__)
     )
 
 
