@@ -55,6 +55,9 @@ FORGERIES |= {
         "py-metaname-ref",
     )
 }
+# the third breaker's (b3-*), against round 10's changes: a __class__ property answering type(obj) is Node, an
+# APPS fn_name named like the test's own helpers (lists), or like a builtin the program does not define (max)
+FORGERIES |= {"b3-node_attack", "b3-vec_attack", "b3-lists_empty", "b3-lists_io_empty", "b3-max_empty"}
 PARTLY = {"b2-apps-inf-attack": 0.5}  # defines `inf` for an APPS expected value of -Infinity; its other test passes
 
 

@@ -294,46 +294,55 @@ def _call_based_asserts(row: Mapping[str, Any]) -> list[str]:
     own ``testing_util`` judges them: the result (a tuple as a list) equals the output, or the output's one element
     (APPS stores most outputs wrapped in a list; APPS takes the first of a longer list too, which would pass a program
     returning one element of a list answer, so here only a one-element list is unwrapped). A task whose reference or
-    starter code has ``class Solution`` calls its method; without either, the program's ``Solution`` if it has one."""
+    starter code has ``class Solution`` calls its method; without either, the program's ``Solution`` if it has one.
+    The test's own names carry :data:`APPS_PREFIX`, which no ``fn_name`` may: a task's function named ``result``
+    or ``lists`` is still the program's."""
     name = row["fn_name"]
-    if not isinstance(name, str) or not name.isidentifier():
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith(APPS_PREFIX):
         raise ValueError(f"column 'fn_name' must name the function the tests call, got {name!r}")
     inputs, outputs = _as_list(row.get("inputs"), "inputs"), _as_list(row.get("outputs"), "outputs")
     if len(inputs) != len(outputs):
         raise ValueError(f"call-based tests (fn_name): {len(inputs)} inputs but {len(outputs)} outputs")
     # which of the two the task means: its reference's, else its starter code's, else the program's (as APPS asks)
     known = next((code for code in (reference_from_row(row), row.get("starter_code")) if isinstance(code, str)), None)
+    function = f"{APPS_PREFIX}function"
     if known is None:
-        function = f"try:\n    function = Solution().{name}\nexcept NameError:\n    function = {name}\n"
+        chosen = f"try:\n    {function} = Solution().{name}\nexcept NameError:\n    {function} = {name}\n"
     else:
-        function = f"function = {f'Solution().{name}' if 'class Solution' in known else name}\n"
+        chosen = f"{function} = {f'Solution().{name}' if 'class Solution' in known else name}\n"
+    result, expected_name = f"{APPS_PREFIX}result", f"{APPS_PREFIX}expected"
     asserts = []
     for position, (arguments, expected) in enumerate(zip(inputs, outputs)):
         if not isinstance(arguments, list):
             raise ValueError(f"call-based tests (fn_name): input {position} must be a list of arguments")
         # as JSON in the test, read back by the judge's json: repr would write an infinity as `inf`, a name
         asserts.append(
-            _APPS_VALUES + f"{function}result = lists(function(*from_json(json.loads({json.dumps(arguments)!r}))))\n"
-            f"expected = from_json(json.loads({json.dumps(expected)!r}))\n"
-            "assert result == expected or (isinstance(expected, list) and len(expected) == 1 and result == expected[0])"
+            _APPS_VALUES
+            + chosen
+            + f"{result} = {APPS_PREFIX}lists({function}(*{APPS_PREFIX}from_json(json.loads({json.dumps(arguments)!r}))))\n"
+            f"{expected_name} = {APPS_PREFIX}from_json(json.loads({json.dumps(expected)!r}))\n"
+            f"assert {result} == {expected_name} or (isinstance({expected_name}, list) and len({expected_name}) == 1 "
+            f"and {result} == {expected_name}[0])"
         )
     return asserts
 
 
+APPS_PREFIX = "_diffugrpo_apps_"
 # APPS's testing_util compares lists (a tuple the program returns, at any depth, is a list) and reads JSON's
-# digit-string keys of a dict argument or output as the ints they were
-_APPS_VALUES = """def lists(value):
+# string keys of a dict argument or output as the ints they were (only where each is an int as Python writes it:
+# "01" stays a string, so {"1": 2, "01": 1} keeps two keys)
+_APPS_VALUES = f"""def {APPS_PREFIX}lists(value):
     if isinstance(value, (list, tuple)):
-        return [lists(item) for item in value]
+        return [{APPS_PREFIX}lists(item) for item in value]
     if isinstance(value, dict):
-        return {key: lists(item) for key, item in value.items()}
+        return {{key: {APPS_PREFIX}lists(item) for key, item in value.items()}}
     return value
-def from_json(value):
+def {APPS_PREFIX}from_json(value):
     if isinstance(value, list):
-        return [from_json(item) for item in value]
+        return [{APPS_PREFIX}from_json(item) for item in value]
     if isinstance(value, dict):
-        digits = all(isinstance(key, str) and key.lstrip("-").isdigit() for key in value)
-        return {(int(key) if digits else key): from_json(item) for key, item in value.items()}
+        ints = all(isinstance(key, str) and key.lstrip("-").isdigit() and str(int(key)) == key for key in value)
+        return {{(int(key) if ints else key): {APPS_PREFIX}from_json(item) for key, item in value.items()}}
     return value
 """
 
@@ -347,8 +356,9 @@ def _read_tests(row: Mapping[str, Any]) -> TestSpec | None:
     setup = _joined(row.get("test_setup_code"), "test_setup_code")
     if row.get("test") is not None and (row.get("entry_point") is not None or row.get("test_cases") is None):
         return _check_tests(row, prelude, setup)
+    called = ()  # an APPS/TACO call-based row's function: the program's, even named like a builtin (max)
     if row.get("fn_name") is not None and row.get("test_cases") is None and row.get("test_list") is None:
-        row = {**row, "test_cases": _call_based_asserts(row)}
+        row, called = {**row, "test_cases": _call_based_asserts(row)}, (row["fn_name"], "Solution")
     for column in ("test_cases", "test_list"):
         if row.get(column) is not None:
             spec = _list_tests(_as_list(row[column], column), column, prelude, setup)
@@ -361,7 +371,8 @@ def _read_tests(row: Mapping[str, Any]) -> TestSpec | None:
                     **{
                         **spec.__dict__,
                         "has_reference": reference is not None,
-                        "program_names": defined_names(reference or "") - {name for name, _, _ in imports},
+                        "program_names": defined_names(reference or "") - {name for name, _, _ in imports}
+                        | set(called),
                         "imports": imports,
                         "task_methods": class_attributes(reference or ""),
                     }

@@ -814,6 +814,9 @@ class Row:
         if wanted or builtin_named:
             found = judging.names(wanted + builtin_named)
             for name in wanted:
+                if name not in found and name in BUILTIN_NAMES and name in self.program_names:
+                    # the task's own max that the program does not define: not Python's max in its place
+                    namespace[name] = _not_defined(name)
                 if name in found:
                     namespace[name] = found[name]
                     judging.program_globals.add(name)
@@ -834,12 +837,22 @@ class Row:
         return namespace
 
 
+def _not_defined(name: str):
+    """What a test gets for a name of the task's that the program does not define, where Python has a builtin of that
+    name: calling it raises the ``NameError`` a program without it would have met."""
+
+    def missing(*_args, **_kwargs):
+        raise NameError(f"name {name!r} is not defined (the task's own {name}, which the program does not define)")
+
+    return missing
+
+
 def _type_of(value, *rest):
     """``type`` for a test that only ever calls it: a program object's type is the program's class, as the handle the
     test holds for it (``type(obj) is Cls``, ``type(obj) == Cls``); any other call is Python's own ``type``."""
     if not rest and isinstance(value, Remote):
-        kind = value._op("getattr", "__class__")
-        # only a class of the program's own: an object whose __class__ says int or str is still not one
+        kind = value._op("type")  # type(), which a __class__ property does not change
+        # only a class of the program's own: an object of a builtin's subclass is still not of the builtin
         return kind if isinstance(kind, Remote) else builtins.type(value)
     return builtins.type(value, *rest)
 

@@ -23,6 +23,7 @@ KEPT_LIMIT = 64  # the test's values a program may keep and have mirrored back (
 PLAIN_ITEMS = 256  # the parts of an iterator's item looked at to tell whether it is plain data
 
 UNARY = {
+    "type": type,  # the object's own type, whatever its __class__ says (the test's type(obj))
     "repr": repr,
     "str": str,
     "len": len,
