@@ -3336,8 +3336,11 @@ humaneval(
 # (Employee.count), LeetCode drivers that name the class in a string (globals()[op], eval(op)), changes to a list or
 # dict read from a program object's attribute (e.tags.append), APPS/TACO call-based rows (fn_name)
 # Round 10's (fixtures/fidelity_round10.jsonl): class tasks with an ABC preamble base, type(obj) is Cls, APPS/TACO
-# call-based answers of tuples and int-keyed dicts, stdin given as lists of lines; JavaScript and C++ MultiPL-E rows
-for _round in ("fidelity_round9.jsonl", "fidelity_round10.jsonl"):
+# call-based answers of tuples and int-keyed dicts, stdin given as lists of lines; JavaScript and C++ MultiPL-E rows.
+# Round 11's (fixtures/fidelity_round11.jsonl; the r11_own_* rows are the judge fixes' own cases): OOP and LeetCode
+# forms, iter(it) is it, a test's bound method passed twice, isinstance(gen, types.GeneratorType), a __getattr__
+# proxy, issubclass and __mro__ of program classes, a matrix row the test holds while the program changes it
+for _round in ("fidelity_round9.jsonl", "fidelity_round10.jsonl", "fidelity_round11.jsonl"):
     for _row in map(json.loads, (Path(__file__).parent / "fixtures" / _round).open()):
         CASES.append((_row["id"], _row.pop("form"), _row))
 
@@ -3350,7 +3353,6 @@ REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
     "r7_he_warning_recorded_by_test": "warnings.catch_warnings in the test does not see the program's warnings",
     "r7_he_mock_patch_builtins_input": "mock.patch of builtins.input in the test does not reach the program",
     "r7_he_numpy_masked_array": "a masked array travels as its data (a plain ndarray)",
-    "r7_he_numpy_random_seeded_by_test": "np.random.seed in the test is not mirrored (random.seed is)",
     "r7_mbpp_cmp_to_key_argument": "a functools.cmp_to_key wrapper does not travel",
     "r7_cls_operators_with_numbers": "a program object's arithmetic with a number is not forwarded",
     "r7_cls_eq_with_string": "a program object's own __eq__ with a str is not trusted (by design: forgeable)",
@@ -3359,19 +3361,10 @@ REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
     "r7_cls_fields_named_like_str_methods": "a field named like a str method (.title) is taken for the str method",
     "r7_cls_dataclass_asdict_replace": "dataclasses.asdict/replace of a program dataclass meet a handle",
     "r9_np_test_passes_rng_generator": "a numpy Generator of the test does not travel",
-    "r10_cls_preamble_base_template_method": "issubclass(ProgramClass, PreambleClass) needs a class, not a handle",
-    "r10_iso_issubclass_plain_base": "issubclass(ProgramClass, PreambleClass) needs a class, not a handle",
-    "r10_cls_slots_and_vars": "Cls.__mro__ of a program class is not asked for",
-    "r10_cls_format_dunder_and_str_list": "sum() over program objects: __radd__ with the test's 0 (the trust rule)",
-    "r10_iso_sum_of_program_objects_radd": "sum() over program objects: __radd__ with the test's 0 (the trust rule)",
-    "r10_lc_rotate_image_inner_rows_swapped": "an element of an argument loses its identity (a matrix row)",
+    "r11_cls_context_manager_suppresses_error": "a program's __exit__ is told of the test's exception but never "
+    "suppresses it (by design: a suppressing context manager would pass any failing check in its body)",
     "r10_lc_copy_random_list_identity": "a class the test itself defines is not the program's to build (Node)",
     "r10_lc_clone_graph_neighbors": "a class the test itself defines is not the program's to build (Node)",
-    "r10_iso_type_is_and_class_name": "obj.__class__ is the handle's class, not the program's (type(obj) is Cls holds)",
-    "r10_iso_type_2": "obj.__class__ is the handle's class, not the program's (type(obj) is Cls holds)",
-    "r9_he_inner_list_append_and_dict_of_lists_mutation": "an element of an argument loses its identity: the "
-    "test's reference to an inner list is not the one the program changed",
-    "r9_he_nested_matrix_row_append": "an element of an argument loses its identity (a row of a matrix)",
     "r7_mbpp_program_reads_setup_global": "MBPP's setup code runs in the judge alone, never in the program's "
     "process: it may compute expected values (tests/test_reward_integrity.py), so its globals are not the program's",
 }

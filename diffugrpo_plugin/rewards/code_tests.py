@@ -295,8 +295,8 @@ def _call_based_asserts(row: Mapping[str, Any]) -> list[str]:
     (APPS stores most outputs wrapped in a list; APPS takes the first of a longer list too, which would pass a program
     returning one element of a list answer, so here only a one-element list is unwrapped). A task whose reference or
     starter code has ``class Solution`` calls its method; without either, the program's ``Solution`` if it has one.
-    The test's own names carry :data:`APPS_PREFIX`, which no ``fn_name`` may: a task's function named ``result``
-    or ``lists`` is still the program's."""
+    The test's own names carry :data:`APPS_PREFIX`, which no ``fn_name`` may: a task's function named ``result``,
+    ``lists``, ``json`` or ``len`` is still the program's, and the test still uses its own."""
     name = row["fn_name"]
     if not isinstance(name, str) or not name.isidentifier() or name.startswith(APPS_PREFIX):
         raise ValueError(f"column 'fn_name' must name the function the tests call, got {name!r}")
@@ -311,6 +311,7 @@ def _call_based_asserts(row: Mapping[str, Any]) -> list[str]:
     else:
         chosen = f"{function} = {f'Solution().{name}' if 'class Solution' in known else name}\n"
     result, expected_name = f"{APPS_PREFIX}result", f"{APPS_PREFIX}expected"
+    loads = f"{APPS_PREFIX}json.loads"  # json and the builtins under the prefix too: a task's function named json
     asserts = []
     for position, (arguments, expected) in enumerate(zip(inputs, outputs)):
         if not isinstance(arguments, list):
@@ -319,9 +320,9 @@ def _call_based_asserts(row: Mapping[str, Any]) -> list[str]:
         asserts.append(
             _APPS_VALUES
             + chosen
-            + f"{result} = {APPS_PREFIX}lists({function}(*{APPS_PREFIX}from_json(json.loads({json.dumps(arguments)!r}))))\n"
-            f"{expected_name} = {APPS_PREFIX}from_json(json.loads({json.dumps(expected)!r}))\n"
-            f"assert {result} == {expected_name} or (isinstance({expected_name}, list) and len({expected_name}) == 1 "
+            + f"{result} = {APPS_PREFIX}lists({function}(*{APPS_PREFIX}from_json({loads}({json.dumps(arguments)!r}))))\n"
+            f"{expected_name} = {APPS_PREFIX}from_json({loads}({json.dumps(expected)!r}))\n"
+            f"assert {result} == {expected_name} or ({APPS_PREFIX}unwrapped({expected_name}) "
             f"and {result} == {expected_name}[0])"
         )
     return asserts
@@ -331,19 +332,24 @@ APPS_PREFIX = "_diffugrpo_apps_"
 # APPS's testing_util compares lists (a tuple the program returns, at any depth, is a list) and reads JSON's
 # string keys of a dict argument or output as the ints they were (only where each is an int as Python writes it:
 # "01" stays a string, so {"1": 2, "01": 1} keeps two keys)
-_APPS_VALUES = f"""def {APPS_PREFIX}lists(value):
-    if isinstance(value, (list, tuple)):
+_APPS_VALUES = f"""import builtins as {APPS_PREFIX}builtins, json as {APPS_PREFIX}json
+def {APPS_PREFIX}lists(value):
+    if {APPS_PREFIX}builtins.isinstance(value, ({APPS_PREFIX}builtins.list, {APPS_PREFIX}builtins.tuple)):
         return [{APPS_PREFIX}lists(item) for item in value]
-    if isinstance(value, dict):
+    if {APPS_PREFIX}builtins.isinstance(value, {APPS_PREFIX}builtins.dict):
         return {{key: {APPS_PREFIX}lists(item) for key, item in value.items()}}
     return value
 def {APPS_PREFIX}from_json(value):
-    if isinstance(value, list):
+    b = {APPS_PREFIX}builtins
+    if b.isinstance(value, b.list):
         return [{APPS_PREFIX}from_json(item) for item in value]
-    if isinstance(value, dict):
-        ints = all(isinstance(key, str) and key.lstrip("-").isdigit() and str(int(key)) == key for key in value)
-        return {{(int(key) if ints else key): {APPS_PREFIX}from_json(item) for key, item in value.items()}}
+    if b.isinstance(value, b.dict):
+        ints = b.all(b.isinstance(key, b.str) and key.lstrip("-").isdigit() and b.str(b.int(key)) == key for key in value)
+        return {{(b.int(key) if ints else key): {APPS_PREFIX}from_json(item) for key, item in value.items()}}
     return value
+def {APPS_PREFIX}unwrapped(expected):
+    b = {APPS_PREFIX}builtins
+    return b.isinstance(expected, b.list) and b.len(expected) == 1
 """
 
 

@@ -221,6 +221,106 @@ assert.strict = withCleanComparisons(realAssert.strict);
 assert.strict.strict = assert.strict;
 for (const frozen of [assert, assert.strict, realAssert, realAssert.strict]) Object.freeze(frozen);
 """
+# The language's built-ins as the program found them, for the tests. Taken before the program runs: the
+# constructors the tests name (passed to the tests as their own parameters, so a program's top-level `class Set` does
+# not stand in for them) and each built-in prototype's own properties. Once the program's top-level code has run,
+# `restoreBuiltins` puts back every property it replaced on those objects and removes what it added that would
+# answer the tests' own uses (a key the prototype chain already has, an accessor, a symbol: its Set.prototype.add or
+# Array.prototype.sort was handed the tests' expected values and tables); a plain new method (Array.prototype.sum)
+# stays. Each property then becomes a getter of its value whose setter gives an instance its own property (so
+# `this.name = ...` in an Error subclass still works) and each object takes no new property, so nothing the program
+# runs during the tests can replace them again. It runs only captured functions, never a method the program could
+# have replaced. A property it cannot put back (the program made its replacement permanent) fails the run.
+JS_BUILTINS_GUARD = r"""
+const builtinNames = ["Object", "Function", "Array", "Number", "Boolean", "String", "Symbol", "BigInt", "Date",
+  "RegExp", "Map", "Set", "WeakMap", "WeakSet", "WeakRef", "Promise", "Proxy", "Reflect", "JSON", "Math",
+  "ArrayBuffer", "DataView", "Int8Array", "Uint8Array", "Uint8ClampedArray", "Int16Array", "Uint16Array", "Int32Array",
+  "Uint32Array", "Float32Array", "Float64Array", "BigInt64Array", "BigUint64Array", "Error", "TypeError", "RangeError",
+  "SyntaxError", "ReferenceError", "EvalError", "URIError", "AggregateError"];
+const builtinValues = builtinNames.map((name) => globalThis[name]);
+const restoreBuiltins = (() => {
+  "use strict";
+  const { apply, ownKeys, defineProperty, deleteProperty, getPrototypeOf, has, preventExtensions } = Reflect;
+  const ownDescriptor = Object.getOwnPropertyDescriptor, hasOwn = Object.hasOwn, TypeErrorClass = TypeError;
+  // a descriptor without a prototype: a property the program put on Object.prototype ("get", "value") is never
+  // read as one of its fields
+  const describe = (object, key) => {
+    const property = ownDescriptor(object, key);
+    if (property === undefined) return undefined;
+    const plain = { __proto__: null };
+    for (let at = 0; at < fields.length; at++) if (hasOwn(property, fields[at])) plain[fields[at]] = property[fields[at]];
+    return plain;
+  };
+  const fields = ["value", "writable", "get", "set", "enumerable", "configurable"];
+  const guarded = [];
+  const guard = (value) => {
+    if (value !== null && (typeof value === "object" || typeof value === "function")) guarded[guarded.length] = value;
+  };
+  for (let at = 0; at < builtinNames.length; at++) {
+    const value = builtinValues[at];
+    guard(value.prototype);
+    if (!/Error$/.test(builtinNames[at])) guard(value);  // an Error's own stackTraceLimit is node's to set
+  }
+  const iterators = [[][Symbol.iterator](), new Set()[Symbol.iterator](), new Map()[Symbol.iterator](),
+    ""[Symbol.iterator](), /a/[Symbol.matchAll]("a")];
+  for (let at = 0; at < iterators.length; at++) guard(getPrototypeOf(iterators[at]));
+  guard(getPrototypeOf(getPrototypeOf(iterators[0])));  // %IteratorPrototype%
+  for (const made of [function* () {}, async function () {}, async function* () {}]) {
+    const kind = getPrototypeOf(made);
+    guard(kind);
+    guard(kind.prototype);
+  }
+  guard(getPrototypeOf(getPrototypeOf(async function* () {}).prototype));  // %AsyncIteratorPrototype%
+  guard(getPrototypeOf(Uint8Array));
+  guard(getPrototypeOf(Uint8Array).prototype);
+  const before = [];
+  for (let at = 0; at < guarded.length; at++) {
+    const keys = ownKeys(guarded[at]), descriptors = [];
+    for (let k = 0; k < keys.length; k++) descriptors[k] = describe(guarded[at], keys[k]);
+    before[at] = [keys, descriptors];
+  }
+  const same = (one, other) => other !== undefined && one.value === other.value && one.get === other.get &&
+    one.set === other.set && one.writable === other.writable && one.enumerable === other.enumerable &&
+    one.configurable === other.configurable;
+  const fail = () => { throw new TypeErrorClass("the program made a change to the language's built-ins permanent"); };
+  return () => {
+    for (let at = 0; at < guarded.length; at++) {
+      const object = guarded[at], [keys, descriptors] = before[at], now = ownKeys(object);
+      for (let k = 0; k < now.length; k++) {
+        const key = now[k];
+        let known = false;
+        for (let j = 0; j < keys.length && !known; j++) known = keys[j] === key;
+        if (known) continue;
+        const property = describe(object, key), parent = getPrototypeOf(object);
+        const answers = typeof key === "symbol" || !hasOwn(property, "value") || (parent !== null && has(parent, key));
+        if (answers && !deleteProperty(object, key)) fail();
+      }
+      for (let k = 0; k < keys.length; k++) {
+        if (!same(descriptors[k], describe(object, keys[k])) && !defineProperty(object, keys[k], descriptors[k])) fail();
+      }
+    }
+    for (let at = 0; at < guarded.length; at++) {
+      const object = guarded[at], keys = ownKeys(object);
+      for (let k = 0; k < keys.length; k++) {
+        const key = keys[k], property = describe(object, key);
+        if (!property.configurable || !hasOwn(property, "value")) continue;
+        const value = property.value;
+        defineProperty(object, key, {
+          __proto__: null,
+          get() { return value; },
+          set(given) {
+            if (this === object) throw new TypeErrorClass(`a built-in's ${String(key)} is not the program's to replace`);
+            defineProperty(this, key, { __proto__: null, value: given, writable: true, enumerable: true, configurable: true });
+          },
+          enumerable: property.enumerable,
+          configurable: false,
+        });
+      }
+      preventExtensions(object);
+    }
+  };
+})();
+"""
 # node modules that reach the process's own scripts or the inspector (directly, or through another process,
 # thread or socket): a program in the tests' process gets none of them
 JS_HIDDEN_MODULES = (
@@ -522,7 +622,7 @@ def _javascript(language: Language, prelude: str, code: str, tests: str, marker:
 const fs = require("fs"), path = require("path"), vm = require("vm"), {{ builtinModules }} = require("module");
 const program = fs.readFileSync("{solution}", "utf8"), tests = fs.readFileSync("{JS_TESTS_FILE}", "utf8");
 for (const name of ["{solution}", "{JS_TESTS_FILE}", __filename]) fs.unlinkSync(name);
-{JS_CLEAN_ASSERT}const hidden = new Set({hidden});
+{JS_BUILTINS_GUARD}{JS_CLEAN_ASSERT}const hidden = new Set({hidden});
 const programRequire = (name) => {{
     const bare = String(name).replace(/^node:/, "");
     if (!builtinModules.includes(bare) || hidden.has(bare.split("/")[0])) {{
@@ -538,7 +638,9 @@ const programModule = {{ exports: {{}}, filename: path.resolve("{solution}") }};
 Object.assign(globalThis, {{ require: programRequire, module: programModule, exports: programModule.exports,
     __filename: programModule.filename, __dirname: process.cwd() }});
 vm.runInThisContext(program, {{ filename: "{solution}" }});
-vm.runInThisContext("(function (require) {{ \\"use strict\\";\\n" + tests + "\\n}})", {{ filename: "{JS_TESTS_FILE}" }})(testsRequire);
+restoreBuiltins();
+const testsWrapper = "(function (require, " + builtinNames.join(", ") + ") {{ \\"use strict\\";\\n" + tests + "\\n}})";
+vm.runInThisContext(testsWrapper, {{ filename: "{JS_TESTS_FILE}" }})(testsRequire, ...builtinValues);
 const masked = [{masked}], mask = [{mask}];
 fs.writeSync(1, "\\n" + String.fromCharCode(...masked.map((byte, at) => byte ^ mask[at])) + "\\n");
 process.exit(0);

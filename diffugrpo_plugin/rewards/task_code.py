@@ -125,7 +125,38 @@ def class_names(source: str) -> tuple[str, ...]:
 
 
 # Builtin bases whose methods a class of the reference inherits, known without running it.
-_BUILTIN_BASES = frozenset(("object", "str", "bytes", "list", "dict", "set", "frozenset", "tuple", "int", "float"))
+_BUILTIN_BASES = frozenset(
+    (
+        "object",
+        "str",
+        "bytes",
+        "list",
+        "dict",
+        "set",
+        "frozenset",
+        "tuple",
+        "int",
+        "float",
+        *(
+            name
+            for name, value in vars(builtins).items()
+            if isinstance(value, type) and issubclass(value, BaseException)
+        ),
+    )
+)
+# standard-library bases a task class derives from (an ``Enum``, an ``ABC``, a ``Generic[T]``)
+_STDLIB_BASES = frozenset(
+    ("Enum", "IntEnum", "StrEnum", "Flag", "IntFlag", "ABC", "Generic", "Protocol", "NamedTuple", "TypedDict")
+)
+
+
+def _base_name(base: ast.expr) -> str | None:
+    """``Enum`` for ``Enum``, ``enum.Enum`` and ``Generic[T]``; None for any other form of base."""
+    if isinstance(base, ast.Subscript):
+        base = base.value
+    if isinstance(base, ast.Attribute):
+        return base.attr
+    return base.id if isinstance(base, ast.Name) else None
 
 
 def _instance_fields(method: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
@@ -154,10 +185,13 @@ def _instance_fields(method: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]
     return fields
 
 
+_ANY_ATTRIBUTE = ("__getattr__", "__getattribute__")
+
+
 def class_attributes(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``(class, public attributes)`` for each class ``source`` defines at module level
     (its other classes, builtins): what its body defines and what it inherits; ``("*",)`` for one whose bases or
-    metaclass are not known here. The judge trusts a ``str`` method (``startswith``) that the test calls on a program
+    metaclass are not known here, or that answers any attribute (``__getattr__``). The judge trusts a ``str`` method (``startswith``) that the test calls on a program
     object only where the reference's class of that name offers it."""
     classes = {node.name: node for node in _top_level(source) if isinstance(node, ast.ClassDef)}
 
@@ -167,6 +201,8 @@ def class_attributes(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
             return None  # a metaclass, or a cycle: what it offers is not known here
         names = set()
         for statement in node.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name in _ANY_ATTRIBUTE:
+                return None  # a proxy answering any attribute it forwards (the task's own CountingProxy.upper)
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 names |= _instance_fields(statement)
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -181,8 +217,10 @@ def class_attributes(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
                 if inherited is None:
                     return None
                 names |= inherited
-            elif isinstance(base, ast.Name) and base.id in _BUILTIN_BASES:
-                names.update(dir(getattr(builtins, base.id)))
+            elif _base_name(base) in _BUILTIN_BASES or _base_name(base) in _STDLIB_BASES:
+                # a builtin's methods are answered by the builtin on the value a program object of that builtin
+                # holds, never by a plain class of the program's (its own startswith on a Tag that is no str)
+                continue
             else:
                 return None
         return {attribute for attribute in names if not attribute.startswith("_")}

@@ -102,6 +102,7 @@ class Judging:
         self.peer = wire.Peer(reading, writing, self.serve)
         self.task_classes = task_classes
         self.callbacks: list = []
+        self.callback_index: dict = {}  # a callable's key (see _unknown) -> its index in callbacks
         self.remotes: dict[int, Remote] = {}  # one per program object, so `is` and hashing hold
         self.iterators: dict[int, RemoteIterator] = {}  # one per program iterator: its prefetched items stay
         self.namespace: dict = {}  # the test's globals, once made
@@ -113,6 +114,7 @@ class Judging:
         self.failed_callbacks: list[AssertionError] = []
         self.ambiguous: set[str] = set()  # builtin names the program redefines, in a row without a reference
         self.random_state = None  # random's state as the program's process last had it from this side
+        self.numpy_random_key = None  # numpy's global state as last sent (see _process_state)
         self.decimal_context = _decimal_key()  # decimal's context as the program's process has it from this side
         self.kept: dict[int, object] = {}  # the test's mutable values the program keeps (a Logger's sink), by key
         self.kept_sent: dict[int, object] = {}  # each as the program's process last had it (see _send_kept)
@@ -142,6 +144,14 @@ class Judging:
         ):
             return ["bi", value.__name__]
         if _test_function(value) or _test_method(value):
+            # one callable, one callback: the program's on(handler) then off(handler) finds the same object (a bound
+            # method is made anew at each access, so it is known by its object and function)
+            owner = getattr(value, "__self__", None)
+            key = id(value) if owner is None else (id(owner), id(getattr(value, "__func__", None)), value.__name__)
+            index = self.callback_index.get(key)
+            if index is not None:
+                return ["cb", index]
+            self.callback_index[key] = len(self.callbacks)
             self.callbacks.append(value)
             # its names and docstring are read there as here (functools.wraps copies them onto a decorator's wrapper)
             names = [getattr(value, name, None) for name in ("__name__", "__qualname__", "__doc__")]
@@ -202,10 +212,16 @@ class Judging:
             self.iterators[handle] = RemoteIterator(remote)
         return self.iterators[handle]
 
-    def decode(self, encoded, names: bool = False):
+    def decode(self, encoded, names: bool = False, originals: list | None = None):
         """A value the program sent. ``names``: an answer to the names request, the only one where a module
-        or a module's object (``["mod", ...]``, ``["std", ...]``) may stand for what the program imported."""
-        decoder = wire.Decoder(self.task_classes, self._remote if names else self._remote_value, kept=self._kept_value)
+        or a module's object (``["mod", ...]``, ``["std", ...]``) may stand for what the program imported.
+        ``originals``: the containers of the call's arguments, which the value may name (``wire.Decoder``)."""
+        decoder = wire.Decoder(
+            self.task_classes,
+            self._remote if names else self._remote_value,
+            kept=self._kept_value,
+            originals=originals,
+        )
         value = decoder.decode(encoded)
         for key in wire.SIZE_KEYS:
             self.sizes[key] = max(self.sizes[key], getattr(decoder, key))
@@ -373,7 +389,8 @@ class Judging:
         """Calls a program callable. Arguments the program changed in place are changed here too, the
         program's globals the test holds are refreshed, and a result that is one of the arguments is that
         argument (``b = copy_list(a); assert b is not a`` holds as in Python)."""
-        encoder = wire.Encoder(self.task_classes, self._unknown, extra_classes=wire.SENT_CLASSES)
+        # decode_order: the memo numbers the arguments' containers as the program's decoder does (originals below)
+        encoder = wire.Encoder(self.task_classes, self._unknown, extra_classes=wire.SENT_CLASSES, decode_order=True)
         try:  # one value, so what the arguments share they share in the program too
             arguments = encoder.encode([list(args), dict(kwargs)])
         except wire.BadValue as error:
@@ -381,6 +398,9 @@ class Judging:
         answer = self._request(["call", handle, arguments, self._process_state()])
         if not (wire._is_list(answer, 6) and answer[0] == "ok"):
             return self.answer(answer)
+
+        alive = {id(value): value for value in encoder.alive}
+        originals = [alive[key] for key, _ in sorted(encoder.memo.items(), key=lambda item: item[1])]
 
         def read():
             self._mirror_back(answer[5])
@@ -391,7 +411,7 @@ class Judging:
                     else (kwargs.get(position) if type(position) is str else None)
                 )
                 if target is not None:
-                    _update_in_place(target, self.decode(state))
+                    _update_in_place(target, self.decode(state, originals=originals))
             for name, state in answer[3]:
                 if type(name) is str and name in self.program_globals:
                     self._update_global(name, self.decode(state))
@@ -413,7 +433,7 @@ class Judging:
                 and 0 <= same[1] < len(encoder.objects)
             ):
                 return encoder.objects[same[1]][0]
-            return self.decode(answer[1])
+            return self.decode(answer[1], originals=originals)
 
         return _readable(read)
 
@@ -502,6 +522,16 @@ class Judging:
             if now != self.random_state:
                 state["random"] = self.encode(now)
                 self.random_state = now
+        numpy_random = sys.modules.get("numpy.random") if _NUMPY_SEEDED else None
+        if numpy_random is not None:
+            # the legacy global generator the test seeded (np.random.seed): sent once it changed, so the program's
+            # draws go on from there between the test's own seeds; they are not taken back (the test's next draws
+            # start where its own state was)
+            now = numpy_random.get_state()
+            key = (now[1].tobytes(), *now[2:])
+            if key != self.numpy_random_key:
+                state["numpy_random"] = self.encode(now)
+                self.numpy_random_key = key
         context = _decimal_key()
         if context != self.decimal_context:
             state["decimal"] = self.encode(sys.modules["decimal"].getcontext())
@@ -545,6 +575,29 @@ _RANDOM_SETTERS: dict = {}  # random's own seed and setstate, for the judge's ow
 
 
 RANDOM_TWISTS = 100_000  # how many Mersenne Twister twists (624 words each) a call's draws are replayed over
+
+
+_NUMPY_SEEDED: list = []  # not empty once the test has seeded numpy's global generator or set its state
+
+
+def _watch_numpy_random() -> None:
+    """Notes in :data:`_NUMPY_SEEDED` when the test calls ``np.random.seed`` or ``np.random.set_state`` (the rule
+    :func:`_watch_random` follows for ``random``)."""
+    try:
+        import numpy.random as numpy_random
+    except ImportError:
+        return
+    for name in ("seed", "set_state"):
+        original = getattr(numpy_random, name)
+        if getattr(original, "_diffugrpo_watched", False):
+            continue
+
+        def set_by_test(*args, _original=original, **kwargs):
+            _NUMPY_SEEDED.append(True)
+            return _original(*args, **kwargs)
+
+        set_by_test._diffugrpo_watched = True
+        setattr(numpy_random, name, set_by_test)
 
 
 def _watch_random() -> None:
@@ -833,6 +886,8 @@ class Row:
                         namespace[name] = found[name]
         if "type" in called_only and "type" not in namespace:
             namespace["type"] = _type_of  # a test that only calls type(x): type(obj) is Cls holds for the program's
+        if "issubclass" in called_only and "issubclass" not in namespace:
+            namespace["issubclass"] = _issubclass_of
         judging.namespace = namespace
         return namespace
 
@@ -855,6 +910,23 @@ def _type_of(value, *rest):
         # only a class of the program's own: an object of a builtin's subclass is still not of the builtin
         return kind if isinstance(kind, Remote) else builtins.type(value)
     return builtins.type(value, *rest)
+
+
+def _issubclass_of(cls, classinfo) -> bool:
+    """``issubclass`` for a test that only ever calls it: a program class is asked of the program's process, where the
+    task's classes and Python's are the same ones it derives from (``issubclass(Dog, Animal)``); any other call is
+    Python's own. A class relation costs an honest program nothing to make true, so the program's answer is taken."""
+    if not isinstance(cls, Remote):
+        return builtins.issubclass(cls, classinfo)
+    if object.__getattribute__(cls, "_diffugrpo_type") != "type":
+        raise TypeError("issubclass() arg 1 must be a class")
+    for info in classinfo if type(classinfo) is tuple else (classinfo,):
+        answer = cls._op("issubclass", info)
+        if type(answer) is not bool:
+            raise TypeError(f"issubclass of a program class returned {type(answer).__name__}")
+        if answer:
+            return True
+    return False
 
 
 def judge_test(row: Row, test: dict, reading: int, writing: int) -> dict:
@@ -901,6 +973,8 @@ def _attempt(row: Row, test: dict, judging: Judging, programs_builtins: bool) ->
         )
         if "random" in code:
             _watch_random()
+            if "numpy" in code or "numpy" in sys.modules:
+                _watch_numpy_random()
         exec(compile(code, "<test>", "exec"), namespace)  # noqa: S102 - the test's own code, run here
         if test["kind"] == "check":
             namespace["check"](judging.ask(["entry", row.entry]))

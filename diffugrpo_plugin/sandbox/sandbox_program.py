@@ -306,11 +306,12 @@ class ProgramSide:
         self.globals_sent: dict[str, object] = {}  # the program's globals the judge holds as values, as sent
         self.kept: dict[int, list] = {}  # the test's values the program holds on to: key -> [value, as last sent]
         self.judge_objects: dict[int, JudgeObject] = {}  # one per object of the test's classes
+        self.callables: dict[int, JudgeCallable] = {}  # one per callback of the test's
         self.handles_made = 0
         self.peer = wire.Peer(reading, writing, self.answer)
 
-    def encode(self, value):
-        return wire.Encoder(self.task_classes, self._handle, kept=self._kept_kind).encode(value)
+    def encode(self, value, originals: dict | None = None):
+        return wire.Encoder(self.task_classes, self._handle, kept=self._kept_kind, originals=originals).encode(value)
 
     def _kept_kind(self, kind) -> bool:
         """The program's own subclasses of a builtin travel as handles with their value (``Encoder._kept``)."""
@@ -363,10 +364,12 @@ class ProgramSide:
         if encoded[0] == "exc":
             raise wire.BadValue("an exception class of the test does not travel")
         if encoded[0] == "cb" and type(index) is int:
-            callable_ = JudgeCallable(self, index)
-            for name, text in zip(("__name__", "__qualname__", "__doc__"), encoded[2:5]):
-                if type(text) is str:
-                    setattr(callable_, name, text)
+            callable_ = self.callables.get(index)
+            if callable_ is None:  # one per callback of the test's, as its function is one object there
+                callable_ = self.callables[index] = JudgeCallable(self, index)
+                for name, text in zip(("__name__", "__qualname__", "__doc__"), encoded[2:5]):
+                    if type(text) is str:
+                        setattr(callable_, name, text)
             return callable_
         if type(index) is int and 0 <= index < len(self.objects):
             return self.objects[index]
@@ -452,8 +455,10 @@ class ProgramSide:
         args, kwargs = arguments
         if type(kwargs) is not dict or not all(type(name) is str for name in kwargs):
             raise wire.BadValue("malformed call keywords")
-        encoded_args = [self._changeable(value) for value in args]  # what each argument was, to tell what changed
-        encoded_kwargs = [[name, self._changeable(value)] for name, value in kwargs.items()]
+        # the containers the arguments brought, by the order they came in: each goes back as itself (Encoder)
+        originals = {id(container): index for index, container in enumerate(decoder.refs)}
+        encoded_args = [self._changeable(value, originals) for value in args]  # what each was, to tell what changed
+        encoded_kwargs = [[name, self._changeable(value, originals)] for name, value in kwargs.items()]
         random_state = self._take_state(state)
         printed, stdout = (io.StringIO(), sys.stdout) if state.get("stdout") else (None, None)
         if printed is not None:
@@ -476,23 +481,23 @@ class ProgramSide:
             *((name, kwargs[name], item) for name, item in encoded_kwargs),
         ]:
             if sent is not None:
-                now = self.encode(value)
+                now = self.encode(value, originals)
                 if now != sent:
                     changed.append([position, now])
         if same is None and not changed:  # a node of unchanged arguments (searchBST's subtree): the test's own one
             same = next((["obj", index] for index, value in enumerate(decoder.objects) if value is result), None)
         self.handles_made = 0
-        encoded_result = self.encode(result) if same is None else None
+        encoded_result = self.encode(result, originals) if same is None else None
         if self.kept:
             after["kept"] = self._kept_changed()
         if self.handles_made:  # the result is (or holds) an object of the program's, which may keep the arguments
             after["keeps"] = self._keep(args)
         return ["ok", encoded_result, changed, self._globals_changed(), same, after]
 
-    def _changeable(self, value):
+    def _changeable(self, value, originals: dict):
         """The encoding of an argument a call may change in place (a list, a task object), None for any other."""
         return (
-            self.encode(value)
+            self.encode(value, originals)
             if isinstance(value, MUTABLE_TYPES)
             or type(value) in self.task_classes.values()
             or (type(value).__module__ == "numpy" and type(value).__name__ == "ndarray")
@@ -505,6 +510,10 @@ class ProgramSide:
         ``random`` state it set, if any."""
         if state.get("recursion_limit", 0) > sys.getrecursionlimit():
             sys.setrecursionlimit(state["recursion_limit"])
+        if "numpy_random" in state:
+            import numpy
+
+            numpy.random.set_state(self.decode(state["numpy_random"]))
         if "decimal" in state:
             import decimal
 

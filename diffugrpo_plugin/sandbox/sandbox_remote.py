@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import abc
 import builtins
+import sys
+import types
 from typing import TYPE_CHECKING
 
 import sandbox_wire as wire
 from sandbox_refusals import (
     BUILTIN_METHODS,
+    CLASS_DUNDERS,
     MESSAGE_CHARS,
     PASSED_DUNDERS,
     FromProgram,
@@ -30,6 +33,21 @@ if TYPE_CHECKING:  # the conversation a Remote's requests go through
 
 def _judging(remote) -> Judging:
     return object.__getattribute__(remote, "_diffugrpo_judging")
+
+
+# Python's types of the program's objects a handle stands for where the test asks for its __class__ (a program class
+# named like one of them gains nothing: the honest object is as cheap)
+BUILTIN_KINDS = {
+    "generator": types.GeneratorType,
+    "coroutine": types.CoroutineType,
+    "async_generator": types.AsyncGeneratorType,
+    "function": types.FunctionType,
+    "method": types.MethodType,
+    "builtin_function_or_method": types.BuiltinFunctionType,
+    "property": property,
+    "staticmethod": staticmethod,
+    "classmethod": classmethod,
+}
 
 
 def _equal_visible_states(one, other) -> bool:
@@ -71,11 +89,12 @@ class Remote:
         return judging.ask(["op", name, _handle(self), encoded])
 
     def __getattr__(self, name: str):
-        if name.startswith("__") and name.endswith("__") and name not in PASSED_DUNDERS:
+        kind = object.__getattribute__(self, "_diffugrpo_type")
+        passed = PASSED_DUNDERS + CLASS_DUNDERS if kind == "type" else PASSED_DUNDERS
+        if name.startswith("__") and name.endswith("__") and name not in passed:
             # numpy's __array_interface__ and its kind would have this process read what the program points at
             raise AttributeError(f"{name} of a program object is not asked for")
         judging = _judging(self)
-        kind = object.__getattribute__(self, "_diffugrpo_type")
         # the class itself (Employee.count, TextUtils.split): what the task's class of that name offers
         kind = judging.class_names.get(_handle(self), kind) if kind == "type" else kind
         if name in BUILTIN_METHODS:
@@ -85,13 +104,14 @@ class Remote:
                 # value it holds, never the program's override (these methods only read the value)
                 return getattr(self._diffugrpo_value(), name)
             # With a reference, the class must be one the reference defines, offering the method (a class name is the
-            # program's to choose: one named like the task's function is not the task's); without, one the task names.
+            # program's to choose: one named like the task's function is not the task's); without, a class the test
+            # took from the program by that name (a function's name is not a class the task names).
             offered = judging.task_methods.get(kind)  # what the reference's class of that name has ("*": unknown)
             if judging.has_reference:
                 named = offered is not None
                 trusted = named and ("*" in offered or name in offered)
             else:
-                named = trusted = kind in judging.program_globals or kind in judging.program_names
+                named = trusted = kind in judging.class_names.values()
             if not trusted:
                 judging.untrusted += 1
                 never = (
@@ -106,6 +126,21 @@ class Remote:
                     "the builtin value)"
                 )
         return self._op("getattr", name)
+
+    @property
+    def __class__(self):
+        """``obj.__class__`` in the test's own code is the program's class (``obj.__class__ is Node``), as ``type(obj)``
+        there is, or Python's own type for a generator, function or property (so the test's ``isinstance(gen,
+        types.GeneratorType)`` holds); everywhere else (isinstance's fallback inside this process's own code) the
+        handle's class."""
+        if sys._getframe(1).f_globals is _judging(self).namespace:
+            builtin_kind = BUILTIN_KINDS.get(object.__getattribute__(self, "_diffugrpo_type"))
+            if builtin_kind is not None:
+                return builtin_kind
+            kind = self._op("type")
+            if isinstance(kind, Remote):
+                return kind
+        return type(self)
 
     def __setattr__(self, name: str, value) -> None:
         self._op("setattr", name, value)
@@ -259,6 +294,14 @@ def _binary(name: str):
             if name in _OPERATORS:
                 return _OPERATORS[name](value, other)
             return _OPERATORS[name[1:]](other, value)  # a reflected one (radd: other + value)
+        if name == "radd" and type(other) is int and other == 0:
+            # sum() of program objects starts from 0, which tells the program nothing of an expected value; its
+            # answer must be its own object, never a number the test would compare
+            total = self._op(name, 0)
+            if isinstance(total, Remote):
+                return total
+            judging.untrusted += 1
+            raise TypeError("sum() of program objects: 0 + obj must give a program object")
         if not isinstance(other, Remote):
             judging.untrusted += 1
             raise TypeError(f"unsupported operand for {name}: a program object and a {type(other).__name__}")
@@ -321,6 +364,8 @@ def _iterate(self):
     iterator = self._op("iter")
     if not isinstance(iterator, Remote):
         return iter(iterator)
+    if iterator is self:
+        return self  # an iterator object of the program's (iter(it) is it); its __next__ still fetches in batches
     return _judging(self).iterator(iterator)
 
 

@@ -192,8 +192,20 @@ class Encoder:
     """One value as tagged JSON. ``task_classes``: the task's own classes by name (sent as attributes);
     ``unknown(obj)``: the tag of any other object (a handle on the program's side)."""
 
-    def __init__(self, task_classes: dict, unknown, kept=None, extra_classes: frozenset = frozenset()):
+    def __init__(
+        self,
+        task_classes: dict,
+        unknown,
+        kept=None,
+        extra_classes: frozenset = frozenset(),
+        originals: dict | None = None,
+        decode_order: bool = False,
+    ):
         self.classes = {cls: name for name, cls in task_classes.items()}
+        self.decode_order = decode_order  # memo in the order the decoder meets the containers, even without a ref
+        # id(container) -> its place among a call's arguments' containers: sent back as ``["orig", k, ...]``, so
+        # the test's own container k is changed in place rather than replaced (a matrix row it holds stays its)
+        self.originals = originals or {}
         self._unknown = unknown
         self._unknown_seen: dict[int, list] = {}  # what each object not sent as data became, once per value
         self.kept = kept  # kept(kind): whether an instance of a builtin's subclass stays a handle (``hv``)
@@ -219,7 +231,7 @@ class Encoder:
         while len(table) < len(self.objects):  # an entry's fields may meet objects not yet in the table
             table.append(self._entry(len(table)))
         order = _fill_order(table)
-        if self.memo_hits:
+        if self.memo_hits or (self.decode_order and self.memo):
             self.memo.clear()
             self.memo_hits = self.elements = 0
             for index in order:
@@ -309,9 +321,10 @@ class Encoder:
             return container
         if isinstance(value, type):
             ref = self._class_ref(value)
-            if ref is not None and ref[0] == "cls" and ref[1] != "builtins":
-                # a standard-library value class by name (a decimal context's trap classes); never a builtin
-                # exception, which from the program stands for its own class (no name of it is the test's)
+            if ref is not None and (ref[0] == "task" or ref[1] != "builtins"):
+                # a task class (the preamble's Animal in issubclass(Dog, Animal), or in Dog.__mro__) is each side's
+                # own copy of it; a standard-library value class goes by name (a decimal context's trap classes);
+                # never a builtin exception, which from the program stands for its own class
                 return ["ty", ref]
         reduced = self._reduced(value, kind, depth)
         return self.unknown(value) if reduced is None else reduced
@@ -340,14 +353,20 @@ class Encoder:
                 seen = self._remember(value)
                 if seen is not None:
                     return seen
-                if tag == "l":
-                    return ["l", [self._value(item, depth + 1) for item in list.__iter__(value)]]
-                if tag == "s":
-                    return ["s", [self._value(item, depth + 1) for item in set.__iter__(value)]]
-                if tag == "ba":
-                    return ["ba", _b64(bytes(memoryview(value)))]
-                return ["d", self._pairs(dict.items(value), depth)]
+                original = self.originals.get(id(value)) if kind is base else None
+                if original is not None:
+                    return ["orig", original, self._container_items(value, tag, depth)]
+                return self._container_items(value, tag, depth)
         return None
+
+    def _container_items(self, value, tag: str, depth: int) -> list:
+        if tag == "l":
+            return ["l", [self._value(item, depth + 1) for item in list.__iter__(value)]]
+        if tag == "s":
+            return ["s", [self._value(item, depth + 1) for item in set.__iter__(value)]]
+        if tag == "ba":
+            return ["ba", _b64(bytes(memoryview(value)))]
+        return ["d", self._pairs(dict.items(value), depth)]
 
     def _pairs(self, items, depth: int) -> list:
         return [[self._value(key, depth + 1), self._value(item, depth + 1)] for key, item in items]
@@ -567,6 +586,9 @@ def _is_list(value, length: int | None = None) -> bool:
     return type(value) is list and (length is None or len(value) == length)
 
 
+_ORIGINAL_TAGS = {list: "l", dict: "d", set: "s", bytearray: "ba"}
+
+
 class Decoder:
     """Tagged JSON back into values, strictly. ``task_classes``: the task's classes by name (rebuilt
     from attributes); ``handle(item)``: what a ``h`` or ``cb`` tag becomes on this side."""
@@ -578,9 +600,11 @@ class Decoder:
         builtin_names: frozenset | None = None,
         kept=None,
         extra_classes: frozenset = frozenset(),
+        originals: list | None = None,
     ):
         self.classes = task_classes
         self.handle = handle
+        self.originals = originals or []  # the containers of the call's arguments, in the order they were sent
         self.kept = kept  # kept(handle, value): what an ``hv`` becomes here (else its value)
         self.extra_classes = extra_classes  # (module, qualname) rebuilt here besides REBUILT_MODULES' (the program's)
         self.builtins = PURE_BUILTINS if builtin_names is None else builtin_names  # may arrive by name
@@ -689,6 +713,30 @@ class Decoder:
         out = self._register([])
         out.extend(self._items(encoded[1], depth))
         return out
+
+    def original_(self, encoded, depth):
+        """``["orig", k, container]``: the argument's container ``k`` as it is now, changed in place (see
+        :class:`Encoder`'s ``originals``); only a list, dict, set or bytearray, given its own kind of contents."""
+        if not (_is_list(encoded, 3) and type(encoded[1]) is int and 0 <= encoded[1] < len(self.originals)):
+            raise BadValue("malformed reference to an argument's container")
+        target, inner = self.originals[encoded[1]], encoded[2]
+        tag = _ORIGINAL_TAGS.get(type(target))
+        if tag is None or not (_is_list(inner, 2) and inner[0] == tag):
+            raise BadValue("an argument's container came back as another kind")
+        self._register(target)
+        if tag == "ba":
+            target[:] = _unb64(inner[1])
+        elif tag == "l":
+            target[:] = self._items(inner[1], depth)
+        elif tag == "s":
+            items = self._items(inner[1], depth)
+            target.clear()
+            target.update(items)
+        else:
+            pairs = self._pairs(inner[1], depth)
+            target.clear()
+            target.update(pairs)
+        return target
 
     def tuple_(self, encoded, depth):
         return tuple(self._items(encoded[1], depth))
@@ -976,6 +1024,7 @@ PURE_BUILTINS = frozenset(
         "max",
         "min",
         "next",
+        "object",
         "oct",
         "ord",
         "pow",
@@ -1249,6 +1298,7 @@ _DECODERS = {
     "obj": Decoder.task_object_,
     "e": Decoder.task_enum_,
     "ref": Decoder.ref_,
+    "orig": Decoder.original_,
     "h": Decoder.handle_,
     "ci": Decoder.handle_,
     "jo": Decoder.handle_,
