@@ -21,7 +21,21 @@ program it starts from, and an honest one where the task allows), then this roun
 - This round's fixes (``issubclass`` and ``__class__`` of program classes, ``sum()`` of program objects, an
   argument's inner list kept as the test's own): a class not derived, a metaclass or a patched ``issubclass``, a
   ``__class__`` property, an ``__radd__`` answering a number or handed the test's value, rows rebuilt instead of
-  changed in place.
+  changed in place; an ``__aexit__`` answering True (never suppresses); a ``cmp_to_key`` the program ignores, the
+  test's objects left unordered, a warning not issued, a dataclass whose fields differ (the test's comparison key, its
+  objects' ``<``, its ``catch_warnings`` and ``dataclasses.asdict`` now reach the program's process).
+
+A second breaker against all of that (``b12-*``): a ``toJSON`` the program added to ``Object.prototype`` or
+``Array.prototype``, a prototype of its own under ``Array.prototype`` (a proxy answering ``Symbol.toPrimitive``), a
+``Symbol.hasInstance`` on ``RangeError`` (at the top level, or during a call) all reached the tests' own code: the
+guard now also puts back each built-in's prototype, removes anything new on ``Object.prototype`` and any protocol
+name (``toJSON``, ``then``), and fixes ``instanceof`` of the ``Error`` classes. A class the test (or MBPP's setup
+code) defines was the program's to call, so its ``Oracle().solve`` or table of cases answered: only a record class
+of the test's own code (an ``__init__`` that stores what it is given, LeetCode's ``Node``) is. A ``Solution`` object
+returned by a call answered ``startswith`` in a row without a reference, and a reference class's dynamic fields let
+any method answer: such trust now covers only an object the test made from a class it names, and a field's value.
+An ``async`` test whose checks followed an ``await``, and one checking with ``console.assert``, passed any program:
+the runner now prints its marker once the event loop is empty, and the tests' ``console.assert`` throws.
 """
 
 from __future__ import annotations
@@ -50,4 +64,4 @@ def test_round_11_forgeries_score_0_and_honest_programs_1(tmp_path):
     got = {row["task_id"]: scored[row["task_id"]]["rewards"]["code"] for row in ROWS}
     assert got == pytest.approx({row["task_id"]: expected(row["task_id"]) for row in ROWS})
     attacks = {task_id for task_id in got if task_id.endswith("-attack")}
-    assert len(attacks) == 14 and all(got[task_id] == 0.0 for task_id in attacks)
+    assert len(attacks) == 26 and all(got[task_id] == 0.0 for task_id in attacks)

@@ -3347,24 +3347,16 @@ for _round in ("fidelity_round9.jsonl", "fidelity_round10.jsonl", "fidelity_roun
 
 # ---------------------------------------------------------------- what the judge rejects today, by cause
 REJECTED_TODAY: dict[str, str] = {  # case id -> why the judge rejects it
-    "r7_he_heapq_on_test_class_with_lt": "an object of the test's class is a callback handle there: heapq's < of "
-    "two of them is not the test's __lt__",
-    "r7_he_async_generator": "a program's async generator is not a handle the test can `async for` over",
-    "r7_he_warning_recorded_by_test": "warnings.catch_warnings in the test does not see the program's warnings",
-    "r7_he_mock_patch_builtins_input": "mock.patch of builtins.input in the test does not reach the program",
     "r7_he_numpy_masked_array": "a masked array travels as its data (a plain ndarray)",
-    "r7_mbpp_cmp_to_key_argument": "a functools.cmp_to_key wrapper does not travel",
     "r7_cls_operators_with_numbers": "a program object's arithmetic with a number is not forwarded",
     "r7_cls_eq_with_string": "a program object's own __eq__ with a str is not trusted (by design: forgeable)",
     "r7_cls_own_contains": "a program object's own __contains__ is not trusted (by design: forgeable)",
     "r7_cls_test_subclass_calls_super": "super() in the test's subclass of a program class meets a handle",
-    "r7_cls_fields_named_like_str_methods": "a field named like a str method (.title) is taken for the str method",
-    "r7_cls_dataclass_asdict_replace": "dataclasses.asdict/replace of a program dataclass meet a handle",
     "r9_np_test_passes_rng_generator": "a numpy Generator of the test does not travel",
+    "r11_cls_getattr_delegating_proxy": "a str method a reference's __getattr__ proxy forwards is refused (by design: "
+    "a proxy class's name is the program's to use, and its own startswith would answer; its fields are read)",
     "r11_cls_context_manager_suppresses_error": "a program's __exit__ is told of the test's exception but never "
     "suppresses it (by design: a suppressing context manager would pass any failing check in its body)",
-    "r10_lc_copy_random_list_identity": "a class the test itself defines is not the program's to build (Node)",
-    "r10_lc_clone_graph_neighbors": "a class the test itself defines is not the program's to build (Node)",
     "r7_mbpp_program_reads_setup_global": "MBPP's setup code runs in the judge alone, never in the program's "
     "process: it may compute expected values (tests/test_reward_integrity.py), so its globals are not the program's",
 }

@@ -240,7 +240,11 @@ const builtinNames = ["Object", "Function", "Array", "Number", "Boolean", "Strin
 const builtinValues = builtinNames.map((name) => globalThis[name]);
 const restoreBuiltins = (() => {
   "use strict";
-  const { apply, ownKeys, defineProperty, deleteProperty, getPrototypeOf, has, preventExtensions } = Reflect;
+  const { ownKeys, defineProperty, deleteProperty, getPrototypeOf, setPrototypeOf, has, preventExtensions } = Reflect;
+  const objectPrototype = Object.prototype, hasInstance = Symbol.hasInstance;
+  const defaultHasInstance = Function.prototype[Symbol.hasInstance];
+  // names a protocol looks up on any value (JSON.stringify's toJSON, a thenable's then): never the program's to add
+  const protocols = ["toJSON", "then", "constructor", "toString", "valueOf", "toLocaleString"];
   const ownDescriptor = Object.getOwnPropertyDescriptor, hasOwn = Object.hasOwn, TypeErrorClass = TypeError;
   // a descriptor without a prototype: a property the program put on Object.prototype ("get", "value") is never
   // read as one of its fields
@@ -252,14 +256,15 @@ const restoreBuiltins = (() => {
     return plain;
   };
   const fields = ["value", "writable", "get", "set", "enumerable", "configurable"];
-  const guarded = [];
+  const guarded = [], errors = [];
   const guard = (value) => {
     if (value !== null && (typeof value === "object" || typeof value === "function")) guarded[guarded.length] = value;
   };
   for (let at = 0; at < builtinNames.length; at++) {
     const value = builtinValues[at];
     guard(value.prototype);
-    if (!/Error$/.test(builtinNames[at])) guard(value);  // an Error's own stackTraceLimit is node's to set
+    guard(value);
+    if (/Error$/.test(builtinNames[at])) errors[errors.length] = value;  // their stackTraceLimit is node's to set
   }
   const iterators = [[][Symbol.iterator](), new Set()[Symbol.iterator](), new Map()[Symbol.iterator](),
     ""[Symbol.iterator](), /a/[Symbol.matchAll]("a")];
@@ -277,7 +282,7 @@ const restoreBuiltins = (() => {
   for (let at = 0; at < guarded.length; at++) {
     const keys = ownKeys(guarded[at]), descriptors = [];
     for (let k = 0; k < keys.length; k++) descriptors[k] = describe(guarded[at], keys[k]);
-    before[at] = [keys, descriptors];
+    before[at] = [keys, descriptors, getPrototypeOf(guarded[at])];
   }
   const same = (one, other) => other !== undefined && one.value === other.value && one.get === other.get &&
     one.set === other.set && one.writable === other.writable && one.enumerable === other.enumerable &&
@@ -285,25 +290,37 @@ const restoreBuiltins = (() => {
   const fail = () => { throw new TypeErrorClass("the program made a change to the language's built-ins permanent"); };
   return () => {
     for (let at = 0; at < guarded.length; at++) {
-      const object = guarded[at], [keys, descriptors] = before[at], now = ownKeys(object);
+      // indexed, not destructured: destructuring would call the array iterator, which may still be the program's
+      const object = guarded[at], keys = before[at][0], descriptors = before[at][1], parentBefore = before[at][2];
+      if (getPrototypeOf(object) !== parentBefore && !setPrototypeOf(object, parentBefore)) fail();
+      const now = ownKeys(object);
       for (let k = 0; k < now.length; k++) {
         const key = now[k];
         let known = false;
         for (let j = 0; j < keys.length && !known; j++) known = keys[j] === key;
         if (known) continue;
         const property = describe(object, key), parent = getPrototypeOf(object);
-        const answers = typeof key === "symbol" || !hasOwn(property, "value") || (parent !== null && has(parent, key));
+        let protocol = false;
+        for (let p = 0; p < protocols.length && !protocol; p++) protocol = protocols[p] === key;
+        const answers = typeof key === "symbol" || !hasOwn(property, "value") || object === objectPrototype ||
+          protocol || (parent !== null && has(parent, key));
         if (answers && !deleteProperty(object, key)) fail();
       }
       for (let k = 0; k < keys.length; k++) {
         if (!same(descriptors[k], describe(object, keys[k])) && !defineProperty(object, keys[k], descriptors[k])) fail();
       }
     }
+    for (let at = 0; at < errors.length; at++) {
+      // instanceof RangeError is the language's own, whatever the program defines during the tests
+      defineProperty(errors[at], hasInstance, { __proto__: null, value: defaultHasInstance });
+    }
     for (let at = 0; at < guarded.length; at++) {
       const object = guarded[at], keys = ownKeys(object);
+      let isError = false;
+      for (let e = 0; e < errors.length && !isError; e++) isError = errors[e] === object;
       for (let k = 0; k < keys.length; k++) {
         const key = keys[k], property = describe(object, key);
-        if (!property.configurable || !hasOwn(property, "value")) continue;
+        if (!property.configurable || !hasOwn(property, "value") || (isError && key === "stackTraceLimit")) continue;
         const value = property.value;
         defineProperty(object, key, {
           __proto__: null,
@@ -316,7 +333,7 @@ const restoreBuiltins = (() => {
           configurable: false,
         });
       }
-      preventExtensions(object);
+      if (!isError) preventExtensions(object);  // node adds to an Error constructor (prepareStackTrace)
     }
   };
 })();
@@ -630,6 +647,10 @@ const programRequire = (name) => {{
     }}
     return require(name);
 }};
+// console.assert in the tests (HumanEval-X's) fails the tests, as a check must; the rest is node's console
+const testsConsole = Object.freeze(Object.assign(Object.create(console), {{
+    assert: (value, ...message) => {{ if (!value) throw new realAssert.AssertionError({{ message: message.join(" ") || "console.assert" }}); }},
+}}));
 const testsRequire = (name) => (name === "assert" || name === "node:assert" ? assert
     : name === "assert/strict" || name === "node:assert/strict" ? assert.strict : require(name));
 process.on("SIGUSR1", () => {{}});
@@ -639,11 +660,16 @@ Object.assign(globalThis, {{ require: programRequire, module: programModule, exp
     __filename: programModule.filename, __dirname: process.cwd() }});
 vm.runInThisContext(program, {{ filename: "{solution}" }});
 restoreBuiltins();
-const testsWrapper = "(function (require, " + builtinNames.join(", ") + ") {{ \\"use strict\\";\\n" + tests + "\\n}})";
-vm.runInThisContext(testsWrapper, {{ filename: "{JS_TESTS_FILE}" }})(testsRequire, ...builtinValues);
-const masked = [{masked}], mask = [{mask}];
-fs.writeSync(1, "\\n" + String.fromCharCode(...masked.map((byte, at) => byte ^ mask[at])) + "\\n");
-process.exit(0);
+const testsWrapper = "(function (require, console, " + builtinNames.join(", ") + ") {{ \\"use strict\\";\\n" + tests +
+    "\\n}})";
+vm.runInThisContext(testsWrapper, {{ filename: "{JS_TESTS_FILE}" }})(testsRequire, testsConsole, ...builtinValues);
+// the marker once nothing is left to run: an async test's checks after an `await` run first (a failed one is an
+// unhandled rejection, which ends the process with an error)
+process.once("beforeExit", () => {{
+    const masked = [{masked}], mask = [{mask}];
+    fs.writeSync(1, "\\n" + String.fromCharCode(...masked.map((byte, at) => byte ^ mask[at])) + "\\n");
+    process.exit(0);
+}});
 """
     files = ((solution, _joined(prelude, code)), (JS_TESTS_FILE, tests), (JS_RUNNER_FILE, runner))
     node, *script = _command(language.run, JS_RUNNER_FILE)

@@ -186,12 +186,41 @@ def _instance_fields(method: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]
 
 
 _ANY_ATTRIBUTE = ("__getattr__", "__getattribute__")
+DYNAMIC_FIELDS = "*fields"  # in class_attributes: fields of any name (sandbox_refusals.DYNAMIC_FIELDS reads it)
+
+
+def _sets_named_fields(method: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether ``method`` gives its instance fields by names it is handed: ``setattr(self, name, ...)``,
+    ``self.__dict__.update(...)``, ``vars(self).update(...)``."""
+    if not method.args.args:
+        return False
+    own = method.args.args[0].arg
+    for node in ast.walk(method):
+        if not isinstance(node, ast.Call):
+            continue
+        function = node.func
+        if isinstance(function, ast.Name) and function.id == "setattr" and node.args:
+            target = node.args[0]
+            if isinstance(target, ast.Name) and target.id == own:
+                return True
+        if isinstance(function, ast.Attribute) and function.attr == "update":
+            holder = function.value
+            if isinstance(holder, ast.Attribute) and holder.attr == "__dict__":
+                holder = holder.value
+            elif isinstance(holder, ast.Call) and isinstance(holder.func, ast.Name) and holder.func.id == "vars":
+                holder = holder.args[0] if holder.args else None
+            else:
+                continue
+            if isinstance(holder, ast.Name) and holder.id == own:
+                return True
+    return False
 
 
 def class_attributes(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """``(class, public attributes)`` for each class ``source`` defines at module level
     (its other classes, builtins): what its body defines and what it inherits; ``("*",)`` for one whose bases or
-    metaclass are not known here, or that answers any attribute (``__getattr__``). The judge trusts a ``str`` method (``startswith``) that the test calls on a program
+    metaclass are not known here; :data:`DYNAMIC_FIELDS` among them for one whose fields are named by its caller or
+    forwarded (``setattr(self, key, value)``, ``__getattr__``). The judge trusts a ``str`` method (``startswith``) that the test calls on a program
     object only where the reference's class of that name offers it."""
     classes = {node.name: node for node in _top_level(source) if isinstance(node, ast.ClassDef)}
 
@@ -201,8 +230,12 @@ def class_attributes(source: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
             return None  # a metaclass, or a cycle: what it offers is not known here
         names = set()
         for statement in node.body:
-            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and statement.name in _ANY_ATTRIBUTE:
-                return None  # a proxy answering any attribute it forwards (the task's own CountingProxy.upper)
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)) and (
+                statement.name in _ANY_ATTRIBUTE or _sets_named_fields(statement)
+            ):
+                # a proxy answering any attribute it forwards, or fields named by the caller (Record(title=...)'s
+                # setattr(self, key, value)): a field of any name is read (its value), no method of any name is
+                names.add(DYNAMIC_FIELDS)
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 names |= _instance_fields(statement)
             if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

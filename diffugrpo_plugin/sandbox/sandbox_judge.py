@@ -64,6 +64,7 @@ STATE_DEPTH = 200  # nested program objects compared field by field, at most
 
 
 _STDOUT = [sys.stdout]  # the judge's own stdout: another one in its place is a test's redirect_stdout
+_INPUT = [builtins.input]  # Python's input: another one in its place is the test's
 
 
 ALLOWED_MODULES = ("numpy",)  # besides the standard library: modules a program's names may come from
@@ -111,16 +112,22 @@ class Judging:
         self.has_reference = True  # whether the row has a reference solution (see Row.namespace)
         self.task_methods: dict[str, frozenset] = {}  # the public attributes of the reference's classes, by class
         self.class_names: dict[int, str] = {}  # a program class's handle -> the task's name the test found it under
+        self.made_by_test: set[int] = set()  # handles of objects the test made by calling one of those classes
         self.failed_callbacks: list[AssertionError] = []
         self.ambiguous: set[str] = set()  # builtin names the program redefines, in a row without a reference
         self.random_state = None  # random's state as the program's process last had it from this side
         self.numpy_random_key = None  # numpy's global state as last sent (see _process_state)
+        self.input_callback: int | None = None  # the test's own input, where it replaced builtins.input
+        self.test_classes_sent: set[str] = set()  # see _test_classes
+        self.record_classes: frozenset[str] = frozenset()  # the test code's own (see record_classes)
+        self.records_warnings = False  # the test's code names warnings: the program's are sent back
         self.decimal_context = _decimal_key()  # decimal's context as the program's process has it from this side
         self.kept: dict[int, object] = {}  # the test's mutable values the program keeps (a Logger's sink), by key
         self.kept_sent: dict[int, object] = {}  # each as the program's process last had it (see _send_kept)
         self.test_objects: list = []  # objects of the test's own classes the program was handed (see _test_object)
         self.test_object_index: dict[int, int] = {}
         self.test_object_access: dict[int, int] = {}  # their attribute callbacks
+        self.test_object_order: int | None = None  # the callback ordering them (see _order_of_test_objects)
         self.state_depth = 0  # nested field comparisons of program objects in progress (see same_state)
         self.compared = 0
         self.untrusted = 0
@@ -143,6 +150,9 @@ class Judging:
             and getattr(builtins, value.__name__) is value
         ):
             return ["bi", value.__name__]
+        comparison = _cmp_key_comparison(value)
+        if comparison is not None:
+            return ["ck", self._unknown(comparison)]  # sorted(items, key=cmp_to_key(the test's cmp))
         if _test_function(value) or _test_method(value):
             # one callable, one callback: the program's on(handler) then off(handler) finds the same object (a bound
             # method is made anew at each access, so it is known by its object and function)
@@ -186,7 +196,10 @@ class Judging:
 
             self.callbacks.append(access)
             self.test_object_access[index] = len(self.callbacks) - 1
-        return ["jo", index, self.test_object_access[index], type(obj).__name__[:100]]
+        if self.test_object_order is None:
+            self.callbacks.append(_order_of_test_objects)
+            self.test_object_order = len(self.callbacks) - 1
+        return ["jo", index, self.test_object_access[index], type(obj).__name__[:100], self.test_object_order]
 
     def _value_of_iterator(self, iterator):
         """An iterator of the test (a generator expression as an argument) travels as the items it yields: all of
@@ -212,7 +225,7 @@ class Judging:
             self.iterators[handle] = RemoteIterator(remote)
         return self.iterators[handle]
 
-    def decode(self, encoded, names: bool = False, originals: list | None = None):
+    def decode(self, encoded, names: bool = False, originals: list | None = None, original_objects: list | None = None):
         """A value the program sent. ``names``: an answer to the names request, the only one where a module
         or a module's object (``["mod", ...]``, ``["std", ...]``) may stand for what the program imported.
         ``originals``: the containers of the call's arguments, which the value may name (``wire.Decoder``)."""
@@ -221,6 +234,7 @@ class Judging:
             self._remote if names else self._remote_value,
             kept=self._kept_value,
             originals=originals,
+            original_objects=original_objects,
         )
         value = decoder.decode(encoded)
         for key in wire.SIZE_KEYS:
@@ -401,6 +415,7 @@ class Judging:
 
         alive = {id(value): value for value in encoder.alive}
         originals = [alive[key] for key, _ in sorted(encoder.memo.items(), key=lambda item: item[1])]
+        given = {"originals": originals, "original_objects": [obj for obj, _ in encoder.objects]}
 
         def read():
             self._mirror_back(answer[5])
@@ -411,7 +426,7 @@ class Judging:
                     else (kwargs.get(position) if type(position) is str else None)
                 )
                 if target is not None:
-                    _update_in_place(target, self.decode(state, originals=originals))
+                    _update_in_place(target, self.decode(state, **given))
             for name, state in answer[3]:
                 if type(name) is str and name in self.program_globals:
                     self._update_global(name, self.decode(state))
@@ -433,9 +448,12 @@ class Judging:
                 and 0 <= same[1] < len(encoder.objects)
             ):
                 return encoder.objects[same[1]][0]
-            return self.decode(answer[1], originals=originals)
+            return self.decode(answer[1], **given)
 
-        return _readable(read)
+        result = _readable(read)
+        if handle in self.class_names and isinstance(result, Remote):
+            self.made_by_test.add(_handle(result))  # an object the test built from a class it names (see Remote)
+        return result
 
     def same_state(self, one: "Remote", other: "Remote") -> bool:
         """Whether two program objects the program calls equal hold equal fields (compared here, field by field;
@@ -514,14 +532,26 @@ class Judging:
     def _process_state(self) -> dict:
         """What the test set in this process that a call must see in the program's (as one process would):
         the recursion limit, ``random``'s state once the test has seeded it (see :func:`_watch_random`), whether
-        stdout is redirected, ``decimal``'s context once the test has changed it."""
+        stdout is redirected, the test's own ``input`` where it replaced Python's (called back), numpy's global
+        generator once the test has seeded it, ``decimal``'s context once the test has changed it."""
         state = {"recursion_limit": sys.getrecursionlimit(), "stdout": sys.stdout is not _STDOUT[0]}
+        if self.records_warnings:
+            state["warnings"] = True  # a test that reads warnings gets the program's (see _reissue)
         random = sys.modules.get("random")
         if random is not None and _RANDOM_SEEDED:
             now = random.getstate()
             if now != self.random_state:
                 state["random"] = self.encode(now)
                 self.random_state = now
+        made_here = self._test_classes()
+        if made_here:
+            state["test_classes"] = made_here
+        if builtins.input is not _INPUT[0]:
+            # the test replaced input (mock.patch('builtins.input', side_effect=[...])): the program's input() is it
+            if self.input_callback is None or self.callbacks[self.input_callback] is not builtins.input:
+                self.callbacks.append(builtins.input)
+                self.input_callback = len(self.callbacks) - 1
+            state["input"] = ["cb", self.input_callback]
         numpy_random = sys.modules.get("numpy.random") if _NUMPY_SEEDED else None
         if numpy_random is not None:
             # the legacy global generator the test seeded (np.random.seed): sent once it changed, so the program's
@@ -538,6 +568,27 @@ class Judging:
             self.decimal_context = context
         return state
 
+    def _test_classes(self) -> list:
+        """``[name, callback]`` for each record class the test's own code defines at its top level
+        (:func:`record_classes`: not the task's, which the program's process has too, nor setup code's) not yet sent:
+        the program builds its objects by calling it back (LeetCode's ``Node`` the test defines), as it would in one
+        process, unless it defines that name itself. A class with any behaviour of its own (an ``Oracle.solve``, a
+        table of cases) could answer for the program, so it is never sent."""
+        made = []
+        for name, value in list(self.namespace.items()):
+            if (
+                isinstance(value, type)
+                and value.__module__ == "__test__"
+                and name in self.record_classes
+                and name not in self.task_classes
+                and name not in self.test_classes_sent
+                and len(self.test_classes_sent) < KEPT_LIMIT
+            ):
+                self.callbacks.append(value)
+                self.test_classes_sent.add(name)
+                made.append([name, ["cb", len(self.callbacks) - 1, name, name, None]])
+        return made
+
     def _mirror_back(self, after) -> None:
         """The call's effect on that state: what the program printed goes to the test's stdout (a
         ``redirect_stdout`` target), and ``random`` continues from where the program left it, if only by
@@ -547,6 +598,8 @@ class Judging:
         printed = after.get("stdout")
         if type(printed) is str:
             sys.stdout.write(printed)
+        for warned in after.get("warnings", ())[:64] if type(after.get("warnings")) is list else ():
+            _reissue(warned)
         if "random" in after and "random" in sys.modules and self.random_state is not None:
             state = _drawn_from(self.random_state, self.decode(after["random"]))
             if state is None:
@@ -892,6 +945,130 @@ class Row:
         return namespace
 
 
+def _watch_dataclasses() -> None:
+    """``dataclasses.asdict`` and the others of ``sandbox_program.DATACLASS_FUNCTIONS``, given a program object, ask
+    the program's process (where its dataclass is), as ``asdict(e) == {...}`` needs; any other call is Python's."""
+    import dataclasses
+
+    for name in ("asdict", "astuple", "replace", "fields", "is_dataclass"):
+        original = getattr(dataclasses, name)
+        if getattr(original, "_diffugrpo_watched", False):
+            continue
+
+        def asked(value, *args, _original=original, _name=name, **kwargs):
+            if isinstance(value, Remote) and not args:
+                return value._op("dataclass", _name, kwargs)
+            return _original(value, *args, **kwargs)
+
+        asked._diffugrpo_watched = True
+        setattr(dataclasses, name, asked)
+
+
+def _reissue(warned) -> None:
+    """A warning the program issued during a call, issued here as from the program's file: the test's
+    ``catch_warnings`` and filters see it (only a builtin warning class, by name)."""
+    import warnings
+
+    if not (wire._is_list(warned, 3) and type(warned[0]) is str and type(warned[1]) is str and type(warned[2]) is int):
+        raise wire.BadValue("malformed warning")
+    category = getattr(builtins, warned[0], None)
+    if not (isinstance(category, type) and issubclass(category, Warning)):
+        category = UserWarning
+    warnings.warn_explicit(warned[1][:MESSAGE_CHARS], category, "solution.py", warned[2], module="solution")
+
+
+def _order_of_test_objects(name, one, other):
+    """``one < other`` (``<=``, ``>``, ``>=``) for an object of the test's own class that the program orders (heapq,
+    sorted, min): the test's own operator, run here."""
+    if name not in ("lt", "le", "gt", "ge"):
+        raise TypeError(f"{str(name)[:20]!r} is not an ordering")
+    return wire.BINARY_OPERATORS[name](one, other)
+
+
+def _cmp_key_comparison(value):
+    """The comparison a ``functools.cmp_to_key`` wrapper of the test's calls (the wrapper keeps it where only the
+    garbage collector's view of its references shows it), if it is the test's own function; else None."""
+    import functools
+    import gc
+
+    if type(value) is not type(functools.cmp_to_key(len)):
+        return None
+    held = [item for item in gc.get_referents(value) if callable(item) and not isinstance(item, type)]
+    return held[0] if len(held) == 1 and _test_function(held[0]) else None
+
+
+_RECORD_CONVERSIONS = frozenset(("int", "float", "str", "bool", "list", "tuple", "dict", "set"))
+
+
+def record_classes(code: str) -> frozenset[str]:
+    """The classes ``code`` defines at its top level that only hold what they are given: a body of an ``__init__``
+    (and a docstring) whose statements set fields of ``self`` from its parameters, constants, builtin conversions of
+    them, literals and ``x if x is not None else []`` (LeetCode's ``Node``)."""
+    import ast
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return frozenset()
+
+    def plain(node, parameters) -> bool:
+        if isinstance(node, ast.Constant):
+            return True
+        if isinstance(node, ast.Name):
+            return node.id in parameters
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            return all(plain(item, parameters) for item in node.elts)
+        if isinstance(node, ast.Dict):
+            return all(item is not None and plain(item, parameters) for item in (*node.keys, *node.values))
+        if isinstance(node, ast.Call):
+            return (
+                isinstance(node.func, ast.Name)
+                and node.func.id in _RECORD_CONVERSIONS
+                and not node.keywords
+                and all(plain(item, parameters) for item in node.args)
+            )
+        if isinstance(node, ast.IfExp):
+            return all(plain(part, parameters) for part in (node.test, node.body, node.orelse))
+        if isinstance(node, ast.BoolOp):
+            return all(plain(item, parameters) for item in node.values)
+        if isinstance(node, ast.Compare):
+            return isinstance(node.ops[0], (ast.Is, ast.IsNot, ast.Eq, ast.NotEq)) and all(
+                plain(item, parameters) for item in (node.left, *node.comparators)
+            )
+        return False
+
+    def record(node: ast.ClassDef) -> bool:
+        if node.bases or node.keywords or node.decorator_list:
+            return False
+        body = [item for item in node.body if not (isinstance(item, ast.Expr) and isinstance(item.value, ast.Constant))]
+        if len(body) != 1 or not isinstance(body[0], ast.FunctionDef) or body[0].name != "__init__":
+            return False
+        init = body[0]
+        arguments = init.args
+        if init.decorator_list or arguments.vararg or arguments.kwarg or not arguments.args:
+            return False
+        own = arguments.args[0].arg
+        parameters = {item.arg for item in (*arguments.args[1:], *arguments.kwonlyargs)}
+        if not all(plain(default, set()) for default in (*arguments.defaults, *arguments.kw_defaults) if default):
+            return False
+        for statement in init.body:
+            targets = statement.targets if isinstance(statement, ast.Assign) else [getattr(statement, "target", None)]
+            if not isinstance(statement, (ast.Assign, ast.AnnAssign)) or statement.value is None:
+                return False
+            for target in targets:
+                fields = target.elts if isinstance(target, ast.Tuple) else [target]
+                if not all(
+                    isinstance(field, ast.Attribute) and isinstance(field.value, ast.Name) and field.value.id == own
+                    for field in fields
+                ):
+                    return False
+            if not plain(statement.value, parameters):
+                return False
+        return True
+
+    return frozenset(node.name for node in tree.body if isinstance(node, ast.ClassDef) and record(node))
+
+
 def _not_defined(name: str):
     """What a test gets for a name of the task's that the program does not define, where Python has a builtin of that
     name: calling it raises the ``NameError`` a program without it would have met."""
@@ -971,6 +1148,10 @@ def _attempt(row: Row, test: dict, judging: Judging, programs_builtins: bool) ->
         namespace = row.namespace(
             judging, test["names"], test["called"], programs_builtins, check=test["kind"] == "check"
         )
+        judging.records_warnings = "warnings" in code
+        judging.record_classes = record_classes(code)
+        if "dataclasses" in code:
+            _watch_dataclasses()
         if "random" in code:
             _watch_random()
             if "numpy" in code or "numpy" in sys.modules:

@@ -14,6 +14,7 @@ import collections
 import io
 import operator
 import sys
+import warnings
 
 import sandbox_wire as wire
 
@@ -45,11 +46,23 @@ UNARY = {
     "reversed": reversed,
     "enter": lambda target: type(target).__enter__(target),
     "await": lambda target: _run_awaitable(target),
+    "aiter": lambda target: type(target).__aiter__(target),
+    "anext": lambda target: _next_async(target),
+    "aenter": lambda target: _in_async_loop(type(target).__aenter__(target)),
     "state": lambda target: _state(target),
     "copy": lambda target: _copy().copy(target),
     "deepcopy": lambda target: _copy().deepcopy(target),
     "value": lambda target: _builtin_value(target),
 }
+
+
+WARNINGS_SENT = 64  # a call's warnings the judge re-issues, at most
+
+
+def _warning(item) -> list:
+    """``[nearest builtin Warning class's name, message, line]`` of a warning the program issued."""
+    base = next(kind.__name__ for kind in item.category.__mro__ if getattr(builtins, kind.__name__, None) is kind)
+    return [base, str(item.message)[:MESSAGE_CHARS], item.lineno if type(item.lineno) is int else 0]
 
 
 def _math():
@@ -104,6 +117,35 @@ def _run_awaitable(awaitable):
     return asyncio.run(awaited())
 
 
+_ASYNC_ITERATION: list = []  # the event loop the program's async iterators run in, one for the whole test
+
+
+def _next_async(iterator) -> list:
+    """``[True, item]`` from the program's async iterator, ``[False, None]`` at its end, run in one event loop of
+    this process for all its steps (an async generator belongs to the loop it started in)."""
+
+    async def step():
+        try:
+            return [True, await type(iterator).__anext__(iterator)]
+        except StopAsyncIteration:
+            return [False, None]
+
+    return _in_async_loop(step())
+
+
+def _in_async_loop(awaitable):
+    """``awaitable`` run to its end in the event loop of :data:`_ASYNC_ITERATION`."""
+    import asyncio
+
+    if not _ASYNC_ITERATION:
+        _ASYNC_ITERATION.append(asyncio.new_event_loop())
+
+    async def awaited():
+        return await awaitable
+
+    return _ASYNC_ITERATION[0].run_until_complete(awaited())
+
+
 BINARY = {
     "getattr": getattr,
     "delattr": delattr,
@@ -142,6 +184,9 @@ def _subclass(target, name, body: dict):
 
 
 TERNARY = {"setattr": setattr, "setitem": operator.setitem, "subclass": _subclass}
+DATACLASS = "dataclass"  # dataclasses.asdict(obj) and the others of DATACLASS_FUNCTIONS, of a program object
+DATACLASS_FUNCTIONS = ("asdict", "astuple", "replace", "fields", "is_dataclass")
+ASYNC_EXIT = "aexit"  # __aexit__, told as __exit__ is
 EXIT = "exit"  # __exit__(type, value, traceback): the judge sends the exception's class name and message, or nothing
 
 
@@ -232,12 +277,28 @@ class JudgeObject:
     """An object of a class the test defines (see ``Judging._test_object``): its public attributes are read and set,
     and its methods called, in the judge."""
 
-    __slots__ = ("_side", "_index", "_access")
+    __slots__ = ("_side", "_index", "_access", "_order")
 
-    def __init__(self, side: "ProgramSide", index: int, access: int):
+    def __init__(self, side: "ProgramSide", index: int, access: int, order: int):
         object.__setattr__(self, "_side", side)
         object.__setattr__(self, "_index", index)
         object.__setattr__(self, "_access", JudgeCallable(side, access))
+        object.__setattr__(self, "_order", JudgeCallable(side, order))
+
+    def _ordered(self, name: str, other):
+        return object.__getattribute__(self, "_order")(name, self, other)
+
+    def __lt__(self, other):
+        return self._ordered("lt", other)
+
+    def __le__(self, other):
+        return self._ordered("le", other)
+
+    def __gt__(self, other):
+        return self._ordered("gt", other)
+
+    def __ge__(self, other):
+        return self._ordered("ge", other)
 
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -310,8 +371,13 @@ class ProgramSide:
         self.handles_made = 0
         self.peer = wire.Peer(reading, writing, self.answer)
 
-    def encode(self, value, originals: dict | None = None):
-        return wire.Encoder(self.task_classes, self._handle, kept=self._kept_kind, originals=originals).encode(value)
+    def encode(self, value, originals: tuple[dict, dict] | None = None):
+        """``value`` as the judge reads it; ``originals``: the call's arguments' containers and task objects, which
+        go back as themselves (``wire.Encoder``)."""
+        containers, objects = originals or (None, None)
+        return wire.Encoder(
+            self.task_classes, self._handle, kept=self._kept_kind, originals=containers, original_objects=objects
+        ).encode(value)
 
     def _kept_kind(self, kind) -> bool:
         """The program's own subclasses of a builtin travel as handles with their value (``Encoder._kept``)."""
@@ -357,9 +423,9 @@ class ProgramSide:
         index = encoded[1] if len(encoded) >= 2 else None
         if encoded[0] == "ci" and len(encoded) == 3 and type(encoded[2]) is int:
             return JudgeIterator(self, [self.decode(item) for item in encoded[1]], encoded[2])
-        if encoded[0] == "jo" and len(encoded) == 4 and type(index) is int and type(encoded[2]) is int:
-            if index not in self.judge_objects:
-                self.judge_objects[index] = judge_object_class(str(encoded[3]))(self, index, encoded[2])
+        if encoded[0] == "jo" and len(encoded) == 5 and type(index) is int and type(encoded[2]) is int:
+            if index not in self.judge_objects and type(encoded[4]) is int:
+                self.judge_objects[index] = judge_object_class(str(encoded[3]))(self, index, encoded[2], encoded[4])
             return self.judge_objects[index]
         if encoded[0] == "exc":
             raise wire.BadValue("an exception class of the test does not travel")
@@ -456,17 +522,32 @@ class ProgramSide:
         if type(kwargs) is not dict or not all(type(name) is str for name in kwargs):
             raise wire.BadValue("malformed call keywords")
         # the containers the arguments brought, by the order they came in: each goes back as itself (Encoder)
-        originals = {id(container): index for index, container in enumerate(decoder.refs)}
+        originals = (
+            {id(container): index for index, container in enumerate(decoder.refs)},
+            {id(obj): index for index, obj in enumerate(decoder.objects)},
+        )
         encoded_args = [self._changeable(value, originals) for value in args]  # what each was, to tell what changed
         encoded_kwargs = [[name, self._changeable(value, originals)] for name, value in kwargs.items()]
         random_state = self._take_state(state)
         printed, stdout = (io.StringIO(), sys.stdout) if state.get("stdout") else (None, None)
         if printed is not None:
             sys.stdout = printed
+        own_input = builtins.input
+        if "input" in state:  # the test's mock.patch('builtins.input', ...): its input, called back
+            builtins.input = self.decode(state["input"])
+        warned: list = []
         try:
-            result = function(*args, **kwargs)
+            if state.get("warnings"):  # a test that reads warnings: the program's go to the judge, whose filters decide
+                with warnings.catch_warnings(record=True) as warned:
+                    warnings.simplefilter("always")
+                    result = function(*args, **kwargs)
+            else:  # no stdlib code around the call, which the line count would take for the program's work
+                result = function(*args, **kwargs)
         finally:
+            builtins.input = own_input
             after = {}
+            if warned:
+                after["warnings"] = [_warning(item) for item in warned[:WARNINGS_SENT]]
             if printed is not None:
                 sys.stdout = stdout
                 after["stdout"] = printed.getvalue()
@@ -494,7 +575,7 @@ class ProgramSide:
             after["keeps"] = self._keep(args)
         return ["ok", encoded_result, changed, self._globals_changed(), same, after]
 
-    def _changeable(self, value, originals: dict):
+    def _changeable(self, value, originals: tuple[dict, dict]):
         """The encoding of an argument a call may change in place (a list, a task object), None for any other."""
         return (
             self.encode(value, originals)
@@ -510,6 +591,11 @@ class ProgramSide:
         ``random`` state it set, if any."""
         if state.get("recursion_limit", 0) > sys.getrecursionlimit():
             sys.setrecursionlimit(state["recursion_limit"])
+        for made_there in state.get("test_classes", ()):
+            if not (type(made_there) is list and len(made_there) == 2 and type(made_there[0]) is str):
+                raise wire.BadValue("malformed test class")
+            if made_there[0] not in self.namespace:  # the program's own class of that name stays its own
+                self.namespace[made_there[0]] = self.decode(made_there[1])
         if "numpy_random" in state:
             import numpy
 
@@ -597,6 +683,15 @@ class ProgramSide:
             return BINARY[name](target, *operands)
         if name == EXIT:
             return bool(type(target).__exit__(target, *_exit_info(operands)))
+        if name == ASYNC_EXIT:
+            return bool(_in_async_loop(type(target).__aexit__(target, *_exit_info(operands))))
+        if name == DATACLASS:
+            function, keywords = operands
+            if function not in DATACLASS_FUNCTIONS or type(keywords) is not dict:
+                raise TypeError(f"{str(function)[:40]!r} is not one of dataclasses' functions asked here")
+            import dataclasses
+
+            return getattr(dataclasses, function)(target, **keywords)
         return TERNARY[name](target, *operands)
 
     def _next_batch(self, iterator, count: int) -> list:

@@ -15,6 +15,7 @@ MESSAGE_CHARS = 500
 
 
 PASSED_DUNDERS = ("__name__", "__qualname__", "__doc__", "__module__", "__dict__")
+DYNAMIC_FIELDS = "*fields"  # a reference class's fields named by its caller (rewards.task_code.class_attributes)
 CLASS_DUNDERS = ("__mro__", "__bases__", "__base__")  # what a program class (not its objects) is also asked
 
 

@@ -16,6 +16,7 @@ import sandbox_wire as wire
 from sandbox_refusals import (
     BUILTIN_METHODS,
     CLASS_DUNDERS,
+    DYNAMIC_FIELDS,
     MESSAGE_CHARS,
     PASSED_DUNDERS,
     FromProgram,
@@ -90,6 +91,7 @@ class Remote:
 
     def __getattr__(self, name: str):
         kind = object.__getattribute__(self, "_diffugrpo_type")
+        is_class = kind == "type"
         passed = PASSED_DUNDERS + CLASS_DUNDERS if kind == "type" else PASSED_DUNDERS
         if name.startswith("__") and name.endswith("__") and name not in passed:
             # numpy's __array_interface__ and its kind would have this process read what the program points at
@@ -104,14 +106,23 @@ class Remote:
                 # value it holds, never the program's override (these methods only read the value)
                 return getattr(self._diffugrpo_value(), name)
             # With a reference, the class must be one the reference defines, offering the method (a class name is the
-            # program's to choose: one named like the task's function is not the task's); without, a class the test
-            # took from the program by that name (a function's name is not a class the task names).
+            # program's to choose: one named like the task's function is not the task's); without, only a class the
+            # test took from the program by that name answers, for itself (Employee.count) and for an object the test
+            # made by calling it (Stack().count()), never for an object a call returned (a Solution().greet()
+            # returning a Solution whose startswith answers True).
             offered = judging.task_methods.get(kind)  # what the reference's class of that name has ("*": unknown)
             if judging.has_reference:
                 named = offered is not None
                 trusted = named and ("*" in offered or name in offered)
+                if named and not trusted and DYNAMIC_FIELDS in offered:
+                    # a class whose fields the caller names (Record(title=...)): a field's value is read, never a
+                    # method of the program's answering for a str's
+                    value = self._op("getattr", name)
+                    if not isinstance(value, Remote):
+                        return value
             else:
-                named = trusted = kind in judging.class_names.values()
+                named = kind in judging.class_names.values()
+                trusted = named and (is_class or _handle(self) in judging.made_by_test)
             if not trusted:
                 judging.untrusted += 1
                 never = (
@@ -383,17 +394,17 @@ def _contains(self, item) -> bool:
     return _typed(self._op("contains", item), bool, "__contains__")
 
 
-def _exit(self, exc_type=None, exc=None, traceback=None):
+def _exit(self, exc_type=None, exc=None, traceback=None, operation: str = "exit"):
     """The program's ``__exit__``, told of an exception in the test's ``with`` body as its nearest builtin class and
     message (a transaction rolls back), and never allowed to suppress one: the test's ``AssertionError`` or a
     ``TypeError`` its checks raised always goes on."""
     if isinstance(exc, Exception) and not isinstance(exc, FromProgram):
         base = next(kind.__name__ for kind in type(exc).__mro__ if getattr(builtins, kind.__name__, None) is kind)
-        self._op("exit", base, _text(exc))
+        self._op(operation, base, _text(exc))
     elif isinstance(exc, Exception):  # the program's own: its class of that name
-        self._op("exit", type(exc).__name__, _text(exc))
+        self._op(operation, type(exc).__name__, _text(exc))
     else:
-        self._op("exit")
+        self._op(operation)
     return False
 
 
@@ -406,6 +417,25 @@ def _await(self):
     """``await`` on a program's awaitable: the program runs it to its end in its own event loop."""
     return self._op("await")
     yield  # a generator, as __await__ must return an iterator
+
+
+async def _async_next(self):
+    """``async for`` over a program's async iterator: each step runs to its end in the program's process."""
+    answer = self._op("anext")
+    if not (wire._is_list(answer, 2) and type(answer[0]) is bool):
+        raise TypeError("the program's async iterator gave no step")
+    if not answer[0]:
+        raise StopAsyncIteration
+    return answer[1]
+
+
+async def _async_enter(self):
+    return self._op("aenter")
+
+
+async def _async_exit(self, exc_type=None, exc=None, traceback=None):
+    """``async with``'s end: the program's ``__aexit__``, told as :func:`_exit` tells ``__exit__``, never suppressing."""
+    return _exit(self, exc_type, exc, traceback, operation="aexit")
 
 
 async def _coroutine(awaitable):
@@ -426,6 +456,10 @@ _CAPABILITY_METHODS = {
     "__exit__": _exit,
     "__hash__": lambda self: _typed(self._op("hash"), int, "__hash__"),
     "__await__": _await,
+    "__aiter__": lambda self: self._op("aiter"),
+    "__anext__": lambda self: _async_next(self),
+    "__aenter__": lambda self: _async_enter(self),
+    "__aexit__": lambda self, *exception: _async_exit(self, *exception),
 }
 
 

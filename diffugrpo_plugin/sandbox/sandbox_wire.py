@@ -76,6 +76,10 @@ CAPABILITIES = (
     "__exit__",
     "__hash__",
     "__await__",
+    "__aiter__",
+    "__anext__",
+    "__aenter__",
+    "__aexit__",
 )
 
 
@@ -200,12 +204,14 @@ class Encoder:
         extra_classes: frozenset = frozenset(),
         originals: dict | None = None,
         decode_order: bool = False,
+        original_objects: dict | None = None,
     ):
         self.classes = {cls: name for name, cls in task_classes.items()}
         self.decode_order = decode_order  # memo in the order the decoder meets the containers, even without a ref
         # id(container) -> its place among a call's arguments' containers: sent back as ``["orig", k, ...]``, so
         # the test's own container k is changed in place rather than replaced (a matrix row it holds stays its)
         self.originals = originals or {}
+        self.original_objects = original_objects or {}  # id(task object) -> its place in the arguments' table
         self._unknown = unknown
         self._unknown_seen: dict[int, list] = {}  # what each object not sent as data became, once per value
         self.kept = kept  # kept(kind): whether an instance of a builtin's subclass stays a handle (``hv``)
@@ -242,7 +248,10 @@ class Encoder:
     def _entry(self, index: int) -> list:
         obj, name = self.objects[index]
         attributes = object.__getattribute__(obj, "__dict__")
-        return [name, [[key, self._value(item, 1)] for key, item in dict.items(attributes) if type(key) is str]]
+        entry = [name, [[key, self._value(item, 1)] for key, item in dict.items(attributes) if type(key) is str]]
+        original = self.original_objects.get(id(obj))
+        # an argument's task object goes back as itself (the test's node in the list the program returns)
+        return entry if original is None else [*entry, original]
 
     def unknown(self, value):
         """``unknown(value)`` once per object: encoding a value twice (:meth:`encode`) must not draw an iterator twice."""
@@ -601,8 +610,10 @@ class Decoder:
         kept=None,
         extra_classes: frozenset = frozenset(),
         originals: list | None = None,
+        original_objects: list | None = None,
     ):
         self.classes = task_classes
+        self.original_objects = original_objects or []  # the task objects of the call's arguments, by table place
         self.handle = handle
         self.originals = originals or []  # the containers of the call's arguments, in the order they were sent
         self.kept = kept  # kept(handle, value): what an ``hv`` becomes here (else its value)
@@ -625,15 +636,20 @@ class Decoder:
             raise BadValue("the object table's order is not one of its entries each")
         try:
             for entry in table:
-                if not _is_list(entry, 2):
+                if not (_is_list(entry, 2) or (_is_list(entry, 3) and type(entry[2]) is int)):
                     raise BadValue("malformed object table")
                 cls = self._task_class(entry[0])
-                obj = cls.__new__(cls)
-                _refuse_shared(obj)  # a class whose __new__ hands out one instance: its fields are not this value's
+                if len(entry) == 3:
+                    obj = self._original_object(entry[2], cls)
+                else:
+                    obj = cls.__new__(cls)
+                    _refuse_shared(obj)  # a class whose __new__ hands out one instance: its fields are not this value's
                 self.objects.append(obj)
             for index in order:
                 obj, entry = self.objects[index], table[index]
                 state = object.__getattribute__(obj, "__dict__")
+                if len(entry) == 3:
+                    state.clear()  # an argument's object, given the fields it has now
                 for name, value in self._pairs(entry[1], 1):
                     if type(name) is not str or name.startswith("__") or callable(getattr(type(obj), name, None)):
                         # an instance attribute named like one of the class's methods would replace it
@@ -713,6 +729,11 @@ class Decoder:
         out = self._register([])
         out.extend(self._items(encoded[1], depth))
         return out
+
+    def _original_object(self, place: int, cls):
+        if not 0 <= place < len(self.original_objects) or type(self.original_objects[place]) is not cls:
+            raise BadValue("malformed reference to an argument's object")
+        return self.original_objects[place]
 
     def original_(self, encoded, depth):
         """``["orig", k, container]``: the argument's container ``k`` as it is now, changed in place (see
@@ -962,6 +983,14 @@ class Decoder:
         if cls is None:
             raise BadValue(f"a {ref[1][:40]}.{ref[2][:40]} is not rebuilt here (only standard-library value types are)")
         return cls
+
+    def cmp_key_(self, encoded, depth):
+        """``["ck", comparison]``: ``functools.cmp_to_key`` of the comparison (the test's, called back there)."""
+        if not _is_list(encoded, 2) or not (_is_list(encoded[1]) and encoded[1] and encoded[1][0] == "cb"):
+            raise BadValue("malformed comparison key")
+        import functools
+
+        return functools.cmp_to_key(self._value(encoded[1], depth))
 
     def ref_(self, encoded, depth):
         index = encoded[1]
@@ -1309,6 +1338,7 @@ _DECODERS = {
     "red": Decoder.reduced_,
     "ty": Decoder.type_,
     "fn": Decoder.function_,
+    "ck": Decoder.cmp_key_,
 }
 
 
