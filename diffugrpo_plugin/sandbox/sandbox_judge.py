@@ -1004,6 +1004,8 @@ def record_classes(code: str) -> frozenset[str]:
     """The classes ``code`` defines at its top level that only hold what they are given: a body of an ``__init__``
     (and a docstring) whose statements set fields of ``self`` from its parameters, constants, builtin conversions of
     them, literals and ``x if x is not None else []`` (LeetCode's ``Node``)."""
+    if "class" not in code:
+        return frozenset()  # most tests define none: no parse
     import ast
 
     try:
