@@ -115,3 +115,29 @@ def test_a_task_class_offers_the_fields_its_methods_set_on_the_instance():
         "        other.hidden = 1\n"
     )
     assert class_attributes(source) == (("Counter", ("count", "high", "increment", "items", "low")),)
+
+
+def test_class_bases_and_dynamic_fields_offer_what_they_hold():
+    """A builtin or standard-library base offers none of its methods to the reference's class (the program's plain
+    class of that name would answer them); a class whose caller names its fields offers fields of any name, under the
+    marker the sandbox's judge reads (written on both sides of the sandbox's boundary, so checked equal here)."""
+    from diffugrpo_plugin.rewards.task_code import DYNAMIC_FIELDS, class_attributes
+
+    source = (
+        "class Tag(str):\n    def shout(self):\n        return self.upper()\n"
+        "class Failure(ValueError):\n    pass\n"
+        "class Color(enum.Enum):\n    RED = 1\n"
+        "class Record:\n    def __init__(self, **fields):\n        for key, value in fields.items():\n"
+        "            setattr(self, key, value)\n"
+        "class Elsewhere(library.Base):\n    pass\n"
+    )
+    offered = dict(class_attributes(source))
+    assert offered == {
+        "Tag": ("shout",),
+        "Failure": (),
+        "Color": ("RED",),
+        "Record": (DYNAMIC_FIELDS,),
+        "Elsewhere": ("*",),
+    }
+    refusals = (Path(__file__).parents[1] / "diffugrpo_plugin" / "sandbox" / "sandbox_refusals.py").read_text()
+    assert f'DYNAMIC_FIELDS = "{DYNAMIC_FIELDS}"' in refusals
