@@ -26,6 +26,7 @@ Standard library only (numpy imported only when a numpy value arrives).
 from __future__ import annotations
 
 import builtins
+import functools
 import io
 import itertools
 import os
@@ -413,9 +414,7 @@ class Judging:
         if not (wire._is_list(answer, 6) and answer[0] == "ok"):
             return self.answer(answer)
 
-        alive = {id(value): value for value in encoder.alive}
-        originals = [alive[key] for key, _ in sorted(encoder.memo.items(), key=lambda item: item[1])]
-        given = {"originals": originals, "original_objects": [obj for obj, _ in encoder.objects]}
+        given = {"originals": encoder.containers, "original_objects": [obj for obj, _ in encoder.objects]}
 
         def read():
             self._mirror_back(answer[5])
@@ -575,6 +574,8 @@ class Judging:
         process, unless it defines that name itself. A class with any behaviour of its own (an ``Oracle.solve``, a
         table of cases) could answer for the program, so it is never sent."""
         made = []
+        if not self.record_classes:
+            return made
         for name, value in list(self.namespace.items()):
             if (
                 isinstance(value, type)
@@ -640,17 +641,26 @@ def _watch_numpy_random() -> None:
         import numpy.random as numpy_random
     except ImportError:
         return
-    for name in ("seed", "set_state"):
-        original = getattr(numpy_random, name)
+
+    def noting(original, _name):
+        def set_by_test(*args, **kwargs):
+            _NUMPY_SEEDED.append(True)
+            return original(*args, **kwargs)
+
+        return set_by_test
+
+    _wrap_once(numpy_random, ("seed", "set_state"), noting)
+
+
+def _wrap_once(module, names: tuple, make) -> None:
+    """Each of ``module``'s functions ``names`` replaced by ``make(original, name)``, once per process."""
+    for name in names:
+        original = getattr(module, name)
         if getattr(original, "_diffugrpo_watched", False):
             continue
-
-        def set_by_test(*args, _original=original, **kwargs):
-            _NUMPY_SEEDED.append(True)
-            return _original(*args, **kwargs)
-
-        set_by_test._diffugrpo_watched = True
-        setattr(numpy_random, name, set_by_test)
+        wrapper = make(original, name)
+        wrapper._diffugrpo_watched = True
+        setattr(module, name, wrapper)
 
 
 def _watch_random() -> None:
@@ -950,18 +960,15 @@ def _watch_dataclasses() -> None:
     the program's process (where its dataclass is), as ``asdict(e) == {...}`` needs; any other call is Python's."""
     import dataclasses
 
-    for name in ("asdict", "astuple", "replace", "fields", "is_dataclass"):
-        original = getattr(dataclasses, name)
-        if getattr(original, "_diffugrpo_watched", False):
-            continue
-
-        def asked(value, *args, _original=original, _name=name, **kwargs):
+    def asking(original, name):
+        def asked(value, *args, **kwargs):
             if isinstance(value, Remote) and not args:
-                return value._op("dataclass", _name, kwargs)
-            return _original(value, *args, **kwargs)
+                return value._op("dataclass", name, kwargs)
+            return original(value, *args, **kwargs)
 
-        asked._diffugrpo_watched = True
-        setattr(dataclasses, name, asked)
+        return asked
+
+    _wrap_once(dataclasses, ("asdict", "astuple", "replace", "fields", "is_dataclass"), asking)
 
 
 def _reissue(warned) -> None:
@@ -985,14 +992,16 @@ def _order_of_test_objects(name, one, other):
     return wire.BINARY_OPERATORS[name](one, other)
 
 
+_KEY_WRAPPER = type(functools.cmp_to_key(len))
+
+
 def _cmp_key_comparison(value):
     """The comparison a ``functools.cmp_to_key`` wrapper of the test's calls (the wrapper keeps it where only the
     garbage collector's view of its references shows it), if it is the test's own function; else None."""
-    import functools
+    if type(value) is not _KEY_WRAPPER:
+        return None
     import gc
 
-    if type(value) is not type(functools.cmp_to_key(len)):
-        return None
     held = [item for item in gc.get_referents(value) if callable(item) and not isinstance(item, type)]
     return held[0] if len(held) == 1 and _test_function(held[0]) else None
 

@@ -285,21 +285,6 @@ class JudgeObject:
         object.__setattr__(self, "_access", JudgeCallable(side, access))
         object.__setattr__(self, "_order", JudgeCallable(side, order))
 
-    def _ordered(self, name: str, other):
-        return object.__getattribute__(self, "_order")(name, self, other)
-
-    def __lt__(self, other):
-        return self._ordered("lt", other)
-
-    def __le__(self, other):
-        return self._ordered("le", other)
-
-    def __gt__(self, other):
-        return self._ordered("gt", other)
-
-    def __ge__(self, other):
-        return self._ordered("ge", other)
-
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
@@ -307,6 +292,20 @@ class JudgeObject:
 
     def __setattr__(self, name: str, value) -> None:
         object.__getattribute__(self, "_access")(name, value)
+
+
+def _ordering(name: str):
+    """``<`` (``<=``, ``>``, ``>=``) of the test's object: the test's own, called back (heapq of its Tasks)."""
+
+    def ordered(self, other):
+        return object.__getattribute__(self, "_order")(name, self, other)
+
+    ordered.__name__ = f"__{name}__"
+    return ordered
+
+
+for _name in ("lt", "le", "gt", "ge"):
+    setattr(JudgeObject, f"__{_name}__", _ordering(_name))
 
 
 _JUDGE_OBJECT_CLASSES: dict[str, type] = {}

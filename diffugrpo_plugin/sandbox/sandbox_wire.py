@@ -217,6 +217,7 @@ class Encoder:
         self.kept = kept  # kept(kind): whether an instance of a builtin's subclass stays a handle (``hv``)
         self.extra_classes = extra_classes  # (module, qualname) this side may send besides REBUILT_MODULES'
         self.memo: dict[int, int] = {}
+        self.containers: list = []  # the memo's containers, in its order (the decoder's refs on the other side)
         self.memo_hits = 0
         self.alive: list = []  # keeps memoised objects alive, so their ids stay unique
         self.elements = 0
@@ -239,6 +240,7 @@ class Encoder:
         order = _fill_order(table)
         if self.memo_hits or (self.decode_order and self.memo):
             self.memo.clear()
+            self.containers.clear()
             self.memo_hits = self.elements = 0
             for index in order:
                 table[index] = self._entry(index)
@@ -352,6 +354,7 @@ class Encoder:
             self.memo_hits += 1
             return ["ref", self.memo[key]]
         self.memo[key] = len(self.memo)
+        self.containers.append(value)
         self.alive.append(value)
         return None
 
